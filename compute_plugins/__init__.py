@@ -1,0 +1,1 @@
+"""compute-plugins: a plugin-based, Nova-compatible resource framework."""

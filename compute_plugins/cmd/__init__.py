@@ -1,0 +1,1 @@
+"""The `compute-plugins` command line."""

@@ -1,0 +1,1 @@
+"""Compute side: claims and assignments."""

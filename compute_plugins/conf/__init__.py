@@ -1,0 +1,1 @@
+"""oslo.config options, one module per area."""

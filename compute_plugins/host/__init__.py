@@ -1,0 +1,1 @@
+"""Host discovery: libvirt, udev and recorded host snapshots."""

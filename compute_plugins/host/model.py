@@ -1,0 +1,139 @@
+"""Immutable facts about a compute host, as discovery found them.
+
+Every discovery backend (live libvirt, a recorded host snapshot, udev
+enrichment) produces one :class:`HostInfo`. Plugins read it and never talk to
+libvirt or udev themselves, so the same plugin code runs on a live host, on a
+snapshot and in tests. All classes are frozen dataclasses holding tuples, so a
+``HostInfo`` can be shared between threads and cached without copying.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class CPU:
+    """One logical host CPU of a NUMA cell (``<cpu id=... socket_id=...>``)."""
+
+    id: int
+    socket_id: Optional[int] = None
+    core_id: Optional[int] = None
+    #: Thread siblings including this CPU itself; empty when libvirt did not say.
+    siblings: frozenset[int] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class PagePool:
+    """A pool of pages of one size in a NUMA cell (``<pages unit='KiB' size=...>``)."""
+
+    size_kb: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NUMACell:
+    """One host NUMA cell."""
+
+    id: int
+    cpus: tuple[CPU, ...] = ()
+    #: Cell memory in KiB; ``None`` when the capabilities do not give it.
+    memory_kb: Optional[int] = None
+    pages: tuple[PagePool, ...] = ()
+    #: Distance to every cell id (``{own id: 10, other: 20}``); empty if unknown.
+    distances: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def cpu_ids(self) -> frozenset[int]:
+        return frozenset(cpu.id for cpu in self.cpus)
+
+
+@dataclasses.dataclass(frozen=True)
+class MdevType:
+    """One mediated-device type a physical device offers (``<type id=...>``)."""
+
+    id: str
+    name: Optional[str] = None
+    available_instances: int = 0
+    device_api: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PCIDevice:
+    """A PCI device (a libvirt node device with capability ``pci``).
+
+    ``address`` is the canonical ``dddd:bb:ss.f`` form; ``name`` is libvirt's
+    node-device name (``pci_dddd_bb_ss_f``).
+    """
+
+    address: str
+    name: str
+    vendor_id: Optional[str] = None
+    product_id: Optional[str] = None
+    vendor_name: Optional[str] = None
+    product_name: Optional[str] = None
+    class_code: Optional[str] = None
+    numa_node: Optional[int] = None
+    iommu_group: Optional[int] = None
+    mdev_types: tuple[MdevType, ...] = ()
+    #: Addresses of the VFs when this is an SR-IOV physical function.
+    virt_functions: tuple[str, ...] = ()
+    #: ``maxCount`` of ``virt_functions`` or udev's ``sriov_totalvfs``.
+    max_vfs: Optional[int] = None
+    #: udev's ``sriov_numvfs`` (VFs enabled now), when udev said.
+    num_vfs: Optional[int] = None
+    #: Address of the parent PF when this is an SR-IOV virtual function.
+    phys_function: Optional[str] = None
+    #: Kernel network interface name(s) of the device (``ens1f0``), from udev.
+    netdevs: tuple[str, ...] = ()
+
+    @property
+    def is_pf(self) -> bool:
+        return bool(self.virt_functions) or bool(self.max_vfs)
+
+    @property
+    def is_vf(self) -> bool:
+        return self.phys_function is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Mdev:
+    """An existing mediated device (``<capability type='mdev'>``)."""
+
+    uuid: str
+    type: str
+    #: Address of the parent PCI device, ``None`` when unknown.
+    parent: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskInfo:
+    """Size of the file system that holds instance disks."""
+
+    total_gb: int
+    free_gb: int
+    #: The path that was measured (``[disk] instances_path``) or the snapshot.
+    path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostInfo:
+    """Everything discovery learnt about one host."""
+
+    hostname: str
+    #: Where the facts came from (a libvirt URI or a snapshot directory).
+    source: str
+    cells: tuple[NUMACell, ...] = ()
+    pci_devices: tuple[PCIDevice, ...] = ()
+    mdevs: tuple[Mdev, ...] = ()
+    #: Total host memory in KiB (libvirt ``getInfo``/capabilities), if known.
+    memory_kb: Optional[int] = None
+    disk: Optional[DiskInfo] = None
+
+    def pci_device(self, address: str) -> Optional[PCIDevice]:
+        """Return the PCI device at ``address`` or ``None``."""
+        for device in self.pci_devices:
+            if device.address == address:
+                return device
+        return None

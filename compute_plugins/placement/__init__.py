@@ -1,0 +1,1 @@
+"""Placement client, report client and embedded Placement."""

@@ -1,0 +1,1 @@
+"""Scheduler side: allocation-candidate query, filters, selection."""

@@ -1,0 +1,1 @@
+"""The built-in resource plugins: numa, vgpu, sriov, disk."""
