@@ -20,13 +20,14 @@ class CPU:
     id: int
     socket_id: Optional[int] = None
     core_id: Optional[int] = None
-    #: Thread siblings including this CPU itself; empty when libvirt did not say.
+    #: Thread siblings including this CPU itself; empty when libvirt did
+    #: not say.
     siblings: frozenset[int] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
 class PagePool:
-    """A pool of pages of one size in a NUMA cell (``<pages unit='KiB' size=...>``)."""
+    """A pool of pages of one size in a NUMA cell (``<pages size=...>``)."""
 
     size_kb: int
     count: int
@@ -41,7 +42,8 @@ class NUMACell:
     #: Cell memory in KiB; ``None`` when the capabilities do not give it.
     memory_kb: Optional[int] = None
     pages: tuple[PagePool, ...] = ()
-    #: Distance to every cell id (``{own id: 10, other: 20}``); empty if unknown.
+    #: Distance to every cell id (``{own id: 10, other: 20}``); empty if
+    #: unknown.
     distances: tuple[tuple[int, int], ...] = ()
 
     @property
@@ -51,7 +53,7 @@ class NUMACell:
 
 @dataclasses.dataclass(frozen=True)
 class MdevType:
-    """One mediated-device type a physical device offers (``<type id=...>``)."""
+    """A mediated-device type a physical device offers (``<type id=...>``)."""
 
     id: str
     name: Optional[str] = None

@@ -1,0 +1,30 @@
+"""Run every benchmark package under ``bench/`` (or those named on the command line)."""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+import sys
+
+
+def main(argv: list[str]) -> int:
+    here = pathlib.Path(__file__).parent
+    available = sorted(p.name for p in here.iterdir() if (p / "__main__.py").exists())
+    wanted = argv or available
+    unknown = sorted(set(wanted) - set(available))
+    if unknown:
+        print("unknown benchmark(s): %s; available: %s"
+              % (", ".join(unknown), ", ".join(available)), file=sys.stderr)
+        return 2
+    failed = 0
+    for name in wanted:
+        print("== bench.%s" % name, flush=True)
+        try:
+            runpy.run_module("bench.%s" % name, run_name="__main__")
+        except SystemExit as done:
+            failed += done.code not in (0, None)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Benchmark of the resource plugins' periodic on a large synthetic host."""

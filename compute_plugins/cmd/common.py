@@ -1,0 +1,56 @@
+"""What several subcommands share: host selection, plugin loading, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from oslo_config import cfg
+
+from compute_plugins import host as host_discovery
+from compute_plugins.host.model import HostInfo
+from compute_plugins.manager import PluginManager
+
+
+def check_values(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option so a bad value fails now, by name.
+
+    oslo.config converts values lazily; without this a typo in a config file
+    would surface as a traceback in the middle of a periodic.
+    """
+    for name, _ in list(conf.items()):
+        group = conf[name]
+        if isinstance(group, cfg.ConfigOpts.GroupAttr):
+            for opt_name in list(group):
+                getattr(group, opt_name)
+
+
+def plugin_manager(conf: cfg.ConfigOpts) -> PluginManager:
+    """Load the enabled plugins and validate every option they registered."""
+    manager = PluginManager(conf)
+    check_values(conf)
+    return manager
+
+
+def discover(conf: cfg.ConfigOpts, args: argparse.Namespace) -> HostInfo:
+    """The host named by ``--host-snapshot``/``--libvirt-uri`` or the config."""
+    snapshot = args.host_snapshot or conf.libvirt.host_snapshot
+    uri = args.libvirt_uri or conf.libvirt.connection_uri
+    if snapshot:
+        return host_discovery.discover_host(host_snapshot=snapshot)
+    return host_discovery.discover_host(libvirt_uri=uri)
+
+
+def report_degraded(manager: PluginManager) -> int:
+    """Print one line per failed plugin to stderr; 1 when degraded, else 0."""
+    for failure in manager.failures.values():
+        print("compute-plugins: host degraded: plugin %s failed to %s: %s"
+              % (failure.plugin, failure.stage, failure.reason), file=sys.stderr)
+    return 1 if manager.degraded else 0
+
+
+def print_json(document: Any) -> None:
+    json.dump(document, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")

@@ -1,0 +1,35 @@
+"""``compute-plugins inventory``: discover the host and print its provider tree.
+
+Runs every enabled plugin's part of ``update_provider_tree`` on a fresh tree;
+talks to no Placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from oslo_config import cfg
+
+from compute_plugins import tree_view
+from compute_plugins.cmd import common
+from compute_plugins.provider_tree import ProviderTree
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "inventory", help="print the host's provider tree (no Placement)")
+    parser.set_defaults(func=run)
+
+
+def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    manager = common.plugin_manager(conf)
+    host = common.discover(conf, args)
+    manager.discover(host)
+    tree = ProviderTree()
+    manager.update_provider_tree(tree, host.hostname)
+    document = tree_view.tree_to_dict(tree)
+    if args.format == "json":
+        common.print_json(document)
+    else:
+        print(tree_view.render_text(document))
+    return common.report_degraded(manager)

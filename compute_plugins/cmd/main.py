@@ -1,0 +1,120 @@
+"""``compute-plugins``: the command line.
+
+Global options are parsed here; each subcommand lives in its own module of
+this package with ``register(subparsers)`` and ``run(conf, args) -> int``.
+Exit codes: 0 success, 1 the job failed (or the host is degraded),
+2 bad usage or configuration. Errors are one clear line on stderr, never a
+traceback (``--debug`` logs the traceback too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Optional
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from compute_plugins import conf as conf_areas
+from compute_plugins import exception, version
+from compute_plugins.cmd import common
+
+LOG = logging.getLogger(__name__)
+
+#: Subcommand modules in ``compute_plugins.cmd``, in help order.
+SUBCOMMANDS = ("inventory", "record_host")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def add_common_options(group: argparse._ArgumentGroup, suppress: bool) -> None:
+    """The options every command takes, before or after its name."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    group.add_argument("--config-file", action="append", default=default([]),
+                       metavar="PATH", help="config file (repeatable)")
+    group.add_argument("--config-dir", action="append", default=default([]),
+                       metavar="DIR", help="directory of *.conf files (repeatable)")
+    group.add_argument("--debug", "-d", action="store_true", default=default(False),
+                       help="log at DEBUG level")
+    group.add_argument("--log-file", metavar="PATH", default=default(None),
+                       help="log to this file")
+    group.add_argument("--format", choices=("text", "json"), default=default("text"),
+                       help="output format (default: text)")
+    group.add_argument("--libvirt-uri", metavar="URI", default=default(None),
+                       help="libvirt URI of the host (overrides [libvirt] "
+                       "connection_uri; e.g. test:///default)")
+    group.add_argument("--host-snapshot", metavar="DIR", default=default(None),
+                       help="replay a host snapshot written by record-host")
+    group.add_argument("--placement-url", metavar="URL", default=default(None),
+                       help="a Placement running with noauth2 (token admin); "
+                       "default: [placement] options, else embedded Placement")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compute-plugins",
+        description="Discover a compute host's resources with plugins and "
+        "report them as a Placement provider tree.")
+    parser.add_argument("--version", action="version",
+                        version="%(prog)s " + version.version_string())
+    add_common_options(parser.add_argument_group("common options"), suppress=False)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        importlib.import_module("compute_plugins.cmd." + name).register(subparsers)
+    for subparser in subparsers.choices.values():
+        # NOTE: accepted after the command too (``inventory --format json``);
+        # SUPPRESS keeps a value given before the command.
+        add_common_options(subparser.add_argument_group("common options"), suppress=True)
+    return parser
+
+
+def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
+    """A private ConfigOpts loaded from the files named on the command line."""
+    conf = cfg.ConfigOpts()
+    logging.register_options(conf)
+    # NOTE: stdout carries the command's output (JSON); logs go to stderr.
+    conf.set_default("use_stderr", True)
+    conf_areas.register_all(conf)
+    oslo_args: list[str] = []
+    for path in args.config_file:
+        oslo_args += ["--config-file", path]
+    for path in args.config_dir:
+        oslo_args += ["--config-dir", path]
+    if args.debug:
+        oslo_args.append("--debug")
+    if args.log_file:
+        oslo_args += ["--log-file", args.log_file]
+    conf(oslo_args, project="compute-plugins", prog="compute-plugins",
+         version=version.version_string(),
+         default_config_files=[], default_config_dirs=[])
+    logging.setup(conf, "compute-plugins")
+    return conf
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        conf = load_config(args)
+        common.check_values(conf)
+        return int(args.func(conf, args))
+    except (cfg.Error, exception.ConfigError) as err:
+        print("compute-plugins: configuration error: %s" % err, file=sys.stderr)
+        return EXIT_USAGE
+    except exception.ComputePluginsError as err:
+        LOG.debug("command failed", exc_info=True)
+        print("compute-plugins: error: %s" % err, file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

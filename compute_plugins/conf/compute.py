@@ -1,0 +1,64 @@
+"""``[compute]``: host CPU and memory options, with nova's names and meaning."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+GROUP = cfg.OptGroup(
+    "compute",
+    title="Compute host resources",
+    help="Options shared by the resource plugins, named as in nova.",
+)
+
+OPTS = [
+    cfg.StrOpt(
+        "cpu_dedicated_set",
+        help="Host CPUs reported as ``PCPU`` (for pinned guests), in nova's "
+        "syntax: ranges, single ids and exclusions, e.g. ``4-12,^8,15``.",
+    ),
+    cfg.StrOpt(
+        "cpu_shared_set",
+        help="Host CPUs reported as ``VCPU`` (floating guests), in nova's "
+        "syntax. When both this and ``cpu_dedicated_set`` are unset, "
+        "every host CPU is a VCPU, as in nova.",
+    ),
+    cfg.FloatOpt(
+        "cpu_allocation_ratio",
+        default=4.0,
+        min=0.0,
+        help="Allocation ratio of the ``VCPU`` inventory.",
+    ),
+    cfg.FloatOpt(
+        "ram_allocation_ratio",
+        default=1.0,
+        min=0.0,
+        help="Allocation ratio of the ``MEMORY_MB`` inventory.",
+    ),
+    cfg.IntOpt(
+        "reserved_host_memory_mb",
+        default=512,
+        min=0,
+        help="Memory (MiB) kept for the host. It is reserved on the "
+        "NUMA cells in order of their id: cell 0 first, and what does not "
+        "fit there on the next cell.",
+    ),
+    cfg.IntOpt(
+        "resource_provider_association_refresh",
+        default=300,
+        min=0,
+        mutable=True,
+        help="Seconds between refreshes of the cached provider tree from "
+        "Placement. 0 disables the periodic refresh: the cache is then "
+        "refreshed only at start-up, after a local change, after a failed "
+        "update and on SIGHUP (which clears it).",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(GROUP)
+    conf.register_opts(OPTS, group=GROUP)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    return [(GROUP, OPTS)]

@@ -1,0 +1,213 @@
+"""What one plugin contributes to the provider tree, and how it is applied.
+
+A plugin does not edit the tree by hand: it returns the providers it wants,
+each with the inventory, traits and aggregates it owns there
+(:class:`ProviderContribution`). The framework checks that no two plugins
+claim the same provider or resource class, then merges every plugin's
+contribution into the tree with nova's rule: a plugin adds and removes only
+what it contributed; traits, aggregates and inventory that someone else put
+on a provider stay.
+
+Keeping contributions declarative gives three things for free: a failed
+plugin's last contribution can be re-applied as it was, ownership conflicts
+are found before the tree is touched, and removed devices disappear from the
+tree because they are no longer contributed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Optional
+
+from compute_plugins import exception, names
+from compute_plugins.provider_tree import ProviderTree
+
+Inventory = Mapping[str, Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderContribution:
+    """One provider as one plugin wants it.
+
+    :param name: provider name; the nodename itself for the compute root.
+    :param uuid: uuid of the provider when the plugin creates it (use
+        :func:`compute_plugins.names.provider_uuid` so it is stable).
+    :param parent: name of the parent provider; ``None`` means the root.
+    :param inventory: resource class -> inventory record this plugin owns.
+    :param traits: traits this plugin owns on the provider.
+    :param aggregates: aggregate uuids this plugin puts the provider in.
+    """
+
+    name: str
+    uuid: Optional[str] = None
+    parent: Optional[str] = None
+    inventory: Inventory = dataclasses.field(default_factory=dict)
+    traits: frozenset[str] = frozenset()
+    aggregates: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        frozen = {rc: MappingProxyType(dict(rec)) for rc, rec in self.inventory.items()}
+        object.__setattr__(self, "inventory", MappingProxyType(frozen))
+        object.__setattr__(self, "traits", frozenset(self.traits))
+        object.__setattr__(self, "aggregates", frozenset(self.aggregates))
+
+
+Contributions = Mapping[str, tuple[ProviderContribution, ...]]
+
+
+class InvalidContribution(exception.ComputePluginsError):
+    """A plugin contributed something Placement would refuse."""
+
+
+def validate(plugin: str, nodename: str, items: Iterable[ProviderContribution]) -> None:
+    """Refuse names Placement would refuse, before anything is applied."""
+    seen: set[str] = set()
+    for item in items:
+        where = "provider %r" % item.name
+        if item.name in seen:
+            raise InvalidContribution(
+                "plugin %r contributed %s twice" % (plugin, where))
+        seen.add(item.name)
+        if item.name != nodename and not item.uuid:
+            raise InvalidContribution(
+                "plugin %r: %s needs a uuid" % (plugin, where))
+        for rc, record in item.inventory.items():
+            if not names.is_valid_resource_class(rc):
+                raise InvalidContribution(
+                    "plugin %r: %s: resource class %r is neither standard "
+                    "(os-resource-classes) nor CUSTOM_[A-Z0-9_]+" % (plugin, where, rc))
+            if not isinstance(record.get("total"), int) or record["total"] < 0:
+                raise InvalidContribution(
+                    "plugin %r: %s: inventory %s needs an integer total >= 0, "
+                    "got %r" % (plugin, where, rc, record.get("total")))
+        for trait in item.traits:
+            if not names.is_valid_trait(trait):
+                raise InvalidContribution(
+                    "plugin %r: %s: trait %r is neither standard (os-traits) "
+                    "nor CUSTOM_[A-Z0-9_]+" % (plugin, where, trait))
+
+
+def find_conflict(
+    plugin: str,
+    nodename: str,
+    items: Iterable[ProviderContribution],
+    claimed: Mapping[tuple[str, str], str],
+) -> Optional[exception.PluginConflict]:
+    """Return the first claim of ``plugin`` another plugin already holds.
+
+    ``claimed`` maps ``(provider name, "")`` for a provider and
+    ``(provider name, resource class)`` for an inventory to the owning plugin.
+    The compute root is shared: only its resource classes are claimed.
+    """
+    for item in items:
+        keys = [(item.name, rc) for rc in item.inventory]
+        if item.name != nodename:
+            keys.insert(0, (item.name, ""))
+        for key in keys:
+            owner = claimed.get(key)
+            if owner is not None and owner != plugin:
+                what = ("provider %r" % key[0] if not key[1]
+                        else "resource class %s on provider %r" % (key[1], key[0]))
+                return exception.PluginConflict(plugin, owner, what)
+    return None
+
+
+def claims(nodename: str, items: Iterable[ProviderContribution]) -> list[tuple[str, str]]:
+    """The keys :func:`find_conflict` checks, for the items of one plugin."""
+    keys: list[tuple[str, str]] = []
+    for item in items:
+        if item.name != nodename:
+            keys.append((item.name, ""))
+        keys.extend((item.name, rc) for rc in item.inventory)
+    return keys
+
+
+@dataclasses.dataclass
+class _Merged:
+    uuid: Optional[str] = None
+    parent: Optional[str] = None
+    inventory: dict[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    traits: set[str] = dataclasses.field(default_factory=set)
+    aggregates: set[str] = dataclasses.field(default_factory=set)
+
+
+def _merge(nodename: str, contributions: Contributions) -> dict[str, _Merged]:
+    merged: dict[str, _Merged] = {}
+    for items in contributions.values():
+        for item in items:
+            entry = merged.setdefault(item.name, _Merged())
+            if item.name != nodename:
+                entry.uuid = item.uuid
+                entry.parent = item.parent or nodename
+            entry.inventory.update(item.inventory)
+            entry.traits |= item.traits
+            entry.aggregates |= item.aggregates
+    return merged
+
+
+def _depth(name: str, nodename: str, merged: Mapping[str, _Merged]) -> int:
+    depth, seen = 0, {name}
+    while name != nodename:
+        entry = merged.get(name)
+        if entry is None or entry.parent is None:
+            break
+        name = entry.parent
+        if name in seen:
+            raise InvalidContribution("providers %s form a parent cycle" % sorted(seen))
+        seen.add(name)
+        depth += 1
+    return depth
+
+
+def apply(
+    tree: ProviderTree,
+    nodename: str,
+    previous: Contributions,
+    current: Contributions,
+) -> None:
+    """Bring ``tree`` from the ``previous`` contributions to the ``current`` ones.
+
+    Providers contributed before but not now are removed (deepest first);
+    new ones are created parents first; on every contributed provider only the
+    inventory classes, traits and aggregates that some plugin contributed
+    before or now are touched. The root must exist.
+    """
+    old = _merge(nodename, previous)
+    new = _merge(nodename, current)
+    if nodename in old:
+        # NOTE: the root always stays; visiting it strips what plugins put
+        # there before and no longer do.
+        new.setdefault(nodename, _Merged())
+
+    gone = [n for n in old if n not in new and n != nodename]
+    gone += [n for n in new if n in old and n != nodename and old[n].parent != new[n].parent]
+    for name in sorted(gone, key=lambda n: -_depth(n, nodename, old)):
+        if tree.exists(name):
+            tree.remove(name)
+
+    for name in sorted(new, key=lambda n: _depth(n, nodename, new)):
+        want = new[name]
+        if name != nodename and not tree.exists(name):
+            parent = want.parent or nodename
+            if not tree.exists(parent):
+                raise InvalidContribution(
+                    "provider %r names parent %r, which no plugin provides" % (name, parent))
+            tree.new_child(name, parent, uuid=want.uuid)
+        was = old.get(name, _Merged())
+        data = tree.data(name)
+
+        inventory = {rc: rec for rc, rec in data.inventory.items() if rc not in was.inventory}
+        inventory.update({rc: dict(rec) for rc, rec in want.inventory.items()})
+        if tree.has_inventory_changed(name, inventory):
+            tree.update_inventory(name, inventory)
+
+        traits = (set(data.traits) - was.traits) | want.traits
+        if tree.have_traits_changed(name, traits):
+            tree.update_traits(name, traits)
+
+        aggregates = (set(data.aggregates) - was.aggregates) | want.aggregates
+        if tree.have_aggregates_changed(name, aggregates):
+            tree.update_aggregates(name, aggregates)
+

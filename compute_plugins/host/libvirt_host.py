@@ -1,0 +1,109 @@
+"""Discovery from a live libvirt connection (libvirt-python).
+
+:func:`fetch_libvirt` reads the raw documents (what ``record-host`` saves);
+:func:`discover_libvirt` turns them into a :class:`HostInfo` with the same
+parsers a snapshot uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import libvirt
+
+from compute_plugins.host import libvirt_xml
+from compute_plugins.host.errors import HostConnectionError
+from compute_plugins.host.model import HostInfo
+
+LOG = logging.getLogger(__name__)
+
+
+def _silence(_ctx, _error) -> None:
+    """Drop libvirt's default print-to-stderr; errors come as exceptions."""
+
+
+# NOTE: libvirt prints every error to stderr unless a handler is set; we turn
+# each into a HostConnectionError instead, so the print is only noise.
+libvirt.registerErrorHandler(_silence, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class RawHost:
+    """The documents libvirt gave, before parsing."""
+
+    uri: str
+    hostname: str
+    #: ``getInfo()`` memory, converted from MiB to KiB.
+    memory_kb: int
+    capabilities_xml: str
+    #: ``{node-device name: nodedev XML}``.
+    nodedevs: dict[str, str]
+
+
+def fetch_libvirt(uri: str) -> RawHost:
+    """Read capabilities, node devices, hostname and memory from ``uri``.
+
+    A read-only connection is enough and is used.
+
+    :raises HostConnectionError: libvirt cannot connect or a call fails.
+    """
+    try:
+        conn = libvirt.openReadOnly(uri)
+    except libvirt.libvirtError as exc:
+        raise HostConnectionError(uri, _message(exc)) from None
+    if conn is None:  # old bindings returned None instead of raising
+        raise HostConnectionError(uri, "connection failed")
+    try:
+        hostname = conn.getHostname()
+        info = conn.getInfo()
+        capabilities = conn.getCapabilities()
+        nodedevs: dict[str, str] = {}
+        for device in conn.listAllDevices(0):
+            try:
+                nodedevs[device.name()] = device.XMLDesc(0)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                    # NOTE: unplugged between the listing and the read.
+                    LOG.debug("%s: node device vanished: %s", uri, exc)
+                    continue
+                raise
+    except libvirt.libvirtError as exc:
+        raise HostConnectionError(uri, _message(exc)) from None
+    finally:
+        conn.close()
+    return RawHost(
+        uri=uri,
+        hostname=hostname,
+        memory_kb=int(info[1]) * 1024,
+        capabilities_xml=capabilities,
+        nodedevs=nodedevs,
+    )
+
+
+def host_info_from_raw(raw: RawHost) -> HostInfo:
+    """Parse a :class:`RawHost` into a :class:`HostInfo` (no udev)."""
+    return libvirt_xml.host_info_from_xml(
+        hostname=raw.hostname,
+        source=raw.uri,
+        capabilities_xml=raw.capabilities_xml,
+        capabilities_source=f"{raw.uri} capabilities",
+        nodedev_xmls={
+            f"{raw.uri} nodedev {name}": xml
+            for name, xml in raw.nodedevs.items()
+        },
+        memory_kb=raw.memory_kb,
+    )
+
+
+def discover_libvirt(uri: str) -> HostInfo:
+    """Discover the host behind libvirt ``uri`` (no udev enrichment).
+
+    :raises HostConnectionError: libvirt cannot connect or a call fails.
+    :raises HostDataError: libvirt returned a document we cannot parse.
+    """
+    return host_info_from_raw(fetch_libvirt(uri))
+
+
+def _message(exc: libvirt.libvirtError) -> str:
+    return exc.get_error_message() or str(exc)

@@ -1,0 +1,498 @@
+"""Pure parsers of libvirt XML: capabilities and node devices.
+
+Nothing here talks to libvirt; each function takes XML text and a ``source``
+label (a file path or ``"<uri> nodedev <name>"``) that every
+:class:`HostDataError` names. The live path (:mod:`.libvirt_host`) and the
+snapshot path (:mod:`.snapshot`) feed the same functions, so a snapshot
+replays exactly what a live host would have given.
+
+Normalised forms:
+
+* PCI addresses are ``dddd:bb:ss.f`` in lower-case hex (``0000:3b:00.0``);
+* vendor/product ids are 4 lower-case hex digits without ``0x`` (``8086``),
+  the class is 6 (``020000``), as in nova's PCI whitelist;
+* memory and page sizes are KiB, whatever ``unit`` the document used.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping
+from typing import Optional, Union
+
+from compute_plugins.host.errors import HostDataError
+from compute_plugins.host.model import (
+    CPU,
+    DiskInfo,
+    HostInfo,
+    Mdev,
+    MdevType,
+    NUMACell,
+    PagePool,
+    PCIDevice,
+)
+
+NodeDevice = Union[PCIDevice, Mdev]
+
+# libvirt's scaled-integer units (virScaleInteger), as bytes.
+_UNITS = {
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "kb": 1000,
+    "k": 1024,
+    "kib": 1024,
+    "mb": 1000**2,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "gb": 1000**3,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "tb": 1000**4,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "pb": 1000**5,
+    "p": 1024**5,
+    "pib": 1024**5,
+    "eb": 1000**6,
+    "e": 1024**6,
+    "eib": 1024**6,
+}
+
+_PCI_NAME = re.compile(
+    r"^pci_([0-9a-fA-F]{4})_([0-9a-fA-F]{2})_([0-9a-fA-F]{2})_([0-7])$"
+)
+_MDEV_NAME = re.compile(
+    r"^mdev_([0-9a-fA-F]{8})_([0-9a-fA-F]{4})_([0-9a-fA-F]{4})_"
+    r"([0-9a-fA-F]{4})_([0-9a-fA-F]{12})(?:_.*)?$"
+)
+
+
+# --------------------------------------------------------------- helpers
+
+
+def _parse_document(text: Union[str, bytes], source: str, root: str):
+    if not text or not str(text).strip():
+        raise HostDataError(source, "empty document")
+    try:
+        element = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise HostDataError(source, f"not well-formed XML: {exc}") from None
+    if element.tag != root:
+        raise HostDataError(
+            source, f"expected a <{root}> document, found <{element.tag}>"
+        )
+    return element
+
+
+def _int(value: Optional[str], source: str, what: str, base: int = 10) -> int:
+    if value is None or not value.strip():
+        raise HostDataError(source, f"{what} is missing")
+    text = value.strip()
+    try:
+        if base == 0:
+            # "0x1f" is hex, "31" decimal; int(..., 0) would reject "010".
+            if text.lower().startswith(("0x", "-0x")):
+                return int(text, 16)
+            return int(text, 10)
+        return int(text, base)
+    except ValueError:
+        raise HostDataError(
+            source, f"{what} is not an integer: {value!r}"
+        ) from None
+
+
+def _opt_int(
+    value: Optional[str], source: str, what: str, base: int = 10
+) -> Optional[int]:
+    if value is None or not value.strip():
+        return None
+    return _int(value, source, what, base)
+
+
+def scaled_kib(
+    value: Optional[str], unit: Optional[str], source: str, what: str
+) -> int:
+    """Return ``value`` given in ``unit`` (libvirt's default KiB) as KiB."""
+    amount = _int(value, source, what)
+    name = (unit or "KiB").strip().lower()
+    try:
+        scale = _UNITS[name]
+    except KeyError:
+        raise HostDataError(
+            source, f"{what} has an unknown unit {unit!r}"
+        ) from None
+    if amount < 0:
+        raise HostDataError(source, f"{what} is negative: {amount}")
+    return amount * scale // 1024
+
+
+def parse_cpuset(text: str, source: str = "cpuset") -> frozenset[int]:
+    """Parse a libvirt/kernel CPU list: ``"0,16"``, ``"0-3"``, ``"0-7,^5"``."""
+    wanted: set[int] = set()
+    excluded: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        target = wanted
+        if part.startswith("^"):
+            target, part = excluded, part[1:]
+        first, sep, last = part.partition("-")
+        try:
+            low = int(first)
+            high = int(last) if sep else low
+        except ValueError:
+            raise HostDataError(
+                source,
+                f"bad CPU list {text!r}: {part!r} is not a number or a range",
+            ) from None
+        if low < 0 or high < low:
+            raise HostDataError(source, f"bad CPU range {part!r} in {text!r}")
+        target.update(range(low, high + 1))
+    return frozenset(wanted - excluded)
+
+
+def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
+    """Return the canonical ``dddd:bb:ss.f`` form."""
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+
+
+def address_from_name(name: Optional[str]) -> Optional[str]:
+    """``pci_0000_00_02_0`` -> ``0000:00:02.0``; ``None`` for other names."""
+    match = _PCI_NAME.match((name or "").strip())
+    if not match:
+        return None
+    domain, bus, slot, function = match.groups()
+    return f"{domain}:{bus}:{slot}.{function}".lower()
+
+
+def _address_element(element, source: str, what: str) -> str:
+    # <address domain='0x0000' bus='0x02' slot='0x00' function='0x2'/>
+    parts = []
+    for attr in ("domain", "bus", "slot", "function"):
+        parts.append(_int(element.get(attr), source, f"{what} {attr}", 0))
+    return pci_address(*parts)
+
+
+def _hex_id(
+    value: Optional[str], width: int, source: str, what: str
+) -> Optional[str]:
+    if value is None or not value.strip():
+        return None
+    number = _int(value, source, what, 16)
+    return f"{number:0{width}x}"
+
+
+def _text(element) -> Optional[str]:
+    if element is None or element.text is None:
+        return None
+    text = element.text.strip()
+    return text or None
+
+
+# ---------------------------------------------------------- capabilities
+
+
+def parse_capabilities(
+    text: Union[str, bytes], source: str = "capabilities"
+) -> tuple[NUMACell, ...]:
+    """Return the host NUMA cells of a ``virsh capabilities`` document.
+
+    A host without ``<topology>`` has no cells (``()``). CPU ids must be
+    unique across the host: a document that lists one CPU twice cannot be
+    pinned to and is rejected.
+
+    :raises HostDataError: malformed or incomplete document.
+    """
+    root = _parse_document(text, source, "capabilities")
+    host = root.find("host")
+    if host is None:
+        raise HostDataError(source, "no <host> element")
+    cells_el = host.find("topology/cells")
+    if cells_el is None:
+        return ()
+    cells = []
+    seen_cells: set[int] = set()
+    seen_cpus: dict[int, int] = {}
+    for cell_el in cells_el.findall("cell"):
+        cell_id = _int(cell_el.get("id"), source, "<cell> attribute id")
+        where = f"cell {cell_id}"
+        if cell_id in seen_cells:
+            raise HostDataError(source, f"{where} is listed twice")
+        seen_cells.add(cell_id)
+        cells.append(_parse_cell(cell_el, cell_id, source, seen_cpus))
+    declared = cells_el.get("num")
+    if declared is not None and _int(
+        declared, source, "<cells> attribute num"
+    ) != len(cells):
+        raise HostDataError(
+            source,
+            f"<cells num='{declared}'> but {len(cells)} <cell> elements",
+        )
+    return tuple(sorted(cells, key=lambda c: c.id))
+
+
+def _parse_cell(
+    cell_el, cell_id: int, source: str, seen_cpus: dict[int, int]
+) -> NUMACell:
+    where = f"cell {cell_id}"
+    memory_kb = None
+    memory_el = cell_el.find("memory")
+    if memory_el is not None:
+        memory_kb = scaled_kib(
+            memory_el.text, memory_el.get("unit"), source, f"{where} memory"
+        )
+    pages = []
+    for page_el in cell_el.findall("pages"):
+        size_kb = scaled_kib(
+            page_el.get("size"),
+            page_el.get("unit"),
+            source,
+            f"{where} <pages> size",
+        )
+        count = _int(page_el.text, source, f"{where} <pages> count")
+        pages.append(PagePool(size_kb=size_kb, count=count))
+    distances = []
+    for sibling in cell_el.findall("distances/sibling"):
+        distances.append(
+            (
+                _int(
+                    sibling.get("id"), source, f"{where} distance sibling id"
+                ),
+                _int(sibling.get("value"), source, f"{where} distance value"),
+            )
+        )
+    cpus = []
+    for cpu_el in cell_el.findall("cpus/cpu"):
+        cpu_id = _int(cpu_el.get("id"), source, f"{where} <cpu> id")
+        if cpu_id in seen_cpus:
+            raise HostDataError(
+                source,
+                f"{where} lists CPU {cpu_id}, already listed in cell "
+                f"{seen_cpus[cpu_id]}; CPU ids must be unique",
+            )
+        seen_cpus[cpu_id] = cell_id
+        what = f"{where} cpu {cpu_id}"
+        siblings_text = cpu_el.get("siblings")
+        siblings = (
+            parse_cpuset(siblings_text, f"{source}: {what} siblings")
+            if siblings_text
+            else frozenset()
+        )
+        cpus.append(
+            CPU(
+                id=cpu_id,
+                socket_id=_opt_int(
+                    cpu_el.get("socket_id"), source, f"{what} socket_id"
+                ),
+                core_id=_opt_int(
+                    cpu_el.get("core_id"), source, f"{what} core_id"
+                ),
+                siblings=siblings,
+            )
+        )
+    return NUMACell(
+        id=cell_id,
+        cpus=tuple(sorted(cpus, key=lambda c: c.id)),
+        memory_kb=memory_kb,
+        pages=tuple(sorted(pages, key=lambda p: p.size_kb)),
+        distances=tuple(sorted(distances)),
+    )
+
+
+# ----------------------------------------------------------- node devices
+
+
+def parse_node_device(
+    text: Union[str, bytes], source: str = "nodedev"
+) -> Optional[NodeDevice]:
+    """Parse ``virsh nodedev-dumpxml`` output.
+
+    :returns: a :class:`PCIDevice` for ``<capability type='pci'>``, an
+        :class:`Mdev` for ``<capability type='mdev'>``, ``None`` for every
+        other kind of device (net, system, drm, scsi, ...).
+    :raises HostDataError: malformed or incomplete document.
+    """
+    root = _parse_document(text, source, "device")
+    name = _text(root.find("name"))
+    if name is None:
+        raise HostDataError(source, "node device has no <name>")
+    for capability in root.findall("capability"):
+        kind = capability.get("type")
+        if kind == "pci":
+            return _parse_pci(name, capability, f"{source} ({name})")
+        if kind == "mdev":
+            return _parse_mdev(
+                name,
+                _text(root.find("parent")),
+                capability,
+                f"{source} ({name})",
+            )
+    return None
+
+
+def _parse_pci(name: str, cap, source: str) -> PCIDevice:
+    parts = []
+    for field in ("domain", "bus", "slot", "function"):
+        element = cap.find(field)
+        if element is None:
+            raise HostDataError(source, f"PCI capability has no <{field}>")
+        parts.append(_int(element.text, source, f"<{field}>", 0))
+    address = pci_address(*parts)
+
+    vendor_el = cap.find("vendor")
+    product_el = cap.find("product")
+    numa_el = cap.find("numa")
+    numa_node = None
+    if numa_el is not None:
+        numa_node = _opt_int(numa_el.get("node"), source, "<numa> node")
+        if numa_node is not None and numa_node < 0:
+            numa_node = None
+    iommu_el = cap.find("iommuGroup")
+    iommu_group = None
+    if iommu_el is not None:
+        iommu_group = _int(
+            iommu_el.get("number"), source, "<iommuGroup> number"
+        )
+
+    mdev_types: list[MdevType] = []
+    virt_functions: list[str] = []
+    max_vfs = None
+    phys_function = None
+    for sub in cap.findall("capability"):
+        kind = sub.get("type")
+        if kind == "mdev_types":
+            mdev_types.extend(_parse_mdev_types(sub, source))
+        elif kind == "virt_functions":
+            max_vfs = _opt_int(
+                sub.get("maxCount"), source, "virt_functions maxCount"
+            )
+            virt_functions.extend(
+                _address_element(a, source, "virt_functions address")
+                for a in sub.findall("address")
+            )
+        elif kind == "phys_function":
+            addresses = sub.findall("address")
+            if len(addresses) != 1:
+                raise HostDataError(
+                    source,
+                    f"phys_function has {len(addresses)} addresses, "
+                    "expected 1",
+                )
+            phys_function = _address_element(
+                addresses[0], source, "phys_function address"
+            )
+
+    return PCIDevice(
+        address=address,
+        name=name,
+        vendor_id=_hex_id(
+            None if vendor_el is None else vendor_el.get("id"),
+            4,
+            source,
+            "<vendor> id",
+        ),
+        product_id=_hex_id(
+            None if product_el is None else product_el.get("id"),
+            4,
+            source,
+            "<product> id",
+        ),
+        vendor_name=_text(vendor_el),
+        product_name=_text(product_el),
+        class_code=_hex_id(_text(cap.find("class")), 6, source, "<class>"),
+        numa_node=numa_node,
+        iommu_group=iommu_group,
+        mdev_types=tuple(mdev_types),
+        virt_functions=tuple(virt_functions),
+        max_vfs=max_vfs,
+        phys_function=phys_function,
+    )
+
+
+def _parse_mdev_types(cap, source: str) -> Iterable[MdevType]:
+    for type_el in cap.findall("type"):
+        type_id = type_el.get("id")
+        if not type_id:
+            raise HostDataError(source, "mdev_types <type> has no id")
+        available = _opt_int(
+            _text(type_el.find("availableInstances")),
+            source,
+            f"mdev type {type_id} availableInstances",
+        )
+        yield MdevType(
+            id=type_id,
+            name=_text(type_el.find("name")),
+            available_instances=available or 0,
+            device_api=_text(type_el.find("deviceAPI")),
+        )
+
+
+def _parse_mdev(name: str, parent: Optional[str], cap, source: str) -> Mdev:
+    type_el = cap.find("type")
+    type_id = None if type_el is None else type_el.get("id")
+    if not type_id:
+        raise HostDataError(source, "mdev capability has no <type id=...>")
+    uuid = _text(cap.find("uuid"))
+    if uuid is None:
+        # NOTE: libvirt before 7.3 had no <uuid>; the name carried it.
+        match = _MDEV_NAME.match(name)
+        if not match:
+            raise HostDataError(source, "mdev capability has no <uuid>")
+        uuid = "-".join(match.groups())
+    return Mdev(
+        uuid=uuid.lower(), type=type_id, parent=address_from_name(parent)
+    )
+
+
+# ------------------------------------------------------------- assembly
+
+
+def host_info_from_xml(
+    *,
+    hostname: str,
+    source: str,
+    capabilities_xml: Union[str, bytes],
+    nodedev_xmls: Mapping[str, Union[str, bytes]],
+    capabilities_source: str = "capabilities.xml",
+    memory_kb: Optional[int] = None,
+    disk: Optional[DiskInfo] = None,
+) -> HostInfo:
+    """Build a :class:`HostInfo` from capabilities and node-device XML.
+
+    :param nodedev_xmls: ``{source label: XML}``, one entry per device.
+    :param memory_kb: host memory; when ``None`` it is the sum of the cells'
+        memory if every cell gives one.
+    """
+    cells = parse_capabilities(capabilities_xml, capabilities_source)
+    pci: dict[str, PCIDevice] = {}
+    mdevs: dict[str, Mdev] = {}
+    for label, text in sorted(nodedev_xmls.items()):
+        device = parse_node_device(text, label)
+        if isinstance(device, PCIDevice):
+            if device.address in pci:
+                raise HostDataError(
+                    label,
+                    f"PCI device {device.address} is described twice "
+                    f"(also by {pci[device.address].name})",
+                )
+            pci[device.address] = device
+        elif isinstance(device, Mdev):
+            mdevs[device.uuid] = device
+    if (
+        memory_kb is None
+        and cells
+        and all(c.memory_kb is not None for c in cells)
+    ):
+        memory_kb = sum(c.memory_kb or 0 for c in cells)
+    return HostInfo(
+        hostname=hostname,
+        source=source,
+        cells=cells,
+        pci_devices=tuple(pci[a] for a in sorted(pci)),
+        mdevs=tuple(mdevs[u] for u in sorted(mdevs)),
+        memory_kb=memory_kb,
+        disk=disk,
+    )

@@ -1,0 +1,203 @@
+"""Load the enabled resource plugins and fan the periodic out to them.
+
+Loading follows ``oslo_config/generator.py``: a stevedore
+``NamedExtensionManager`` over ``compute_plugins.resources`` with the names
+from ``[compute_plugins] enabled_plugins``, so a plugin that is not enabled is
+never imported. Each plugin is isolated: one that fails to import, to
+construct, to discover or to contribute is logged with its entry point, the
+host is marked *degraded*, the plugin's last good contribution is kept, and
+the other plugins go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from typing import Any, Optional
+
+from oslo_config import cfg
+from oslo_log import log as logging
+from stevedore import extension, named
+
+from compute_plugins import conf as conf_areas
+from compute_plugins import contribution, exception, names
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.provider_tree import ProviderTree
+
+LOG = logging.getLogger(__name__)
+
+NAMESPACE = "compute_plugins.resources"
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginFailure:
+    """Why a plugin is not (fully) working: the host is degraded."""
+
+    plugin: str
+    stage: str  # "load", "discover", "contribute" or "conflict"
+    reason: str
+    entry_point: str = ""
+
+
+def available_plugins() -> list[str]:
+    """Names of every plugin installed in the entry-point namespace.
+
+    Read from package metadata without importing any plugin.
+    """
+    return sorted({ep.name for ep in metadata.entry_points(group=NAMESPACE)})
+
+
+class PluginManager:
+    """The enabled plugins, in the order of ``enabled_plugins``.
+
+    :param conf: configuration; the framework groups are registered on it.
+    :param names: plugin names to load; defaults to
+        ``conf.compute_plugins.enabled_plugins``.
+    :param extension_manager: a ready stevedore manager (tests build one with
+        ``NamedExtensionManager.make_test_instance``); skips entry points.
+    :raises UnknownPluginError: a name is not an installed plugin.
+    """
+
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        names: Optional[Sequence[str]] = None,
+        extension_manager: Optional[extension.ExtensionManager] = None,
+    ) -> None:
+        conf_areas.register_all(conf)
+        self.conf = conf
+        self.failures: dict[str, PluginFailure] = {}
+        self._views: dict[str, Any] = {}
+        self._applied: dict[str, tuple[contribution.ProviderContribution, ...]] = {}
+        if extension_manager is None:
+            wanted = list(names if names is not None
+                          else conf.compute_plugins.enabled_plugins)
+            extension_manager = self._load(wanted)
+        self._extensions = list(extension_manager)
+        self.plugins: dict[str, ResourcePlugin] = {
+            ext.name: ext.obj for ext in self._extensions}
+        LOG.debug("resource plugins loaded: %s", ", ".join(self.plugins) or "none")
+
+    def _load(self, wanted: list[str]) -> extension.ExtensionManager:
+        unknown = set(wanted) - set(available_plugins())
+        if unknown:
+            raise exception.UnknownPluginError(list(unknown), available_plugins())
+
+        def on_failure(_mgr: Any, ep: Any, err: BaseException) -> None:
+            LOG.error("resource plugin %s (%s) failed to load: %s",
+                      ep.name, ep.value, err)
+            self.failures[ep.name] = PluginFailure(
+                ep.name, "load", "%s: %s" % (type(err).__name__, err), ep.value)
+
+        return named.NamedExtensionManager(
+            NAMESPACE,
+            names=wanted,
+            name_order=True,
+            invoke_on_load=True,
+            invoke_args=(self.conf,),
+            on_load_failure_callback=on_failure,
+        )
+
+    @property
+    def degraded(self) -> bool:
+        """True while any enabled plugin failed (see :attr:`failures`)."""
+        return bool(self.failures)
+
+    def _fail(self, name: str, stage: str, err: BaseException) -> None:
+        LOG.error("resource plugin %s failed to %s: %s", name, stage, err,
+                  exc_info=not isinstance(err, exception.ComputePluginsError))
+        self.failures[name] = PluginFailure(name, stage, str(err))
+
+    def _clear_failure(self, name: str, stages: Iterable[str]) -> None:
+        failure = self.failures.get(name)
+        if failure is not None and failure.stage in stages:
+            del self.failures[name]
+
+    def discover(self, host: HostInfo) -> None:
+        """Let every plugin build its view of ``host`` (failures isolated)."""
+        LOG.debug("host %s from %s: %d NUMA cells, %d PCI devices",
+                  host.hostname, host.source, len(host.cells), len(host.pci_devices))
+        for name, plugin in self.plugins.items():
+            try:
+                self._views[name] = plugin.discover(host)
+            except Exception as err:  # noqa: BLE001 - isolation is the point
+                self._fail(name, "discover", err)
+            else:
+                self._clear_failure(name, ("discover",))
+
+    def update_provider_tree(
+        self,
+        provider_tree: ProviderTree,
+        nodename: str,
+        allocations: Optional[dict[str, Any]] = None,
+    ) -> None:
+        """Update ``provider_tree`` with every plugin's part (nova semantics).
+
+        The compute root ``nodename`` is created when missing. A plugin that
+        raises, or claims a provider or resource class another plugin owns,
+        is refused and its last good contribution kept.
+        """
+        if not provider_tree.exists(nodename):
+            provider_tree.new_root(nodename, names.provider_uuid(nodename))
+        current: dict[str, tuple[contribution.ProviderContribution, ...]] = {}
+        claimed: dict[tuple[str, str], str] = {}
+        for name, plugin in self.plugins.items():
+            items = self._contributions(name, plugin, nodename)
+            if items is None:
+                continue
+            conflict = contribution.find_conflict(name, nodename, items, claimed)
+            if conflict is not None:
+                self._fail(name, "conflict", conflict)
+                continue
+            current[name] = items
+            for key in contribution.claims(nodename, items):
+                claimed[key] = name
+        current = self._reparent_orphans(nodename, current)
+        snapshot = provider_tree.snapshot()
+        try:
+            contribution.apply(provider_tree, nodename, self._applied, current)
+        except Exception:
+            provider_tree.restore(snapshot)
+            raise
+        self._applied = current
+
+    def _reparent_orphans(
+        self, nodename: str, current: dict[str, tuple[contribution.ProviderContribution, ...]]
+    ) -> dict[str, tuple[contribution.ProviderContribution, ...]]:
+        """Put providers whose parent no plugin provides under the root.
+
+        A device plugin names its NUMA cell's provider as parent; when the
+        numa plugin failed before it ever contributed, that parent does not
+        exist. The device is then reported under the root, as on a host
+        without the numa plugin, instead of failing every plugin's update.
+        """
+        provided = {nodename} | {item.name for items in current.values() for item in items}
+        result = {}
+        for name, items in current.items():
+            fixed = []
+            for item in items:
+                if item.name != nodename and item.parent not in (None, *provided):
+                    LOG.warning("plugin %s: parent %r of provider %r is not provided "
+                                "(did its plugin fail?); using the compute root",
+                                name, item.parent, item.name)
+                    item = dataclasses.replace(item, parent=None)
+                fixed.append(item)
+            result[name] = tuple(fixed)
+        return result
+
+    def _contributions(
+        self, name: str, plugin: ResourcePlugin, nodename: str
+    ) -> Optional[tuple[contribution.ProviderContribution, ...]]:
+        """The plugin's contribution now, or its last good one on failure."""
+        if name not in self._views:
+            return self._applied.get(name)
+        try:
+            items = tuple(plugin.provider_contributions(self._views[name], nodename))
+            contribution.validate(name, nodename, items)
+        except Exception as err:  # noqa: BLE001 - isolation is the point
+            self._fail(name, "contribute", err)
+            return self._applied.get(name)
+        self._clear_failure(name, ("contribute", "conflict"))
+        return items

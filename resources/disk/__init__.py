@@ -1,0 +1,79 @@
+"""``disk``: ``DISK_GB`` of the instance store on the compute root.
+
+Or, for shared storage, membership of the root in the aggregate of the
+sharing provider. Rules in :mod:`resources.disk.view`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import ResourcePlugin
+from resources.disk import provider
+from resources.disk.view import DiskView, InvalidDiskConfig, build_view
+
+__all__ = ["DiskPlugin", "DiskView", "InvalidDiskConfig"]
+
+
+class DiskPlugin(ResourcePlugin):
+    """``DISK_GB`` on the compute root, or a shared-storage aggregate.
+
+    :param conf: the service configuration; ``[disk]`` is registered on it.
+    """
+
+    name = "disk"
+    version = "1.0"
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        conf_areas.register_all(conf)
+        super().__init__(conf)
+
+    @classmethod
+    def options(cls) -> list[cfg.Opt]:
+        return [
+            cfg.StrOpt(
+                "instances_path",
+                default="/var/lib/nova/instances",
+                help="Where instance disks live. On a live host whose "
+                "discovery gave no disk size, ``DISK_GB`` is the size of the "
+                "file system holding this path (``statvfs``).",
+            ),
+            cfg.IntOpt(
+                "reserved_host_disk_mb",
+                default=0,
+                min=0,
+                help="Disk (MiB) kept for the host, reported as the "
+                "``reserved`` of ``DISK_GB``, rounded up to whole GiB as nova "
+                "does.",
+            ),
+            cfg.FloatOpt(
+                "disk_allocation_ratio",
+                default=1.0,
+                min=0.0,
+                help="Allocation ratio of ``DISK_GB`` (nova's "
+                "``disk_allocation_ratio``).",
+            ),
+            cfg.StrOpt(
+                "shared_storage_aggregate",
+                help="Uuid of the Placement aggregate of a shared-storage "
+                "provider. When set, the compute root reports no ``DISK_GB`` "
+                "and joins this aggregate; the operator creates the sharing "
+                "provider (trait ``MISC_SHARES_VIA_AGGREGATE``, inventory "
+                "``DISK_GB``) in the same aggregate, as nova documents.",
+            ),
+        ]
+
+    def discover(self, host: HostInfo) -> DiskView:
+        """``DISK_GB`` of ``host`` or its shared-storage aggregate."""
+        return build_view(self.conf, host)
+
+    def provider_contributions(
+        self, view: DiskView, nodename: str
+    ) -> Sequence[ProviderContribution]:
+        """The compute root's ``DISK_GB`` or aggregate, if any."""
+        return provider.contributions(view, nodename)

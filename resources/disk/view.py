@@ -1,0 +1,104 @@
+"""The disk plugin's view: local ``DISK_GB`` or a shared-storage aggregate.
+
+Where the size comes from:
+
+1. ``HostInfo.disk`` when discovery gave it (a host snapshot's ``host.json``);
+2. else, on a live host (``HostInfo.source`` is a libvirt URI), ``statvfs``
+   of ``[disk] instances_path``; a path that does not exist is logged and
+   gives no disk data;
+3. else no disk data, and no ``DISK_GB``.
+
+``total`` is the file system size in whole GiB (nova's ``local_gb``);
+``reserved`` is ``[disk] reserved_host_disk_mb`` rounded up to GiB (nova's
+``convert_mb_to_ceil_gb``), at most the total.
+
+Shared storage: with ``[disk] shared_storage_aggregate`` set, the compute
+root carries no ``DISK_GB`` and joins that aggregate. The operator creates a
+sharing provider (trait ``MISC_SHARES_VIA_AGGREGATE``) with the ``DISK_GB``
+inventory in the same aggregate, as nova's documentation on shared storage
+says; this plugin does not create it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import uuid
+from typing import Optional
+
+from oslo_config import cfg
+
+from compute_plugins.devices import InvalidOptionValue
+from compute_plugins.host.model import DiskInfo, HostInfo
+
+LOG = logging.getLogger(__name__)
+
+GROUP = "disk"
+GIB = 1024 ** 3
+
+
+class InvalidDiskConfig(InvalidOptionValue):
+    """A ``[disk]`` option value is malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskView:
+    """``DISK_GB`` of the compute root, or the shared-storage aggregate."""
+
+    total_gb: Optional[int] = None
+    reserved_gb: int = 0
+    allocation_ratio: float = 1.0
+    shared_aggregate: Optional[str] = None
+
+
+def is_live(host: HostInfo) -> bool:
+    """True when ``host`` was discovered from a libvirt URI, not a snapshot."""
+    return "://" in host.source
+
+
+def statvfs_disk(path: str) -> Optional[DiskInfo]:
+    """Size of the file system holding ``path`` (``None`` if missing)."""
+    try:
+        stat = os.statvfs(path)
+    except FileNotFoundError:
+        LOG.warning("[disk] instances_path %s does not exist: no DISK_GB "
+                    "reported", path)
+        return None
+    return DiskInfo(
+        total_gb=stat.f_blocks * stat.f_frsize // GIB,
+        free_gb=stat.f_bavail * stat.f_frsize // GIB,
+        path=path,
+    )
+
+
+def _aggregate(conf: cfg.ConfigOpts) -> Optional[str]:
+    value = conf[GROUP].shared_storage_aggregate
+    if not value:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidDiskConfig(
+            "[disk] shared_storage_aggregate", value,
+            "the uuid of a Placement aggregate is expected") from None
+
+
+def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> DiskView:
+    """The :class:`DiskView` of ``host`` (see the module rules)."""
+    group = conf[GROUP]
+    aggregate = _aggregate(conf)
+    if aggregate is not None:
+        return DiskView(shared_aggregate=aggregate)
+    disk = host.disk
+    if disk is None and is_live(host):
+        disk = statvfs_disk(group.instances_path)
+    if disk is None or disk.total_gb <= 0:
+        return DiskView()
+    reserved = math.ceil(group.reserved_host_disk_mb / 1024)
+    return DiskView(
+        total_gb=disk.total_gb,
+        reserved_gb=min(reserved, disk.total_gb),
+        allocation_ratio=group.disk_allocation_ratio,
+    )

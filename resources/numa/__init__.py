@@ -1,0 +1,52 @@
+"""``numa``: a provider per host NUMA cell: its CPUs, memory, huge pages.
+
+The tree gets a ``<nodename>_NUMA<id>`` child of the compute root per cell
+(trait ``HW_NUMA_ROOT``); see :mod:`resources.numa.view` for how the
+``[compute]`` options split CPUs and memory, and :mod:`resources.numa.provider`
+for the inventory records. The plugin has no options of its own: it reads
+the framework's ``[compute]`` group, named as in nova.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import ResourcePlugin
+from resources.numa import provider
+from resources.numa.view import (
+    InvalidCPUSet,
+    NUMAView,
+    build_view,
+    page_resource_class,
+)
+
+__all__ = ["InvalidCPUSet", "NUMAPlugin", "NUMAView", "page_resource_class"]
+
+
+class NUMAPlugin(ResourcePlugin):
+    """NUMA cells as ``HW_NUMA_ROOT`` providers with PCPU/VCPU/MEMORY_MB/pages.
+
+    :param conf: the service configuration (reads ``[compute]``).
+    """
+
+    name = "numa"
+    version = "1.0"
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        conf_areas.register_all(conf)
+        super().__init__(conf)
+
+    def discover(self, host: HostInfo) -> NUMAView:
+        """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""
+        return build_view(self.conf, host)
+
+    def provider_contributions(
+        self, view: NUMAView, nodename: str
+    ) -> Sequence[ProviderContribution]:
+        """One ``<nodename>_NUMA<id>`` provider per cell."""
+        return provider.contributions(view, nodename)

@@ -1,0 +1,49 @@
+"""The NUMA plugin's providers: one ``<nodename>_NUMA<id>`` child per cell.
+
+Each carries the trait ``HW_NUMA_ROOT`` and, where the cell has some:
+``PCPU`` (ratio 1.0), ``VCPU`` (``cpu_allocation_ratio``), ``MEMORY_MB``
+(``ram_allocation_ratio``, ``reserved`` from ``reserved_host_memory_mb``) and
+one ``CUSTOM_MEMORY_PAGE_<size>KB`` class per huge page size (ratio 1.0).
+Placement refuses a total of 0, so a class the cell has none of is left out.
+``max_unit`` is the total: one guest may take a whole cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import os_resource_classes as orc
+import os_traits
+
+from compute_plugins import names
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.devices import inventory_record
+from resources.numa.view import CellView, NUMAView, page_resource_class
+
+
+def cell_inventory(cell: CellView,
+                   view: NUMAView) -> dict[str, dict[str, Any]]:
+    inventory: dict[str, dict[str, Any]] = {}
+    if cell.pcpus:
+        inventory[orc.PCPU] = inventory_record(len(cell.pcpus))
+    if cell.vcpus:
+        inventory[orc.VCPU] = inventory_record(
+            len(cell.vcpus), view.cpu_allocation_ratio)
+    if cell.memory_mb:
+        inventory[orc.MEMORY_MB] = inventory_record(
+            cell.memory_mb, view.ram_allocation_ratio, cell.reserved_memory_mb)
+    for size_kb, count in cell.huge_pages:
+        inventory[page_resource_class(size_kb)] = inventory_record(count)
+    return inventory
+
+
+def contributions(view: NUMAView, nodename: str) -> list[ProviderContribution]:
+    return [
+        ProviderContribution(
+            name=names.numa_provider_name(nodename, cell.id),
+            uuid=names.provider_uuid(nodename, "numa", str(cell.id)),
+            inventory=cell_inventory(cell, view),
+            traits=frozenset({os_traits.HW_NUMA_ROOT}),
+        )
+        for cell in view.cells
+    ]

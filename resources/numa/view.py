@@ -1,0 +1,186 @@
+"""The NUMA plugin's view of a host: CPUs, memory and huge pages per cell.
+
+Rules (``[compute]`` options, nova's meaning):
+
+- ``cpu_dedicated_set`` CPUs are ``PCPU``, ``cpu_shared_set`` CPUs are
+  ``VCPU``. With both unset every host CPU is a ``VCPU``; with only
+  ``cpu_dedicated_set`` set there is no ``VCPU`` (as in nova). A set that
+  parses to no CPU, names a CPU the host does not have, or shares a CPU with
+  the other set is an :class:`InvalidCPUSet` error.
+- Memory: a cell's ``MEMORY_MB`` is its memory in base (small) pages: the
+  base page pool libvirt lists for the cell (the smallest page size it lists;
+  libvirt counts there the memory that is not in huge pages), or the cell's
+  memory when it lists no pages. Huge pages (larger sizes with at least one
+  page) are their own inventory (:func:`page_resource_class`), so no memory
+  is counted twice: a guest backed by huge pages requests
+  ``CUSTOM_MEMORY_PAGE_<size>KB`` (memory / page size) and no ``MEMORY_MB``.
+- ``reserved_host_memory_mb`` is reserved on the cells in order of their id:
+  cell 0 first, up to its whole memory, and what does not fit there on the
+  next cell. What does not fit on any cell is dropped (with a warning).
+- Hosts without NUMA data: when no cell has a memory size (nor pages),
+  ``HostInfo.memory_kb`` is split evenly over the cells (a one-cell host such
+  as ``caps-qemu-kvm.xml`` gets it all); a host without cells gets a single
+  cell 0 with that memory and no CPU inventory; a host without cells or
+  memory size gets no NUMA provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+from oslo_config import cfg
+
+from compute_plugins import names
+from compute_plugins.cpuset import (
+    InvalidCPUSpec,
+    format_cpu_spec,
+    parse_cpu_spec,
+)
+from compute_plugins.devices import InvalidOptionValue
+from compute_plugins.host.model import HostInfo, NUMACell
+
+LOG = logging.getLogger(__name__)
+
+DEDICATED = "[compute] cpu_dedicated_set"
+SHARED = "[compute] cpu_shared_set"
+
+
+class InvalidCPUSet(InvalidOptionValue):
+    """``[compute] cpu_dedicated_set`` / ``cpu_shared_set`` break a rule."""
+
+
+def page_resource_class(size_kb: int) -> str:
+    """Class of huge pages of ``size_kb``: ``CUSTOM_MEMORY_PAGE_2048KB``."""
+    return names.custom_name("MEMORY_PAGE", f"{size_kb}KB")
+
+
+@dataclasses.dataclass(frozen=True)
+class CellView:
+    """What one NUMA cell offers."""
+
+    id: int
+    pcpus: frozenset[int] = frozenset()
+    vcpus: frozenset[int] = frozenset()
+    #: Memory in base pages (MiB); ``None`` when unknown.
+    memory_mb: Optional[int] = None
+    reserved_memory_mb: int = 0
+    #: ``(size_kb, count)`` of huge pages with at least one page, by size.
+    huge_pages: tuple[tuple[int, int], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class NUMAView:
+    """The cells and the allocation ratios that apply to them."""
+
+    cells: tuple[CellView, ...]
+    cpu_allocation_ratio: float
+    ram_allocation_ratio: float
+
+
+def _parse(option: str, spec: Optional[str]) -> Optional[frozenset[int]]:
+    if not spec:
+        return None
+    try:
+        cpus = parse_cpu_spec(spec)
+    except InvalidCPUSpec as err:
+        raise InvalidCPUSet(option, spec, str(err)) from None
+    if not cpus:
+        raise InvalidCPUSet(option, spec, "no CPUs available after parsing it")
+    return cpus
+
+
+def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int]
+             ) -> tuple[frozenset[int], frozenset[int]]:
+    """``(dedicated, shared)`` CPUs from ``[compute]``, checked on the host."""
+    dedicated_spec = conf.compute.cpu_dedicated_set
+    shared_spec = conf.compute.cpu_shared_set
+    dedicated = _parse(DEDICATED, dedicated_spec)
+    shared = _parse(SHARED, shared_spec)
+    for option, spec, cpus in ((DEDICATED, dedicated_spec, dedicated),
+                               (SHARED, shared_spec, shared)):
+        if cpus is not None and not cpus <= host_cpus:
+            missing = format_cpu_spec(cpus - host_cpus)
+            known = format_cpu_spec(host_cpus) or "none"
+            raise InvalidCPUSet(
+                option, spec,
+                f"every CPU must be a host CPU; CPU(s) {missing} are not "
+                f"(host CPUs: {known})")
+    if dedicated is not None and shared is not None and dedicated & shared:
+        both = format_cpu_spec(dedicated & shared)
+        raise InvalidCPUSet(
+            f"{DEDICATED} and {SHARED}", (dedicated_spec, shared_spec),
+            f"the two sets must be disjoint; CPU(s) {both} are in both")
+    if dedicated is None and shared is None:
+        return frozenset(), host_cpus
+    return dedicated or frozenset(), shared or frozenset()
+
+
+def _small_memory_kb(cells: tuple[NUMACell, ...],
+                     host: HostInfo) -> dict[int, Optional[int]]:
+    """Memory in base pages per cell (KiB), ``None`` when unknown."""
+    sizes: dict[int, Optional[int]] = {}
+    for cell in cells:
+        if cell.pages:
+            # NOTE: libvirt counts in the base pool only the memory that is
+            # not in huge pages, which is what MEMORY_MB must offer.
+            base = min(pool.size_kb for pool in cell.pages)
+            sizes[cell.id] = sum(pool.size_kb * pool.count
+                                 for pool in cell.pages
+                                 if pool.size_kb == base)
+        else:
+            sizes[cell.id] = cell.memory_kb
+    if host.memory_kb and all(size is None for size in sizes.values()):
+        share = host.memory_kb // len(cells)
+        sizes = {cell_id: share for cell_id in sizes}
+    return sizes
+
+
+def _huge_pages(cell: NUMACell) -> tuple[tuple[int, int], ...]:
+    if not cell.pages:
+        return ()
+    base = min(pool.size_kb for pool in cell.pages)
+    return tuple(sorted((pool.size_kb, pool.count) for pool in cell.pages
+                        if pool.size_kb > base and pool.count > 0))
+
+
+def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
+    """The :class:`NUMAView` of ``host`` under ``conf`` (see the module rules).
+
+    :raises InvalidCPUSet: a ``[compute] cpu_*_set`` option breaks a rule.
+    """
+    cells = tuple(sorted(host.cells, key=lambda c: c.id))
+    if not cells and host.memory_kb:
+        cells = (NUMACell(id=0, memory_kb=host.memory_kb),)
+    host_cpus = frozenset().union(*(c.cpu_ids for c in cells))
+    dedicated, shared = cpu_sets(conf, host_cpus)
+    memory_kb = _small_memory_kb(cells, host) if cells else {}
+
+    to_reserve = conf.compute.reserved_host_memory_mb
+    views = []
+    for cell in cells:
+        memory_mb = None
+        reserved = 0
+        small_kb = memory_kb[cell.id]
+        if small_kb is not None:
+            memory_mb = small_kb // 1024
+            reserved = min(to_reserve, memory_mb)
+            to_reserve -= reserved
+        views.append(CellView(
+            id=cell.id,
+            pcpus=cell.cpu_ids & dedicated,
+            vcpus=cell.cpu_ids & shared,
+            memory_mb=memory_mb,
+            reserved_memory_mb=reserved,
+            huge_pages=_huge_pages(cell),
+        ))
+    if to_reserve and any(v.memory_mb is not None for v in views):
+        LOG.warning("[compute] reserved_host_memory_mb = %d MiB exceeds the "
+                    "memory of every NUMA cell; %d MiB could not be reserved",
+                    conf.compute.reserved_host_memory_mb, to_reserve)
+    return NUMAView(
+        cells=tuple(views),
+        cpu_allocation_ratio=conf.compute.cpu_allocation_ratio,
+        ram_allocation_ratio=conf.compute.ram_allocation_ratio,
+    )

@@ -1,0 +1,72 @@
+"""``sriov``: SR-IOV physical functions as ``SRIOV_NET_VF`` providers.
+
+Options ``[sriov] physical_device_mappings`` and ``[sriov] bandwidth``; the
+rules are in :mod:`resources.sriov.view`, the providers in
+:mod:`resources.sriov.provider`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import ResourcePlugin
+from resources.sriov import provider
+from resources.sriov.provider import VNIC_TYPE_DIRECT, physnet_trait
+from resources.sriov.view import InvalidSRIOVConfig, SRIOVView, build_view
+
+__all__ = ["InvalidSRIOVConfig", "SRIOVPlugin", "SRIOVView",
+           "VNIC_TYPE_DIRECT", "physnet_trait"]
+
+
+class SRIOVPlugin(ResourcePlugin):
+    """One provider per physical function with VFs.
+
+    :param conf: the service configuration; ``[sriov]`` is registered on it.
+    """
+
+    name = "sriov"
+    version = "1.0"
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        conf_areas.register_all(conf)
+        super().__init__(conf)
+
+    @classmethod
+    def options(cls) -> list[cfg.Opt]:
+        return [
+            cfg.ListOpt(
+                "physical_device_mappings",
+                default=[],
+                help="Physical network of each SR-IOV PF, as "
+                "``<physnet>:<device>`` entries (neutron's SR-IOV agent "
+                "syntax), the device being a network interface name "
+                "(``ens1f0``) or a PCI address (``0000:5e:00.0``). The PF's "
+                "provider gets the trait ``CUSTOM_PHYSNET_<PHYSNET>``. "
+                "Example: ``physnet1:ens1f0,physnet2:0000:5e:00.1``.",
+            ),
+            cfg.ListOpt(
+                "bandwidth",
+                default=[],
+                help="Bandwidth of each SR-IOV PF, as "
+                "``<device>:<egress kbps>:<ingress kbps>`` entries (neutron's "
+                "``resource_provider_bandwidths`` syntax), reported as "
+                "``NET_BW_EGR_KILOBIT_PER_SEC`` and "
+                "``NET_BW_IGR_KILOBIT_PER_SEC``. A direction left empty or 0 "
+                "is not reported. Example: ``ens1f0:10000000:10000000``.",
+            ),
+        ]
+
+    def discover(self, host: HostInfo) -> SRIOVView:
+        """The PFs of ``host`` that have VFs, with physnet and bandwidth."""
+        return build_view(self.conf, host)
+
+    def provider_contributions(
+        self, view: SRIOVView, nodename: str
+    ) -> Sequence[ProviderContribution]:
+        """One ``<nodename>_pf_<address>`` provider per PF."""
+        return provider.contributions(view, nodename)

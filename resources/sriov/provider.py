@@ -1,0 +1,54 @@
+"""The SR-IOV plugin's providers: one ``<nodename>_pf_<address>`` per PF.
+
+Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.devices`)
+or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
+``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
+``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import os_resource_classes as orc
+
+from compute_plugins import names
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.devices import inventory_record, parent_name
+from resources.sriov.view import PFView, SRIOVView
+
+KIND = "pf"
+VNIC_TYPE_DIRECT = names.custom_name("VNIC_TYPE", "DIRECT")
+EGRESS = orc.NET_BW_EGR_KILOBIT_PER_SEC
+INGRESS = orc.NET_BW_IGR_KILOBIT_PER_SEC
+
+
+def physnet_trait(physnet: str) -> str:
+    """``physnet1`` -> ``CUSTOM_PHYSNET_PHYSNET1``."""
+    return names.custom_name("PHYSNET", physnet)
+
+
+def pf_inventory(pf: PFView) -> dict[str, dict[str, Any]]:
+    inventory = {orc.SRIOV_NET_VF: inventory_record(pf.vfs)}
+    if pf.egress_kbps:
+        inventory[EGRESS] = inventory_record(pf.egress_kbps)
+    if pf.ingress_kbps:
+        inventory[INGRESS] = inventory_record(pf.ingress_kbps)
+    return inventory
+
+
+def contributions(view: SRIOVView,
+                  nodename: str) -> list[ProviderContribution]:
+    result = []
+    for pf in view.pfs:
+        traits = {VNIC_TYPE_DIRECT}
+        if pf.physnet:
+            traits.add(physnet_trait(pf.physnet))
+        result.append(ProviderContribution(
+            name=names.device_provider_name(nodename, KIND, pf.address),
+            uuid=names.provider_uuid(nodename, KIND, pf.address),
+            parent=parent_name(nodename, pf.cell),
+            inventory=pf_inventory(pf),
+            traits=frozenset(traits),
+        ))
+    return result

@@ -1,0 +1,177 @@
+"""The SR-IOV plugin's view: physical functions with VFs, physnets, bandwidth.
+
+A *PF* is a PCI device that has virtual functions now. Its VF count is
+udev's ``sriov_numvfs`` (``PCIDevice.num_vfs``) when udev said, since that is
+the kernel's live value; otherwise the number of VFs libvirt listed
+(``len(PCIDevice.virt_functions)``). A PF with no VF gets no provider; a VF
+is never a PF.
+
+Options (``[sriov]``); a device is named by its network interface (``ens1f0``)
+or by its PCI address (``0000:5e:00.0``):
+
+- ``physical_device_mappings = <physnet>:<device>,...`` (neutron's SR-IOV
+  agent syntax): the PF is on that physical network (trait
+  ``CUSTOM_PHYSNET_<PHYSNET>``). A device on two physnets is an error.
+- ``bandwidth = <device>:<egress kbps>:<ingress kbps>,...`` (neutron's
+  ``resource_provider_bandwidths`` syntax): the PF's
+  ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC`` totals. A
+  direction left empty (``ens1f0::1000000``) or 0 is not reported.
+
+Malformed entries are :class:`InvalidSRIOVConfig` errors naming the option,
+the entry and the expected format. A device that is not on this host, or is
+not a PF with VFs, is ignored with a warning (one file can serve many hosts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Optional
+
+from oslo_config import cfg
+
+from compute_plugins.devices import (
+    InvalidOptionValue,
+    NUMAParents,
+    normalize_pci_address,
+)
+from compute_plugins.host.model import HostInfo, PCIDevice
+
+LOG = logging.getLogger(__name__)
+
+GROUP = "sriov"
+MAPPINGS = "[sriov] physical_device_mappings"
+BANDWIDTH = "[sriov] bandwidth"
+MAPPING_FORMAT = ("<physnet>:<device>, the device being a network interface "
+                  "name or a PCI address, e.g. physnet1:ens1f0")
+BANDWIDTH_FORMAT = ("<device>:<egress kbps>:<ingress kbps>, the device "
+                    "being a network interface name or a PCI address and "
+                    "each rate an integer >= 0 or empty, e.g. "
+                    "ens1f0:10000000:10000000")
+
+
+class InvalidSRIOVConfig(InvalidOptionValue):
+    """A ``[sriov]`` option entry is malformed or contradicts another one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PFView:
+    """One physical function that has VFs."""
+
+    address: str
+    vfs: int
+    physnet: Optional[str] = None
+    egress_kbps: Optional[int] = None
+    ingress_kbps: Optional[int] = None
+    #: NUMA cell whose provider is the parent; ``None`` for the root.
+    cell: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SRIOVView:
+    pfs: tuple[PFView, ...] = ()
+
+
+def _device_key(text: str) -> str:
+    """A configured device: its normalized PCI address, else its netdev."""
+    return normalize_pci_address(text) or text
+
+
+def parse_mappings(entries: list[str]) -> dict[str, str]:
+    """``["physnet1:ens1f0"]`` -> ``{"ens1f0": "physnet1"}``."""
+    mappings: dict[str, str] = {}
+    for entry in entries:
+        physnet, sep, device = (part.strip() for part in entry.partition(":"))
+        if not sep or not physnet or not device:
+            raise InvalidSRIOVConfig(
+                MAPPINGS, entry, "expected " + MAPPING_FORMAT)
+        key = _device_key(device)
+        if mappings.get(key, physnet) != physnet:
+            raise InvalidSRIOVConfig(
+                MAPPINGS, entry,
+                f"device {device} is already mapped to physnet "
+                f"{mappings[key]}; a device is on one physical network")
+        mappings[key] = physnet
+    return mappings
+
+
+def _rate(entry: str, text: str) -> Optional[int]:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidSRIOVConfig(
+            BANDWIDTH, entry, "expected " + BANDWIDTH_FORMAT)
+    return value or None
+
+
+Rates = tuple[Optional[int], Optional[int]]
+
+
+def parse_bandwidth(entries: list[str]) -> dict[str, Rates]:
+    """``["ens1f0:10:20"]`` -> ``{"ens1f0": (10, 20)}`` (egress, ingress)."""
+    result: dict[str, Rates] = {}
+    for entry in entries:
+        parts = entry.rsplit(":", 2)
+        if len(parts) != 3 or not parts[0].strip():
+            raise InvalidSRIOVConfig(
+                BANDWIDTH, entry, "expected " + BANDWIDTH_FORMAT)
+        key = _device_key(parts[0].strip())
+        if key in result:
+            raise InvalidSRIOVConfig(
+                BANDWIDTH, entry, f"device {parts[0].strip()} is given twice")
+        result[key] = (_rate(entry, parts[1]), _rate(entry, parts[2]))
+    return result
+
+
+def vf_count(device: PCIDevice) -> int:
+    """Number of VFs of ``device`` now (udev's ``sriov_numvfs`` wins)."""
+    if device.is_vf:
+        return 0
+    if device.num_vfs is not None:
+        return device.num_vfs
+    return len(device.virt_functions)
+
+
+def _lookup(config: Mapping[str, object], device: PCIDevice) -> Optional[str]:
+    """The key of ``config`` naming ``device`` (address, then netdevs)."""
+    for key in (device.address, *device.netdevs):
+        if key in config:
+            return key
+    return None
+
+
+def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
+    """The PFs of ``host`` with VFs, with their physnet and bandwidth."""
+    mappings = parse_mappings(conf[GROUP].physical_device_mappings)
+    bandwidth = parse_bandwidth(conf[GROUP].bandwidth)
+    parents = NUMAParents(conf, host)
+    used: set[str] = set()
+    pfs = []
+    counted = [(d, vf_count(d)) for d in host.pci_devices
+               if d.virt_functions or d.num_vfs]
+    for device, vfs in sorted(counted, key=lambda dv: dv[0].address):
+        if vfs <= 0:
+            continue
+        physnet_key = _lookup(mappings, device)
+        bw_key = _lookup(bandwidth, device)
+        used.update(k for k in (physnet_key, bw_key) if k is not None)
+        egress, ingress = bandwidth[bw_key] if bw_key else (None, None)
+        pfs.append(PFView(
+            address=device.address,
+            vfs=vfs,
+            physnet=mappings[physnet_key] if physnet_key else None,
+            egress_kbps=egress,
+            ingress_kbps=ingress,
+            cell=parents.cell(device.numa_node),
+        ))
+    for option, config in ((MAPPINGS, mappings), (BANDWIDTH, bandwidth)):
+        for key in sorted(set(config) - used):
+            LOG.warning("%s: device %s is not a PF with VFs on this "
+                        "host; ignored", option, key)
+    return SRIOVView(tuple(pfs))

@@ -1,0 +1,69 @@
+"""``vgpu``: physical GPUs that offer an enabled mdev type, as VGPU providers.
+
+Options: ``[vgpu] enabled_mdev_types`` and, per type, ``[mdev_<type>]
+device_addresses`` (nova's ``[devices]`` options; see
+:mod:`resources.vgpu.view`). Providers: :mod:`resources.vgpu.provider`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import ResourcePlugin
+from resources.vgpu import provider
+from resources.vgpu.provider import mdev_type_trait
+from resources.vgpu.view import (
+    InvalidMdevConfig,
+    VGPUView,
+    build_view,
+    register_dynamic_opts,
+)
+
+__all__ = ["InvalidMdevConfig", "VGPUPlugin", "VGPUView", "mdev_type_trait",
+           "register_dynamic_opts"]
+
+
+class VGPUPlugin(ResourcePlugin):
+    """One ``VGPU`` provider per physical GPU offering an enabled mdev type.
+
+    :param conf: the service configuration; ``[vgpu]`` is registered on it,
+        the ``[mdev_<type>]`` groups at the first discovery.
+    """
+
+    name = "vgpu"
+    version = "1.0"
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        conf_areas.register_all(conf)
+        super().__init__(conf)
+
+    @classmethod
+    def options(cls) -> list[cfg.Opt]:
+        return [
+            cfg.ListOpt(
+                "enabled_mdev_types",
+                default=[],
+                help="The mdev types (e.g. ``nvidia-35``) offered to guests, "
+                "as nova's ``[devices] enabled_mdev_types``. With several "
+                "types, add a ``[mdev_<type>]`` section per type whose "
+                "``device_addresses`` lists the PCI addresses of the GPUs "
+                "that offer it; the first type without ``device_addresses`` "
+                "is the default for every other GPU, later ones without it "
+                "are ignored. A GPU listed for two types is an error.",
+            ),
+        ]
+
+    def discover(self, host: HostInfo) -> VGPUView:
+        """The GPUs of ``host`` offering an enabled type, with their totals."""
+        return build_view(self.conf, host)
+
+    def provider_contributions(
+        self, view: VGPUView, nodename: str
+    ) -> Sequence[ProviderContribution]:
+        """One ``<nodename>_pci_<address>`` provider per GPU."""
+        return provider.contributions(view, nodename)

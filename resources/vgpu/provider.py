@@ -1,0 +1,37 @@
+"""The vGPU plugin's providers: one ``<nodename>_pci_<address>`` per GPU.
+
+Named as nova names them; the parent is the provider of the GPU's NUMA cell
+(see :mod:`compute_plugins.devices`) or the root. Inventory ``VGPU`` with the
+GPU's total (``max_unit`` = total, ratio 1.0: vGPUs cannot be
+overcommitted); trait ``CUSTOM_MDEV_TYPE_<TYPE>`` names the type it offers.
+"""
+
+from __future__ import annotations
+
+import os_resource_classes as orc
+
+from compute_plugins import names
+from compute_plugins.contribution import ProviderContribution
+from compute_plugins.devices import inventory_record, parent_name
+from resources.vgpu.view import VGPUView
+
+KIND = "pci"
+
+
+def mdev_type_trait(mdev_type: str) -> str:
+    """``nvidia-35`` -> ``CUSTOM_MDEV_TYPE_NVIDIA_35``."""
+    return names.custom_name("MDEV_TYPE", mdev_type)
+
+
+def contributions(view: VGPUView,
+                  nodename: str) -> list[ProviderContribution]:
+    return [
+        ProviderContribution(
+            name=names.device_provider_name(nodename, KIND, gpu.address),
+            uuid=names.provider_uuid(nodename, KIND, gpu.address),
+            parent=parent_name(nodename, gpu.cell),
+            inventory={orc.VGPU: inventory_record(gpu.total)},
+            traits=frozenset({mdev_type_trait(gpu.mdev_type)}),
+        )
+        for gpu in view.gpus
+    ]

@@ -1,0 +1,151 @@
+"""The vGPU plugin's view: which physical GPU offers which enabled mdev type.
+
+Configuration is nova's ``[devices]``, moved to ``[vgpu]``:
+
+- ``[vgpu] enabled_mdev_types``: the mdev types offered to guests;
+- ``[mdev_<type>] device_addresses``: the GPUs (PCI addresses) that offer
+  ``<type>``. These groups are registered when the host is first discovered,
+  after the configuration is loaded (nova's ``register_dynamic_opts``).
+
+Type of a GPU (nova's rules): the type whose ``device_addresses`` lists it;
+else the *default type*, the first enabled type without ``device_addresses``.
+Further enabled types without ``device_addresses`` are ignored with a warning,
+as in nova (with a single enabled type no group is needed at all). A GPU
+listed under two types, or an address that is not a PCI address, is an
+:class:`InvalidMdevConfig` error.
+
+Total of a GPU (as nova counts it): ``availableInstances`` of its type plus
+the mdevs of that type that already exist on it. A GPU whose total is 0, or
+that does not offer its type, gets no provider.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+from oslo_config import cfg
+
+from compute_plugins.devices import (
+    InvalidOptionValue,
+    NUMAParents,
+    normalize_pci_address,
+)
+from compute_plugins.host.model import HostInfo
+
+LOG = logging.getLogger(__name__)
+
+GROUP = "vgpu"
+
+
+class InvalidMdevConfig(InvalidOptionValue):
+    """``[vgpu] enabled_mdev_types`` / ``[mdev_<type>]`` break nova's rules."""
+
+
+def type_group(mdev_type: str) -> str:
+    """Name of the per-type option group: ``mdev_<type>``."""
+    return f"mdev_{mdev_type}"
+
+
+def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
+    """Register ``[mdev_<type>] device_addresses`` for every enabled type.
+
+    Call after the configuration files are loaded (the group names depend on
+    ``[vgpu] enabled_mdev_types``); calling it again is harmless.
+    """
+    for mdev_type in conf[GROUP].enabled_mdev_types:
+        opt = cfg.ListOpt(
+            "device_addresses",
+            default=[],
+            item_type=cfg.types.String(),
+            help="PCI addresses of the physical GPUs that offer mdev "
+            f"type {mdev_type!r}.",
+        )
+        conf.register_opt(opt, group=type_group(mdev_type))
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUView:
+    """One physical GPU that offers vGPUs of its enabled type."""
+
+    address: str
+    mdev_type: str
+    total: int
+    #: NUMA cell whose provider is the parent; ``None`` for the root.
+    cell: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VGPUView:
+    gpus: tuple[GPUView, ...] = ()
+
+
+def type_mapping(conf: cfg.ConfigOpts) -> tuple[dict[str, str], Optional[str]]:
+    """``({gpu address: type}, default type)`` from the configuration.
+
+    :raises InvalidMdevConfig: a duplicate or malformed device address.
+    """
+    register_dynamic_opts(conf)
+    mapping: dict[str, str] = {}
+    default: Optional[str] = None
+    for mdev_type in dict.fromkeys(conf[GROUP].enabled_mdev_types):
+        group = type_group(mdev_type)
+        addresses = conf[group].device_addresses
+        if not addresses:
+            if default is None:
+                default = mdev_type
+            else:
+                LOG.warning("[vgpu] enabled_mdev_types: the default mdev "
+                            "type is already %s (no [%s] device_addresses) "
+                            "so %s will not be used",
+                            default, type_group(default), mdev_type)
+            continue
+        for raw in addresses:
+            address = normalize_pci_address(raw)
+            if address is None:
+                raise InvalidMdevConfig(
+                    f"[{group}] device_addresses", raw,
+                    "a PCI address such as 0000:84:00.0 is expected")
+            if address in mapping:
+                raise InvalidMdevConfig(
+                    f"[{group}] device_addresses", raw,
+                    "a GPU can offer one mdev type only; it is also listed "
+                    f"in [{type_group(mapping[address])}] device_addresses")
+            mapping[address] = mdev_type
+    return mapping, default
+
+
+def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
+    """The GPUs of ``host`` offering an enabled type (see the module)."""
+    if not conf[GROUP].enabled_mdev_types:
+        return VGPUView()
+    mapping, default = type_mapping(conf)
+    known = {device.address for device in host.pci_devices}
+    for address in sorted(set(mapping) - known):
+        LOG.warning("[%s] device_addresses: no PCI device %s on this host",
+                    type_group(mapping[address]), address)
+    parents = NUMAParents(conf, host)
+    existing: dict[tuple[str, str], int] = {}
+    for mdev in host.mdevs:
+        if mdev.parent:
+            parent = normalize_pci_address(mdev.parent) or mdev.parent
+            key = (parent, mdev.type)
+            existing[key] = existing.get(key, 0) + 1
+
+    gpus = []
+    capable = [d for d in host.pci_devices if d.mdev_types]
+    for device in sorted(capable, key=lambda d: d.address):
+        mdev_type = mapping.get(device.address, default)
+        if mdev_type is None:
+            continue
+        offered = [t for t in device.mdev_types if t.id == mdev_type]
+        if not offered:
+            continue
+        total = (sum(t.available_instances for t in offered)
+                 + existing.get((device.address, mdev_type), 0))
+        if total <= 0:
+            continue
+        gpus.append(GPUView(device.address, mdev_type, total,
+                            parents.cell(device.numa_node)))
+    return VGPUView(tuple(gpus))

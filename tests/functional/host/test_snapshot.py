@@ -1,0 +1,275 @@
+"""Host snapshots: record, load, and udev replay through real libudev."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from compute_plugins.host import discover_host, libvirt_host, snapshot
+from compute_plugins.host.errors import HostDataError
+from compute_plugins.host.model import DiskInfo, Mdev, MdevType, PagePool
+
+FIXTURES = pathlib.Path(__file__).parents[2] / "fixtures" / "hosts"
+CUSTOM_URI = f"test://{FIXTURES / 'testdriver-devices.xml'}"
+# NOTE: umockdev is in bindep.txt; these tests fail (not skip) without it.
+needs_umockdev = pytest.mark.usefixtures()
+
+
+def _copy(name: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    for path in target.rglob("*"):
+        path.chmod(0o644 if path.is_file() else 0o755)
+    return target
+
+
+# ------------------------------------------------------------ round trips
+
+
+@pytest.mark.parametrize("uri", ["test:///default", CUSTOM_URI])
+def test_record_load_round_trip(uri, tmp_path):
+    out = tmp_path / "snap"
+    snapshot.record_host(uri, str(out), instances_path=str(tmp_path))
+    live = libvirt_host.discover_libvirt(uri)
+    loaded = snapshot.load_snapshot(str(out))
+
+    assert loaded.source == str(out)
+    assert loaded.disk is not None and loaded.disk.path == str(tmp_path)
+    assert loaded.disk.total_gb >= loaded.disk.free_gb >= 0
+    assert dataclasses.replace(loaded, source=uri, disk=None) == live
+
+    assert (out / "capabilities.xml").is_file()
+    raw = libvirt_host.fetch_libvirt(uri)
+    assert sorted(os.listdir(out / "nodedev")) == sorted(
+        f"{name}.xml" for name in raw.nodedevs
+    )
+    meta = json.loads((out / "host.json").read_text())
+    assert meta["format_version"] == snapshot.FORMAT_VERSION
+    assert meta["hostname"] == live.hostname
+    assert meta["memory_kb"] == live.memory_kb
+    # test:/// devices are not this machine's: sysfs is never recorded.
+    assert not (out / "sysfs.umockdev").exists()
+
+
+def test_record_without_instances_path(tmp_path):
+    out = tmp_path / "snap"
+    snapshot.record_host("test:///default", str(out))
+    assert json.loads((out / "host.json").read_text())["disk"] is None
+    assert snapshot.load_snapshot(str(out)).disk is None
+
+
+def test_record_unreachable_host_writes_nothing(tmp_path):
+    out = tmp_path / "snap"
+    with pytest.raises(HostDataError, match="no/such.xml"):
+        snapshot.record_host("test:///no/such.xml", str(out))
+    assert not out.exists()
+
+
+def test_record_pci_sysfs_warns_or_writes(tmp_path):
+    target = tmp_path / "sysfs.umockdev"
+    written = snapshot.record_pci_sysfs(str(target))
+    # NOTE: depends on the machine (umockdev-record needs udevadm and
+    # /sys/bus/pci); either a recording or no file at all.
+    if written:
+        assert target.read_text().startswith("P: /devices/")
+    else:
+        assert not target.exists()
+
+
+# ----------------------------------------------------------------- fixtures
+
+
+def test_numa4_caps_and_nodedev_only():
+    host = discover_host(host_snapshot=str(FIXTURES / "numa4"))
+    assert host.hostname == "numa4"
+    assert host.disk is None
+    assert host.memory_kb == 10 * 1048576  # sum of the cells
+    assert [len(c.cpus) for c in host.cells] == [4, 4, 4, 4]
+    assert host.cells[3].pages[1] == PagePool(2048, 10240)
+    assert [d.address for d in host.pci_devices] == [
+        "0000:02:00.0",
+        "0000:42:00.0",
+    ]
+    assert host.mdevs == ()
+
+
+def test_sriov_without_udev():
+    host = snapshot.load_snapshot(str(FIXTURES / "sriov"), use_udev=False)
+    assert host.hostname == "sriov-compute-01"
+    assert host.memory_kb == 63393224
+    assert host.disk == DiskInfo(893, 640, "/var/lib/nova/instances")
+    assert len(host.cells) == 1 and len(host.cells[0].cpus) == 32
+    pf = host.pci_device("0000:02:10.7")
+    assert len(pf.virt_functions) == 4
+    assert (pf.max_vfs, pf.num_vfs, pf.netdevs) == (None, None, ())
+
+
+@needs_umockdev
+def test_sriov_udev_replayed_through_real_libudev():
+    host = discover_host(host_snapshot=str(FIXTURES / "sriov"))
+    pf = host.pci_device("0000:02:10.7")
+    assert (pf.max_vfs, pf.num_vfs, pf.numa_node) == (7, 4, 0)
+    assert pf.netdevs == ("ens1f0",)
+    assert pf.virt_functions == (
+        "0000:02:00.2",
+        "0000:02:00.3",
+        "0000:02:00.4",
+        "0000:02:00.5",
+    )
+    nic = host.pci_device("0000:42:00.0")
+    # udev says numa_node=-1 (unknown): libvirt's node 0 is kept.
+    assert (nic.max_vfs, nic.num_vfs, nic.numa_node) == (16, 0, 0)
+
+
+@needs_umockdev
+def test_udev_dump_runs_under_umockdev():
+    done = subprocess.run(
+        [
+            "umockdev-run",
+            "--device",
+            str(FIXTURES / "sriov/sysfs.umockdev"),
+            "--",
+            sys.executable,
+            "-m",
+            "compute_plugins.host.udev_dump",
+            "--require-testbed",
+            "0000:02:10.7",
+            "0000:99:00.0",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    data = json.loads(done.stdout)
+    assert data == {
+        "format_version": 1,
+        "devices": {
+            "0000:02:10.7": {
+                "max_vfs": 7,
+                "num_vfs": 4,
+                "numa_node": 0,
+                "netdevs": ["ens1f0"],
+            }
+        },
+    }
+
+
+def test_udev_dump_refuses_the_real_sysfs():
+    env = {k: v for k, v in os.environ.items() if k != "UMOCKDEV_DIR"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compute_plugins.host.udev_dump",
+            "--require-testbed",
+            "0000:02:10.7",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "not running under umockdev-run" in done.stderr
+
+
+def test_mdev_snapshot():
+    host = discover_host(host_snapshot=str(FIXTURES / "mdev"))
+    assert host.hostname == "mdev"
+    assert [len(c.cpus) for c in host.cells] == [24, 0]
+    assert [c.memory_kb for c in host.cells] == [1048576, 2097152]
+    (device,) = host.pci_devices
+    assert device.mdev_types == (
+        MdevType("foo1", "bar1", 1, "vfio-pci"),
+        MdevType("foo2", "bar2", 2, "vfio-pci"),
+    )
+    assert host.mdevs == (
+        Mdev(
+            "d069d019-36ea-4111-8f0a-8c9a70e21366",
+            "i915-GVTg_V5_8",
+            "0000:00:02.0",
+        ),
+    )
+
+
+def test_snapshot_wins_over_uri():
+    host = discover_host(
+        libvirt_uri="test:///default", host_snapshot=str(FIXTURES / "numa4")
+    )
+    assert host.hostname == "numa4"
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_missing_directory(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(missing))
+    assert str(missing) in str(err.value)
+
+
+def test_missing_capabilities(tmp_path):
+    (tmp_path / "nodedev").mkdir()
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(tmp_path))
+    assert str(tmp_path / "capabilities.xml") in str(err.value)
+    assert "missing" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "relpath,content,reason",
+    [
+        ("capabilities.xml", "garbage", "not well-formed XML"),
+        ("capabilities.xml", b"\xff\xfe<", "cannot read"),
+        ("nodedev/pci_0000_02_00_0.xml", "<device><name>x", "not well-formed"),
+        (
+            "nodedev/pci_0000_02_00_0.xml",
+            "<capabilities/>",
+            "expected a <device> document",
+        ),
+        ("host.json", "{", "not valid JSON"),
+        ("host.json", "[]", "must hold a JSON object"),
+        ("host.json", '{"format_version": 99}', "format_version 99 is newer"),
+        ("host.json", '{"hostname": 3}', "hostname must be"),
+        ("host.json", '{"memory_kb": -1}', "memory_kb must be"),
+        ("host.json", '{"disk": {"total_gb": 1}}', "disk.free_gb must be"),
+        (
+            "host.json",
+            '{"disk": {"total_gb": 1, "free_gb": 2}}',
+            "larger than disk.total_gb",
+        ),
+    ],
+)
+def test_garbage_files_name_their_path(tmp_path, relpath, content, reason):
+    snap = _copy("numa4", tmp_path)
+    target = snap / relpath
+    if isinstance(content, bytes):
+        target.write_bytes(content)
+    else:
+        target.write_text(content)
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(target) in str(err.value)
+    assert reason in str(err.value)
+
+
+@needs_umockdev
+def test_garbage_umockdev_names_its_path(tmp_path):
+    snap = _copy("sriov", tmp_path)
+    target = snap / "sysfs.umockdev"
+    target.write_text("this is not a umockdev record\n")
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(target) in str(err.value)
+    assert "umockdev-run exited" in str(err.value)
+    # Without udev the same snapshot still loads.
+    assert snapshot.load_snapshot(str(snap), use_udev=False).pci_devices

@@ -1,0 +1,506 @@
+"""Parsers of libvirt XML, on libvirt's own test documents."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from compute_plugins.host import libvirt_xml
+from compute_plugins.host.errors import HostDataError
+from compute_plugins.host.model import (
+    CPU,
+    Mdev,
+    MdevType,
+    PagePool,
+    PCIDevice,
+)
+
+FIXTURES = pathlib.Path(__file__).parents[2] / "fixtures" / "hosts"
+LIBVIRT = FIXTURES / "libvirt"
+# NOTE: the fixtures are a copy of the shared captures; when the shared
+# directory is there, newer files in it are parsed too.
+SHARED = pathlib.Path(__file__).parents[4] / "shared" / "hostdata" / "libvirt"
+
+
+def _all_files() -> list[pathlib.Path]:
+    files = {p.relative_to(LIBVIRT): p for p in LIBVIRT.rglob("*.xml")}
+    if SHARED.is_dir():
+        for path in SHARED.rglob("*.xml"):
+            files.setdefault(path.relative_to(SHARED), path)
+    return [files[k] for k in sorted(files)]
+
+
+ALL_FILES = _all_files()
+
+
+def _is_nodedev(path: pathlib.Path) -> bool:
+    return "nodedev" in path.parent.name
+
+
+def _caps(name: str) -> str:
+    return next(p for p in ALL_FILES if p.name == name).read_text()
+
+
+def _dev(name: str):
+    path = next(p for p in ALL_FILES if p.name == name)
+    return libvirt_xml.parse_node_device(path.read_text(), str(path))
+
+
+def test_fixture_copy_is_complete():
+    assert len(ALL_FILES) >= 18
+    assert sum(1 for p in ALL_FILES if _is_nodedev(p)) >= 11
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
+def test_every_file_parses_or_names_itself(path):
+    """Either data or a HostDataError naming the file, nothing else."""
+    parser = (
+        libvirt_xml.parse_node_device
+        if _is_nodedev(path)
+        else libvirt_xml.parse_capabilities
+    )
+    try:
+        result = parser(path.read_text(), str(path))
+    except HostDataError as exc:
+        assert str(path) in str(exc)
+        assert exc.source.startswith(str(path))
+    else:
+        if _is_nodedev(path):
+            assert result is None or isinstance(result, (PCIDevice, Mdev))
+        else:
+            assert isinstance(result, tuple)
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
+def test_every_file_fed_to_the_wrong_parser_names_itself(path):
+    parser = (
+        libvirt_xml.parse_capabilities
+        if _is_nodedev(path)
+        else libvirt_xml.parse_node_device
+    )
+    with pytest.raises(HostDataError) as err:
+        parser(path.read_text(), str(path))
+    assert str(path) in str(err.value)
+    assert "expected a <" in str(err.value)
+
+
+# ------------------------------------------------------------ capabilities
+
+
+def test_vircaps_basic_four_cells():
+    cells = libvirt_xml.parse_capabilities(
+        _caps("vircaps-x86_64-basic.xml"), "basic"
+    )
+    assert [c.id for c in cells] == [0, 1, 2, 3]
+    for n, cell in enumerate(cells):
+        assert cell.cpu_ids == frozenset(range(4 * n, 4 * n + 4))
+        assert cell.memory_kb == 1048576 * (n + 1)
+        assert cell.pages == (
+            PagePool(4, 2048 * (n + 1)),
+            PagePool(2048, 4096 + 2048 * n),
+            PagePool(1048576, 6144 + 2048 * n),
+        )
+        assert cell.distances == ()
+        assert all(cpu.socket_id == n for cpu in cell.cpus)
+    assert cells[1].cpus[0] == CPU(
+        id=4, socket_id=1, core_id=4, siblings=frozenset({4})
+    )
+
+
+def test_real_host_siblings_memory_pages_distances():
+    (cell,) = libvirt_xml.parse_capabilities(
+        _caps("caps-qemu-real-full.xml"), "real"
+    )
+    assert cell.id == 0
+    assert cell.memory_kb == 63393224
+    assert cell.cpu_ids == frozenset(range(32))
+    cpus = {cpu.id: cpu for cpu in cell.cpus}
+    assert cpus[0].siblings == frozenset({0, 16})
+    assert cpus[31] == CPU(
+        31, socket_id=0, core_id=15, siblings=frozenset({15, 31})
+    )
+    assert cell.pages == (
+        PagePool(4, 15848306),
+        PagePool(2048, 0),
+        PagePool(1048576, 0),
+    )
+    assert cell.distances == ((0, 10),)
+
+
+def test_old_kvm_caps_have_bare_cpus():
+    (cell,) = libvirt_xml.parse_capabilities(_caps("caps-qemu-kvm.xml"), "kvm")
+    assert cell.cpus == tuple(CPU(i) for i in range(4))
+    assert cell.memory_kb is None
+    assert cell.pages == ()
+
+
+def test_hmat_memory_only_cell():
+    cells = libvirt_xml.parse_capabilities(
+        _caps("vircaps-x86_64-hmat.xml"), "hmat"
+    )
+    assert len(cells) == 2
+    assert cells[0].cpu_ids == frozenset(range(24))
+    assert [c.socket_id for c in cells[0].cpus] == list(range(24))
+    assert cells[0].memory_kb == 1048576
+    assert cells[1].cpus == ()
+    assert cells[1].memory_kb == 2097152
+    assert cells[1].pages[0] == PagePool(4, 4096)
+
+
+def test_dies_and_resctrl():
+    (cell,) = libvirt_xml.parse_capabilities(
+        _caps("vircaps-x86_64-basic-dies.xml"), "dies"
+    )
+    assert len(cell.cpus) == 12
+    assert [c.socket_id for c in cell.cpus] == [0] * 6 + [1] * 6
+    assert [c.core_id for c in cell.cpus] == [0, 1] * 6
+    (cell,) = libvirt_xml.parse_capabilities(
+        _caps("vircaps-x86_64-resctrl-skx.xml"), "skx"
+    )
+    assert cell.cpus == (CPU(0, 0, 0, frozenset({0})),)
+
+
+def test_duplicate_cpu_ids_are_refused():
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_capabilities(
+            _caps("vircaps-basic-4-4-2G.xml"), "4-4-2G.xml"
+        )
+    assert str(err.value).startswith("4-4-2G.xml: ")
+    assert "CPU 0" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("0", {0}),
+        ("0,16", {0, 16}),
+        ("0-1", {0, 1}),
+        ("0-3,^2", {0, 1, 3}),
+        ("2-3,8-9", {2, 3, 8, 9}),
+        ("", set()),
+    ],
+)
+def test_cpuset(text, expected):
+    assert libvirt_xml.parse_cpuset(text) == frozenset(expected)
+
+
+@pytest.mark.parametrize("text", ["a", "3-1", "1-x", "-1"])
+def test_bad_cpuset(text):
+    with pytest.raises(HostDataError, match="CPU"):
+        libvirt_xml.parse_cpuset(text, "f.xml")
+
+
+def _caps_doc(cell: str, num: int = 1) -> str:
+    return (
+        f"<capabilities><host><topology><cells num='{num}'>{cell}"
+        "</cells></topology></host></capabilities>"
+    )
+
+
+@pytest.mark.parametrize(
+    "unit,value,kib",
+    [
+        (None, "1024", 1024),
+        ("KiB", "1024", 1024),
+        ("MiB", "2", 2048),
+        ("G", "1", 1048576),
+        ("bytes", "4096", 4),
+        ("KB", "1024", 1000),
+    ],
+)
+def test_memory_units(unit, value, kib):
+    attr = f" unit='{unit}'" if unit else ""
+    (cell,) = libvirt_xml.parse_capabilities(
+        _caps_doc(
+            f"<cell id='0'><memory{attr}>{value}</memory>"
+            f"<pages unit='MiB' size='2'>3</pages></cell>"
+        )
+    )
+    assert cell.memory_kb == kib
+    assert cell.pages == (PagePool(2048, 3),)
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("", "empty document"),
+        ("<capabilities><host>", "not well-formed"),
+        ("<device/>", "expected a <capabilities> document"),
+        ("<capabilities/>", "no <host>"),
+        (_caps_doc("<cell><cpus/></cell>"), "<cell> attribute id is missing"),
+        (_caps_doc("<cell id='0'/>", num=2), "num='2'> but 1"),
+        (
+            _caps_doc("<cell id='0'/><cell id='0'/>", 2),
+            "cell 0 is listed twice",
+        ),
+        (
+            _caps_doc("<cell id='0'><memory unit='parsecs'>1</memory></cell>"),
+            "unknown unit 'parsecs'",
+        ),
+        (
+            _caps_doc("<cell id='0'><memory>lots</memory></cell>"),
+            "cell 0 memory is not an integer: 'lots'",
+        ),
+        (
+            _caps_doc("<cell id='0'><pages size='4'/></cell>"),
+            "<pages> count is missing",
+        ),
+        (
+            _caps_doc("<cell id='0'><cpus><cpu socket_id='0'/></cpus></cell>"),
+            "<cpu> id is missing",
+        ),
+        (
+            _caps_doc(
+                "<cell id='0'><cpus><cpu id='1' siblings='1,x'/></cpus></cell>"
+            ),
+            "bad CPU list",
+        ),
+        (
+            _caps_doc(
+                "<cell id='0'><distances><sibling id='0'/></distances></cell>"
+            ),
+            "distance value is missing",
+        ),
+    ],
+)
+def test_malformed_capabilities(text, reason):
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_capabilities(text, "/snap/capabilities.xml")
+    assert str(err.value).startswith("/snap/capabilities.xml")
+    assert reason in str(err.value)
+
+
+def test_no_topology_means_no_cells():
+    assert (
+        libvirt_xml.parse_capabilities(
+            "<capabilities><host><cpu/></host></capabilities>"
+        )
+        == ()
+    )
+
+
+# ------------------------------------------------------------ node devices
+
+
+def test_mdev_types_device():
+    device = _dev("pci_0000_02_10_7_mdev_types.xml")
+    assert device == PCIDevice(
+        address="0000:02:10.7",
+        name="pci_0000_02_10_7",
+        vendor_id="8086",
+        product_id="10ca",
+        vendor_name="Intel Corporation",
+        product_name="82576 Virtual Function",
+        class_code=None,
+        numa_node=0,
+        iommu_group=31,
+        mdev_types=(
+            MdevType("foo1", "bar1", 1, "vfio-pci"),
+            MdevType("foo2", "bar2", 2, "vfio-pci"),
+        ),
+    )
+    assert not device.is_pf and not device.is_vf
+
+
+def test_pf_with_vfs_without_max_count():
+    device = _dev("pci_0000_02_10_7_sriov_vfs.xml")
+    assert device.virt_functions == (
+        "0000:02:00.2",
+        "0000:02:00.3",
+        "0000:02:00.4",
+        "0000:02:00.5",
+    )
+    assert device.max_vfs is None
+    assert device.phys_function is None
+    assert device.class_code == "ffffff"
+    assert device.is_pf and not device.is_vf
+
+
+def test_pf_and_vf_all():
+    device = _dev("pci_0000_02_10_7_sriov_pf_vfs_all.xml")
+    assert device.max_vfs == 7
+    assert len(device.virt_functions) == 4
+    assert device.phys_function == "0000:02:00.1"
+
+
+def test_zero_vfs_max_count():
+    device = _dev("pci_0000_02_10_7_sriov_zero_vfs_max_count.xml")
+    assert device.virt_functions == ()
+    assert device.max_vfs == 3
+    assert device.is_pf
+
+
+def test_vf():
+    device = _dev("pci_0000_02_10_7_sriov.xml")
+    assert device.phys_function == "0000:02:00.1"
+    assert device.is_vf and not device.is_pf
+    assert device.iommu_group == 31
+
+
+def test_vpd_nic():
+    device = _dev("pci_0000_42_00_0_vpd.xml")
+    assert device.address == "0000:42:00.0"
+    assert (device.vendor_id, device.product_id) == ("15b3", "a2d6")
+    assert device.class_code == "020000"
+    assert device.max_vfs == 16
+    assert device.virt_functions == ()
+    assert (device.numa_node, device.iommu_group) == (0, 65)
+
+
+def test_pf_file_without_sriov_capabilities():
+    device = _dev("pci_8086_10c9_sriov_pf.xml")
+    assert device.address == "0000:02:00.0"
+    assert device.name == "pci_0000_02_00_0"
+    assert device.iommu_group == 12
+    assert device.class_code is None
+    assert not device.is_pf
+
+
+def test_mdev():
+    assert _dev("mdev_d069d019_36ea_4111_8f0a_8c9a70e21366.xml") == Mdev(
+        uuid="d069d019-36ea-4111-8f0a-8c9a70e21366",
+        type="i915-GVTg_V5_8",
+        parent="0000:00:02.0",
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["net_00_13_02_b9_f9_d3.xml", "computer.xml", "drm_renderD129.xml"]
+)
+def test_other_devices_are_ignored(name):
+    assert _dev(name) is None
+
+
+def test_mdev_uuid_from_name_and_unknown_parent():
+    mdev = libvirt_xml.parse_node_device(
+        "<device><name>mdev_d069d019_36ea_4111_8f0a_8c9a70e21366</name>"
+        "<parent>css_0_0_0001</parent>"
+        "<capability type='mdev'><type id='t'/></capability></device>"
+    )
+    assert mdev == Mdev("d069d019-36ea-4111-8f0a-8c9a70e21366", "t", None)
+
+
+def test_numa_minus_one_and_hex_address():
+    device = libvirt_xml.parse_node_device(
+        "<device><name>pci_0001_3b_00_0</name><capability type='pci'>"
+        "<domain>0x1</domain><bus>0x3b</bus><slot>0</slot>"
+        "<function>0</function><numa node='-1'/></capability></device>"
+    )
+    assert device.address == "0001:3b:00.0"
+    assert device.numa_node is None
+
+
+def _pci(body: str) -> str:
+    return (
+        "<device><name>pci_x</name><capability type='pci'>"
+        f"{body}</capability></device>"
+    )
+
+
+_ADDR = "<domain>0</domain><bus>2</bus><slot>16</slot><function>7</function>"
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("", "empty document"),
+        ("<device><name>x</name>", "not well-formed"),
+        ("<capabilities/>", "expected a <device> document"),
+        ("<device><capability type='pci'/></device>", "has no <name>"),
+        (
+            _pci("<domain>0</domain><bus>2</bus><slot>1</slot>"),
+            "PCI capability has no <function>",
+        ),
+        (
+            _pci(
+                "<domain>0</domain><bus>two</bus><slot>1</slot>"
+                "<function>0</function>"
+            ),
+            "<bus> is not an integer: 'two'",
+        ),
+        (_pci(_ADDR + "<iommuGroup/>"), "<iommuGroup> number is missing"),
+        (_pci(_ADDR + "<vendor id='0xzz'/>"), "<vendor> id is not an integer"),
+        (
+            _pci(_ADDR + "<capability type='virt_functions' maxCount='x'/>"),
+            "maxCount is not an integer",
+        ),
+        (
+            _pci(
+                _ADDR + "<capability type='virt_functions'><address "
+                "domain='0' bus='0x2' slot='0'/></capability>"
+            ),
+            "virt_functions address function is missing",
+        ),
+        (
+            _pci(_ADDR + "<capability type='phys_function'/>"),
+            "phys_function has 0 addresses",
+        ),
+        (
+            _pci(
+                _ADDR + "<capability type='mdev_types'><type><name>x</name>"
+                "</type></capability>"
+            ),
+            "mdev_types <type> has no id",
+        ),
+        (
+            _pci(
+                _ADDR + "<capability type='mdev_types'><type id='a'>"
+                "<availableInstances>many</availableInstances></type>"
+                "</capability>"
+            ),
+            "mdev type a availableInstances",
+        ),
+        (
+            "<device><name>mdev_x</name><capability type='mdev'>"
+            "<uuid>u</uuid></capability></device>",
+            "has no <type id=...>",
+        ),
+        (
+            "<device><name>mdev_x</name><capability type='mdev'>"
+            "<type id='t'/></capability></device>",
+            "has no <uuid>",
+        ),
+    ],
+)
+def test_malformed_node_devices(text, reason):
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_node_device(text, "/snap/nodedev/x.xml")
+    assert str(err.value).startswith("/snap/nodedev/x.xml")
+    assert reason in str(err.value)
+
+
+# ----------------------------------------------------------------- assembly
+
+
+def test_host_info_from_xml():
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h",
+        source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls={
+            str(p): p.read_text()
+            for p in ALL_FILES
+            if p.name
+            in (
+                "pci_0000_42_00_0_vpd.xml",
+                "computer.xml",
+                "mdev_d069d019_36ea_4111_8f0a_8c9a70e21366.xml",
+            )
+        },
+    )
+    assert host.memory_kb == 10 * 1048576
+    assert [d.address for d in host.pci_devices] == ["0000:42:00.0"]
+    assert host.pci_device("0000:42:00.0").max_vfs == 16
+    assert [m.type for m in host.mdevs] == ["i915-GVTg_V5_8"]
+
+
+def test_host_info_refuses_two_documents_for_one_address():
+    files = [p for p in ALL_FILES if p.name.startswith("pci_0000_02_10_7")]
+    with pytest.raises(HostDataError, match="0000:02:10.7 is described twice"):
+        libvirt_xml.host_info_from_xml(
+            hostname="h",
+            source="s",
+            capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+            nodedev_xmls={str(p): p.read_text() for p in files},
+        )

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from oslo_config import cfg
+
+from tests.unit.resources import helpers
+
+
+@pytest.fixture
+def conf() -> Iterator[cfg.ConfigOpts]:
+    conf, fixture = helpers.make_conf()
+    yield conf
+    fixture.cleanUp()

@@ -1,0 +1,40 @@
+"""The options and the committed sample config."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+from oslo_config import cfg
+
+from compute_plugins.conf import opts, register_all
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GENERATOR_CONF = ROOT / "etc/compute-plugins/compute-plugins-config-generator.conf"
+SAMPLE = ROOT / "etc/compute-plugins/compute-plugins.conf.sample"
+
+
+def test_sample_config_is_current(tmp_path):
+    """Regenerate with ``tox -e genconfig`` (or ``make genconfig``) when this fails."""
+    out = tmp_path / "sample.conf"
+    subprocess.run(
+        [sys.executable, "-m", "oslo_config.generator", "--config-file",
+         str(GENERATOR_CONF), "--output-file", str(out)],
+        check=True, cwd=ROOT, capture_output=True)
+    assert out.read_text() == SAMPLE.read_text(), (
+        "etc/compute-plugins/compute-plugins.conf.sample is stale: run "
+        "`make genconfig` and commit it")
+
+
+def test_every_plugin_has_its_own_group():
+    groups = {str(getattr(g, "name", g)) for g, _ in opts.list_opts()}
+    assert {"compute_plugins", "compute", "libvirt", "vgpu", "sriov", "disk"} <= groups
+
+
+def test_register_all_on_a_private_config():
+    conf = cfg.ConfigOpts()
+    register_all(conf)
+    conf([], default_config_files=[], default_config_dirs=[])
+    assert conf.compute_plugins.enabled_plugins == ["numa", "vgpu", "sriov", "disk"]
+    assert conf.compute.resource_provider_association_refresh == 300

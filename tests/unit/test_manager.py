@@ -1,0 +1,197 @@
+"""PluginManager: loading, fan-out, ownership and isolation."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from oslo_config import cfg
+from oslo_config import fixture as config_fixture
+from stevedore import extension
+
+from compute_plugins import exception
+from compute_plugins.conf import register_all
+from compute_plugins.host.model import DiskInfo, HostInfo
+from compute_plugins.manager import PluginManager
+from compute_plugins.provider_tree import ProviderTree
+from tests.unit import fake_plugins
+
+HOST = HostInfo(hostname="node1", source="test", memory_kb=64,
+                disk=DiskInfo(total_gb=100, free_gb=50))
+
+
+@pytest.fixture
+def conf():
+    fixture = config_fixture.Config(cfg.ConfigOpts())
+    fixture.setUp()
+    yield fixture.conf
+    fixture.cleanUp()
+
+
+def make_manager(conf, *classes):
+    extensions = [
+        extension.Extension(cls.name, None, cls, cls(conf)) for cls in classes]
+    mgr = extension.ExtensionManager.make_test_instance(extensions)
+    return PluginManager(conf, extension_manager=mgr)
+
+
+def run(manager, tree=None, host=HOST):
+    tree = tree if tree is not None else ProviderTree()
+    manager.discover(host)
+    manager.update_provider_tree(tree, host.hostname)
+    return tree
+
+
+def test_contributions_are_merged_under_a_root(conf):
+    manager = make_manager(conf, fake_plugins.Widgets, fake_plugins.RootDisk)
+    tree = run(manager)
+    root = tree.data("node1")
+    assert root.parent_uuid is None
+    assert root.inventory["DISK_GB"]["total"] == 100
+    assert root.traits == {"CUSTOM_LOCAL_DISK"}
+    child = tree.data("node1_widgets")
+    assert child.parent_uuid == root.uuid
+    assert child.inventory["CUSTOM_WIDGET"]["total"] == 64
+    assert not manager.degraded
+
+
+def test_plugin_options_live_in_its_own_group(conf):
+    manager = make_manager(conf, fake_plugins.Widgets)
+    conf.set_override("reserved", 4, group="widgets")
+    tree = run(manager)
+    assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["reserved"] == 4
+
+
+def test_second_run_changes_nothing(conf):
+    manager = make_manager(conf, fake_plugins.Widgets, fake_plugins.RootDisk)
+    tree = run(manager)
+    before = tree.snapshot()
+    run(manager, tree)
+    assert tree.snapshot() == before
+
+
+def test_vanished_provider_is_removed_and_foreign_traits_stay(conf):
+    manager = make_manager(conf, fake_plugins.Widgets, fake_plugins.RootDisk)
+    tree = run(manager)
+    tree.add_traits("node1", "CUSTOM_OPERATOR_SET")
+    tree.update_inventory("node1", {**tree.data("node1").inventory,
+                                    "CUSTOM_FOREIGN": {"total": 3}})
+    run(manager, tree, HostInfo(hostname="node1", source="test", memory_kb=0,
+                                disk=DiskInfo(total_gb=100, free_gb=1)))
+    assert not tree.exists("node1_widgets")
+    root = tree.data("node1")
+    assert root.traits == {"CUSTOM_LOCAL_DISK", "CUSTOM_OPERATOR_SET"}
+    assert set(root.inventory) == {"DISK_GB", "CUSTOM_FOREIGN"}
+
+
+def test_failing_plugin_is_isolated_and_keeps_last_contribution(conf, caplog):
+    manager = make_manager(conf, fake_plugins.Flaky, fake_plugins.Widgets)
+    tree = run(manager)
+    flaky = manager.plugins["flaky"]
+    flaky.fail = True
+    tree = run(manager, tree, HostInfo(hostname="node1", source="t", memory_kb=7))
+    assert manager.degraded
+    assert manager.failures["flaky"].stage == "contribute"
+    assert "flaky plugin broke" in manager.failures["flaky"].reason
+    assert tree.data("node1_flaky").inventory["CUSTOM_FLAKE"]["total"] == 1
+    assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["total"] == 7
+    assert "resource plugin flaky failed to contribute" in caplog.text
+    flaky.fail = False
+    run(manager, tree)
+    assert not manager.degraded
+
+
+def test_failing_discovery_keeps_previous_view(conf):
+    manager = make_manager(conf, fake_plugins.FailsDiscovery)
+    tree = run(manager)
+    manager.plugins["failsdiscovery"].fail = True
+    run(manager, tree, HostInfo(hostname="node1", source="t"))
+    assert manager.failures["failsdiscovery"].stage == "discover"
+    assert tree.data("node1_fd").inventory["CUSTOM_FD"]["total"] == len("node1")
+
+
+def test_failing_first_discovery_contributes_nothing(conf):
+    fake_plugins.FailsDiscovery.fail = True
+    try:
+        manager = make_manager(conf, fake_plugins.FailsDiscovery, fake_plugins.RootDisk)
+        tree = run(manager)
+    finally:
+        fake_plugins.FailsDiscovery.fail = False
+    assert manager.degraded
+    assert not tree.exists("node1_fd")
+    assert tree.data("node1").inventory["DISK_GB"]["total"] == 100
+
+
+def test_invalid_resource_class_is_refused(conf):
+    manager = make_manager(conf, fake_plugins.BadClass, fake_plugins.Widgets)
+    tree = run(manager)
+    assert "not-a-class" in manager.failures["badclass"].reason
+    assert "not-a-class" not in tree.data("node1").inventory
+    assert tree.exists("node1_widgets")
+
+
+def test_same_resource_class_on_the_root_is_refused(conf):
+    manager = make_manager(conf, fake_plugins.RootDisk, fake_plugins.AlsoRootDisk)
+    run(manager)
+    failure = manager.failures["alsorootdisk"]
+    assert failure.stage == "conflict"
+    assert "DISK_GB" in failure.reason and "'rootdisk'" in failure.reason
+    assert "rootdisk" not in manager.failures
+
+
+def test_same_provider_is_refused(conf):
+    manager = make_manager(conf, fake_plugins.Widgets, fake_plugins.AlsoWidgets)
+    tree = run(manager)
+    assert manager.failures["alsowidgets"].stage == "conflict"
+    assert "provider 'node1_widgets'" in manager.failures["alsowidgets"].reason
+    assert tree.exists("node1_widgets")
+
+
+def test_unknown_plugin_name_lists_the_available_ones(conf):
+    with pytest.raises(exception.UnknownPluginError) as err:
+        PluginManager(conf, names=["numa", "nosuch"])
+    message = str(err.value)
+    assert "nosuch" in message
+    assert "available plugins: disk, numa, sriov, vgpu" in message
+
+
+@pytest.fixture
+def installed_fakes(tmp_path, monkeypatch):
+    """Install test-only entry points (a real dist-info on sys.path).
+
+    stevedore reads entry points from package metadata, so the load
+    failures below go through its real loading code.
+    """
+    dist = tmp_path / "fake_compute_plugins-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fake-compute-plugins\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent("""\
+        [compute_plugins.resources]
+        widgets = tests.unit.fake_plugins:Widgets
+        raisesatinit = tests.unit.fake_plugins:RaisesAtInit
+        missingmodule = tests.unit.no_such_module:Plugin
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_plugins_failing_to_import_or_construct_are_isolated(
+        conf, installed_fakes, caplog):
+    manager = PluginManager(conf, names=["missingmodule", "raisesatinit", "widgets"])
+    assert list(manager.plugins) == ["widgets"]
+    assert manager.failures["missingmodule"].stage == "load"
+    assert manager.failures["missingmodule"].entry_point == (
+        "tests.unit.no_such_module:Plugin")
+    assert "no such device" in manager.failures["raisesatinit"].reason
+    assert "tests.unit.no_such_module:Plugin" in caplog.text
+    tree = run(manager)
+    assert tree.exists("node1_widgets")
+    assert manager.degraded
+
+
+def test_plugins_run_in_configured_order(conf, installed_fakes):
+    register_all(conf)
+    conf.set_override("enabled_plugins", ["widgets", "numa"], group="compute_plugins")
+    assert list(PluginManager(conf).plugins) == ["widgets", "numa"]
+    conf.set_override("enabled_plugins", ["numa", "widgets"], group="compute_plugins")
+    assert list(PluginManager(conf).plugins) == ["numa", "widgets"]
