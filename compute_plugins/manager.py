@@ -91,6 +91,12 @@ class PluginManager:
             self.failures[ep.name] = PluginFailure(
                 ep.name, "load", "%s: %s" % (type(err).__name__, err), ep.value)
 
+        def on_missing(missing: Iterable[str]) -> None:
+            # NOTE: stevedore also names here the plugins that failed to load.
+            for name in set(missing) - set(self.failures):
+                LOG.error("resource plugin %s: entry point not found", name)
+                self.failures[name] = PluginFailure(name, "load", "entry point not found")
+
         return named.NamedExtensionManager(
             NAMESPACE,
             names=wanted,
@@ -98,6 +104,7 @@ class PluginManager:
             invoke_on_load=True,
             invoke_args=(self.conf,),
             on_load_failure_callback=on_failure,
+            on_missing_entrypoints_callback=on_missing,
         )
 
     @property

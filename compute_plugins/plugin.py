@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from oslo_config import cfg
 
+from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 
@@ -41,6 +42,8 @@ class ResourcePlugin(abc.ABC):
     version: ClassVar[str] = "1.0"
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
+        # NOTE: plugins read framework options ([compute], [compute_plugins]).
+        conf_areas.register_all(conf)
         self.conf = conf
         for group, opts in self.list_opts():
             conf.register_opts(opts, group=group)

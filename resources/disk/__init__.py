@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
@@ -28,10 +27,6 @@ class DiskPlugin(ResourcePlugin):
 
     name = "disk"
     version = "1.0"
-
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
-        conf_areas.register_all(conf)
-        super().__init__(conf)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:

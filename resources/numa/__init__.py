@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from oslo_config import cfg
-
-from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
@@ -36,10 +33,6 @@ class NUMAPlugin(ResourcePlugin):
 
     name = "numa"
     version = "1.0"
-
-    def __init__(self, conf: cfg.ConfigOpts) -> None:
-        conf_areas.register_all(conf)
-        super().__init__(conf)
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""
