@@ -13,7 +13,7 @@ from types import ModuleType
 from oslo_config import cfg
 
 #: Framework areas, in the order they appear in the sample config.
-AREAS = ("plugins", "compute", "libvirt")
+AREAS = ("plugins", "compute", "libvirt", "placement")
 
 
 def area_modules() -> list[ModuleType]:

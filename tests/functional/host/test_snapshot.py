@@ -18,8 +18,6 @@ from compute_plugins.host.model import DiskInfo, Mdev, MdevType, PagePool
 
 FIXTURES = pathlib.Path(__file__).parents[2] / "fixtures" / "hosts"
 CUSTOM_URI = f"test://{FIXTURES / 'testdriver-devices.xml'}"
-# NOTE: umockdev is in bindep.txt; these tests fail (not skip) without it.
-needs_umockdev = pytest.mark.usefixtures()
 
 
 def _copy(name: str, tmp_path: pathlib.Path) -> pathlib.Path:
@@ -111,7 +109,6 @@ def test_sriov_without_udev():
     assert (pf.max_vfs, pf.num_vfs, pf.netdevs) == (None, None, ())
 
 
-@needs_umockdev
 def test_sriov_udev_replayed_through_real_libudev():
     host = discover_host(host_snapshot=str(FIXTURES / "sriov"))
     pf = host.pci_device("0000:02:10.7")
@@ -128,7 +125,6 @@ def test_sriov_udev_replayed_through_real_libudev():
     assert (nic.max_vfs, nic.num_vfs, nic.numa_node) == (16, 0, 0)
 
 
-@needs_umockdev
 def test_udev_dump_runs_under_umockdev():
     done = subprocess.run(
         [
@@ -262,7 +258,6 @@ def test_garbage_files_name_their_path(tmp_path, relpath, content, reason):
     assert reason in str(err.value)
 
 
-@needs_umockdev
 def test_garbage_umockdev_names_its_path(tmp_path):
     snap = _copy("sriov", tmp_path)
     target = snap / "sysfs.umockdev"

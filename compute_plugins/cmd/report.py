@@ -1,0 +1,179 @@
+"""``compute-plugins report``: the compute agent's periodic.
+
+Each periodic discovers the host, lets the plugins update the provider tree
+(nova's ``update_provider_tree``) and sends Placement what changed; it
+prints the Placement calls it made by method and path template. SIGHUP
+clears the provider cache (the next periodic re-reads the tree from
+Placement); SIGTERM and SIGINT stop after the current periodic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Optional, TextIO
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from compute_plugins import exception
+from compute_plugins.placement import connect
+from compute_plugins.placement import report as preport
+
+LOG = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="run the compute periodic: discover, update the provider tree, "
+        "sync to Placement; print the Placement calls of each periodic")
+    parser.add_argument("--periodic", type=_positive_int, metavar="N",
+                        help="run N periodics, then exit (default: forever)")
+    parser.add_argument("--interval", type=float, default=60.0, metavar="S",
+                        help="seconds between periodics (default: 60)")
+    parser.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def format_text(result: preport.PeriodicResult) -> str:
+    """``periodic 2: 1 Placement call`` and one line per call template."""
+    head = "periodic %d: %d Placement call%s" % (
+        result.periodic, result.total_calls,
+        "" if result.total_calls == 1 else "s")
+    if result.changed:
+        head += ", changed: %s" % ", ".join(result.changed)
+    if result.error:
+        head += ", FAILED: %s" % result.error
+    lines = [head]
+    for call, count in sorted(result.calls.items()):
+        lines.append("  %4d  %s" % (count, call))
+    return "\n".join(lines)
+
+
+def format_json(result: preport.PeriodicResult) -> str:
+    return json.dumps(result.to_dict(), sort_keys=False)
+
+
+class Loop:
+    """Runs periodics until told to stop; owns the signal handling.
+
+    :param client: the report client.
+    :param step: runs one periodic and returns its result.
+    :param interval: seconds between periodics.
+    :param count: number of periodics, None for forever.
+    :param out: where results are printed, one per periodic.
+    :param fmt: ``text`` or ``json``.
+    """
+
+    def __init__(self, client: preport.ReportClient,
+                 step: Callable[[], preport.PeriodicResult],
+                 interval: float, count: Optional[int],
+                 out: TextIO = sys.stdout, fmt: str = "text") -> None:
+        self.client = client
+        self.step = step
+        self.interval = interval
+        self.count = count
+        self.out = out
+        self.fmt = fmt
+        self._stop = threading.Event()
+        self.results: list[preport.PeriodicResult] = []
+        #: Set by SIGHUP: re-read the mutable options before the next
+        #: periodic.
+        self.reload_requested = False
+
+    def on_sighup(self, signum: int, frame: Any) -> None:
+        # NOTE: only flags here; the work happens between periodics.
+        self.client.clear_cache()
+        self.reload_requested = True
+
+    def on_stop(self, signum: int, frame: Any) -> None:
+        self._stop.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGHUP, self.on_sighup)
+        signal.signal(signal.SIGTERM, self.on_stop)
+
+    def run(self) -> int:
+        """:returns: 0 when the last periodic succeeded, else 1."""
+        done = 0
+        while not self._stop.is_set():
+            result = self.step()
+            self.results.append(result)
+            print(format_json(result) if self.fmt == "json"
+                  else format_text(result), file=self.out, flush=True)
+            done += 1
+            if self.count is not None and done >= self.count:
+                break
+            self._stop.wait(self.interval)
+        return 0 if self.results and self.results[-1].ok else 1
+
+
+def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    # Imported here so that `compute-plugins --help` stays fast.
+    from compute_plugins.cmd import common
+
+    quiet_placement_logs(conf.debug)
+    manager = common.plugin_manager(conf)
+    state: dict[str, Any] = {}
+
+    def discover() -> Any:
+        try:
+            state["host"] = common.discover(conf, args)
+            manager.discover(state["host"])
+        except exception.ComputePluginsError as err:
+            if "host" not in state:
+                raise
+            LOG.error("host discovery failed, keeping the last view: %s", err)
+        return state["host"]
+
+    discover()
+    with connect.placement_client(conf, args.placement_url) as placement:
+        # NOTE: fail fast, as one line, when Placement cannot be reached or
+        # is too old; later outages fail single periodics instead.
+        placement.negotiate()
+        client = preport.ReportClient(
+            placement, conf.compute.resource_provider_association_refresh)
+
+        def step() -> preport.PeriodicResult:
+            if loop.reload_requested:
+                loop.reload_requested = False
+                LOG.info("SIGHUP: provider cache cleared, mutable options "
+                         "re-read")
+                conf.mutate_config_files()
+            # [compute] resource_provider_association_refresh is mutable.
+            client.refresh_interval = (
+                conf.compute.resource_provider_association_refresh)
+            host = discover()
+            result = client.periodic(manager.update_provider_tree,
+                                     host.hostname)
+            return result
+
+        loop = Loop(client, step, args.interval, args.periodic,
+                    fmt=args.format)
+        loop.install_signals()
+        rc = loop.run()
+    degraded = common.report_degraded(manager)
+    return rc or degraded
+
+
+def quiet_placement_logs(debug: bool) -> None:
+    """The embedded Placement logs every request at INFO: keep that (and
+    its start-up chatter) for --debug."""
+    if debug:
+        return
+    import logging as std_logging
+
+    for name in ("placement", "alembic", "keystoneauth",
+                 "oslo_policy", "oslo_db", "routes"):
+        std_logging.getLogger(name).setLevel(std_logging.WARNING)

@@ -1,0 +1,293 @@
+"""A small keystoneauth1 client for the Placement API.
+
+One :class:`PlacementClient` wraps a keystoneauth1 ``Adapter``: the same code
+talks to the embedded Placement (a requests transport that calls the WSGI app
+in-process), to ``compute-plugins placement serve`` or any ``noauth2``
+Placement (``--placement-url``, token ``admin``) and to a real cloud
+(``[placement]`` keystoneauth options).
+
+The microversion is negotiated once from Placement's root document: the
+highest the server offers up to :data:`WANTED`, refusing anything below
+:data:`MINIMUM`. Error responses become the typed exceptions of
+:mod:`compute_plugins.placement.exception`. Every request is counted by
+method and path template (:class:`CallLog`), which is what ``compute-plugins
+report`` prints and the benchmarks compare.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import threading
+from typing import Any, Optional
+
+from keystoneauth1 import adapter as ks_adapter
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from compute_plugins.placement import exception as pexc
+
+LOG = logging.getLogger(__name__)
+
+#: The microversion the report client is written for.
+WANTED = (1, 39)
+#: The lowest microversion the report client works with: ``POST /reshaper``
+#: (1.30) and consumer generations (1.28), error codes (1.23), aggregates with
+#: generations (1.19), ``in_tree`` (1.14), provider bodies on create (1.20).
+MINIMUM = (1, 30)
+
+#: The token ``placement serve`` and any ``auth_strategy=noauth2`` Placement
+#: accept as admin.
+NOAUTH_TOKEN = "admin"
+
+_UUID = re.compile(
+    r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+    r"[0-9a-fA-F]{12}$"
+)
+# Path segments that follow these collection names are names, not uuids.
+_NAMED = {"resource_classes": "{name}", "traits": "{name}"}
+
+
+def path_template(path: str) -> str:
+    """``/resource_providers/<uuid>/traits?x=1`` ->
+    ``/resource_providers/{uuid}/traits``; query keys are kept, values
+    dropped (``/resource_providers?in_tree``)."""
+    path, _, query = path.partition("?")
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if _UUID.match(part):
+            parts[i] = "{uuid}"
+        elif i and parts[i - 1] in _NAMED and part:
+            parts[i] = _NAMED[parts[i - 1]]
+    out = "/".join(parts) or "/"
+    if query:
+        keys = [q.partition("=")[0] for q in query.split("&") if q]
+        out += "?" + "&".join(sorted(set(keys)))
+    return out
+
+
+class CallLog:
+    """Counts requests by ``"METHOD /path/template"``; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[str] = collections.Counter()
+
+    def record(self, method: str, path: str) -> None:
+        with self._lock:
+            self._counts["%s %s" % (method, path_template(path))] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def take(self) -> dict[str, int]:
+        """Return the counts so far and start again from zero."""
+        with self._lock:
+            out = dict(self._counts)
+            self._counts.clear()
+            return out
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+
+def _reason(err: Exception) -> str:
+    """The short reason of a connection failure (``Connection refused``)."""
+    text = str(err)
+    found = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
+    if found:
+        return found.group(1).strip()
+    if "embedded Placement is stopped" in text:
+        return "embedded Placement is stopped"
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _version_tuple(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor)
+
+
+class PlacementClient:
+    """Requests to Placement through a keystoneauth1 adapter.
+
+    :param adapter: a keystoneauth1 ``Adapter`` for the placement service,
+        built with ``raise_exc=False``.
+    :param where: how to name this Placement in messages (its URL).
+    :param wanted: the microversion to use when the server offers it.
+    :param minimum: refuse servers whose maximum is below this.
+    """
+
+    def __init__(
+        self,
+        adapter: ks_adapter.Adapter,
+        where: str,
+        wanted: tuple[int, int] = WANTED,
+        minimum: tuple[int, int] = MINIMUM,
+    ) -> None:
+        self.adapter = adapter
+        self.where = where
+        self.wanted = wanted
+        self.minimum = minimum
+        self.calls = CallLog()
+        self._version: Optional[tuple[int, int]] = None
+        self._version_lock = threading.Lock()
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def for_url(cls, url: str, token: str = NOAUTH_TOKEN) -> PlacementClient:
+        """A client for a ``noauth2`` Placement at ``url``."""
+        url = url.rstrip("/")
+        sess = ks_session.Session(auth=token_endpoint.Token(url, token))
+        return cls(cls._adapter(sess), url)
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> PlacementClient:
+        """A client built from the ``[placement]`` keystoneauth options."""
+        group = "placement"
+        auth = ks_loading.load_auth_from_conf_options(conf, group)
+        sess = ks_loading.load_session_from_conf_options(
+            conf, group, auth=auth
+        )
+        adap = ks_loading.load_adapter_from_conf_options(
+            conf, group, session=sess, auth=auth, raise_exc=False
+        )
+        where = conf.placement.endpoint_override or (
+            "the placement service of %s" % (conf.placement.auth_url or "?")
+            if hasattr(conf.placement, "auth_url")
+            else "the configured placement service"
+        )
+        return cls(adap, where)
+
+    @staticmethod
+    def _adapter(sess: ks_session.Session) -> ks_adapter.Adapter:
+        return ks_adapter.Adapter(
+            sess, service_type="placement", raise_exc=False
+        )
+
+    # -- microversion -------------------------------------------------------
+
+    @property
+    def microversion(self) -> tuple[int, int]:
+        """The negotiated microversion (negotiated on first use)."""
+        if self._version is None:
+            with self._version_lock:
+                if self._version is None:
+                    self._version = self._negotiate()
+        return self._version
+
+    def negotiate(self) -> tuple[int, int]:
+        """Negotiate now (one ``GET /``) and return the microversion.
+
+        :raises PlacementUnreachable: no answer from Placement.
+        :raises PlacementVersionTooOld: below :data:`MINIMUM`.
+        """
+        return self.microversion
+
+    @property
+    def microversion_str(self) -> str:
+        return "%d.%d" % self.microversion
+
+    def _negotiate(self) -> tuple[int, int]:
+        body = self._send("GET", "/", None, microversion=None)
+        try:
+            versions = body["versions"]
+            top = max(_version_tuple(v["max_version"]) for v in versions)
+        except (KeyError, TypeError, ValueError) as e:
+            raise pexc.PlacementError(
+                "%s does not look like Placement: no versions in its root "
+                "document (%s)" % (self.where, e),
+                method="GET",
+                path="/",
+            ) from None
+        if top < self.minimum:
+            raise pexc.PlacementVersionTooOld(
+                "Placement at %s supports microversions up to %d.%d; "
+                "compute-plugins needs at least %d.%d (reshaper, consumer "
+                "generations)" % ((self.where,) + top + self.minimum),
+                method="GET",
+                path="/",
+            )
+        chosen = min(top, self.wanted)
+        LOG.debug("Placement at %s: using microversion %d.%d", self.where,
+                  *chosen)
+        return chosen
+
+    # -- requests -----------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        microversion: Optional[str],
+        provider: Optional[str] = None,
+        generation: Optional[int] = None,
+    ) -> Any:
+        self.calls.record(method, path)
+        kwargs: dict[str, Any] = {}
+        if body is not None:
+            kwargs["json"] = body
+        if microversion:
+            kwargs["microversion"] = microversion
+        try:
+            resp = self.adapter.request(path, method, **kwargs)
+        except ks_exc.ClientException as e:
+            raise pexc.PlacementUnreachable(
+                "cannot reach Placement at %s (%s %s): %s"
+                % (self.where, method, path_template(path), _reason(e)),
+                method=method,
+                path=path,
+                provider=provider,
+                generation=generation,
+            ) from None
+        if resp.status_code >= 400:
+            try:
+                data = resp.json()
+            except ValueError:
+                data = None
+            raise pexc.from_response(
+                method, path, resp.status_code, data, provider, generation
+            )
+        if resp.status_code == 204 or not resp.content:
+            return None
+        try:
+            return resp.json()
+        except ValueError:
+            return None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        provider: Optional[str] = None,
+        generation: Optional[int] = None,
+    ) -> Any:
+        """Send one request at the negotiated microversion.
+
+        :returns: the decoded JSON body, or None for an empty response.
+        :raises PlacementError: typed by the error code of the response.
+        """
+        return self._send(
+            method, path, body, self.microversion_str, provider, generation
+        )
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.request("PUT", path, body, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.request("POST", path, body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Any:
+        return self.request("DELETE", path, **kw)

@@ -1,0 +1,329 @@
+"""Real Placement (``openstack-placement``) running in this process.
+
+:class:`EmbeddedPlacement` builds Placement's WSGI app once, with a private
+``ConfigOpts`` and ``auth_strategy=noauth2``, on SQLite (a file, or memory
+for tests). Requests reach it in two ways, both serialised by one lock:
+
+* :meth:`EmbeddedPlacement.client`: a keystoneauth1 session whose requests
+  session has a transport adapter mounted that calls the WSGI app directly
+  (no socket), so :class:`~compute_plugins.placement.client.PlacementClient`
+  works unchanged;
+* :meth:`EmbeddedPlacement.serve`: a loopback HTTP server (``compute-plugins
+  placement serve``) for other processes.
+
+NOTE: ``placement.direct.PlacementDirect`` is not used: it rebuilds the app
+per request and is not thread-safe (it was seen losing writes across
+threads). Placement keeps its database engine in a process-wide
+``enginefacade`` context; one embedded Placement is bound to it at a time
+(:meth:`start` binds, :meth:`close` unbinds), which is what placement's own
+test fixtures do with ``patch_engine``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
+from wsgiref import simple_server
+
+import requests
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+from oslo_config import cfg
+from oslo_log import log as logging
+from requests import adapters as rq_adapters
+from requests import structures as rq_structures
+from requests import utils as rq_utils
+
+from compute_plugins.placement import client as pclient
+
+LOG = logging.getLogger(__name__)
+
+#: The base URL the in-process transport answers to.
+EMBEDDED_URL = "http://placement.embedded"
+DB_FILE = "placement.sqlite"
+
+# Only one embedded Placement may own placement's global DB context.
+_BIND_LOCK = threading.Lock()
+_BOUND: Optional[EmbeddedPlacement] = None
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def default_state_dir() -> str:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "compute-plugins")
+
+
+def connection_for(conf: cfg.ConfigOpts) -> str:
+    """The embedded database URL that ``[placement]`` options select."""
+    group = conf.placement
+    if group.embedded_connection:
+        return str(group.embedded_connection)
+    state = group.embedded_state_dir or default_state_dir()
+    return sqlite_url(os.path.join(state, DB_FILE))
+
+
+def sqlite_url(path: Optional[str]) -> str:
+    """``sqlite://`` (memory) for None or ``:memory:``, else a file URL."""
+    if not path or path == ":memory:":
+        return "sqlite://"
+    return "sqlite:///" + os.path.abspath(path)
+
+
+class EmbeddedPlacement:
+    """Placement's WSGI app, built once, called under one lock.
+
+    :param connection: SQLAlchemy URL: ``sqlite://`` (memory) or
+        ``sqlite:////abs/path``. File databases are created (with their
+        directory) and migrated to the current schema.
+    """
+
+    def __init__(self, connection: str = "sqlite://") -> None:
+        self.connection = connection
+        self.lock = threading.RLock()
+        self.app: Optional[WSGIApp] = None
+        self.running = False
+        self._unbind: Optional[Callable[[], None]] = None
+        self._server: Optional[simple_server.WSGIServer] = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> EmbeddedPlacement:
+        """Bind the database and build the app (once); accept requests."""
+        global _BOUND
+        if self.app is not None:
+            self.running = True
+            return self
+        with _BIND_LOCK:
+            if _BOUND is not None and _BOUND is not self:
+                raise RuntimeError(
+                    "another embedded Placement (%s) is running in this "
+                    "process; close it first" % _BOUND.connection
+                )
+            self.app = self._build()
+            _BOUND = self
+        self.running = True
+        return self
+
+    def stop(self) -> None:
+        """Refuse requests (as if the service were down); keep the data."""
+        self.running = False
+
+    def close(self) -> None:
+        """Stop, and release placement's database context."""
+        global _BOUND
+        self.stop()
+        if self._server is not None:
+            self._server.shutdown()
+        with _BIND_LOCK:
+            if self._unbind is not None:
+                self._unbind()
+                self._unbind = None
+            if _BOUND is self:
+                _BOUND = None
+            self.app = None
+
+    def __enter__(self) -> EmbeddedPlacement:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _build(self) -> WSGIApp:
+        # Imported here: placement pulls in a lot, and only the embedded
+        # mode needs it.
+        from oslo_db.sqlalchemy import engines
+        from oslo_policy import opts as policy_opts
+        from placement import conf as p_conf
+        from placement import db_api, deploy
+        from placement.db.sqlalchemy import migration
+        from placement.objects import resource_class, trait
+
+        conf = cfg.ConfigOpts()
+        p_conf.register_opts(conf)
+        conf.set_override("auth_strategy", "noauth2", group="api")
+        conf.set_override("connection", self.connection,
+                          group="placement_database")
+        # NOTE: same policy defaults as the placement service itself (and
+        # its PlacementFixture); noauth2's admin token passes either way.
+        policy_opts.set_defaults(conf, enforce_new_defaults=False)
+        conf([], project="placement", default_config_files=[],
+             default_config_dirs=[])
+
+        url = self.connection
+        if url.startswith("sqlite:///"):
+            os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".",
+                        exist_ok=True)
+        if not db_api.configure.called:
+            # The global factory must exist before an engine is patched in;
+            # give it a throwaway in-memory database, never ours.
+            boot = cfg.ConfigOpts()
+            p_conf.register_opts(boot)
+            boot.set_override("connection", "sqlite://",
+                              group="placement_database")
+            boot([], project="placement", default_config_files=[],
+                 default_config_dirs=[])
+            db_api.configure(boot)
+        engine = engines.create_engine(url, sqlite_fk=False, max_retries=0)
+        self._unbind = db_api.placement_context_manager.patch_engine(engine)
+        if url == "sqlite://":
+            migration.create_schema(engine)
+        else:
+            migration.upgrade("head")
+        # NOTE: placement caches "already synced" in module globals; a new
+        # database must be synced again.
+        trait._TRAITS_SYNCED = False
+        resource_class._RESOURCE_CLASSES_SYNCED = False
+        app = deploy.loadapp(conf)
+        LOG.debug("embedded Placement on %s", url)
+        return app
+
+    # -- serialised WSGI ----------------------------------------------------
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes]:
+        """The WSGI app, one request at a time, body fully read."""
+        with self.lock:
+            if not self.running or self.app is None:
+                start_response(
+                    "503 Service Unavailable",
+                    [("Content-Type", "text/plain")],
+                )
+                return [b"embedded Placement is stopped"]
+            result = self.app(environ, start_response)
+            try:
+                return [b"".join(result)]
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+
+    # -- clients ------------------------------------------------------------
+
+    def session(self) -> ks_session.Session:
+        """A keystoneauth1 session whose requests reach this app directly."""
+        rq = requests.Session()
+        rq.mount(EMBEDDED_URL + "/", WSGITransport(self))
+        return ks_session.Session(
+            auth=token_endpoint.Token(EMBEDDED_URL, pclient.NOAUTH_TOKEN),
+            session=rq,
+        )
+
+    def client(self) -> pclient.PlacementClient:
+        """A :class:`PlacementClient` for this embedded Placement."""
+        return pclient.PlacementClient(
+            pclient.PlacementClient._adapter(self.session()),
+            "embedded Placement (%s)" % self.connection,
+        )
+
+    # -- HTTP ---------------------------------------------------------------
+
+    def make_server(
+        self, host: str = "127.0.0.1", port: int = 0
+    ) -> simple_server.WSGIServer:
+        """A loopback HTTP server for this app (``port`` 0: any free port).
+
+        Call ``serve_forever()`` on it; :meth:`close` shuts it down.
+        """
+        self.start()
+        server = simple_server.make_server(
+            host, port, self, handler_class=_QuietHandler
+        )
+        self._server = server
+        return server
+
+
+class _QuietHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        LOG.debug("placement serve: " + format, *args)
+
+
+class WSGITransport(rq_adapters.BaseAdapter):
+    """A requests transport that calls a WSGI app in-process.
+
+    :param app: the WSGI callable (serialised by the caller, e.g.
+        :class:`EmbeddedPlacement`); a stopped :class:`EmbeddedPlacement`
+        is reported as a connection error, as a stopped service would be.
+    """
+
+    def __init__(self, app: EmbeddedPlacement) -> None:
+        super().__init__()
+        self.app = app
+
+    def send(  # type: ignore[override]
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Any = None,
+    ) -> requests.Response:
+        if not self.app.running:
+            raise requests.exceptions.ConnectionError(
+                "embedded Placement is stopped", request=request
+            )
+        url = urllib.parse.urlsplit(request.url or "")
+        body = request.body or b""
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": request.method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": urllib.parse.unquote(url.path) or "/",
+            "QUERY_STRING": url.query,
+            "SERVER_NAME": url.hostname or "placement.embedded",
+            "SERVER_PORT": str(url.port or 80),
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": url.scheme or "http",
+            "wsgi.input": io.BytesIO(body),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+        }
+        for key, value in request.headers.items():
+            name = key.upper().replace("-", "_")
+            if name == "CONTENT_TYPE":
+                environ["CONTENT_TYPE"] = value
+            elif name != "CONTENT_LENGTH":
+                environ["HTTP_" + name] = value
+        captured: dict[str, Any] = {}
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], None]:
+            captured["status"] = status
+            captured["headers"] = headers
+            return lambda data: None
+
+        data = b"".join(self.app(environ, start_response))
+        resp = requests.Response()
+        code, _, reason = captured["status"].partition(" ")
+        resp.status_code = int(code)
+        resp.reason = reason
+        resp.headers = rq_structures.CaseInsensitiveDict(captured["headers"])
+        resp.encoding = rq_utils.get_encoding_from_headers(resp.headers)
+        resp._content = data
+        resp.raw = io.BytesIO(data)
+        resp.url = request.url or ""
+        resp.request = request
+        if resp.status_code == 503 and not self.app.running:
+            raise requests.exceptions.ConnectionError(
+                "embedded Placement is stopped", request=request
+            )
+        return resp
+
+    def close(self) -> None:
+        pass

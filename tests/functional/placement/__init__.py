@@ -1,0 +1,1 @@
+"""Functional tests of the Placement client, report client and commands."""

@@ -1,0 +1,1 @@
+"""Unit tests of the Placement client pieces that need no Placement."""
