@@ -12,7 +12,8 @@ Both clients talk over HTTP to the same real Placement
 root of the same shape. nova's side (``nova_side.py``: nova 34's
 ``SchedulerReportClient`` and ``ProviderTree``, driven as
 ``ResourceTracker._update_to_placement`` does) runs in nova's Python when
-one is found (``--nova-python``, default ``/tmp/compat-venv/bin/python``);
+one is found (``--nova-python``, default: this Python, where the ``test``
+extra installs nova);
 otherwise a "nova not installed" line says so.
 
 Times are given in ms and as ratios against a baseline measured in the same
@@ -42,7 +43,7 @@ from compute_plugins.placement import report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-DEFAULT_NOVA_PYTHON = "/tmp/compat-venv/bin/python"
+DEFAULT_NOVA_PYTHON = sys.executable
 
 SERVE = (
     "import sys\n"
