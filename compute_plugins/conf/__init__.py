@@ -13,7 +13,22 @@ from types import ModuleType
 from oslo_config import cfg
 
 #: Framework areas, in the order they appear in the sample config.
-AREAS = ("plugins", "compute", "libvirt", "placement")
+AREAS = ("plugins", "compute", "libvirt", "placement", "pci")
+
+
+def register_group_opts(
+    conf: cfg.ConfigOpts, group: cfg.OptGroup, opts: list[cfg.Opt]
+) -> None:
+    """Register ``opts`` in a private copy of ``group`` on ``conf``.
+
+    NOTE: ``ConfigOpts.register_group`` copies an OptGroup shallowly, so two
+    ConfigOpts registered with one module-level OptGroup share its options'
+    state: an override set on one shows on the other. A fresh group per
+    ConfigOpts keeps them apart.
+    """
+    if group.name not in conf:
+        conf.register_group(cfg.OptGroup(group.name, title=group.title, help=group.help))
+    conf.register_opts(opts, group=group.name)
 
 
 def area_modules() -> list[ModuleType]:

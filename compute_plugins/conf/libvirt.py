@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from compute_plugins.conf import register_group_opts
+
 GROUP = cfg.OptGroup(
     "libvirt",
     title="Host discovery",
@@ -26,8 +28,7 @@ OPTS = [
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(GROUP)
-    conf.register_opts(OPTS, group=GROUP)
+    register_group_opts(conf, GROUP, OPTS)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:

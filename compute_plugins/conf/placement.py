@@ -12,6 +12,8 @@ from __future__ import annotations
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from compute_plugins.conf import register_group_opts
+
 GROUP = cfg.OptGroup(
     "placement",
     title="Placement service options",
@@ -64,12 +66,11 @@ _DUMMY_OPTS = [cfg.Opt(name, type=_ignored) for name in _ADAPTER_VERSION_OPTS]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(GROUP)
+    register_group_opts(conf, GROUP, EMBEDDED_OPTS)
     ks_loading.register_session_conf_options(conf, GROUP.name)
     ks_loading.register_auth_conf_options(conf, GROUP.name)
-    conf.register_opts(_adapter_opts(), group=GROUP)
-    conf.register_opts(_DUMMY_OPTS, group=GROUP)
-    conf.register_opts(EMBEDDED_OPTS, group=GROUP)
+    conf.register_opts(_adapter_opts(), group=GROUP.name)
+    conf.register_opts(_DUMMY_OPTS, group=GROUP.name)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup | str, list[cfg.Opt]]]:

@@ -7,13 +7,16 @@ sharing provider. Rules in :mod:`resources.disk.view`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Optional
 
 from oslo_config import cfg
 
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.request.groups import RequestGroup
 from resources.disk import provider
+from resources.disk import request as disk_request
 from resources.disk.view import DiskView, InvalidDiskConfig, build_view
 
 __all__ = ["DiskPlugin", "DiskView", "InvalidDiskConfig"]
@@ -72,3 +75,14 @@ class DiskPlugin(ResourcePlugin):
     ) -> Sequence[ProviderContribution]:
         """The compute root's ``DISK_GB`` or aggregate, if any."""
         return provider.contributions(view, nodename)
+
+    def parse_request(self, request_input: Any) -> Optional[disk_request.DiskRequest]:
+        """``root_gb + ephemeral_gb + swap`` (or ``resources:DISK_GB``)."""
+        return disk_request.parse(
+            request_input, self.conf[self.name].shared_storage_aggregate)
+
+    def request_groups(
+        self, plugin_request: disk_request.DiskRequest
+    ) -> list[RequestGroup]:
+        """``DISK_GB`` in the unsuffixed group, or ``_DISK`` for shared storage."""
+        return disk_request.request_groups(plugin_request)

@@ -10,11 +10,14 @@ the framework's ``[compute]`` group, named as in nova.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Optional
 
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.request.groups import RequestGroup
 from resources.numa import provider
+from resources.numa import request as numa_request
 from resources.numa.view import (
     InvalidCPUSet,
     NUMAView,
@@ -43,3 +46,13 @@ class NUMAPlugin(ResourcePlugin):
     ) -> Sequence[ProviderContribution]:
         """One ``<nodename>_NUMA<id>`` provider per cell."""
         return provider.contributions(view, nodename)
+
+    def parse_request(self, request_input: Any) -> Optional[numa_request.NUMARequest]:
+        """CPU policies, guest NUMA topology and page size (``hw:`` keys)."""
+        return numa_request.parse(request_input)
+
+    def request_groups(
+        self, plugin_request: numa_request.NUMARequest
+    ) -> list[RequestGroup]:
+        """One group per guest NUMA node, or one floating group."""
+        return numa_request.request_groups(plugin_request)

@@ -8,13 +8,17 @@ rules are in :mod:`resources.sriov.view`, the providers in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Optional
 
 from oslo_config import cfg
 
+from compute_plugins.conf import pci as pci_conf
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.request.groups import RequestGroup
 from resources.sriov import provider
+from resources.sriov import request as sriov_request
 from resources.sriov.provider import VNIC_TYPE_DIRECT, physnet_trait
 from resources.sriov.view import InvalidSRIOVConfig, SRIOVView, build_view
 
@@ -65,3 +69,14 @@ class SRIOVPlugin(ResourcePlugin):
     ) -> Sequence[ProviderContribution]:
         """One ``<nodename>_pf_<address>`` provider per PF."""
         return provider.contributions(view, nodename)
+
+    def parse_request(self, request_input: Any) -> Optional[sriov_request.SRIOVRequest]:
+        """Direct ports, ``pci_passthrough:alias`` (``[pci] alias``) and
+        ``hw:pci_numa_affinity_policy``."""
+        return sriov_request.parse(request_input, pci_conf.load_aliases(self.conf))
+
+    def request_groups(
+        self, plugin_request: sriov_request.SRIOVRequest
+    ) -> list[RequestGroup]:
+        """One device group per port and per alias."""
+        return sriov_request.request_groups(plugin_request)

@@ -8,13 +8,16 @@ device_addresses`` (nova's ``[devices]`` options; see
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, Optional
 
 from oslo_config import cfg
 
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.request.groups import RequestGroup
 from resources.vgpu import provider
+from resources.vgpu import request as vgpu_request
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.view import (
     InvalidMdevConfig,
@@ -62,3 +65,13 @@ class VGPUPlugin(ResourcePlugin):
     ) -> Sequence[ProviderContribution]:
         """One ``<nodename>_pci_<address>`` provider per GPU."""
         return provider.contributions(view, nodename)
+
+    def parse_request(self, request_input: Any) -> Optional[vgpu_request.VGPURequest]:
+        """``resources[N]:VGPU`` with ``trait[N]:CUSTOM_MDEV_TYPE_*``."""
+        return vgpu_request.parse(request_input)
+
+    def request_groups(
+        self, plugin_request: vgpu_request.VGPURequest
+    ) -> list[RequestGroup]:
+        """One device group per VGPU group."""
+        return vgpu_request.request_groups(plugin_request)

@@ -29,7 +29,8 @@ def test_sample_config_is_current(tmp_path):
 
 def test_every_plugin_has_its_own_group():
     groups = {str(getattr(g, "name", g)) for g, _ in opts.list_opts()}
-    assert {"compute_plugins", "compute", "libvirt", "vgpu", "sriov", "disk"} <= groups
+    assert {"compute_plugins", "compute", "libvirt", "placement", "pci",
+            "vgpu", "sriov", "disk"} <= groups
 
 
 def test_register_all_on_a_private_config():
@@ -38,3 +39,14 @@ def test_register_all_on_a_private_config():
     conf([], default_config_files=[], default_config_dirs=[])
     assert conf.compute_plugins.enabled_plugins == ["numa", "vgpu", "sriov", "disk"]
     assert conf.compute.resource_provider_association_refresh == 300
+
+
+def test_two_configs_do_not_share_overrides():
+    first, second = cfg.ConfigOpts(), cfg.ConfigOpts()
+    for conf in (first, second):
+        register_all(conf)
+        conf([], default_config_files=[], default_config_dirs=[])
+    first.set_override("cpu_allocation_ratio", 9.0, "compute")
+    first.set_override("enabled_plugins", ["numa"], "compute_plugins")
+    assert second.compute.cpu_allocation_ratio == 4.0
+    assert second.compute_plugins.enabled_plugins == ["numa", "vgpu", "sriov", "disk"]

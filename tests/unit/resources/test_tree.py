@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from compute_plugins import names
 from compute_plugins.devices import (
     InvalidOptionValue,

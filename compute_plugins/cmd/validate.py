@@ -1,0 +1,96 @@
+"""``compute-plugins validate``: check a flavor/image/ports against every
+plugin's rules and print the derived Placement query.
+
+Exit codes: 0 the request is valid (the query is printed), 1 it breaks rules
+(every problem is printed: key, value, rule), 2 an input file is unusable
+(not JSON, a flavor without ``vcpus``/``memory_mb``...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from oslo_config import cfg
+
+from compute_plugins.cmd import common
+from compute_plugins.request.errors import RequestInputError, RequestValidationError
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request_spec import RequestSpec
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="check a flavor (and image, ports) against every "
+        "plugin's rules; print the Placement query")
+    parser.add_argument("--flavor", required=True, metavar="FLAVOR.json",
+                        help="the flavor: vcpus, memory_mb, root_gb, "
+                        "ephemeral_gb, swap (MiB), extra_specs")
+    parser.add_argument("--image", metavar="IMAGE.json",
+                        help="the image: its properties, or an object with "
+                        "'properties' (and 'name')")
+    parser.add_argument("--port", action="append", default=[], metavar="PORT.json",
+                        help="a requested port (vnic_type, physnet, "
+                        "min_kbps_egress, min_kbps_ingress) or a list of "
+                        "them; repeatable")
+    parser.add_argument("--hints", metavar="HINTS.json", help="scheduler hints")
+    parser.set_defaults(func=run)
+
+
+def _load(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except OSError as err:
+        raise RequestInputError("cannot read the %s file %s: %s"
+                                % (what, path, err.strerror or err)) from None
+    except ValueError as err:
+        raise RequestInputError("the %s file %s is not JSON: %s"
+                                % (what, path, err)) from None
+
+
+def _inputs(args: argparse.Namespace) -> RequestInput:
+    flavor = _load(args.flavor, "flavor")
+    image = _load(args.image, "image") if args.image else None
+    ports: list[Any] = []
+    for path in args.port:
+        doc = _load(path, "port")
+        ports.extend(doc if isinstance(doc, list) else [doc])
+    hints = _load(args.hints, "hints") if args.hints else None
+    return RequestInput.from_dicts(flavor, image, ports, hints)
+
+
+def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    try:
+        request_input = _inputs(args)
+    except RequestInputError as err:
+        print("compute-plugins: error: %s" % err, file=sys.stderr)
+        return EXIT_USAGE
+    manager = common.plugin_manager(conf)
+    try:
+        spec = RequestSpec.build(manager, request_input)
+    except RequestValidationError as err:
+        if args.format == "json":
+            common.print_json({"valid": False, **err.to_dict()})
+        else:
+            print("invalid request: %d problem(s)" % len(err.problems))
+            for problem in err.problems:
+                print("  %s" % problem)
+        return EXIT_INVALID
+    query = spec.placement_query()
+    if args.format == "json":
+        common.print_json({"request_spec": spec.to_dict(),
+                           "placement_query": query.to_dict()})
+    else:
+        print("valid request: flavor %s, %d vCPU(s), %d MiB"
+              % (spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
+                 spec.flavor.memory_mb))
+        for name in spec.requests:
+            print("  %s: %s" % (name, spec.requests[name]))
+        print("placement query (microversion %s):" % query.microversion)
+        print(query)
+    return EXIT_OK

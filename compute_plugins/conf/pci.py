@@ -1,0 +1,160 @@
+"""``[pci]``: PCI passthrough aliases, in nova's JSON format.
+
+``[pci] alias`` is a multi-valued option; each value is a JSON object as in
+nova (``nova.pci.request``)::
+
+    [pci]
+    alias = {"name": "QuickAssist", "product_id": "0443", "vendor_id": "8086",
+             "device_type": "type-PCI", "numa_policy": "required"}
+    alias = {"name": "A16_16A", "device_type": "type-VF",
+             "resource_class": "GPU_VF", "traits": "blue, big"}
+
+The ``pci_passthrough:alias=<name>:<count>`` extra spec requests devices by
+alias. In Placement a device of an alias is the alias's ``resource_class``
+(normalised as nova does: upper case, ``CUSTOM_`` prefix unless standard) or
+``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``, with the alias's ``traits``
+(normalised the same way), as nova's ``[filter_scheduler]
+pci_in_placement`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional
+
+import jsonschema
+import os_resource_classes
+import os_traits
+from oslo_config import cfg
+
+from compute_plugins import exception, names
+from compute_plugins.conf import register_group_opts
+
+GROUP = cfg.OptGroup("pci", title="PCI passthrough",
+                     help="PCI passthrough aliases (nova's ``[pci]`` group).")
+
+OPTS = [
+    cfg.MultiStrOpt(
+        "alias",
+        default=[],
+        help="An alias for a PCI passthrough device requirement, as a JSON "
+        "object (nova's format): ``name`` (required), ``product_id``, "
+        "``vendor_id`` (4 hex digits), ``device_type`` (``type-PCI``, "
+        "``type-PF``, ``type-VF``), ``numa_policy`` (``legacy``, "
+        "``preferred``, ``required``, ``socket``), ``resource_class``, "
+        "``traits`` (comma-separated), ``live_migratable``. Each alias needs "
+        "``vendor_id`` and ``product_id`` or a ``resource_class``. Repeat the "
+        "option for several aliases.",
+    ),
+]
+
+_PCI_VENDOR_PATTERN = "^([\\da-fA-F]{4})$"
+NUMA_POLICIES = ("legacy", "preferred", "required", "socket")
+DEVICE_TYPES = ("type-PCI", "type-PF", "type-VF")
+
+ALIAS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 256},
+        "capability_type": {"type": "string", "enum": ["pci"]},
+        "product_id": {"type": "string", "pattern": _PCI_VENDOR_PATTERN},
+        "vendor_id": {"type": "string", "pattern": _PCI_VENDOR_PATTERN},
+        "device_type": {"type": "string", "enum": list(DEVICE_TYPES)},
+        "numa_policy": {"type": "string", "enum": list(NUMA_POLICIES)},
+        "resource_class": {"type": "string"},
+        "traits": {"type": "string"},
+        "live_migratable": {"type": "string"},
+    },
+    "required": ["name"],
+}
+
+
+class PciInvalidAlias(exception.ConfigError):
+    """``[pci] alias`` is malformed (nova's message)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__("Invalid PCI alias definition: %s" % reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class PciAlias:
+    """One alias: what Placement is asked for per device."""
+
+    name: str
+    numa_policy: str
+    resource_class: str
+    traits: frozenset[str]
+    device_type: Optional[str] = None
+    vendor_id: Optional[str] = None
+    product_id: Optional[str] = None
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    register_group_opts(conf, GROUP, OPTS)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    return [(GROUP, OPTS)]
+
+
+def _normalize_rc(name: str) -> str:
+    name = name.strip()
+    if name in os_resource_classes.STANDARDS:
+        return name
+    return names.custom_name(name)
+
+
+def _normalize_trait(name: str) -> str:
+    name = name.strip()
+    if name in os_traits.get_traits():
+        return name
+    return names.custom_name(name)
+
+
+def load_aliases(conf: cfg.ConfigOpts) -> dict[str, PciAlias]:
+    """Parse ``[pci] alias`` (registered on ``conf`` if needed).
+
+    :raises PciInvalidAlias: bad JSON, schema violation, an alias defined twice
+        with different NUMA policies or device types, or without
+        ``vendor_id``/``product_id`` nor ``resource_class``.
+    """
+    register_opts(conf)
+    aliases: dict[str, PciAlias] = {}
+    for text in conf.pci.alias:
+        try:
+            spec = json.loads(text)
+            jsonschema.validate(spec, ALIAS_SCHEMA)
+        except jsonschema.ValidationError as err:
+            raise PciInvalidAlias(err.message) from None
+        except ValueError as err:
+            raise PciInvalidAlias(str(err)) from None
+        name = spec["name"].strip()
+        policy = spec.get("numa_policy") or "legacy"
+        vendor, product = spec.get("vendor_id"), spec.get("product_id")
+        if spec.get("resource_class"):
+            rc = _normalize_rc(spec["resource_class"])
+        elif vendor and product:
+            rc = names.custom_name("PCI", vendor.upper(), product.upper())
+        else:
+            raise PciInvalidAlias(
+                "The PCI alias(es) %s does not have vendor_id and product_id "
+                "fields set or resource_class field set." % name)
+        traits = frozenset(_normalize_trait(t) for t in
+                           (spec.get("traits") or "").split(",") if t.strip())
+        alias = PciAlias(name=name, numa_policy=policy, resource_class=rc,
+                         traits=traits, device_type=spec.get("device_type"),
+                         vendor_id=vendor, product_id=product)
+        previous = aliases.get(name)
+        if previous is not None:
+            if previous.numa_policy != policy:
+                raise PciInvalidAlias("NUMA policy mismatch for alias '%s'" % name)
+            if previous.device_type != alias.device_type:
+                raise PciInvalidAlias("Device type mismatch for alias '%s'" % name)
+            raise PciInvalidAlias(
+                "The PCI alias(es) %s have multiple specs but Placement "
+                "supports only one spec per alias." % name)
+        aliases[name] = alias
+    return aliases

@@ -1,0 +1,210 @@
+"""Request groups, the plugins' typed requests and the scheduler's decision.
+
+A :class:`RequestGroup` is a plugin's (or the framework's) share of the
+Placement query, with the metadata the query builder needs to wire groups
+together (which guest NUMA node a group is, which NUMA affinity a device
+needs); :mod:`compute_plugins.scheduler.query` turns them into
+``GET /allocation_candidates`` queries, so no query is assembled by hand twice.
+
+:class:`PluginRequest` and :class:`PluginAssignment` are the base classes of
+each plugin's typed request and assignment (frozen dataclasses). Subclasses
+register themselves under their ``plugin`` name so a serialised spec can be
+read back (see :func:`request_type` / :func:`assignment_type`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar, Optional
+
+from compute_plugins.request.types import FrozenMap
+
+#: Placement's granular group suffix syntax (microversion 1.33).
+SUFFIX_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+# Group kinds.
+KIND_GENERIC = "generic"      # from resources[N]:/trait[N]:/member_of[N]
+KIND_NUMA_CELL = "numa_cell"  # one guest NUMA node
+KIND_FLOATING = "floating"    # CPUs/memory of a guest without NUMA topology
+KIND_DEVICE = "device"        # a device (VGPU, VF, PCI alias)
+KIND_DISK = "disk"            # DISK_GB
+KIND_ROOT = "root"            # traits only: root_required / root forbidden
+
+#: NUMA affinity policies of devices (nova's ``PCINUMAAffinityPolicy``).
+AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestGroup:
+    """One group of the allocation-candidates query.
+
+    :param requester_id: the group suffix (``""``: the unsuffixed group).
+    :param resources: resource class -> amount.
+    :param required_traits: traits the provider must have.
+    :param forbidden_traits: traits it must not have.
+    :param member_of: each entry is an ``in:`` list of aggregate uuids.
+    :param forbidden_aggregates: aggregates the provider must not be in.
+    :param owner: the plugin (or ``framework``) that asked for the group.
+    :param kind: one of the ``KIND_*`` constants.
+    :param numa_node: for ``numa_cell`` groups: the guest NUMA node.
+    :param affinity: for ``device`` groups: the NUMA affinity policy
+        (``required``, ``legacy``, ``preferred``, ``socket``) or None.
+    :param choices: alternative extra resources, exactly one of which the
+        group must also get (e.g. memory in small or in 2 MiB pages).
+    :param split: for ``floating`` groups: the query may spread the group
+        evenly over up to this many providers (see the query module).
+    """
+
+    requester_id: str
+    resources: FrozenMap[str, int] = dataclasses.field(default_factory=FrozenMap)
+    required_traits: frozenset[str] = frozenset()
+    forbidden_traits: frozenset[str] = frozenset()
+    member_of: tuple[tuple[str, ...], ...] = ()
+    forbidden_aggregates: frozenset[str] = frozenset()
+    owner: str = "framework"
+    kind: str = KIND_GENERIC
+    numa_node: Optional[int] = None
+    affinity: Optional[str] = None
+    choices: tuple[FrozenMap[str, int], ...] = ()
+    split: int = 1
+
+    def __post_init__(self) -> None:
+        if self.requester_id and not SUFFIX_RE.match(self.requester_id):
+            raise ValueError("invalid request group suffix %r" % self.requester_id)
+        for name in ("resources",):
+            value = getattr(self, name)
+            if not isinstance(value, FrozenMap):
+                object.__setattr__(self, name, FrozenMap(value))
+        for name in ("required_traits", "forbidden_traits", "forbidden_aggregates"):
+            value = getattr(self, name)
+            if not isinstance(value, frozenset):
+                object.__setattr__(self, name, frozenset(value))
+        object.__setattr__(self, "member_of",
+                           tuple(tuple(m) for m in self.member_of))
+        object.__setattr__(self, "choices",
+                           tuple(FrozenMap(c) for c in self.choices))
+
+    def is_empty(self) -> bool:
+        return not (self.resources or self.required_traits
+                    or self.forbidden_traits or self.member_of
+                    or self.forbidden_aggregates or self.choices)
+
+    def merged_with(self, other: RequestGroup) -> RequestGroup:
+        """Both groups' contents in one group (same suffix: same provider).
+
+        Amounts of the same class add up. The more specific kind (a device or
+        NUMA cell over ``generic``) and its metadata win.
+        """
+        resources = dict(self.resources)
+        for rc, amount in other.resources.items():
+            resources[rc] = resources.get(rc, 0) + amount
+        main, extra = (self, other)
+        if main.kind == KIND_GENERIC and other.kind != KIND_GENERIC:
+            main, extra = other, self
+        return dataclasses.replace(
+            main,
+            resources=FrozenMap(resources),
+            required_traits=self.required_traits | other.required_traits,
+            forbidden_traits=self.forbidden_traits | other.forbidden_traits,
+            member_of=self.member_of + tuple(
+                m for m in other.member_of if m not in self.member_of),
+            forbidden_aggregates=(self.forbidden_aggregates
+                                  | other.forbidden_aggregates),
+            choices=main.choices or extra.choices,
+            owner=main.owner if main.owner == extra.owner
+            else "%s+%s" % (main.owner, extra.owner),
+        )
+
+
+_REQUEST_TYPES: dict[str, type[PluginRequest]] = {}
+_ASSIGNMENT_TYPES: dict[str, type[PluginAssignment]] = {}
+
+
+class PluginRequest:
+    """Base class of a plugin's typed request (subclass as a frozen dataclass).
+
+    Set the class attribute ``plugin`` to the plugin's entry-point name; the
+    class is then registered for :func:`request_type`.
+    """
+
+    plugin: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.plugin:
+            _REQUEST_TYPES[cls.plugin] = cls
+
+
+class PluginAssignment:
+    """Base class of a plugin's assignment: what the scheduler chose for it
+    on the host (pinned CPUs, the pGPU of an mdev, the VF of a port...).
+    Subclass as a frozen dataclass with ``plugin`` set."""
+
+    plugin: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.plugin:
+            _ASSIGNMENT_TYPES[cls.plugin] = cls
+
+
+def request_type(plugin: str) -> Optional[type[PluginRequest]]:
+    """The registered request class of ``plugin`` (None when unknown)."""
+    return _REQUEST_TYPES.get(plugin)
+
+
+def assignment_type(plugin: str) -> Optional[type[PluginAssignment]]:
+    """The registered assignment class of ``plugin`` (None when unknown)."""
+    return _ASSIGNMENT_TYPES.get(plugin)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The scheduler's decision, recorded in the spec for the compute host.
+
+    :param host: the chosen compute host (service host name).
+    :param nodename: its node name (the root provider's name).
+    :param allocations: the allocation request: provider uuid -> resource
+        class -> amount (``allocation_requests[i].allocations``).
+    :param mappings: request group suffix -> provider uuids (Placement
+        1.34 ``mappings``; the unsuffixed group is ``""``).
+    :param assignments: plugin name -> that plugin's assignment.
+    """
+
+    host: str
+    nodename: str = ""
+    allocations: FrozenMap[str, FrozenMap[str, int]] = dataclasses.field(
+        default_factory=FrozenMap)
+    mappings: FrozenMap[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=FrozenMap)
+    assignments: FrozenMap[str, PluginAssignment] = dataclasses.field(
+        default_factory=FrozenMap, metadata={"json": False})
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allocations", FrozenMap(
+            (rp, FrozenMap(res)) for rp, res in self.allocations.items()))
+        object.__setattr__(self, "mappings", FrozenMap(
+            (g, tuple(rps)) for g, rps in self.mappings.items()))
+        object.__setattr__(self, "assignments", FrozenMap(self.assignments))
+
+    @classmethod
+    def from_allocation_request(
+        cls, host: str, allocation_request: Any, nodename: str = "",
+        assignments: Optional[Any] = None,
+    ) -> Decision:
+        """From one ``allocation_requests`` item of Placement's answer."""
+        allocations = {
+            rp: dict(body.get("resources", {}))
+            for rp, body in allocation_request.get("allocations", {}).items()}
+        mappings = {g: tuple(rps) for g, rps in
+                    allocation_request.get("mappings", {}).items()}
+        return cls(host=host, nodename=nodename, allocations=FrozenMap(allocations),
+                   mappings=FrozenMap(mappings),
+                   assignments=FrozenMap(assignments or {}))
+
+    def allocation_request(self) -> dict[str, Any]:
+        """Back to Placement's ``allocation_requests`` item shape."""
+        return {"allocations": {rp: {"resources": dict(res)}
+                                for rp, res in self.allocations.items()},
+                "mappings": {g: list(rps) for g, rps in self.mappings.items()}}

@@ -1,0 +1,253 @@
+"""What a request is built from: flavor, image properties, ports, hints.
+
+:class:`RequestInput` is what each plugin's ``parse_request`` hook receives.
+Besides the (immutable) data it carries a per-plugin *ledger*: a plugin
+:meth:`~RequestInput.claim`\\ s the keys it understands and
+:meth:`~RequestInput.report`\\ s every problem it finds (or raises
+:class:`~compute_plugins.request.errors.RequestValidationError`). The
+framework then reports keys that nobody claimed in a namespace somebody owns
+and raises one error that lists every plugin's problems.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
+from compute_plugins.request.errors import Problem, RequestInputError
+from compute_plugins.request.types import FrozenMap, freeze_json
+
+#: Vnic types as neutron names them.
+VNIC_NORMAL = "normal"
+VNIC_DIRECT = "direct"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flavor:
+    """The flavor fields a request needs (nova's names and units).
+
+    ``swap`` is in MiB, ``root_gb``/``ephemeral_gb`` in GiB, as in nova.
+    """
+
+    vcpus: int
+    memory_mb: int
+    name: str = ""
+    root_gb: int = 0
+    ephemeral_gb: int = 0
+    swap: int = 0
+    extra_specs: FrozenMap[str, str] = dataclasses.field(default_factory=FrozenMap)
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Flavor:
+        """A flavor from a nova-style document (e.g. ``openstack flavor show -f json``).
+
+        :raises RequestInputError: not an object, ``vcpus``/``memory_mb``
+            missing or not positive integers, a size field not an integer,
+            ``extra_specs`` not an object of strings.
+        """
+        if not isinstance(doc, Mapping):
+            raise RequestInputError("a flavor must be a JSON object")
+        if "flavor" in doc and isinstance(doc["flavor"], Mapping):
+            doc = doc["flavor"]
+        missing = [k for k in ("vcpus", "memory_mb") if k not in doc]
+        if missing:
+            raise RequestInputError(
+                "the flavor lacks %s" % " and ".join(repr(k) for k in missing))
+        sizes = {}
+        for key, minimum in (("vcpus", 1), ("memory_mb", 1), ("root_gb", 0),
+                             ("ephemeral_gb", 0), ("swap", 0)):
+            value = doc.get(key, 0)
+            if key == "swap" and value == "":
+                value = 0  # nova's API shows no swap as ""
+            if (isinstance(value, bool) or not isinstance(value, int)
+                    or value < minimum):
+                raise RequestInputError(
+                    "flavor %r must be an integer >= %d, got %r"
+                    % (key, minimum, value))
+            sizes[key] = value
+        specs = doc.get("extra_specs", doc.get("properties"))
+        specs = {} if specs is None else specs
+        if not isinstance(specs, Mapping):
+            raise RequestInputError("flavor 'extra_specs' must be a JSON object")
+        extra_specs = {}
+        for key, value in specs.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise RequestInputError(
+                    "flavor extra spec %r must be a string, got %r" % (key, value))
+            extra_specs[str(key)] = str(value)
+        name = doc.get("name") or ""
+        return cls(name=str(name), extra_specs=FrozenMap(extra_specs), **sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Port:
+    """A requested network port (what the scheduler needs of a neutron port).
+
+    :param id: the port id (or any unique label); defaults to ``port<N>``.
+    :param vnic_type: neutron's ``binding:vnic_type`` (``normal``, ``direct``...).
+    :param physnet: the physical network of the port's network.
+    :param min_kbps_egress: minimum bandwidth rule, egress (kbps), or 0.
+    :param min_kbps_ingress: minimum bandwidth rule, ingress (kbps), or 0.
+    """
+
+    id: str
+    vnic_type: str = VNIC_NORMAL
+    physnet: Optional[str] = None
+    min_kbps_egress: int = 0
+    min_kbps_ingress: int = 0
+
+    @classmethod
+    def from_dict(cls, doc: Any, index: int) -> Port:
+        """:raises RequestInputError: not an object or a field of the wrong type."""
+        if not isinstance(doc, Mapping):
+            raise RequestInputError("port %d must be a JSON object" % index)
+        known = {f.name for f in dataclasses.fields(cls)} | {"binding:vnic_type"}
+        unknown = sorted(set(doc) - known)
+        if unknown:
+            raise RequestInputError(
+                "port %d has unknown field(s) %s; known: %s"
+                % (index, ", ".join(unknown), ", ".join(sorted(known))))
+        vnic = doc.get("vnic_type", doc.get("binding:vnic_type", VNIC_NORMAL))
+        kwargs: dict[str, Any] = {"id": doc.get("id") or "port%d" % index,
+                                  "vnic_type": vnic,
+                                  "physnet": doc.get("physnet")}
+        for key in ("id", "vnic_type"):
+            if not isinstance(kwargs[key], str):
+                raise RequestInputError(
+                    "port %d field %r must be a string" % (index, key))
+        if kwargs["physnet"] is not None and not isinstance(kwargs["physnet"], str):
+            raise RequestInputError("port %d field 'physnet' must be a string" % index)
+        for key in ("min_kbps_egress", "min_kbps_ingress"):
+            value = doc.get(key) or 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RequestInputError(
+                    "port %d field %r must be an integer >= 0, got %r"
+                    % (index, key, value))
+            kwargs[key] = value
+        return cls(**kwargs)
+
+
+class _Ledger:
+    """Keys claimed and problems reported while one plugin parses."""
+
+    def __init__(self, plugin: str) -> None:
+        self.plugin = plugin
+        self.claimed: set[tuple[str, str]] = set()
+        self.problems: list[Problem] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestInput:
+    """Everything a request is built from, as each plugin sees it.
+
+    :param flavor: the flavor.
+    :param image_properties: the image's properties (glance's names,
+        ``hw_*``); values as glance gives them (strings, or typed).
+    :param image_name: for messages (nova names the image in conflicts).
+    :param ports: the requested ports.
+    :param hints: scheduler hints (JSON values).
+    """
+
+    flavor: Flavor
+    image_properties: FrozenMap[str, Any] = dataclasses.field(
+        default_factory=FrozenMap)
+    image_name: str = ""
+    ports: tuple[Port, ...] = ()
+    hints: FrozenMap[str, Any] = dataclasses.field(default_factory=FrozenMap)
+    _ledger: Optional[_Ledger] = dataclasses.field(
+        default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_dicts(
+        cls,
+        flavor: Any,
+        image: Any = None,
+        ports: Sequence[Any] = (),
+        hints: Optional[Mapping[str, Any]] = None,
+    ) -> RequestInput:
+        """Build from JSON-like documents (or ready :class:`Flavor`/:class:`Port`).
+
+        ``image`` is either the properties themselves or an image document
+        with ``properties`` (and ``name``).
+
+        :raises RequestInputError: a document is unusable.
+        """
+        if not isinstance(flavor, Flavor):
+            flavor = Flavor.from_dict(flavor)
+        image_name = ""
+        properties: Any = image or {}
+        if not isinstance(properties, Mapping):
+            raise RequestInputError("an image must be a JSON object")
+        if isinstance(properties.get("properties"), Mapping):
+            image_name = str(properties.get("name") or "")
+            properties = properties["properties"]
+        if hints is not None and not isinstance(hints, Mapping):
+            raise RequestInputError("scheduler hints must be a JSON object")
+        port_objs = tuple(p if isinstance(p, Port) else Port.from_dict(p, i)
+                          for i, p in enumerate(ports))
+        ids = [p.id for p in port_objs]
+        if len(set(ids)) != len(ids):
+            raise RequestInputError("port ids must be unique: %s" % ", ".join(ids))
+        return cls(flavor=flavor, image_properties=freeze_json(properties),
+                   image_name=image_name, ports=port_objs,
+                   hints=freeze_json(hints or {}))
+
+    # -- what plugins read ------------------------------------------------
+
+    @property
+    def extra_specs(self) -> Mapping[str, str]:
+        return self.flavor.extra_specs
+
+    def flavor_image(self, key: str, prefix: str = "hw") -> tuple[Any, Any]:
+        """``(flavor's <prefix>:<key>, image's <prefix>_<key>)``, claimed (nova's
+        ``_get_flavor_image_meta``)."""
+        flavor_key, image_key = "%s:%s" % (prefix, key), "%s_%s" % (prefix, key)
+        self.claim(flavor_key)
+        self.claim(image_key, source="image")
+        return (self.extra_specs.get(flavor_key),
+                self.image_properties.get(image_key))
+
+    # -- the ledger ---------------------------------------------------------
+
+    def for_plugin(self, plugin: str) -> RequestInput:
+        """A copy of this input with a fresh ledger for ``plugin``."""
+        return dataclasses.replace(self, _ledger=_Ledger(plugin))
+
+    @property
+    def plugin(self) -> str:
+        return self._ledger.plugin if self._ledger else "framework"
+
+    def claim(self, *keys: str, source: str = "flavor") -> None:
+        """Mark ``keys`` (extra specs, or image properties with
+        ``source="image"``) as understood by the parsing plugin."""
+        if self._ledger is not None:
+            self._ledger.claimed.update((source, k) for k in keys)
+
+    def report(self, key: str, value: Any, rule: str,
+               source: str = "flavor") -> None:
+        """Record a problem; the framework raises them all at the end."""
+        problem = Problem(source, key, value, rule, self.plugin)
+        if self._ledger is None:
+            from compute_plugins.request.errors import RequestValidationError
+            raise RequestValidationError([problem])
+        self._ledger.problems.append(problem)
+
+    @property
+    def claimed(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._ledger.claimed) if self._ledger else frozenset()
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return tuple(self._ledger.problems) if self._ledger else ()
+
+    def has_problems(self) -> bool:
+        return bool(self._ledger and self._ledger.problems)
+
+
+def iter_extra_specs(request_input: RequestInput,
+                     prefixes: Iterable[str]) -> list[tuple[str, str]]:
+    """The extra specs whose key starts with one of ``prefixes``, sorted."""
+    wanted = tuple(prefixes)
+    return sorted((k, v) for k, v in request_input.extra_specs.items()
+                  if k.startswith(wanted))

@@ -1,0 +1,132 @@
+"""Value rules with nova's wording (``nova/api/validation/extra_specs``,
+``nova/virt/hardware.py``), shared by the framework and the plugins.
+
+Each ``check_*`` helper reports a problem on the :class:`RequestInput` and
+returns the converted value, or None when the value is wrong, so a parser can
+go on and find every problem in one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from compute_plugins.request.inputs import RequestInput
+
+_TRUE = ("1", "t", "true", "on", "y", "yes")
+_FALSE = ("0", "f", "false", "off", "n", "no")
+
+
+def unknown_key_rule(key: str) -> str:
+    return ("Validation failed; extra spec '%s' does not appear to be a valid "
+            "extra spec." % key)
+
+
+def enum_rule(value: Any, allowed: Sequence[str]) -> str:
+    return "Validation failed; '%s' is not one of: %s." % (value, ", ".join(allowed))
+
+
+def check_enum(ri: RequestInput, key: str, value: Any, allowed: Sequence[str],
+               source: str = "flavor") -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        ri.report(key, value, enum_rule(value, allowed), source)
+        return None
+    return value
+
+
+def check_int(ri: RequestInput, key: str, value: Any, minimum: Optional[int] = None,
+              maximum: Optional[int] = None, source: str = "flavor") -> Optional[int]:
+    """nova's ``_validate_int``; accepts ints and integer strings."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, int):
+        number = value
+    else:
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            number = None
+    if number is None:
+        ri.report(key, value, "Validation failed; '%s' is not a valid integer "
+                  "value." % (value,), source)
+        return None
+    if maximum is not None and number > maximum:
+        ri.report(key, value, "Validation failed; '%s' is greater than the max "
+                  "value of '%s'." % (value, maximum), source)
+        return None
+    if minimum is not None and number < minimum:
+        ri.report(key, value, "Validation failed; '%s' is less than the min "
+                  "value of '%s'." % (value, minimum), source)
+        return None
+    return number
+
+
+def parse_bool(value: Any) -> Optional[bool]:
+    """oslo's ``bool_from_string(strict=True)``; None when not boolean-like."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
+def check_bool(ri: RequestInput, key: str, value: Any,
+               source: str = "flavor") -> Optional[bool]:
+    if value is None:
+        return None
+    result = parse_bool(value)
+    if result is None:
+        ri.report(key, value, "Validation failed; '%s' is not a valid "
+                  "boolean-like value." % (value,), source)
+    return result
+
+
+def check_pattern(ri: RequestInput, key: str, value: Any, pattern: str,
+                  source: str = "flavor") -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(pattern, value):
+        ri.report(key, value, "Validation failed; '%s' is not of the format "
+                  "'%s'." % (value, pattern), source)
+        return None
+    return value
+
+
+def flavor_image_conflict_rule(ri: RequestInput, key: str, flavor_value: Any,
+                               image_value: Any, prefix: str = "hw") -> str:
+    """nova's ``FlavorImageConflict`` message."""
+    return ("Flavor %(flavor)s has %(prefix)s:%(key)s extra spec explicitly set "
+            "to %(fv)s, conflicting with image %(image)s which has "
+            "%(prefix)s_%(key)s explicitly set to %(iv)s." % {
+                "flavor": ri.flavor.name, "prefix": prefix, "key": key,
+                "fv": flavor_value, "image": ri.image_name, "iv": image_value})
+
+
+#: ``hw:pci_numa_affinity_policy`` values (nova's ``PCINUMAAffinityPolicy``).
+PCI_NUMA_AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
+PCI_NUMA_POLICY_KEY = "pci_numa_affinity_policy"
+
+
+def pci_numa_affinity_policy(ri: RequestInput) -> Optional[str]:
+    """``hw:pci_numa_affinity_policy`` / image twin, nova's rules
+    (``get_pci_numa_policy_constraint``); problems reported on ``ri``."""
+    flavor_policy, image_policy = ri.flavor_image(PCI_NUMA_POLICY_KEY)
+    flavor_ok = check_enum(ri, "hw:" + PCI_NUMA_POLICY_KEY, flavor_policy,
+                           PCI_NUMA_AFFINITY_POLICIES)
+    image_ok = check_enum(ri, "hw_" + PCI_NUMA_POLICY_KEY, image_policy,
+                          PCI_NUMA_AFFINITY_POLICIES, source="image")
+    if flavor_ok and image_ok and flavor_ok != image_ok:
+        ri.report("hw_" + PCI_NUMA_POLICY_KEY, image_policy,
+                  "Image property 'hw_pci_numa_affinity_policy' is not "
+                  "permitted to override the 'hw:pci_numa_affinity_policy' "
+                  "flavor extra spec.", source="image")
+        return None
+    return flavor_ok or image_ok

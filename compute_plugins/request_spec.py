@@ -1,0 +1,378 @@
+"""The RequestSpec: a request parsed once, typed, versioned and immutable.
+
+Built once (:meth:`RequestSpec.build`) from a flavor, image properties,
+requested ports and scheduler hints: every loaded plugin parses the keys of
+its namespace (its ``parse_request`` hook) into its typed request and turns
+that into request groups (its ``request_groups`` hook); the framework parses
+the generic keys (``resources[N]:``, ``trait[N]:``, ``member_of[N]``,
+``group_policy``). All problems of all plugins are raised together as one
+:class:`~compute_plugins.request.errors.RequestValidationError`.
+
+The Placement query is derived from the groups by
+:mod:`compute_plugins.scheduler.query` (:meth:`RequestSpec.placement_query`).
+The scheduler's decision is recorded copy-on-write
+(:meth:`RequestSpec.with_decision`, :meth:`RequestSpec.with_assignment`).
+
+Every field is immutable (frozen dataclasses, tuples, frozensets,
+:class:`~compute_plugins.request.types.FrozenMap`), so one spec can be shared
+between threads freely.
+
+JSON (:meth:`to_json` / :meth:`from_json`)::
+
+    {"format": "compute_plugins.RequestSpec", "version": "1.0",
+     "plugins": {"numa": "1.0", ...},          # per-plugin data versions
+     "flavor": {...}, "image": {"name": ..., "properties": {...}},
+     "ports": [...], "hints": {...},
+     "generic": {"group_policy": ..., "groups": [...]},
+     "requests": {"numa": {...}, ...},          # each plugin's typed request
+     "groups": [...],                           # all request groups
+     "decision": null | {"host": ..., "nodename": ..., "allocations": {...},
+                         "mappings": {...}, "assignments": {"numa": {...}}}}
+
+A reader refuses a payload of a newer format version (same major, higher
+minor, or another major), a plugin that is not loaded, or plugin data newer
+than the loaded plugin's ``version``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+from compute_plugins import exception
+from compute_plugins.request import generic
+from compute_plugins.request.errors import (
+    Problem,
+    RequestFormatError,
+    RequestValidationError,
+)
+from compute_plugins.request.groups import (
+    KIND_GENERIC,
+    KIND_NUMA_CELL,
+    KIND_ROOT,
+    Decision,
+    PluginAssignment,
+    PluginRequest,
+    RequestGroup,
+    assignment_type,
+    request_type,
+)
+from compute_plugins.request.inputs import Flavor, Port, RequestInput
+from compute_plugins.request.types import (
+    CodecError,
+    FrozenMap,
+    decode,
+    encode,
+    thaw_json,
+)
+
+if TYPE_CHECKING:
+    from compute_plugins.scheduler.query import PlacementQuery
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
+           "RequestSpec", "build_request_spec"]
+
+FORMAT = "compute_plugins.RequestSpec"
+#: Version of the JSON payload. Bump the minor for additions an older
+#: reader may refuse, the major for incompatible changes.
+FORMAT_VERSION = "1.0"
+
+
+def _version(text: Any, what: str) -> tuple[int, int]:
+    try:
+        major, minor = str(text).split(".")
+        return int(major), int(minor)
+    except ValueError:
+        raise RequestFormatError("%s %r is not a MAJOR.MINOR version"
+                                 % (what, text)) from None
+
+
+def _newer(payload: tuple[int, int], reader: tuple[int, int]) -> bool:
+    return payload[0] != reader[0] or payload[1] > reader[1]
+
+
+def _plugins_of(plugins: Any) -> Mapping[str, Any]:
+    """``PluginManager`` or ``{name: plugin}``."""
+    return getattr(plugins, "plugins", plugins)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestSpec:
+    """A request parsed once by every plugin; see the module docstring.
+
+    Build it with :meth:`build` (or :func:`build_request_spec`), not directly.
+    """
+
+    flavor: Flavor
+    image_properties: FrozenMap[str, Any] = dataclasses.field(
+        default_factory=FrozenMap)
+    image_name: str = ""
+    ports: tuple[Port, ...] = ()
+    hints: FrozenMap[str, Any] = dataclasses.field(default_factory=FrozenMap)
+    requests: FrozenMap[str, PluginRequest] = dataclasses.field(
+        default_factory=FrozenMap)
+    plugin_versions: FrozenMap[str, str] = dataclasses.field(
+        default_factory=FrozenMap)
+    generic: generic.GenericRequest = dataclasses.field(
+        default_factory=generic.GenericRequest)
+    groups: tuple[RequestGroup, ...] = ()
+    decision: Optional[Decision] = None
+
+    # -- building -------------------------------------------------------------
+
+    @classmethod
+    def build(cls, plugins: Any, request_input: RequestInput) -> RequestSpec:
+        """Parse ``request_input`` with every plugin, once.
+
+        :param plugins: a :class:`~compute_plugins.manager.PluginManager` or
+            an ordered mapping of plugin name to plugin instance.
+        :param request_input: the flavor, image, ports and hints.
+        :raises RequestValidationError: every problem found, by every plugin.
+        """
+        plugins = _plugins_of(plugins)
+        problems: list[Problem] = []
+        claimed: set[tuple[str, str]] = set()
+        requests: dict[str, PluginRequest] = {}
+        groups: list[RequestGroup] = []
+        versions: dict[str, str] = {}
+        for name, plugin in plugins.items():
+            versions[name] = str(getattr(plugin, "version", "1.0"))
+            parse = getattr(plugin, "parse_request", None)
+            if parse is None:
+                continue
+            view = request_input.for_plugin(name)
+            try:
+                req = parse(view)
+            except RequestValidationError as err:
+                problems.extend(err.problems)
+                req = None
+            problems.extend(view.problems)
+            claimed |= view.claimed
+            if req is None or view.problems:
+                continue
+            if not isinstance(req, PluginRequest) or request_type(name) is not type(req):
+                raise exception.ComputePluginsError(
+                    "plugin %s returned %r from parse_request: expected its "
+                    "registered PluginRequest subclass" % (name, type(req).__name__))
+            requests[name] = req
+            groups.extend(plugin.request_groups(req))
+        view = request_input.for_plugin("framework")
+        generic_req = generic.parse(view, frozenset(claimed))
+        generic.unknown_keys(view, claimed | view.claimed)
+        problems.extend(view.problems)
+        groups.extend(generic_req.groups)
+        problems.extend(_check_groups(groups, generic_req.group_policy))
+        if problems:
+            raise RequestValidationError(problems)
+        return cls(
+            flavor=request_input.flavor,
+            image_properties=request_input.image_properties,
+            image_name=request_input.image_name,
+            ports=request_input.ports,
+            hints=request_input.hints,
+            requests=FrozenMap(requests),
+            plugin_versions=FrozenMap(versions),
+            generic=generic_req,
+            groups=tuple(groups),
+        )
+
+    # -- reading ----------------------------------------------------------------
+
+    def request(self, plugin: str) -> Optional[PluginRequest]:
+        """``plugin``'s typed request (None when it had nothing to ask)."""
+        return self.requests.get(plugin)
+
+    def placement_query(self) -> PlacementQuery:
+        """The ``GET /allocation_candidates`` queries for this request."""
+        from compute_plugins.scheduler import query
+        return query.derive(self)
+
+    # -- the scheduler's decision (copy-on-write) ----------------------------------
+
+    def with_decision(self, decision: Optional[Decision]) -> RequestSpec:
+        """A copy of this spec with ``decision`` recorded (None clears it).
+
+        :raises ValueError: an assignment names a plugin without a request
+            type registered, or is not that plugin's assignment type.
+        """
+        if decision is not None:
+            for name, assignment in decision.assignments.items():
+                _check_assignment(name, assignment)
+        return dataclasses.replace(self, decision=decision)
+
+    def with_assignment(self, plugin: str, assignment: PluginAssignment) -> RequestSpec:
+        """A copy with ``plugin``'s assignment set in the recorded decision.
+
+        :raises ValueError: no decision recorded yet, or a wrong type.
+        """
+        if self.decision is None:
+            raise ValueError("record a decision (with_decision) before "
+                             "assignments")
+        _check_assignment(plugin, assignment)
+        assignments = dict(self.decision.assignments)
+        assignments[plugin] = assignment
+        return dataclasses.replace(self, decision=dataclasses.replace(
+            self.decision, assignments=FrozenMap(assignments)))
+
+    # -- serialisation ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        decision = None
+        if self.decision is not None:
+            decision = encode(self.decision)
+            decision["assignments"] = {name: encode(a) for name, a in
+                                       self.decision.assignments.items()}
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "plugins": dict(self.plugin_versions),
+            "flavor": encode(self.flavor),
+            "image": {"name": self.image_name,
+                      "properties": thaw_json(self.image_properties)},
+            "ports": encode(self.ports),
+            "hints": thaw_json(self.hints),
+            "generic": encode(self.generic),
+            "requests": {name: encode(req) for name, req in self.requests.items()},
+            "groups": encode(self.groups),
+            "decision": decision,
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
+
+    @classmethod
+    def from_dict(cls, doc: Any, plugins: Any) -> RequestSpec:
+        """Read a payload written by :meth:`to_dict`.
+
+        :param plugins: the loaded plugins (manager or name -> plugin).
+        :raises RequestFormatError: not a RequestSpec payload, a newer format,
+            a plugin not loaded or newer than the loaded one, a bad shape.
+        """
+        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+            raise RequestFormatError("not a %s payload" % FORMAT)
+        version = _version(doc.get("version"), "format version")
+        if _newer(version, _version(FORMAT_VERSION, "format version")):
+            raise RequestFormatError(
+                "RequestSpec payload format %s is newer than this reader "
+                "supports (%s)" % (doc.get("version"), FORMAT_VERSION))
+        loaded = _plugins_of(plugins)
+        payload_plugins = doc.get("plugins")
+        if not isinstance(payload_plugins, Mapping):
+            raise RequestFormatError("payload lacks its 'plugins' versions")
+        for name, plugin_version in payload_plugins.items():
+            if name not in loaded:
+                raise RequestFormatError(
+                    "RequestSpec payload names plugin %r, which is not loaded "
+                    "(loaded: %s)" % (name, ", ".join(sorted(loaded)) or "none"))
+            ours = str(getattr(loaded[name], "version", "1.0"))
+            if _newer(_version(plugin_version, "plugin %s version" % name),
+                      _version(ours, "plugin %s version" % name)):
+                raise RequestFormatError(
+                    "RequestSpec payload has plugin %r data version %s, newer "
+                    "than the loaded plugin (%s)" % (name, plugin_version, ours))
+        try:
+            requests = {}
+            for name, body in (doc.get("requests") or {}).items():
+                if name not in payload_plugins:
+                    raise RequestFormatError(
+                        "request of plugin %r, which the payload does not list"
+                        % name)
+                kind = request_type(name)
+                if kind is None:
+                    raise RequestFormatError("plugin %r has no request type" % name)
+                requests[name] = decode(kind, body, "requests.%s" % name)
+            decision = None
+            if doc.get("decision") is not None:
+                body = dict(doc["decision"])
+                assignments_doc = body.pop("assignments", None) or {}
+                decision = decode(Decision, body, "decision")
+                assignments = {}
+                for name, adoc in assignments_doc.items():
+                    kind = assignment_type(name)
+                    if name not in payload_plugins or kind is None:
+                        raise RequestFormatError(
+                            "assignment of plugin %r, which is not loaded" % name)
+                    assignments[name] = decode(kind, adoc, "assignments.%s" % name)
+                decision = dataclasses.replace(
+                    decision, assignments=FrozenMap(assignments))
+            image = doc.get("image") or {}
+            return cls(
+                flavor=decode(Flavor, doc["flavor"], "flavor"),
+                image_properties=decode(FrozenMap[str, Any],
+                                        image.get("properties") or {}, "image"),
+                image_name=decode(str, image.get("name", ""), "image.name"),
+                ports=decode(tuple[Port, ...], doc.get("ports") or [], "ports"),
+                hints=decode(FrozenMap[str, Any], doc.get("hints") or {}, "hints"),
+                requests=FrozenMap(requests),
+                plugin_versions=FrozenMap((str(k), str(v))
+                                          for k, v in payload_plugins.items()),
+                generic=decode(generic.GenericRequest, doc.get("generic") or {},
+                               "generic"),
+                groups=decode(tuple[RequestGroup, ...], doc.get("groups") or [],
+                              "groups"),
+                decision=decision,
+            )
+        except (CodecError, KeyError) as err:
+            raise RequestFormatError("bad RequestSpec payload: %s" % err) from None
+
+    @classmethod
+    def from_json(cls, text: str, plugins: Any) -> RequestSpec:
+        try:
+            doc = json.loads(text)
+        except ValueError as err:
+            raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
+        return cls.from_dict(doc, plugins)
+
+
+def build_request_spec(
+    plugins: Any,
+    flavor: Any,
+    image: Any = None,
+    ports: Sequence[Any] = (),
+    hints: Optional[Mapping[str, Any]] = None,
+) -> RequestSpec:
+    """:meth:`RequestSpec.build` from JSON-like documents.
+
+    :raises RequestInputError: a document is unusable.
+    :raises RequestValidationError: the request breaks rules.
+    """
+    return RequestSpec.build(
+        plugins, RequestInput.from_dicts(flavor, image, ports, hints))
+
+
+def _check_assignment(plugin: str, assignment: Any) -> None:
+    kind = assignment_type(plugin)
+    if kind is None or type(assignment) is not kind:
+        raise ValueError("assignment of plugin %r must be a %s, not %s"
+                         % (plugin, kind.__name__ if kind else "registered "
+                            "PluginAssignment", type(assignment).__name__))
+
+
+def _check_groups(groups: Iterable[RequestGroup],
+                  group_policy: Optional[str]) -> list[Problem]:
+    """Suffix clashes between plugins; group_policy vs multi-node guests."""
+    problems = []
+    owners: dict[str, RequestGroup] = {}
+    cells = 0
+    for group in groups:
+        if group.kind == KIND_NUMA_CELL:
+            cells += 1
+        if not group.requester_id or group.kind in (KIND_GENERIC, KIND_ROOT):
+            continue
+        other = owners.get(group.requester_id)
+        if other is not None:
+            problems.append(Problem(
+                "request", "resources%s" % group.requester_id, None,
+                "request group suffix %r is used by plugin %s and plugin %s; "
+                "suffixes starting with '_' are reserved for plugins"
+                % (group.requester_id, other.owner, group.owner)))
+        else:
+            owners[group.requester_id] = group
+    if cells > 1 and group_policy == "none":
+        problems.append(Problem(
+            "flavor", "group_policy", group_policy,
+            "a guest with %d NUMA nodes needs a host NUMA node per guest node: "
+            "group_policy must be 'isolate' (or unset)" % cells))
+    return problems

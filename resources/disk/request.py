@@ -1,0 +1,83 @@
+"""The disk plugin's request: ``DISK_GB`` as nova computes it.
+
+``root_gb + ephemeral_gb + ceil(swap MiB / 1024)`` (nova's
+``resources_from_flavor`` with ``convert_mb_to_ceil_gb``), unless the flavor
+overrides it with ``resources:DISK_GB`` (e.g. ``0`` for boot-from-volume).
+With ``[disk] shared_storage_aggregate`` set, ``DISK_GB`` is asked in its own
+``_DISK`` group restricted to that aggregate (``member_of``): the sharing
+provider serves it. Otherwise it is in the unsuffixed group (the root).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import os_resource_classes as orc
+
+from compute_plugins.request import rules
+from compute_plugins.request.groups import (
+    KIND_DISK,
+    PluginAssignment,
+    PluginRequest,
+    RequestGroup,
+)
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.types import FrozenMap
+
+PLUGIN = "disk"
+SHARED_GROUP = "_DISK"
+OVERRIDE_KEY = "resources:DISK_GB"
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskRequest(PluginRequest):
+    plugin = PLUGIN
+
+    disk_gb: int
+    root_gb: int = 0
+    ephemeral_gb: int = 0
+    swap_mb: int = 0
+    override: bool = False
+    shared_aggregate: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskAssignment(PluginAssignment):
+    plugin = PLUGIN
+
+    provider_uuid: str = ""
+    shared: bool = False
+
+
+def convert_mb_to_ceil_gb(mb_value: int) -> int:
+    """nova's ``compute.utils.convert_mb_to_ceil_gb``."""
+    return int(math.ceil(mb_value / 1024.0)) if mb_value else 0
+
+
+def parse(ri: RequestInput, shared_aggregate: Optional[str] = None
+          ) -> Optional[DiskRequest]:
+    flavor = ri.flavor
+    total = flavor.root_gb + flavor.ephemeral_gb + convert_mb_to_ceil_gb(flavor.swap)
+    override = False
+    if OVERRIDE_KEY in ri.extra_specs:
+        ri.claim(OVERRIDE_KEY)
+        value = rules.check_int(ri, OVERRIDE_KEY, ri.extra_specs[OVERRIDE_KEY],
+                                minimum=0)
+        if value is not None:
+            total, override = value, True
+    return DiskRequest(disk_gb=total, root_gb=flavor.root_gb,
+                       ephemeral_gb=flavor.ephemeral_gb, swap_mb=flavor.swap,
+                       override=override, shared_aggregate=shared_aggregate)
+
+
+def request_groups(req: DiskRequest) -> list[RequestGroup]:
+    if not req.disk_gb:
+        return []
+    if req.shared_aggregate:
+        return [RequestGroup(
+            requester_id=SHARED_GROUP, resources=FrozenMap({orc.DISK_GB: req.disk_gb}),
+            member_of=((req.shared_aggregate,),), owner=PLUGIN, kind=KIND_DISK)]
+    return [RequestGroup(requester_id="", resources=FrozenMap({orc.DISK_GB: req.disk_gb}),
+                         owner=PLUGIN, kind=KIND_DISK)]

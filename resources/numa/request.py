@@ -1,0 +1,657 @@
+"""The NUMA plugin's request: CPU policies, guest NUMA topology, page size.
+
+Parsing follows ``nova.virt.hardware.numa_get_constraints`` and nova's
+messages, but reports every problem instead of stopping at the first:
+
+- ``hw:cpu_policy`` (shared|dedicated|mixed), ``hw:cpu_thread_policy``
+  (prefer|isolate|require) and their image twins ``hw_cpu_policy``,
+  ``hw_cpu_thread_policy`` (nova's override rules);
+- ``hw:cpu_dedicated_mask``, ``hw:cpu_realtime``/``hw:cpu_realtime_mask``
+  (``hw_cpu_realtime_mask``), ``hw:emulator_threads_policy`` (share|isolate);
+- ``resources:VCPU`` / ``resources:PCPU`` / ``resources:MEMORY_MB`` and
+  ``trait:HW_CPU_HYPERTHREADING`` with nova's conflict rules (suffixed
+  CPU/memory groups are refused: use ``hw:numa_*``);
+- ``hw:numa_nodes``, ``hw:numa_cpus.N``, ``hw:numa_mem.N`` (image:
+  ``hw_numa_nodes``, ``hw_numa_cpus.N``, ``hw_numa_mem.N``; setting them in
+  both is nova's ``ImageNUMATopologyForbidden``);
+- ``hw:mem_page_size`` (small|large|any|<size>[KMGT][i][B]) and
+  ``hw_mem_page_size`` (allowed only against ``large``/``any``).
+
+A guest gets a NUMA topology (nova's four triggers, less vPMEM) when it asks
+for NUMA nodes, a page size, or a dedicated/mixed CPU policy; otherwise its
+CPUs and memory *float* (see :func:`request_groups`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+import os_resource_classes as orc
+import os_traits
+from oslo_utils import strutils
+
+from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
+from compute_plugins.request import rules
+from compute_plugins.request.groups import (
+    KIND_FLOATING,
+    KIND_NUMA_CELL,
+    KIND_ROOT,
+    PluginAssignment,
+    PluginRequest,
+    RequestGroup,
+)
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.types import FrozenMap
+
+PLUGIN = "numa"
+
+CPU_POLICIES = ("dedicated", "shared", "mixed")
+THREAD_POLICIES = ("prefer", "isolate", "require")
+EMULATOR_POLICIES = ("share", "isolate")
+CPU_MASK_PATTERN = r"\^?\d+((-\d+)?(,\^?\d+(-\d+)?)?)*"
+REALTIME_MASK_PATTERN = r"(\^)?\d+((-\d+)?(,\^?\d+(-\d+)?)?)*"
+PAGE_SIZE_PATTERN = r"(large|small|any|\d+([kKMGT]i?)?(b|bit|B)?)"
+PAGE_ALIASES = ("small", "large", "any")
+#: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
+LARGE_PAGE_SIZES_KB = (2048, 1048576)
+#: The small (base) page size; a request of exactly this size is ``small``.
+SMALL_PAGE_KB = 4
+#: nova's ``ImageMetaProps.NUMA_NODES_MAX``.
+NUMA_NODES_MAX = 128
+#: How many NUMA cells a floating guest may be spread over by the query.
+FLOATING_SPLIT = 2
+
+_CELL_KEY = re.compile(r"^hw:numa_(cpus|mem)\.(\d+)$")
+_IMAGE_CELL_KEY = re.compile(r"^hw_numa_(cpus|mem)\.(\d+)$")
+_CPU_RC_KEY = re.compile(r"^resources([a-zA-Z0-9_-]{1,64})?:(VCPU|PCPU|MEMORY_MB)$")
+_HT_KEY = re.compile(r"^trait([a-zA-Z0-9_-]{1,64})?:%s$" % os_traits.HW_CPU_HYPERTHREADING)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestCell:
+    """One guest NUMA node: its shared and dedicated guest CPUs, its memory."""
+
+    id: int
+    cpus: frozenset[int]
+    pcpus: frozenset[int]
+    memory_mb: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NUMARequest(PluginRequest):
+    """What the guest asks of host CPUs and memory.
+
+    :param mem_page_size: ``small``, ``large``, ``any`` or None (unset, or
+        an explicit size: see ``page_size_kb``).
+    :param page_size_kb: an explicit page size in KiB.
+    :param cells: the guest NUMA topology; empty for a floating guest.
+    :param extra_pcpus: PCPUs for emulator threads
+        (``hw:emulator_threads_policy=isolate``).
+    """
+
+    plugin = PLUGIN
+
+    vcpus: int
+    memory_mb: int
+    cpu_policy: Optional[str] = None
+    cpu_thread_policy: Optional[str] = None
+    emulator_threads_policy: Optional[str] = None
+    realtime_cpus: frozenset[int] = frozenset()
+    mem_page_size: Optional[str] = None
+    page_size_kb: Optional[int] = None
+    cells: tuple[GuestCell, ...] = ()
+    extra_pcpus: int = 0
+
+    @property
+    def has_topology(self) -> bool:
+        return bool(self.cells)
+
+
+@dataclasses.dataclass(frozen=True)
+class CellAssignment:
+    """Where one guest NUMA node runs on the host.
+
+    :param pinning: guest CPU -> host CPU (dedicated guest CPUs).
+    :param shared_cpus: host CPUs the shared guest CPUs float on.
+    """
+
+    guest_cell: int
+    host_cell: int
+    provider_uuid: str = ""
+    pinning: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
+    shared_cpus: frozenset[int] = frozenset()
+    page_size_kb: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NUMAAssignment(PluginAssignment):
+    """The NUMA plugin's part of the decision."""
+
+    plugin = PLUGIN
+
+    cells: tuple[CellAssignment, ...] = ()
+    emulator_threads: frozenset[int] = frozenset()
+
+
+# --------------------------------------------------------------------------
+# parsing
+
+
+def _policy(ri: RequestInput, key: str, allowed: tuple[str, ...], what: str
+            ) -> tuple[Optional[str], Optional[str]]:
+    """Flavor and image values of ``hw:<key>``, each validated."""
+    flavor_value, image_value = ri.flavor_image(key)
+    flavor_value = rules.check_enum(ri, "hw:" + key, flavor_value, allowed)
+    if image_value is not None and image_value not in allowed:
+        ri.report("hw_" + key, image_value,
+                  "%s requested from 'image properties' is invalid, given: "
+                  "'%s', available: '%s'." % (what, image_value, allowed),
+                  source="image")
+        image_value = None
+    return flavor_value, image_value
+
+
+def _cpu_policy(ri: RequestInput) -> Optional[str]:
+    """nova's ``get_cpu_policy_constraint``."""
+    flavor_policy, image_policy = _policy(ri, "cpu_policy", CPU_POLICIES, "CPU policy")
+    forbidden = ("Image property 'hw_cpu_policy' is not permitted to override "
+                 "CPU pinning policy set against the flavor")
+    if flavor_policy == "dedicated":
+        return flavor_policy
+    if flavor_policy == "mixed":
+        if image_policy == "dedicated":
+            ri.report("hw_cpu_policy", image_policy, forbidden, source="image")
+        return flavor_policy
+    if flavor_policy == "shared":
+        if image_policy in ("mixed", "dedicated"):
+            ri.report("hw_cpu_policy", image_policy, forbidden, source="image")
+        return flavor_policy
+    return image_policy
+
+
+def _thread_policy(ri: RequestInput) -> Optional[str]:
+    """nova's ``get_cpu_thread_policy_constraint``."""
+    flavor_policy, image_policy = _policy(
+        ri, "cpu_thread_policy", THREAD_POLICIES, "CPU thread policy")
+    if flavor_policy in (None, "prefer"):
+        return flavor_policy or image_policy
+    if image_policy and image_policy != flavor_policy:
+        ri.report("hw_cpu_thread_policy", image_policy,
+                  "Image property 'hw_cpu_thread_policy' is not permitted to "
+                  "override CPU thread pinning policy set against the flavor",
+                  source="image")
+    return flavor_policy
+
+
+def _mask(ri: RequestInput, key: str, mask: str, vcpus: int) -> Optional[frozenset[int]]:
+    try:
+        if mask.strip().startswith("^"):
+            return parse_cpu_spec("0-%d,%s" % (vcpus - 1, mask))
+        return parse_cpu_spec(mask)
+    except InvalidCPUSpec as err:
+        ri.report(key, mask, str(err))
+        return None
+
+
+def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
+                   ) -> Optional[frozenset[int]]:
+    """nova's ``get_realtime_cpu_constraint``."""
+    enabled = rules.check_bool(ri, "hw:cpu_realtime",
+                               ri.extra_specs.get("hw:cpu_realtime"))
+    ri.claim("hw:cpu_realtime")
+    flavor_mask, image_mask = ri.flavor_image("cpu_realtime_mask")
+    flavor_mask = rules.check_pattern(ri, "hw:cpu_realtime_mask", flavor_mask,
+                                      REALTIME_MASK_PATTERN)
+    image_mask = rules.check_pattern(ri, "hw_cpu_realtime_mask", image_mask,
+                                     REALTIME_MASK_PATTERN, source="image")
+    if not enabled:
+        return None
+    mask = image_mask or flavor_mask
+    key = "hw_cpu_realtime_mask" if image_mask else "hw:cpu_realtime_mask"
+    all_cpus = frozenset(range(vcpus))
+    rt = _mask(ri, key, mask, vcpus) if mask else all_cpus
+    if rt is None:
+        return None
+    invalid = ("Use of realtime CPUs requires either one or more non-realtime "
+               "CPU(s) or offloaded emulator threads.")
+    if not rt or (rt == all_cpus and not emulator):
+        ri.report(key if mask else "hw:cpu_realtime", mask or "true", invalid)
+        return None
+    if not rt <= all_cpus:
+        ri.report(key, mask, "Realtime policy vCPU(s) mask is configured with "
+                  "RT vCPUs that are not a subset of the vCPUs in the flavor. "
+                  "See hw:cpu_realtime_mask or hw_cpu_realtime_mask")
+        return None
+    return rt
+
+
+def _dedicated_cpus(ri: RequestInput, vcpus: int) -> Optional[frozenset[int]]:
+    """nova's ``get_dedicated_cpu_constraint``."""
+    key = "hw:cpu_dedicated_mask"
+    ri.claim(key)
+    mask = rules.check_pattern(ri, key, ri.extra_specs.get(key), CPU_MASK_PATTERN)
+    if not mask:
+        return None
+    pcpus = _mask(ri, key, mask, vcpus)
+    if pcpus is None:
+        return None
+    cpus = frozenset(range(vcpus))
+    if not pcpus or not (cpus - pcpus):
+        ri.report(key, mask, "Mixed instance must have at least 1 pinned vCPU "
+                  "and 1 unpinned vCPU. See 'hw:cpu_dedicated_mask'.")
+        return None
+    if not pcpus <= cpus:
+        ri.report(key, mask, "Mixed instance dedicated vCPU(s) mask is not a "
+                  "subset of vCPUs in the flavor. See \"hw:cpu_dedicated_mask\"")
+        return None
+    return pcpus
+
+
+def _page_size(ri: RequestInput) -> tuple[Optional[str], Optional[int], bool]:
+    """nova's ``_get_numa_pagesize_constraint``: ``(alias, size_kb, asked)``."""
+    flavor_request, image_request = ri.flavor_image("mem_page_size")
+    flavor_request = rules.check_pattern(ri, "hw:mem_page_size", flavor_request,
+                                         PAGE_SIZE_PATTERN)
+    if image_request is not None:
+        image_request = str(image_request)
+    asked = bool(flavor_request)
+    if not flavor_request and image_request:
+        ri.report("hw_mem_page_size", image_request, "Page size %s forbidden "
+                  "against '<empty>'" % (image_request,), source="image")
+        return None, None, False
+    if not flavor_request:
+        return None, None, False
+    alias, size = _page_value(ri, "hw:mem_page_size", flavor_request, "flavor")
+    if image_request and alias in ("any", "large"):
+        image_alias, image_size = _page_value(ri, "hw_mem_page_size", image_request,
+                                              "image")
+        return image_alias, image_size, True
+    if image_request:
+        ri.report("hw_mem_page_size", image_request, "Page size %s forbidden "
+                  "against '%s'" % (image_request, flavor_request), source="image")
+    return alias, size, asked
+
+
+def _page_value(ri: RequestInput, key: str, request: str, source: str
+                ) -> tuple[Optional[str], Optional[int]]:
+    """nova's ``check_and_return_pages_size``: ``(alias, size in KiB)``."""
+    if request in PAGE_ALIASES:
+        return request, None
+    if request.isdigit():
+        size_kb = int(request)
+    else:
+        try:
+            size_kb = int(strutils.string_to_bytes(request, return_int=True) / 1024)
+        except ValueError:
+            size_kb = 0
+    if size_kb <= 0:
+        ri.report(key, request, "Invalid memory page size '%s'" % (request,), source)
+        return None, None
+    if size_kb == SMALL_PAGE_KB:
+        return "small", None
+    return None, size_kb
+
+
+def _numa_nodes(ri: RequestInput) -> Optional[int]:
+    """nova's ``_get_numa_node_count_constraint``."""
+    flavor_nodes, image_nodes = ri.flavor_image("numa_nodes")
+    nodes = rules.check_int(ri, "hw:numa_nodes", flavor_nodes, minimum=1)
+    if image_nodes is not None:
+        if nodes is not None:
+            ri.report("hw_numa_nodes", image_nodes, "Image property "
+                      "'hw_numa_nodes' is not permitted to override NUMA "
+                      "configuration set against the flavor", source="image")
+            return nodes
+        value = rules.check_int(ri, "hw_numa_nodes", image_nodes, source="image")
+        if value is not None and value < 1:
+            ri.report("hw_numa_nodes", image_nodes, "The property 'numa_nodes' "
+                      "cannot be '%s'. It must be a number greater than 0"
+                      % (image_nodes,), source="image")
+            return None
+        return value
+    return nodes
+
+
+def _cell_maps(ri: RequestInput, vcpus: int
+               ) -> tuple[Optional[list[frozenset[int]]], Optional[list[int]], bool]:
+    """``hw:numa_cpus.N`` / ``hw:numa_mem.N`` (or the image's), validated."""
+    ok = True
+    found: dict[str, dict[str, dict[int, str]]] = {"flavor": {"cpus": {}, "mem": {}},
+                                                   "image": {"cpus": {}, "mem": {}}}
+    for key, value in ri.extra_specs.items():
+        match = _CELL_KEY.match(key)
+        if match:
+            ri.claim(key)
+            found["flavor"][match.group(1)][int(match.group(2))] = value
+    for key, value in ri.image_properties.items():
+        match = _IMAGE_CELL_KEY.match(key)
+        if match:
+            ri.claim(key, source="image")
+            found["image"][match.group(1)][int(match.group(2))] = value
+    flavor_any = bool(found["flavor"]["cpus"] or found["flavor"]["mem"])
+    image_any = bool(found["image"]["cpus"] or found["image"]["mem"])
+    if flavor_any and image_any:
+        for what in ("cpus", "mem"):
+            if found["image"][what]:
+                ri.report("hw_numa_%s" % what, None, "Image property "
+                          "'hw_numa_%s' is not permitted to override NUMA "
+                          "configuration set against the flavor" % what,
+                          source="image")
+        ok = False
+    source = "image" if image_any and not flavor_any else "flavor"
+    sep = "_" if source == "image" else ":"
+    cpus_list: Optional[list[frozenset[int]]] = None
+    mem_list: Optional[list[int]] = None
+    if found[source]["cpus"]:
+        cpus_list = []
+        for index in sorted(found[source]["cpus"]):
+            key = "hw%snuma_cpus.%d" % (sep, index)
+            text = str(found[source]["cpus"][index])
+            if not re.fullmatch(CPU_MASK_PATTERN, text):
+                ri.report(key, text, "Validation failed; '%s' is not of the "
+                          "format '%s'." % (text, CPU_MASK_PATTERN), source)
+                ok = False
+                continue
+            try:
+                cpus_list.append(parse_cpu_spec(text))
+            except InvalidCPUSpec as err:
+                ri.report(key, text, str(err), source)
+                ok = False
+    if found[source]["mem"]:
+        mem_list = []
+        for index in sorted(found[source]["mem"]):
+            key = "hw%snuma_mem.%d" % (sep, index)
+            value = rules.check_int(ri, key, found[source]["mem"][index], minimum=1,
+                                    source=source)
+            if value is None:
+                ok = False
+            else:
+                mem_list.append(value)
+    for what in ("cpus", "mem"):
+        indexes = sorted(found[source][what])
+        if indexes and indexes != list(range(len(indexes))):
+            ri.report("hw%snuma_%s.N" % (sep, what), None, "CPU and memory "
+                      "allocation must be provided for all NUMA nodes "
+                      "(node ids must be 0..N-1, got %s)"
+                      % ", ".join(map(str, indexes)), source)
+            ok = False
+    return cpus_list, mem_list, ok
+
+
+def parse(ri: RequestInput) -> NUMARequest:
+    """The NUMA request of ``ri``; every problem is reported on ``ri``."""
+    flavor = ri.flavor
+    vcpus, memory_mb = flavor.vcpus, flavor.memory_mb
+    cpu_policy = _cpu_policy(ri)
+    thread_policy = _thread_policy(ri)
+    ri.claim("hw:emulator_threads_policy")
+    emulator = rules.check_enum(ri, "hw:emulator_threads_policy",
+                                ri.extra_specs.get("hw:emulator_threads_policy"),
+                                EMULATOR_POLICIES)
+    realtime_cpus = _realtime_cpus(ri, vcpus, emulator)
+    dedicated_cpus = _dedicated_cpus(ri, vcpus)
+
+    requested = {"VCPU": 0, "PCPU": 0, "MEMORY_MB": None}
+    for key, value in sorted(ri.extra_specs.items()):
+        match = _CPU_RC_KEY.match(key)
+        if not match:
+            continue
+        ri.claim(key)
+        if match.group(1):
+            ri.report(key, value, "guest CPUs and memory are split over host "
+                      "NUMA nodes by the numa plugin: use hw:numa_nodes, "
+                      "hw:numa_cpus.N and hw:numa_mem.N instead of a numbered "
+                      "%s group" % match.group(2))
+            continue
+        amount = rules.check_int(ri, key, value, minimum=0)
+        if amount is not None:
+            requested[match.group(2)] = amount
+    req_vcpus, req_pcpus = requested["VCPU"] or 0, requested["PCPU"] or 0
+    if requested["MEMORY_MB"] not in (None, memory_mb):
+        ri.report("resources:MEMORY_MB", requested["MEMORY_MB"], "must equal the "
+                  "flavor's memory_mb (%d): guest memory is taken from NUMA "
+                  "nodes by the numa plugin" % memory_mb)
+    if cpu_policy and (req_vcpus or req_pcpus):
+        ri.report("resources:%s" % ("PCPU" if req_pcpus else "VCPU"),
+                  req_pcpus or req_vcpus,
+                  "It is not possible to use the 'resources:VCPU' or "
+                  "'resources:PCPU' extra specs in combination with the "
+                  "'hw:cpu_policy' extra spec or 'hw_cpu_policy' image metadata "
+                  "property; use one or the other")
+    elif req_vcpus and req_pcpus:
+        ri.report("resources:PCPU", req_pcpus, "It is not possible to specify "
+                  "both 'resources:VCPU' and 'resources:PCPU' extra specs; use "
+                  "one or the other")
+    elif req_pcpus:
+        wanted = vcpus + 1 if emulator == "isolate" else vcpus
+        if emulator == "isolate" and req_pcpus != wanted:
+            ri.report("resources:PCPU", req_pcpus, "You have requested "
+                      "'hw:emulator_threads_policy=isolate' but have not "
+                      "requested sufficient PCPUs to handle this policy; you "
+                      "must allocate exactly flavor.vcpus + 1 PCPUs.")
+        elif emulator != "isolate" and req_pcpus != wanted:
+            ri.report("resources:PCPU", req_pcpus, "There is a mismatch between "
+                      "the number of PCPUs requested via 'resourcesNN:PCPU' and "
+                      "the flavor); you must allocate exactly flavor.vcpus PCPUs")
+        cpu_policy = "dedicated"
+    elif req_vcpus:
+        if req_vcpus != vcpus:
+            ri.report("resources:VCPU", req_vcpus, "must equal the flavor's "
+                      "vcpus (%d): guest CPUs are taken from NUMA nodes by the "
+                      "numa plugin" % vcpus)
+        cpu_policy = "shared"
+
+    ht_value = None
+    for key, value in sorted(ri.extra_specs.items()):
+        if _HT_KEY.match(key):
+            ri.claim(key)
+            ht_value = rules.check_enum(ri, key, value, ("required", "forbidden"))
+    image_traits = ri.image_properties.get("traits_required")
+    if (ht_value is None and isinstance(image_traits, tuple)
+            and os_traits.HW_CPU_HYPERTHREADING in image_traits):
+        ht_value = "required"
+    if thread_policy and ht_value:
+        ri.report("trait:HW_CPU_HYPERTHREADING", ht_value, "It is not possible "
+                  "to use the 'trait:HW_CPU_HYPERTHREADING' extra spec in "
+                  "combination with the 'hw:cpu_thread_policy' extra spec or "
+                  "'hw_cpu_thread_policy' image metadata property; use one or "
+                  "the other")
+    elif ht_value == "forbidden":
+        thread_policy = "isolate"
+    elif ht_value == "required":
+        thread_policy = "require"
+
+    if cpu_policy in ("shared", None):
+        if thread_policy:
+            ri.report("hw:cpu_thread_policy", thread_policy, "Cannot set cpu "
+                      "thread pinning policy in a non dedicated cpu pinning policy")
+        if emulator == "isolate":
+            ri.report("hw:emulator_threads_policy", emulator, "An isolated CPU "
+                      "emulator threads option requires a dedicated CPU policy "
+                      "option.")
+        if dedicated_cpus:
+            ri.report("hw:cpu_dedicated_mask", ri.extra_specs.get(
+                "hw:cpu_dedicated_mask"), "Cannot specify 'hw:cpu_dedicated_mask' "
+                "without the 'mixed' policy.")
+        if realtime_cpus:
+            ri.report("hw:cpu_realtime", ri.extra_specs.get("hw:cpu_realtime"),
+                      "Cannot set realtime policy in a non dedicated cpu pinning "
+                      "policy")
+    elif cpu_policy == "dedicated":
+        if dedicated_cpus:
+            ri.report("hw:cpu_dedicated_mask", ri.extra_specs.get(
+                "hw:cpu_dedicated_mask"), "Cannot specify 'hw:cpu_dedicated_mask' "
+                "without the 'mixed' policy.")
+    else:  # mixed
+        if bool(realtime_cpus) == bool(dedicated_cpus):
+            ri.report("hw:cpu_dedicated_mask", ri.extra_specs.get(
+                "hw:cpu_dedicated_mask"), "Dedicated CPU set can be specified "
+                "from either 'hw:cpu_dedicated_mask' or 'hw:cpu_realtime_mask' "
+                "when using 'mixed' CPU policy. 'hw:cpu_dedicated_mask' and "
+                "'hw:cpu_realtime_mask' can not be specified at the same time, "
+                "or be specified with none of them.")
+        dedicated_cpus = dedicated_cpus or realtime_cpus
+
+    nodes = _numa_nodes(ri)
+    page_alias, page_kb, page_asked = _page_size(ri)
+    cpu_list, mem_list, maps_ok = _cell_maps(ri, vcpus)
+
+    pcpus = frozenset(range(vcpus)) if cpu_policy == "dedicated" else (
+        dedicated_cpus or frozenset())
+    shared = frozenset(range(vcpus)) - pcpus
+    extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
+    cells: list[GuestCell] = []
+    wants_topology = (nodes or page_asked or cpu_list is not None
+                      or mem_list is not None
+                      or cpu_policy in ("dedicated", "mixed"))
+    if wants_topology and not ri.has_problems():
+        count = nodes or 1
+        if nodes is None and (cpu_list is not None or mem_list is not None):
+            count = max(len(cpu_list or ()), len(mem_list or ()))
+        if cpu_list is None and mem_list is None:
+            if vcpus % count or memory_mb % count:
+                ri.report("hw:numa_nodes", count, "Instance CPUs and/or memory "
+                          "cannot be evenly distributed across instance NUMA "
+                          "nodes. Explicit assignment of CPUs and memory to "
+                          "nodes is required")
+            else:
+                for node in range(count):
+                    ncpus, mem = vcpus // count, memory_mb // count
+                    node_cpus = frozenset(range(node * ncpus, (node + 1) * ncpus))
+                    cells.append(GuestCell(node, node_cpus & shared,
+                                           node_cpus & pcpus, mem))
+        elif cpu_list is None or mem_list is None or not maps_ok or (
+                len(cpu_list) != count or len(mem_list) != count):
+            if maps_ok:
+                ri.report("hw:numa_nodes", nodes, "CPU and memory allocation "
+                          "must be provided for all NUMA nodes")
+        else:
+            cells = _manual_cells(ri, vcpus, memory_mb, shared, pcpus,
+                                  cpu_list, mem_list)
+    if cells and page_kb:
+        for cell in cells:
+            if (cell.memory_mb * 1024) % page_kb:
+                ri.report("hw:mem_page_size", page_kb, "guest NUMA node %d "
+                          "memory (%d MiB) is not a multiple of the page size "
+                          "(%d KiB)" % (cell.id, cell.memory_mb, page_kb))
+    return NUMARequest(
+        vcpus=vcpus, memory_mb=memory_mb, cpu_policy=cpu_policy,
+        cpu_thread_policy=thread_policy, emulator_threads_policy=emulator,
+        realtime_cpus=realtime_cpus or frozenset(), mem_page_size=page_alias,
+        page_size_kb=page_kb, cells=tuple(cells), extra_pcpus=extra)
+
+
+def _manual_cells(ri: RequestInput, vcpus: int, memory_mb: int,
+                  shared: frozenset[int], pcpus: frozenset[int],
+                  cpu_list: list[frozenset[int]], mem_list: list[int]
+                  ) -> list[GuestCell]:
+    """nova's ``_get_numa_topology_manual``, every problem reported."""
+    cells = []
+    available = set(range(vcpus))
+    ok = True
+    for node, (cpus, mem) in enumerate(zip(cpu_list, mem_list, strict=True)):
+        for cpu in sorted(cpus):
+            if cpu > vcpus - 1:
+                ri.report("hw:numa_cpus.%d" % node, None, "CPU number %d is "
+                          "larger than max %d" % (cpu, vcpus - 1))
+                ok = False
+            elif cpu not in available:
+                ri.report("hw:numa_cpus.%d" % node, None, "CPU number %d is "
+                          "assigned to two nodes" % cpu)
+                ok = False
+            else:
+                available.remove(cpu)
+        cells.append(GuestCell(node, cpus & shared, cpus & pcpus, mem))
+    if available:
+        ri.report("hw:numa_cpus.N", None, "CPU number %s is not assigned to "
+                  "any node" % ",".join(map(str, sorted(available))))
+        ok = False
+    total = sum(mem_list)
+    if total != memory_mb:
+        ri.report("hw:numa_mem.N", total, "%d MB of memory assigned, but "
+                  "expected %d MB" % (total, memory_mb))
+        ok = False
+    return cells if ok else []
+
+
+# --------------------------------------------------------------------------
+# request groups
+
+
+def page_resource_class(size_kb: int) -> str:
+    from resources.numa.view import page_resource_class as view_page_class
+    return view_page_class(size_kb)
+
+
+def _memory_choices(req: NUMARequest, memory_mb: int) -> list[dict[str, int]]:
+    """The ways one cell's memory may be taken, in order of preference."""
+    def pages(size_kb: int) -> Optional[dict[str, int]]:
+        if (memory_mb * 1024) % size_kb:
+            return None
+        return {page_resource_class(size_kb): memory_mb * 1024 // size_kb}
+
+    if req.page_size_kb:
+        choice = pages(req.page_size_kb)
+        return [choice] if choice else []
+    small = {orc.MEMORY_MB: memory_mb}
+    large = [c for c in (pages(s) for s in LARGE_PAGE_SIZES_KB) if c]
+    if req.mem_page_size == "large":
+        return large
+    if req.mem_page_size == "any":
+        return [small] + large
+    return [small]
+
+
+def cell_group_id(cell: int) -> str:
+    return "_NUMA%d" % cell
+
+
+def request_groups(req: NUMARequest) -> list[RequestGroup]:
+    """One ``_NUMA<N>`` group per guest NUMA node, or one floating group.
+
+    - A cell group asks its PCPUs and VCPUs and its memory from one host NUMA
+      provider (trait ``HW_NUMA_ROOT``). Memory is ``MEMORY_MB`` for small
+      pages, ``CUSTOM_MEMORY_PAGE_<size>KB`` pages for a page size; for
+      ``large``/``any`` the group lists each page size as a *choice* and the
+      query builder tries them one by one. The emulator-threads PCPU goes
+      with cell 0.
+    - A floating guest (no NUMA topology) gets one ``floating`` group with
+      ``split=FLOATING_SPLIT``: see :mod:`compute_plugins.scheduler.query`.
+    - ``hw:cpu_thread_policy`` isolate/require becomes a root trait
+      ``!HW_CPU_HYPERTHREADING`` / ``HW_CPU_HYPERTHREADING``, as nova does.
+    """
+    groups: list[RequestGroup] = []
+    if req.cells:
+        for cell in req.cells:
+            resources = {}
+            pcpus = len(cell.pcpus) + (req.extra_pcpus if cell.id == 0 else 0)
+            if pcpus:
+                resources[orc.PCPU] = pcpus
+            if cell.cpus:
+                resources[orc.VCPU] = len(cell.cpus)
+            choices = _memory_choices(req, cell.memory_mb)
+            if len(choices) == 1:
+                resources.update(choices[0])
+                choices = []
+            groups.append(RequestGroup(
+                requester_id=cell_group_id(cell.id),
+                resources=FrozenMap(resources),
+                required_traits=frozenset({os_traits.HW_NUMA_ROOT}),
+                choices=tuple(FrozenMap(c) for c in choices),
+                owner=PLUGIN, kind=KIND_NUMA_CELL, numa_node=cell.id))
+    else:
+        groups.append(RequestGroup(
+            requester_id="",
+            resources=FrozenMap({orc.VCPU: req.vcpus, orc.MEMORY_MB: req.memory_mb}),
+            owner=PLUGIN, kind=KIND_FLOATING, split=FLOATING_SPLIT))
+    trait = {"isolate": "forbidden", "require": "required"}.get(
+        req.cpu_thread_policy or "")
+    if trait:
+        ht = frozenset({os_traits.HW_CPU_HYPERTHREADING})
+        groups.append(RequestGroup(
+            requester_id="", owner=PLUGIN, kind=KIND_ROOT,
+            required_traits=ht if trait == "required" else frozenset(),
+            forbidden_traits=ht if trait == "forbidden" else frozenset()))
+    return groups

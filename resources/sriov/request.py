@@ -1,0 +1,189 @@
+"""The SR-IOV plugin's request: direct ports and PCI aliases.
+
+- A port with ``vnic_type`` ``direct`` (or ``macvtap``) needs one VF of a PF
+  on its physical network: group ``_PORT<N>`` (N = the port's position) with
+  ``SRIOV_NET_VF:1``, its minimum bandwidth (``NET_BW_EGR_KILOBIT_PER_SEC`` /
+  ``NET_BW_IGR_KILOBIT_PER_SEC``), traits ``CUSTOM_PHYSNET_<PHYSNET>`` and
+  ``CUSTOM_VNIC_TYPE_DIRECT``. Other SR-IOV vnic types are refused.
+- ``pci_passthrough:alias=<name>:<count>[,...]`` against ``[pci] alias``
+  (:mod:`compute_plugins.conf.pci`): group ``_PCI<N>`` with
+  ``<alias resource class>:<count>`` and the alias's traits.
+- ``hw:pci_numa_affinity_policy`` (image ``hw_pci_numa_affinity_policy``):
+  the NUMA affinity of every device group; unset, ports get nova's default
+  ``legacy`` and alias devices their alias's ``numa_policy``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import os_resource_classes as orc
+
+from compute_plugins.conf import pci as pci_conf
+from compute_plugins.request import rules
+from compute_plugins.request.groups import (
+    KIND_DEVICE,
+    KIND_ROOT,
+    PluginAssignment,
+    PluginRequest,
+    RequestGroup,
+)
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.types import FrozenMap
+
+PLUGIN = "sriov"
+ALIAS_KEY = "pci_passthrough:alias"
+ALIAS_PATTERN = r"[^:]+:\d+(?:\s*,\s*[^:]+:\d+)*"
+VF_VNIC_TYPES = ("direct", "macvtap")
+#: vnic types that need a device this plugin does not provide.
+UNSUPPORTED_VNIC_TYPES = ("direct-physical", "vdpa", "remote-managed",
+                          "accelerator-direct", "accelerator-direct-physical")
+SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
+
+
+def physnet_trait(physnet: str) -> str:
+    from resources.sriov.provider import physnet_trait as provider_trait
+    return provider_trait(physnet)
+
+
+def vnic_direct_trait() -> str:
+    from resources.sriov.provider import VNIC_TYPE_DIRECT
+    return VNIC_TYPE_DIRECT
+
+
+@dataclasses.dataclass(frozen=True)
+class PortRequest:
+    port_id: str
+    index: int
+    physnet: str
+    vnic_type: str = "direct"
+    min_kbps_egress: int = 0
+    min_kbps_ingress: int = 0
+
+    @property
+    def requester_id(self) -> str:
+        return "_PORT%d" % self.index
+
+
+@dataclasses.dataclass(frozen=True)
+class AliasRequest:
+    name: str
+    index: int
+    count: int
+    resource_class: str
+    traits: frozenset[str] = frozenset()
+    numa_policy: str = "legacy"
+
+    @property
+    def requester_id(self) -> str:
+        return "_PCI%d" % self.index
+
+
+@dataclasses.dataclass(frozen=True)
+class SRIOVRequest(PluginRequest):
+    plugin = PLUGIN
+
+    ports: tuple[PortRequest, ...] = ()
+    aliases: tuple[AliasRequest, ...] = ()
+    affinity_policy: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VFAssignment:
+    """The PF (and VF) serving one port or alias group."""
+
+    requester_id: str
+    provider_uuid: str
+    pf_address: str
+    vf_address: str = ""
+    port_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SRIOVAssignment(PluginAssignment):
+    plugin = PLUGIN
+
+    vfs: tuple[VFAssignment, ...] = ()
+
+
+def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
+          ) -> Optional[SRIOVRequest]:
+    policy = rules.pci_numa_affinity_policy(ri)
+    ports = []
+    for index, port in enumerate(ri.ports):
+        source = "port[%d]" % index
+        if port.vnic_type in UNSUPPORTED_VNIC_TYPES:
+            ri.report("vnic_type", port.vnic_type, "vnic_type %s is not "
+                      "supported: the sriov plugin provides VFs (vnic_type "
+                      "%s)" % (port.vnic_type, " or ".join(VF_VNIC_TYPES)), source)
+            continue
+        if port.vnic_type not in VF_VNIC_TYPES:
+            continue
+        if not port.physnet:
+            ri.report("physnet", None, "an SR-IOV port (vnic_type %s) needs the "
+                      "physical network of its network" % port.vnic_type, source)
+            continue
+        ports.append(PortRequest(
+            port_id=port.id, index=index, physnet=port.physnet,
+            vnic_type=port.vnic_type, min_kbps_egress=port.min_kbps_egress,
+            min_kbps_ingress=port.min_kbps_ingress))
+    alias_requests = []
+    if ALIAS_KEY in ri.extra_specs:
+        ri.claim(ALIAS_KEY)
+        value = rules.check_pattern(ri, ALIAS_KEY, ri.extra_specs[ALIAS_KEY],
+                                    ALIAS_PATTERN)
+        if value:
+            seen: set[str] = set()
+            for part in value.split(","):
+                name, _, count_text = part.rpartition(":")
+                name, count = name.strip(), int(count_text)
+                if name not in aliases:
+                    ri.report(ALIAS_KEY, value, "PCI alias %s is not defined" % name)
+                    continue
+                if name in seen:
+                    ri.report(ALIAS_KEY, value, "PCI alias %s is requested twice"
+                              % name)
+                    continue
+                seen.add(name)
+                if count == 0:
+                    continue
+                alias = aliases[name]
+                alias_requests.append(AliasRequest(
+                    name=name, index=len(alias_requests), count=count,
+                    resource_class=alias.resource_class, traits=alias.traits,
+                    numa_policy=alias.numa_policy))
+    if not ports and not alias_requests:
+        return None
+    return SRIOVRequest(ports=tuple(ports), aliases=tuple(alias_requests),
+                        affinity_policy=policy)
+
+
+def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
+    groups = []
+    socket = req.affinity_policy == "socket"
+    for port in req.ports:
+        resources = {orc.SRIOV_NET_VF: 1}
+        if port.min_kbps_egress:
+            resources[orc.NET_BW_EGR_KILOBIT_PER_SEC] = port.min_kbps_egress
+        if port.min_kbps_ingress:
+            resources[orc.NET_BW_IGR_KILOBIT_PER_SEC] = port.min_kbps_ingress
+        groups.append(RequestGroup(
+            requester_id=port.requester_id, resources=FrozenMap(resources),
+            required_traits=frozenset({physnet_trait(port.physnet),
+                                       vnic_direct_trait()}),
+            owner=PLUGIN, kind=KIND_DEVICE,
+            affinity=req.affinity_policy or "legacy"))
+    for alias in req.aliases:
+        affinity = req.affinity_policy or alias.numa_policy
+        socket = socket or affinity == "socket"
+        groups.append(RequestGroup(
+            requester_id=alias.requester_id,
+            resources=FrozenMap({alias.resource_class: alias.count}),
+            required_traits=alias.traits, owner=PLUGIN, kind=KIND_DEVICE,
+            affinity=affinity))
+    if socket:
+        groups.append(RequestGroup(
+            requester_id="", required_traits=frozenset({SOCKET_TRAIT}),
+            owner=PLUGIN, kind=KIND_ROOT))
+    return groups

@@ -1,0 +1,126 @@
+"""The vGPU plugin's request: ``resources[N]:VGPU`` and mdev-type traits.
+
+nova's syntax: ``resources[N]:VGPU=<count>`` with, in the same group,
+``trait[N]:CUSTOM_MDEV_TYPE_<TYPE>=required|forbidden``. Each group becomes
+one ``device`` request group (all its vGPUs from one pGPU): the numbered
+group keeps the user's suffix, the unsuffixed one is named ``_VGPU``.
+
+NUMA affinity: nova has none for mdevs; here a vGPU group follows
+``hw:pci_numa_affinity_policy`` when it is ``required``, ``preferred`` or
+``socket`` (``legacy``, the default, means none for vGPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+import os_resource_classes as orc
+
+from compute_plugins.request import rules
+from compute_plugins.request.groups import (
+    KIND_DEVICE,
+    PluginAssignment,
+    PluginRequest,
+    RequestGroup,
+)
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.types import FrozenMap
+
+PLUGIN = "vgpu"
+UNSUFFIXED_GROUP = "_VGPU"
+
+_VGPU_KEY = re.compile(r"^resources([a-zA-Z0-9_-]{1,64})?:VGPU$")
+_MDEV_KEY = re.compile(r"^trait([a-zA-Z0-9_-]{1,64})?:(CUSTOM_MDEV_TYPE_[A-Z0-9_]+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class VGPUGroup:
+    """vGPUs asked in one group (from one physical GPU)."""
+
+    requester_id: str
+    count: int
+    mdev_types: frozenset[str] = frozenset()
+    forbidden_mdev_types: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class VGPURequest(PluginRequest):
+    plugin = PLUGIN
+
+    groups: tuple[VGPUGroup, ...] = ()
+    affinity: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MdevAssignment:
+    """The pGPU (and, once created, the mdevs) serving one group."""
+
+    requester_id: str
+    provider_uuid: str
+    parent_address: str
+    mdev_type: str = ""
+    mdev_uuids: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class VGPUAssignment(PluginAssignment):
+    plugin = PLUGIN
+
+    devices: tuple[MdevAssignment, ...] = ()
+
+
+def parse(ri: RequestInput) -> Optional[VGPURequest]:
+    counts: dict[str, int] = {}
+    required: dict[str, set[str]] = {}
+    forbidden: dict[str, set[str]] = {}
+    trait_keys: dict[str, list[tuple[str, str]]] = {}
+    for key, value in sorted(ri.extra_specs.items()):
+        match = _VGPU_KEY.match(key)
+        if match:
+            ri.claim(key)
+            count = rules.check_int(ri, key, value, minimum=0)
+            if count:
+                counts[match.group(1) or ""] = count
+            continue
+        match = _MDEV_KEY.match(key)
+        if match:
+            trait_keys.setdefault(match.group(1) or "", []).append((key, value))
+    for suffix, items in trait_keys.items():
+        for key, value in items:
+            ri.claim(key)
+            if suffix not in counts:
+                ri.report(key, value, "an mdev type trait needs a VGPU request "
+                          "in the same group: resources%s:VGPU" % suffix)
+                continue
+            kind = rules.check_enum(ri, key, value, ("required", "forbidden"))
+            target = required if kind == "required" else forbidden
+            if kind:
+                target.setdefault(suffix, set()).add(key.split(":", 1)[1])
+    for suffix, types in required.items():
+        if len(types) > 1:
+            ri.report("trait%s:CUSTOM_MDEV_TYPE_*" % suffix, ",".join(sorted(types)),
+                      "a physical GPU offers one mdev type: require at most "
+                      "one CUSTOM_MDEV_TYPE_* trait per group")
+    if not counts:
+        return None
+    policy = rules.pci_numa_affinity_policy(ri)
+    affinity = policy if policy in ("required", "preferred", "socket") else None
+    groups = tuple(
+        VGPUGroup(requester_id=suffix or UNSUFFIXED_GROUP, count=count,
+                  mdev_types=frozenset(required.get(suffix, ())),
+                  forbidden_mdev_types=frozenset(forbidden.get(suffix, ())))
+        for suffix, count in sorted(counts.items()))
+    return VGPURequest(groups=groups, affinity=affinity)
+
+
+def request_groups(req: VGPURequest) -> list[RequestGroup]:
+    return [
+        RequestGroup(
+            requester_id=g.requester_id,
+            resources=FrozenMap({orc.VGPU: g.count}),
+            required_traits=g.mdev_types,
+            forbidden_traits=g.forbidden_mdev_types,
+            owner=PLUGIN, kind=KIND_DEVICE, affinity=req.affinity)
+        for g in req.groups]

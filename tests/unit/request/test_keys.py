@@ -1,0 +1,213 @@
+"""Generic granular keys, vgpu, sriov (ports, aliases, affinity) and disk."""
+
+from __future__ import annotations
+
+import pytest
+
+from compute_plugins.conf import pci as pci_conf
+from compute_plugins.exception import ConfigError
+from compute_plugins.request.errors import RequestInputError
+from compute_plugins.request_spec import build_request_spec
+from tests.unit.request.conftest import build, make_manager, problems
+
+AGG = "7a9bd3a0-3a3c-4a5e-9f7c-6a1f1e5b1c2d"
+AGG2 = "0b3b6c1e-7f7a-4a8b-9a5e-1c2d3e4f5a6b"
+
+
+def assert_problem(found, key, text):
+    assert any(p.key == key and text in p.rule for p in found), found
+
+
+def groups(spec):
+    return {g.requester_id: g for g in spec.placement_query().alternatives[0].groups}
+
+
+# -- generic -----------------------------------------------------------------------
+
+def test_generic_resources_and_traits(manager):
+    spec = build(manager, {"resources1:CUSTOM_FPGA": "2", "trait1:CUSTOM_BLUE": "required",
+                           "trait:HW_CPU_X86_AVX2": "required",
+                           "trait1:CUSTOM_RED": "forbidden", "group_policy": "none",
+                           "member_of1": "in:%s,%s" % (AGG, AGG2),
+                           "member_of": "!%s" % AGG2})
+    got = groups(spec)
+    assert got["1"].resources == {"CUSTOM_FPGA": 2}
+    assert got["1"].required_traits == {"CUSTOM_BLUE"}
+    assert got["1"].forbidden_traits == {"CUSTOM_RED"}
+    assert got["1"].member_of == (tuple(sorted((AGG, AGG2))),)
+    assert "HW_CPU_X86_AVX2" in got[""].required_traits
+    assert got[""].forbidden_aggregates == {AGG2}
+    assert spec.generic.group_policy == "none"
+    qs = spec.placement_query().alternatives[0].to_querystring()
+    assert "member_of1=in%3A" in qs and "member_of=%21in%3A" in qs
+
+
+def test_image_traits_required(manager):
+    spec = build(manager, image={"traits_required": ["HW_CPU_X86_AVX2"]})
+    assert "HW_CPU_X86_AVX2" in groups(spec)[""].required_traits
+
+
+@pytest.mark.parametrize("specs,key,text", [
+    ({"resources:FOO": "1"}, "resources:FOO", "does not appear to be a valid extra spec"),
+    ({"resources1:CUSTOM_X": "many"}, "resources1:CUSTOM_X", "not a valid integer value"),
+    ({"resources1:CUSTOM_X": "-1"}, "resources1:CUSTOM_X", "less than the min value"),
+    ({"trait:CUSTOM_X": "wanted"}, "trait:CUSTOM_X",
+     "Validation failed; 'wanted' is not one of: required, forbidden."),
+    ({"trait:lower": "required"}, "trait:lower", "does not appear to be a valid"),
+    ({"group_policy": "all"}, "group_policy", "is not one of: isolate, none"),
+    ({"member_of": "not-a-uuid"}, "member_of", "valid UUID(s)"),
+    ({"member_of": "%s,%s" % (AGG, AGG2)}, "member_of", "'in:' prefix"),
+    ({"pci_passthrough:foo": "1"}, "pci_passthrough:foo", "does not appear"),
+    ({"hw:numa_nodes": "2", "group_policy": "none"}, "group_policy",
+     "group_policy must be 'isolate'"),
+    ({"resources_NUMA0:VGPU": "1", "hw:numa_nodes": "1"}, "resources_NUMA0",
+     "is used by plugin numa and plugin vgpu"),
+])
+def test_generic_invalid(manager, specs, key, text):
+    assert_problem(problems(manager, specs), key, text)
+
+
+def test_other_namespaces_are_left_alone(manager):
+    build(manager, {"quota:cpu_shares": "10", "aggregate_instance_extra_specs:ssd": "true",
+                    "capabilities:cpu_info": "x"})
+
+
+# -- vgpu ---------------------------------------------------------------------------
+
+def test_vgpu_unsuffixed_and_numbered(manager):
+    spec = build(manager, {"resources:VGPU": "1",
+                           "trait:CUSTOM_MDEV_TYPE_NVIDIA_35": "required",
+                           "resources2:VGPU": "2",
+                           "trait2:CUSTOM_MDEV_TYPE_NVIDIA_36": "required",
+                           "resources2:CUSTOM_EXTRA": "1"})
+    got = groups(spec)
+    assert got["_VGPU"].resources == {"VGPU": 1}
+    assert got["_VGPU"].required_traits == {"CUSTOM_MDEV_TYPE_NVIDIA_35"}
+    # the generic class of the same suffix lands in the same group
+    assert got["2"].resources == {"VGPU": 2, "CUSTOM_EXTRA": 1}
+    assert spec.request("vgpu").groups[1].mdev_types == {"CUSTOM_MDEV_TYPE_NVIDIA_36"}
+
+
+@pytest.mark.parametrize("specs,key,text", [
+    ({"resources:VGPU": "x"}, "resources:VGPU", "not a valid integer value"),
+    ({"trait1:CUSTOM_MDEV_TYPE_A": "required"}, "trait1:CUSTOM_MDEV_TYPE_A",
+     "needs a VGPU request in the same group"),
+    ({"resources:VGPU": "1", "trait:CUSTOM_MDEV_TYPE_A": "yes"},
+     "trait:CUSTOM_MDEV_TYPE_A", "is not one of: required, forbidden"),
+    ({"resources:VGPU": "1", "trait:CUSTOM_MDEV_TYPE_A": "required",
+      "trait:CUSTOM_MDEV_TYPE_B": "required"}, "trait:CUSTOM_MDEV_TYPE_*",
+     "at most one"),
+])
+def test_vgpu_invalid(manager, specs, key, text):
+    assert_problem(problems(manager, specs), key, text)
+
+
+# -- sriov ----------------------------------------------------------------------------
+
+PORT = {"vnic_type": "direct", "physnet": "physnet1", "min_kbps_egress": 1000,
+        "min_kbps_ingress": 2000}
+
+
+def test_direct_port(manager):
+    spec = build(manager, ports=[PORT, {"vnic_type": "normal"}])
+    group = groups(spec)["_PORT0"]
+    assert group.resources == {"SRIOV_NET_VF": 1, "NET_BW_EGR_KILOBIT_PER_SEC": 1000,
+                               "NET_BW_IGR_KILOBIT_PER_SEC": 2000}
+    assert group.required_traits == {"CUSTOM_PHYSNET_PHYSNET1", "CUSTOM_VNIC_TYPE_DIRECT"}
+    assert group.affinity == "legacy"
+    assert len(spec.request("sriov").ports) == 1
+
+
+def test_alias(manager):
+    spec = build(manager, {"pci_passthrough:alias": "qat:2, a16:1"})
+    got = groups(spec)
+    assert got["_PCI0"].resources == {"CUSTOM_PCI_8086_0443": 2}
+    assert got["_PCI0"].affinity == "required"
+    assert got["_PCI1"].resources == {"CUSTOM_GPU_VF": 1}
+    assert got["_PCI1"].required_traits == {"CUSTOM_BLUE", "CUSTOM_BIG"}
+
+
+@pytest.mark.parametrize("policy", ["required", "preferred", "legacy", "socket"])
+def test_pci_numa_affinity_policy(manager, policy):
+    spec = build(manager, {"hw:pci_numa_affinity_policy": policy,
+                           "hw:numa_nodes": "1"}, ports=[PORT])
+    alt = spec.placement_query().alternatives[0]
+    assert alt.group("_PORT0").affinity == policy
+    if policy in ("required", "legacy"):
+        assert alt.same_subtree == (("_NUMA0", "_PORT0"),)
+    else:
+        assert alt.same_subtree == ()
+    assert ("COMPUTE_SOCKET_PCI_NUMA_AFFINITY" in alt.root_required) == (policy == "socket")
+
+
+def test_image_policy_twin(manager):
+    spec = build(manager, image={"hw_pci_numa_affinity_policy": "preferred"},
+                 ports=[PORT])
+    assert spec.request("sriov").affinity_policy == "preferred"
+
+
+@pytest.mark.parametrize("specs,image,ports,key,text", [
+    ({"hw:pci_numa_affinity_policy": "strict"}, None, [PORT],
+     "hw:pci_numa_affinity_policy", "is not one of: required, preferred, legacy, socket"),
+    ({"hw:pci_numa_affinity_policy": "required"}, {"hw_pci_numa_affinity_policy": "legacy"},
+     [PORT], "hw_pci_numa_affinity_policy",
+     "Image property 'hw_pci_numa_affinity_policy' is not permitted to override the "
+     "'hw:pci_numa_affinity_policy' flavor extra spec."),
+    ({"pci_passthrough:alias": "nope:1"}, None, (), "pci_passthrough:alias",
+     "PCI alias nope is not defined"),
+    ({"pci_passthrough:alias": "qat"}, None, (), "pci_passthrough:alias",
+     "is not of the format"),
+    ({}, None, [{"vnic_type": "direct"}], "physnet", "needs the physical network"),
+    ({}, None, [{"vnic_type": "vdpa", "physnet": "p"}], "vnic_type", "not supported"),
+])
+def test_sriov_invalid(manager, specs, image, ports, key, text):
+    assert_problem(problems(manager, specs, image=image, ports=ports), key, text)
+
+
+@pytest.mark.parametrize("alias,text", [
+    ('{"name": "x"}', "does not have vendor_id and product_id"),
+    ('{"name": "x", "vendor_id": "zz"}', "does not match"),
+    ("not json", "Invalid PCI alias definition"),
+    ('{"name": "x", "resource_class": "A", "wat": 1}', "Additional properties"),
+])
+def test_bad_alias_config_is_a_config_error(alias, text):
+    manager = make_manager()
+    manager.conf.set_override("alias", [alias], group="pci")
+    with pytest.raises(ConfigError, match=text):
+        build(manager, {"pci_passthrough:alias": "x:1"})
+    with pytest.raises(pci_conf.PciInvalidAlias):
+        pci_conf.load_aliases(manager.conf)
+
+
+# -- disk --------------------------------------------------------------------------------
+
+def test_disk_gb_as_nova(manager):
+    spec = build(manager, root_gb=10, ephemeral_gb=5, swap=1025)
+    assert spec.request("disk").disk_gb == 17  # swap 1025 MiB -> 2 GiB
+    assert groups(spec)[""].resources["DISK_GB"] == 17
+
+
+def test_disk_override_and_zero(manager):
+    spec = build(manager, {"resources:DISK_GB": "0"}, root_gb=10)
+    assert "DISK_GB" not in groups(spec)[""].resources
+
+
+def test_shared_storage_aggregate():
+    manager = make_manager(shared_aggregate=AGG)
+    spec = build(manager, root_gb=10)
+    group = groups(spec)["_DISK"]
+    assert group.resources == {"DISK_GB": 10} and group.member_of == ((AGG,),)
+
+
+# -- inputs ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("doc,text", [
+    ([], "must be a JSON object"),
+    ({"vcpus": 1}, "lacks 'memory_mb'"),
+    ({"memory_mb": 1}, "lacks 'vcpus'"),
+    ({"vcpus": "2", "memory_mb": 1}, "'vcpus' must be an integer"),
+    ({"vcpus": 1, "memory_mb": 1, "extra_specs": []}, "must be a JSON object"),
+])
+def test_unusable_flavor(manager, doc, text):
+    with pytest.raises(RequestInputError, match=text):
+        build_request_spec(manager, doc)

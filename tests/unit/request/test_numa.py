@@ -1,0 +1,220 @@
+"""The numa plugin's keys: nova's syntax, rules and messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.request.conftest import build, problems
+
+
+def numa(spec):
+    return spec.request("numa")
+
+
+def rules_of(found):
+    return {(p.key, p.rule) for p in found}
+
+
+def assert_problem(found, key, text):
+    assert any(p.key == key and text in p.rule for p in found), found
+
+
+# -- valid --------------------------------------------------------------------
+
+def test_floating_guest_has_no_topology(manager):
+    req = numa(build(manager))
+    assert req.cells == () and req.cpu_policy is None
+
+
+@pytest.mark.parametrize("policy", ["shared", "dedicated", "mixed"])
+def test_cpu_policy(manager, policy):
+    specs = {"hw:cpu_policy": policy}
+    if policy == "mixed":
+        specs["hw:cpu_dedicated_mask"] = "0-1"
+    req = numa(build(manager, specs))
+    assert req.cpu_policy == policy
+    if policy == "dedicated":
+        assert req.cells[0].pcpus == frozenset(range(4))
+    elif policy == "mixed":
+        assert req.cells[0].pcpus == {0, 1} and req.cells[0].cpus == {2, 3}
+    else:
+        assert req.cells == ()
+
+
+def test_dedicated_mask_with_exclusion(manager):
+    req = numa(build(manager, {"hw:cpu_policy": "mixed",
+                               "hw:cpu_dedicated_mask": "^0"}))
+    assert req.cells[0].pcpus == {1, 2, 3}
+
+
+@pytest.mark.parametrize("thread", ["prefer", "isolate", "require"])
+def test_thread_policy(manager, thread):
+    spec = build(manager, {"hw:cpu_policy": "dedicated",
+                           "hw:cpu_thread_policy": thread})
+    assert numa(spec).cpu_thread_policy == thread
+    root = spec.placement_query().alternatives[0]
+    if thread == "isolate":
+        assert "HW_CPU_HYPERTHREADING" in root.root_forbidden
+    elif thread == "require":
+        assert "HW_CPU_HYPERTHREADING" in root.root_required
+
+
+def test_emulator_threads_isolate_adds_a_pcpu(manager):
+    spec = build(manager, {"hw:cpu_policy": "dedicated",
+                           "hw:emulator_threads_policy": "isolate"})
+    assert numa(spec).extra_pcpus == 1
+    group = spec.placement_query().alternatives[0].group("_NUMA0")
+    assert group.resources["PCPU"] == 5
+
+
+def test_numa_nodes_auto(manager):
+    req = numa(build(manager, {"hw:numa_nodes": "2"}))
+    assert [(c.cpus, c.memory_mb) for c in req.cells] == [
+        ({0, 1}, 2048), ({2, 3}, 2048)]
+
+
+def test_numa_nodes_manual(manager):
+    req = numa(build(manager, {"hw:numa_nodes": "2", "hw:numa_cpus.0": "0",
+                               "hw:numa_cpus.1": "1-3", "hw:numa_mem.0": "1024",
+                               "hw:numa_mem.1": "3072"}))
+    assert [(c.cpus, c.memory_mb) for c in req.cells] == [
+        ({0}, 1024), ({1, 2, 3}, 3072)]
+
+
+def test_image_numa_properties(manager):
+    req = numa(build(manager, image={"hw_numa_nodes": 2, "hw_cpu_policy": "dedicated"}))
+    assert len(req.cells) == 2 and req.cpu_policy == "dedicated"
+
+
+@pytest.mark.parametrize("value,alias,size", [
+    ("small", "small", None), ("large", "large", None), ("any", "any", None),
+    ("2048", None, 2048), ("2MB", None, 2048), ("1GB", None, 1048576),
+    ("4", "small", None)])
+def test_mem_page_size(manager, value, alias, size):
+    req = numa(build(manager, {"hw:mem_page_size": value}))
+    assert (req.mem_page_size, req.page_size_kb) == (alias, size)
+    assert len(req.cells) == 1
+
+
+def test_image_page_size_allowed_against_large(manager):
+    req = numa(build(manager, {"hw:mem_page_size": "large"},
+                     image={"hw_mem_page_size": "2048"}))
+    assert req.page_size_kb == 2048
+
+
+def test_pcpu_resources_means_dedicated(manager):
+    req = numa(build(manager, {"resources:PCPU": "4"}))
+    assert req.cpu_policy == "dedicated"
+
+
+def test_realtime_with_mask(manager):
+    req = numa(build(manager, {"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes",
+                               "hw:cpu_realtime_mask": "^0"}))
+    assert req.realtime_cpus == {1, 2, 3}
+
+
+def test_nova_keys_no_plugin_schedules_are_accepted(manager):
+    build(manager, {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"})
+
+
+# -- invalid --------------------------------------------------------------------
+
+@pytest.mark.parametrize("specs,key,text", [
+    ({"hw:cpu_policy": "pinned"}, "hw:cpu_policy",
+     "Validation failed; 'pinned' is not one of: dedicated, shared, mixed."),
+    ({"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "never"},
+     "hw:cpu_thread_policy", "is not one of: prefer, isolate, require"),
+    ({"hw:emulator_threads_policy": "nope"}, "hw:emulator_threads_policy",
+     "is not one of: share, isolate"),
+    ({"hw:numa_nodes": "0"}, "hw:numa_nodes", "less than the min value of '1'"),
+    ({"hw:numa_nodes": "two"}, "hw:numa_nodes", "is not a valid integer value"),
+    ({"hw:numa_nodes": "3"}, "hw:numa_nodes", "cannot be evenly distributed"),
+    ({"hw:mem_page_size": "huge"}, "hw:mem_page_size", "is not of the format"),
+    ({"hw:mem_page_size": "2M"}, "hw:mem_page_size", "Invalid memory page size '2M'"),
+    ({"hw:cpu_thread_policy": "isolate"}, "hw:cpu_thread_policy",
+     "Cannot set cpu thread pinning policy in a non dedicated cpu pinning policy"),
+    ({"hw:emulator_threads_policy": "isolate"}, "hw:emulator_threads_policy",
+     "An isolated CPU emulator threads option requires a dedicated CPU policy"),
+    ({"hw:cpu_dedicated_mask": "0"}, "hw:cpu_dedicated_mask",
+     "Cannot specify 'hw:cpu_dedicated_mask' without the 'mixed' policy."),
+    ({"hw:cpu_policy": "mixed"}, "hw:cpu_dedicated_mask",
+     "Dedicated CPU set can be specified from either"),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0-3"},
+     "hw:cpu_dedicated_mask", "Mixed instance must have at least 1 pinned vCPU"),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0,7"},
+     "hw:cpu_dedicated_mask", "not a subset of vCPUs in the flavor"),
+    ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1"}, "hw:numa_nodes",
+     "CPU and memory allocation must be provided for all NUMA nodes"),
+    ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-2", "hw:numa_cpus.1": "2-3",
+      "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2048"}, "hw:numa_cpus.1",
+     "CPU number 2 is assigned to two nodes"),
+    ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-5",
+      "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2048"}, "hw:numa_cpus.1",
+     "CPU number 4 is larger than max 3"),
+    ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0", "hw:numa_cpus.1": "1",
+      "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2048"}, "hw:numa_cpus.N",
+     "CPU number 2,3 is not assigned to any node"),
+    ({"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3",
+      "hw:numa_mem.0": "2048", "hw:numa_mem.1": "1024"}, "hw:numa_mem.N",
+     "3072 MB of memory assigned, but expected 4096 MB"),
+    ({"hw:numa_cpus.1": "0-3", "hw:numa_mem.1": "4096"}, "hw:numa_cpus.N",
+     "must be provided for all NUMA nodes"),
+    ({"hw:cpu_policy": "dedicated", "resources:PCPU": "4"}, "resources:PCPU",
+     "It is not possible to use the 'resources:VCPU' or 'resources:PCPU'"),
+    ({"resources:PCPU": "2"}, "resources:PCPU", "There is a mismatch between"),
+    ({"resources:PCPU": "4", "resources:VCPU": "4"}, "resources:PCPU",
+     "It is not possible to specify both"),
+    ({"resources1:VCPU": "2"}, "resources1:VCPU", "use hw:numa_nodes"),
+    ({"hw:cpu_realtime": "true"}, "hw:cpu_realtime",
+     "Use of realtime CPUs requires either one or more non-realtime"),
+    ({"hw:cpu_realtime": "maybe"}, "hw:cpu_realtime", "not a valid boolean-like"),
+    ({"hw:numa_bogus": "1"}, "hw:numa_bogus",
+     "Validation failed; extra spec 'hw:numa_bogus' does not appear to be a "
+     "valid extra spec."),
+])
+def test_invalid_flavor(manager, specs, key, text):
+    assert_problem(problems(manager, specs), key, text)
+
+
+def test_memory_not_a_multiple_of_the_page_size(manager):
+    found = problems(manager, {"hw:mem_page_size": "1GB", "hw:numa_nodes": "2"},
+                     memory_mb=3072)
+    assert_problem(found, "hw:mem_page_size", "not a multiple of the page size")
+
+
+@pytest.mark.parametrize("specs,image,key,text", [
+    ({"hw:cpu_policy": "shared"}, {"hw_cpu_policy": "dedicated"}, "hw_cpu_policy",
+     "Image property 'hw_cpu_policy' is not permitted to override CPU pinning "
+     "policy set against the flavor"),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0"},
+     {"hw_cpu_policy": "dedicated"}, "hw_cpu_policy", "not permitted to override"),
+    ({}, {"hw_cpu_policy": "bogus"}, "hw_cpu_policy",
+     "CPU policy requested from 'image properties' is invalid, given: 'bogus'"),
+    ({"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"},
+     {"hw_cpu_thread_policy": "require"}, "hw_cpu_thread_policy",
+     "Image property 'hw_cpu_thread_policy' is not permitted to override"),
+    ({"hw:numa_nodes": "2"}, {"hw_numa_nodes": "1"}, "hw_numa_nodes",
+     "Image property 'hw_numa_nodes' is not permitted to override NUMA"),
+    ({}, {"hw_numa_nodes": "0"}, "hw_numa_nodes",
+     "The property 'numa_nodes' cannot be '0'. It must be a number greater than 0"),
+    ({}, {"hw_mem_page_size": "large"}, "hw_mem_page_size",
+     "Page size large forbidden against '<empty>'"),
+    ({"hw:mem_page_size": "small"}, {"hw_mem_page_size": "large"},
+     "hw_mem_page_size", "Page size large forbidden against 'small'"),
+    ({"hw:numa_nodes": "1", "hw:numa_cpus.0": "0-3", "hw:numa_mem.0": "4096"},
+     {"hw_numa_cpus.0": "0-3", "hw_numa_mem.0": "4096"}, "hw_numa_cpus",
+     "Image property 'hw_numa_cpus' is not permitted to override NUMA"),
+])
+def test_invalid_flavor_image(manager, specs, image, key, text):
+    assert_problem(problems(manager, specs, image=image), key, text)
+
+
+def test_one_error_lists_every_problem(manager):
+    found = problems(manager, {"hw:cpu_policy": "pinned", "hw:numa_nodes": "x",
+                               "hw:wat": "1", "resources:VGPU": "-1"},
+                     image={"hw_cpu_thread_policy": "bad"})
+    keys = {p.key for p in found}
+    assert {"hw:cpu_policy", "hw:numa_nodes", "hw:wat", "resources:VGPU",
+            "hw_cpu_thread_policy"} <= keys
+    for problem in found:
+        assert problem.rule and problem.source in ("flavor", "image")

@@ -1,0 +1,162 @@
+"""RequestSpec: immutability, decision, JSON round trip, versions, fuzz."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compute_plugins.request.errors import (
+    RequestFormatError,
+    RequestInputError,
+    RequestValidationError,
+)
+from compute_plugins.request.groups import Decision
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.request_spec import FORMAT_VERSION, RequestSpec, build_request_spec
+from resources.numa.request import CellAssignment, NUMAAssignment
+from resources.sriov.request import SRIOVAssignment, VFAssignment
+from resources.vgpu.request import MdevAssignment, VGPUAssignment
+from tests.unit.request.conftest import build
+
+RP = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+RICH = {"hw:numa_nodes": "2", "hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "0,2",
+        "hw:mem_page_size": "large", "resources1:VGPU": "1",
+        "trait1:CUSTOM_MDEV_TYPE_NVIDIA_35": "required",
+        "pci_passthrough:alias": "qat:1", "group_policy": "isolate",
+        "trait:HW_CPU_X86_AVX2": "required"}
+PORTS = [{"id": "p1", "vnic_type": "direct", "physnet": "physnet1",
+          "min_kbps_egress": 10}]
+
+
+def decision():
+    return Decision.from_allocation_request(
+        "host1", {"allocations": {RP: {"resources": {"PCPU": 2}}},
+                  "mappings": {"_NUMA0": [RP]}}, nodename="host1",
+        assignments={
+            "numa": NUMAAssignment(cells=(CellAssignment(
+                guest_cell=0, host_cell=1, provider_uuid=RP,
+                pinning=FrozenMap({0: 4, 2: 6}), shared_cpus=frozenset({8, 9}),
+                page_size_kb=2048),), emulator_threads=frozenset({3})),
+            "vgpu": VGPUAssignment(devices=(MdevAssignment(
+                "1", RP, "0000:3b:00.0", "nvidia-35"),)),
+            "sriov": SRIOVAssignment(vfs=(VFAssignment(
+                "_PORT0", RP, "0000:5e:00.0", "0000:5e:10.1", "p1"),)),
+        })
+
+
+def test_spec_is_immutable_and_hashable(manager):
+    spec = build(manager, RICH, ports=PORTS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.flavor = None
+    with pytest.raises(TypeError):
+        spec.flavor.extra_specs["x"] = "y"
+    hash(spec)
+
+
+def test_with_decision_is_copy_on_write(manager):
+    spec = build(manager, RICH, ports=PORTS)
+    decided = spec.with_decision(decision())
+    assert spec.decision is None and decided.decision.host == "host1"
+    assert decided.groups is spec.groups
+    again = decided.with_assignment("numa", NUMAAssignment())
+    assert again.decision.assignments["numa"] == NUMAAssignment()
+    assert decided.decision.assignments["numa"] != NUMAAssignment()
+    with pytest.raises(ValueError):
+        decided.with_assignment("numa", VGPUAssignment())
+    with pytest.raises(ValueError):
+        spec.with_assignment("numa", NUMAAssignment())
+    assert decided.decision.allocation_request()["mappings"] == {"_NUMA0": [RP]}
+
+
+def test_round_trip_with_decision(manager):
+    spec = build(manager, RICH, ports=PORTS,
+                 image={"name": "img", "properties": {"hw_cpu_policy": "mixed",
+                                                      "traits_required": ["HW_CPU_X86_AVX2"]}})
+    spec = spec.with_decision(decision())
+    text = spec.to_json()
+    doc = json.loads(text)
+    assert doc["version"] == FORMAT_VERSION
+    assert doc["plugins"] == {"numa": "1.0", "vgpu": "1.0", "sriov": "1.0", "disk": "1.0"}
+    again = RequestSpec.from_json(text, manager)
+    assert again == spec
+    assert again.to_json() == text
+    assert again.placement_query() == spec.placement_query()
+
+
+@pytest.mark.parametrize("mutate,text", [
+    (lambda d: d.update(version="1.%d" % (int(FORMAT_VERSION.split(".")[1]) + 1)),
+     "newer than this reader"),
+    (lambda d: d.update(version="2.0"), "newer than this reader"),
+    (lambda d: d["plugins"].update(gpu9000="1.0"), "'gpu9000', which is not loaded"),
+    (lambda d: d["plugins"].update(numa="1.9"), "newer than the loaded plugin"),
+    (lambda d: d.update(format="other"), "not a compute_plugins.RequestSpec"),
+    (lambda d: d["flavor"].update(vcpus="x"), "expected an integer"),
+    (lambda d: d["requests"]["numa"].update(bogus=1), "unknown field"),
+])
+def test_rejected_payloads(manager, mutate, text):
+    doc = build(manager, RICH, ports=PORTS).to_dict()
+    mutate(doc)
+    with pytest.raises(RequestFormatError, match=text):
+        RequestSpec.from_dict(doc, manager)
+
+
+def test_not_json(manager):
+    with pytest.raises(RequestFormatError, match="not JSON"):
+        RequestSpec.from_json("{", manager)
+
+
+# -- properties ---------------------------------------------------------------------------
+
+KEYS = st.sampled_from([
+    "hw:cpu_policy", "hw:cpu_thread_policy", "hw:emulator_threads_policy",
+    "hw:cpu_dedicated_mask", "hw:numa_nodes", "hw:numa_cpus.0", "hw:numa_cpus.1",
+    "hw:numa_mem.0", "hw:numa_mem.1", "hw:mem_page_size", "hw:cpu_realtime",
+    "hw:cpu_realtime_mask", "hw:pci_numa_affinity_policy", "resources:VCPU",
+    "resources:PCPU", "resources:MEMORY_MB", "resources:DISK_GB", "resources1:VGPU",
+    "resources:VGPU", "trait1:CUSTOM_MDEV_TYPE_A", "trait:HW_CPU_HYPERTHREADING",
+    "resources2:CUSTOM_X", "trait2:CUSTOM_Y", "group_policy", "member_of",
+    "member_of1", "pci_passthrough:alias", "hw:bogus", "resources:NOPE",
+    "trait:lower", "hw:cpu_sockets", "quota:x"])
+VALUES = st.one_of(
+    st.sampled_from(["dedicated", "shared", "mixed", "prefer", "isolate", "require",
+                     "share", "0", "1", "2", "3", "4", "-1", "0-1", "^0", "2-3",
+                     "0,2", "1024", "2048", "4096", "large", "small", "any", "2MB",
+                     "1GB", "required", "forbidden", "none", "yes", "qat:1",
+                     "a16:2", "in:" + RP, RP, "legacy", "preferred", "socket", ""]),
+    st.text(max_size=8))
+IMAGE_KEYS = st.sampled_from([
+    "hw_cpu_policy", "hw_cpu_thread_policy", "hw_numa_nodes", "hw_mem_page_size",
+    "hw_numa_cpus.0", "hw_numa_mem.0", "hw_pci_numa_affinity_policy",
+    "hw_cpu_realtime_mask", "traits_required", "os_distro"])
+IMAGE_VALUES = st.one_of(VALUES, st.integers(-2, 5), st.lists(VALUES, max_size=2))
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.dictionaries(KEYS, VALUES, max_size=6),
+       image=st.dictionaries(IMAGE_KEYS, IMAGE_VALUES, max_size=3),
+       vcpus=st.integers(1, 6), memory=st.sampled_from([512, 2048, 3000, 4096]),
+       direct=st.booleans())
+def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpus,
+                                                     memory, direct):
+    ports = PORTS if direct else []
+    try:
+        spec = build_request_spec(manager, {"name": "fz", "vcpus": vcpus,
+                                            "memory_mb": memory, "extra_specs": specs},
+                                  image=image, ports=ports)
+    except RequestValidationError as err:
+        assert err.problems
+        for problem in err.problems:
+            assert problem.key and problem.rule
+        return
+    except RequestInputError:
+        return
+    query = spec.placement_query()
+    assert query.alternatives
+    for alt in query.alternatives:
+        alt.to_querystring()
+    assert RequestSpec.from_json(spec.to_json(), manager) == spec
