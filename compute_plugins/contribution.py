@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
-from compute_plugins import exception, names
+from compute_plugins import exception, names, reshape
 from compute_plugins.provider_tree import ProviderTree
 
 Inventory = Mapping[str, Mapping[str, Any]]
@@ -161,11 +161,61 @@ def _depth(name: str, nodename: str, merged: Mapping[str, _Merged]) -> int:
     return depth
 
 
+def adopt(tree: ProviderTree, nodename: str) -> tuple[ProviderContribution, ...]:
+    """What the tree under ``nodename`` holds, as if one plugin contributed it.
+
+    Used when the previous contributions are unknown (first start, no
+    checkpoint): every provider below the root and every inventory class
+    on the root (nova's compute node owns them all, as here) are taken as
+    contributed before, so what no plugin contributes any more is removed.
+    Traits and aggregates are not adopted: they may be an operator's.
+    """
+    if not tree.exists(nodename):
+        return ()
+    in_tree = set(tree.get_provider_uuids(nodename))
+    names_by_uuid = {data.uuid: data.name for data in tree.snapshot()}
+    items = []
+    for data in tree.snapshot():
+        if data.name == nodename:
+            items.append(ProviderContribution(name=nodename, inventory=data.inventory))
+        elif data.uuid in in_tree:
+            parent = names_by_uuid[data.parent_uuid]
+            items.append(ProviderContribution(
+                name=data.name, uuid=data.uuid,
+                parent=None if parent == nodename else parent,
+                inventory=data.inventory))
+    return tuple(items)
+
+
+def find_moves(
+    tree: ProviderTree, nodename: str, previous: Contributions, current: Contributions
+) -> list[reshape.Move]:
+    """Resource classes that leave a provider of ``tree`` for others."""
+    old, new = _merge(nodename, previous), _merge(nodename, current)
+    moves = []
+    for name, was in old.items():
+        if not tree.exists(name):
+            continue
+        data = tree.data(name)
+        kept = new[name].inventory if name in new and new[name].parent == was.parent else {}
+        for rc in sorted(set(was.inventory) - set(kept)):
+            if rc not in data.inventory:
+                continue
+            targets = tuple(sorted(
+                other for other, want in new.items()
+                if rc in want.inventory and other != name
+                and rc not in old.get(other, _Merged()).inventory))
+            if targets:
+                moves.append(reshape.Move(rc, name, data.uuid, targets))
+    return moves
+
+
 def apply(
     tree: ProviderTree,
     nodename: str,
     previous: Contributions,
     current: Contributions,
+    allocations: Optional[dict[str, Any]] = None,
 ) -> None:
     """Bring ``tree`` from the ``previous`` contributions to the ``current`` ones.
 
@@ -173,7 +223,15 @@ def apply(
     new ones are created parents first; on every contributed provider only the
     inventory classes, traits and aggregates that some plugin contributed
     before or now are touched. The root must exist.
+
+    :raises ReshapeNeeded: inventory moves between providers and
+        ``allocations`` is ``None``; with the allocations they are moved in
+        place (:mod:`compute_plugins.reshape`).
     """
+    moves = find_moves(tree, nodename, previous, current)
+    if moves and allocations is None:
+        raise exception.ReshapeNeeded(
+            "inventory moves between providers: %s" % "; ".join(map(str, moves)))
     old = _merge(nodename, previous)
     new = _merge(nodename, current)
     if nodename in old:
@@ -183,8 +241,12 @@ def apply(
 
     gone = [n for n in old if n not in new and n != nodename]
     gone += [n for n in new if n in old and n != nodename and old[n].parent != new[n].parent]
+    # NOTE: a provider that moves to another parent keeps its uuid (Placement
+    # re-parents it in place, with its allocations).
+    kept_uuids = {}
     for name in sorted(gone, key=lambda n: -_depth(n, nodename, old)):
         if tree.exists(name):
+            kept_uuids[name] = tree.data(name).uuid
             tree.remove(name)
 
     for name in sorted(new, key=lambda n: _depth(n, nodename, new)):
@@ -194,7 +256,7 @@ def apply(
             if not tree.exists(parent):
                 raise InvalidContribution(
                     "provider %r names parent %r, which no plugin provides" % (name, parent))
-            tree.new_child(name, parent, uuid=want.uuid)
+            tree.new_child(name, parent, uuid=kept_uuids.get(name, want.uuid))
         was = old.get(name, _Merged())
         data = tree.data(name)
 
@@ -210,4 +272,7 @@ def apply(
         aggregates = (set(data.aggregates) - was.aggregates) | want.aggregates
         if tree.have_aggregates_changed(name, aggregates):
             tree.update_aggregates(name, aggregates)
+
+    if moves and allocations is not None:
+        reshape.move_allocations(tree, moves, allocations)
 

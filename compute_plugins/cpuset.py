@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+#: Highest CPU id accepted: a bound so that ``0-99999999999`` is refused
+#: instead of expanded (Linux' own limit, CONFIG_NR_CPUS, is 8192 at most).
+MAX_CPU_ID = 65535
+
 
 class InvalidCPUSpec(ValueError):
     """A CPU set specification does not parse; the message is nova's."""
@@ -32,7 +36,10 @@ def parse_cpu_spec(spec: str) -> frozenset[int]:
             except ValueError:
                 raise InvalidCPUSpec("Invalid range expression %r" % rule) from None
             if start > end or start < 0:
-                raise InvalidCPUSpec("Invalid range expression %r" % rule) from None
+                raise InvalidCPUSpec("Invalid range expression %r" % rule)
+            if end > MAX_CPU_ID:
+                raise InvalidCPUSpec("Invalid range expression %r: CPU ids go up to %d"
+                                     % (rule, MAX_CPU_ID)) from None
             target.update(range(start, end + 1))
         elif rule.startswith("^"):
             try:
@@ -49,7 +56,7 @@ def parse_cpu_spec(spec: str) -> frozenset[int]:
 
 def _cpu_id(text: str) -> int:
     value = int(text.strip())
-    if value < 0:
+    if value < 0 or value > MAX_CPU_ID:
         raise ValueError(text)
     return value
 

@@ -20,6 +20,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from stevedore import extension, named
 
+from compute_plugins import checkpoint
 from compute_plugins import conf as conf_areas
 from compute_plugins import contribution, exception, names
 from compute_plugins.host.model import HostInfo
@@ -30,6 +31,33 @@ LOG = logging.getLogger(__name__)
 
 NAMESPACE = "compute_plugins.resources"
 
+#: Pseudo-plugin owning what the tree held at start when no checkpoint said
+#: who contributed it (:func:`compute_plugins.contribution.adopt`). Its
+#: providers and root inventory are removed once every plugin contributed
+#: without failure and none of them contributes them.
+ADOPTED = "(adopted)"
+
+Contributions = dict[str, tuple[contribution.ProviderContribution, ...]]
+
+
+def _unclaimed(
+    nodename: str,
+    adopted: tuple[contribution.ProviderContribution, ...],
+    current: Contributions,
+) -> tuple[contribution.ProviderContribution, ...]:
+    """The adopted items no plugin contributes now (kept while degraded)."""
+    providers = {item.name for items in current.values() for item in items}
+    root_classes = {rc for items in current.values() for item in items
+                    if item.name == nodename for rc in item.inventory}
+    kept = []
+    for item in adopted:
+        if item.name == nodename:
+            inventory = {rc: r for rc, r in item.inventory.items() if rc not in root_classes}
+            kept.append(dataclasses.replace(item, inventory=inventory))
+        elif item.name not in providers:
+            kept.append(item)
+    return tuple(kept)
+
 
 @dataclasses.dataclass(frozen=True)
 class PluginFailure:
@@ -39,6 +67,8 @@ class PluginFailure:
     stage: str  # "load", "discover", "contribute" or "conflict"
     reason: str
     entry_point: str = ""
+    #: The plugin's configuration is wrong (an operator error, not the host's).
+    config_error: bool = False
 
 
 def available_plugins() -> list[str]:
@@ -57,6 +87,13 @@ class PluginManager:
         ``conf.compute_plugins.enabled_plugins``.
     :param extension_manager: a ready stevedore manager (tests build one with
         ``NamedExtensionManager.make_test_instance``); skips entry points.
+    :param auto_commit: take each update's contributions as the previous
+        ones at once. The report loop passes ``False`` and calls
+        :meth:`commit` only once the tree reached Placement (or
+        :meth:`discard` when it did not), so a device removed during a failed
+        periodic is still deleted later.
+    :param checkpoint_dir: where :meth:`commit` keeps the contributions
+        across restarts (:mod:`compute_plugins.checkpoint`).
     :raises UnknownPluginError: a name is not an installed plugin.
     """
 
@@ -65,12 +102,19 @@ class PluginManager:
         conf: cfg.ConfigOpts,
         names: Optional[Sequence[str]] = None,
         extension_manager: Optional[extension.ExtensionManager] = None,
+        auto_commit: bool = True,
+        checkpoint_dir: Optional[str] = None,
     ) -> None:
         conf_areas.register_all(conf)
         self.conf = conf
         self.failures: dict[str, PluginFailure] = {}
         self._views: dict[str, Any] = {}
-        self._applied: dict[str, tuple[contribution.ProviderContribution, ...]] = {}
+        self.auto_commit = auto_commit
+        self.checkpoint_dir = checkpoint_dir
+        #: Contributions that reached the tree last (``None``: not known yet).
+        self._applied: Optional[Contributions] = None
+        self._staged: Optional[Contributions] = None
+        self._nodename: Optional[str] = None
         if extension_manager is None:
             wanted = list(names if names is not None
                           else conf.compute_plugins.enabled_plugins)
@@ -115,7 +159,19 @@ class PluginManager:
     def _fail(self, name: str, stage: str, err: BaseException) -> None:
         LOG.error("resource plugin %s failed to %s: %s", name, stage, err,
                   exc_info=not isinstance(err, exception.ComputePluginsError))
-        self.failures[name] = PluginFailure(name, stage, str(err))
+        self.failures[name] = PluginFailure(
+            name, stage, str(err), config_error=isinstance(err, exception.ConfigError))
+
+    def raise_config_errors(self) -> None:
+        """Raise one ConfigError naming every plugin whose options are wrong.
+
+        Commands call this after the first discovery: a bad option value is
+        a usage error (exit 2), not a degraded host.
+        """
+        problems = ["plugin %s: %s" % (f.plugin, f.reason)
+                    for f in self.failures.values() if f.config_error]
+        if problems:
+            raise exception.ConfigError("; ".join(problems))
 
     def _clear_failure(self, name: str, stages: Iterable[str]) -> None:
         failure = self.failures.get(name)
@@ -148,12 +204,16 @@ class PluginManager:
         """
         if not provider_tree.exists(nodename):
             provider_tree.new_root(nodename, names.provider_uuid(nodename))
+        previous = self._previous(provider_tree, nodename)
         current: dict[str, tuple[contribution.ProviderContribution, ...]] = {}
         claimed: dict[tuple[str, str], str] = {}
+        fresh: set[str] = set()
         for name, plugin in self.plugins.items():
-            items = self._contributions(name, plugin, nodename)
+            items = self._contributions(name, plugin, nodename, previous)
             if items is None:
                 continue
+            if name not in self.failures:
+                fresh.add(name)
             conflict = contribution.find_conflict(name, nodename, items, claimed)
             if conflict is not None:
                 self._fail(name, "conflict", conflict)
@@ -162,13 +222,41 @@ class PluginManager:
             for key in contribution.claims(nodename, items):
                 claimed[key] = name
         current = self._reparent_orphans(nodename, current)
+        if ADOPTED in previous and (fresh != set(self.plugins) or self.failures):
+            current[ADOPTED] = _unclaimed(nodename, previous[ADOPTED], current)
         snapshot = provider_tree.snapshot()
         try:
-            contribution.apply(provider_tree, nodename, self._applied, current)
+            contribution.apply(provider_tree, nodename, previous, current, allocations)
         except Exception:
             provider_tree.restore(snapshot)
             raise
-        self._applied = current
+        self._staged = current
+        if self.auto_commit:
+            self.commit()
+
+    def _previous(self, tree: ProviderTree, nodename: str) -> Contributions:
+        """The last committed contributions; at start the checkpoint or the tree."""
+        if self._applied is None or self._nodename != nodename:
+            self._nodename = nodename
+            loaded = (checkpoint.load(self.checkpoint_dir, nodename)
+                      if self.checkpoint_dir else None)
+            if loaded is None:
+                adopted = contribution.adopt(tree, nodename)
+                loaded = {ADOPTED: adopted} if adopted else {}
+            self._applied = loaded
+        return self._applied
+
+    def commit(self) -> None:
+        """The last update reached Placement: it is what plugins own now."""
+        if self._staged is None:
+            return
+        self._applied, self._staged = self._staged, None
+        if self.checkpoint_dir and self._nodename:
+            checkpoint.save(self.checkpoint_dir, self._nodename, self._applied)
+
+    def discard(self) -> None:
+        """The last update did not reach Placement: diff against the one before."""
+        self._staged = None
 
     def _reparent_orphans(
         self, nodename: str, current: dict[str, tuple[contribution.ProviderContribution, ...]]
@@ -195,16 +283,16 @@ class PluginManager:
         return result
 
     def _contributions(
-        self, name: str, plugin: ResourcePlugin, nodename: str
+        self, name: str, plugin: ResourcePlugin, nodename: str, previous: Contributions
     ) -> Optional[tuple[contribution.ProviderContribution, ...]]:
         """The plugin's contribution now, or its last good one on failure."""
         if name not in self._views:
-            return self._applied.get(name)
+            return previous.get(name)
         try:
             items = tuple(plugin.provider_contributions(self._views[name], nodename))
             contribution.validate(name, nodename, items)
         except Exception as err:  # noqa: BLE001 - isolation is the point
             self._fail(name, "contribute", err)
-            return self._applied.get(name)
+            return previous.get(name)
         self._clear_failure(name, ("contribute", "conflict"))
         return items

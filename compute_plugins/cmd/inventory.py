@@ -25,6 +25,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     manager = common.plugin_manager(conf)
     host = common.discover(conf, args)
     manager.discover(host)
+    manager.raise_config_errors()
     tree = ProviderTree()
     manager.update_provider_tree(tree, host.hostname)
     document = tree_view.tree_to_dict(tree)

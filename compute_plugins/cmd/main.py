@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Optional
@@ -111,6 +112,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except exception.ComputePluginsError as err:
         LOG.debug("command failed", exc_info=True)
         print("compute-plugins: error: %s" % err, file=sys.stderr)
+        return EXIT_FAILED
+    except BrokenPipeError:
+        # NOTE: the reader went away (``inventory | head``); nothing to tell it,
+        # and Python must not complain when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

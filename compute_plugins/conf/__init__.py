@@ -8,12 +8,28 @@ pass it explicitly (``register_all(conf)``).
 from __future__ import annotations
 
 import importlib
+import math
 from types import ModuleType
 
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 #: Framework areas, in the order they appear in the sample config.
 AREAS = ("plugins", "compute", "libvirt", "placement", "pci")
+
+
+class FiniteFloat(types.Float):
+    """A float option that refuses ``nan`` and ``inf`` (``min``/``max`` do not)."""
+
+    def __call__(self, value: object) -> float:
+        number = super().__call__(value)
+        if not math.isfinite(number):
+            raise ValueError("Should be a finite number, got %r" % value)
+        return number
+
+
+def ratio_opt(name: str, default: float, help: str) -> cfg.Opt:
+    """An allocation ratio: a finite float >= 0."""
+    return cfg.Opt(name, type=FiniteFloat(min=0.0), default=default, help=help)
 
 
 def register_group_opts(

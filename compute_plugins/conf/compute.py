@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from compute_plugins.conf import register_group_opts
+from compute_plugins.conf import ratio_opt, register_group_opts
 
 GROUP = cfg.OptGroup(
     "compute",
@@ -24,18 +24,10 @@ OPTS = [
         "syntax. When both this and ``cpu_dedicated_set`` are unset, "
         "every host CPU is a VCPU, as in nova.",
     ),
-    cfg.FloatOpt(
-        "cpu_allocation_ratio",
-        default=4.0,
-        min=0.0,
-        help="Allocation ratio of the ``VCPU`` inventory.",
-    ),
-    cfg.FloatOpt(
-        "ram_allocation_ratio",
-        default=1.0,
-        min=0.0,
-        help="Allocation ratio of the ``MEMORY_MB`` inventory.",
-    ),
+    ratio_opt("cpu_allocation_ratio", 4.0,
+              "Allocation ratio of the ``VCPU`` inventory."),
+    ratio_opt("ram_allocation_ratio", 1.0,
+              "Allocation ratio of the ``MEMORY_MB`` inventory."),
     cfg.IntOpt(
         "reserved_host_memory_mb",
         default=512,

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from oslo_config import cfg
 
+from compute_plugins.conf import ratio_opt
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
@@ -49,13 +50,8 @@ class DiskPlugin(ResourcePlugin):
                 "``reserved`` of ``DISK_GB``, rounded up to whole GiB as nova "
                 "does.",
             ),
-            cfg.FloatOpt(
-                "disk_allocation_ratio",
-                default=1.0,
-                min=0.0,
-                help="Allocation ratio of ``DISK_GB`` (nova's "
-                "``disk_allocation_ratio``).",
-            ),
+            ratio_opt("disk_allocation_ratio", 1.0,
+                      "Allocation ratio of ``DISK_GB`` (nova's ``disk_allocation_ratio``)."),
             cfg.StrOpt(
                 "shared_storage_aggregate",
                 help="Uuid of the Placement aggregate of a shared-storage "

@@ -128,3 +128,29 @@ def test_inventory_on_a_snapshot(fmt, tmp_path):
     live = cli("inventory", "--libvirt-uri", "test:///default", "--format", fmt)
     replayed = cli("inventory", "--host-snapshot", str(recorded), "--format", fmt)
     assert replayed.stdout == live.stdout
+
+
+@pytest.mark.parametrize("section, option, value", [
+    ("compute", "cpu_dedicated_set", "abc"),
+    ("compute", "cpu_dedicated_set", "0-99999999999"),
+    ("sriov", "bandwidth", "foo"),
+    ("disk", "shared_storage_aggregate", "notauuid"),
+    ("compute", "cpu_allocation_ratio", "nan"),
+    ("disk", "disk_allocation_ratio", "inf"),
+])
+def test_bad_plugin_option_is_a_usage_error(tmp_path, section, option, value):
+    config = tmp_path / "bad.conf"
+    config.write_text("[%s]\n%s = %s\n" % (section, option, value))
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert option in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
+def test_output_to_a_closed_pipe_is_quiet():
+    proc = subprocess.Popen(COMMAND + ["inventory", "--libvirt-uri", "test:///default"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    proc.wait(timeout=120)
+    assert "Traceback" not in proc.stderr.read()

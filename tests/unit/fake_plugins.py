@@ -108,3 +108,33 @@ class RaisesAtInit(ResourcePlugin):
 
     def provider_contributions(self, view, nodename):  # pragma: no cover
         return []
+
+
+class Cells(ResourcePlugin):
+    """One child per NUMA cell with VCPU = its CPUs (moves VCPU off the root)."""
+
+    name = "cells"
+
+    def discover(self, host):
+        return tuple((cell.id, len(cell.cpus)) for cell in host.cells)
+
+    def provider_contributions(self, view, nodename):
+        return [ProviderContribution(
+            name="%s_cell%d" % (nodename, cell), uuid=provider_uuid(nodename, "cell", str(cell)),
+            inventory={"VCPU": {"total": cpus, "max_unit": cpus}}) for cell, cpus in view]
+
+
+class Parented(ResourcePlugin):
+    """A device under the first cell when ``under_cell`` is set, else the root."""
+
+    name = "parented"
+    under_cell = True
+
+    def discover(self, host):
+        return host.hostname
+
+    def provider_contributions(self, view, nodename):
+        return [ProviderContribution(
+            name=nodename + "_dev", uuid=provider_uuid(nodename, "dev"),
+            parent=nodename + "_cell0" if self.under_cell else None,
+            inventory={"CUSTOM_DEV": {"total": 1}})]
