@@ -39,6 +39,11 @@ Rules:
   they are split evenly over ``k`` isolated numbered groups ``_SPLIT<j>``,
   for hosts where no single node has room for all the vCPUs or all the
   memory. An uneven split (3 + 1 vCPUs) is not tried: such a host is missed.
+- **Symmetry**: guest NUMA nodes asking the same thing are interchangeable,
+  so of the alternatives that differ only by a permutation of such nodes
+  (page size of node 0 vs node 1, which node a device sits under) only the
+  first is run: Placement would return the same candidates with the guest
+  nodes renamed.
 - ``member_of`` of a group is kept (``[disk] shared_storage_aggregate`` puts
   DISK_GB in ``_DISK`` with ``member_of`` the aggregate).
 
@@ -71,6 +76,9 @@ MICROVERSION = "1.39"
 DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 #: At most this many alternative queries per request.
 MAX_ALTERNATIVES = 32
+#: At most this many combinations are generated before symmetric ones are
+#: dropped (bounds the work for many guest nodes with many choices).
+MAX_COMBINATIONS = 4096
 AFFINE_POLICIES = ("required", "legacy")
 
 
@@ -202,6 +210,44 @@ def _merge(groups: Iterable[RequestGroup]) -> tuple[RequestGroup, ...]:
                         key=lambda g: g.requester_id))
 
 
+def _interchangeable_cells(groups: Sequence[RequestGroup]) -> dict[str, int]:
+    """Guest-node suffix -> class id; nodes of one class ask the same thing."""
+    classes: dict[tuple[Any, ...], int] = {}
+    result = {}
+    for group in groups:
+        if group.kind != KIND_NUMA_CELL or not group.requester_id:
+            continue
+        signature = (tuple(sorted(group.resources.items())),
+                     tuple(sorted(group.required_traits)),
+                     tuple(sorted(group.forbidden_traits)),
+                     tuple(sorted(tuple(sorted(a)) for a in group.member_of)),
+                     tuple(tuple(sorted(c.items())) for c in group.choices))
+        result[group.requester_id] = classes.setdefault(signature, len(classes))
+    return result
+
+
+def _symmetry_key(alt: AllocationCandidatesQuery, cell_class: dict[str, int]) -> Any:
+    """Equal for two alternatives that differ by a permutation of like nodes.
+
+    Such an alternative is a choice, per guest node, of its resources and of
+    the devices under it: the multiset of those per class says it all.
+    """
+    attached: dict[str, list[str]] = {}
+    for cell, dev in alt.same_subtree:
+        attached.setdefault(cell, []).append(dev)
+    per_class: dict[int, list[Any]] = {}
+    others = []
+    for group in alt.groups:
+        resources = tuple(sorted(group.resources.items()))
+        if group.requester_id in cell_class:
+            per_class.setdefault(cell_class[group.requester_id], []).append(
+                (resources, tuple(sorted(attached.get(group.requester_id, ())))))
+        else:
+            others.append((group.requester_id, resources))
+    return (tuple(sorted((c, tuple(sorted(v))) for c, v in per_class.items())),
+            tuple(others), alt.group_policy)
+
+
 def derive(spec: RequestSpec, limit: Optional[int] = None) -> PlacementQuery:
     """The Placement query of ``spec`` (see the module docstring)."""
     return derive_from_groups(spec.groups, spec.generic.group_policy, limit)
@@ -237,12 +283,15 @@ def derive_from_groups(groups: Sequence[RequestGroup], group_policy: Optional[st
     if affine:
         combos = []
         for choice in itertools.islice(
-                itertools.product(cells, repeat=len(affine)), MAX_ALTERNATIVES):
+                itertools.product(cells, repeat=len(affine)), MAX_COMBINATIONS):
             combos.append(tuple(
                 (cell_suffix[cell], dev.requester_id)
                 for cell, dev in zip(choice, affine, strict=True)))
     alternatives = []
-    for picked in itertools.product(*axes):
+    seen: set[Any] = set()
+    cell_class = _interchangeable_cells(groups)
+    combinations = itertools.islice(itertools.product(*axes), MAX_COMBINATIONS)
+    for picked in combinations:
         picked_groups = [g for variant, _ in picked for g in variant]
         why = [d for _, d in picked if d]
         all_groups = _merge(plain + picked_groups)
@@ -257,12 +306,17 @@ def derive_from_groups(groups: Sequence[RequestGroup], group_policy: Optional[st
         for combo in combos:
             description = "; ".join(why + ["%s under %s" % (dev, cell)
                                            for cell, dev in combo])
-            alternatives.append(AllocationCandidatesQuery(
+            alternative = AllocationCandidatesQuery(
                 groups=all_groups, group_policy=policy,
                 same_subtree=tuple(tuple(pair) for pair in combo),
                 root_required=frozenset(root_required),
                 root_forbidden=frozenset(root_forbidden),
-                limit=limit, description=description or "the request as is"))
+                limit=limit, description=description or "the request as is")
+            key = _symmetry_key(alternative, cell_class)
+            if key in seen:
+                continue
+            seen.add(key)
+            alternatives.append(alternative)
             if len(alternatives) >= MAX_ALTERNATIVES:
                 break
         if len(alternatives) >= MAX_ALTERNATIVES:
