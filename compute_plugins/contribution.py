@@ -178,7 +178,7 @@ def adopt(tree: ProviderTree, nodename: str) -> tuple[ProviderContribution, ...]
     for data in tree.snapshot():
         if data.name == nodename:
             items.append(ProviderContribution(name=nodename, inventory=data.inventory))
-        elif data.uuid in in_tree:
+        elif data.uuid in in_tree and data.parent_uuid is not None:
             parent = names_by_uuid[data.parent_uuid]
             items.append(ProviderContribution(
                 name=data.name, uuid=data.uuid,

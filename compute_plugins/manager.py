@@ -121,7 +121,7 @@ class PluginManager:
             extension_manager = self._load(wanted)
         self._extensions = list(extension_manager)
         self.plugins: dict[str, ResourcePlugin] = {
-            ext.name: ext.obj for ext in self._extensions}
+            ext.name: ext.obj for ext in self._extensions if ext.obj is not None}
         LOG.debug("resource plugins loaded: %s", ", ".join(self.plugins) or "none")
 
     def _load(self, wanted: list[str]) -> extension.ExtensionManager:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Sequence
 from types import ModuleType
 
 from oslo_config import cfg, types
@@ -21,7 +22,7 @@ class FiniteFloat(types.Float):
     """A float option that refuses ``nan`` and ``inf`` (``min``/``max`` do not)."""
 
     def __call__(self, value: object) -> float:
-        number = super().__call__(value)
+        number = float(super().__call__(value))
         if not math.isfinite(number):
             raise ValueError("Should be a finite number, got %r" % value)
         return number
@@ -33,7 +34,7 @@ def ratio_opt(name: str, default: float, help: str) -> cfg.Opt:
 
 
 def register_group_opts(
-    conf: cfg.ConfigOpts, group: cfg.OptGroup, opts: list[cfg.Opt]
+    conf: cfg.ConfigOpts, group: cfg.OptGroup, opts: Sequence[cfg.Opt]
 ) -> None:
     """Register ``opts`` in a private copy of ``group`` on ``conf``.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from oslo_config import cfg
 
 from compute_plugins.conf import register_group_opts
@@ -31,5 +33,5 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     register_group_opts(conf, GROUP, OPTS)
 
 
-def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
     return [(GROUP, OPTS)]

@@ -18,7 +18,8 @@ def list_opts() -> list[tuple[cfg.OptGroup | str, list[cfg.Opt]]]:
     result: list[tuple[cfg.OptGroup | str, list[cfg.Opt]]] = []
     for module in conf_areas.area_modules():
         result.extend(module.list_opts())
-    plugins = extension.ExtensionManager(NAMESPACE, invoke_on_load=False)
+    plugins: extension.ExtensionManager = extension.ExtensionManager(
+        NAMESPACE, invoke_on_load=False)
     for ext in sorted(plugins, key=lambda e: e.name):
         result.extend(ext.plugin.list_opts())
     return result

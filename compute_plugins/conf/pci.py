@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Optional
 
 import jsonschema
@@ -96,7 +97,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     register_group_opts(conf, GROUP, OPTS)
 
 
-def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
     return [(GROUP, OPTS)]
 
 

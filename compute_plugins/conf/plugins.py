@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 from oslo_config import cfg
 
@@ -50,5 +51,5 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     register_group_opts(conf, GROUP, OPTS)
 
 
-def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
     return [(GROUP, OPTS)]
