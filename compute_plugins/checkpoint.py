@@ -74,7 +74,9 @@ def save(checkpoint_dir: str, nodename: str, contributions: Contributions) -> No
         LOG.error("cannot write the plugin checkpoint %s: %s", target, err)
 
 
-def load(checkpoint_dir: str, nodename: str) -> Optional[dict[str, tuple[ProviderContribution, ...]]]:
+def load(
+    checkpoint_dir: str, nodename: str
+) -> Optional[dict[str, tuple[ProviderContribution, ...]]]:
     """The contributions saved for ``nodename``, or ``None`` when unusable."""
     source = path_for(checkpoint_dir, nodename)
     try:

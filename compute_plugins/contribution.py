@@ -241,12 +241,12 @@ def apply(
 
     gone = [n for n in old if n not in new and n != nodename]
     gone += [n for n in new if n in old and n != nodename and old[n].parent != new[n].parent]
-    # NOTE: a provider that moves to another parent keeps its uuid (Placement
-    # re-parents it in place, with its allocations).
-    kept_uuids = {}
+    # NOTE: a provider that moves to another parent keeps its uuid and what
+    # others put on it (Placement re-parents it in place, with allocations).
+    moved = {}
     for name in sorted(gone, key=lambda n: -_depth(n, nodename, old)):
         if tree.exists(name):
-            kept_uuids[name] = tree.data(name).uuid
+            moved[name] = tree.data(name)
             tree.remove(name)
 
     for name in sorted(new, key=lambda n: _depth(n, nodename, new)):
@@ -256,9 +256,10 @@ def apply(
             if not tree.exists(parent):
                 raise InvalidContribution(
                     "provider %r names parent %r, which no plugin provides" % (name, parent))
-            tree.new_child(name, parent, uuid=kept_uuids.get(name, want.uuid))
+            before = moved.get(name)
+            tree.new_child(name, parent, uuid=before.uuid if before else want.uuid)
         was = old.get(name, _Merged())
-        data = tree.data(name)
+        data = moved.get(name) or tree.data(name)
 
         inventory = {rc: rec for rc, rec in data.inventory.items() if rc not in was.inventory}
         inventory.update({rc: dict(rec) for rc, rec in want.inventory.items()})

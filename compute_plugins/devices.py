@@ -86,16 +86,21 @@ class NUMAParents:
 
 
 def inventory_record(total: int, allocation_ratio: float = 1.0,
-                     reserved: int = 0) -> dict[str, Any]:
-    """A Placement inventory record whose ``max_unit`` is the ``total``."""
-    return {
-        "total": total,
-        "reserved": reserved,
-        "min_unit": 1,
-        "max_unit": total,
-        "step_size": 1,
-        "allocation_ratio": allocation_ratio,
-    }
+                     reserved: Optional[int] = None) -> dict[str, Any]:
+    """A Placement inventory record whose ``max_unit`` is the ``total``.
+
+    ``reserved`` is left out unless given: a plugin sends it only when its
+    configuration sets it (``[compute] reserved_host_memory_mb``, ``[disk]
+    reserved_host_disk_mb``); then the configuration wins, as in nova.
+    Without it the report client keeps the ``reserved`` an operator set in
+    Placement (0 for a new inventory).
+    """
+    record: dict[str, Any] = {"total": total}
+    if reserved is not None:
+        record["reserved"] = reserved
+    record.update(min_unit=1, max_unit=total, step_size=1,
+                  allocation_ratio=allocation_ratio)
+    return record
 
 
 def parent_name(nodename: str, cell: Optional[int]) -> Optional[str]:

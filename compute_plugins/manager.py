@@ -20,9 +20,8 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from stevedore import extension, named
 
-from compute_plugins import checkpoint
+from compute_plugins import checkpoint, contribution, exception, names
 from compute_plugins import conf as conf_areas
-from compute_plugins import contribution, exception, names
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.provider_tree import ProviderTree

@@ -4,13 +4,17 @@ Each periodic discovers the host, lets the plugins update the provider tree
 (nova's ``update_provider_tree``) and sends Placement what changed; it
 prints the Placement calls it made by method and path template. SIGHUP
 clears the provider cache (the next periodic re-reads the tree from
-Placement); SIGTERM and SIGINT stop after the current periodic.
+Placement); SIGTERM and SIGINT stop after the current periodic (a second
+SIGINT stops at once, exit 130). What the plugins contributed is committed
+after each periodic that reached Placement and checkpointed in
+``[compute_plugins] state_dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -34,15 +38,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sync to Placement; print the Placement calls of each periodic")
     parser.add_argument("--periodic", type=_positive_int, metavar="N",
                         help="run N periodics, then exit (default: forever)")
-    parser.add_argument("--interval", type=float, default=60.0, metavar="S",
-                        help="seconds between periodics (default: 60)")
+    parser.add_argument("--interval", type=_interval, default=60.0,
+                        metavar="S",
+                        help="seconds between periodics, >= 0 (default: 60)")
     parser.set_defaults(func=run)
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "invalid value %r: must be a whole number" % text) from None
     if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+        raise argparse.ArgumentTypeError(
+            "invalid value %r: must be at least 1" % text)
+    return value
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "invalid value %r: must be a number of seconds" % text) from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            "invalid value %r: must be a finite number of seconds >= 0"
+            % text)
     return value
 
 
@@ -99,10 +122,17 @@ class Loop:
 
     def on_stop(self, signum: int, frame: Any) -> None:
         self._stop.set()
+        if signum == signal.SIGINT:
+            # NOTE: a second Ctrl-C interrupts the periodic at once
+            # (KeyboardInterrupt, exit 130).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def install_signals(self) -> None:
+        """SIGHUP clears the cache; SIGTERM and SIGINT stop after the
+        current periodic (a second SIGINT stops at once)."""
         signal.signal(signal.SIGHUP, self.on_sighup)
         signal.signal(signal.SIGTERM, self.on_stop)
+        signal.signal(signal.SIGINT, self.on_stop)
 
     def run(self) -> int:
         """:returns: 0 when the last periodic succeeded, else 1."""
@@ -122,9 +152,17 @@ class Loop:
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # Imported here so that `compute-plugins --help` stays fast.
     from compute_plugins.cmd import common
+    from compute_plugins.conf import plugins as plugins_conf
+    from compute_plugins.manager import PluginManager
 
     quiet_placement_logs(conf.debug)
-    manager = common.plugin_manager(conf)
+    # NOTE: the plugins' contributions become "what they own" only once a
+    # periodic reached Placement (commit), and are kept across restarts in
+    # the state directory, so a device removed during a failed periodic or
+    # while the agent was down still has its providers deleted.
+    manager = PluginManager(conf, auto_commit=False,
+                            checkpoint_dir=plugins_conf.state_dir(conf))
+    common.check_values(conf)
     state: dict[str, Any] = {}
 
     def discover() -> Any:
@@ -137,7 +175,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             LOG.error("host discovery failed, keeping the last view: %s", err)
         return state["host"]
 
-    discover()
+    # NOTE: the first discovery runs before Placement is contacted, so a
+    # host or plugin option error fails fast; the first periodic uses it.
+    state["first"] = discover()
+    manager.raise_config_errors()
     with connect.placement_client(conf, args.placement_url) as placement:
         # NOTE: fail fast, as one line, when Placement cannot be reached or
         # is too old; later outages fail single periodics instead.
@@ -154,10 +195,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             # [compute] resource_provider_association_refresh is mutable.
             client.refresh_interval = (
                 conf.compute.resource_provider_association_refresh)
-            host = discover()
-            result = client.periodic(manager.update_provider_tree,
-                                     host.hostname)
-            return result
+            host = state.pop("first", None) or discover()
+            return run_periodic(client, manager, host.hostname)
 
         loop = Loop(client, step, args.interval, args.periodic,
                     fmt=args.format)
@@ -165,6 +204,20 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         rc = loop.run()
     degraded = common.report_degraded(manager)
     return rc or degraded
+
+
+def run_periodic(client: preport.ReportClient, manager: Any,
+                 nodename: str) -> preport.PeriodicResult:
+    """One periodic with a ``PluginManager(auto_commit=False)``: the
+    plugins' contributions are committed when the sync reached Placement,
+    discarded when it failed (the next periodic diffs against what
+    Placement last accepted)."""
+    result = client.periodic(manager.update_provider_tree, nodename)
+    if result.ok:
+        manager.commit()
+    else:
+        manager.discard()
+    return result
 
 
 def quiet_placement_logs(debug: bool) -> None:

@@ -29,6 +29,7 @@ from keystoneauth1 import token_endpoint
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from compute_plugins import exception
 from compute_plugins.placement import exception as pexc
 
 LOG = logging.getLogger(__name__)
@@ -152,13 +153,25 @@ class PlacementClient:
     def from_conf(cls, conf: cfg.ConfigOpts) -> PlacementClient:
         """A client built from the ``[placement]`` keystoneauth options."""
         group = "placement"
-        auth = ks_loading.load_auth_from_conf_options(conf, group)
-        sess = ks_loading.load_session_from_conf_options(
-            conf, group, auth=auth
-        )
-        adap = ks_loading.load_adapter_from_conf_options(
-            conf, group, session=sess, auth=auth, raise_exc=False
-        )
+        auth_type = conf.placement.auth_type
+        try:
+            auth = ks_loading.load_auth_from_conf_options(conf, group)
+            sess = ks_loading.load_session_from_conf_options(
+                conf, group, auth=auth
+            )
+            adap = ks_loading.load_adapter_from_conf_options(
+                conf, group, session=sess, auth=auth, raise_exc=False
+            )
+        except ks_exc.MissingRequiredOptions as e:
+            missing = ", ".join(o.dest for o in e.options)
+            raise exception.ConfigError(
+                "[placement] auth_type = %s needs [placement] %s, which is "
+                "not set" % (auth_type, missing)) from None
+        except ks_exc.NoMatchingPlugin:
+            raise exception.ConfigError(
+                "[placement] auth_type = %s: no such keystoneauth plugin "
+                "(e.g. password, v3password, token, v3applicationcredential)"
+                % auth_type) from None
         where = conf.placement.endpoint_override or (
             "the placement service of %s" % (conf.placement.auth_url or "?")
             if hasattr(conf.placement, "auth_url")
@@ -257,11 +270,27 @@ class PlacementClient:
                 method, path, resp.status_code, data, provider, generation
             )
         if resp.status_code == 204 or not resp.content:
+            if method == "GET":
+                raise pexc.PlacementError(
+                    "%s answered %s %s with status %d and no body; a JSON "
+                    "document was expected (is this Placement?)"
+                    % (self.where, method, path_template(path),
+                       resp.status_code),
+                    method=method, path=path, status=resp.status_code,
+                    provider=provider, generation=generation)
             return None
         try:
             return resp.json()
         except ValueError:
-            return None
+            snippet = resp.text[:80].replace("\n", " ").strip()
+            raise pexc.PlacementError(
+                "%s answered %s %s with status %d and a body that is not "
+                "JSON (%s: %r); is this Placement?"
+                % (self.where, method, path_template(path), resp.status_code,
+                   resp.headers.get("Content-Type", "no content type"),
+                   snippet),
+                method=method, path=path, status=resp.status_code,
+                provider=provider, generation=generation) from None
 
     def request(
         self,

@@ -15,6 +15,7 @@ from typing import Optional
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
 
@@ -33,5 +34,24 @@ def placement_client(
     elif group.endpoint_override:
         yield pclient.PlacementClient.for_url(group.endpoint_override)
     else:
-        with embedded.EmbeddedPlacement(embedded.connection_for(conf)) as emb:
-            yield emb.client()
+        service = embedded.EmbeddedPlacement(embedded.connection_for(conf))
+        try:
+            service.start()
+        except embedded.EmbeddedDatabaseError as err:
+            raise exception.ConfigError("%s: %s" % (embedded_option(conf),
+                                                    err)) from err
+        with service:
+            yield service.client()
+
+
+def embedded_option(conf: cfg.ConfigOpts) -> str:
+    """Which option chose the embedded database, with its value."""
+    group = conf.placement
+    if group.embedded_connection:
+        return "[placement] embedded_connection = %s" % (
+            group.embedded_connection)
+    if group.embedded_state_dir:
+        return "[placement] embedded_state_dir = %s" % (
+            group.embedded_state_dir)
+    return ("the default state directory %s ([placement] embedded_state_dir "
+            "unset)" % embedded.default_state_dir())

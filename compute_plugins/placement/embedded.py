@@ -39,6 +39,8 @@ from requests import adapters as rq_adapters
 from requests import structures as rq_structures
 from requests import utils as rq_utils
 
+from compute_plugins import exception
+from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.placement import client as pclient
 
 LOG = logging.getLogger(__name__)
@@ -55,10 +57,8 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def default_state_dir() -> str:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(base, "compute-plugins")
+    """Where the embedded database lives by default: the agent's state dir."""
+    return plugins_conf.default_state_dir()
 
 
 def connection_for(conf: cfg.ConfigOpts) -> str:
@@ -75,6 +75,30 @@ def sqlite_url(path: Optional[str]) -> str:
     if not path or path == ":memory:":
         return "sqlite://"
     return "sqlite:///" + os.path.abspath(path)
+
+
+class EmbeddedDatabaseError(exception.ComputePluginsError):
+    """The embedded Placement's database cannot be created or opened.
+
+    :param connection: the SQLAlchemy URL.
+    :param reason: the underlying error (OSError, SQLAlchemy, oslo.db).
+    """
+
+    def __init__(self, connection: str, reason: BaseException) -> None:
+        self.connection = connection
+        self.reason = reason
+        text = str(reason).splitlines()[0] if str(reason) else ""
+        super().__init__("cannot open the embedded Placement database %s: "
+                         "%s%s" % (connection, type(reason).__name__,
+                                   ": " + text if text else ""))
+
+
+def _is_database_error(err: BaseException) -> bool:
+    import sqlalchemy.exc
+    from oslo_db import exception as db_exc
+
+    return isinstance(err, (OSError, sqlalchemy.exc.SQLAlchemyError,
+                            db_exc.DBError))
 
 
 class EmbeddedPlacement:
@@ -107,7 +131,15 @@ class EmbeddedPlacement:
                     "another embedded Placement (%s) is running in this "
                     "process; close it first" % _BOUND.connection
                 )
-            self.app = self._build()
+            try:
+                self.app = self._build()
+            except Exception as err:
+                if self._unbind is not None:
+                    self._unbind()
+                    self._unbind = None
+                if _is_database_error(err):
+                    raise EmbeddedDatabaseError(self.connection, err) from err
+                raise
             _BOUND = self
         self.running = True
         return self

@@ -17,8 +17,14 @@ stricter cache:
   traits and resource classes created once;
 * what operators set is kept: traits and aggregates are merged three ways
   (what Placement has now, plus what the plugins added, minus what they
-  removed), and an inventory's ``reserved`` stays Placement's unless a
-  plugin changed it;
+  removed); an inventory record without ``reserved`` keeps Placement's
+  (an operator's, e.g. draining a device; 0 for a new inventory), a record
+  with ``reserved`` (set by a plugin's configuration) wins, as in nova
+  (:func:`normalize_inventory`);
+* a provider whose parent changed is moved with ``PUT
+  /resource_providers/{uuid}`` (microversion 1.37; its allocations stay);
+* a node Placement already knows under another uuid (registered by nova)
+  is found by name and its provider adopted as the root;
 * a ``placement.concurrent_update`` conflict re-reads that one provider and
   retries, bounded and jittered; any other failure clears the cache and
   fails the periodic (:class:`PeriodicResult`), logged as one line;
@@ -33,6 +39,7 @@ import random
 import threading
 import time
 import types
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Optional
 
@@ -65,6 +72,9 @@ _INVENTORY_FIELDS = ("total",) + tuple(INVENTORY_DEFAULTS)
 
 _STANDARD_RCS = frozenset(os_resource_classes.STANDARDS)
 _STANDARD_TRAITS = frozenset(os_traits.get_traits())
+
+#: Placement allows changing a provider's parent from this microversion.
+REPARENT_MICROVERSION = (1, 37)
 
 #: Bounded retries of a write that hit a generation conflict.
 MAX_CONFLICT_RETRIES = 4
@@ -114,24 +124,23 @@ class PeriodicResult:
 
 
 def normalize_inventory(
-    record: Mapping[str, Any], base: Optional[Mapping[str, Any]] = None,
-    theirs: Optional[Mapping[str, Any]] = None,
+    record: Mapping[str, Any], theirs: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
     """A full inventory record: Placement's defaults where a field is absent.
 
-    ``reserved`` is the operator's: when the plugin left it out, or left it
-    as it was handed (``base``), the value Placement has now (``theirs``) is
-    kept.
+    The ``reserved`` rule: a plugin leaves ``reserved`` out of a record
+    unless its configuration sets it (the numa plugin's ``MEMORY_MB`` from
+    ``[compute] reserved_host_memory_mb``, the disk plugin's ``DISK_GB`` from
+    ``[disk] reserved_host_disk_mb``). For a record without ``reserved`` the
+    value Placement has now (``theirs``: what an operator set, e.g. to drain
+    a device) is kept, and a new inventory gets 0; a record with
+    ``reserved`` is configuration and wins, as in nova.
     """
     out = {k: record[k] for k in _INVENTORY_FIELDS if k in record}
+    if "reserved" not in out and theirs is not None and "reserved" in theirs:
+        out["reserved"] = theirs["reserved"]
     for key, value in INVENTORY_DEFAULTS.items():
         out.setdefault(key, value)
-    if theirs is not None and "reserved" in theirs:
-        unchanged = "reserved" not in record or (
-            base is not None and record["reserved"] == base.get("reserved")
-        )
-        if unchanged:
-            out["reserved"] = theirs["reserved"]
     if "allocation_ratio" in out:
         out["allocation_ratio"] = float(out["allocation_ratio"])
     return out
@@ -204,6 +213,9 @@ class ReportClient:
         self._roots: dict[str, float] = {}
         self._known_traits: set[str] = set()
         self._known_rcs: set[str] = set()
+        #: nodename -> uuid of a root found by name (registered by nova).
+        #: Kept when the cache is cleared; checked again at each bootstrap.
+        self._adopted: dict[str, str] = {}
         self._clear_requested = threading.Event()
         self._periodic = 0
 
@@ -320,6 +332,49 @@ class ReportClient:
                 LOG.info("refreshed providers changed in Placement: %s",
                          ", ".join(moved))
 
+    def _bootstrap_root(self, nodename: str) -> str:
+        """The uuid of ``nodename``'s root, reading its tree if not cached.
+
+        The root is the project's stable uuid for ``nodename``, unless
+        Placement already has a provider of that name under another uuid
+        (the node was registered by nova): that provider is adopted, so the
+        periodics do not fail with ``placement.duplicate_name``.
+        """
+        derived = names.provider_uuid(nodename)
+        candidate = self._adopted.get(nodename, derived)
+        if candidate in self._roots:
+            return candidate
+        self._load_tree(candidate)
+        if candidate in self._cache:
+            return candidate
+        found = self._find_root_by_name(nodename)
+        if found is None or found == candidate:
+            self._adopted.pop(nodename, None)
+            if candidate != derived:
+                self._roots.pop(candidate, None)
+                self._load_tree(derived)
+            return derived
+        LOG.info("compute node %s is registered in Placement as %s: using "
+                 "that provider as the root", nodename, found)
+        self._roots.pop(candidate, None)
+        self._adopted[nodename] = found
+        self._load_tree(found)
+        return found
+
+    def _find_root_by_name(self, nodename: str) -> Optional[str]:
+        listing = self.placement.get(
+            "/resource_providers?name=%s" % urllib.parse.quote(nodename, "")
+        )["resource_providers"]
+        if not listing:
+            return None
+        rp = listing[0]
+        if rp.get("parent_provider_uuid"):
+            raise exception.ComputePluginsError(
+                "Placement has a provider named %s (%s) under parent %s; "
+                "the compute node's root must be a root provider"
+                % (nodename, rp["uuid"], rp["parent_provider_uuid"]))
+        return str(rp["uuid"])
+
     def provider_tree(self) -> ProviderTree:
         """A new ProviderTree holding the cache (what Placement has)."""
         tree = ProviderTree()
@@ -356,7 +411,8 @@ class ReportClient:
         :param update_tree: ``update_tree(tree, nodename, allocations)``.
         :param nodename: the compute node (name of the root provider).
         :param root_uuid: the root's uuid; default: the project's stable
-            uuid for ``nodename``.
+            uuid for ``nodename``, or the uuid of the provider Placement
+            already has under that name (see :meth:`_bootstrap_root`).
         """
         self._periodic += 1
         start = time.perf_counter()
@@ -364,7 +420,6 @@ class ReportClient:
         changed: list[str] = []
         error = None
         reshaped = False
-        root_uuid = root_uuid or names.provider_uuid(nodename)
         if self._clear_requested.is_set():
             LOG.info("provider cache cleared on request")
             self._clear_now()
@@ -386,7 +441,9 @@ class ReportClient:
                               time.perf_counter() - start, reshaped)
 
     def _periodic_body(self, update_tree: UpdateTree, nodename: str,
-                       root_uuid: str, changed: list[str]) -> bool:
+                       root_uuid: Optional[str], changed: list[str]) -> bool:
+        if root_uuid is None:
+            root_uuid = self._bootstrap_root(nodename)
         self._ensure_fresh(root_uuid)
         base = dict(self._cache)
         tree = self.provider_tree()
@@ -463,21 +520,26 @@ class ReportClient:
         gone = [u for u in reversed(list(self._cache))
                 if u not in wanted and self._root_of(u) in roots]
 
+        # Parents first: a new parent exists before a child moves under it.
         for pd in desired:
-            if pd.uuid not in self._cache:
+            have = self._cache.get(pd.uuid)
+            if have is None:
                 self._create(pd)
                 changed.append("create %s" % pd.name)
+            elif (have.parent_uuid, have.name) != (pd.parent_uuid, pd.name):
+                self._move(pd, have)
+                changed.append("move %s" % pd.name)
         self._ensure_classes_and_traits(desired)
 
         if allocations is not None:
-            self._reshape(desired, base, gone, allocations)
+            self._reshape(desired, gone, allocations)
             changed.append("reshape %s" % desired[0].name)
         else:
             for pd in desired:
-                self._write(pd, base.get(pd.uuid), "inventory", changed)
+                self._write_inventory(pd, changed)
         for pd in desired:
-            self._write(pd, base.get(pd.uuid), "traits", changed)
-            self._write(pd, base.get(pd.uuid), "aggregates", changed)
+            self._write_traits(pd, base.get(pd.uuid), changed)
+            self._write_aggregates(pd, base.get(pd.uuid), changed)
         for uuid in gone:
             rec = self._cache[uuid]
             self.placement.delete("/resource_providers/%s" % uuid,
@@ -496,6 +558,28 @@ class ReportClient:
         root = rp.get("root_provider_uuid") or pd.uuid
         self._roots.setdefault(root, self._clock())
 
+    def _move(self, pd: ProviderData, have: ProviderData) -> None:
+        """Re-parent (or rename) a provider in place: its uuid, and so its
+        allocations, stay (no reshape)."""
+        if have.parent_uuid != pd.parent_uuid and (
+                self.placement.microversion < REPARENT_MICROVERSION):
+            raise pexc.PlacementVersionTooOld(
+                "cannot move provider %s under %s: Placement at %s offers "
+                "microversion %s, re-parenting needs %d.%d"
+                % (pd.name, pd.parent_uuid, self.placement.where,
+                   self.placement.microversion_str, *REPARENT_MICROVERSION),
+                method="PUT", path="/resource_providers/%s" % pd.uuid,
+                provider=pd.uuid)
+        body: dict[str, Any] = {"name": pd.name}
+        if pd.parent_uuid is not None:
+            body["parent_provider_uuid"] = pd.parent_uuid
+        rp = self.placement.put("/resource_providers/%s" % pd.uuid, body,
+                                provider=pd.uuid)
+        self._cache_put(have._replace(
+            name=pd.name, parent_uuid=pd.parent_uuid,
+            generation=rp.get("generation", have.generation)))
+        self._cache = {u: self._cache[u] for u in _order(self._cache)}
+
     def _ensure_classes_and_traits(self, desired: list[ProviderData]) -> None:
         for pd in desired:
             have = self._cache[pd.uuid]
@@ -512,86 +596,106 @@ class ReportClient:
                 self.placement.put("/traits/%s" % trait)
                 self._known_traits.add(trait)
 
-    def _target(self, pd: ProviderData, base: Optional[ProviderData],
-                what: str) -> Any:
-        """What Placement should hold for ``what`` of ``pd``, merged with
-        what it holds now (the cache)."""
+    # Each aspect of a provider has a small typed writer: what Placement
+    # should hold (merged with what it holds now, the cache) and how to PUT
+    # it; _write_if_changed does the comparing and the conflict retries.
+
+    def _inventory_target(self, pd: ProviderData) -> dict[str, dict]:
         have = self._cache[pd.uuid]
-        if what == "inventory":
-            return {
-                rc: normalize_inventory(
-                    rec,
-                    base.inventory.get(rc) if base is not None else None,
-                    have.inventory.get(rc),
-                )
-                for rc, rec in pd.inventory.items()
-            }
-        if what == "traits":
-            return _merge_set(base.traits if base else None, pd.traits,
-                              have.traits)
-        return _merge_set(base.aggregates if base else None, pd.aggregates,
-                          have.aggregates)
+        return {rc: normalize_inventory(rec, have.inventory.get(rc))
+                for rc, rec in pd.inventory.items()}
 
-    @staticmethod
-    def _current(rec: ProviderData, what: str) -> Any:
-        if what == "inventory":
-            return _inv_plain(rec.inventory)
-        return frozenset(getattr(rec, what))
+    def _put_inventory(self, have: ProviderData,
+                       target: dict[str, dict]) -> ProviderData:
+        resp = self.placement.put(
+            "/resource_providers/%s/inventories" % have.uuid,
+            {"resource_provider_generation": have.generation,
+             "inventories": target},
+            provider=have.uuid, generation=have.generation)
+        return have._replace(
+            generation=resp["resource_provider_generation"],
+            inventory=_record(have.uuid, have.name, None, None,
+                              resp["inventories"]).inventory)
 
-    def _write(self, pd: ProviderData, base: Optional[ProviderData],
-               what: str, changed: list[str]) -> None:
-        """Write one aspect of one provider if it changed, retrying
-        generation conflicts after re-reading that provider."""
+    def _put_traits(self, have: ProviderData,
+                    target: frozenset[str]) -> ProviderData:
+        resp = self.placement.put(
+            "/resource_providers/%s/traits" % have.uuid,
+            {"resource_provider_generation": have.generation,
+             "traits": sorted(target)},
+            provider=have.uuid, generation=have.generation)
+        return have._replace(generation=resp["resource_provider_generation"],
+                             traits=frozenset(resp["traits"]))
+
+    def _put_aggregates(self, have: ProviderData,
+                        target: frozenset[str]) -> ProviderData:
+        resp = self.placement.put(
+            "/resource_providers/%s/aggregates" % have.uuid,
+            {"resource_provider_generation": have.generation,
+             "aggregates": sorted(target)},
+            provider=have.uuid, generation=have.generation)
+        return have._replace(generation=resp["resource_provider_generation"],
+                             aggregates=frozenset(resp["aggregates"]))
+
+    def _write_inventory(self, pd: ProviderData, changed: list[str]) -> None:
+        self._write_if_changed(
+            pd, "inventory", lambda: self._inventory_target(pd),
+            lambda have: _inv_plain(have.inventory), self._put_inventory,
+            changed)
+
+    def _write_traits(self, pd: ProviderData, base: Optional[ProviderData],
+                      changed: list[str]) -> None:
+        self._write_if_changed(
+            pd, "traits",
+            lambda: _merge_set(base.traits if base else None, pd.traits,
+                               self._cache[pd.uuid].traits),
+            lambda have: have.traits, self._put_traits, changed)
+
+    def _write_aggregates(self, pd: ProviderData,
+                          base: Optional[ProviderData],
+                          changed: list[str]) -> None:
+        self._write_if_changed(
+            pd, "aggregates",
+            lambda: _merge_set(base.aggregates if base else None,
+                               pd.aggregates,
+                               self._cache[pd.uuid].aggregates),
+            lambda have: have.aggregates, self._put_aggregates, changed)
+
+    def _write_if_changed(
+        self, pd: ProviderData, label: str, target: Callable[[], Any],
+        current: Callable[[ProviderData], Any],
+        put: Callable[[ProviderData, Any], ProviderData], changed: list[str],
+    ) -> None:
+        """Write one aspect of one provider if it differs from the cache,
+        retrying generation conflicts after re-reading that provider."""
         for attempt in range(MAX_CONFLICT_RETRIES + 1):
-            target = self._target(pd, base, what)
+            want = target()
             have = self._cache[pd.uuid]
-            if target == self._current(have, what):
+            if want == current(have):
                 return
             try:
-                self._put(have, what, target)
+                self._cache_put(put(have, want))
             except pexc.GenerationConflict as e:
                 if attempt == MAX_CONFLICT_RETRIES:
                     raise
                 LOG.info("generation conflict on %s (%s, generation %s); "
-                         "re-reading it (retry %d of %d)", pd.name, what,
+                         "re-reading it (retry %d of %d)", pd.name, label,
                          e.generation, attempt + 1, MAX_CONFLICT_RETRIES)
                 self._sleep(random.uniform(0, RETRY_BASE_DELAY * 2**attempt))
                 self._refresh_provider(pd.uuid)
                 # NOTE: custom traits/classes the refresh dropped must exist.
                 self._ensure_classes_and_traits([pd])
                 continue
-            changed.append("%s %s" % (what, pd.name))
+            changed.append("%s %s" % (label, pd.name))
             return
 
-    def _put(self, have: ProviderData, what: str, target: Any) -> None:
-        path = "/resource_providers/%s/%s" % (have.uuid, what.replace(
-            "inventory", "inventories"))
-        body: dict[str, Any] = {"resource_provider_generation":
-                                have.generation}
-        if what == "inventory":
-            body["inventories"] = target
-        else:
-            body[what] = sorted(target)
-        resp = self.placement.put(path, body, provider=have.uuid,
-                                  generation=have.generation)
-        generation = resp["resource_provider_generation"]
-        if what == "inventory":
-            new = have._replace(generation=generation, inventory=_record(
-                have.uuid, have.name, None, None, resp["inventories"]
-            ).inventory)
-        else:
-            new = have._replace(generation=generation,
-                                **{what: frozenset(resp[what])})
-        self._cache_put(new)
-
-    def _reshape(self, desired: list[ProviderData],
-                 base: Mapping[str, ProviderData], gone: list[str],
+    def _reshape(self, desired: list[ProviderData], gone: list[str],
                  allocations: dict[str, Any]) -> None:
         inventories: dict[str, Any] = {}
         targets = {}
         for pd in desired:
             have = self._cache[pd.uuid]
-            targets[pd.uuid] = self._target(pd, base.get(pd.uuid), "inventory")
+            targets[pd.uuid] = self._inventory_target(pd)
             inventories[pd.uuid] = {
                 "resource_provider_generation": have.generation,
                 "inventories": targets[pd.uuid],

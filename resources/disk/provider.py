@@ -18,5 +18,8 @@ def contributions(view: DiskView, nodename: str) -> list[ProviderContribution]:
     return [ProviderContribution(
         name=nodename,
         inventory={orc.DISK_GB: inventory_record(
-            view.total_gb, view.allocation_ratio, view.reserved_gb)},
+            view.total_gb, view.allocation_ratio,
+            # NOTE: only [disk] reserved_host_disk_mb > 0 sends reserved;
+            # otherwise an operator's reserved in Placement is kept.
+            view.reserved_gb or None)},
     )]

@@ -140,7 +140,8 @@ def test_moving_inventory_needs_a_reshape(conf):
     tree = flat_tree()
     before = tree.snapshot()
     manager = make_manager(conf, fake_plugins.Cells, fake_plugins.RootDisk)
-    with pytest.raises(exception.ReshapeNeeded, match="VCPU from node1 to node1_cell0, node1_cell1"):
+    with pytest.raises(exception.ReshapeNeeded,
+                       match="VCPU from node1 to node1_cell0, node1_cell1"):
         run(manager, tree)
     assert tree.snapshot() == before
 
@@ -176,9 +177,11 @@ def test_a_provider_moving_parent_keeps_its_uuid(conf):
     tree = run(manager, ProviderTree())
     uuid = tree.data("node1_dev").uuid
     assert tree.data("node1_dev").parent_uuid == tree.data("node1_cell0").uuid
+    tree.add_traits("node1_dev", "CUSTOM_OPERATOR_DRAINED")
     manager.plugins["parented"].under_cell = False
     run(manager, tree)
     assert tree.data("node1_dev").uuid == uuid
+    assert tree.data("node1_dev").traits == {"CUSTOM_OPERATOR_DRAINED"}
     assert tree.data("node1_dev").parent_uuid == tree.data("node1").uuid
 
 

@@ -120,3 +120,85 @@ def test_placement_serve_bad_port_is_one_line(served):
     assert proc.returncode == 1
     assert "cannot listen on 127.0.0.1:%d" % served.port in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_restart_deletes_a_device_removed_while_down(tmp_path):
+    """Two ``report`` processes on the embedded default: the plugins'
+    contributions are checkpointed in the state directory, so the second
+    process deletes the provider of a PF that vanished in between."""
+    import shutil
+    from pathlib import Path
+
+    snap = tmp_path / "host"
+    shutil.copytree(Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov",
+                    snap)
+    env = {**CLI_ENV, "XDG_STATE_HOME": str(tmp_path / "state")}
+    cmd = CLI + ["--host-snapshot", str(snap), "--format", "json", "report",
+                 "--periodic", "1"]
+    pf = "sriov-compute-01_pf_0000_02_10_7"
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env=env)
+    ok_or_degraded(first.returncode, first.stderr)
+    assert "create %s" % pf in json_lines(first.stdout)[0]["changed"]
+    assert list((tmp_path / "state" / "compute-plugins").glob(
+        "*.contributions.json"))
+    (snap / "nodedev" / "pci_0000_02_10_7.xml").unlink()
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                            env=env)
+    ok_or_degraded(second.returncode, second.stderr)
+    assert json_lines(second.stdout)[0]["changed"] == ["delete %s" % pf]
+
+
+def _config(tmp_path, text):
+    path = tmp_path / "bad.conf"
+    path.write_text(text)
+    return ["--config-file", str(path)]
+
+
+@pytest.mark.parametrize("conf_text, expected", [
+    ("[placement]\nauth_type = password\n",
+     ["[placement] auth_type = password", "auth_url"]),
+    ("[placement]\nauth_type = bogus\n", ["[placement] auth_type = bogus"]),
+    ("[placement]\nembedded_state_dir = /proc/nope\n",
+     ["[placement] embedded_state_dir = /proc/nope"]),
+    ("[placement]\nembedded_connection = bogus://x\n",
+     ["[placement] embedded_connection = bogus://x"]),
+])
+def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
+                                                     expected):
+    proc = subprocess.run(
+        CLI + HOST + _config(tmp_path, conf_text)
+        + ["report", "--periodic", "1"],
+        capture_output=True, text=True, timeout=120,
+        env={**CLI_ENV, "XDG_STATE_HOME": str(tmp_path)})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines()
+             if ln.startswith("compute-plugins: configuration error")]
+    assert len(lines) == 1, proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["placement", "serve", "--port", "70000"], "invalid port '70000'"),
+    (["placement", "serve", "--port", "-1"], "invalid port '-1'"),
+    (["report", "--interval", "-1"], "invalid value '-1'"),
+    (["report", "--interval", "nan"], "invalid value 'nan'"),
+])
+def test_bad_arguments_are_argparse_errors(args, expected):
+    proc = subprocess.run(CLI + args, capture_output=True, text=True,
+                          timeout=120, env=CLI_ENV)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_placement_serve_bad_db_names_the_database():
+    proc = subprocess.run(
+        CLI + ["placement", "serve", "--port", str(free_port()), "--db",
+               "/proc/x/y.db"],
+        capture_output=True, text=True, timeout=120, env=CLI_ENV)
+    assert proc.returncode == 2, proc.stderr
+    assert "--db /proc/x/y.db" in proc.stderr
+    assert "cannot listen" not in proc.stderr
+    assert "Traceback" not in proc.stderr

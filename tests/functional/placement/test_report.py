@@ -357,15 +357,16 @@ def test_sighup_clears_the_cache(rc, nodename):
         results.append(result)
         return result
 
-    old = signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGTERM)
+    sigs = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
+    old = {s: signal.getsignal(s) for s in sigs}
     loop = report_cmd.Loop(rc, step, interval=0, count=4,
                            out=open(os.devnull, "w"))
     try:
         loop.install_signals()
         assert loop.run() == 0
     finally:
-        signal.signal(signal.SIGHUP, old[0])
-        signal.signal(signal.SIGTERM, old[1])
+        for s, handler in old.items():
+            signal.signal(s, handler)
     totals = [r.total_calls for r in results]
     assert totals[1] == 0 and totals[3] == 0
     # after SIGHUP: the tree is read again (1 + 3 per provider), nothing

@@ -42,7 +42,7 @@ def shape(tree):
     """``{name: (parent, {rc: (total, reserved)}, traits)}``."""
     return {
         name: (p["parent"],
-               {rc: (r["total"], r["reserved"])
+               {rc: (r["total"], r.get("reserved", 0))
                 for rc, r in p["inventory"].items()},
                p["traits"])
         for name, p in dump(tree).items()

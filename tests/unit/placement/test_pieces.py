@@ -55,14 +55,16 @@ def test_error_without_json_body():
 def test_normalize_inventory_keeps_the_operators_reserved():
     theirs = {"total": 8, "reserved": 2, "min_unit": 1, "max_unit": 8,
               "step_size": 1, "allocation_ratio": 1.0}
-    # left out by the plugin, or handed back unchanged: Placement's stays
-    assert report.normalize_inventory({"total": 16}, theirs, theirs)[
-        "reserved"] == 2
+    # left out by the plugin (not configured): Placement's stays
+    assert report.normalize_inventory({"total": 16}, theirs)["reserved"] == 2
+    # sent by the plugin (its configuration): the configuration wins, also
+    # when it is 0
     assert report.normalize_inventory(
-        {"total": 16, "reserved": 0}, {"reserved": 0}, theirs)["reserved"] == 2
-    # changed by the plugin: the plugin's
+        {"total": 16, "reserved": 4}, theirs)["reserved"] == 4
     assert report.normalize_inventory(
-        {"total": 16, "reserved": 4}, {"reserved": 0}, theirs)["reserved"] == 4
+        {"total": 16, "reserved": 0}, theirs)["reserved"] == 0
+    # a new inventory without reserved: 0
+    assert report.normalize_inventory({"total": 16}, None)["reserved"] == 0
     full = report.normalize_inventory({"total": 16})
     assert full == {"total": 16, "reserved": 0, "min_unit": 1,
                     "max_unit": 2147483647, "step_size": 1,
@@ -95,3 +97,62 @@ def test_placement_options_register_and_list():
         assert "version" not in listed
     finally:
         conf.cleanUp()
+
+
+class _Resp:
+    def __init__(self, status, content, ctype="text/html"):
+        self.status_code = status
+        self.content = content
+        self.text = content.decode()
+        self.headers = {"Content-Type": ctype}
+
+    def json(self):
+        import json
+        return json.loads(self.content)
+
+
+class _Adapter:
+    def __init__(self, resp):
+        self.resp = resp
+
+    def request(self, path, method, **kw):
+        return self.resp
+
+
+def _client(resp):
+    from compute_plugins.placement import client as pclient
+    return pclient.PlacementClient(_Adapter(resp), "http://proxy")
+
+
+def test_a_2xx_that_is_not_json_is_a_clear_error():
+    c = _client(_Resp(200, b"<html>login</html>"))
+    with pytest.raises(pexc.PlacementError) as info:
+        c._send("GET", "/resource_providers?in_tree=x", None, "1.39")
+    assert "not JSON" in str(info.value) and "http://proxy" in str(info.value)
+    assert "GET /resource_providers?in_tree" in str(info.value)
+
+
+def test_a_get_without_body_is_a_clear_error_a_put_is_not():
+    c = _client(_Resp(200, b""))
+    with pytest.raises(pexc.PlacementError, match="no body"):
+        c._send("GET", "/resource_providers", None, "1.39")
+    assert _client(_Resp(204, b""))._send("PUT", "/traits/CUSTOM_X", None,
+                                          "1.39") is None
+
+
+@pytest.mark.parametrize("text", ["-1", "nan", "inf", "x"])
+def test_report_interval_rejects(text):
+    import argparse
+
+    from compute_plugins.cmd import report as report_cmd
+    with pytest.raises(argparse.ArgumentTypeError):
+        report_cmd._interval(text)
+
+
+def test_report_interval_and_serve_port_accept():
+    from compute_plugins.cmd import placement as placement_cmd
+    from compute_plugins.cmd import report as report_cmd
+    assert report_cmd._interval("0") == 0.0
+    assert report_cmd._interval("1.5") == 1.5
+    assert placement_cmd._port("65535") == 65535
+    assert placement_cmd._port("0") == 0

@@ -138,10 +138,16 @@ def totals(tree: ProviderTree) -> dict[str, dict[str, int]]:
             for name, p in dump(tree).items()}
 
 
-def record(total: int, ratio: float = 1.0, reserved: int = 0
+def record(total: int, ratio: float = 1.0, reserved: int | None = None
            ) -> dict[str, Any]:
-    return {"total": total, "reserved": reserved, "min_unit": 1,
-            "max_unit": total, "step_size": 1, "allocation_ratio": ratio}
+    """An inventory record; ``reserved`` only when configured (else the
+    report client keeps Placement's)."""
+    out: dict[str, Any] = {"total": total}
+    if reserved is not None:
+        out["reserved"] = reserved
+    out.update(min_unit=1, max_unit=total, step_size=1,
+               allocation_ratio=ratio)
+    return out
 
 
 class RecordingTree(ProviderTree):
