@@ -191,12 +191,18 @@ def find_moves(
     tree: ProviderTree, nodename: str, previous: Contributions, current: Contributions
 ) -> list[reshape.Move]:
     """Resource classes that leave a provider of ``tree`` for others."""
-    old, new = _merge(nodename, previous), _merge(nodename, current)
+    in_tree = {data.name: data for data in tree.snapshot()}
+    return _moves(in_tree, _merge(nodename, previous), _merge(nodename, current))
+
+
+def _moves(
+    in_tree: Mapping[str, Any], old: Mapping[str, _Merged], new: Mapping[str, _Merged]
+) -> list[reshape.Move]:
     moves = []
     for name, was in old.items():
-        if not tree.exists(name):
+        data = in_tree.get(name)
+        if data is None:
             continue
-        data = tree.data(name)
         kept = new[name].inventory if name in new and new[name].parent == was.parent else {}
         for rc in sorted(set(was.inventory) - set(kept)):
             if rc not in data.inventory:
@@ -216,6 +222,7 @@ def apply(
     previous: Contributions,
     current: Contributions,
     allocations: Optional[dict[str, Any]] = None,
+    snapshot: Optional[Iterable[Any]] = None,
 ) -> None:
     """Bring ``tree`` from the ``previous`` contributions to the ``current`` ones.
 
@@ -227,13 +234,16 @@ def apply(
     :raises ReshapeNeeded: inventory moves between providers and
         ``allocations`` is ``None``; with the allocations they are moved in
         place (:mod:`compute_plugins.reshape`).
+    :param snapshot: ``tree.snapshot()`` when the caller has just taken it.
     """
-    moves = find_moves(tree, nodename, previous, current)
+    old = _merge(nodename, previous)
+    new = _merge(nodename, current)
+    # NOTE: one read-only snapshot instead of a copy per provider (data()).
+    in_tree = {data.name: data for data in (snapshot or tree.snapshot())}
+    moves = _moves(in_tree, old, new)
     if moves and allocations is None:
         raise exception.ReshapeNeeded(
             "inventory moves between providers: %s" % "; ".join(map(str, moves)))
-    old = _merge(nodename, previous)
-    new = _merge(nodename, current)
     if nodename in old:
         # NOTE: the root always stays; visiting it strips what plugins put
         # there before and no longer do.
@@ -246,12 +256,13 @@ def apply(
     moved = {}
     for name in sorted(gone, key=lambda n: -_depth(n, nodename, old)):
         if tree.exists(name):
-            moved[name] = tree.data(name)
+            moved[name] = in_tree[name]
             tree.remove(name)
 
     for name in sorted(new, key=lambda n: _depth(n, nodename, new)):
         want = new[name]
-        if name != nodename and not tree.exists(name):
+        created = name != nodename and not tree.exists(name)
+        if created:
             parent = want.parent or nodename
             if not tree.exists(parent):
                 raise InvalidContribution(
@@ -259,7 +270,7 @@ def apply(
             before = moved.get(name)
             tree.new_child(name, parent, uuid=before.uuid if before else want.uuid)
         was = old.get(name, _Merged())
-        data = moved.get(name) or tree.data(name)
+        data = moved.get(name) or (tree.data(name) if created else in_tree[name])
 
         inventory = {rc: rec for rc, rec in data.inventory.items() if rc not in was.inventory}
         inventory.update({rc: dict(rec) for rc, rec in want.inventory.items()})

@@ -225,7 +225,8 @@ class PluginManager:
             current[ADOPTED] = _unclaimed(nodename, previous[ADOPTED], current)
         snapshot = provider_tree.snapshot()
         try:
-            contribution.apply(provider_tree, nodename, previous, current, allocations)
+            contribution.apply(provider_tree, nodename, previous, current, allocations,
+                               snapshot)
         except Exception:
             provider_tree.restore(snapshot)
             raise

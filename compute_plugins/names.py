@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 
@@ -56,6 +57,7 @@ def is_valid_trait(name: str) -> bool:
     return name in _STANDARD_TRAITS or is_custom(name)
 
 
+@functools.lru_cache(maxsize=4096)
 def provider_uuid(nodename: str, *device: str) -> str:
     """Stable uuid of the provider of ``device`` on ``nodename`` (the root without)."""
     key = "/".join((nodename,) + device)
