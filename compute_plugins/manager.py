@@ -121,6 +121,8 @@ class PluginManager:
         self._extensions = list(extension_manager)
         self.plugins: dict[str, ResourcePlugin] = {
             ext.name: ext.obj for ext in self._extensions if ext.obj is not None}
+        self._entry_points = {ext.name: getattr(ext.entry_point, "value", "") or ""
+                              for ext in self._extensions}
         LOG.debug("resource plugins loaded: %s", ", ".join(self.plugins) or "none")
 
     def _load(self, wanted: list[str]) -> extension.ExtensionManager:
@@ -156,10 +158,13 @@ class PluginManager:
         return bool(self.failures)
 
     def _fail(self, name: str, stage: str, err: BaseException) -> None:
-        LOG.error("resource plugin %s failed to %s: %s", name, stage, err,
+        entry_point = self._entry_points.get(name, "")
+        LOG.error("resource plugin %s (%s) failed to %s: %s", name,
+                  entry_point or "test instance", stage, err,
                   exc_info=not isinstance(err, exception.ComputePluginsError))
         self.failures[name] = PluginFailure(
-            name, stage, str(err), config_error=isinstance(err, exception.ConfigError))
+            name, stage, str(err), entry_point,
+            config_error=isinstance(err, exception.ConfigError))
 
     def raise_config_errors(self) -> None:
         """Raise one ConfigError naming every plugin whose options are wrong.

@@ -95,7 +95,7 @@ def test_failing_plugin_is_isolated_and_keeps_last_contribution(conf, caplog):
     assert "flaky plugin broke" in manager.failures["flaky"].reason
     assert tree.data("node1_flaky").inventory["CUSTOM_FLAKE"]["total"] == 1
     assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["total"] == 7
-    assert "resource plugin flaky failed to contribute" in caplog.text
+    assert "resource plugin flaky (test instance) failed to contribute" in caplog.text
     flaky.fail = False
     run(manager, tree)
     assert not manager.degraded
@@ -189,6 +189,17 @@ def test_plugins_failing_to_import_or_construct_are_isolated(
     tree = run(manager)
     assert tree.exists("node1_widgets")
     assert manager.degraded
+
+
+def test_a_plugin_failing_to_run_is_logged_with_its_entry_point(
+        conf, installed_fakes, caplog, monkeypatch):
+    manager = PluginManager(conf, names=["widgets"])
+    monkeypatch.setattr(manager.plugins["widgets"], "provider_contributions",
+                        lambda view, nodename: 1 / 0)
+    run(manager)
+    assert manager.failures["widgets"].entry_point == "tests.unit.fake_plugins:Widgets"
+    assert ("resource plugin widgets (tests.unit.fake_plugins:Widgets) failed to "
+            "contribute: division by zero") in caplog.text
 
 
 def test_plugins_run_in_configured_order(conf, installed_fakes):
