@@ -77,3 +77,22 @@ def device_provider_name(nodename: str, kind: str, address: str) -> str:
 def numa_provider_name(nodename: str, cell_id: int) -> str:
     """``<nodename>_NUMA<id>``."""
     return "%s_NUMA%d" % (nodename, cell_id)
+
+
+# -- names the providers and the requests must agree on ----------------------
+# One definition each: the plugins' provider code and their request code both
+# import these, so a renamed trait or class cannot drift between the tree a
+# host reports and the query the scheduler sends.
+
+#: Trait of an SR-IOV PF that serves ``vnic_type=direct`` (and macvtap) ports.
+VNIC_TYPE_DIRECT = custom_name("VNIC_TYPE", "DIRECT")
+
+
+def physnet_trait(physnet: str) -> str:
+    """``physnet1`` -> ``CUSTOM_PHYSNET_PHYSNET1``."""
+    return custom_name("PHYSNET", physnet)
+
+
+def page_resource_class(size_kb: int) -> str:
+    """Class of huge pages of ``size_kb``: ``CUSTOM_MEMORY_PAGE_2048KB``."""
+    return custom_name("MEMORY_PAGE", f"{size_kb}KB")

@@ -36,6 +36,7 @@ than the loaded plugin's ``version``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,7 +51,6 @@ from compute_plugins.request.errors import (
 )
 from compute_plugins.request.groups import (
     KIND_GENERIC,
-    KIND_NUMA_CELL,
     KIND_ROOT,
     Decision,
     PluginAssignment,
@@ -163,7 +163,7 @@ class RequestSpec:
         generic.unknown_keys(view, claimed | view.claimed)
         problems.extend(view.problems)
         groups.extend(generic_req.groups)
-        problems.extend(_check_groups(groups, generic_req.group_policy))
+        problems.extend(_check_groups(groups))
         if problems:
             raise RequestValidationError(problems)
         return cls(
@@ -246,76 +246,47 @@ class RequestSpec:
     def from_dict(cls, doc: Any, plugins: Any) -> RequestSpec:
         """Read a payload written by :meth:`to_dict`.
 
+        The payload is validated strictly, never re-derived from the flavor:
+        the compute host executes what the scheduler serialised. Every
+        container must have its type, every key must be known, integers are
+        0..2**31-1 and policy fields one of their values (see
+        :func:`~compute_plugins.request.types.decode`).
+
         :param plugins: the loaded plugins (manager or name -> plugin).
         :raises RequestFormatError: not a RequestSpec payload, a newer format,
-            a plugin not loaded or newer than the loaded one, a bad shape.
+            a plugin not loaded or newer than the loaded one, a bad shape or
+            value.
         """
-        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
-            raise RequestFormatError("not a %s payload" % FORMAT)
-        version = _version(doc.get("version"), "format version")
-        if _newer(version, _version(FORMAT_VERSION, "format version")):
-            raise RequestFormatError(
-                "RequestSpec payload format %s is newer than this reader "
-                "supports (%s)" % (doc.get("version"), FORMAT_VERSION))
-        loaded = _plugins_of(plugins)
-        payload_plugins = doc.get("plugins")
-        if not isinstance(payload_plugins, Mapping):
-            raise RequestFormatError("payload lacks its 'plugins' versions")
-        for name, plugin_version in payload_plugins.items():
-            if name not in loaded:
-                raise RequestFormatError(
-                    "RequestSpec payload names plugin %r, which is not loaded "
-                    "(loaded: %s)" % (name, ", ".join(sorted(loaded)) or "none"))
-            ours = str(getattr(loaded[name], "version", "1.0"))
-            if _newer(_version(plugin_version, "plugin %s version" % name),
-                      _version(ours, "plugin %s version" % name)):
-                raise RequestFormatError(
-                    "RequestSpec payload has plugin %r data version %s, newer "
-                    "than the loaded plugin (%s)" % (name, plugin_version, ours))
         try:
-            requests = {}
-            for name, body in (doc.get("requests") or {}).items():
-                if name not in payload_plugins:
-                    raise RequestFormatError(
-                        "request of plugin %r, which the payload does not list"
-                        % name)
-                kind = request_type(name)
-                if kind is None:
-                    raise RequestFormatError("plugin %r has no request type" % name)
-                requests[name] = decode(kind, body, "requests.%s" % name)
-            decision = None
-            if doc.get("decision") is not None:
-                body = dict(doc["decision"])
-                assignments_doc = body.pop("assignments", None) or {}
-                decision = decode(Decision, body, "decision")
-                assignments = {}
-                for name, adoc in assignments_doc.items():
-                    kind = assignment_type(name)
-                    if name not in payload_plugins or kind is None:
-                        raise RequestFormatError(
-                            "assignment of plugin %r, which is not loaded" % name)
-                    assignments[name] = decode(kind, adoc, "assignments.%s" % name)
-                decision = dataclasses.replace(
-                    decision, assignments=FrozenMap(assignments))
-            image = doc.get("image") or {}
-            return cls(
-                flavor=decode(Flavor, doc["flavor"], "flavor"),
-                image_properties=decode(FrozenMap[str, Any],
-                                        image.get("properties") or {}, "image"),
-                image_name=decode(str, image.get("name", ""), "image.name"),
-                ports=decode(tuple[Port, ...], doc.get("ports") or [], "ports"),
-                hints=decode(FrozenMap[str, Any], doc.get("hints") or {}, "hints"),
-                requests=FrozenMap(requests),
-                plugin_versions=FrozenMap((str(k), str(v))
-                                          for k, v in payload_plugins.items()),
-                generic=decode(generic.GenericRequest, doc.get("generic") or {},
-                               "generic"),
-                groups=decode(tuple[RequestGroup, ...], doc.get("groups") or [],
-                              "groups"),
-                decision=decision,
-            )
-        except (CodecError, KeyError) as err:
+            return cls._from_dict(doc, _plugins_of(plugins))
+        except (CodecError, KeyError, TypeError, ValueError) as err:
+            if isinstance(err, RequestFormatError):
+                raise
             raise RequestFormatError("bad RequestSpec payload: %s" % err) from None
+
+    @classmethod
+    def _from_dict(cls, doc: Any, loaded: Mapping[str, Any]) -> RequestSpec:
+        _check_header(doc)
+        payload_plugins = _check_plugins(doc["plugins"], loaded)
+        image = _expect(doc["image"], Mapping, "image")
+        unknown = set(image) - {"name", "properties"}
+        if unknown:
+            raise CodecError("image: unknown field(s) %s" % ", ".join(sorted(unknown)))
+        spec = cls(
+            flavor=decode(Flavor, doc["flavor"], "flavor"),
+            image_properties=decode(FrozenMap[str, Any],
+                                    image.get("properties", {}), "image.properties"),
+            image_name=decode(str, image.get("name", ""), "image.name"),
+            ports=decode(tuple[Port, ...], doc["ports"], "ports"),
+            hints=decode(FrozenMap[str, Any], doc["hints"], "hints"),
+            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins)),
+            plugin_versions=FrozenMap(payload_plugins),
+            generic=decode(generic.GenericRequest, doc["generic"], "generic"),
+            groups=decode(tuple[RequestGroup, ...], doc["groups"], "groups"),
+            decision=_decode_decision(doc["decision"], payload_plugins),
+        )
+        _check_derived_groups(spec, loaded)
+        return spec
 
     @classmethod
     def from_json(cls, text: str, plugins: Any) -> RequestSpec:
@@ -324,6 +295,112 @@ class RequestSpec:
         except ValueError as err:
             raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
         return cls.from_dict(doc, plugins)
+
+
+#: The keys of a payload, all required (``decision`` may be null).
+PAYLOAD_KEYS = frozenset({"format", "version", "plugins", "flavor", "image",
+                          "ports", "hints", "generic", "requests", "groups",
+                          "decision"})
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise CodecError("%s: expected %s, got %s"
+                         % (where, "an object" if kind is Mapping else kind.__name__,
+                            type(value).__name__))
+    return value
+
+
+def _check_header(doc: Any) -> None:
+    """A RequestSpec payload of a version this reader knows, with exactly
+    the known keys."""
+    if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+        raise RequestFormatError("not a %s payload" % FORMAT)
+    if not isinstance(doc.get("version"), str):
+        raise RequestFormatError("format version %r is not a MAJOR.MINOR "
+                                 "version" % (doc.get("version"),))
+    version = _version(doc["version"], "format version")
+    if _newer(version, _version(FORMAT_VERSION, "format version")):
+        raise RequestFormatError(
+            "RequestSpec payload format %s is newer than this reader "
+            "supports (%s)" % (doc["version"], FORMAT_VERSION))
+    missing, unknown = PAYLOAD_KEYS - set(doc), set(doc) - PAYLOAD_KEYS
+    if missing or unknown:
+        raise RequestFormatError(
+            "RequestSpec payload: %s" % "; ".join(
+                ["missing key(s) %s" % ", ".join(sorted(missing))] * bool(missing)
+                + ["unknown key(s) %s" % ", ".join(sorted(map(str, unknown)))]
+                * bool(unknown)))
+
+
+def _check_plugins(payload_plugins: Any, loaded: Mapping[str, Any]) -> dict[str, str]:
+    """The payload's plugin versions; each plugin loaded and not newer."""
+    _expect(payload_plugins, Mapping, "plugins")
+    versions = {}
+    for name, plugin_version in payload_plugins.items():
+        if name not in loaded:
+            raise RequestFormatError(
+                "RequestSpec payload names plugin %r, which is not loaded "
+                "(loaded: %s)" % (name, ", ".join(sorted(loaded)) or "none"))
+        _expect(plugin_version, str, "plugins.%s" % name)
+        ours = str(getattr(loaded[name], "version", "1.0"))
+        if _newer(_version(plugin_version, "plugin %s version" % name),
+                  _version(ours, "plugin %s version" % name)):
+            raise RequestFormatError(
+                "RequestSpec payload has plugin %r data version %s, newer "
+                "than the loaded plugin (%s)" % (name, plugin_version, ours))
+        versions[name] = plugin_version
+    return versions
+
+
+def _decode_requests(doc: Any, payload_plugins: Mapping[str, str]
+                     ) -> dict[str, PluginRequest]:
+    requests = {}
+    for name, body in _expect(doc, Mapping, "requests").items():
+        kind = request_type(name)
+        if name not in payload_plugins or kind is None:
+            raise RequestFormatError(
+                "request of plugin %r, which the payload does not list or "
+                "which has no request type" % name)
+        requests[name] = decode(kind, body, "requests.%s" % name)
+    return requests
+
+
+def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[Decision]:
+    if doc is None:
+        return None
+    body = dict(_expect(doc, Mapping, "decision"))
+    assignments_doc = _expect(body.pop("assignments", {}), Mapping,
+                              "decision.assignments")
+    decision = decode(Decision, body, "decision")
+    assignments = {}
+    for name, adoc in assignments_doc.items():
+        kind = assignment_type(name)
+        if name not in payload_plugins or kind is None:
+            raise RequestFormatError(
+                "assignment of plugin %r, which is not loaded" % name)
+        assignments[name] = decode(kind, adoc, "assignments.%s" % name)
+    return dataclasses.replace(decision, assignments=FrozenMap(assignments))
+
+
+def _check_derived_groups(spec: RequestSpec, loaded: Mapping[str, Any]) -> None:
+    """The payload's groups are what its typed requests give (the plugins'
+    ``request_groups``; no flavor is parsed). Checked only when every
+    plugin's data version is the loaded one: another version may derive
+    groups differently, and its groups are then taken as written."""
+    if any(str(getattr(loaded[name], "version", "1.0")) != version
+           for name, version in spec.plugin_versions.items()):
+        return
+    expected: list[RequestGroup] = []
+    for name, req in spec.requests.items():
+        derive = getattr(loaded[name], "request_groups", None)
+        if derive is None:
+            return
+        expected.extend(derive(req))
+    expected.extend(spec.generic.groups)
+    if collections.Counter(expected) != collections.Counter(spec.groups):
+        raise RequestFormatError("bad RequestSpec payload: its request groups "
+                                 "are not those of its plugins' requests")
 
 
 def build_request_spec(
@@ -350,15 +427,18 @@ def _check_assignment(plugin: str, assignment: Any) -> None:
                             "PluginAssignment", type(assignment).__name__))
 
 
-def _check_groups(groups: Iterable[RequestGroup],
-                  group_policy: Optional[str]) -> list[Problem]:
-    """Suffix clashes between plugins; group_policy vs multi-node guests."""
+def _check_groups(groups: Iterable[RequestGroup]) -> list[Problem]:
+    """Rules that hold only for all groups together (see each helper)."""
+    groups = list(groups)
+    return (_suffix_clashes(groups) + _resourceless_groups(groups)
+            + _trait_conflicts(groups))
+
+
+def _suffix_clashes(groups: list[RequestGroup]) -> list[Problem]:
+    """Two plugins may not ask for the same (reserved) suffix."""
     problems = []
     owners: dict[str, RequestGroup] = {}
-    cells = 0
     for group in groups:
-        if group.kind == KIND_NUMA_CELL:
-            cells += 1
         if not group.requester_id or group.kind in (KIND_GENERIC, KIND_ROOT):
             continue
         other = owners.get(group.requester_id)
@@ -370,9 +450,43 @@ def _check_groups(groups: Iterable[RequestGroup],
                 % (group.requester_id, other.owner, group.owner)))
         else:
             owners[group.requester_id] = group
-    if cells > 1 and group_policy == "none":
-        problems.append(Problem(
-            "flavor", "group_policy", group_policy,
-            "a guest with %d NUMA nodes needs a host NUMA node per guest node: "
-            "group_policy must be 'isolate' (or unset)" % cells))
+    return problems
+
+
+def _by_suffix(groups: list[RequestGroup]) -> dict[str, RequestGroup]:
+    """The groups merged as the query merges them: ``root`` groups and the
+    unsuffixed group together under ``""`` (both become root traits)."""
+    merged: dict[str, RequestGroup] = {}
+    for group in groups:
+        suffix = "" if group.kind == KIND_ROOT else group.requester_id
+        group = dataclasses.replace(group, requester_id=suffix)
+        current = merged.get(suffix)
+        merged[suffix] = group if current is None else current.merged_with(group)
+    return merged
+
+
+def _resourceless_groups(groups: list[RequestGroup]) -> list[Problem]:
+    """Placement (>= 1.36) refuses a numbered group without resources that is
+    not in ``same_subtree``; a user's group never is."""
+    return [Problem(
+        "flavor", "resources%s" % suffix, None,
+        "request group %r has traits or aggregates (trait%s:, member_of%s) "
+        "but no resources: add resources%s:<CLASS>=<amount> with an amount "
+        "above 0, or move them to the unsuffixed group"
+        % (suffix, suffix, suffix, suffix))
+        for suffix, group in _by_suffix(groups).items()
+        if suffix and not group.resources and not group.choices]
+
+
+def _trait_conflicts(groups: list[RequestGroup]) -> list[Problem]:
+    """A trait both required and forbidden of one provider (one group, or
+    the root: unsuffixed and root traits) can never be satisfied."""
+    problems = []
+    for suffix, group in _by_suffix(groups).items():
+        for trait in sorted(group.required_traits & group.forbidden_traits):
+            problems.append(Problem(
+                "request", "trait%s:%s" % (suffix, trait), None,
+                "trait %s is both required and forbidden in request group "
+                "%s (flavor, image or a plugin's rule): remove one"
+                % (trait, repr(suffix) if suffix else "'' (the host)")))
     return problems

@@ -103,6 +103,10 @@ CODES: dict[str, type[PlacementHTTPError]] = {
 }
 
 
+#: Placement's message for a generation race it did not map to a 409.
+CONCURRENT_500 = "Another thread concurrently updated the resource provider data"
+
+
 def from_response(
     method: str,
     path: str,
@@ -127,6 +131,12 @@ def from_response(
         # lines; one line is what a log needs.
         detail = " ".join(str(detail).split())
     cls = CODES.get(code or "")
+    if cls is None and status == 500 and CONCURRENT_500 in (detail or ""):
+        # NOTE: Placement lets ResourceProviderConcurrentUpdateDetected out of
+        # some handlers (traits, aggregates) as a 500 when two API workers
+        # race on one provider (seen on PostgreSQL with two processes); it is
+        # a generation conflict, retried like a 409.
+        cls = GenerationConflict
     if cls is None:
         cls = {404: NotFound, 409: Conflict}.get(status, PlacementHTTPError)
     msg = "Placement %s %s failed: %s%s%s" % (

@@ -8,10 +8,19 @@ Nova's granular syntax (``nova.scheduler.utils.ResourceRequest``):
 - ``group_policy=none|isolate``;
 - image ``traits_required`` (a list; unsuffixed group).
 
-``[N]`` is Placement's suffix (``[a-zA-Z0-9_-]{1,64}``). Keys of these
+``[N]`` is Placement's suffix (:data:`~compute_plugins.request.groups.SUFFIX`);
+suffixes starting with ``_`` are reserved for the framework and plugins. Keys of these
 namespaces that a plugin claimed (e.g. ``resources:VGPU`` by ``vgpu``) are
 left to the plugin. Finally :func:`unknown_keys` reports every key nobody
 claimed in a namespace somebody owns, in nova's words.
+
+Also checked here, for every key whoever claimed it: a suffix starting with
+``_`` is refused (it would merge into a plugin's group); ``member_of``
+uuids are written in canonical form (Placement compares strings); a port's
+``vnic_type`` must be one of neutron's. A numbered group left without
+resources (``trait1:`` or ``member_of1`` alone, ``resources1:X=0``) and a
+trait both required and forbidden of one provider are refused by
+:mod:`compute_plugins.request_spec` once all groups are known.
 """
 
 from __future__ import annotations
@@ -24,12 +33,17 @@ from typing import Optional
 
 from compute_plugins import names
 from compute_plugins.request import rules
-from compute_plugins.request.groups import KIND_GENERIC, RequestGroup
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.request.groups import (
+    KIND_GENERIC,
+    SUFFIX,
+    RequestGroup,
+    is_reserved_suffix,
+)
+from compute_plugins.request.inputs import MAX_AMOUNT, VNIC_TYPES, RequestInput
+from compute_plugins.request.types import FrozenMap, enum_field
 
-GROUP_RE = re.compile(r"^(resources|trait)([a-zA-Z0-9_-]{1,64})?:(.*)$")
-MEMBER_OF_RE = re.compile(r"^member_of([a-zA-Z0-9_-]{1,64})?$")
+GROUP_RE = re.compile(r"^(resources|trait)(%s)?:(.*)$" % SUFFIX)
+MEMBER_OF_RE = re.compile(r"^member_of(%s)?$" % SUFFIX)
 GROUP_POLICIES = ("isolate", "none")
 TRAIT_VALUES = ("required", "forbidden")
 
@@ -59,7 +73,7 @@ class GenericRequest:
     :param groups: the generic groups, by suffix (``""`` = unsuffixed).
     """
 
-    group_policy: Optional[str] = None
+    group_policy: Optional[str] = enum_field(GROUP_POLICIES)
     groups: tuple[RequestGroup, ...] = ()
 
 
@@ -81,8 +95,11 @@ def parse(ri: RequestInput, claimed: frozenset[tuple[str, str]]) -> GenericReque
     member_of: dict[str, list[tuple[str, ...]]] = {}
     not_member_of: dict[str, set[str]] = {}
     policy = None
+    refused = _reserved_suffixes(ri)
+    _vnic_types(ri)
     for key, value in sorted(ri.extra_specs.items()):
-        if ("flavor", key) in claimed:
+        if ("flavor", key) in claimed or key in refused:
+            ri.claim(key)
             continue
         if key == "group_policy":
             ri.claim(key)
@@ -108,7 +125,8 @@ def parse(ri: RequestInput, claimed: frozenset[tuple[str, str]]) -> GenericReque
             if not names.is_valid_resource_class(name):
                 continue  # left to unknown_keys(): nova's message
             ri.claim(key)
-            amount = rules.check_int(ri, key, value, minimum=0)
+            amount = rules.check_int(ri, key, value, minimum=0,
+                                     maximum=MAX_AMOUNT)
             if amount:
                 resources.setdefault(suffix, {})[name] = amount
         else:
@@ -149,6 +167,33 @@ def parse(ri: RequestInput, claimed: frozenset[tuple[str, str]]) -> GenericReque
     return GenericRequest(group_policy=policy, groups=groups)
 
 
+def _reserved_suffixes(ri: RequestInput) -> set[str]:
+    """Refuse user keys with a suffix of the framework's (``_NUMA0``...):
+    they would merge into a plugin's group, whoever claimed the key.
+    Returns the refused keys (not parsed further)."""
+    refused = set()
+    for key, value in sorted(ri.extra_specs.items()):
+        match = GROUP_RE.match(key) or MEMBER_OF_RE.match(key)
+        suffix = match.group(2) if match and match.re is GROUP_RE else (
+            match.group(1) if match else None)
+        if is_reserved_suffix(suffix):
+            refused.add(key)
+            ri.report(key, value, "request group suffixes starting with '_' "
+                      "are reserved for the framework and its plugins "
+                      "(_NUMA0, _PORT0...): use one that does not start "
+                      "with '_', such as 1")
+    return refused
+
+
+def _vnic_types(ri: RequestInput) -> None:
+    """A port's ``vnic_type`` must be one neutron knows."""
+    for index, port in enumerate(ri.ports):
+        if port.vnic_type not in VNIC_TYPES:
+            ri.report("vnic_type", port.vnic_type,
+                      rules.enum_rule(port.vnic_type, VNIC_TYPES),
+                      "port[%d]" % index)
+
+
 def _member_of(ri: RequestInput, key: str, value: str) -> Optional[tuple[bool, tuple[str, ...]]]:
     """Placement's ``member_of`` syntax: ``[!]in:a,b`` or ``[!]a``."""
     text = value.strip()
@@ -161,21 +206,26 @@ def _member_of(ri: RequestInput, key: str, value: str) -> Optional[tuple[bool, t
         ri.report(key, value, "several aggregates need the 'in:' prefix: "
                   "member_of=in:<uuid>,<uuid>")
         return None
-    aggs = tuple(a.strip() for a in text.split(","))
-    bad = [a for a in aggs if not _is_uuid(a)]
-    if bad or not aggs:
+    aggs = tuple(_uuid(a) for a in text.split(","))
+    if not aggs or None in aggs:
         ri.report(key, value, "Expected 'member_of' parameter to contain valid "
                   "UUID(s). Got: %s" % value)
         return None
-    return negative, tuple(sorted(set(aggs)))
+    return negative, tuple(sorted({a for a in aggs if a}))
 
 
-def _is_uuid(text: str) -> bool:
+def _uuid(text: str) -> Optional[str]:
+    """``text`` in the canonical form (Placement compares strings), or None.
+
+    Only the 36-character forms are accepted (``{...}`` / ``urn:uuid:``
+    forms are not Placement's syntax)."""
+    text = text.strip()
+    if len(text) != 36:
+        return None
     try:
-        uuid.UUID(text)
+        return str(uuid.UUID(text))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def unknown_keys(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:

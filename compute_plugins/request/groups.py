@@ -18,10 +18,28 @@ import dataclasses
 import re
 from typing import Any, ClassVar, Optional
 
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.request.types import FrozenMap, enum_field, min_field
 
-#: Placement's granular group suffix syntax (microversion 1.33).
-SUFFIX_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+#: Placement's granular group suffix syntax (microversion 1.33): the one
+#: definition every key regex of the framework and the plugins is built from.
+SUFFIX = r"[a-zA-Z0-9_-]{1,64}"
+SUFFIX_RE = re.compile(r"^%s$" % SUFFIX)
+#: Suffixes starting with this are the framework's and plugins' own
+#: (``_NUMA0``, ``_PORT1``...): a user key may not use them.
+RESERVED_SUFFIX_PREFIX = "_"
+
+
+def granular_key_re(prefix: str, name: str = "(.*)") -> re.Pattern[str]:
+    """``^<prefix>(<suffix>)?:<name>$``: group 1 is the suffix (or None).
+
+    ``name`` is a regex (with its own groups, numbered from 2).
+    """
+    return re.compile(r"^%s(%s)?:%s$" % (prefix, SUFFIX, name))
+
+
+def is_reserved_suffix(suffix: str | None) -> bool:
+    """True for a suffix the user may not write (see RESERVED_SUFFIX_PREFIX)."""
+    return bool(suffix and suffix.startswith(RESERVED_SUFFIX_PREFIX))
 
 # Group kinds.
 KIND_GENERIC = "generic"      # from resources[N]:/trait[N]:/member_of[N]
@@ -30,6 +48,8 @@ KIND_FLOATING = "floating"    # CPUs/memory of a guest without NUMA topology
 KIND_DEVICE = "device"        # a device (VGPU, VF, PCI alias)
 KIND_DISK = "disk"            # DISK_GB
 KIND_ROOT = "root"            # traits only: root_required / root forbidden
+KINDS = (KIND_GENERIC, KIND_NUMA_CELL, KIND_FLOATING, KIND_DEVICE, KIND_DISK,
+         KIND_ROOT)
 
 #: NUMA affinity policies of devices (nova's ``PCINUMAAffinityPolicy``).
 AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
@@ -63,11 +83,11 @@ class RequestGroup:
     member_of: tuple[tuple[str, ...], ...] = ()
     forbidden_aggregates: frozenset[str] = frozenset()
     owner: str = "framework"
-    kind: str = KIND_GENERIC
+    kind: str = enum_field(KINDS, KIND_GENERIC)
     numa_node: Optional[int] = None
-    affinity: Optional[str] = None
+    affinity: Optional[str] = enum_field(AFFINITY_POLICIES)
     choices: tuple[FrozenMap[str, int], ...] = ()
-    split: int = 1
+    split: int = min_field(1, default=1)
 
     def __post_init__(self) -> None:
         if self.requester_id and not SUFFIX_RE.match(self.requester_id):

@@ -16,11 +16,36 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins.request.errors import Problem, RequestInputError
-from compute_plugins.request.types import FrozenMap, freeze_json
+from compute_plugins.request.types import (
+    FrozenMap,
+    enum_field,
+    freeze_json,
+    min_field,
+)
 
 #: Vnic types as neutron names them.
 VNIC_NORMAL = "normal"
 VNIC_DIRECT = "direct"
+#: neutron's ``portbindings.VNIC_TYPES``: anything else is a mistake.
+VNIC_TYPES = ("normal", "direct", "macvtap", "baremetal", "direct-physical",
+              "virtio-forwarder", "smart-nic", "vdpa", "remote-managed",
+              "accelerator-direct", "accelerator-direct-physical")
+#: Placement's largest amount (``placement.db.constants.MAX_INT``): a larger
+#: vcpus, memory_mb, disk size or bandwidth can never be allocated, and
+#: refusing it early keeps huge numbers out of every later computation.
+MAX_AMOUNT = 0x7FFFFFFF
+
+
+def check_amount(value: Any, what: str, minimum: int = 0) -> int:
+    """``value`` as an integer in ``[minimum, MAX_AMOUNT]``.
+
+    :raises RequestInputError: naming ``what``, the value and the bounds.
+    """
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not minimum <= value <= MAX_AMOUNT):
+        raise RequestInputError("%s must be an integer from %d to %d, got %r"
+                                % (what, minimum, MAX_AMOUNT, value))
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +55,8 @@ class Flavor:
     ``swap`` is in MiB, ``root_gb``/``ephemeral_gb`` in GiB, as in nova.
     """
 
-    vcpus: int
-    memory_mb: int
+    vcpus: int = min_field(1)
+    memory_mb: int = min_field(1)
     name: str = ""
     root_gb: int = 0
     ephemeral_gb: int = 0
@@ -60,12 +85,7 @@ class Flavor:
             value = doc.get(key, 0)
             if key == "swap" and value == "":
                 value = 0  # nova's API shows no swap as ""
-            if (isinstance(value, bool) or not isinstance(value, int)
-                    or value < minimum):
-                raise RequestInputError(
-                    "flavor %r must be an integer >= %d, got %r"
-                    % (key, minimum, value))
-            sizes[key] = value
+            sizes[key] = check_amount(value, "flavor %r" % key, minimum)
         specs = doc.get("extra_specs", doc.get("properties"))
         specs = {} if specs is None else specs
         if not isinstance(specs, Mapping):
@@ -92,7 +112,7 @@ class Port:
     """
 
     id: str
-    vnic_type: str = VNIC_NORMAL
+    vnic_type: str = enum_field(VNIC_TYPES, VNIC_NORMAL)
     physnet: Optional[str] = None
     min_kbps_egress: int = 0
     min_kbps_ingress: int = 0
@@ -119,12 +139,8 @@ class Port:
         if kwargs["physnet"] is not None and not isinstance(kwargs["physnet"], str):
             raise RequestInputError("port %d field 'physnet' must be a string" % index)
         for key in ("min_kbps_egress", "min_kbps_ingress"):
-            value = doc.get(key) or 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RequestInputError(
-                    "port %d field %r must be an integer >= 0, got %r"
-                    % (index, key, value))
-            kwargs[key] = value
+            kwargs[key] = check_amount(doc.get(key) or 0,
+                                       "port %d field %r" % (index, key))
         return cls(**kwargs)
 
 

@@ -113,16 +113,35 @@ def flavor_image_conflict_rule(ri: RequestInput, key: str, flavor_value: Any,
 #: ``hw:pci_numa_affinity_policy`` values (nova's ``PCINUMAAffinityPolicy``).
 PCI_NUMA_AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
 PCI_NUMA_POLICY_KEY = "pci_numa_affinity_policy"
+#: Root trait nova asks for the ``socket`` policy (the host can tell which
+#: socket a device is on); the same-socket check itself is the fit's job.
+SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
+
+
+def flavor_image_enum(ri: RequestInput, key: str, allowed: Sequence[str],
+                      image_rule: Optional[str] = None
+                      ) -> tuple[Optional[str], Optional[str]]:
+    """``hw:<key>`` and its image twin ``hw_<key>``, each checked against
+    ``allowed`` (None when unset or wrong). The one place every plugin reads
+    an enum pair from; ``image_rule`` replaces the image's message (nova
+    words some differently)."""
+    flavor_value, image_value = ri.flavor_image(key)
+    flavor_ok = check_enum(ri, "hw:" + key, flavor_value, allowed)
+    if image_rule is None or image_value is None or image_value in allowed:
+        return flavor_ok, check_enum(ri, "hw_" + key, image_value, allowed,
+                                     source="image")
+    ri.report("hw_" + key, image_value, image_rule, source="image")
+    return flavor_ok, None
 
 
 def pci_numa_affinity_policy(ri: RequestInput) -> Optional[str]:
     """``hw:pci_numa_affinity_policy`` / image twin, nova's rules
-    (``get_pci_numa_policy_constraint``); problems reported on ``ri``."""
-    flavor_policy, image_policy = ri.flavor_image(PCI_NUMA_POLICY_KEY)
-    flavor_ok = check_enum(ri, "hw:" + PCI_NUMA_POLICY_KEY, flavor_policy,
-                           PCI_NUMA_AFFINITY_POLICIES)
-    image_ok = check_enum(ri, "hw_" + PCI_NUMA_POLICY_KEY, image_policy,
-                          PCI_NUMA_AFFINITY_POLICIES, source="image")
+    (``get_pci_numa_policy_constraint``); problems reported on ``ri``.
+    Several plugins read it: each problem is reported once (the error
+    drops duplicates)."""
+    flavor_ok, image_ok = flavor_image_enum(ri, PCI_NUMA_POLICY_KEY,
+                                            PCI_NUMA_AFFINITY_POLICIES)
+    image_policy = image_ok
     if flavor_ok and image_ok and flavor_ok != image_ok:
         ri.report("hw_" + PCI_NUMA_POLICY_KEY, image_policy,
                   "Image property 'hw_pci_numa_affinity_policy' is not "

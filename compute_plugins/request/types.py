@@ -84,6 +84,31 @@ class CodecError(ValueError):
     """A document does not have the shape its type hints require."""
 
 
+#: The largest integer of the model (Placement's ``MAX_INT``). Every integer
+#: the model holds is a count, a size or an id: 0..MAX_INT.
+MAX_INT = 0x7FFFFFFF
+
+
+def enum_field(allowed: tuple[str, ...], default: Any = None) -> Any:
+    """A ``str`` field that :func:`decode` accepts only from ``allowed``
+    (or None): a payload cannot smuggle in a policy no parser produces."""
+    return dataclasses.field(default=default, metadata={"enum": allowed})
+
+
+def min_field(minimum: int, **kwargs: Any) -> Any:
+    """An ``int`` field that :func:`decode` accepts only from ``minimum``."""
+    return dataclasses.field(metadata={"minimum": minimum}, **kwargs)
+
+
+def _check_field(f: dataclasses.Field, value: Any, where: str) -> None:
+    allowed = f.metadata.get("enum")
+    if allowed is not None and value is not None and value not in allowed:
+        raise CodecError("%s: %r is not one of %s" % (where, value, ", ".join(allowed)))
+    minimum = f.metadata.get("minimum")
+    if minimum is not None and value < minimum:
+        raise CodecError("%s: %r is below %d" % (where, value, minimum))
+
+
 def encode(value: Any) -> Any:
     """A JSON-serialisable document for a frozen value (see module doc)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -138,8 +163,11 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
         raise CodecError("; ".join(errors))
     if origin in (frozenset, set):
         _expect(doc, list, where)
-        return frozenset(decode(args[0], v, "%s[%d]" % (where, i))
-                         for i, v in enumerate(doc))
+        items = frozenset(decode(args[0], v, "%s[%d]" % (where, i))
+                          for i, v in enumerate(doc))
+        if len(items) != len(doc):
+            raise CodecError("%s: duplicate items" % where)
+        return items
     if origin is tuple:
         _expect(doc, list, where)
         if len(args) == 2 and args[1] is Ellipsis:
@@ -172,6 +200,7 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
                 continue
             kwargs[f.name] = decode(hints[f.name], doc[f.name],
                                     "%s.%s" % (where, f.name))
+            _check_field(f, kwargs[f.name], "%s.%s" % (where, f.name))
         unknown = set(doc) - known
         if unknown:
             raise CodecError("%s: unknown field(s) %s"
@@ -184,8 +213,9 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
         _expect(doc, bool, where)
         return doc
     if hint is int:
-        if isinstance(doc, bool) or not isinstance(doc, int):
-            raise CodecError("%s: expected an integer, got %r" % (where, doc))
+        if isinstance(doc, bool) or not isinstance(doc, int) or not 0 <= doc <= MAX_INT:
+            raise CodecError("%s: expected an integer from 0 to %d, got %r"
+                             % (where, MAX_INT, doc))
         return doc
     if hint is float:
         if isinstance(doc, bool) or not isinstance(doc, (int, float)):
@@ -203,10 +233,9 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
 
 def _decode_key(hint: Any, key: str, where: str) -> Any:
     if hint is int:
-        try:
-            return int(key)
-        except ValueError:
-            raise CodecError("%s: key %r is not an integer" % (where, key)) from None
+        if not (key.isdigit() and len(key) <= 10):
+            raise CodecError("%s: key %r is not an integer" % (where, key))
+        return decode(int, int(key), where)
     return key
 
 

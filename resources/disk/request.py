@@ -23,7 +23,7 @@ from compute_plugins.request.groups import (
     PluginRequest,
     RequestGroup,
 )
-from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
 from compute_plugins.request.types import FrozenMap
 
 PLUGIN = "disk"
@@ -64,7 +64,7 @@ def parse(ri: RequestInput, shared_aggregate: Optional[str] = None
     if OVERRIDE_KEY in ri.extra_specs:
         ri.claim(OVERRIDE_KEY)
         value = rules.check_int(ri, OVERRIDE_KEY, ri.extra_specs[OVERRIDE_KEY],
-                                minimum=0)
+                                minimum=0, maximum=MAX_AMOUNT)
         if value is not None:
             total, override = value, True
     return DiskRequest(disk_gb=total, root_gb=flavor.root_gb,

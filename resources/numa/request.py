@@ -19,7 +19,22 @@ messages, but reports every problem instead of stopping at the first:
 
 A guest gets a NUMA topology (nova's four triggers, less vPMEM) when it asks
 for NUMA nodes, a page size, or a dedicated/mixed CPU policy; otherwise its
-CPUs and memory *float* (see :func:`request_groups`).
+CPUs and memory *float* (see :func:`request_groups`). As in nova, the
+topology has ``hw:numa_nodes`` nodes, else one, and ``hw:numa_cpus.N`` /
+``hw:numa_mem.N`` must then describe exactly those nodes. Where this parser
+differs from nova, it refuses instead of ignoring:
+
+- ``hw:numa_cpus.N``/``hw:numa_mem.N`` without any trigger (nova ignores
+  them silently);
+- ``resources:VCPU=0``/``resources:MEMORY_MB=0`` (nova drops the class; here
+  the guest always takes its CPUs and memory from a NUMA node);
+- a page size request that no allowed page size divides, per guest node
+  (the node would otherwise ask Placement for no memory);
+- ``hw:numa_nodes`` above ``NUMA_NODES_MAX``, and more than
+  ``MAX_GUEST_CPUS`` vCPUs for a guest whose CPUs are numbered (no CPU set
+  is built before that check, so a huge floating ``vcpus`` costs nothing).
+
+``large``/``any`` try the largest page size first, as nova does.
 """
 
 from __future__ import annotations
@@ -32,7 +47,8 @@ import os_resource_classes as orc
 import os_traits
 from oslo_utils import strutils
 
-from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
+from compute_plugins import names
+from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     KIND_FLOATING,
@@ -41,18 +57,22 @@ from compute_plugins.request.groups import (
     PluginAssignment,
     PluginRequest,
     RequestGroup,
+    granular_key_re,
 )
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
+from compute_plugins.request.types import FrozenMap, enum_field, min_field
 
 PLUGIN = "numa"
 
 CPU_POLICIES = ("dedicated", "shared", "mixed")
 THREAD_POLICIES = ("prefer", "isolate", "require")
 EMULATOR_POLICIES = ("share", "isolate")
-CPU_MASK_PATTERN = r"\^?\d+((-\d+)?(,\^?\d+(-\d+)?)?)*"
-REALTIME_MASK_PATTERN = r"(\^)?\d+((-\d+)?(,\^?\d+(-\d+)?)?)*"
-PAGE_SIZE_PATTERN = r"(large|small|any|\d+([kKMGT]i?)?(b|bit|B)?)"
+# nova's patterns with every number bounded (``\d{1,6}``, not ``\d+``): a
+# value of thousands of digits is then a plain validation problem instead
+# of Python's int-digit limit (or a huge CPU set) deep in the parser.
+CPU_MASK_PATTERN = r"\^?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
+REALTIME_MASK_PATTERN = r"(\^)?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
+PAGE_SIZE_PATTERN = r"(large|small|any|\d{1,15}([kKMGT]i?)?(b|bit|B)?)"
 PAGE_ALIASES = ("small", "large", "any")
 #: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
 LARGE_PAGE_SIZES_KB = (2048, 1048576)
@@ -62,11 +82,17 @@ SMALL_PAGE_KB = 4
 NUMA_NODES_MAX = 128
 #: How many NUMA cells a floating guest may be spread over by the query.
 FLOATING_SPLIT = 2
+#: At most this many vCPUs for a guest whose CPUs are numbered (a NUMA
+#: topology, CPU masks): guest CPU ids are host-CPU-id sized. Checked before
+#: any CPU set is built so a huge ``vcpus`` costs nothing.
+MAX_GUEST_CPUS = MAX_CPU_ID + 1
 
-_CELL_KEY = re.compile(r"^hw:numa_(cpus|mem)\.(\d+)$")
-_IMAGE_CELL_KEY = re.compile(r"^hw_numa_(cpus|mem)\.(\d+)$")
-_CPU_RC_KEY = re.compile(r"^resources([a-zA-Z0-9_-]{1,64})?:(VCPU|PCPU|MEMORY_MB)$")
-_HT_KEY = re.compile(r"^trait([a-zA-Z0-9_-]{1,64})?:%s$" % os_traits.HW_CPU_HYPERTHREADING)
+# Node ids are below NUMA_NODES_MAX (128): three digits at most; a longer
+# key is not one of these (and is reported as an unknown ``hw:`` key).
+_CELL_KEY = re.compile(r"^hw:numa_(cpus|mem)\.(\d{1,3})$")
+_IMAGE_CELL_KEY = re.compile(r"^hw_numa_(cpus|mem)\.(\d{1,3})$")
+_CPU_RC_KEY = granular_key_re("resources", "(VCPU|PCPU|MEMORY_MB)")
+_HT_KEY = granular_key_re("trait", os_traits.HW_CPU_HYPERTHREADING)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,13 +119,13 @@ class NUMARequest(PluginRequest):
 
     plugin = PLUGIN
 
-    vcpus: int
-    memory_mb: int
-    cpu_policy: Optional[str] = None
-    cpu_thread_policy: Optional[str] = None
-    emulator_threads_policy: Optional[str] = None
+    vcpus: int = min_field(1)
+    memory_mb: int = min_field(1)
+    cpu_policy: Optional[str] = enum_field(CPU_POLICIES)
+    cpu_thread_policy: Optional[str] = enum_field(THREAD_POLICIES)
+    emulator_threads_policy: Optional[str] = enum_field(EMULATOR_POLICIES)
     realtime_cpus: frozenset[int] = frozenset()
-    mem_page_size: Optional[str] = None
+    mem_page_size: Optional[str] = enum_field(PAGE_ALIASES)
     page_size_kb: Optional[int] = None
     cells: tuple[GuestCell, ...] = ()
     extra_pcpus: int = 0
@@ -141,16 +167,12 @@ class NUMAAssignment(PluginAssignment):
 
 def _policy(ri: RequestInput, key: str, allowed: tuple[str, ...], what: str
             ) -> tuple[Optional[str], Optional[str]]:
-    """Flavor and image values of ``hw:<key>``, each validated."""
-    flavor_value, image_value = ri.flavor_image(key)
-    flavor_value = rules.check_enum(ri, "hw:" + key, flavor_value, allowed)
-    if image_value is not None and image_value not in allowed:
-        ri.report("hw_" + key, image_value,
-                  "%s requested from 'image properties' is invalid, given: "
-                  "'%s', available: '%s'." % (what, image_value, allowed),
-                  source="image")
-        image_value = None
-    return flavor_value, image_value
+    """Flavor and image values of ``hw:<key>``, each validated (nova's
+    message for a wrong image value)."""
+    image_value = ri.image_properties.get("hw_" + key)
+    return rules.flavor_image_enum(
+        ri, key, allowed, "%s requested from 'image properties' is invalid, "
+        "given: '%s', available: '%s'." % (what, image_value, allowed))
 
 
 def _cpu_policy(ri: RequestInput) -> Optional[str]:
@@ -186,6 +208,8 @@ def _thread_policy(ri: RequestInput) -> Optional[str]:
 
 
 def _mask(ri: RequestInput, key: str, mask: str, vcpus: int) -> Optional[frozenset[int]]:
+    if not _cpus_numbered(ri, key, mask, vcpus):
+        return None
     try:
         if mask.strip().startswith("^"):
             return parse_cpu_spec("0-%d,%s" % (vcpus - 1, mask))
@@ -193,6 +217,16 @@ def _mask(ri: RequestInput, key: str, mask: str, vcpus: int) -> Optional[frozens
     except InvalidCPUSpec as err:
         ri.report(key, mask, str(err))
         return None
+
+
+def _cpus_numbered(ri: RequestInput, key: str, value: object, vcpus: int) -> bool:
+    """False (and a problem) when ``vcpus`` is too many to number guest CPUs."""
+    if vcpus <= MAX_GUEST_CPUS:
+        return True
+    ri.report(key, value, "a guest with pinned, realtime or NUMA-placed CPUs "
+              "may have at most %d vCPUs (flavor vcpus: %d)"
+              % (MAX_GUEST_CPUS, vcpus))
+    return False
 
 
 def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
@@ -210,6 +244,8 @@ def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
         return None
     mask = image_mask or flavor_mask
     key = "hw_cpu_realtime_mask" if image_mask else "hw:cpu_realtime_mask"
+    if not _cpus_numbered(ri, key, mask or "true", vcpus):
+        return None
     all_cpus = frozenset(range(vcpus))
     rt = _mask(ri, key, mask, vcpus) if mask else all_cpus
     if rt is None:
@@ -297,14 +333,16 @@ def _page_value(ri: RequestInput, key: str, request: str, source: str
 def _numa_nodes(ri: RequestInput) -> Optional[int]:
     """nova's ``_get_numa_node_count_constraint``."""
     flavor_nodes, image_nodes = ri.flavor_image("numa_nodes")
-    nodes = rules.check_int(ri, "hw:numa_nodes", flavor_nodes, minimum=1)
+    nodes = rules.check_int(ri, "hw:numa_nodes", flavor_nodes, minimum=1,
+                            maximum=NUMA_NODES_MAX)
     if image_nodes is not None:
         if nodes is not None:
             ri.report("hw_numa_nodes", image_nodes, "Image property "
                       "'hw_numa_nodes' is not permitted to override NUMA "
                       "configuration set against the flavor", source="image")
             return nodes
-        value = rules.check_int(ri, "hw_numa_nodes", image_nodes, source="image")
+        value = rules.check_int(ri, "hw_numa_nodes", image_nodes,
+                                maximum=NUMA_NODES_MAX, source="image")
         if value is not None and value < 1:
             ri.report("hw_numa_nodes", image_nodes, "The property 'numa_nodes' "
                       "cannot be '%s'. It must be a number greater than 0"
@@ -363,12 +401,12 @@ def _cell_maps(ri: RequestInput, vcpus: int
         mem_list = []
         for index in sorted(found[source]["mem"]):
             key = "hw%snuma_mem.%d" % (sep, index)
-            value = rules.check_int(ri, key, found[source]["mem"][index], minimum=1,
-                                    source=source)
-            if value is None:
+            mem = rules.check_int(ri, key, found[source]["mem"][index], minimum=1,
+                                  maximum=MAX_AMOUNT, source=source)
+            if mem is None:
                 ok = False
             else:
-                mem_list.append(value)
+                mem_list.append(mem)
     for what in ("cpus", "mem"):
         indexes = sorted(found[source][what])
         if indexes and indexes != list(range(len(indexes))):
@@ -405,7 +443,15 @@ def parse(ri: RequestInput) -> NUMARequest:
                       "hw:numa_cpus.N and hw:numa_mem.N instead of a numbered "
                       "%s group" % match.group(2))
             continue
-        amount = rules.check_int(ri, key, value, minimum=0)
+        amount = rules.check_int(ri, key, value, minimum=0, maximum=MAX_AMOUNT)
+        if amount == 0 and match.group(2) != "PCPU":
+            # nova drops the class from the query (a guest using no host
+            # CPUs or memory); here every guest takes its CPUs and memory
+            # from a NUMA node, so refuse rather than ask something else.
+            ri.report(key, value, "%s=0 is not supported: the numa plugin "
+                      "always takes the guest's CPUs and memory from host "
+                      "NUMA nodes; remove the key" % key)
+            continue
         if amount is not None:
             requested[match.group(2)] = amount
     req_vcpus, req_pcpus = requested["VCPU"] or 0, requested["PCPU"] or 0
@@ -497,50 +543,77 @@ def parse(ri: RequestInput) -> NUMARequest:
     nodes = _numa_nodes(ri)
     page_alias, page_kb, page_asked = _page_size(ri)
     cpu_list, mem_list, maps_ok = _cell_maps(ri, vcpus)
-
-    pcpus = frozenset(range(vcpus)) if cpu_policy == "dedicated" else (
-        dedicated_cpus or frozenset())
-    shared = frozenset(range(vcpus)) - pcpus
     extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
+    # nova's four triggers (less vPMEM); hw:numa_cpus.N / hw:numa_mem.N alone
+    # are not one of them.
+    wants_topology = bool(nodes or page_asked
+                          or cpu_policy in ("dedicated", "mixed"))
+    if not wants_topology and (cpu_list is not None or mem_list is not None):
+        ri.report("hw:numa_cpus.N", None, "hw:numa_cpus.N and hw:numa_mem.N "
+                  "describe guest NUMA nodes: set hw:numa_nodes too (nova "
+                  "ignores them without a NUMA topology)")
     cells: list[GuestCell] = []
-    wants_topology = (nodes or page_asked or cpu_list is not None
-                      or mem_list is not None
-                      or cpu_policy in ("dedicated", "mixed"))
-    if wants_topology and not ri.has_problems():
-        count = nodes or 1
-        if nodes is None and (cpu_list is not None or mem_list is not None):
-            count = max(len(cpu_list or ()), len(mem_list or ()))
-        if cpu_list is None and mem_list is None:
-            if vcpus % count or memory_mb % count:
-                ri.report("hw:numa_nodes", count, "Instance CPUs and/or memory "
-                          "cannot be evenly distributed across instance NUMA "
-                          "nodes. Explicit assignment of CPUs and memory to "
-                          "nodes is required")
-            else:
-                for node in range(count):
-                    ncpus, mem = vcpus // count, memory_mb // count
-                    node_cpus = frozenset(range(node * ncpus, (node + 1) * ncpus))
-                    cells.append(GuestCell(node, node_cpus & shared,
-                                           node_cpus & pcpus, mem))
-        elif cpu_list is None or mem_list is None or not maps_ok or (
-                len(cpu_list) != count or len(mem_list) != count):
-            if maps_ok:
-                ri.report("hw:numa_nodes", nodes, "CPU and memory allocation "
-                          "must be provided for all NUMA nodes")
-        else:
-            cells = _manual_cells(ri, vcpus, memory_mb, shared, pcpus,
-                                  cpu_list, mem_list)
-    if cells and page_kb:
-        for cell in cells:
-            if (cell.memory_mb * 1024) % page_kb:
-                ri.report("hw:mem_page_size", page_kb, "guest NUMA node %d "
-                          "memory (%d MiB) is not a multiple of the page size "
-                          "(%d KiB)" % (cell.id, cell.memory_mb, page_kb))
+    if (wants_topology and not ri.has_problems()
+            and _cpus_numbered(ri, "vcpus", vcpus, vcpus)):
+        cells = _cells(ri, vcpus, memory_mb, nodes or 1, cpu_policy,
+                       dedicated_cpus, cpu_list, mem_list, maps_ok)
+    for cell in cells:
+        _check_memory_choices(ri, cell, page_alias, page_kb)
     return NUMARequest(
         vcpus=vcpus, memory_mb=memory_mb, cpu_policy=cpu_policy,
         cpu_thread_policy=thread_policy, emulator_threads_policy=emulator,
         realtime_cpus=realtime_cpus or frozenset(), mem_page_size=page_alias,
         page_size_kb=page_kb, cells=tuple(cells), extra_pcpus=extra)
+
+
+def _cells(ri: RequestInput, vcpus: int, memory_mb: int, count: int,
+           cpu_policy: Optional[str], dedicated_cpus: Optional[frozenset[int]],
+           cpu_list: Optional[list[frozenset[int]]], mem_list: Optional[list[int]],
+           maps_ok: bool) -> list[GuestCell]:
+    """The guest NUMA nodes, as nova's ``numa_get_constraints`` builds them:
+    ``count`` nodes (``hw:numa_nodes``, else 1), split evenly or as mapped."""
+    pcpus = frozenset(range(vcpus)) if cpu_policy == "dedicated" else (
+        dedicated_cpus or frozenset())
+    shared = frozenset(range(vcpus)) - pcpus
+    if cpu_list is None and mem_list is None:
+        if vcpus % count or memory_mb % count:
+            ri.report("hw:numa_nodes", count, "Instance CPUs and/or memory "
+                      "cannot be evenly distributed across instance NUMA "
+                      "nodes. Explicit assignment of CPUs and memory to "
+                      "nodes is required")
+            return []
+        ncpus, mem = vcpus // count, memory_mb // count
+        cells = []
+        for node in range(count):
+            node_cpus = frozenset(range(node * ncpus, (node + 1) * ncpus))
+            cells.append(GuestCell(node, node_cpus & shared, node_cpus & pcpus, mem))
+        return cells
+    if (cpu_list is None or mem_list is None or len(cpu_list) != count
+            or len(mem_list) != count):
+        if maps_ok:
+            ri.report("hw:numa_nodes", count, "CPU and memory allocation "
+                      "must be provided for all NUMA nodes")
+        return []
+    if not maps_ok:
+        return []
+    return _manual_cells(ri, vcpus, memory_mb, shared, pcpus, cpu_list, mem_list)
+
+
+def _check_memory_choices(ri: RequestInput, cell: GuestCell,
+                          page_alias: Optional[str], page_kb: Optional[int]) -> None:
+    """A problem when no page size the request allows divides the cell's
+    memory: the cell would otherwise ask Placement for no memory at all."""
+    if memory_choices(page_alias, page_kb, cell.memory_mb):
+        return
+    if page_kb:
+        ri.report("hw:mem_page_size", page_kb, "guest NUMA node %d memory "
+                  "(%d MiB) is not a multiple of the page size (%d KiB)"
+                  % (cell.id, cell.memory_mb, page_kb))
+    else:
+        ri.report("hw:mem_page_size", page_alias, "guest NUMA node %d memory "
+                  "(%d MiB) is not a multiple of any page size %s allows (%s KiB)"
+                  % (cell.id, cell.memory_mb, page_alias,
+                     ", ".join(map(str, LARGE_PAGE_SIZES_KB))))
 
 
 def _manual_cells(ri: RequestInput, vcpus: int, memory_mb: int,
@@ -580,27 +653,32 @@ def _manual_cells(ri: RequestInput, vcpus: int, memory_mb: int,
 # request groups
 
 
-def page_resource_class(size_kb: int) -> str:
-    from resources.numa.view import page_resource_class as view_page_class
-    return view_page_class(size_kb)
+page_resource_class = names.page_resource_class
 
 
-def _memory_choices(req: NUMARequest, memory_mb: int) -> list[dict[str, int]]:
-    """The ways one cell's memory may be taken, in order of preference."""
+def memory_choices(page_alias: Optional[str], page_kb: Optional[int],
+                   memory_mb: int) -> list[dict[str, int]]:
+    """The ways one cell's memory may be taken, in order of preference.
+
+    As nova's ``_numa_cell_supports_pagesize_request``: ``large`` and
+    ``any`` try the largest page size first (then ``any`` falls back to
+    small pages). A page size that does not divide the memory is no choice.
+    """
     def pages(size_kb: int) -> Optional[dict[str, int]]:
         if (memory_mb * 1024) % size_kb:
             return None
         return {page_resource_class(size_kb): memory_mb * 1024 // size_kb}
 
-    if req.page_size_kb:
-        choice = pages(req.page_size_kb)
+    if page_kb:
+        choice = pages(page_kb)
         return [choice] if choice else []
     small = {orc.MEMORY_MB: memory_mb}
-    large = [c for c in (pages(s) for s in LARGE_PAGE_SIZES_KB) if c]
-    if req.mem_page_size == "large":
+    large = [c for c in (pages(s) for s in sorted(LARGE_PAGE_SIZES_KB, reverse=True))
+             if c]
+    if page_alias == "large":
         return large
-    if req.mem_page_size == "any":
-        return [small] + large
+    if page_alias == "any":
+        return large + [small]
     return [small]
 
 
@@ -631,7 +709,8 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
                 resources[orc.PCPU] = pcpus
             if cell.cpus:
                 resources[orc.VCPU] = len(cell.cpus)
-            choices = _memory_choices(req, cell.memory_mb)
+            choices = memory_choices(req.mem_page_size, req.page_size_kb,
+                                     cell.memory_mb)
             if len(choices) == 1:
                 resources.update(choices[0])
                 choices = []

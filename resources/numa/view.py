@@ -51,9 +51,7 @@ class InvalidCPUSet(InvalidOptionValue):
     """``[compute] cpu_dedicated_set`` / ``cpu_shared_set`` break a rule."""
 
 
-def page_resource_class(size_kb: int) -> str:
-    """Class of huge pages of ``size_kb``: ``CUSTOM_MEMORY_PAGE_2048KB``."""
-    return names.custom_name("MEMORY_PAGE", f"{size_kb}KB")
+page_resource_class = names.page_resource_class
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,14 +18,10 @@ from compute_plugins.devices import inventory_record, parent_name
 from resources.sriov.view import PFView, SRIOVView
 
 KIND = "pf"
-VNIC_TYPE_DIRECT = names.custom_name("VNIC_TYPE", "DIRECT")
+VNIC_TYPE_DIRECT = names.VNIC_TYPE_DIRECT
+physnet_trait = names.physnet_trait
 EGRESS = orc.NET_BW_EGR_KILOBIT_PER_SEC
 INGRESS = orc.NET_BW_IGR_KILOBIT_PER_SEC
-
-
-def physnet_trait(physnet: str) -> str:
-    """``physnet1`` -> ``CUSTOM_PHYSNET_PHYSNET1``."""
-    return names.custom_name("PHYSNET", physnet)
 
 
 def pf_inventory(pf: PFView) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,8 @@
   on its physical network: group ``_PORT<N>`` (N = the port's position) with
   ``SRIOV_NET_VF:1``, its minimum bandwidth (``NET_BW_EGR_KILOBIT_PER_SEC`` /
   ``NET_BW_IGR_KILOBIT_PER_SEC``), traits ``CUSTOM_PHYSNET_<PHYSNET>`` and
-  ``CUSTOM_VNIC_TYPE_DIRECT``. Other SR-IOV vnic types are refused.
+  ``CUSTOM_VNIC_TYPE_DIRECT``. Other SR-IOV vnic types are refused (a
+  vnic_type neutron does not know is refused by the framework).
 - ``pci_passthrough:alias=<name>:<count>[,...]`` against ``[pci] alias``
   (:mod:`compute_plugins.conf.pci`): group ``_PCI<N>`` with
   ``<alias resource class>:<count>`` and the alias's traits.
@@ -20,9 +21,11 @@ from typing import Optional
 
 import os_resource_classes as orc
 
+from compute_plugins import names
 from compute_plugins.conf import pci as pci_conf
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
+    AFFINITY_POLICIES,
     KIND_DEVICE,
     KIND_ROOT,
     PluginAssignment,
@@ -30,26 +33,17 @@ from compute_plugins.request.groups import (
     RequestGroup,
 )
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.request.types import FrozenMap, enum_field
 
 PLUGIN = "sriov"
 ALIAS_KEY = "pci_passthrough:alias"
-ALIAS_PATTERN = r"[^:]+:\d+(?:\s*,\s*[^:]+:\d+)*"
+# nova's pattern with the count bounded (``\d{1,4}``): no int-digit limit.
+ALIAS_PATTERN = r"[^:]+:\d{1,4}(?:\s*,\s*[^:]+:\d{1,4})*"
 VF_VNIC_TYPES = ("direct", "macvtap")
 #: vnic types that need a device this plugin does not provide.
 UNSUPPORTED_VNIC_TYPES = ("direct-physical", "vdpa", "remote-managed",
                           "accelerator-direct", "accelerator-direct-physical")
-SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
-
-
-def physnet_trait(physnet: str) -> str:
-    from resources.sriov.provider import physnet_trait as provider_trait
-    return provider_trait(physnet)
-
-
-def vnic_direct_trait() -> str:
-    from resources.sriov.provider import VNIC_TYPE_DIRECT
-    return VNIC_TYPE_DIRECT
+SOCKET_TRAIT = rules.SOCKET_TRAIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +51,7 @@ class PortRequest:
     port_id: str
     index: int
     physnet: str
-    vnic_type: str = "direct"
+    vnic_type: str = enum_field(VF_VNIC_TYPES, "direct")
     min_kbps_egress: int = 0
     min_kbps_ingress: int = 0
 
@@ -73,7 +67,7 @@ class AliasRequest:
     count: int
     resource_class: str
     traits: frozenset[str] = frozenset()
-    numa_policy: str = "legacy"
+    numa_policy: str = enum_field(AFFINITY_POLICIES, "legacy")
 
     @property
     def requester_id(self) -> str:
@@ -86,7 +80,7 @@ class SRIOVRequest(PluginRequest):
 
     ports: tuple[PortRequest, ...] = ()
     aliases: tuple[AliasRequest, ...] = ()
-    affinity_policy: Optional[str] = None
+    affinity_policy: Optional[str] = enum_field(AFFINITY_POLICIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +122,7 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
             port_id=port.id, index=index, physnet=port.physnet,
             vnic_type=port.vnic_type, min_kbps_egress=port.min_kbps_egress,
             min_kbps_ingress=port.min_kbps_ingress))
-    alias_requests = []
+    alias_requests: list[AliasRequest] = []
     if ALIAS_KEY in ri.extra_specs:
         ri.claim(ALIAS_KEY)
         value = rules.check_pattern(ri, ALIAS_KEY, ri.extra_specs[ALIAS_KEY],
@@ -170,8 +164,8 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
             resources[orc.NET_BW_IGR_KILOBIT_PER_SEC] = port.min_kbps_ingress
         groups.append(RequestGroup(
             requester_id=port.requester_id, resources=FrozenMap(resources),
-            required_traits=frozenset({physnet_trait(port.physnet),
-                                       vnic_direct_trait()}),
+            required_traits=frozenset({names.physnet_trait(port.physnet),
+                                       names.VNIC_TYPE_DIRECT}),
             owner=PLUGIN, kind=KIND_DEVICE,
             affinity=req.affinity_policy or "legacy"))
     for alias in req.aliases:

@@ -13,26 +13,28 @@ NUMA affinity: nova has none for mdevs; here a vGPU group follows
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Optional
 
 import os_resource_classes as orc
 
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
+    AFFINITY_POLICIES,
     KIND_DEVICE,
+    KIND_ROOT,
     PluginAssignment,
     PluginRequest,
     RequestGroup,
+    granular_key_re,
 )
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
+from compute_plugins.request.types import FrozenMap, enum_field
 
 PLUGIN = "vgpu"
 UNSUFFIXED_GROUP = "_VGPU"
 
-_VGPU_KEY = re.compile(r"^resources([a-zA-Z0-9_-]{1,64})?:VGPU$")
-_MDEV_KEY = re.compile(r"^trait([a-zA-Z0-9_-]{1,64})?:(CUSTOM_MDEV_TYPE_[A-Z0-9_]+)$")
+_VGPU_KEY = granular_key_re("resources", "VGPU")
+_MDEV_KEY = granular_key_re("trait", "(CUSTOM_MDEV_TYPE_[A-Z0-9_]+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,7 @@ class VGPURequest(PluginRequest):
     plugin = PLUGIN
 
     groups: tuple[VGPUGroup, ...] = ()
-    affinity: Optional[str] = None
+    affinity: Optional[str] = enum_field(AFFINITY_POLICIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ def parse(ri: RequestInput) -> Optional[VGPURequest]:
         match = _VGPU_KEY.match(key)
         if match:
             ri.claim(key)
-            count = rules.check_int(ri, key, value, minimum=0)
+            count = rules.check_int(ri, key, value, minimum=0, maximum=MAX_AMOUNT)
             if count:
                 counts[match.group(1) or ""] = count
             continue
@@ -116,7 +118,9 @@ def parse(ri: RequestInput) -> Optional[VGPURequest]:
 
 
 def request_groups(req: VGPURequest) -> list[RequestGroup]:
-    return [
+    """One device group per VGPU group; with the ``socket`` policy also the
+    root trait nova requires for it (whether or not SR-IOV is asked)."""
+    groups = [
         RequestGroup(
             requester_id=g.requester_id,
             resources=FrozenMap({orc.VGPU: g.count}),
@@ -124,3 +128,8 @@ def request_groups(req: VGPURequest) -> list[RequestGroup]:
             forbidden_traits=g.forbidden_mdev_types,
             owner=PLUGIN, kind=KIND_DEVICE, affinity=req.affinity)
         for g in req.groups]
+    if req.affinity == "socket":
+        groups.append(RequestGroup(
+            requester_id="", required_traits=frozenset({rules.SOCKET_TRAIT}),
+            owner=PLUGIN, kind=KIND_ROOT))
+    return groups

@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from compute_plugins.cmd.main import main
+
 COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
 
 
@@ -30,8 +34,11 @@ def test_valid_request_prints_the_query(tmp_path):
     port = write(tmp_path, "p.json", {"vnic_type": "direct", "physnet": "physnet1"})
     result = cli("validate", "--flavor", flavor, "--port", port)
     assert result.returncode == 0, result.stderr
-    assert "GET /allocation_candidates?" in result.stdout
-    assert "resources_NUMA0=" in result.stdout and "same_subtree=" in result.stdout
+    assert "GET /allocation_candidates\n" in result.stdout
+    # decoded, one parameter per line
+    assert "\n    resources_NUMA0=MEMORY_MB:2048,PCPU:2\n" in result.stdout
+    assert "\n    same_subtree=_NUMA0,_PORT0\n" in result.stdout
+    assert "%3A" not in result.stdout
 
 
 def test_valid_request_json(tmp_path):
@@ -44,7 +51,8 @@ def test_valid_request_json(tmp_path):
     assert set(doc) == {"request_spec", "placement_query"}
     assert doc["request_spec"]["version"] and doc["request_spec"]["plugins"]["numa"]
     alt = doc["placement_query"]["alternatives"][0]
-    assert alt["params"]["group_policy"] == ["isolate"]
+    assert alt["params"]["group_policy"] == ["none"]
+    assert alt["distinct"] == ["_NUMA0", "_NUMA1"]
     assert alt["params"]["root_required"] == [
         "HW_CPU_HYPERTHREADING,!COMPUTE_STATUS_DISABLED"]
 
@@ -81,3 +89,32 @@ def test_bad_pci_alias_config_exits_2(tmp_path):
     result = cli("validate", "--config-file", conf, "--flavor", flavor)
     assert result.returncode == 2
     assert "Invalid PCI alias definition" in result.stderr
+
+
+BIG = "1" * 5000
+
+
+@pytest.mark.parametrize("flavor,port,code", [
+    ({"vcpus": 4, "memory_mb": 4096, "extra_specs": {"hw:numa_cpus." + BIG: "0"}},
+     None, 1),
+    ({"vcpus": 4, "memory_mb": 4096, "extra_specs": {"pci_passthrough:alias": "a:" + BIG}},
+     None, 1),
+    ({"vcpus": 4, "memory_mb": 4096, "extra_specs": {"hw:numa_nodes": BIG}}, None, 1),
+    ({"vcpus": 2**31, "memory_mb": 4096}, None, 2),
+    ({"vcpus": 100000000, "memory_mb": 4096}, None, 0),
+    ({"vcpus": 2, "memory_mb": 513, "extra_specs": {"hw:mem_page_size": "large"}},
+     None, 1),
+    ({"vcpus": 2, "memory_mb": 512}, {"vnic_type": "direct", "physnet": "p",
+                                      "min_kbps_egress": int(BIG[:30])}, 2),
+    ({"vcpus": 2, "memory_mb": 512}, {"vnic_type": "bogus"}, 1),
+    ({"vcpus": 2, "memory_mb": 512, "extra_specs": {"resources_NUMA0:CUSTOM_X": "1"}},
+     None, 1),
+])
+def test_reviewer_cases_exit_codes_without_traceback(tmp_path, capsys, flavor, port,
+                                                     code):
+    args = ["validate", "--flavor", write(tmp_path, "f.json", flavor)]
+    if port is not None:
+        args += ["--port", write(tmp_path, "p.json", port)]
+    assert main(args) == code
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err

@@ -1,9 +1,12 @@
 """Derived queries against real Placement (embedded, in-process).
 
-Provider trees are built the way the plugins build them (root, ``_NUMA<N>``
-children with HW_NUMA_ROOT, PFs and pGPUs under their NUMA node, sharing
-DISK_GB provider); each test asserts that the candidates are exactly the
-hosts that can serve the request.
+Every host is built by the REAL plugins' provider code and synced by the
+report client (:mod:`tests.functional.request.hosts`), so a trait or
+resource class that drifts between the providers and the query fails here.
+Each test asserts that the candidates, after
+:func:`compute_plugins.scheduler.candidates.accept`, are exactly the hosts
+that can serve the request; :func:`test_every_alternative_is_accepted_by_placement`
+sends every alternative of random valid requests and expects no 400.
 """
 
 from __future__ import annotations
@@ -11,87 +14,24 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compute_plugins.placement import embedded
+from compute_plugins.request.errors import RequestInputError, RequestValidationError
+from tests.functional.request.hosts import HEADERS, Placement, cell
 from tests.unit.request.conftest import build, make_manager
 
-HEADERS = {"OpenStack-API-Version": "placement 1.39"}
-
-
-class Placement:
-    def __init__(self, emb):
-        self.session = emb.session()
-
-    def call(self, method, path, body=None, expect=(200, 201, 204)):
-        resp = self.session.request(embedded.EMBEDDED_URL + path, method, json=body,
-                                    headers=HEADERS, raise_exc=False)
-        assert resp.status_code in expect, (method, path, resp.text)
-        return resp.json() if resp.content else None
-
-    def provider(self, name, parent=None, inventory=None, traits=(), aggregates=()):
-        rp = str(uuid.uuid4())
-        body = {"name": name, "uuid": rp}
-        if parent:
-            body["parent_provider_uuid"] = parent
-        self.call("POST", "/resource_providers", body)
-        gen = 0
-        if inventory:
-            for rc in inventory:
-                if rc.startswith("CUSTOM_"):
-                    self.call("PUT", "/resource_classes/%s" % rc)
-            inv = {rc: {"total": n, "max_unit": n, "allocation_ratio": 1.0}
-                   for rc, n in inventory.items()}
-            gen = self.call("PUT", "/resource_providers/%s/inventories" % rp,
-                            {"resource_provider_generation": gen,
-                             "inventories": inv})["resource_provider_generation"]
-        if traits:
-            for trait in traits:
-                if trait.startswith("CUSTOM_"):
-                    self.call("PUT", "/traits/%s" % trait)
-            gen = self.call("PUT", "/resource_providers/%s/traits" % rp,
-                            {"resource_provider_generation": gen,
-                             "traits": sorted(traits)})["resource_provider_generation"]
-        if aggregates:
-            self.call("PUT", "/resource_providers/%s/aggregates" % rp,
-                      {"resource_provider_generation": gen, "aggregates": list(aggregates)})
-        return rp
-
-    def host(self, name, cells, pfs=(), gpus=(), root_traits=(), disk_gb=100,
-             aggregates=()):
-        """cells: [{rc: n}], pfs: [(cell, physnet, vfs)], gpus: [(cell, type, n)]."""
-        root = self.provider(name, inventory={"DISK_GB": disk_gb} if disk_gb else None,
-                             traits=root_traits, aggregates=aggregates)
-        cell_rps = [self.provider("%s_NUMA%d" % (name, i), root, inv,
-                                  traits=("HW_NUMA_ROOT",))
-                    for i, inv in enumerate(cells)]
-        for i, (cell, physnet, vfs) in enumerate(pfs):
-            self.provider("%s_pf_0000_5e_00_%d" % (name, i), cell_rps[cell],
-                          {"SRIOV_NET_VF": vfs, "NET_BW_EGR_KILOBIT_PER_SEC": 10000},
-                          traits=("CUSTOM_VNIC_TYPE_DIRECT",
-                                  "CUSTOM_PHYSNET_%s" % physnet.upper()))
-        for i, (cell, mdev, count) in enumerate(gpus):
-            self.provider("%s_pci_0000_3b_00_%d" % (name, i), cell_rps[cell],
-                          {"VGPU": count}, traits=("CUSTOM_MDEV_TYPE_%s" % mdev,))
-        return root
-
-    def candidates(self, spec, roots):
-        """Root uuids (of ``roots``) with a candidate for any alternative."""
-        found = set()
-        for alt in spec.placement_query().alternatives:
-            answer = self.call("GET", "/allocation_candidates?" + alt.to_querystring())
-            for rp, summary in answer["provider_summaries"].items():
-                if rp in roots and rp == summary["root_provider_uuid"]:
-                    if any(rp in [answer["provider_summaries"][a]["root_provider_uuid"]
-                                  for a in req["allocations"]]
-                           for req in answer["allocation_requests"]):
-                        found.add(rp)
-        return {roots[r] for r in found}
+PF0 = "0000:5e:00.0"
 
 
 @pytest.fixture(scope="module")
 def placement():
     emb = embedded.EmbeddedPlacement("sqlite://").start()
-    yield Placement(emb)
+    service = Placement(emb)
+    service.define("CUSTOM_X", "CUSTOM_Y", "CUSTOM_Z", "CUSTOM_PHYSNET_PHYSNET2",
+                   "CUSTOM_PCI_8086_0443", "CUSTOM_BLUE", "CUSTOM_BIG")
+    yield service
     emb.close()
 
 
@@ -100,90 +40,138 @@ def manager():
     return make_manager()
 
 
-def names(prefix, *suffixes):
-    return ["%s-%s" % (prefix, s) for s in suffixes]
+def set_root_traits(placement, root, traits):
+    """An operator's traits on the root (kept by the plugins, nova's rule)."""
+    url = placement.emb_url("/resource_providers/%s/traits" % root)
+    have = placement.session.request(url, "GET", headers=HEADERS).json()
+    for trait in traits:
+        if trait.startswith("CUSTOM_"):
+            placement.session.request(placement.emb_url("/traits/" + trait), "PUT",
+                                      headers=HEADERS)
+    placement.session.request(url, "PUT", headers=HEADERS, json={
+        "resource_provider_generation": have["resource_provider_generation"],
+        "traits": sorted(set(have["traits"]) | set(traits))})
 
 
 def test_floating_guest_fits_where_no_single_cell_has_room(placement, manager):
-    p = "float-" + uuid.uuid4().hex[:6]
     roots = {}
-    for name, cells, traits in [
-        ("one-cell", [{"VCPU": 4, "MEMORY_MB": 4096}], ()),
-        ("cpu-here-mem-there", [{"VCPU": 4, "MEMORY_MB": 1024},
-                                {"VCPU": 1, "MEMORY_MB": 4096}], ()),
-        ("split-evenly", [{"VCPU": 2, "MEMORY_MB": 2048},
-                          {"VCPU": 2, "MEMORY_MB": 2048}], ()),
-        ("too-small", [{"VCPU": 2, "MEMORY_MB": 2048},
-                       {"VCPU": 1, "MEMORY_MB": 2048}], ()),
-        ("disabled", [{"VCPU": 8, "MEMORY_MB": 8192}], ("COMPUTE_STATUS_DISABLED",)),
+    for name, cells in [
+        ("one-cell", [cell(4, 4096)]),
+        ("cpu-here-mem-there", [cell(4, 1024), cell(1, 4096)]),
+        ("split-evenly", [cell(2, 2048), cell(2, 2048)]),
+        ("too-small", [cell(2, 2048), cell(1, 2048)]),
+        ("disabled", [cell(8, 8192)]),
     ]:
-        rp = placement.host("%s-%s" % (p, name), cells, root_traits=traits)
-        roots[rp] = name
+        roots[placement.host(name, cells)] = name
+    set_root_traits(placement, next(r for r, n in roots.items() if n == "disabled"),
+                    ["COMPUTE_STATUS_DISABLED"])
     spec = build(manager, {}, vcpus=4, memory_mb=4096, root_gb=10)
     assert placement.candidates(spec, roots) == {
         "one-cell", "cpu-here-mem-there", "split-evenly"}
 
 
+def test_unsuffixed_traits_and_aggregates_without_disk(placement, manager):
+    """Reviewer's 400s: the unsuffixed group left without resources."""
+    agg = str(uuid.uuid4())
+    avx, plain = placement.host("avx", [cell(2, 2048), cell(2, 2048)], disk_gb=0), \
+        placement.host("plain", [cell(4, 4096)], disk_gb=0)
+    set_root_traits(placement, avx, ["HW_CPU_X86_AVX2"])
+    url = placement.emb_url("/resource_providers/%s/aggregates" % avx)
+    gen = placement.session.request(url, "GET", headers=HEADERS).json()
+    placement.session.request(url, "PUT", headers=HEADERS, json={
+        "resource_provider_generation": gen["resource_provider_generation"],
+        "aggregates": [agg]})
+    roots = {avx: "avx", plain: "plain"}
+    for specs in ({"trait:HW_CPU_X86_AVX2": "required"},
+                  {"trait:HW_CPU_X86_AVX2": "required", "hw:numa_nodes": "1"},
+                  {"member_of": agg, "hw:numa_nodes": "2"},
+                  {"member_of": agg}):
+        spec = build(manager, specs, vcpus=2, memory_mb=2048)
+        assert placement.candidates(spec, roots) == {"avx"}, specs
+    spec = build(manager, {"trait:HW_CPU_X86_AVX2": "forbidden"}, vcpus=2,
+                 memory_mb=2048)
+    assert placement.candidates(spec, roots) == {"plain"}
+
+
 def test_numa_guest_gets_one_host_cell_per_guest_node(placement, manager):
-    p = "numa-" + uuid.uuid4().hex[:6]
     roots = {}
-    for name, cells in [
-        ("two-cells", [{"PCPU": 2, "MEMORY_MB": 2048}, {"PCPU": 2, "MEMORY_MB": 2048}]),
-        ("one-big-cell", [{"PCPU": 8, "MEMORY_MB": 8192}]),
-        ("one-short-cell", [{"PCPU": 2, "MEMORY_MB": 2048}, {"PCPU": 1, "MEMORY_MB": 4096}]),
-        ("shared-cpus-only", [{"VCPU": 4, "MEMORY_MB": 2048}, {"VCPU": 4, "MEMORY_MB": 2048}]),
+    for name, cells, dedicated in [
+        ("two-cells", [cell(2, 2048), cell(2, 2048)], "0-3"),
+        ("one-big-cell", [cell(8, 8192)], "0-7"),
+        ("one-short-cell", [cell(2, 2048), cell(1, 4096)], "0-2"),
+        ("shared-cpus-only", [cell(4, 2048), cell(4, 2048)], None),
     ]:
-        roots[placement.host("%s-%s" % (p, name), cells)] = name
+        roots[placement.host(name, cells, dedicated=dedicated)] = name
     spec = build(manager, {"hw:numa_nodes": "2", "hw:cpu_policy": "dedicated"},
                  vcpus=4, memory_mb=4096)
     assert placement.candidates(spec, roots) == {"two-cells"}
 
 
 def test_huge_pages_large_tries_each_size(placement, manager):
-    p = "pages-" + uuid.uuid4().hex[:6]
     roots = {}
-    for name, cell in [
-        ("2m", {"VCPU": 4, "MEMORY_MB": 512, "CUSTOM_MEMORY_PAGE_2048KB": 1024}),
-        ("1g", {"VCPU": 4, "MEMORY_MB": 512, "CUSTOM_MEMORY_PAGE_1048576KB": 2}),
-        ("small-only", {"VCPU": 4, "MEMORY_MB": 8192}),
-    ]:
-        roots[placement.host("%s-%s" % (p, name), [cell])] = name
+    for name, pages in [("2m", {2048: 1024}), ("1g", {1048576: 2}),
+                        ("small-only", {})]:
+        roots[placement.host(name, [cell(4, 8192 if not pages else 512, pages)])] = name
     large = build(manager, {"hw:mem_page_size": "large"}, vcpus=2, memory_mb=2048)
+    assert large.placement_query().alternatives[0].description.endswith(
+        "CUSTOM_MEMORY_PAGE_1048576KB")  # nova: largest page size first
     assert placement.candidates(large, roots) == {"2m", "1g"}
     any_size = build(manager, {"hw:mem_page_size": "any"}, vcpus=2, memory_mb=2048)
     assert placement.candidates(any_size, roots) == {"2m", "1g", "small-only"}
     sized = build(manager, {"hw:mem_page_size": "2MB"}, vcpus=2, memory_mb=2048)
     assert placement.candidates(sized, roots) == {"2m"}
+    # 1026 MiB: 2 MiB pages divide it, 1 GiB pages do not
+    odd = build(manager, {"hw:mem_page_size": "large"}, vcpus=2, memory_mb=1026)
+    assert placement.candidates(odd, roots) == {"2m"}
 
 
 @pytest.mark.parametrize("policy,expected", [
     ("required", {"pf-on-cell0"}),
-    ("legacy", {"pf-on-cell0"}),
-    ("preferred", {"pf-on-cell0", "pf-on-cell1"}),
+    ("legacy", {"pf-on-cell0", "pf-without-numa"}),
+    ("preferred", {"pf-on-cell0", "pf-on-cell1", "pf-without-numa"}),
 ])
 def test_sriov_port_numa_affinity(placement, manager, policy, expected):
-    p = "sriov-%s-%s" % (policy, uuid.uuid4().hex[:6])
-    cells = [{"VCPU": 4, "MEMORY_MB": 4096}, {"VCPU": 1, "MEMORY_MB": 1024}]
+    cells = [cell(4, 4096), cell(1, 1024)]
     roots = {
-        placement.host(p + "-a", cells, pfs=[(0, "physnet1", 4)]): "pf-on-cell0",
-        placement.host(p + "-b", cells, pfs=[(1, "physnet1", 4)]): "pf-on-cell1",
-        placement.host(p + "-c", cells, pfs=[(0, "physnet2", 4)]): "wrong-physnet",
+        placement.host("pf0", cells, pfs=((0, 4),)): "pf-on-cell0",
+        placement.host("pf1", cells, pfs=((1, 4),)): "pf-on-cell1",
+        placement.host("pfnone", cells, pfs=((None, 4),)): "pf-without-numa",
     }
     spec = build(manager, {"hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": policy},
                  vcpus=2, memory_mb=2048,
                  ports=[{"vnic_type": "direct", "physnet": "physnet1",
                          "min_kbps_egress": 1000}])
     assert placement.candidates(spec, roots) == expected
+    wrong = build(manager, {"hw:numa_nodes": "1"}, vcpus=2, memory_mb=2048,
+                  ports=[{"vnic_type": "direct", "physnet": "physnet2"}])
+    assert placement.candidates(wrong, roots) == set()
+
+
+def test_two_ports_on_one_pf_with_two_guest_nodes(placement, manager):
+    """group_policy=isolate would keep the two ports on different PFs."""
+    roots = {
+        placement.host("one-pf", [cell(2, 2048), cell(2, 2048)], pfs=((0, 8),)):
+            "one-pf",
+        placement.host("one-cell", [cell(4, 4096)], pfs=((0, 8),)): "one-cell",
+    }
+    ports = [{"vnic_type": "direct", "physnet": "physnet1"}] * 2
+    for policy in ("legacy", "required"):
+        spec = build(manager, {"hw:numa_nodes": "2",
+                               "hw:pci_numa_affinity_policy": policy},
+                     vcpus=2, memory_mb=2048, ports=ports)
+        assert placement.candidates(spec, roots) == {"one-pf"}, policy
+    spec = build(manager, {"hw:numa_nodes": "2", "group_policy": "isolate"},
+                 vcpus=2, memory_mb=2048, ports=ports)
+    assert placement.candidates(spec, roots) == set()  # the user's choice
 
 
 def test_vgpu_required_affinity_with_two_guest_nodes(placement, manager):
-    p = "vgpu-" + uuid.uuid4().hex[:6]
-    cells = [{"VCPU": 2, "MEMORY_MB": 2048}, {"VCPU": 2, "MEMORY_MB": 2048}]
+    cells = [cell(2, 2048), cell(2, 2048)]
     roots = {
-        placement.host(p + "-a", cells, gpus=[(1, "NVIDIA_35", 4)]): "gpu-on-cell1",
-        placement.host(p + "-b", cells, gpus=[(0, "NVIDIA_36", 4)]): "other-type",
-        placement.host(p + "-c", [{"VCPU": 4, "MEMORY_MB": 4096}],
-                       gpus=[(0, "NVIDIA_35", 4)]): "one-cell-host",
+        placement.host("gpu1", cells, gpus=((1, "nvidia-35", 4),)): "gpu-on-cell1",
+        placement.host("other", cells, gpus=((0, "nvidia-36", 4),)): "other-type",
+        placement.host("onecell", [cell(4, 4096)], gpus=((0, "nvidia-35", 4),)):
+            "one-cell-host",
     }
     spec = build(manager, {"hw:numa_nodes": "2", "resources:VGPU": "1",
                            "trait:CUSTOM_MDEV_TYPE_NVIDIA_35": "required",
@@ -193,18 +181,76 @@ def test_vgpu_required_affinity_with_two_guest_nodes(placement, manager):
 
 
 def test_shared_storage_aggregate(placement):
-    p = "shared-" + uuid.uuid4().hex[:6]
     agg, other = str(uuid.uuid4()), str(uuid.uuid4())
-    placement.provider(p + "-nfs", inventory={"DISK_GB": 1000},
-                       traits=("MISC_SHARES_VIA_AGGREGATE",), aggregates=(agg,))
-    placement.provider(p + "-nfs2", inventory={"DISK_GB": 1000},
-                       traits=("MISC_SHARES_VIA_AGGREGATE",), aggregates=(other,))
-    cells = [{"VCPU": 4, "MEMORY_MB": 4096}]
-    roots = {
-        placement.host(p + "-a", cells, disk_gb=0, aggregates=(agg,)): "in-aggregate",
-        placement.host(p + "-b", cells, disk_gb=0, aggregates=(other,)): "other-aggregate",
-        placement.host(p + "-c", cells, disk_gb=0): "no-storage",
-    }
+    for name, aggregate in (("nfs", agg), ("nfs2", other)):
+        rp = str(uuid.uuid4())
+        s = placement.session
+        s.request(placement.emb_url("/resource_providers"), "POST", headers=HEADERS,
+                  json={"name": "%s-%s" % (name, rp[:6]), "uuid": rp})
+        s.request(placement.emb_url("/resource_providers/%s/inventories" % rp), "PUT",
+                  headers=HEADERS, json={"resource_provider_generation": 0,
+                                         "inventories": {"DISK_GB": {"total": 1000}}})
+        s.request(placement.emb_url("/resource_providers/%s/traits" % rp), "PUT",
+                  headers=HEADERS, json={"resource_provider_generation": 1,
+                                         "traits": ["MISC_SHARES_VIA_AGGREGATE"]})
+        s.request(placement.emb_url("/resource_providers/%s/aggregates" % rp), "PUT",
+                  headers=HEADERS, json={"resource_provider_generation": 2,
+                                         "aggregates": [aggregate]})
+    roots = {}
+    for name, aggregate in (("in-aggregate", agg), ("other-aggregate", other),
+                            ("no-storage", None)):
+        root = placement.host(name, [cell(4, 4096)], disk_gb=0)
+        if aggregate:
+            url = placement.emb_url("/resource_providers/%s/aggregates" % root)
+            gen = placement.session.request(url, "GET", headers=HEADERS).json()
+            placement.session.request(url, "PUT", headers=HEADERS, json={
+                "resource_provider_generation": gen["resource_provider_generation"],
+                "aggregates": [aggregate]})
+        roots[root] = name
     spec = build(make_manager(shared_aggregate=agg), {}, vcpus=2, memory_mb=2048,
                  root_gb=20)
     assert placement.candidates(spec, roots) == {"in-aggregate"}
+
+
+# -- every alternative of random valid requests is a query Placement accepts --
+
+AGG = "7a9bd3a0-3a3c-4a5e-9f7c-6a1f1e5b1c2d"
+SPEC_CHOICES = {
+    "hw:numa_nodes": ["1", "2"],
+    "hw:cpu_policy": ["dedicated", "shared", "mixed"],
+    "hw:cpu_dedicated_mask": ["0"],
+    "hw:mem_page_size": ["large", "any", "small", "2MB"],
+    "hw:pci_numa_affinity_policy": ["required", "legacy", "preferred", "socket"],
+    "trait:HW_CPU_X86_AVX2": ["required", "forbidden"],
+    "trait:CUSTOM_X": ["required"],
+    "member_of": ["in:" + AGG, "!" + AGG],
+    "resources1:CUSTOM_Z": ["0", "1"],
+    "trait1:CUSTOM_Y": ["required", "forbidden"],
+    "member_of1": [AGG],
+    "resources2:VGPU": ["1"],
+    "resources:VGPU": ["1"],
+    "pci_passthrough:alias": ["qat:1", "a16:1"],
+    "group_policy": ["none", "isolate"],
+    "resources:DISK_GB": ["0"],
+}
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.dictionaries(st.sampled_from(sorted(SPEC_CHOICES)), st.just(None),
+                             max_size=6).flatmap(lambda keys: st.fixed_dictionaries(
+                                 {k: st.sampled_from(SPEC_CHOICES[k]) for k in keys})),
+       vcpus=st.sampled_from([2, 4]), memory=st.sampled_from([1024, 2048, 1026]),
+       root_gb=st.sampled_from([0, 10]), ports=st.integers(0, 2),
+       image_traits=st.booleans())
+def test_every_alternative_is_accepted_by_placement(placement, manager, specs, vcpus,
+                                                    memory, root_gb, ports,
+                                                    image_traits):
+    try:
+        spec = build(manager, specs, vcpus=vcpus, memory_mb=memory, root_gb=root_gb,
+                     image={"traits_required": ["CUSTOM_X"]} if image_traits else None,
+                     ports=[{"vnic_type": "direct", "physnet": "physnet1"}] * ports)
+    except (RequestValidationError, RequestInputError):
+        return
+    for alt in spec.placement_query().alternatives:
+        placement.answer(alt)  # asserts 200

@@ -47,6 +47,22 @@ def test_error_codes_become_typed_errors(code, cls):
     assert "\n" not in str(err) and code in str(err)
 
 
+def test_placements_500_for_a_generation_race_is_a_conflict():
+    """Placement answers a race between two API workers on one provider's
+    generation with a 500 from some handlers (seen in test_postgresql)."""
+    body = {"errors": [{"status": 500, "code": "placement.undefined_code",
+                        "title": "Internal Server Error",
+                        "detail": "The server has either erred or is incapable of "
+                        "performing the requested operation.\n\n Another thread "
+                        "concurrently updated the resource provider data. Please "
+                        "retry your update  "}]}
+    err = pexc.from_response("PUT", "/resource_providers/%s/traits" % U, 500, body,
+                             provider=U, generation=4)
+    assert type(err) is pexc.GenerationConflict
+    other = dict(body, errors=[dict(body["errors"][0], detail="database is down")])
+    assert type(pexc.from_response("PUT", "/x", 500, other)) is pexc.PlacementHTTPError
+
+
 def test_error_without_json_body():
     err = pexc.from_response("GET", "/x", 404, None)
     assert type(err) is pexc.NotFound and err.status == 404

@@ -35,7 +35,9 @@ def test_generic_resources_and_traits(manager):
     assert got["1"].required_traits == {"CUSTOM_BLUE"}
     assert got["1"].forbidden_traits == {"CUSTOM_RED"}
     assert got["1"].member_of == (tuple(sorted((AGG, AGG2))),)
-    assert "HW_CPU_X86_AVX2" in got[""].required_traits
+    # unsuffixed traits describe the host: root_required (see query module)
+    assert "HW_CPU_X86_AVX2" in spec.placement_query().alternatives[0].root_required
+    assert not got[""].required_traits
     assert got[""].forbidden_aggregates == {AGG2}
     assert spec.generic.group_policy == "none"
     qs = spec.placement_query().alternatives[0].to_querystring()
@@ -44,7 +46,7 @@ def test_generic_resources_and_traits(manager):
 
 def test_image_traits_required(manager):
     spec = build(manager, image={"traits_required": ["HW_CPU_X86_AVX2"]})
-    assert "HW_CPU_X86_AVX2" in groups(spec)[""].required_traits
+    assert "HW_CPU_X86_AVX2" in spec.placement_query().alternatives[0].root_required
 
 
 @pytest.mark.parametrize("specs,key,text", [
@@ -58,13 +60,52 @@ def test_image_traits_required(manager):
     ({"member_of": "not-a-uuid"}, "member_of", "valid UUID(s)"),
     ({"member_of": "%s,%s" % (AGG, AGG2)}, "member_of", "'in:' prefix"),
     ({"pci_passthrough:foo": "1"}, "pci_passthrough:foo", "does not appear"),
-    ({"hw:numa_nodes": "2", "group_policy": "none"}, "group_policy",
-     "group_policy must be 'isolate'"),
-    ({"resources_NUMA0:VGPU": "1", "hw:numa_nodes": "1"}, "resources_NUMA0",
-     "is used by plugin numa and plugin vgpu"),
+    ({"resources_NUMA0:VGPU": "1", "hw:numa_nodes": "1"}, "resources_NUMA0:VGPU",
+     "reserved for the framework"),
+    ({"resources_NUMA0:CUSTOM_X": "1"}, "resources_NUMA0:CUSTOM_X",
+     "reserved for the framework"),
+    ({"trait_NUMA0:HW_NUMA_ROOT": "forbidden", "hw:numa_nodes": "1"},
+     "trait_NUMA0:HW_NUMA_ROOT", "reserved for the framework"),
+    ({"member_of_x": "!" + AGG}, "member_of_x", "reserved for the framework"),
+    ({"resources1:CUSTOM_Z": "0", "trait1:CUSTOM_X": "required"}, "resources1",
+     "but no resources"),
+    ({"member_of2": AGG}, "resources2", "but no resources"),
+    ({"trait:CUSTOM_X": "required"}, None, None),
+    ({"trait1:CUSTOM_X": "required", "trait1:CUSTOM_Y": "forbidden",
+      "resources1:CUSTOM_Z": "1"}, None, None),
+    ({"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "require",
+      "trait:HW_CPU_HYPERTHREADING": "forbidden"}, "trait:HW_CPU_HYPERTHREADING",
+     "not possible"),
+
 ])
 def test_generic_invalid(manager, specs, key, text):
+    if key is None:  # valid: the control case of the row above
+        build(manager, specs)
+        return
     assert_problem(problems(manager, specs), key, text)
+
+
+def test_required_and_forbidden_on_the_host_is_refused(manager):
+    found = problems(manager, {"trait:HW_CPU_X86_AVX2": "forbidden"},
+                     image={"traits_required": ["HW_CPU_X86_AVX2"]})
+    assert_problem(found, "trait:HW_CPU_X86_AVX2", "both required and forbidden")
+
+
+def test_group_policy_none_is_accepted_with_guest_nodes(manager):
+    spec = build(manager, {"hw:numa_nodes": "2", "group_policy": "none"})
+    alt = spec.placement_query().alternatives[0]
+    assert alt.group_policy == "none" and alt.distinct == ("_NUMA0", "_NUMA1")
+
+
+def test_member_of_is_normalised(manager):
+    spec = build(manager, {"member_of": "in:" + AGG.upper()})
+    assert groups(spec)[""].member_of == ((AGG,),)
+
+
+@pytest.mark.parametrize("vnic", ["bogus", "Direct", ""])
+def test_unknown_vnic_type(manager, vnic):
+    found = problems(manager, ports=[{"vnic_type": vnic, "physnet": "p"}])
+    assert_problem(found, "vnic_type", "is not one of: normal, direct")
 
 
 def test_other_namespaces_are_left_alone(manager):

@@ -160,3 +160,86 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
     for alt in query.alternatives:
         alt.to_querystring()
     assert RequestSpec.from_json(spec.to_json(), manager) == spec
+
+
+# -- tampered payloads -------------------------------------------------------------
+
+def _rich_payload(manager):
+    spec = build(manager, RICH, vcpus=4, memory_mb=4096, ports=PORTS,
+                 image={"name": "img", "properties": {"hw_cpu_thread_policy": "prefer"}})
+    return spec.with_decision(decision()).to_dict()
+
+
+def _paths(doc, prefix=()):
+    """Every (container, key) pair of a JSON document."""
+    if isinstance(doc, dict):
+        items = doc.items()
+    elif isinstance(doc, list):
+        items = enumerate(doc)
+    else:
+        return
+    for key, value in items:
+        yield prefix + (key,)
+        yield from _paths(value, prefix + (key,))
+
+
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**40), st.text(max_size=5),
+                 st.lists(st.integers(-1, 3), max_size=2),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                 st.sampled_from(["bogus", "isolate", "dedicated", "_NUMA0", -1, 0]))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
+    doc = _rich_payload(manager)
+    paths = list(_paths(doc))
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            if data.draw(st.booleans()) and isinstance(parent, dict):
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = data.draw(JUNK)
+        except (KeyError, IndexError, TypeError):
+            continue
+    try:
+        spec = RequestSpec.from_json(json.dumps(doc), manager)
+    except RequestFormatError:
+        return
+    assert isinstance(spec, RequestSpec)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(requests=[1]),
+    lambda d: d.update(decision="x"),
+    lambda d: d["decision"].update(assignments=[1]),
+    lambda d: d.update(image="x"),
+    lambda d: d.update(image=[]),
+    lambda d: d.update(ports={}),
+    lambda d: d.update(hints=[]),
+    lambda d: d.update(generic=[]),
+    lambda d: d.update(extra_future_field=1),
+    lambda d: d.pop("groups"),
+    lambda d: d["requests"]["numa"].update(vcpus=-5),
+    lambda d: d["requests"]["numa"].update(vcpus=0),
+    lambda d: d["requests"]["numa"].update(cpu_policy="bogus"),
+    lambda d: d["requests"]["sriov"].update(affinity_policy="bogus"),
+    lambda d: d["generic"].update(group_policy="bogus"),
+    lambda d: d["groups"][0].update(kind="bogus"),
+    lambda d: d["groups"][0]["resources"].update(PCPU=-3),
+    lambda d: d["groups"][0]["resources"].update(PCPU=99),
+    lambda d: d.update(groups=[]),
+    lambda d: d["flavor"].update(vcpus=0),
+    lambda d: d["ports"][0].update(vnic_type="bogus"),
+    lambda d: d["requests"]["numa"]["cells"][0].update(pcpus=[0, 0]),
+])
+def test_tampered_payloads_reviewer_cases(manager, mutate):
+    doc = _rich_payload(manager)
+    mutate(doc)
+    with pytest.raises(RequestFormatError):
+        RequestSpec.from_json(json.dumps(doc), manager)
