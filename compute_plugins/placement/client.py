@@ -115,6 +115,11 @@ def _version_tuple(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+#: Seconds a request to a ``--placement-url`` may take (``[placement]
+#: timeout`` sets it for a cloud's Placement).
+DEFAULT_TIMEOUT = 60.0
+
+
 class PlacementClient:
     """Requests to Placement through a keystoneauth1 adapter.
 
@@ -143,10 +148,16 @@ class PlacementClient:
     # -- construction -------------------------------------------------------
 
     @classmethod
-    def for_url(cls, url: str, token: str = NOAUTH_TOKEN) -> PlacementClient:
-        """A client for a ``noauth2`` Placement at ``url``."""
+    def for_url(cls, url: str, token: str = NOAUTH_TOKEN,
+                timeout: float = DEFAULT_TIMEOUT) -> PlacementClient:
+        """A client for a ``noauth2`` Placement at ``url``.
+
+        :param timeout: seconds before a request that gets no answer fails
+            the periodic (a hung Placement must not hang the agent).
+        """
         url = url.rstrip("/")
-        sess = ks_session.Session(auth=token_endpoint.Token(url, token))
+        sess = ks_session.Session(auth=token_endpoint.Token(url, token),
+                                  timeout=timeout)
         return cls(cls._adapter(sess), url)
 
     @classmethod

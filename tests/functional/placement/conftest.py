@@ -42,16 +42,21 @@ class ServedPlacement:
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            CLI + ["placement", "serve", "--port", str(self.port),
-                   "--db", self.db],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=CLI_ENV)
+        # NOTE: the log goes to a file: a pipe nobody reads would fill up
+        # and block the service.
+        log = self.db + ".log"
+        with open(log, "a") as log_file:
+            self.proc = subprocess.Popen(
+                CLI + ["placement", "serve", "--port", str(self.port),
+                       "--db", self.db],
+                stdout=subprocess.PIPE, stderr=log_file, text=True,
+                env=CLI_ENV)
         line = self.proc.stdout.readline()
         if not line.startswith("Placement listening on "):
             self.proc.kill()
-            raise RuntimeError("placement serve failed: %s %s"
-                               % (line, self.proc.stderr.read()))
+            with open(log) as log_file:
+                raise RuntimeError("placement serve failed: %s %s"
+                                   % (line, log_file.read()))
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -77,3 +77,22 @@ def test_stopped_is_unreachable_then_back(emb):
     finally:
         emb.start()
     assert "resource_providers" in client.get("/resource_providers")
+
+
+def test_a_placement_that_does_not_answer_times_out():
+    """A hung Placement fails the request (and so the periodic), not the agent."""
+    import socket
+    import time
+
+    from compute_plugins.placement import client as pclient
+    from compute_plugins.placement import exception as pexc
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)  # accepts the connection, never answers
+        url = "http://127.0.0.1:%d" % server.getsockname()[1]
+        client = pclient.PlacementClient.for_url(url, timeout=0.5)
+        started = time.monotonic()
+        with pytest.raises(pexc.PlacementUnreachable, match=url):
+            client.get("/resource_providers")
+        assert time.monotonic() - started < 10

@@ -64,20 +64,23 @@ def database():
 @pytest.fixture(scope="module")
 def api_urls(database, tmp_path_factory):
     """Two Placement API processes on the one database."""
-    config = tmp_path_factory.mktemp("pg") / "placement.conf"
+    workdir = tmp_path_factory.mktemp("pg")
+    config = workdir / "placement.conf"
     config.write_text("[placement]\nembedded_connection = %s\n" % database)
     procs, urls = [], []
     try:
-        for _ in range(2):
-            # NOTE: one after the other: the first creates the schema.
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file",
-                 str(config), "placement", "serve", "--port", "0"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2):
+            # NOTE: one after the other: the first creates the schema. Logs go
+            # to a file: a pipe nobody reads would fill up and block the API.
+            log = workdir / ("api%d.log" % i)
+            with open(log, "w") as log_file:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file",
+                     str(config), "placement", "serve", "--port", "0"],
+                    stdout=subprocess.PIPE, stderr=log_file, text=True)
             procs.append(proc)
             line = proc.stdout.readline()
-            assert line.startswith("Placement listening on "), (
-                line + proc.stderr.read())
+            assert line.startswith("Placement listening on "), line + log.read_text()
             urls.append(line.split()[3])
         yield urls
     finally:
