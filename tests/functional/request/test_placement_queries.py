@@ -253,4 +253,6 @@ def test_every_alternative_is_accepted_by_placement(placement, manager, specs, v
     except (RequestValidationError, RequestInputError):
         return
     for alt in spec.placement_query().alternatives:
+        placement.define_resource_classes(*(
+            rc for group in alt.groups for rc in group.resources if rc.startswith("CUSTOM_")))
         placement.answer(alt)  # asserts 200
