@@ -15,6 +15,7 @@ adopts what the provider tree holds (see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -23,13 +24,12 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins import contribution, exception
+from compute_plugins.contribution import Contributions, ProviderContribution
 
 LOG = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-
-Contributions = Mapping[str, tuple[ProviderContribution, ...]]
 
 
 def path_for(checkpoint_dir: str, nodename: str) -> str:
@@ -54,44 +54,82 @@ def _item_from_dict(data: Mapping[str, Any]) -> ProviderContribution:
         aggregates=frozenset(data.get("aggregates", ())))
 
 
-def save(checkpoint_dir: str, nodename: str, contributions: Contributions) -> None:
-    """Write the checkpoint atomically (a crash leaves the old one or the new one)."""
-    document = {
+def dumps(nodename: str, root_uuid: str, contributions: Contributions) -> str:
+    """The checkpoint document for ``contributions`` on the root ``root_uuid``."""
+    return json.dumps({
         "format_version": FORMAT_VERSION,
         "nodename": nodename,
+        "root_uuid": root_uuid,
         "plugins": {name: [_item_to_dict(i) for i in items]
                     for name, items in contributions.items()},
-    }
+    }, indent=1, sort_keys=True)
+
+
+def save(checkpoint_dir: str, nodename: str, text: str) -> bool:
+    """Write ``text`` (from :func:`dumps`) atomically and durably.
+
+    A crash leaves the old file or the new one, never a torn one: the data
+    is fsynced before the rename and the directory after it. Returns False
+    (and logs) when it cannot be written; the agent goes on, and a restart
+    would adopt the tree instead.
+    """
     target = path_for(checkpoint_dir, nodename)
+    tmp = None
     try:
         os.makedirs(checkpoint_dir, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=checkpoint_dir, prefix=".contributions-")
         with os.fdopen(fd, "w") as handle:
-            json.dump(document, handle, indent=1, sort_keys=True)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
+        tmp = None
+        dir_fd = os.open(checkpoint_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return True
     except OSError as err:
-        # NOTE: not fatal: without it a restart adopts the tree instead.
         LOG.error("cannot write the plugin checkpoint %s: %s", target, err)
+        return False
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def load(
-    checkpoint_dir: str, nodename: str
+    checkpoint_dir: str, nodename: str, root_uuid: str
 ) -> Optional[dict[str, tuple[ProviderContribution, ...]]]:
-    """The contributions saved for ``nodename``, or ``None`` when unusable."""
+    """The contributions saved for ``nodename`` on ``root_uuid``, or ``None``.
+
+    A checkpoint of another node or another root (e.g. written against the
+    embedded Placement, now pointed at a cloud), of another format, or one
+    whose contributions do not validate is ignored with a warning.
+    """
     source = path_for(checkpoint_dir, nodename)
     try:
         with open(source) as handle:
             document = json.load(handle)
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
         if document.get("format_version") != FORMAT_VERSION:
             raise ValueError("format_version %r is not %d"
                              % (document.get("format_version"), FORMAT_VERSION))
         if document.get("nodename") != nodename:
             raise ValueError("written for node %r" % document.get("nodename"))
-        return {name: tuple(_item_from_dict(i) for i in items)
-                for name, items in document["plugins"].items()}
+        if document.get("root_uuid") != root_uuid:
+            raise ValueError("written for root provider %s, this tree's root is %s"
+                             % (document.get("root_uuid"), root_uuid))
+        loaded = {name: tuple(_item_from_dict(i) for i in items)
+                  for name, items in document["plugins"].items()}
+        contribution.check(nodename, loaded)
+        return loaded
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            exception.ComputePluginsError) as err:
         LOG.warning("ignoring the plugin checkpoint %s (%s): adopting the "
                     "provider tree instead", source, err)
         return None

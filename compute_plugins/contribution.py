@@ -162,23 +162,28 @@ def _depth(name: str, nodename: str, merged: Mapping[str, _Merged]) -> int:
 
 
 def adopt(tree: ProviderTree, nodename: str) -> tuple[ProviderContribution, ...]:
-    """What the tree under ``nodename`` holds, as if one plugin contributed it.
+    """What the tree under ``nodename`` holds that this project may have made.
 
-    Used when the previous contributions are unknown (first start, no
-    checkpoint): every provider below the root and every inventory class
-    on the root (nova's compute node owns them all, as here) are taken as
+    Used when the previous contributions are unknown (first start, no usable
+    checkpoint): the providers below the root named ``<nodename>_*`` (the
+    names plugins and nova's own driver give) and every inventory class on
+    the root (nova's compute node owns them, as here) are taken as
     contributed before, so what no plugin contributes any more is removed.
-    Traits and aggregates are not adopted: they may be an operator's.
+    Other services' providers in the tree (neutron's ``<host>:<agent>``
+    bandwidth providers, cyborg's) are not touched. Traits and aggregates are
+    not adopted: they may be an operator's.
     """
     if not tree.exists(nodename):
         return ()
     in_tree = set(tree.get_provider_uuids(nodename))
-    names_by_uuid = {data.uuid: data.name for data in tree.snapshot()}
+    snapshot = tree.snapshot()
+    names_by_uuid = {data.uuid: data.name for data in snapshot}
     items = []
-    for data in tree.snapshot():
+    for data in snapshot:
         if data.name == nodename:
             items.append(ProviderContribution(name=nodename, inventory=data.inventory))
-        elif data.uuid in in_tree and data.parent_uuid is not None:
+        elif (data.uuid in in_tree and data.parent_uuid is not None
+              and data.name.startswith(nodename + "_")):
             parent = names_by_uuid[data.parent_uuid]
             items.append(ProviderContribution(
                 name=data.name, uuid=data.uuid,
@@ -187,32 +192,66 @@ def adopt(tree: ProviderTree, nodename: str) -> tuple[ProviderContribution, ...]
     return tuple(items)
 
 
-def find_moves(
-    tree: ProviderTree, nodename: str, previous: Contributions, current: Contributions
-) -> list[reshape.Move]:
-    """Resource classes that leave a provider of ``tree`` for others."""
-    in_tree = {data.name: data for data in tree.snapshot()}
-    return _moves(in_tree, _merge(nodename, previous), _merge(nodename, current))
+def union(
+    first: Contributions, second: Contributions
+) -> dict[str, tuple[ProviderContribution, ...]]:
+    """Per plugin, everything either contributed (``second`` wins on values).
+
+    After a sync that failed half-way, Placement may hold any part of the
+    staged contributions; diffing the next periodic against the union
+    removes whatever was written and is not contributed any more.
+    """
+    result: dict[str, tuple[ProviderContribution, ...]] = {}
+    for plugin in dict.fromkeys([*first, *second]):
+        by_name: dict[str, ProviderContribution] = {}
+        for item in (*first.get(plugin, ()), *second.get(plugin, ())):
+            was = by_name.get(item.name)
+            if was is not None:
+                item = dataclasses.replace(
+                    item, uuid=item.uuid or was.uuid,
+                    inventory={**was.inventory, **item.inventory},
+                    traits=was.traits | item.traits,
+                    aggregates=was.aggregates | item.aggregates)
+            by_name[item.name] = item
+        result[plugin] = tuple(by_name.values())
+    return result
+
+
+def check(nodename: str, contributions: Contributions) -> None:
+    """Validate every plugin's items and the parent links (no cycles)."""
+    for plugin, items in contributions.items():
+        validate(plugin, nodename, items)
+    merged = _merge(nodename, contributions)
+    for name in merged:
+        _depth(name, nodename, merged)
 
 
 def _moves(
-    in_tree: Mapping[str, Any], old: Mapping[str, _Merged], new: Mapping[str, _Merged]
+    in_tree: Mapping[str, Any], nodename: str, old: Mapping[str, _Merged],
+    new: Mapping[str, _Merged],
 ) -> list[reshape.Move]:
+    """Inventory classes leaving the compute root for providers that gain them.
+
+    The one reshape plugins need: nova's flat layout (VCPU, MEMORY_MB, VGPU
+    on the root) becoming nested providers. Moves between other providers
+    are not guessed (a guest's vGPU lives on one GPU): Placement refuses to
+    delete inventory in use and the report client keeps it.
+    """
+    root = in_tree.get(nodename)
+    was = old.get(nodename)
+    if root is None or was is None:
+        return []
+    kept = new[nodename].inventory if nodename in new else {}
     moves = []
-    for name, was in old.items():
-        data = in_tree.get(name)
-        if data is None:
+    for rc in sorted(set(was.inventory) - set(kept)):
+        if rc not in root.inventory:
             continue
-        kept = new[name].inventory if name in new and new[name].parent == was.parent else {}
-        for rc in sorted(set(was.inventory) - set(kept)):
-            if rc not in data.inventory:
-                continue
-            targets = tuple(sorted(
-                other for other, want in new.items()
-                if rc in want.inventory and other != name
-                and rc not in old.get(other, _Merged()).inventory))
-            if targets:
-                moves.append(reshape.Move(rc, name, data.uuid, targets))
+        targets = tuple(sorted(
+            other for other, want in new.items()
+            if rc in want.inventory and other != nodename
+            and rc not in old.get(other, _Merged()).inventory))
+        if targets:
+            moves.append(reshape.Move(rc, nodename, root.uuid, targets))
     return moves
 
 
@@ -240,7 +279,7 @@ def apply(
     new = _merge(nodename, current)
     # NOTE: one read-only snapshot instead of a copy per provider (data()).
     in_tree = {data.name: data for data in (snapshot or tree.snapshot())}
-    moves = _moves(in_tree, old, new)
+    moves = _moves(in_tree, nodename, old, new)
     if moves and allocations is None:
         raise exception.ReshapeNeeded(
             "inventory moves between providers: %s" % "; ".join(map(str, moves)))

@@ -44,14 +44,18 @@ def _unclaimed(
     adopted: tuple[contribution.ProviderContribution, ...],
     current: Contributions,
 ) -> tuple[contribution.ProviderContribution, ...]:
-    """The adopted items no plugin contributes now (kept while degraded)."""
+    """The adopted items no plugin contributes now (kept while degraded).
+
+    A root inventory class is claimed as soon as any plugin contributes that
+    class anywhere (VCPU on NUMA cells claims nova's VCPU on the root: it
+    then moves, by a reshape, and is never counted twice).
+    """
     providers = {item.name for items in current.values() for item in items}
-    root_classes = {rc for items in current.values() for item in items
-                    if item.name == nodename for rc in item.inventory}
+    classes = {rc for items in current.values() for item in items for rc in item.inventory}
     kept = []
     for item in adopted:
         if item.name == nodename:
-            inventory = {rc: r for rc, r in item.inventory.items() if rc not in root_classes}
+            inventory = {rc: r for rc, r in item.inventory.items() if rc not in classes}
             kept.append(dataclasses.replace(item, inventory=inventory))
         elif item.name not in providers:
             kept.append(item)
@@ -114,10 +118,18 @@ class PluginManager:
         self._applied: Optional[Contributions] = None
         self._staged: Optional[Contributions] = None
         self._nodename: Optional[str] = None
+        self._root_uuid = ""
+        #: The checkpoint text last written (not rewritten when unchanged).
+        self._saved: Optional[str] = None
         if extension_manager is None:
             wanted = list(names if names is not None
                           else conf.compute_plugins.enabled_plugins)
             extension_manager = self._load(wanted)
+        else:
+            wanted = [ext.name for ext in extension_manager]
+        #: Every enabled plugin in order, loaded or not (a plugin that failed
+        #: to load keeps its last contribution, like one that fails to run).
+        self.enabled: list[str] = wanted
         self._extensions = list(extension_manager)
         self.plugins: dict[str, ResourcePlugin] = {
             ext.name: ext.obj for ext in self._extensions if ext.obj is not None}
@@ -159,6 +171,11 @@ class PluginManager:
 
     def _fail(self, name: str, stage: str, err: BaseException) -> None:
         entry_point = self._entry_points.get(name, "")
+        before = self.failures.get(name)
+        if before is not None and (before.stage, before.reason) == (stage, str(err)):
+            # NOTE: the same failure every periodic: said once at ERROR.
+            LOG.debug("resource plugin %s still fails to %s: %s", name, stage, err)
+            return
         LOG.error("resource plugin %s (%s) failed to %s: %s", name,
                   entry_point or "test instance", stage, err,
                   exc_info=not isinstance(err, exception.ComputePluginsError))
@@ -206,14 +223,23 @@ class PluginManager:
         raises, or claims a provider or resource class another plugin owns,
         is refused and its last good contribution kept.
         """
+        with provider_tree.lock:
+            self._update_with_lock(provider_tree, nodename, allocations)
+
+    def _update_with_lock(
+        self, provider_tree: ProviderTree, nodename: str,
+        allocations: Optional[dict[str, Any]],
+    ) -> None:
         if not provider_tree.exists(nodename):
             provider_tree.new_root(nodename, names.provider_uuid(nodename))
         previous = self._previous(provider_tree, nodename)
-        current: dict[str, tuple[contribution.ProviderContribution, ...]] = {}
+        current: Contributions = {}
         claimed: dict[tuple[str, str], str] = {}
         fresh: set[str] = set()
-        for name, plugin in self.plugins.items():
-            items = self._contributions(name, plugin, nodename, previous)
+        for name in self.enabled:
+            plugin = self.plugins.get(name)
+            items = (self._contributions(name, plugin, nodename, previous)
+                     if plugin is not None else previous.get(name))
             if items is None:
                 continue
             if name not in self.failures:
@@ -225,9 +251,9 @@ class PluginManager:
             current[name] = items
             for key in contribution.claims(nodename, items):
                 claimed[key] = name
-        current = self._reparent_orphans(nodename, current)
-        if ADOPTED in previous and (fresh != set(self.plugins) or self.failures):
+        if ADOPTED in previous and (fresh != set(self.enabled) or self.failures):
             current[ADOPTED] = _unclaimed(nodename, previous[ADOPTED], current)
+        current = self._reparent_orphans(nodename, current)
         snapshot = provider_tree.snapshot()
         try:
             contribution.apply(provider_tree, nodename, previous, current, allocations,
@@ -241,9 +267,10 @@ class PluginManager:
 
     def _previous(self, tree: ProviderTree, nodename: str) -> Contributions:
         """The last committed contributions; at start the checkpoint or the tree."""
+        root_uuid = tree.data(nodename).uuid
         if self._applied is None or self._nodename != nodename:
-            self._nodename = nodename
-            loaded = (checkpoint.load(self.checkpoint_dir, nodename)
+            self._nodename, self._root_uuid = nodename, root_uuid
+            loaded = (checkpoint.load(self.checkpoint_dir, nodename, root_uuid)
                       if self.checkpoint_dir else None)
             if loaded is None:
                 adopted = contribution.adopt(tree, nodename)
@@ -257,10 +284,20 @@ class PluginManager:
             return
         self._applied, self._staged = self._staged, None
         if self.checkpoint_dir and self._nodename:
-            checkpoint.save(self.checkpoint_dir, self._nodename, self._applied)
+            text = checkpoint.dumps(self._nodename, self._root_uuid, self._applied)
+            if text != self._saved and checkpoint.save(
+                    self.checkpoint_dir, self._nodename, text):
+                self._saved = text
 
     def discard(self) -> None:
-        """The last update did not reach Placement: diff against the one before."""
+        """The last update may have reached Placement in part.
+
+        The next periodic diffs against everything either update contributed,
+        so a provider or trait written half-way and not contributed any more
+        is removed rather than left behind.
+        """
+        if self._staged is not None and self._applied is not None:
+            self._applied = contribution.union(self._applied, self._staged)
         self._staged = None
 
     def _reparent_orphans(

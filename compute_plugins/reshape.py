@@ -12,7 +12,10 @@ Placement of each consumer's moved resources is first fit over the new
 providers, preferring one where the consumer already has resources (so a
 guest's CPUs and memory stay on one NUMA cell when they fit there), within
 each provider's capacity ``(total - reserved) * allocation_ratio`` and
-``max_unit``.
+``max_unit``. It does not know where a guest really runs (the CPUs it is
+pinned to): each move is logged at WARNING so an operator can check it.
+Only inventory leaving the compute root is moved (see
+``compute_plugins.contribution``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from oslo_log import log as logging
+
 from compute_plugins import exception
 from compute_plugins.provider_tree import ProviderTree
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +88,10 @@ def move_allocations(
                     "cannot move %d %s of consumer %s from %s: no provider of %s "
                     "has room" % (amount, rc, consumer_uuid, move.source,
                                   ", ".join(move.targets)))
+            # NOTE: first fit does not know where the guest runs (which NUMA
+            # cell its CPUs are pinned to): say what was decided.
+            LOG.warning("reshape: moving %d %s of consumer %s from %s to %s",
+                        amount, rc, consumer_uuid, move.source, name)
             del on_source[rc]
             if not on_source:
                 del per_rp[move.source_uuid]

@@ -121,7 +121,8 @@ class Cells(ResourcePlugin):
     def provider_contributions(self, view, nodename):
         return [ProviderContribution(
             name="%s_cell%d" % (nodename, cell), uuid=provider_uuid(nodename, "cell", str(cell)),
-            inventory={"VCPU": {"total": cpus, "max_unit": cpus}}) for cell, cpus in view]
+            inventory={"VCPU": {"total": cpus, "max_unit": cpus}} if cpus else {})
+            for cell, cpus in view]
 
 
 class Parented(ResourcePlugin):

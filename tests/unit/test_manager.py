@@ -208,3 +208,23 @@ def test_plugins_run_in_configured_order(conf, installed_fakes):
     assert list(PluginManager(conf).plugins) == ["widgets", "numa"]
     conf.set_override("enabled_plugins", ["numa", "widgets"], group="compute_plugins")
     assert list(PluginManager(conf).plugins) == ["numa", "widgets"]
+
+
+def test_a_plugin_failing_to_load_keeps_its_last_contribution(
+        conf, installed_fakes, tmp_path):
+    """After a restart where a plugin cannot load (a device not ready, a
+    broken upgrade), what it owned stays, and stays in the checkpoint."""
+    working = extension.Extension(
+        "missingmodule", None, fake_plugins.Widgets, fake_plugins.Widgets(conf))
+    before = PluginManager(
+        conf, extension_manager=extension.ExtensionManager.make_test_instance([working]),
+        checkpoint_dir=str(tmp_path))
+    tree = run(before)
+    assert tree.exists("node1_widgets")
+
+    broken = PluginManager(conf, names=["missingmodule"], checkpoint_dir=str(tmp_path))
+    assert broken.failures["missingmodule"].stage == "load"
+    run(broken, tree)
+    assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["total"] == 64
+    saved = (tmp_path / "node1.contributions.json").read_text()
+    assert "node1_widgets" in saved

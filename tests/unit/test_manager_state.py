@@ -192,3 +192,91 @@ def test_unreadable_checkpoint_falls_back_to_adoption(conf, tmp_path, caplog):
     assert tree.exists("node1_widgets")
     assert "ignoring the plugin checkpoint" in caplog.text
     assert json.loads((tmp_path / "node1.contributions.json").read_text())["plugins"]
+
+
+def test_foreign_providers_in_the_tree_are_not_adopted(conf):
+    """Neutron's bandwidth providers live in the compute tree too."""
+    tree = ProviderTree()
+    tree.new_root("node1", "a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c001")
+    tree.new_child("node1:Open vSwitch agent", "node1",
+                   uuid="a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c010")
+    tree.new_child("node1:Open vSwitch agent:br-ex", "node1:Open vSwitch agent",
+                   uuid="a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c011")
+    tree.update_inventory("node1:Open vSwitch agent:br-ex",
+                          {"NET_BW_EGR_KILOBIT_PER_SEC": {"total": 1000}})
+    tree.new_child("node1_stale", "node1", uuid="a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c012")
+    run(make_manager(conf, fake_plugins.Widgets), tree)
+    assert tree.exists("node1:Open vSwitch agent:br-ex")
+    assert not tree.exists("node1_stale")
+
+
+def test_adopted_root_inventory_is_not_counted_twice_while_degraded(conf):
+    """nova's VCPU on the root moves to the cells even while another plugin fails."""
+    manager = make_manager(conf, fake_plugins.Cells, fake_plugins.Flaky)
+    manager.plugins["flaky"].fail = True
+    with pytest.raises(exception.ReshapeNeeded):
+        run(manager, flat_tree())
+
+
+def test_a_half_failed_sync_leaves_nothing_behind(conf):
+    manager = make_manager(conf, fake_plugins.RootDisk, auto_commit=False)
+    tree = run(manager, ProviderTree())
+    manager.commit()
+    # The widgets plugin appears; its provider reaches Placement, then the
+    # sync fails half-way ...
+    manager = make_manager(conf, fake_plugins.RootDisk, fake_plugins.Widgets,
+                           auto_commit=False)
+    manager._applied, manager._nodename = {"rootdisk": ()}, None
+    tree = run(manager, tree)
+    in_placement = placement_copy(tree)
+    manager.discard()
+    # ... and the device is gone by the next periodic: its provider is removed.
+    tree = run(manager, in_placement, NO_WIDGETS)
+    assert not tree.exists("node1_widgets")
+
+
+def test_a_device_class_moving_between_devices_is_not_a_reshape(conf):
+    """A guest's vGPU lives on one GPU: no allocation is moved to another."""
+    manager = make_manager(conf, fake_plugins.Cells)
+    tree = run(manager, ProviderTree())
+    two_cells = HostInfo(hostname="node1", source="test", cells=(
+        NUMACell(0, cpus=()), NUMACell(1, cpus=(CPU(0), CPU(1), CPU(2), CPU(3)))))
+    run(manager, tree, two_cells)  # VCPU leaves cell0 for cell1: no ReshapeNeeded
+    assert "VCPU" not in tree.data("node1_cell0").inventory
+
+
+def test_checkpoint_of_another_root_is_ignored(conf, tmp_path, caplog):
+    first = make_manager(conf, fake_plugins.Widgets, checkpoint_dir=str(tmp_path))
+    run(first, ProviderTree())
+    # The same node now reports to another Placement, where its root has
+    # another uuid and holds nova's stale child.
+    other = ProviderTree()
+    other.new_root("node1", "a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c001")
+    other.new_child("node1_old", "node1", uuid="a6f6b4ad-8a2f-4a3f-9c4f-8a1ce3f9c020")
+    second = make_manager(conf, fake_plugins.Widgets, checkpoint_dir=str(tmp_path))
+    run(second, other)
+    assert "written for root provider" in caplog.text
+    assert not other.exists("node1_old")
+
+
+def test_invalid_checkpoint_contents_fall_back_to_adoption(conf, tmp_path, caplog):
+    first = make_manager(conf, fake_plugins.Widgets, checkpoint_dir=str(tmp_path))
+    tree = run(first, ProviderTree())
+    path = tmp_path / "node1.contributions.json"
+    document = json.loads(path.read_text())
+    document["plugins"]["widgets"][0]["inventory"]["CUSTOM_WIDGET"]["total"] = -1
+    path.write_text(json.dumps(document))
+    second = make_manager(conf, fake_plugins.Widgets, checkpoint_dir=str(tmp_path))
+    run(second, placement_copy(tree))
+    assert "ignoring the plugin checkpoint" in caplog.text
+
+
+def test_an_unchanged_checkpoint_is_not_rewritten(conf, tmp_path):
+    manager = make_manager(conf, fake_plugins.Widgets, checkpoint_dir=str(tmp_path))
+    tree = run(manager, ProviderTree())
+    path = tmp_path / "node1.contributions.json"
+    before = path.stat()
+    run(manager, tree)
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".contributions-")]
