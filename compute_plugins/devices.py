@@ -16,6 +16,7 @@ otherwise the device's provider goes under the compute root.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Optional
 
@@ -24,6 +25,8 @@ from oslo_config import cfg
 from compute_plugins import exception, names
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.host.model import HostInfo
+
+LOG = logging.getLogger(__name__)
 
 #: Name of the plugin that provides the ``<nodename>_NUMA<id>`` providers.
 NUMA_PLUGIN = "numa"
@@ -85,22 +88,46 @@ class NUMAParents:
         return numa_node
 
 
+#: Placement's largest integer for an inventory field (its JSON schema's
+#: maximum, a signed 32-bit int); a larger one makes the PUT a 400.
+MAX_INVENTORY = 2147483647
+
+
 def inventory_record(total: int, allocation_ratio: float = 1.0,
-                     reserved: Optional[int] = None) -> dict[str, Any]:
+                     reserved: Optional[int] = None,
+                     what: str = "inventory") -> dict[str, Any]:
     """A Placement inventory record whose ``max_unit`` is the ``total``.
 
-    ``reserved`` is left out unless given: a plugin sends it only when its
-    configuration sets it (``[compute] reserved_host_memory_mb``, ``[disk]
-    reserved_host_disk_mb``); then the configuration wins, as in nova.
-    Without it the report client keeps the ``reserved`` an operator set in
-    Placement (0 for a new inventory).
+    ``reserved``: classes whose reservation the configuration owns
+    (``MEMORY_MB`` from ``[compute] reserved_host_memory_mb``, ``DISK_GB``
+    from ``[disk] reserved_host_disk_mb``) always pass it, 0 included, so
+    that lowering the option clears it in Placement (the configuration wins,
+    as in nova). Device classes (``VGPU``, ``SRIOV_NET_VF``, bandwidth,
+    ``PCPU``, ``VCPU``, huge pages) leave it out (``None``): the report
+    client then keeps the ``reserved`` an operator set in Placement (0 for
+    a new inventory).
+
+    A ``total`` (or ``reserved``) above :data:`MAX_INVENTORY` is clamped to
+    it with a warning naming ``what``: Placement refuses the whole inventory
+    otherwise, and a periodic update must not fail every time on one odd
+    host fact (a huge page count, memory from odd capabilities).
     """
+    total = _bounded(total, what, "total")
     record: dict[str, Any] = {"total": total}
     if reserved is not None:
-        record["reserved"] = reserved
+        record["reserved"] = _bounded(reserved, what, "reserved")
     record.update(min_unit=1, max_unit=total, step_size=1,
                   allocation_ratio=allocation_ratio)
     return record
+
+
+def _bounded(value: int, what: str, field: str) -> int:
+    if value > MAX_INVENTORY:
+        LOG.warning("%s: %s %d is above Placement's maximum %d; %d is "
+                    "reported", what, field, value, MAX_INVENTORY,
+                    MAX_INVENTORY)
+        return MAX_INVENTORY
+    return value
 
 
 def parent_name(nodename: str, cell: Optional[int]) -> Optional[str]:

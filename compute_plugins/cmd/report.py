@@ -17,7 +17,7 @@ import json
 import math
 import signal
 import sys
-import threading
+import time
 from collections.abc import Callable
 from typing import Any, Optional, TextIO
 
@@ -109,19 +109,23 @@ class Loop:
         self.count = count
         self.out = out
         self.fmt = fmt
-        self._stop = threading.Event()
+        #: Set by SIGTERM/SIGINT. NOTE: signal handlers only set plain
+        #: attributes: a handler runs in the main thread, which may hold a
+        #: lock (threading.Event's) at that moment.
+        self.stop_requested = False
         self.results: list[preport.PeriodicResult] = []
         #: Set by SIGHUP: re-read the mutable options before the next
         #: periodic.
         self.reload_requested = False
 
     def on_sighup(self, signum: int, frame: Any) -> None:
-        # NOTE: only flags here; the work happens between periodics.
+        # NOTE: only flags here (clear_cache sets one); the work happens
+        # between periodics.
         self.client.clear_cache()
         self.reload_requested = True
 
     def on_stop(self, signum: int, frame: Any) -> None:
-        self._stop.set()
+        self.stop_requested = True
         if signum == signal.SIGINT:
             # NOTE: a second Ctrl-C interrupts the periodic at once
             # (KeyboardInterrupt, exit 130).
@@ -134,10 +138,19 @@ class Loop:
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
 
+    def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` in short steps, returning early on a stop."""
+        end = time.monotonic() + seconds
+        while not self.stop_requested:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(0.2, left))
+
     def run(self) -> int:
         """:returns: 0 when the last periodic succeeded, else 1."""
         done = 0
-        while not self._stop.is_set():
+        while not self.stop_requested:
             result = self.step()
             self.results.append(result)
             print(format_json(result) if self.fmt == "json"
@@ -145,7 +158,7 @@ class Loop:
             done += 1
             if self.count is not None and done >= self.count:
                 break
-            self._stop.wait(self.interval)
+            self._wait(self.interval)
         return 0 if self.results and self.results[-1].ok else 1
 
 
@@ -189,12 +202,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         def step() -> preport.PeriodicResult:
             if loop.reload_requested:
                 loop.reload_requested = False
-                LOG.info("SIGHUP: provider cache cleared, mutable options "
-                         "re-read")
-                conf.mutate_config_files()
-            # [compute] resource_provider_association_refresh is mutable.
-            client.refresh_interval = (
-                conf.compute.resource_provider_association_refresh)
+                reload_mutable(conf, client)
             host = state.pop("first", None) or discover()
             return run_periodic(client, manager, host.hostname)
 
@@ -204,6 +212,38 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         rc = loop.run()
     degraded = common.report_degraded(manager)
     return rc or degraded
+
+
+def reload_mutable(conf: cfg.ConfigOpts,
+                   client: preport.ReportClient) -> bool:
+    """SIGHUP: re-read the configuration files and the mutable options.
+
+    A daemon survives a bad reload: a malformed file or a bad value is
+    logged as one error line and the old values are kept.
+
+    :returns: whether the new values were taken.
+    """
+    # NOTE: oslo.config keeps the mutable options' values in _mutable_ns;
+    # a reload that fails after replacing it (a bad value is only found
+    # when read) is rolled back so every reader keeps the old values.
+    old_ns = getattr(conf, "_mutable_ns", None)
+    try:
+        conf.mutate_config_files()
+        # [compute] resource_provider_association_refresh is mutable.
+        refresh = conf.compute.resource_provider_association_refresh
+    except (cfg.Error, exception.ConfigError, ValueError) as err:
+        problem = " ".join(str(err).split())
+    else:
+        client.refresh_interval = refresh
+        LOG.info("SIGHUP: provider cache cleared, mutable options re-read")
+        return True
+    if hasattr(conf, "_mutable_ns"):
+        conf._mutable_ns = old_ns
+    # NOTE: logged outside the except block: oslo.log would repeat the
+    # exception after the message.
+    LOG.error("SIGHUP: configuration not reloaded, keeping the old values: "
+              "%s", problem)
+    return False
 
 
 def run_periodic(client: preport.ReportClient, manager: Any,

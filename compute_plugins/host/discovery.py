@@ -30,9 +30,10 @@ def discover_host(
     if host_snapshot:
         return snapshot.load_snapshot(host_snapshot, use_udev=use_udev)
     from compute_plugins.host import libvirt_host, udev
+    from compute_plugins.host.uri import is_local_uri
 
     uri = libvirt_uri or DEFAULT_URI
     host = libvirt_host.discover_libvirt(uri)
-    if use_udev and snapshot.is_local_uri(uri):
+    if use_udev and is_local_uri(uri):
         host = udev.enrich_with_udev(host)
     return host

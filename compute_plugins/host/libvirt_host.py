@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Optional
 
 import libvirt
 
@@ -39,6 +40,10 @@ class RawHost:
     capabilities_xml: str
     #: ``{node-device name: nodedev XML}``.
     nodedevs: dict[str, str]
+    #: CPUs online now (``getCPUMap()``), ``None`` when libvirt cannot say.
+    online_cpus: Optional[frozenset[int]] = None
+    #: ``getInfo()`` CPU count.
+    cpu_count: Optional[int] = None
 
 
 def fetch_libvirt(uri: str) -> RawHost:
@@ -58,6 +63,7 @@ def fetch_libvirt(uri: str) -> RawHost:
         hostname = conn.getHostname()
         info = conn.getInfo()
         capabilities = conn.getCapabilities()
+        online_cpus = _online_cpus(conn, uri, int(info[2]))
         nodedevs: dict[str, str] = {}
         for device in conn.listAllDevices(0):
             try:
@@ -78,7 +84,30 @@ def fetch_libvirt(uri: str) -> RawHost:
         memory_kb=int(info[1]) * 1024,
         capabilities_xml=capabilities,
         nodedevs=nodedevs,
+        online_cpus=online_cpus,
+        cpu_count=int(info[2]),
     )
+
+
+def _online_cpus(conn, uri: str, cpu_count: int) -> Optional[frozenset[int]]:
+    """``getCPUMap()``'s online CPUs (nova's ``get_online_cpus``).
+
+    ``None`` where the driver lacks the call, or where the map covers fewer
+    CPUs than ``getInfo()`` counts online (the test driver's canned 8-CPU
+    map on its 16-CPU host): such a map cannot be the host's.
+    """
+    try:
+        count, online, _n_online = conn.getCPUMap(0)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_SUPPORT:
+            LOG.debug("%s: no getCPUMap: %s", uri, exc)
+            return None
+        raise
+    if count < cpu_count:
+        LOG.debug("%s: getCPUMap covers %d CPUs but getInfo counts %d; "
+                  "online CPUs unknown", uri, count, cpu_count)
+        return None
+    return frozenset(cpu for cpu, up in enumerate(online) if up)
 
 
 def host_info_from_raw(raw: RawHost) -> HostInfo:
@@ -93,6 +122,8 @@ def host_info_from_raw(raw: RawHost) -> HostInfo:
             for name, xml in raw.nodedevs.items()
         },
         memory_kb=raw.memory_kb,
+        online_cpus=raw.online_cpus,
+        cpu_count=raw.cpu_count,
     )
 
 

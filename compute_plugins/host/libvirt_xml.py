@@ -16,11 +16,14 @@ Normalised forms:
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from typing import Optional, Union
 
+from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import (
     CPU,
@@ -33,7 +36,27 @@ from compute_plugins.host.model import (
     PCIDevice,
 )
 
-NodeDevice = Union[PCIDevice, Mdev]
+LOG = logging.getLogger(__name__)
+
+#: Base (small) page size when the capabilities list no ``<cpu><pages>``:
+#: 4 KiB, the base page of x86 (and of most aarch64 kernels).
+DEFAULT_BASE_PAGE_KB = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class NetInterface:
+    """A ``<capability type='net'>`` node device: a kernel network interface.
+
+    Only used to name the netdevs of its parent PCI device.
+    """
+
+    name: str
+    interface: str
+    #: Address of the parent PCI device, ``None`` when not a PCI device.
+    parent: Optional[str] = None
+
+
+NodeDevice = Union[PCIDevice, Mdev, NetInterface]
 
 # libvirt's scaled-integer units (virScaleInteger), as bytes.
 _UNITS = {
@@ -129,29 +152,17 @@ def scaled_kib(
 
 
 def parse_cpuset(text: str, source: str = "cpuset") -> frozenset[int]:
-    """Parse a libvirt/kernel CPU list: ``"0,16"``, ``"0-3"``, ``"0-7,^5"``."""
-    wanted: set[int] = set()
-    excluded: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        target = wanted
-        if part.startswith("^"):
-            target, part = excluded, part[1:]
-        first, sep, last = part.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if sep else low
-        except ValueError:
-            raise HostDataError(
-                source,
-                f"bad CPU list {text!r}: {part!r} is not a number or a range",
-            ) from None
-        if low < 0 or high < low:
-            raise HostDataError(source, f"bad CPU range {part!r} in {text!r}")
-        target.update(range(low, high + 1))
-    return frozenset(wanted - excluded)
+    """Parse a libvirt/kernel CPU list (``"0,16"``, ``"0-3"``, ``"0-7,^5"``).
+
+    The one parser of :mod:`compute_plugins.cpuset` (bounded by its
+    ``MAX_CPU_ID``, so ``0-999999999999`` is refused, not expanded).
+
+    :raises HostDataError: naming ``source`` when the list does not parse.
+    """
+    try:
+        return parse_cpu_spec(text)
+    except InvalidCPUSpec as exc:
+        raise HostDataError(source, f"bad CPU list {text!r}: {exc}") from None
 
 
 def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
@@ -218,6 +229,8 @@ def parse_capabilities(
     seen_cpus: dict[int, int] = {}
     for cell_el in cells_el.findall("cell"):
         cell_id = _int(cell_el.get("id"), source, "<cell> attribute id")
+        if cell_id < 0:
+            raise HostDataError(source, f"negative cell id {cell_id}")
         where = f"cell {cell_id}"
         if cell_id in seen_cells:
             raise HostDataError(source, f"{where} is listed twice")
@@ -253,6 +266,14 @@ def _parse_cell(
             f"{where} <pages> size",
         )
         count = _int(page_el.text, source, f"{where} <pages> count")
+        if size_kb <= 0:
+            raise HostDataError(
+                source, f"{where} <pages> size must be at least 1 KiB"
+            )
+        if count < 0:
+            raise HostDataError(
+                source, f"{where} <pages> count is negative: {count}"
+            )
         pages.append(PagePool(size_kb=size_kb, count=count))
     distances = []
     for sibling in cell_el.findall("distances/sibling"):
@@ -267,6 +288,8 @@ def _parse_cell(
     cpus = []
     for cpu_el in cell_el.findall("cpus/cpu"):
         cpu_id = _int(cpu_el.get("id"), source, f"{where} <cpu> id")
+        if cpu_id < 0:
+            raise HostDataError(source, f"{where} has a negative CPU id")
         if cpu_id in seen_cpus:
             raise HostDataError(
                 source,
@@ -311,8 +334,9 @@ def parse_node_device(
     """Parse ``virsh nodedev-dumpxml`` output.
 
     :returns: a :class:`PCIDevice` for ``<capability type='pci'>``, an
-        :class:`Mdev` for ``<capability type='mdev'>``, ``None`` for every
-        other kind of device (net, system, drm, scsi, ...).
+        :class:`Mdev` for ``<capability type='mdev'>``, a
+        :class:`NetInterface` for ``<capability type='net'>``, ``None`` for
+        every other kind of device (system, drm, scsi, ...).
     :raises HostDataError: malformed or incomplete document.
     """
     root = _parse_document(text, source, "device")
@@ -329,6 +353,17 @@ def parse_node_device(
                 _text(root.find("parent")),
                 capability,
                 f"{source} ({name})",
+            )
+        if kind == "net":
+            interface = _text(capability.find("interface"))
+            if interface is None:
+                raise HostDataError(
+                    f"{source} ({name})", "net capability has no <interface>"
+                )
+            return NetInterface(
+                name=name,
+                interface=interface,
+                parent=address_from_name(_text(root.find("parent"))),
             )
     return None
 
@@ -369,10 +404,12 @@ def _parse_pci(name: str, cap, source: str) -> PCIDevice:
             max_vfs = _opt_int(
                 sub.get("maxCount"), source, "virt_functions maxCount"
             )
-            virt_functions.extend(
-                _address_element(a, source, "virt_functions address")
-                for a in sub.findall("address")
-            )
+            for element in sub.findall("address"):
+                vf = _address_element(element, source, "virt_functions address")
+                # NOTE: a PF is not its own VF, and a VF listed twice is
+                # one VF.
+                if vf != address and vf not in virt_functions:
+                    virt_functions.append(vf)
         elif kind == "phys_function":
             addresses = sub.findall("address")
             if len(addresses) != 1:
@@ -450,6 +487,30 @@ def _parse_mdev(name: str, parent: Optional[str], cap, source: str) -> Mdev:
 # ------------------------------------------------------------- assembly
 
 
+def parse_base_page_kb(
+    text: Union[str, bytes], source: str = "capabilities"
+) -> int:
+    """The host's base page size in KiB.
+
+    The smallest ``<host><cpu><pages size=...>`` of the capabilities when
+    they list any, else :data:`DEFAULT_BASE_PAGE_KB` (4 KiB, x86's). It is
+    never guessed from the cells' page pools: a cell may list huge pages
+    only.
+    """
+    root = _parse_document(text, source, "capabilities")
+    sizes = [
+        scaled_kib(
+            page_el.get("size"),
+            page_el.get("unit"),
+            source,
+            "<host><cpu><pages> size",
+        )
+        for page_el in root.findall("host/cpu/pages")
+    ]
+    sizes = [size for size in sizes if size > 0]
+    return min(sizes) if sizes else DEFAULT_BASE_PAGE_KB
+
+
 def host_info_from_xml(
     *,
     hostname: str,
@@ -459,28 +520,68 @@ def host_info_from_xml(
     capabilities_source: str = "capabilities.xml",
     memory_kb: Optional[int] = None,
     disk: Optional[DiskInfo] = None,
+    online_cpus: Optional[frozenset[int]] = None,
+    cpu_count: Optional[int] = None,
+    skip_bad_devices: bool = True,
 ) -> HostInfo:
     """Build a :class:`HostInfo` from capabilities and node-device XML.
+
+    A problem in the capabilities is always a :class:`HostDataError`. A node
+    device that does not parse (or describes a PCI address already
+    described) is skipped with a warning naming it and the reason when
+    ``skip_bad_devices`` is true (the default, used for live hosts and for
+    snapshots, which replay them): one odd device must not hide the rest of
+    the host. With ``skip_bad_devices=False`` it is an error.
+
+    ``<capability type='net'>`` devices name the netdevs of their parent PCI
+    device (``PCIDevice.netdevs``); udev may add more later.
 
     :param nodedev_xmls: ``{source label: XML}``, one entry per device.
     :param memory_kb: host memory; when ``None`` it is the sum of the cells'
         memory if every cell gives one.
+    :param online_cpus: the host's online CPUs (libvirt ``getCPUMap``),
+        ``None`` when unknown.
+    :param cpu_count: the host's CPU count (libvirt ``getInfo``).
     """
     cells = parse_capabilities(capabilities_xml, capabilities_source)
+    base_page_kb = parse_base_page_kb(capabilities_xml, capabilities_source)
     pci: dict[str, PCIDevice] = {}
-    mdevs: dict[str, Mdev] = {}
+    mdevs: dict[tuple[Optional[str], str], Mdev] = {}
+    netdevs: dict[str, list[str]] = {}
     for label, text in sorted(nodedev_xmls.items()):
-        device = parse_node_device(text, label)
-        if isinstance(device, PCIDevice):
-            if device.address in pci:
+        problem = None
+        try:
+            device = parse_node_device(text, label)
+            if isinstance(device, PCIDevice) and device.address in pci:
                 raise HostDataError(
                     label,
                     f"PCI device {device.address} is described twice "
                     f"(also by {pci[device.address].name})",
                 )
+        except HostDataError as exc:
+            if not skip_bad_devices:
+                raise
+            problem = exc
+        if problem is not None:
+            # NOTE: logged outside the except block: oslo.log would append
+            # the exception a second time.
+            LOG.warning("%s; node device skipped", problem)
+            continue
+        if isinstance(device, PCIDevice):
             pci[device.address] = device
         elif isinstance(device, Mdev):
-            mdevs[device.uuid] = device
+            mdevs[(device.parent, device.uuid)] = device
+        elif isinstance(device, NetInterface) and device.parent:
+            names = netdevs.setdefault(device.parent, [])
+            if device.interface not in names:
+                names.append(device.interface)
+    for address, names in netdevs.items():
+        if address in pci:
+            known = pci[address].netdevs
+            pci[address] = dataclasses.replace(
+                pci[address],
+                netdevs=known + tuple(n for n in names if n not in known),
+            )
     if (
         memory_kb is None
         and cells
@@ -492,7 +593,10 @@ def host_info_from_xml(
         source=source,
         cells=cells,
         pci_devices=tuple(pci[a] for a in sorted(pci)),
-        mdevs=tuple(mdevs[u] for u in sorted(mdevs)),
+        mdevs=tuple(mdevs[k] for k in sorted(mdevs, key=lambda k: (k[0] or "", k[1]))),
         memory_kb=memory_kb,
         disk=disk,
+        online_cpus=online_cpus,
+        cpu_count=cpu_count,
+        base_page_kb=base_page_kb,
     )

@@ -87,7 +87,8 @@ class PCIDevice:
     num_vfs: Optional[int] = None
     #: Address of the parent PF when this is an SR-IOV virtual function.
     phys_function: Optional[str] = None
-    #: Kernel network interface name(s) of the device (``ens1f0``), from udev.
+    #: Kernel network interface name(s) of the device (``ens1f0``): from
+    #: libvirt's ``<capability type='net'>`` node devices, then udev.
     netdevs: tuple[str, ...] = ()
 
     @property
@@ -132,6 +133,14 @@ class HostInfo:
     #: Total host memory in KiB (libvirt ``getInfo``/capabilities), if known.
     memory_kb: Optional[int] = None
     disk: Optional[DiskInfo] = None
+    #: CPUs online now (libvirt ``getCPUMap``); ``None`` when unknown (a
+    #: snapshot recorded without it): then every CPU of the cells counts.
+    online_cpus: Optional[frozenset[int]] = None
+    #: Number of host CPUs (libvirt ``getInfo``), ``None`` when unknown.
+    cpu_count: Optional[int] = None
+    #: Base (small) page size in KiB: the smallest ``<host><cpu><pages>``
+    #: of the capabilities, else 4 (x86's).
+    base_page_kb: int = 4
 
     def pci_device(self, address: str) -> Optional[PCIDevice]:
         """Return the PCI device at ``address`` or ``None``."""

@@ -4,13 +4,20 @@ Layout of a snapshot directory::
 
     capabilities.xml      virsh capabilities                     (required)
     nodedev/<name>.xml    virsh nodedev-dumpxml, one per device  (optional)
-    host.json             hostname, memory_kb, disk, format_version (optional)
+    host.json             hostname, memory_kb, disk, online_cpus,
+                          cpu_count, format_version            (optional)
     sysfs.umockdev        umockdev-record of /sys/bus/pci/devices/* (optional)
 
 Without ``host.json`` the hostname is the directory's name, memory is the
 sum of the cells' memory and there is no disk data. With ``sysfs.umockdev``
 the PCI devices are enriched through the real libudev under ``umockdev-run``
 (see :mod:`.udev`), exactly as a live host is enriched from its own udev.
+
+Errors: a missing or malformed ``capabilities.xml``, ``host.json`` or
+``sysfs.umockdev`` is a :class:`HostDataError` naming the file. A node-device
+file that does not parse is skipped with a warning naming it and the reason,
+as on a live host (:func:`.libvirt_xml.host_info_from_xml`), so a snapshot
+gives what the live host gave.
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
+from compute_plugins.cpuset import MAX_CPU_ID
 from compute_plugins.host import libvirt_xml, udev
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import DiskInfo, HostInfo
+from compute_plugins.host.uri import is_local_uri
 
 LOG = logging.getLogger(__name__)
 
@@ -39,21 +48,6 @@ SYSFS_UMOCKDEV = "sysfs.umockdev"
 
 _GIB = 1024**3
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
-
-
-def is_local_uri(uri: str) -> bool:
-    """Whether ``uri`` is a real driver on this machine (not test://).
-
-    Only such hosts may be enriched with, or recorded from, local udev.
-    """
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return False
-    driver, _, transport = scheme.partition("+")
-    if driver == "test":
-        return False
-    host = rest.split("/", 1)[0]
-    return host in ("", "localhost") and transport in ("", "unix")
 
 
 def disk_info(path: str) -> DiskInfo:
@@ -110,6 +104,11 @@ def record_host(
             "hostname": raw.hostname,
             "memory_kb": raw.memory_kb,
             "libvirt_uri": uri,
+            # NOTE: optional in format 1: older snapshots lack them.
+            "online_cpus": None
+            if raw.online_cpus is None
+            else sorted(raw.online_cpus),
+            "cpu_count": raw.cpu_count,
             "disk": None
             if disk is None
             else {
@@ -226,6 +225,8 @@ def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
         nodedev_xmls=nodedevs,
         memory_kb=meta.get("memory_kb"),
         disk=meta.get("disk"),
+        online_cpus=meta.get("online_cpus"),
+        cpu_count=meta.get("cpu_count"),
     )
     umockdev_file = os.path.join(directory, SYSFS_UMOCKDEV)
     if use_udev and host.pci_devices and os.path.isfile(umockdev_file):
@@ -280,11 +281,34 @@ def _load_host_json(path: str) -> dict[str, Any]:
             path,
             f"memory_kb must be a non-negative integer, not {memory_kb!r}",
         )
+    cpu_count = data.get("cpu_count")
+    if cpu_count is not None and not _natural(cpu_count):
+        raise HostDataError(
+            path,
+            f"cpu_count must be a non-negative integer, not {cpu_count!r}",
+        )
+    online = data.get("online_cpus")
+    if online is not None:
+        if not isinstance(online, list) or not all(
+            _natural(cpu) and cpu <= MAX_CPU_ID for cpu in online
+        ):
+            raise HostDataError(
+                path,
+                "online_cpus must be a list of CPU ids (integers from 0 to "
+                f"{MAX_CPU_ID}), not {online!r}",
+            )
+        online = frozenset(online)
     return {
         "hostname": hostname,
         "memory_kb": memory_kb,
         "disk": _disk(data.get("disk"), path),
+        "online_cpus": online,
+        "cpu_count": cpu_count,
     }
+
+
+def _natural(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _disk(data: Any, path: str) -> Optional[DiskInfo]:

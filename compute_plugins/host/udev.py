@@ -142,8 +142,9 @@ def apply_udev_facts(
     """Return ``host`` with udev's facts merged into its PCI devices.
 
     ``max_vfs`` and ``numa_node`` from libvirt win when libvirt gave them
-    (both come from the same sysfs files); ``num_vfs`` and ``netdevs`` only
-    udev knows. Devices without facts are left as they are.
+    (both come from the same sysfs files); ``num_vfs`` only udev knows;
+    udev's ``netdevs`` are added to those libvirt named (udev only adds).
+    Devices without facts are left as they are.
     """
     devices = []
     for device in host.pci_devices:
@@ -163,7 +164,8 @@ def apply_udev_facts(
                 numa_node=device.numa_node
                 if device.numa_node is not None
                 else fact.numa_node,
-                netdevs=fact.netdevs or device.netdevs,
+                netdevs=device.netdevs
+                + tuple(n for n in fact.netdevs if n not in device.netdevs),
             )
         )
     return dataclasses.replace(host, pci_devices=tuple(devices))

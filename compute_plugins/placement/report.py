@@ -26,8 +26,13 @@ stricter cache:
 * a node Placement already knows under another uuid (registered by nova)
   is found by name and its provider adopted as the root;
 * a ``placement.concurrent_update`` conflict re-reads that one provider and
-  retries, bounded and jittered; any other failure clears the cache and
-  fails the periodic (:class:`PeriodicResult`), logged as one line;
+  retries, bounded and jittered; a provider the plugins removed that has
+  allocations (``placement.resource_provider.inuse``) or a class removed
+  while allocated (``placement.inventory.inuse``) is kept with ``reserved =
+  total`` (one WARNING) and tried again after each read of the tree, the
+  rest of the sync goes on; any other Placement failure or unexpected error
+  clears the cache and fails the periodic (:class:`PeriodicResult`), logged
+  as one line;
 * reshape: ``update_tree`` raising ``ReshapeNeeded`` is retried with the
   tree's allocations, and the result goes through ``POST /reshaper``.
 """
@@ -36,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
 import time
 import types
 import urllib.parse
@@ -143,7 +147,21 @@ def normalize_inventory(
         out.setdefault(key, value)
     if "allocation_ratio" in out:
         out["allocation_ratio"] = float(out["allocation_ratio"])
+    if ("reserved" not in record and "total" in out
+            and out["reserved"] > out["total"]):
+        # NOTE: Placement refuses reserved > total; a kept (operator's)
+        # reserved above a total that shrank becomes the whole of it.
+        if (out["reserved"], out["total"]) not in _CLAMPED:
+            _CLAMPED.add((out["reserved"], out["total"]))
+            LOG.warning("kept reserved %s is above the new total %s: "
+                        "reserving the whole inventory (%s) instead",
+                        out["reserved"], out["total"], out["total"])
+        out["reserved"] = out["total"]
     return out
+
+
+#: (reserved, total) pairs already logged by normalize_inventory.
+_CLAMPED: set[tuple[Any, Any]] = set()
 
 
 def _merge_set(
@@ -216,7 +234,20 @@ class ReportClient:
         #: nodename -> uuid of a root found by name (registered by nova).
         #: Kept when the cache is cleared; checked again at each bootstrap.
         self._adopted: dict[str, str] = {}
-        self._clear_requested = threading.Event()
+        #: Set by clear_cache (a signal handler): a plain flag, never a lock.
+        self._clear_requested = False
+        #: Providers the plugins removed that Placement refused to delete
+        #: (allocations): uuid -> their inventory before it was reserved.
+        self._held: dict[str, dict[str, dict]] = {}
+        #: Inventory classes the plugins removed that are in use:
+        #: uuid -> {class: its record before it was reserved}.
+        self._held_inventory: dict[str, dict[str, dict]] = {}
+        #: uuid -> {class: record}: the reserved to restore when the plugins
+        #: want back what was held.
+        self._reserved_before: dict[str, dict[str, dict]] = {}
+        #: Whether the next sync tries again to remove what is held (set
+        #: whenever a tree is read from Placement).
+        self._retry_held = False
         self._periodic = 0
 
     # -- cache --------------------------------------------------------------
@@ -224,17 +255,17 @@ class ReportClient:
     def clear_cache(self) -> None:
         """Forget everything; the next periodic re-reads the tree.
 
-        Safe to call from a signal handler or another thread: the cache is
-        cleared at the start of the next periodic.
+        Safe to call from a signal handler or another thread (it only sets
+        a flag): the cache is cleared at the start of the next periodic.
         """
-        self._clear_requested.set()
+        self._clear_requested = True
 
     def _clear_now(self) -> None:
+        self._clear_requested = False
         self._cache.clear()
         self._roots.clear()
         self._known_traits.clear()
         self._known_rcs.clear()
-        self._clear_requested.clear()
 
     @property
     def cached_uuids(self) -> list[str]:
@@ -317,6 +348,12 @@ class ReportClient:
         # Keep parents before children after insertions.
         self._cache = {u: self._cache[u] for u in _order(self._cache)}
         self._roots[root_uuid] = self._clock()
+        # NOTE: what is held is tried again after each read of the tree
+        # (refresh, SIGHUP, bootstrap), not at every periodic.
+        for held in (self._held, self._held_inventory):
+            for uuid in [u for u in held if u not in self._cache]:
+                del held[uuid]
+        self._retry_held = bool(self._held or self._held_inventory)
         return moved
 
     def _ensure_fresh(self, root_uuid: str) -> None:
@@ -378,8 +415,23 @@ class ReportClient:
     def provider_tree(self) -> ProviderTree:
         """A new ProviderTree holding the cache (what Placement has)."""
         tree = ProviderTree()
-        tree.restore(tuple(self._cache.values()))
+        tree.restore(tuple(self._for_plugins()))
         return tree
+
+    def _for_plugins(self) -> list[ProviderData]:
+        """The cache as the plugins see it: what they removed and is kept
+        only until its consumers leave (held) is left out."""
+        out = []
+        for uuid, rec in self._cache.items():
+            if uuid in self._held:
+                continue
+            held_inv = self._held_inventory.get(uuid)
+            if held_inv:
+                rec = rec._replace(inventory=types.MappingProxyType(
+                    {rc: r for rc, r in rec.inventory.items()
+                     if rc not in held_inv}))
+            out.append(rec)
+        return out
 
     def get_allocations_for_tree(self, root_uuid: str) -> dict[str, Any]:
         """Allocations of every consumer of the tree, as
@@ -396,7 +448,13 @@ class ReportClient:
                 self._refresh_provider(uuid)
         out = {}
         for consumer in sorted(consumers):
-            out[consumer] = self.placement.get("/allocations/%s" % consumer)
+            alloc = self.placement.get("/allocations/%s" % consumer)
+            # NOTE: a consumer deleted since the provider's listing has no
+            # allocations (and no project/user) left: nothing to move.
+            if not alloc.get("allocations"):
+                LOG.debug("consumer %s left during the reshape", consumer)
+                continue
+            out[consumer] = alloc
         return out
 
     # -- the periodic -------------------------------------------------------
@@ -420,20 +478,28 @@ class ReportClient:
         changed: list[str] = []
         error = None
         reshaped = False
-        if self._clear_requested.is_set():
+        if self._clear_requested:
             LOG.info("provider cache cleared on request")
             self._clear_now()
         try:
             reshaped = self._periodic_body(
                 update_tree, nodename, root_uuid, changed)
         except Exception as e:  # noqa: BLE001 - a periodic must not die
-            self._clear_now()
             error = str(e)
+            # NOTE: the cache is cleared for a Placement failure (transport,
+            # an answer not handled, conflicts past the retries: the cache
+            # may no longer be what Placement has) and for unexpected errors;
+            # a refusal of ours or of the plugins leaves it right.
+            clear = isinstance(e, pexc.PlacementError) or not isinstance(
+                e, exception.ComputePluginsError)
             if not isinstance(e, exception.ComputePluginsError):
                 error = "%s: %s" % (type(e).__name__, e)
                 LOG.debug("periodic failure", exc_info=True)
-            LOG.error("periodic %d for %s failed, provider cache cleared: %s",
-                      self._periodic, nodename, error)
+            if clear:
+                self._clear_now()
+            LOG.error("periodic %d for %s failed%s: %s", self._periodic,
+                      nodename, ", provider cache cleared" if clear else "",
+                      error)
         after = self.placement.calls.snapshot()
         calls = {k: v - before.get(k, 0) for k, v in after.items()
                  if v - before.get(k, 0)}
@@ -522,6 +588,12 @@ class ReportClient:
 
         # Parents first: a new parent exists before a child moves under it.
         for pd in desired:
+            if pd.uuid in self._held:
+                # NOTE: the plugins want back a provider that was kept for
+                # its consumers: its reserved is what it was before.
+                LOG.info("provider %s is wanted again: no longer kept "
+                         "reserved", pd.name)
+                self._reserved_before[pd.uuid] = self._held.pop(pd.uuid)
             have = self._cache.get(pd.uuid)
             if have is None:
                 self._create(pd)
@@ -541,12 +613,50 @@ class ReportClient:
             self._write_traits(pd, base.get(pd.uuid), changed)
             self._write_aggregates(pd, base.get(pd.uuid), changed)
         for uuid in gone:
-            rec = self._cache[uuid]
+            self._delete(uuid, changed)
+        self._retry_held = False
+        return changed
+
+    def _delete(self, uuid: str, changed: list[str]) -> None:
+        """Delete a provider the plugins removed; one that has allocations
+        (or children kept for theirs) is kept, reserved, until its
+        consumers leave."""
+        rec = self._cache[uuid]
+        if uuid in self._held and not self._retry_held:
+            return
+        kept_child = next((r for r in self._cache.values()
+                           if r.parent_uuid == uuid), None)
+        if kept_child is not None:
+            self._hold(rec, "its child %s is kept" % kept_child.name,
+                       changed)
+            return
+        try:
             self.placement.delete("/resource_providers/%s" % uuid,
                                   provider=uuid, generation=rec.generation)
-            del self._cache[uuid]
-            changed.append("delete %s" % rec.name)
-        return changed
+        except (pexc.ProviderInUse, pexc.ProviderHasChildren) as e:
+            self._hold(rec, "it has allocations (%s)" % e.code, changed)
+            return
+        del self._cache[uuid]
+        self._held.pop(uuid, None)
+        self._held_inventory.pop(uuid, None)
+        changed.append("delete %s" % rec.name)
+
+    def _hold(self, rec: ProviderData, why: str, changed: list[str]) -> None:
+        """Keep a provider the plugins removed, with ``reserved = total``
+        on each class so that nothing new lands on it."""
+        if rec.uuid not in self._held:
+            LOG.warning(
+                "provider %s (%s, classes %s) was removed by the plugins but "
+                "%s: it is kept, with all of its inventory reserved, until "
+                "its consumers leave", rec.name, rec.uuid,
+                ", ".join(sorted(rec.inventory)) or "none", why)
+            self._held[rec.uuid] = _inv_plain(rec.inventory)
+        self._write_if_changed(
+            rec, "reserve",
+            lambda: {rc: dict(r, reserved=r["total"]) for rc, r in
+                     _inv_plain(self._cache[rec.uuid].inventory).items()},
+            lambda have: _inv_plain(have.inventory), self._put_inventory,
+            changed)
 
     def _create(self, pd: ProviderData) -> None:
         body: dict[str, Any] = {"name": pd.name, "uuid": pd.uuid}
@@ -600,10 +710,24 @@ class ReportClient:
     # should hold (merged with what it holds now, the cache) and how to PUT
     # it; _write_if_changed does the comparing and the conflict retries.
 
-    def _inventory_target(self, pd: ProviderData) -> dict[str, dict]:
+    def _inventory_target(self, pd: ProviderData,
+                          keep_held: Optional[bool] = None
+                          ) -> dict[str, dict]:
+        """What the provider's inventory should be: the plugins' records,
+        plus the classes kept for their consumers (held; left out when
+        trying again to remove them, unless ``keep_held``)."""
         have = self._cache[pd.uuid]
-        return {rc: normalize_inventory(rec, have.inventory.get(rc))
-                for rc, rec in pd.inventory.items()}
+        before = self._reserved_before.get(pd.uuid, {})
+        out = {rc: normalize_inventory(
+                   rec, before.get(rc, have.inventory.get(rc)))
+               for rc, rec in pd.inventory.items()}
+        if keep_held is None:
+            keep_held = not self._retry_held
+        if keep_held:
+            for rc in self._held_inventory.get(pd.uuid, {}):
+                if rc not in out and rc in have.inventory:
+                    out[rc] = dict(have.inventory[rc])
+        return out
 
     def _put_inventory(self, have: ProviderData,
                        target: dict[str, dict]) -> ProviderData:
@@ -638,10 +762,54 @@ class ReportClient:
                              aggregates=frozenset(resp["aggregates"]))
 
     def _write_inventory(self, pd: ProviderData, changed: list[str]) -> None:
+        held = self._held_inventory.get(pd.uuid, {})
+        for rc in [rc for rc in held if rc in pd.inventory]:
+            LOG.info("%s of provider %s is wanted again: no longer kept "
+                     "reserved", rc, pd.name)
+            self._reserved_before.setdefault(pd.uuid, {})[rc] = held.pop(rc)
+        try:
+            self._write_if_changed(
+                pd, "inventory", lambda: self._inventory_target(pd),
+                lambda have: _inv_plain(have.inventory), self._put_inventory,
+                changed)
+        except pexc.InventoryInUse:
+            self._hold_inventory(pd, changed)
+        self._reserved_before.pop(pd.uuid, None)
+        inv = self._cache[pd.uuid].inventory
+        held = self._held_inventory.get(pd.uuid, {})
+        for rc in [rc for rc in held if rc not in inv]:
+            del held[rc]
+        if not held:
+            self._held_inventory.pop(pd.uuid, None)
+
+    def _hold_inventory(self, pd: ProviderData, changed: list[str]) -> None:
+        """Placement refused to remove inventory that allocations use:
+        keep those classes with ``reserved = total`` and write the rest."""
+        usages = self.placement.get(
+            "/resource_providers/%s/usages" % pd.uuid,
+            provider=pd.uuid)["usages"]
+        have = self._cache[pd.uuid]
+        held = self._held_inventory.setdefault(pd.uuid, {})
+        for rc, rec in sorted(have.inventory.items()):
+            if rc in pd.inventory or not usages.get(rc) or rc in held:
+                continue
+            LOG.warning(
+                "%s of provider %s (%s) was removed by the plugins but %d "
+                "is allocated: it is kept, reserved, until its consumers "
+                "leave", rc, pd.name, pd.uuid, usages[rc])
+            held[rc] = dict(rec)
+
+        def target() -> dict[str, dict]:
+            out = self._inventory_target(pd, keep_held=False)
+            inv = self._cache[pd.uuid].inventory
+            for rc in held:
+                if rc in inv:
+                    out[rc] = dict(inv[rc], reserved=inv[rc]["total"])
+            return out
+
         self._write_if_changed(
-            pd, "inventory", lambda: self._inventory_target(pd),
-            lambda have: _inv_plain(have.inventory), self._put_inventory,
-            changed)
+            pd, "inventory", target, lambda have: _inv_plain(have.inventory),
+            self._put_inventory, changed)
 
     def _write_traits(self, pd: ProviderData, base: Optional[ProviderData],
                       changed: list[str]) -> None:
@@ -704,6 +872,8 @@ class ReportClient:
         # same request, so nothing can be allocated from them in between
         # (nova does the same).
         for uuid in gone:
+            if uuid in self._held and not self._retry_held:
+                continue
             inventories[uuid] = {
                 "resource_provider_generation": self._cache[uuid].generation,
                 "inventories": {},

@@ -19,7 +19,7 @@ def contributions(view: DiskView, nodename: str) -> list[ProviderContribution]:
         name=nodename,
         inventory={orc.DISK_GB: inventory_record(
             view.total_gb, view.allocation_ratio,
-            # NOTE: only [disk] reserved_host_disk_mb > 0 sends reserved;
-            # otherwise an operator's reserved in Placement is kept.
-            view.reserved_gb or None)},
+            # NOTE: always sent, 0 included: [disk] reserved_host_disk_mb
+            # wins over Placement, as in nova.
+            view.reserved_gb, what=orc.DISK_GB)},
     )]

@@ -3,9 +3,12 @@
 Where the size comes from:
 
 1. ``HostInfo.disk`` when discovery gave it (a host snapshot's ``host.json``);
-2. else, on a live host (``HostInfo.source`` is a libvirt URI), ``statvfs``
-   of ``[disk] instances_path``; a path that does not exist is logged and
-   gives no disk data;
+2. else, on a live local host (``HostInfo.source`` is a libvirt URI of a
+   real driver on this machine, :func:`compute_plugins.host.uri.is_local_uri`;
+   not ``test:///`` nor a remote ``qemu+ssh://`` host, whose disks are not
+   this machine's), ``statvfs`` of ``[disk] instances_path``; a path that
+   cannot be measured (missing, not a directory, no permission) is logged
+   with the reason and gives no disk data;
 3. else no disk data, and no ``DISK_GB``.
 
 ``total`` is the file system size in whole GiB (nova's ``local_gb``);
@@ -24,19 +27,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import uuid
 from typing import Optional
 
 from oslo_config import cfg
 
 from compute_plugins.devices import InvalidOptionValue
+from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import DiskInfo, HostInfo
+from compute_plugins.host.snapshot import disk_info
+from compute_plugins.host.uri import is_local_uri
 
 LOG = logging.getLogger(__name__)
 
 GROUP = "disk"
-GIB = 1024 ** 3
 
 
 class InvalidDiskConfig(InvalidOptionValue):
@@ -53,24 +57,18 @@ class DiskView:
     shared_aggregate: Optional[str] = None
 
 
-def is_live(host: HostInfo) -> bool:
-    """True when ``host`` was discovered from a libvirt URI, not a snapshot."""
-    return "://" in host.source
+def is_live_local(host: HostInfo) -> bool:
+    """True when ``host`` is this machine, seen through a local libvirt."""
+    return is_local_uri(host.source)
 
 
-def statvfs_disk(path: str) -> Optional[DiskInfo]:
-    """Size of the file system holding ``path`` (``None`` if missing)."""
+def measure(path: str) -> Optional[DiskInfo]:
+    """Size of the file system holding ``path``; ``None`` with a warning."""
     try:
-        stat = os.statvfs(path)
-    except FileNotFoundError:
-        LOG.warning("[disk] instances_path %s does not exist: no DISK_GB "
-                    "reported", path)
+        return disk_info(path)
+    except HostDataError as exc:
+        LOG.warning("[disk] instances_path: %s: no DISK_GB reported", exc)
         return None
-    return DiskInfo(
-        total_gb=stat.f_blocks * stat.f_frsize // GIB,
-        free_gb=stat.f_bavail * stat.f_frsize // GIB,
-        path=path,
-    )
 
 
 def _aggregate(conf: cfg.ConfigOpts) -> Optional[str]:
@@ -92,8 +90,8 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> DiskView:
     if aggregate is not None:
         return DiskView(shared_aggregate=aggregate)
     disk = host.disk
-    if disk is None and is_live(host):
-        disk = statvfs_disk(group.instances_path)
+    if disk is None and is_live_local(host):
+        disk = measure(group.instances_path)
     if disk is None or disk.total_gb <= 0:
         return DiskView()
     reserved = math.ceil(group.reserved_host_disk_mb / 1024)

@@ -2,9 +2,9 @@
 
 Each carries the trait ``HW_NUMA_ROOT`` and, where the cell has some:
 ``PCPU`` (ratio 1.0), ``VCPU`` (``cpu_allocation_ratio``), ``MEMORY_MB``
-(``ram_allocation_ratio``, ``reserved`` from ``reserved_host_memory_mb``
-when that reserves anything, else no ``reserved``: see
-:func:`compute_plugins.devices.inventory_record`) and
+(``ram_allocation_ratio``, ``reserved`` from ``reserved_host_memory_mb``,
+always sent, 0 included, so the configuration wins; CPU and huge page
+classes send none: see :func:`compute_plugins.devices.inventory_record`) and
 one ``CUSTOM_MEMORY_PAGE_<size>KB`` class per huge page size (ratio 1.0).
 Placement refuses a total of 0, so a class the cell has none of is left out.
 ``max_unit`` is the total: one guest may take a whole cell.
@@ -20,17 +20,7 @@ import os_traits
 from compute_plugins import names
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.devices import inventory_record
-from resources.numa.view import CellView, NUMAView, page_resource_class
-
-
-def reserves_memory(view: NUMAView) -> bool:
-    """Whether ``[compute] reserved_host_memory_mb`` reserves anything.
-
-    Then every cell's ``MEMORY_MB`` carries ``reserved`` (0 on the cells it
-    does not reach) and the configuration wins over Placement, as in nova;
-    otherwise ``reserved`` is left out and an operator's value is kept.
-    """
-    return any(cell.reserved_memory_mb for cell in view.cells)
+from resources.numa.view import CellView, NUMAView
 
 
 def cell_inventory(cell: CellView,
@@ -44,9 +34,10 @@ def cell_inventory(cell: CellView,
     if cell.memory_mb:
         inventory[orc.MEMORY_MB] = inventory_record(
             cell.memory_mb, view.ram_allocation_ratio,
-            cell.reserved_memory_mb if reserves_memory(view) else None)
+            cell.reserved_memory_mb, what=f"cell {cell.id} {orc.MEMORY_MB}")
     for size_kb, count in cell.huge_pages:
-        inventory[page_resource_class(size_kb)] = inventory_record(count)
+        inventory[names.page_resource_class(size_kb)] = inventory_record(
+            count, what=f"cell {cell.id} {size_kb} KiB pages")
     return inventory
 
 

@@ -5,12 +5,18 @@ Rules (``[compute]`` options, nova's meaning):
 - ``cpu_dedicated_set`` CPUs are ``PCPU``, ``cpu_shared_set`` CPUs are
   ``VCPU``. With both unset every host CPU is a ``VCPU``; with only
   ``cpu_dedicated_set`` set there is no ``VCPU`` (as in nova). A set that
-  parses to no CPU, names a CPU the host does not have, or shares a CPU with
-  the other set is an :class:`InvalidCPUSet` error.
-- Memory: a cell's ``MEMORY_MB`` is its memory in base (small) pages: the
-  base page pool libvirt lists for the cell (the smallest page size it lists;
-  libvirt counts there the memory that is not in huge pages), or the cell's
-  memory when it lists no pages. Huge pages (larger sizes with at least one
+  parses to no CPU, names a CPU the host does not have or that is offline,
+  or shares a CPU with the other set is an :class:`InvalidCPUSet` error.
+- Only online CPUs count (``HostInfo.online_cpus``, libvirt ``getCPUMap``,
+  when known), as nova's ``get_online_cpus``: a cell offers the CPUs it
+  lists that are online.
+- Memory: a cell's ``MEMORY_MB`` is its memory in base (small) pages. The
+  base page size is the host's (``HostInfo.base_page_kb``: the smallest
+  ``<host><cpu><pages>`` of the capabilities, else 4 KiB), never guessed
+  from the cell's pools. It is the cell's pool of that size when libvirt
+  lists one (libvirt counts there the memory that is not in huge pages),
+  else the cell's memory minus its huge pages, else the cell's memory when it
+  lists no pages. Huge pages (sizes above the base with at least one
   page) are their own inventory (:func:`page_resource_class`), so no memory
   is counted twice: a guest backed by huge pages requests
   ``CUSTOM_MEMORY_PAGE_<size>KB`` (memory / page size) and no ``MEMORY_MB``.
@@ -19,9 +25,11 @@ Rules (``[compute]`` options, nova's meaning):
   next cell. What does not fit on any cell is dropped (with a warning).
 - Hosts without NUMA data: when no cell has a memory size (nor pages),
   ``HostInfo.memory_kb`` is split evenly over the cells (a one-cell host such
-  as ``caps-qemu-kvm.xml`` gets it all); a host without cells gets a single
-  cell 0 with that memory and no CPU inventory; a host without cells or
-  memory size gets no NUMA provider.
+  as ``caps-qemu-kvm.xml`` gets it all); a host without cells (``<cells
+  num='0'>``, no ``<topology>``) gets a single cell 0 with that memory and
+  the host's online CPUs (all ``getInfo()`` CPUs, ``0..n-1``, when the
+  online ones are unknown); a host without cells, memory size or CPUs gets
+  no NUMA provider.
 """
 
 from __future__ import annotations
@@ -32,14 +40,14 @@ from typing import Optional
 
 from oslo_config import cfg
 
-from compute_plugins import names
 from compute_plugins.cpuset import (
     InvalidCPUSpec,
     format_cpu_spec,
     parse_cpu_spec,
 )
 from compute_plugins.devices import InvalidOptionValue
-from compute_plugins.host.model import HostInfo, NUMACell
+from compute_plugins.host.model import CPU, HostInfo, NUMACell
+from compute_plugins.names import page_resource_class  # noqa: F401 (API)
 
 LOG = logging.getLogger(__name__)
 
@@ -49,9 +57,6 @@ SHARED = "[compute] cpu_shared_set"
 
 class InvalidCPUSet(InvalidOptionValue):
     """``[compute] cpu_dedicated_set`` / ``cpu_shared_set`` break a rule."""
-
-
-page_resource_class = names.page_resource_class
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,9 +94,14 @@ def _parse(option: str, spec: Optional[str]) -> Optional[frozenset[int]]:
     return cpus
 
 
-def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int]
+def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int],
+             offline: frozenset[int] = frozenset()
              ) -> tuple[frozenset[int], frozenset[int]]:
-    """``(dedicated, shared)`` CPUs from ``[compute]``, checked on the host."""
+    """``(dedicated, shared)`` CPUs from ``[compute]``, checked on the host.
+
+    :param host_cpus: the host's usable (online) CPUs.
+    :param offline: CPUs the host has but that are offline (for the message).
+    """
     dedicated_spec = conf.compute.cpu_dedicated_set
     shared_spec = conf.compute.cpu_shared_set
     dedicated = _parse(DEDICATED, dedicated_spec)
@@ -101,10 +111,13 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int]
         if cpus is not None and not cpus <= host_cpus:
             missing = format_cpu_spec(cpus - host_cpus)
             known = format_cpu_spec(host_cpus) or "none"
+            down = cpus & offline
+            why = (f"; CPU(s) {format_cpu_spec(down)} are offline"
+                   if down else "")
             raise InvalidCPUSet(
                 option, spec,
-                f"every CPU must be a host CPU; CPU(s) {missing} are not "
-                f"(host CPUs: {known})")
+                f"every CPU must be an online host CPU; CPU(s) {missing} are "
+                f"not (online host CPUs: {known}){why}")
     if dedicated is not None and shared is not None and dedicated & shared:
         both = format_cpu_spec(dedicated & shared)
         raise InvalidCPUSet(
@@ -115,32 +128,50 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int]
     return dedicated or frozenset(), shared or frozenset()
 
 
+def _base_memory_kb(cell: NUMACell, base_kb: int) -> Optional[int]:
+    """Memory of ``cell`` in base pages (KiB), ``None`` when unknown."""
+    if not cell.pages:
+        return cell.memory_kb
+    base = [pool for pool in cell.pages if pool.size_kb == base_kb]
+    if base:
+        # NOTE: libvirt counts in the base pool only the memory that is
+        # not in huge pages, which is what MEMORY_MB must offer.
+        return sum(pool.size_kb * pool.count for pool in base)
+    if cell.memory_kb is None:
+        return None
+    huge = sum(size_kb * count for size_kb, count in _huge_pages(cell, base_kb))
+    return max(cell.memory_kb - huge, 0)
+
+
 def _small_memory_kb(cells: tuple[NUMACell, ...],
                      host: HostInfo) -> dict[int, Optional[int]]:
     """Memory in base pages per cell (KiB), ``None`` when unknown."""
-    sizes: dict[int, Optional[int]] = {}
-    for cell in cells:
-        if cell.pages:
-            # NOTE: libvirt counts in the base pool only the memory that is
-            # not in huge pages, which is what MEMORY_MB must offer.
-            base = min(pool.size_kb for pool in cell.pages)
-            sizes[cell.id] = sum(pool.size_kb * pool.count
-                                 for pool in cell.pages
-                                 if pool.size_kb == base)
-        else:
-            sizes[cell.id] = cell.memory_kb
+    sizes = {cell.id: _base_memory_kb(cell, host.base_page_kb)
+             for cell in cells}
     if host.memory_kb and all(size is None for size in sizes.values()):
         share = host.memory_kb // len(cells)
         sizes = {cell_id: share for cell_id in sizes}
     return sizes
 
 
-def _huge_pages(cell: NUMACell) -> tuple[tuple[int, int], ...]:
-    if not cell.pages:
-        return ()
-    base = min(pool.size_kb for pool in cell.pages)
+def _huge_pages(cell: NUMACell, base_kb: int) -> tuple[tuple[int, int], ...]:
     return tuple(sorted((pool.size_kb, pool.count) for pool in cell.pages
-                        if pool.size_kb > base and pool.count > 0))
+                        if pool.size_kb > base_kb and pool.count > 0))
+
+
+def _cells(host: HostInfo) -> tuple[NUMACell, ...]:
+    """The host's cells, or the one fallback cell of a cell-less host."""
+    cells = tuple(sorted(host.cells, key=lambda c: c.id))
+    if cells:
+        return cells
+    if host.online_cpus is not None:
+        cpu_ids = host.online_cpus
+    else:
+        cpu_ids = frozenset(range(host.cpu_count or 0))
+    if not host.memory_kb and not cpu_ids:
+        return ()
+    return (NUMACell(id=0, memory_kb=host.memory_kb or None,
+                     cpus=tuple(CPU(id=cpu) for cpu in sorted(cpu_ids))),)
 
 
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
@@ -148,11 +179,10 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
 
     :raises InvalidCPUSet: a ``[compute] cpu_*_set`` option breaks a rule.
     """
-    cells = tuple(sorted(host.cells, key=lambda c: c.id))
-    if not cells and host.memory_kb:
-        cells = (NUMACell(id=0, memory_kb=host.memory_kb),)
-    host_cpus = frozenset().union(*(c.cpu_ids for c in cells))
-    dedicated, shared = cpu_sets(conf, host_cpus)
+    cells = _cells(host)
+    listed = frozenset().union(*(c.cpu_ids for c in cells))
+    online = listed if host.online_cpus is None else listed & host.online_cpus
+    dedicated, shared = cpu_sets(conf, online, listed - online)
     memory_kb = _small_memory_kb(cells, host) if cells else {}
 
     to_reserve = conf.compute.reserved_host_memory_mb
@@ -167,11 +197,11 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
             to_reserve -= reserved
         views.append(CellView(
             id=cell.id,
-            pcpus=cell.cpu_ids & dedicated,
-            vcpus=cell.cpu_ids & shared,
+            pcpus=cell.cpu_ids & online & dedicated,
+            vcpus=cell.cpu_ids & online & shared,
             memory_mb=memory_mb,
             reserved_memory_mb=reserved,
-            huge_pages=_huge_pages(cell),
+            huge_pages=_huge_pages(cell, host.base_page_kb),
         ))
     if to_reserve and any(v.memory_mb is not None for v in views):
         LOG.warning("[compute] reserved_host_memory_mb = %d MiB exceeds the "

@@ -15,11 +15,11 @@ from oslo_config import cfg
 from compute_plugins.conf import pci as pci_conf
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
+from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
 from resources.sriov import provider
 from resources.sriov import request as sriov_request
-from resources.sriov.provider import VNIC_TYPE_DIRECT, physnet_trait
 from resources.sriov.view import InvalidSRIOVConfig, SRIOVView, build_view
 
 __all__ = ["InvalidSRIOVConfig", "SRIOVPlugin", "SRIOVView",

@@ -18,8 +18,6 @@ from compute_plugins.devices import inventory_record, parent_name
 from resources.sriov.view import PFView, SRIOVView
 
 KIND = "pf"
-VNIC_TYPE_DIRECT = names.VNIC_TYPE_DIRECT
-physnet_trait = names.physnet_trait
 EGRESS = orc.NET_BW_EGR_KILOBIT_PER_SEC
 INGRESS = orc.NET_BW_IGR_KILOBIT_PER_SEC
 
@@ -37,9 +35,9 @@ def contributions(view: SRIOVView,
                   nodename: str) -> list[ProviderContribution]:
     result = []
     for pf in view.pfs:
-        traits = {VNIC_TYPE_DIRECT}
+        traits = {names.VNIC_TYPE_DIRECT}
         if pf.physnet:
-            traits.add(physnet_trait(pf.physnet))
+            traits.add(names.physnet_trait(pf.physnet))
         result.append(ProviderContribution(
             name=names.device_provider_name(nodename, KIND, pf.address),
             uuid=names.provider_uuid(nodename, KIND, pf.address),

@@ -1,10 +1,17 @@
 """The SR-IOV plugin's view: physical functions with VFs, physnets, bandwidth.
 
-A *PF* is a PCI device that has virtual functions now. Its VF count is
-udev's ``sriov_numvfs`` (``PCIDevice.num_vfs``) when udev said, since that is
-the kernel's live value; otherwise the number of VFs libvirt listed
+A *PF* is a network PCI device that has virtual functions now. Its VF count
+is udev's ``sriov_numvfs`` (``PCIDevice.num_vfs``) when udev said, since
+that is the kernel's live value; otherwise the number of VFs libvirt listed
 (``len(PCIDevice.virt_functions)``). A PF with no VF gets no provider; a VF
 is never a PF.
+
+Only network controllers are SR-IOV NICs: a PF whose PCI class is
+``02xxxx``, or unknown (no ``<class>``, or ``ffffff`` as in libvirt's own
+test data). Other PFs with VFs are not NICs: an SR-IOV vGPU (NVIDIA A100,
+class ``0302xx``) has VFs that carry ``mdev_types`` and is the ``vgpu``
+plugin's; such a PF (any class) whose VFs offer mdev types is skipped too,
+so no device is counted twice.
 
 Options (``[sriov]``); a device is named by its network interface (``ens1f0``)
 or by its PCI address (``0000:5e:00.0``):
@@ -15,7 +22,12 @@ or by its PCI address (``0000:5e:00.0``):
 - ``bandwidth = <device>:<egress kbps>:<ingress kbps>,...`` (neutron's
   ``resource_provider_bandwidths`` syntax): the PF's
   ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC`` totals. A
-  direction left empty (``ens1f0::1000000``) or 0 is not reported.
+  direction left empty (``ens1f0::1000000``) or 0 is not reported; a rate
+  above Placement's maximum (2147483647 kbps) is an error.
+
+A PF may be named by its address in one entry and by its netdev in another:
+entries are matched to devices, and two that give one PF different values
+(physnets or rates) are an :class:`InvalidSRIOVConfig` error.
 
 Malformed entries are :class:`InvalidSRIOVConfig` errors naming the option,
 the entry and the expected format. A device that is not on this host, or is
@@ -32,6 +44,7 @@ from typing import Optional
 from oslo_config import cfg
 
 from compute_plugins.devices import (
+    MAX_INVENTORY,
     InvalidOptionValue,
     NUMAParents,
     normalize_pci_address,
@@ -107,6 +120,10 @@ def _rate(entry: str, text: str) -> Optional[int]:
     if value < 0:
         raise InvalidSRIOVConfig(
             BANDWIDTH, entry, "expected " + BANDWIDTH_FORMAT)
+    if value > MAX_INVENTORY:
+        raise InvalidSRIOVConfig(
+            BANDWIDTH, entry,
+            f"a rate is at most {MAX_INVENTORY} kbps (Placement's maximum)")
     return value or None
 
 
@@ -138,29 +155,58 @@ def vf_count(device: PCIDevice) -> int:
     return len(device.virt_functions)
 
 
-def _lookup(config: Mapping[str, object], device: PCIDevice) -> Optional[str]:
-    """The key of ``config`` naming ``device`` (address, then netdevs)."""
-    for key in (device.address, *device.netdevs):
-        if key in config:
-            return key
-    return None
+#: PCI classes of SR-IOV NICs: network controllers (``02``), and unknown.
+_UNKNOWN_CLASS = "ffffff"
+
+
+def is_sriov_nic(device: PCIDevice, host: HostInfo) -> bool:
+    """Whether PF ``device`` is a NIC (see the module): network or unknown
+    class, and no VF of it offers mdev types."""
+    code = device.class_code
+    if code is not None and code != _UNKNOWN_CLASS and not code.startswith(
+            "02"):
+        return False
+    for address in device.virt_functions:
+        vf = host.pci_device(address)
+        if vf is not None and vf.mdev_types:
+            return False
+    return True
+
+
+def _lookup(config: Mapping[str, object], device: PCIDevice,
+            option: str) -> Optional[str]:
+    """The key of ``config`` naming ``device`` (address, then netdevs).
+
+    :raises InvalidSRIOVConfig: two keys name the device with different
+        values.
+    """
+    keys = [key for key in (device.address, *device.netdevs) if key in config]
+    values = {repr(config[key]) for key in keys}
+    if len(values) > 1:
+        given = ", ".join(f"{key}: {config[key]}" for key in keys)
+        raise InvalidSRIOVConfig(
+            option, given,
+            f"these entries name the same PF {device.address} with different "
+            "values; name each device once")
+    return keys[0] if keys else None
 
 
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
-    """The PFs of ``host`` with VFs, with their physnet and bandwidth."""
+    """The SR-IOV NICs of ``host`` with VFs, with physnet and bandwidth."""
     mappings = parse_mappings(conf[GROUP].physical_device_mappings)
     bandwidth = parse_bandwidth(conf[GROUP].bandwidth)
     parents = NUMAParents(conf, host)
     used: set[str] = set()
     pfs = []
     counted = [(d, vf_count(d)) for d in host.pci_devices
-               if d.virt_functions or d.num_vfs]
+               if (d.virt_functions or d.num_vfs) and is_sriov_nic(d, host)]
     for device, vfs in sorted(counted, key=lambda dv: dv[0].address):
         if vfs <= 0:
             continue
-        physnet_key = _lookup(mappings, device)
-        bw_key = _lookup(bandwidth, device)
-        used.update(k for k in (physnet_key, bw_key) if k is not None)
+        physnet_key = _lookup(mappings, device, MAPPINGS)
+        bw_key = _lookup(bandwidth, device, BANDWIDTH)
+        used.update(k for k in (device.address, *device.netdevs)
+                    if k in mappings or k in bandwidth)
         egress, ingress = bandwidth[bw_key] if bw_key else (None, None)
         pfs.append(PFView(
             address=device.address,

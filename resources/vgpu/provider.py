@@ -3,12 +3,11 @@
 Named as nova names them; the parent is the provider of the GPU's NUMA cell
 (see :mod:`compute_plugins.devices`) or the root. Inventory ``VGPU`` with the
 GPU's total (``max_unit`` = total, ratio 1.0: vGPUs cannot be
-overcommitted); trait ``CUSTOM_MDEV_TYPE_<TYPE>`` names the type it offers.
+overcommitted), or the type's ``[mdev_<type>] mdev_class`` instead of
+``VGPU``; trait ``CUSTOM_MDEV_TYPE_<TYPE>`` names the type it offers.
 """
 
 from __future__ import annotations
-
-import os_resource_classes as orc
 
 from compute_plugins import names
 from compute_plugins.contribution import ProviderContribution
@@ -30,7 +29,8 @@ def contributions(view: VGPUView,
             name=names.device_provider_name(nodename, KIND, gpu.address),
             uuid=names.provider_uuid(nodename, KIND, gpu.address),
             parent=parent_name(nodename, gpu.cell),
-            inventory={orc.VGPU: inventory_record(gpu.total)},
+            inventory={gpu.resource_class: inventory_record(
+                gpu.total, what=f"GPU {gpu.address} {gpu.resource_class}")},
             traits=frozenset({mdev_type_trait(gpu.mdev_type)}),
         )
         for gpu in view.gpus

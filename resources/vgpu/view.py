@@ -4,8 +4,11 @@ Configuration is nova's ``[devices]``, moved to ``[vgpu]``:
 
 - ``[vgpu] enabled_mdev_types``: the mdev types offered to guests;
 - ``[mdev_<type>] device_addresses``: the GPUs (PCI addresses) that offer
-  ``<type>``. These groups are registered when the host is first discovered,
-  after the configuration is loaded (nova's ``register_dynamic_opts``).
+  ``<type>``; ``[mdev_<type>] mdev_class``: the resource class of its
+  inventory (``VGPU`` by default, or ``CUSTOM_*``); ``[mdev_<type>]
+  max_instances``: how many mdevs of the type the host may offer in all.
+  These groups are registered when the host is first discovered, after the
+  configuration is loaded (nova's ``register_dynamic_opts``).
 
 Type of a GPU (nova's rules): the type whose ``device_addresses`` lists it;
 else the *default type*, the first enabled type without ``device_addresses``.
@@ -16,7 +19,11 @@ listed under two types, or an address that is not a PCI address, is an
 
 Total of a GPU (as nova counts it): ``availableInstances`` of its type plus
 the mdevs of that type that already exist on it. A GPU whose total is 0, or
-that does not offer its type, gets no provider.
+that does not offer its type, gets no provider. ``max_instances`` caps a type
+as nova's ``_get_gpu_inventories`` does: the existing mdevs of the type count
+first; then, GPU by GPU in address order, a GPU whose available instances
+would take the type above the cap gets no provider (nova gives it a total of
+0, which deletes its provider); the others keep their whole total.
 """
 
 from __future__ import annotations
@@ -63,6 +70,21 @@ def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
             f"type {mdev_type!r}.",
         )
         conf.register_opt(opt, group=type_group(mdev_type))
+        conf.register_opt(cfg.StrOpt(
+            "mdev_class",
+            default="VGPU",
+            regex=r"^(VGPU|CUSTOM_[A-Z0-9_]+)$",
+            max_length=255,
+            help="Resource class of the mdevs of type "
+            f"{mdev_type!r}: VGPU, or a name prefixed by CUSTOM_."),
+            group=type_group(mdev_type))
+        conf.register_opt(cfg.IntOpt(
+            "max_instances",
+            default=None,
+            min=1,
+            help=f"Number of mdevs of type {mdev_type!r} the host may "
+            "offer in all; unset: what the GPUs allow."),
+            group=type_group(mdev_type))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +96,8 @@ class GPUView:
     total: int
     #: NUMA cell whose provider is the parent; ``None`` for the root.
     cell: Optional[int] = None
+    #: ``[mdev_<type>] mdev_class``.
+    resource_class: str = "VGPU"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +157,11 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
             key = (parent, mdev.type)
             existing[key] = existing.get(key, 0) + 1
 
+    # NOTE: as nova, the existing mdevs of a type count against its
+    # max_instances before any GPU's available instances.
+    used: dict[str, int] = {}
+    for (_parent, mdev_type), count in existing.items():
+        used[mdev_type] = used.get(mdev_type, 0) + count
     gpus = []
     capable = [d for d in host.pci_devices if d.mdev_types]
     for device in sorted(capable, key=lambda d: d.address):
@@ -142,10 +171,18 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
         offered = [t for t in device.mdev_types if t.id == mdev_type]
         if not offered:
             continue
-        total = (sum(t.available_instances for t in offered)
-                 + existing.get((device.address, mdev_type), 0))
+        available = sum(t.available_instances for t in offered)
+        limit = conf[type_group(mdev_type)].max_instances
+        if limit and used.get(mdev_type, 0) + available > limit:
+            LOG.debug("[%s] max_instances = %d: GPU %s and its %d available "
+                      "mdevs are not offered", type_group(mdev_type), limit,
+                      device.address, available)
+            continue
+        used[mdev_type] = used.get(mdev_type, 0) + available
+        total = available + existing.get((device.address, mdev_type), 0)
         if total <= 0:
             continue
-        gpus.append(GPUView(device.address, mdev_type, total,
-                            parents.cell(device.numa_node)))
+        gpus.append(GPUView(
+            device.address, mdev_type, total, parents.cell(device.numa_node),
+            conf[type_group(mdev_type)].mdev_class))
     return VGPUView(tuple(gpus))

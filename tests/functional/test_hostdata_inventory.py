@@ -57,6 +57,19 @@ def check(rc: int, out: str, err: str, source: pathlib.Path) -> None:
         assert source.name in err, err
 
 
+#: NUMA providers each capabilities file gives; ``None``: refused (exit 1,
+#: the file named). A new file must be added here.
+EXPECTED_CELLS = {
+    "caps-qemu-kvm.xml": 1,
+    "caps-qemu-real-full.xml": 1,
+    "vircaps-basic-4-4-2G.xml": None,
+    "vircaps-x86_64-basic-dies.xml": 1,
+    "vircaps-x86_64-basic.xml": 4,
+    "vircaps-x86_64-hmat.xml": 2,
+    "vircaps-x86_64-resctrl-skx.xml": 1,
+}
+
+
 @pytest.mark.parametrize("caps", CAPS, ids=lambda p: p.name)
 def test_capabilities_file(caps, tmp_path, capsys):
     snapshot = tmp_path / "host1"
@@ -64,10 +77,16 @@ def test_capabilities_file(caps, tmp_path, capsys):
     shutil.copy(caps, snapshot / "capabilities.xml")
     rc, out, err = inventory(snapshot, capsys)
     check(rc, out, err, pathlib.Path("capabilities.xml"))
-    if rc == 0:
-        names = [p["name"] for p in json.loads(out)["providers"]]
-        assert names[0] == "host1"
-        assert any(n.startswith("host1_NUMA") for n in names), names
+    assert caps.name in EXPECTED_CELLS, "pin the new file in EXPECTED_CELLS"
+    cells = EXPECTED_CELLS[caps.name]
+    if cells is None:
+        assert rc == 1
+        return
+    assert rc == 0, err
+    names = [p["name"] for p in json.loads(out)["providers"]]
+    assert names[0] == "host1"
+    assert sorted(n for n in names if n.startswith("host1_NUMA")) == [
+        f"host1_NUMA{i}" for i in range(cells)], names
 
 
 def test_duplicate_cpu_ids_are_named(tmp_path, capsys):

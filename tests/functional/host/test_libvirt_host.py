@@ -82,8 +82,60 @@ def test_custom_test_driver_host():
             "0000:3b:00.0",
         ),
     )
-    # test:/// devices are not this machine's: no udev enrichment.
-    assert pf.num_vfs is None and pf.netdevs == ()
+    # test:/// devices are not this machine's: no udev enrichment; the
+    # netdev comes from libvirt's own <capability type='net'> device.
+    assert pf.num_vfs is None and pf.netdevs == ("ens1f0",)
+    # getInfo() counts 16 CPUs; the driver's canned 8-CPU map cannot be
+    # this host's, so the online CPUs are unknown.
+    assert host.cpu_count == 16
+    assert host.online_cpus is None
+
+
+class _Conn:
+    """A test-driver connection whose getCPUMap says what a test wants."""
+
+    def __init__(self, conn, cpu_map):
+        self._conn = conn
+        self._cpu_map = cpu_map
+
+    def getCPUMap(self, flags=0):
+        if isinstance(self._cpu_map, Exception):
+            raise self._cpu_map
+        return self._cpu_map
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def _with_cpu_map(monkeypatch, cpu_map):
+    real = libvirt.openReadOnly
+    monkeypatch.setattr(libvirt, "openReadOnly",
+                        lambda uri: _Conn(real(uri), cpu_map))
+
+
+def test_online_cpus_from_the_cpu_map(monkeypatch, tmp_path):
+    online = [True] * 6 + [False, True] + [False] * 8
+    _with_cpu_map(monkeypatch, (16, online, 7))
+    raw = libvirt_host.fetch_libvirt("test:///default")
+    assert raw.online_cpus == frozenset({0, 1, 2, 3, 4, 5, 7})
+    assert raw.cpu_count == 16
+    host = libvirt_host.host_info_from_raw(raw)
+    assert host.online_cpus == raw.online_cpus and host.cpu_count == 16
+    # record-host keeps them in host.json (format 1, optional fields).
+    from compute_plugins.host import snapshot
+    snapshot.record_host("test:///default", str(tmp_path / "s"),
+                         record_sysfs=False)
+    again = snapshot.load_snapshot(str(tmp_path / "s"))
+    assert again.online_cpus == raw.online_cpus
+    assert again.cpu_count == 16
+
+
+def test_no_cpu_map_means_unknown_online_cpus(monkeypatch):
+    error = libvirt.libvirtError("no support")
+    error.err = (libvirt.VIR_ERR_NO_SUPPORT, 0, "no support", 0, None, None,
+                 None, 0, 0)
+    _with_cpu_map(monkeypatch, error)
+    assert libvirt_host.fetch_libvirt("test:///default").online_cpus is None
 
 
 def test_cannot_connect():

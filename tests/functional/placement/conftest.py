@@ -23,7 +23,12 @@ from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
 
 CLI = [sys.executable, "-m", "compute_plugins.cmd.main"]
-CLI_ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a CLI subprocess, built at call time so that it
+    sees the test's ``XDG_STATE_HOME`` (tests/conftest.py)."""
+    return {**os.environ, "PYTHONWARNINGS": "ignore", **extra}
 
 
 def free_port() -> int:
@@ -50,7 +55,7 @@ class ServedPlacement:
                 CLI + ["placement", "serve", "--port", str(self.port),
                        "--db", self.db],
                 stdout=subprocess.PIPE, stderr=log_file, text=True,
-                env=CLI_ENV)
+                env=cli_env())
         line = self.proc.stdout.readline()
         if not line.startswith("Placement listening on "):
             self.proc.kill()

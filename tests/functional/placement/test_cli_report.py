@@ -14,8 +14,8 @@ import pytest
 
 from tests.functional.placement.conftest import (
     CLI,
-    CLI_ENV,
     ServedPlacement,
+    cli_env,
     free_port,
 )
 
@@ -57,7 +57,7 @@ def test_report_json_against_placement_serve(served):
     proc = subprocess.run(
         CLI + HOST + ["--placement-url", served.url, "--format", "json",
                       "report", "--periodic", "2", "--interval", "0"],
-        capture_output=True, text=True, timeout=120, env=CLI_ENV)
+        capture_output=True, text=True, timeout=120, env=cli_env())
     ok_or_degraded(proc.returncode, proc.stderr)
     first, second = json_lines(proc.stdout)
     assert first["periodic"] == 1
@@ -76,7 +76,7 @@ def test_unreachable_placement_url_is_one_line_exit_1():
     url = "http://127.0.0.1:%d" % free_port()
     proc = subprocess.run(
         CLI + HOST + ["--placement-url", url, "report", "--periodic", "1"],
-        capture_output=True, text=True, timeout=120, env=CLI_ENV)
+        capture_output=True, text=True, timeout=120, env=cli_env())
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines()
              if "compute-plugins: error" in ln]
@@ -88,7 +88,7 @@ def test_unreachable_placement_url_is_one_line_exit_1():
 def test_sighup_to_a_running_report_clears_the_cache(tmp_path):
     """Embedded default (no Placement configured): a SQLite file in the
     state directory; SIGHUP between periodics makes the next one re-read."""
-    env = {**CLI_ENV, "XDG_STATE_HOME": str(tmp_path)}
+    env = cli_env(XDG_STATE_HOME=str(tmp_path))
     proc = subprocess.Popen(
         CLI + HOST + ["--format", "json", "report", "--periodic", "3",
                       "--interval", "1.5"],
@@ -116,7 +116,7 @@ def test_placement_serve_bad_port_is_one_line(served):
     proc = subprocess.run(
         CLI + ["placement", "serve", "--port", str(served.port), "--db",
                ":memory:"],
-        capture_output=True, text=True, timeout=120, env=CLI_ENV)
+        capture_output=True, text=True, timeout=120, env=cli_env())
     assert proc.returncode == 1
     assert "cannot listen on 127.0.0.1:%d" % served.port in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -132,7 +132,7 @@ def test_restart_deletes_a_device_removed_while_down(tmp_path):
     snap = tmp_path / "host"
     shutil.copytree(Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov",
                     snap)
-    env = {**CLI_ENV, "XDG_STATE_HOME": str(tmp_path / "state")}
+    env = cli_env(XDG_STATE_HOME=str(tmp_path / "state"))
     cmd = CLI + ["--host-snapshot", str(snap), "--format", "json", "report",
                  "--periodic", "1"]
     pf = "sriov-compute-01_pf_0000_02_10_7"
@@ -170,7 +170,7 @@ def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
         CLI + HOST + _config(tmp_path, conf_text)
         + ["report", "--periodic", "1"],
         capture_output=True, text=True, timeout=120,
-        env={**CLI_ENV, "XDG_STATE_HOME": str(tmp_path)})
+        env=cli_env(XDG_STATE_HOME=str(tmp_path)))
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines()
@@ -188,7 +188,7 @@ def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
 ])
 def test_bad_arguments_are_argparse_errors(args, expected):
     proc = subprocess.run(CLI + args, capture_output=True, text=True,
-                          timeout=120, env=CLI_ENV)
+                          timeout=120, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
 
@@ -197,8 +197,40 @@ def test_placement_serve_bad_db_names_the_database():
     proc = subprocess.run(
         CLI + ["placement", "serve", "--port", str(free_port()), "--db",
                "/proc/x/y.db"],
-        capture_output=True, text=True, timeout=120, env=CLI_ENV)
+        capture_output=True, text=True, timeout=120, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert "--db /proc/x/y.db" in proc.stderr
     assert "cannot listen" not in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_sighup_with_a_bad_config_keeps_the_agent_running(tmp_path):
+    """A reload that finds a bad value, then a malformed file, is one error
+    line each; the agent keeps its old values and goes on."""
+    conf = tmp_path / "c.conf"
+    conf.write_text("[compute]\nresource_provider_association_refresh = 0\n")
+    proc = subprocess.Popen(
+        CLI + HOST + ["--config-file", str(conf), "--format", "json",
+                      "report", "--interval", "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env(XDG_STATE_HOME=str(tmp_path)))
+    try:
+        read_json_line(proc.stdout)
+        for text in ("[compute]\nresource_provider_association_refresh = "
+                     "abc\n", "[compute\nbroken = \n"):
+            conf.write_text(text)
+            proc.send_signal(signal.SIGHUP)
+            # still running: two more periodics come
+            read_json_line(proc.stdout)
+            read_json_line(proc.stdout)
+            assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ok_or_degraded(proc.returncode, stderr)
+    errors = [ln for ln in stderr.splitlines() if "not reloaded" in ln]
+    assert len(errors) == 2, stderr
+    assert "abc" in errors[0] and "c.conf" in errors[1], errors

@@ -409,21 +409,147 @@ def test_reshape_moves_allocations_atomically(rc, operator, nodename):
     assert rc.periodic(plugins, nodename).calls == {}
 
 
-def test_provider_in_use_fails_clearly_and_clears_cache(rc, operator,
-                                                         nodename, caplog):
-    plugins = FakePlugins(cells=1)
-    assert rc.periodic(plugins, nodename).ok
-    cell0 = names.provider_uuid(nodename, nodename + "_NUMA0")
-    operator.put("/allocations/%s" % uuid.uuid4(), {
-        "allocations": {cell0: {"resources": {"MEMORY_MB": 3 * GIB}}},
+def allocate(client, rp_uuid, resources):
+    consumer = str(uuid.uuid4())
+    client.put("/allocations/%s" % consumer, {
+        "allocations": {rp_uuid: {"resources": resources}},
         "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()),
         "consumer_generation": None, "consumer_type": "INSTANCE",
     })
-    plugins.cells = 0
-    caplog.set_level(logging.ERROR)
-    result = rc.periodic(plugins, nodename)
-    assert not result.ok
-    assert "placement.resource_provider.inuse" in result.error
-    assert rc.cached_uuids == []
-    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+    return consumer
 
+
+def warnings_of(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING
+            and r.name.startswith("compute_plugins")]
+
+
+def test_device_in_use_is_kept_reserved_until_its_consumer_leaves(
+        rc, operator, nodename, caplog):
+    """A device removed while a guest uses it: Placement refuses to delete
+    its provider (placement.resource_provider.inuse). The periodic still
+    writes the other changes and keeps that provider with everything
+    reserved; it is deleted once its consumer is gone."""
+    plugins = FakePlugins(cells=1, devices=2)
+    assert rc.periodic(plugins, nodename).ok
+    cell0 = nodename + "_NUMA0"
+    dev1 = cell0 + "_dev1"
+    dev1_uuid = names.provider_uuid(nodename, dev1)
+    consumer = allocate(operator, dev1_uuid, {"CUSTOM_DEV": 1})
+
+    plugins.devices = 1
+    plugins.memory = 8 * GIB
+    caplog.set_level(logging.INFO)
+    result = rc.periodic(plugins, nodename)
+    assert result.ok, result.error
+    assert "inventory %s" % cell0 in result.changed
+    assert "delete %s" % dev1 not in result.changed
+    warned = warnings_of(caplog)
+    assert len(warned) == 1 and dev1 in warned[0], warned
+    assert "CUSTOM_DEV" in warned[0] and "consumers leave" in warned[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    state = placement_state(operator, root(nodename))
+    inv = state[dev1]["inventory"]["CUSTOM_DEV"]
+    assert inv["reserved"] == inv["total"] == 1
+    assert state[cell0]["inventory"]["MEMORY_MB"]["total"] == 8 * GIB
+    assert dev1_uuid in rc.cached_uuids  # the cache was not cleared
+
+    caplog.clear()
+    for _ in range(2):
+        result = rc.periodic(plugins, nodename)
+        assert result.ok and result.calls == {}, result
+    assert warnings_of(caplog) == []
+
+    operator.delete("/allocations/%s" % consumer)
+    rc.clear_cache()  # a refresh (or SIGHUP) tries the held ones again
+    result = rc.periodic(plugins, nodename)
+    assert result.ok, result.error
+    assert result.changed == ["delete %s" % dev1], result
+    assert dev1 not in placement_state(operator, root(nodename))
+    assert rc.periodic(plugins, nodename).calls == {}
+
+
+def test_device_in_use_comes_back_unreserved(rc, operator, nodename):
+    plugins = FakePlugins(cells=1, devices=1)
+    assert rc.periodic(plugins, nodename).ok
+    dev0 = nodename + "_NUMA0_dev0"
+    allocate(operator, names.provider_uuid(nodename, dev0), {"CUSTOM_DEV": 1})
+    plugins.devices = 0
+    assert rc.periodic(plugins, nodename).ok
+    plugins.devices = 1
+    result = rc.periodic(plugins, nodename)
+    assert result.ok, result.error
+    inv = placement_state(operator, root(nodename))[dev0]["inventory"]
+    assert inv["CUSTOM_DEV"]["reserved"] == 0
+    assert rc.periodic(plugins, nodename).calls == {}
+
+
+class DroppingPlugins(FakePlugins):
+    """FakePlugins whose cells stop reporting some classes."""
+
+    drop = ()
+
+    def __call__(self, tree, node, allocations):
+        super().__call__(tree, node, allocations)
+        for i in range(self.cells):
+            name = "%s_NUMA%d" % (node, i)
+            inv = dict(tree.data(name).inventory)
+            tree.update_inventory(name, {rc: dict(r) for rc, r in inv.items()
+                                         if rc not in self.drop})
+
+
+def test_inventory_in_use_is_kept_reserved(rc, operator, nodename, caplog):
+    """A class removed while allocated (placement.inventory.inuse) is kept
+    with reserved = total; the rest of the inventory is written."""
+    plugins = DroppingPlugins(cells=1)
+    assert rc.periodic(plugins, nodename).ok
+    cell0 = nodename + "_NUMA0"
+    cell0_uuid = names.provider_uuid(nodename, cell0)
+    consumer = allocate(operator, cell0_uuid, {"VCPU": 2})
+
+    plugins.drop = ("VCPU",)
+    plugins.memory = 8 * GIB
+    caplog.set_level(logging.INFO)
+    result = rc.periodic(plugins, nodename)
+    assert result.ok, result.error
+    warned = warnings_of(caplog)
+    assert len(warned) == 1 and "VCPU" in warned[0] and cell0 in warned[0]
+    inv = placement_state(operator, root(nodename))[cell0]["inventory"]
+    assert inv["VCPU"]["reserved"] == inv["VCPU"]["total"] == 8
+    assert inv["MEMORY_MB"]["total"] == 8 * GIB
+    assert rc.cached_uuids
+    assert rc.periodic(plugins, nodename).calls == {}
+
+    operator.delete("/allocations/%s" % consumer)
+    rc.clear_cache()
+    assert rc.periodic(plugins, nodename).ok
+    inv = placement_state(operator, root(nodename))[cell0]["inventory"]
+    assert "VCPU" not in inv
+    assert rc.periodic(plugins, nodename).calls == {}
+
+
+def test_reshape_skips_a_consumer_deleted_meanwhile(rc, operator, nodename,
+                                                    monkeypatch):
+    """A consumer deleted between the providers' allocation listings and
+    its own GET /allocations/{c} ({"allocations": {}}, no project)."""
+    plugins = FakePlugins(cells=1, vcpu_on_root=True)
+    assert rc.periodic(plugins, nodename).ok
+    root_uuid = root(nodename)
+    gone = allocate(operator, root_uuid, {"VCPU": 1})
+    stays = allocate(operator, root_uuid, {"VCPU": 2})
+    get = rc.placement.get
+
+    def racing_get(path, **kw):
+        if path == "/allocations/%s" % gone:
+            operator.delete(path)
+        return get(path, **kw)
+
+    monkeypatch.setattr(rc.placement, "get", racing_get)
+    plugins.vcpu_on_root = False
+    result = rc.periodic(plugins, nodename)
+    assert result.ok, result.error
+    assert result.reshaped
+    cell0 = names.provider_uuid(nodename, nodename + "_NUMA0")
+    alloc = operator.get("/allocations/%s" % stays)["allocations"]
+    assert alloc[cell0]["resources"] == {"VCPU": 2}

@@ -116,12 +116,15 @@ def test_libvirt_test_driver(conf, tmp_path):
     root = info.hostname
     assert got[root + "_NUMA0"] == (
         root, {"VCPU": (8, 0), "MEMORY_MB": (2048, 0)}, {"HW_NUMA_ROOT"})
-    # NOTE: the test driver lists 8 KiB base pages in cell 1.
+    # NOTE: the test driver lists all of cell 1 in 8 KiB pages; its base
+    # page is 4 KiB (<host><cpu><pages>), so they are its huge pages and
+    # no memory is left in base pages.
     assert got[root + "_NUMA1"] == (
-        root, {"VCPU": (8, 0), "MEMORY_MB": (4096, 0)}, {"HW_NUMA_ROOT"})
+        root, {"VCPU": (8, 0), "CUSTOM_MEMORY_PAGE_8KB": (524288, 0)},
+        {"HW_NUMA_ROOT"})
     assert set(got) == {root, root + "_NUMA0", root + "_NUMA1"}
-    # DISK_GB of tmp_path's file system, when it is at least 1 GiB
-    assert set(got[root][1]) <= {"DISK_GB"}
+    # test:/// is not this machine: instances_path is not measured.
+    assert got[root][1] == {}
     tree2 = run(conf, info, tree)
     assert shape(tree2) == got
 
@@ -138,3 +141,22 @@ def test_bare_one_cell_host(conf):
         "bare_NUMA0": ("bare", {"VCPU": (4, 0), "MEMORY_MB": (8192, 512)},
                        {"HW_NUMA_ROOT"}),
     }
+
+
+def test_custom_test_driver_host(conf):
+    """<cells num='0'>: one cell with every CPU; netdev from libvirt."""
+    conf.set_override("physical_device_mappings", ["physnet1:ens1f0"],
+                      "sriov")
+    conf.set_override("bandwidth", ["ens1f0:1000:2000"], "sriov")
+    conf.set_override("enabled_mdev_types", ["nvidia-222"], "vgpu")
+    info = discover_host(
+        libvirt_uri=f"test://{HOSTS / 'testdriver-devices.xml'}")
+    got = shape(run(conf, info))
+    root = info.hostname
+    assert got[root + "_NUMA0"] == (
+        root, {"VCPU": (16, 0), "MEMORY_MB": (8192, 512)}, {"HW_NUMA_ROOT"})
+    assert got[root + "_pf_0000_5e_00_0"] == (
+        root,
+        {"SRIOV_NET_VF": (2, 0), "NET_BW_EGR_KILOBIT_PER_SEC": (1000, 0),
+         "NET_BW_IGR_KILOBIT_PER_SEC": (2000, 0)},
+        {"CUSTOM_VNIC_TYPE_DIRECT", "CUSTOM_PHYSNET_PHYSNET1"})

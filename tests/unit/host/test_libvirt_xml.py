@@ -52,24 +52,44 @@ def test_fixture_copy_is_complete():
     assert sum(1 for p in ALL_FILES if _is_nodedev(p)) >= 11
 
 
+#: Number of NUMA cells of every capabilities file; ``None``: the file is
+#: refused (one CPU listed twice). A new file must be added here.
+EXPECTED_CELLS = {
+    "caps-qemu-kvm.xml": 1,
+    "caps-qemu-real-full.xml": 1,
+    "vircaps-basic-4-4-2G.xml": None,
+    "vircaps-x86_64-basic-dies.xml": 1,
+    "vircaps-x86_64-basic.xml": 4,
+    "vircaps-x86_64-hmat.xml": 2,
+    "vircaps-x86_64-resctrl-skx.xml": 1,
+}
+
+#: What every node-device file parses to.
+EXPECTED_DEVICES = {
+    "computer.xml": type(None),
+    "drm_renderD129.xml": type(None),
+    "mdev_d069d019_36ea_4111_8f0a_8c9a70e21366.xml": Mdev,
+    "net_00_13_02_b9_f9_d3.xml": libvirt_xml.NetInterface,
+}
+
+
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
 def test_every_file_parses_or_names_itself(path):
-    """Either data or a HostDataError naming the file, nothing else."""
-    parser = (
-        libvirt_xml.parse_node_device
-        if _is_nodedev(path)
-        else libvirt_xml.parse_capabilities
-    )
-    try:
-        result = parser(path.read_text(), str(path))
-    except HostDataError as exc:
-        assert str(path) in str(exc)
-        assert exc.source.startswith(str(path))
-    else:
-        if _is_nodedev(path):
-            assert result is None or isinstance(result, (PCIDevice, Mdev))
-        else:
-            assert isinstance(result, tuple)
+    """Each file gives its pinned result, or a HostDataError naming it."""
+    if _is_nodedev(path):
+        result = libvirt_xml.parse_node_device(path.read_text(), str(path))
+        expected = EXPECTED_DEVICES.get(path.name, PCIDevice)
+        assert type(result) is expected
+        return
+    assert path.name in EXPECTED_CELLS, "pin the new file in EXPECTED_CELLS"
+    cells = EXPECTED_CELLS[path.name]
+    if cells is None:
+        with pytest.raises(HostDataError) as err:
+            libvirt_xml.parse_capabilities(path.read_text(), str(path))
+        assert err.value.source == str(path)
+        return
+    result = libvirt_xml.parse_capabilities(path.read_text(), str(path))
+    assert len(result) == cells
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
@@ -185,7 +205,8 @@ def test_cpuset(text, expected):
     assert libvirt_xml.parse_cpuset(text) == frozenset(expected)
 
 
-@pytest.mark.parametrize("text", ["a", "3-1", "1-x", "-1"])
+@pytest.mark.parametrize(
+    "text", ["a", "3-1", "1-x", "-1", "0-999999999999", "70000"])
 def test_bad_cpuset(text):
     with pytest.raises(HostDataError, match="CPU"):
         libvirt_xml.parse_cpuset(text, "f.xml")
@@ -366,7 +387,7 @@ def test_mdev():
 
 
 @pytest.mark.parametrize(
-    "name", ["net_00_13_02_b9_f9_d3.xml", "computer.xml", "drm_renderD129.xml"]
+    "name", ["computer.xml", "drm_renderD129.xml"]
 )
 def test_other_devices_are_ignored(name):
     assert _dev(name) is None
@@ -495,12 +516,134 @@ def test_host_info_from_xml():
     assert [m.type for m in host.mdevs] == ["i915-GVTg_V5_8"]
 
 
-def test_host_info_refuses_two_documents_for_one_address():
+def test_host_info_skips_a_second_document_for_one_address(caplog):
     files = [p for p in ALL_FILES if p.name.startswith("pci_0000_02_10_7")]
+    xmls = {str(p): p.read_text() for p in files}
     with pytest.raises(HostDataError, match="0000:02:10.7 is described twice"):
         libvirt_xml.host_info_from_xml(
             hostname="h",
             source="s",
             capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
-            nodedev_xmls={str(p): p.read_text() for p in files},
+            nodedev_xmls=xmls,
+            skip_bad_devices=False,
         )
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h",
+        source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls=xmls,
+    )
+    assert [d.address for d in host.pci_devices] == ["0000:02:10.7"]
+    assert "described twice" in caplog.text and "skipped" in caplog.text
+
+
+def test_one_bad_node_device_is_skipped_and_named(caplog):
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h",
+        source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls={
+            "uri nodedev pci_bad": "<device><name>x",
+            "uri nodedev pci_ok": _PF.format(vfs=""),
+        },
+    )
+    assert [d.address for d in host.pci_devices] == ["0000:3b:00.0"]
+    assert "uri nodedev pci_bad: not well-formed XML" in caplog.text
+
+
+_PF = (
+    "<device><name>pci_0000_3b_00_0</name><capability type='pci'>"
+    "<class>0x020000</class><domain>0</domain><bus>0x3b</bus><slot>0</slot>"
+    "<function>0</function>{vfs}</capability></device>"
+)
+_NET = (
+    "<device><name>net_{ifname}_00</name><parent>{parent}</parent>"
+    "<capability type='net'><interface>{ifname}</interface></capability>"
+    "</device>"
+)
+
+
+def test_net_devices_name_their_parent_pci_netdevs():
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h",
+        source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls={
+            "a": _PF.format(vfs=""),
+            "b": _NET.format(ifname="ens1f0", parent="pci_0000_3b_00_0"),
+            "c": _NET.format(ifname="ens1f0", parent="pci_0000_3b_00_0"),
+            "d": _NET.format(ifname="eth9", parent="computer"),
+        },
+    )
+    assert host.pci_devices[0].netdevs == ("ens1f0",)
+
+
+def test_net_device_without_interface_is_refused():
+    with pytest.raises(HostDataError, match="no <interface>"):
+        libvirt_xml.parse_node_device(
+            "<device><name>n</name><capability type='net'/></device>", "f")
+
+
+def test_virt_functions_are_deduplicated_without_the_pf_itself():
+    vfs = (
+        "<capability type='virt_functions' maxCount='8'>"
+        "<address domain='0' bus='0x3b' slot='0' function='0'/>"
+        "<address domain='0' bus='0x3b' slot='2' function='0'/>"
+        "<address domain='0' bus='0x3b' slot='2' function='0'/>"
+        "</capability>"
+    )
+    device = libvirt_xml.parse_node_device(_PF.format(vfs=vfs), "f")
+    assert device.virt_functions == ("0000:3b:02.0",)
+
+
+def test_mdevs_with_one_uuid_on_two_parents_are_two():
+    mdev = (
+        "<device><name>mdev_{n}</name><parent>{parent}</parent>"
+        "<capability type='mdev'><type id='nvidia-35'/>"
+        "<uuid>d069d019-36ea-4111-8f0a-8c9a70e21366</uuid></capability>"
+        "</device>"
+    )
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h",
+        source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls={
+            "a": mdev.format(n=1, parent="pci_0000_3b_00_0"),
+            "b": mdev.format(n=2, parent="pci_0000_3c_00_0"),
+        },
+    )
+    assert [m.parent for m in host.mdevs] == ["0000:3b:00.0", "0000:3c:00.0"]
+
+
+@pytest.mark.parametrize(
+    "cell,reason",
+    [
+        ("<cell id='-1'><cpus num='0'/></cell>", "negative cell id"),
+        ("<cell id='0'><cpus num='1'><cpu id='-2'/></cpus></cell>",
+         "negative CPU id"),
+        ("<cell id='0'><pages size='0'>1</pages></cell>",
+         "size must be at least 1 KiB"),
+        ("<cell id='0'><pages size='4'>-1</pages></cell>",
+         "count is negative"),
+        ("<cell id='0'><cpus num='1'><cpu id='0' siblings='0-999999999999'/>"
+         "</cpus></cell>", "bad CPU list"),
+    ],
+)
+def test_odd_capabilities_values_are_refused(cell, reason):
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_capabilities(_caps_doc(cell), "caps.xml")
+    assert err.value.source.startswith("caps.xml")
+    assert reason in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "cpu,expected",
+    [
+        ("", 4),
+        ("<cpu><pages unit='KiB' size='64'/><pages size='2048'/></cpu>", 64),
+        ("<cpu><pages unit='KiB' size='4'/><pages size='2048'/></cpu>", 4),
+    ],
+)
+def test_base_page_size(cpu, expected):
+    doc = f"<capabilities><host>{cpu}</host></capabilities>"
+    assert libvirt_xml.parse_base_page_kb(doc, "caps.xml") == expected

@@ -9,7 +9,7 @@ import pytest
 from compute_plugins.host import udev
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import HostInfo, PCIDevice
-from compute_plugins.host.snapshot import is_local_uri
+from compute_plugins.host.uri import is_local_uri
 
 PF = PCIDevice(
     address="0000:02:10.7",

@@ -172,3 +172,105 @@ def test_report_interval_and_serve_port_accept():
     assert report_cmd._interval("1.5") == 1.5
     assert placement_cmd._port("65535") == 65535
     assert placement_cmd._port("0") == 0
+
+
+def test_normalize_inventory_clamps_a_kept_reserved_to_a_shrunk_total():
+    """Placement refuses reserved > total: an operator's reserved kept
+    across a shrink (a device lost VFs) becomes the whole total."""
+    out = report.normalize_inventory({"total": 4}, {"total": 8, "reserved": 6})
+    assert out["total"] == 4 and out["reserved"] == 4
+    # a reserved that fits is kept as is
+    assert report.normalize_inventory(
+        {"total": 8}, {"total": 16, "reserved": 6})["reserved"] == 6
+
+
+class _NoPlacement:
+    calls = pclient.CallLog()
+
+
+def _loop(step, interval=0.0, count=None):
+    import io
+
+    from compute_plugins.cmd import report as report_cmd
+
+    rc = report.ReportClient(_NoPlacement(), refresh_interval=0)
+    return report_cmd.Loop(rc, step, interval, count, out=io.StringIO())
+
+
+def test_signal_handlers_take_no_lock(monkeypatch):
+    """A handler runs in the main thread, which may be inside
+    Event.wait()/clear() holding the Event's lock: handlers only set plain
+    attributes."""
+    import signal
+    import threading
+
+    def no_lock(*a, **kw):
+        raise AssertionError("a signal handler took a lock")
+
+    loop = _loop(lambda: None)
+    for cls, name in ((threading.Event, "set"), (threading.Event, "clear"),
+                      (threading.Condition, "__enter__")):
+        monkeypatch.setattr(cls, name, no_lock)
+    old = signal.getsignal(signal.SIGINT)
+    try:
+        loop.on_sighup(signal.SIGHUP, None)
+        loop.on_stop(signal.SIGTERM, None)
+        loop.on_stop(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert loop.reload_requested and loop.stop_requested
+    assert loop.client._clear_requested is True
+
+
+def test_stop_during_the_wait_between_periodics_ends_it_quickly():
+    import os
+    import signal
+    import time
+
+    results = []
+
+    def step():
+        results.append(report.PeriodicResult(len(results) + 1, {}, []))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return results[-1]
+
+    loop = _loop(step, interval=60.0)
+    sigs = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
+    old = {s: signal.getsignal(s) for s in sigs}
+    start = time.monotonic()
+    try:
+        loop.install_signals()
+        assert loop.run() == 0
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    assert len(results) == 1 and time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("text", [
+    "[compute]\nresource_provider_association_refresh = abc\n",
+    "[compute\nbroken = \n",
+])
+def test_a_bad_reload_keeps_the_old_values(tmp_path, caplog, text):
+    import logging
+
+    from compute_plugins.cmd import report as report_cmd
+    from compute_plugins.conf import compute as compute_conf
+
+    path = tmp_path / "c.conf"
+    path.write_text("[compute]\nresource_provider_association_refresh = 7\n")
+    conf = cfg.ConfigOpts()
+    compute_conf.register_opts(conf)
+    conf([], default_config_files=[str(path)])
+    rc = report.ReportClient(_NoPlacement(), refresh_interval=7)
+    path.write_text(text)
+    caplog.set_level(logging.ERROR)
+    assert report_cmd.reload_mutable(conf, rc) is False
+    errors = [r.getMessage() for r in caplog.records
+              if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "not reloaded" in errors[0], errors
+    assert rc.refresh_interval == 7
+    assert conf.compute.resource_provider_association_refresh == 7
+    path.write_text("[compute]\nresource_provider_association_refresh = 9\n")
+    assert report_cmd.reload_mutable(conf, rc) is True
+    assert rc.refresh_interval == 9

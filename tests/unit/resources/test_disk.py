@@ -40,11 +40,11 @@ def test_reserved_is_capped_at_total_and_ratio_applies(conf):
     assert dict(only.inventory["DISK_GB"]) == record(10, 1.5, 10)
 
 
-def test_live_host_measures_instances_path(conf, tmp_path):
+def test_live_local_host_measures_instances_path(conf, tmp_path):
     conf.set_override("instances_path", str(tmp_path), "disk")
     stat = os.statvfs(tmp_path)
     expected = stat.f_blocks * stat.f_frsize // 1024 ** 3
-    got = contribs(conf, host(source="test:///default"))
+    got = contribs(conf, host(source="qemu:///system"))
     if expected == 0:
         # A file system under 1 GiB has no whole GB to offer: no DISK_GB.
         assert got == []
@@ -52,15 +52,39 @@ def test_live_host_measures_instances_path(conf, tmp_path):
         assert got[0].inventory["DISK_GB"]["total"] == expected
 
 
+@pytest.mark.parametrize("source", [
+    "test:///default", "qemu+ssh://compute2/system", "qemu://other/system"])
+def test_fake_or_remote_host_is_not_measured_here(conf, tmp_path, source,
+                                                  monkeypatch):
+    """Their disks are not this machine's: no local statvfs."""
+    conf.set_override("instances_path", str(tmp_path), "disk")
+    monkeypatch.setattr(os, "statvfs", lambda path: pytest.fail("statvfs"))
+    assert contribs(conf, host(source=source)) == []
+
+
 def test_snapshot_without_disk_data_has_no_disk(conf, tmp_path):
     conf.set_override("instances_path", str(tmp_path), "disk")
     assert contribs(conf, host(source=str(tmp_path))) == []
 
 
-def test_missing_instances_path_means_no_disk(conf, tmp_path, caplog):
-    conf.set_override("instances_path", str(tmp_path / "nope"), "disk")
+@pytest.mark.parametrize("name,reason", [
+    ("nope", "No such file or directory"),
+    ("file/x", "Not a directory"),
+])
+def test_unmeasurable_instances_path_means_no_disk(conf, tmp_path, caplog,
+                                                   name, reason):
+    (tmp_path / "file").write_text("")
+    path = tmp_path / name
+    conf.set_override("instances_path", str(path), "disk")
     assert contribs(conf, host(source="qemu:///system")) == []
-    assert "does not exist" in caplog.text
+    assert f"{path}: cannot measure disk: {reason}" in caplog.text
+    assert "no DISK_GB" in caplog.text
+
+
+def test_zero_reserved_is_sent(conf):
+    """Lowering reserved_host_disk_mb to 0 clears it in Placement."""
+    (only,) = contribs(conf, host(disk=DiskInfo(total_gb=10, free_gb=1)))
+    assert only.inventory["DISK_GB"]["reserved"] == 0
 
 
 def test_shared_storage_joins_aggregate_without_disk(conf):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from compute_plugins.devices import InvalidOptionValue
@@ -39,7 +41,8 @@ def test_every_cpu_is_vcpu_by_default(conf):
     assert data.traits == {"HW_NUMA_ROOT"}
     assert data.parent_uuid == tree.data(NODE).uuid
     assert data.inventory["VCPU"] == record(4, 4.0)
-    assert data.inventory["MEMORY_MB"] == record(8192, 1.0)
+    # NOTE: reserved is always sent for MEMORY_MB, 0 included (nova).
+    assert data.inventory["MEMORY_MB"] == record(8192, 1.0, 0)
 
 
 def test_dedicated_and_shared_sets_split_cpus_per_cell(conf):
@@ -147,7 +150,9 @@ def test_uuids_are_stable_and_distinct(conf):
     first = contribs(conf, host(TWO_CELLS))
     again = contribs(conf, host(TWO_CELLS))
     assert {c.uuid for c in first.values()} == {c.uuid for c in again.values()}
-    assert len({c.uuid for c in first.values()}) == 2
+    # uuid5 of "node1/numa/<cell>": the same on every run and release.
+    assert first["node1_NUMA0"].uuid == "bafde3bd-b62a-512d-97ab-72f4a91d521b"
+    assert first["node1_NUMA1"].uuid == "d9e6c086-ad1b-513b-8de8-b559dc7b63d3"
 
 
 def test_bad_config_degrades_only_numa(conf):
@@ -159,3 +164,74 @@ def test_bad_config_degrades_only_numa(conf):
     assert "[compute] cpu_dedicated_set" in mgr.failures["numa"].reason
     assert issubclass(InvalidCPUSet, InvalidOptionValue)
     assert issubclass(InvalidCPUSet, ComputePluginsError)
+
+
+def _with(info, **fields):
+    return dataclasses.replace(info, **fields)
+
+
+def test_offline_cpus_are_not_offered(conf):
+    info = _with(host(TWO_CELLS), online_cpus=frozenset({0, 1, 4, 5, 6}))
+    got = contribs(conf, info)
+    assert got["node1_NUMA0"].inventory["VCPU"]["total"] == 2
+    assert got["node1_NUMA1"].inventory["VCPU"]["total"] == 3
+
+
+def test_offline_cpu_in_a_set_is_refused(conf):
+    conf.set_override("cpu_dedicated_set", "0-1", "compute")
+    info = _with(host(TWO_CELLS), online_cpus=frozenset({0, 2, 3}))
+    with pytest.raises(InvalidCPUSet, match="CPU\\(s\\) 1 are offline"):
+        NUMAPlugin(conf).discover(info)
+
+
+@pytest.mark.parametrize("online,count,vcpus", [
+    (frozenset({0, 1, 3}), 16, 3),
+    (None, 6, 6),
+])
+def test_host_without_cells_gets_its_cpus(conf, online, count, vcpus):
+    """A test-driver custom host (<cells num='0'>) still offers CPUs."""
+    info = _with(host([], memory_kb=GIB_KB), online_cpus=online,
+                 cpu_count=count)
+    got = contribs(conf, info)
+    assert got["node1_NUMA0"].inventory["VCPU"]["total"] == vcpus
+    assert got["node1_NUMA0"].inventory["MEMORY_MB"]["total"] == 1024
+
+
+def test_cell_listing_only_huge_pages_keeps_its_base_memory(conf):
+    """The base page is the host's (4 KiB), not the smallest pool listed."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    # 4 GiB: 2 GiB in 2 MiB pages, 1 GiB in 1 GiB pages, no 4 KiB pool.
+    info = host([cell(0, range(1), 4, [(2048, 1024), (1048576, 1)])])
+    inventory = contribs(conf, info)["node1_NUMA0"].inventory
+    assert inventory["MEMORY_MB"]["total"] == 1024
+    assert inventory["CUSTOM_MEMORY_PAGE_2048KB"]["total"] == 1024
+    assert inventory["CUSTOM_MEMORY_PAGE_1048576KB"]["total"] == 1
+
+
+def test_base_page_size_of_the_host_is_used(conf):
+    """On a 64 KiB-page host the 64 KiB pool is the base memory."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    info = _with(host([cell(0, range(1), 4, [(64, 3 * GIB_KB // 64),
+                                             (524288, 2)])]),
+                 base_page_kb=64)
+    inventory = contribs(conf, info)["node1_NUMA0"].inventory
+    assert inventory["MEMORY_MB"]["total"] == 3072
+    assert set(inventory) == {"VCPU", "MEMORY_MB",
+                              "CUSTOM_MEMORY_PAGE_524288KB"}
+
+
+def test_zero_reserved_memory_is_sent(conf):
+    """Lowering reserved_host_memory_mb to 0 clears it in Placement."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    got = contribs(conf, host(TWO_CELLS))
+    assert got["node1_NUMA0"].inventory["MEMORY_MB"]["reserved"] == 0
+    assert "reserved" not in got["node1_NUMA0"].inventory["VCPU"]
+
+
+def test_page_count_above_placement_max_is_clamped(conf, caplog):
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    info = host([cell(0, range(1), 4, [(4, 10), (2048, 99999999999)])])
+    inventory = contribs(conf, info)["node1_NUMA0"].inventory
+    page = inventory["CUSTOM_MEMORY_PAGE_2048KB"]
+    assert page["total"] == page["max_unit"] == 2147483647
+    assert "above Placement's maximum" in caplog.text

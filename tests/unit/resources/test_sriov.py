@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from compute_plugins.exception import ConfigError
@@ -107,3 +109,54 @@ def test_bandwidth_given_twice(conf):
     conf.set_override("bandwidth", ["ens1f0:1:1", "ens1f0:2:2"], "sriov")
     with pytest.raises(InvalidSRIOVConfig, match="given twice"):
         SRIOVPlugin(conf).discover(host(CELLS))
+
+
+def _vf(address, pf_address, mdev_types=()):
+    return PCIDevice(address=address, name="pci_" + address,
+                     phys_function=pf_address, mdev_types=mdev_types,
+                     class_code="030200")
+
+
+def test_sriov_gpu_is_not_a_nic(conf):
+    """An A100-style vGPU PF (class 0302, VFs with mdev types): no PF."""
+    from compute_plugins.host.model import MdevType
+    gpu_pf = dataclasses.replace(pf(PF_A, 2), class_code="030200")
+    vfs = [_vf(a, PF_A, (MdevType("nvidia-471", available_instances=1),))
+           for a in gpu_pf.virt_functions]
+    assert contribs(conf, host(CELLS, [gpu_pf, *vfs])) == {}
+    # Even with a network class, VFs offering mdev types are not NIC VFs.
+    odd = dataclasses.replace(gpu_pf, class_code="020000")
+    assert contribs(conf, host(CELLS, [odd, *vfs])) == {}
+
+
+@pytest.mark.parametrize("class_code,offered", [
+    ("020000", True), ("028000", True), ("ffffff", True), (None, True),
+    ("030200", False), ("120000", False),
+])
+def test_only_network_class_pfs_are_nics(conf, class_code, offered):
+    device = dataclasses.replace(pf(PF_A, 2), class_code=class_code)
+    got = contribs(conf, host(CELLS, [device]))
+    assert bool(got) is offered
+
+
+def test_bandwidth_above_placement_max_is_refused(conf):
+    conf.set_override("bandwidth", [f"{PF_A}:99999999999:1"], "sriov")
+    with pytest.raises(InvalidSRIOVConfig, match="at most 2147483647"):
+        SRIOVPlugin(conf).discover(host(CELLS, [pf(PF_A, 2)]))
+
+
+@pytest.mark.parametrize("option,values", [
+    ("physical_device_mappings", ["physnet1:ens1f0", f"physnet2:{PF_A}"]),
+    ("bandwidth", ["ens1f0:1000:1000", f"{PF_A}:5:5"]),
+])
+def test_one_pf_named_twice_with_different_values(conf, option, values):
+    conf.set_override(option, values, "sriov")
+    with pytest.raises(InvalidSRIOVConfig, match="same PF 0000:5e:00.0"):
+        SRIOVPlugin(conf).discover(host(CELLS, [pf(PF_A, 2, 0, "ens1f0")]))
+
+
+def test_one_pf_named_twice_with_the_same_value(conf):
+    conf.set_override("physical_device_mappings",
+                      ["physnet1:ens1f0", f"physnet1:{PF_A}"], "sriov")
+    got = contribs(conf, host(CELLS, [pf(PF_A, 2, 0, "ens1f0")]))
+    assert "CUSTOM_PHYSNET_PHYSNET1" in got["node1_pf_0000_5e_00_0"].traits

@@ -52,7 +52,7 @@ def test_exact_tree(conf):
     tree = update(manager(conf), full_host())
     numa = {"HW_NUMA_ROOT"}
     expected = {
-        NODE: {"parent": None, "inventory": {"DISK_GB": record(100)},
+        NODE: {"parent": None, "inventory": {"DISK_GB": record(100, 1.0, 0)},
                "traits": set()},
         "node1_NUMA0": {"parent": NODE, "traits": numa, "inventory": {
             "PCPU": record(2), "VCPU": record(2, 4.0),
@@ -101,7 +101,7 @@ def test_removed_devices_disappear_operator_trait_stays(conf):
     got = dump(tree)
     assert sorted(got) == [NODE, "node1_NUMA0", "node1_NUMA1"]
     assert got[NODE]["traits"] == {"CUSTOM_OPERATOR_GOLD"}
-    assert got[NODE]["inventory"] == {"DISK_GB": record(100)}
+    assert got[NODE]["inventory"] == {"DISK_GB": record(100, 1.0, 0)}
     assert got["node1_NUMA0"]["traits"] == {"HW_NUMA_ROOT",
                                             "CUSTOM_OPERATOR_FAST"}
     update(mgr, full_host(), tree)  # the devices come back

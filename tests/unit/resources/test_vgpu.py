@@ -141,3 +141,30 @@ def test_mdev_groups_registered_from_a_config_file(tmp_path):
     assert got == {GPU_A: "nvidia-35", GPU_B: "nvidia-36"}
     assert totals(update(manager(conf, ["numa", "vgpu"]), info))[
         "node1_pci_0000_85_00_0"] == {"VGPU": 1}
+
+
+def test_max_instances_caps_the_type_as_nova(conf):
+    """Existing mdevs count first; a GPU that would pass the cap is dropped."""
+    set_types(conf, "nvidia-35")
+    conf.set_override("max_instances", 10, "mdev_nvidia-35")
+    info = host(CELLS, [gpu(GPU_A, 0, nvidia_35=4), gpu(GPU_B, 0, nvidia_35=8),
+                        gpu(GPU_C, 1, nvidia_35=4)],
+                mdevs=[Mdev("a" * 8, "nvidia-35", GPU_A)])
+    got = {g.address: g.total for g in view(conf, info).gpus}
+    # 1 existing + 4 (A) = 5; B's 8 would make 13 > 10: no B; C: 9.
+    assert got == {GPU_A: 5, GPU_C: 4}
+
+
+def test_mdev_class_names_the_inventory(conf):
+    set_types(conf, "nvidia-35")
+    conf.set_override("mdev_class", "CUSTOM_NVIDIA_35", "mdev_nvidia-35")
+    got = names_of(conf, host(CELLS, [gpu(GPU_A, 0, nvidia_35=4)]))
+    assert got["node1_pci_0000_84_00_0"].inventory == {
+        "CUSTOM_NVIDIA_35": record(4)}
+
+
+def test_mdev_class_must_be_vgpu_or_custom(conf):
+    set_types(conf, "nvidia-35")
+    VGPUPlugin(conf).discover(host(CELLS))  # registers [mdev_nvidia-35]
+    with pytest.raises(ValueError):
+        conf.set_override("mdev_class", "PCPU", "mdev_nvidia-35")

@@ -1,0 +1,26 @@
+"""Fixtures for the whole suite.
+
+Nothing a test runs may write to the real ``$HOME``: the state directory
+(checkpoints of the plugins, the embedded Placement's database) defaults to
+``$XDG_STATE_HOME/compute-plugins`` (``compute_plugins.conf.plugins.
+default_state_dir``), so ``XDG_STATE_HOME`` points into a temporary
+directory, for the session (module-scoped fixtures that start subprocesses)
+and for each test. Subprocesses inherit ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_state_home(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME",
+                  str(tmp_path_factory.mktemp("xdg-state")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _state_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
