@@ -10,6 +10,7 @@ snapshot and in tests. All classes are frozen dataclasses holding tuples, so a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 
@@ -142,9 +143,12 @@ class HostInfo:
     #: of the capabilities, else 4 (x86's).
     base_page_kb: int = 4
 
+    @functools.cached_property
+    def _pci_by_address(self) -> dict[str, PCIDevice]:
+        # NOTE: built once per (immutable) HostInfo; plugins look up every VF
+        # of every PF, thousands on a large host.
+        return {device.address: device for device in self.pci_devices}
+
     def pci_device(self, address: str) -> Optional[PCIDevice]:
-        """Return the PCI device at ``address`` or ``None``."""
-        for device in self.pci_devices:
-            if device.address == address:
-                return device
-        return None
+        """Return the PCI device at ``address`` or ``None`` (O(1))."""
+        return self._pci_by_address.get(address)
