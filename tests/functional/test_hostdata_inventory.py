@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from compute_plugins.cmd.main import main
+from tests.unit.host.test_libvirt_xml import EXPECTED_CELLS
 
 LIBVIRT = pathlib.Path(__file__).parents[1] / "fixtures" / "hosts" / "libvirt"
 CAPS = sorted((LIBVIRT / "capabilityschemadata").glob("*.xml")) + sorted(
@@ -57,17 +58,8 @@ def check(rc: int, out: str, err: str, source: pathlib.Path) -> None:
         assert source.name in err, err
 
 
-#: NUMA providers each capabilities file gives; ``None``: refused (exit 1,
-#: the file named). A new file must be added here.
-EXPECTED_CELLS = {
-    "caps-qemu-kvm.xml": 1,
-    "caps-qemu-real-full.xml": 1,
-    "vircaps-basic-4-4-2G.xml": None,
-    "vircaps-x86_64-basic-dies.xml": 1,
-    "vircaps-x86_64-basic.xml": 4,
-    "vircaps-x86_64-hmat.xml": 2,
-    "vircaps-x86_64-resctrl-skx.xml": 1,
-}
+#: NUMA providers each capabilities file gives (its cells); ``None``:
+#: refused (exit 1, the file named). One table for parser and command.
 
 
 @pytest.mark.parametrize("caps", CAPS, ids=lambda p: p.name)
