@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from compute_plugins.cmd.main import main
+# NUMA cells of each capabilities file (None: refused), shared with the parser's tests.
 from tests.unit.host.test_libvirt_xml import EXPECTED_CELLS
 
 LIBVIRT = pathlib.Path(__file__).parents[1] / "fixtures" / "hosts" / "libvirt"
@@ -56,10 +57,6 @@ def check(rc: int, out: str, err: str, source: pathlib.Path) -> None:
     else:
         assert rc == 1
         assert source.name in err, err
-
-
-#: NUMA providers each capabilities file gives (its cells); ``None``:
-#: refused (exit 1, the file named). One table for parser and command.
 
 
 @pytest.mark.parametrize("caps", CAPS, ids=lambda p: p.name)
