@@ -16,6 +16,7 @@ import shutil
 import pytest
 
 from compute_plugins.cmd.main import main
+
 # NUMA cells of each capabilities file (None: refused), shared with the parser's tests.
 from tests.unit.host.test_libvirt_xml import EXPECTED_CELLS
 
