@@ -204,7 +204,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 loop.reload_requested = False
                 reload_mutable(conf, client)
             host = state.pop("first", None) or discover()
-            return run_periodic(client, manager, host.hostname)
+            return run_periodic(client, manager, pinned_nodename(state, host.hostname))
 
         loop = Loop(client, step, args.interval, args.periodic,
                     fmt=args.format)
@@ -244,6 +244,24 @@ def reload_mutable(conf: cfg.ConfigOpts,
     LOG.error("SIGHUP: configuration not reloaded, keeping the old values: "
               "%s", problem)
     return False
+
+
+def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
+    """The nodename of the first periodic, for as long as the agent runs.
+
+    A hostname that changes under a running agent (DHCP, a rename) would
+    otherwise register a second compute node and leave the first one's
+    inventory advertised: the agent keeps reporting under the name it
+    started with and says, once, that a restart is needed (nova's compute
+    refuses a renamed node too).
+    """
+    nodename = state.setdefault("nodename", hostname)
+    if hostname != nodename and state.get("renamed") != hostname:
+        state["renamed"] = hostname
+        LOG.error("the host's name changed from %s to %s: still reporting as %s; "
+                  "restart the agent to register it under the new name (and "
+                  "remove the old compute node)", nodename, hostname, nodename)
+    return nodename
 
 
 def run_periodic(client: preport.ReportClient, manager: Any,

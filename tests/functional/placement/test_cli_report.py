@@ -234,3 +234,34 @@ def test_sighup_with_a_bad_config_keeps_the_agent_running(tmp_path):
     errors = [ln for ln in stderr.splitlines() if "not reloaded" in ln]
     assert len(errors) == 2, stderr
     assert "abc" in errors[0] and "c.conf" in errors[1], errors
+
+
+def test_a_renamed_host_keeps_reporting_under_its_first_name(tmp_path):
+    """A hostname changing under a running agent registers no second node."""
+    import pathlib
+    import shutil
+
+    snapshot = tmp_path / "host"
+    shutil.copytree(pathlib.Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov",
+                    snapshot)
+    host_json = snapshot / "host.json"
+    env = cli_env(XDG_STATE_HOME=str(tmp_path / "state"))
+    proc = subprocess.Popen(
+        CLI + ["--host-snapshot", str(snapshot), "--format", "json", "report",
+               "--periodic", "2", "--interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = read_json_line(proc.stdout)
+        document = json.loads(host_json.read_text())
+        document["hostname"] = "renamed-compute"
+        host_json.write_text(json.dumps(document))
+        second = read_json_line(proc.stdout)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "create sriov-compute-01" in first["changed"]
+    assert second["total_calls"] == 0, second
+    assert ("the host's name changed from sriov-compute-01 to renamed-compute"
+            in stderr)
