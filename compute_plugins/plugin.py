@@ -14,22 +14,91 @@ periodic:
 
 Both are pure functions of their arguments, so the same code runs on a live
 host, on a recorded snapshot and in the scheduler's copy of a host.
+
+The request side (all optional; defaults suit a plugin without keys):
+
+3. ``parse_request(request_input)`` parses the plugin's keys once into its
+   typed request; ``request_groups(request)`` is its share of the Placement
+   query;
+4. ``host_state(view, nodename, assignments)`` says what is free and used on
+   the host given the assignments in force (JSON, versioned: the scheduler
+   holds it in another process);
+5. ``fit(state, request, placement, earlier)`` decides exactly what the guest
+   gets (pure, deterministic, no I/O) or says why not (a :class:`Rejection`);
+   ``verify(state, request, assignment)`` tests a recorded decision with the
+   same code; ``guest_config(request, assignment)`` turns the decision into
+   libvirt domain XML fragments.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
+from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
+from compute_plugins.request.inputs import RequestInput
+
+ViewT = TypeVar("ViewT")
+RequestT = TypeVar("RequestT", bound=PluginRequest)
+StateT = TypeVar("StateT")
+AssignmentT = TypeVar("AssignmentT", bound=PluginAssignment)
+
+#: The chosen allocation's request-group suffix -> provider uuids (Placement
+#: 1.34 ``mappings``); ``None`` offline, where the plugin picks providers.
+Placement = Optional[Mapping[str, Sequence[str]]]
+#: The assignments of the plugins whose ``fit`` ran before, by plugin name.
+Earlier = Mapping[str, PluginAssignment]
 
 
-class ResourcePlugin(abc.ABC):
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """Why a plugin cannot give a request what it asks on a host.
+
+    :param reason: a sentence a person understands, naming the cell or
+        device and the numbers ("host cell 1 has 2 free dedicated CPUs,
+        guest node 0 needs 3").
+    :param provider: the provider (uuid or name) it concerns, "" for the host.
+    :param plugin: the plugin that rejected (:func:`compute_plugins.fit.fit_all`
+        fills it in).
+    """
+
+    reason: str
+    provider: str = ""
+    plugin: str = ""
+
+
+#: Where a guest XML fragment goes: directly under ``<domain>`` or under
+#: ``<domain><devices>``.
+FRAGMENT_PARENTS = ("domain", "devices")
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestFragment:
+    """One element of libvirt domain XML a plugin contributes.
+
+    :param parent: ``"domain"`` or ``"devices"`` (see FRAGMENT_PARENTS).
+    :param xml: the element, serialised (e.g. ``<cputune>...</cputune>``).
+        Elements of the same tag under ``domain`` from several plugins are
+        merged by :mod:`compute_plugins.compute.guest`.
+    """
+
+    parent: str
+    xml: str
+
+    def __post_init__(self) -> None:
+        if self.parent not in FRAGMENT_PARENTS:
+            raise ValueError("guest fragment parent %r is not one of %s"
+                             % (self.parent, ", ".join(FRAGMENT_PARENTS)))
+
+
+class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     """Base class of resource plugins.
 
     :param conf: the service's configuration; the plugin's own options are
@@ -40,6 +109,10 @@ class ResourcePlugin(abc.ABC):
     name: ClassVar[str]
     #: Version of the plugin's data formats (requests, assignments).
     version: ClassVar[str] = "1.0"
+    #: Plugins whose ``fit`` must run before this one's (their assignments
+    #: reach this one's ``fit`` as ``earlier``), e.g. a device after
+    #: ``numa`` for NUMA affinity.
+    fit_after: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         # NOTE: plugins read framework options ([compute], [compute_plugins]).
@@ -65,7 +138,7 @@ class ResourcePlugin(abc.ABC):
         return self.conf[self.name]
 
     @abc.abstractmethod
-    def discover(self, host: HostInfo) -> Any:
+    def discover(self, host: HostInfo) -> ViewT:
         """Return this plugin's immutable view of ``host``.
 
         Raise :class:`compute_plugins.exception.ComputePluginsError` with a
@@ -75,7 +148,7 @@ class ResourcePlugin(abc.ABC):
 
     @abc.abstractmethod
     def provider_contributions(
-        self, view: Any, nodename: str
+        self, view: ViewT, nodename: str
     ) -> Sequence[ProviderContribution]:
         """Return the providers, inventory and traits this plugin owns.
 
@@ -85,7 +158,7 @@ class ResourcePlugin(abc.ABC):
 
     # -- the request side (RequestSpec); optional for plugins without keys --
 
-    def parse_request(self, request_input: Any) -> Any:
+    def parse_request(self, request_input: RequestInput) -> Optional[RequestT]:
         """Parse this plugin's keys of a request into its typed request.
 
         Return ``None`` when the request asks nothing of this plugin. Raise
@@ -93,6 +166,43 @@ class ResourcePlugin(abc.ABC):
         """
         return None
 
-    def request_groups(self, plugin_request: Any) -> list[Any]:
+    def request_groups(self, plugin_request: RequestT) -> list[RequestGroup]:
         """This plugin's share of the Placement query for ``plugin_request``."""
         return []
+
+    # -- the decision: state, fit, verify, guest config -------------------------
+
+    def host_state(self, view: ViewT, nodename: str,
+                   assignments: Sequence[AssignmentT]) -> Optional[StateT]:
+        """What is free and used on the host under ``assignments``.
+
+        Immutable and JSON round-trip (:mod:`compute_plugins.fit` encodes it
+        with the plugin's ``version``). ``nodename`` names the providers the
+        state refers to (their uuids are those of the contributions).
+        :raises compute_plugins.fit.AssignmentConflict: two assignments use
+            the same unit (a CPU pinned twice) or one names what the host
+            lacks.
+        """
+        return None
+
+    def fit(self, state: StateT, request: RequestT, placement: Placement,
+            earlier: Earlier) -> Union[AssignmentT, Rejection, None]:
+        """Decide exactly what ``request`` gets on the host in ``state``.
+
+        Pure, deterministic, no I/O. ``placement`` restricts the choice to the
+        providers Placement allocated (None: choose them). Return the
+        assignment, a :class:`Rejection`, or ``None`` when there is nothing
+        to decide beyond Placement's allocation.
+        """
+        return None
+
+    def verify(self, state: StateT, request: RequestT,
+               assignment: AssignmentT) -> Optional[Rejection]:
+        """``None`` when the recorded ``assignment`` is still valid on
+        ``state``, else why not. Built from the same checks as ``fit``."""
+        return None
+
+    def guest_config(self, request: RequestT,
+                     assignment: AssignmentT) -> Sequence[GuestFragment]:
+        """The libvirt domain XML this assignment asks for."""
+        return ()

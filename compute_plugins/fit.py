@@ -1,0 +1,219 @@
+"""Every plugin's decision on one host: ``fit_all``, ``verify_all``, states.
+
+The scheduler calls :func:`fit_all` on the states a host published; the
+compute host calls :func:`verify_all` on its live states with the decision
+the scheduler recorded in the spec. Both run the plugins' own code (``fit``
+and ``verify``, which is built from the same checks), in the same order
+(:func:`fit_order`), on the same typed requests: a scheduler that passes and
+a claim that fails can only differ by the host having changed in between.
+
+A plugin's host state is a frozen dataclass subclassing :class:`PluginState`
+(registered by plugin name, like requests and assignments), carried as JSON
+with the plugin's data version (:func:`encode_state` / :func:`decode_state`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar, Optional
+
+from compute_plugins import exception
+from compute_plugins.plugin import Placement, Rejection, ResourcePlugin
+from compute_plugins.request.groups import PluginAssignment
+from compute_plugins.request.types import CodecError, FrozenMap, decode, encode
+
+__all__ = ["AssignmentConflict", "FitResult", "PluginState", "Rejection",
+           "StateFormatError", "decode_state", "encode_state", "fit_all",
+           "fit_order", "state_type", "verify_all"]
+
+_STATE_TYPES: dict[str, type[PluginState]] = {}
+
+
+class PluginState:
+    """Base class of a plugin's host state (subclass as a frozen dataclass
+    with ``plugin`` set to the plugin's entry-point name)."""
+
+    plugin: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.plugin:
+            _STATE_TYPES[cls.plugin] = cls
+
+
+def state_type(plugin: str) -> Optional[type[PluginState]]:
+    """The registered state class of ``plugin`` (None when unknown)."""
+    return _STATE_TYPES.get(plugin)
+
+
+class AssignmentConflict(exception.ComputePluginsError):
+    """Assignments in force cannot all hold on the host: a unit (CPU, page,
+    mdev, VF) given twice, or one the host does not have.
+
+    :param plugin: the plugin whose state could not be built.
+    :param reason: what is wrong, naming the unit.
+    """
+
+    def __init__(self, plugin: str, reason: str) -> None:
+        self.plugin = plugin
+        self.reason = reason
+        super().__init__("%s: %s" % (plugin, reason))
+
+
+class StateFormatError(exception.ComputePluginsError):
+    """A serialised host state cannot be read (shape, plugin, version)."""
+
+
+def _version(text: str) -> tuple[int, int]:
+    try:
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        raise StateFormatError("state version %r is not MAJOR.MINOR"
+                               % (text,)) from None
+
+
+def encode_state(plugin: ResourcePlugin[Any, Any, Any, Any],
+                 state: Any) -> dict[str, Any]:
+    """``{"plugin", "version", "state"}``: ``state`` as JSON with the
+    plugin's data version."""
+    return {"plugin": plugin.name, "version": plugin.version,
+            "state": None if state is None else encode(state)}
+
+
+def decode_state(plugin: ResourcePlugin[Any, Any, Any, Any], doc: Any) -> Any:
+    """The state :func:`encode_state` wrote, for the loaded ``plugin``.
+
+    :raises StateFormatError: another plugin's state, a newer version than
+        the loaded plugin's, or a document of the wrong shape.
+    """
+    if not isinstance(doc, Mapping) or set(doc) != {"plugin", "version", "state"}:
+        raise StateFormatError("host state of %s: expected an object with "
+                               "plugin, version and state" % plugin.name)
+    if doc["plugin"] != plugin.name:
+        raise StateFormatError("host state of %r given to plugin %r"
+                               % (doc["plugin"], plugin.name))
+    theirs, ours = _version(doc["version"]), _version(plugin.version)
+    if theirs[0] != ours[0] or theirs[1] > ours[1]:
+        raise StateFormatError(
+            "host state of %s has version %s; this reader supports %s"
+            % (plugin.name, doc["version"], plugin.version))
+    if doc["state"] is None:
+        return None
+    kind = state_type(plugin.name)
+    if kind is None:
+        raise StateFormatError("plugin %s has no registered state type"
+                               % plugin.name)
+    try:
+        return decode(kind, doc["state"], "%s.state" % plugin.name)
+    except CodecError as err:
+        raise StateFormatError("host state of %s: %s" % (plugin.name, err)) from None
+
+
+def _plugins_of(plugins: Any) -> Mapping[str, ResourcePlugin[Any, Any, Any, Any]]:
+    """``PluginManager`` or ``{name: plugin}``."""
+    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
+
+
+def fit_order(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]]) -> list[str]:
+    """Plugin names in the order their ``fit`` runs: by name, except that a
+    plugin runs after those it names in ``fit_after`` (when loaded)."""
+    done: list[str] = []
+    pending = sorted(plugins)
+    while pending:
+        for name in pending:
+            after = [p for p in plugins[name].fit_after if p in plugins]
+            if all(p in done for p in after):
+                done.append(name)
+                pending.remove(name)
+                break
+        else:
+            raise exception.ConfigError(
+                "plugins %s name each other in fit_after (a cycle)"
+                % ", ".join(pending))
+    return done
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """Every plugin's decision on one host.
+
+    :param assignments: plugin -> its assignment (plugins that decide).
+    :param rejections: every plugin's reason not to fit, in fit order.
+    """
+
+    assignments: FrozenMap[str, PluginAssignment] = dataclasses.field(
+        default_factory=FrozenMap)
+    rejections: tuple[Rejection, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejections
+
+
+def _named(rejection: Rejection, plugin: str) -> Rejection:
+    return rejection if rejection.plugin else dataclasses.replace(
+        rejection, plugin=plugin)
+
+
+def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
+            placement: Placement = None) -> FitResult:
+    """Run every plugin that has a request in ``spec`` on one host.
+
+    :param plugins: a PluginManager or ``{name: plugin}``.
+    :param states: plugin name -> its host state on this host.
+    :param spec: the :class:`~compute_plugins.request_spec.RequestSpec`.
+    :param placement: the candidate's ``mappings`` (None offline).
+    :returns: all assignments when every plugin fits, else every rejection
+        (plugins after a rejecting one still run, to say their reasons).
+    """
+    loaded = _plugins_of(plugins)
+    assignments: dict[str, PluginAssignment] = {}
+    rejections: list[Rejection] = []
+    for name in fit_order(loaded):
+        request = spec.requests.get(name)
+        if request is None:
+            continue
+        outcome = loaded[name].fit(states.get(name), request, placement,
+                                   FrozenMap(assignments))
+        if isinstance(outcome, Rejection):
+            rejections.append(_named(outcome, name))
+        elif outcome is not None:
+            assignments[name] = outcome
+    if rejections:
+        return FitResult(rejections=tuple(rejections))
+    return FitResult(assignments=FrozenMap(assignments))
+
+
+def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Rejection, ...]:
+    """Every plugin's ``verify`` of the decision recorded in ``spec``.
+
+    A plugin with a request but no recorded assignment is verified by its
+    ``fit`` on the decision's mappings (it had nothing to decide then, and
+    must still have nothing to refuse now).
+
+    :returns: every rejection (empty: the decision holds on ``states``).
+    """
+    loaded = _plugins_of(plugins)
+    decision = spec.decision
+    if decision is None:
+        raise ValueError("the spec carries no decision to verify")
+    rejections: list[Rejection] = []
+    earlier: dict[str, PluginAssignment] = {}
+    for name in fit_order(loaded):
+        request = spec.requests.get(name)
+        if request is None:
+            continue
+        assignment = decision.assignments.get(name)
+        if assignment is None:
+            outcome = loaded[name].fit(states.get(name), request,
+                                       decision.mappings, FrozenMap(earlier))
+            problem = outcome if isinstance(outcome, Rejection) else None
+        else:
+            problem = loaded[name].verify(states.get(name), request, assignment)
+            earlier[name] = assignment
+        if problem is not None:
+            rejections.append(_named(problem, name))
+    return tuple(rejections)
+
