@@ -476,11 +476,11 @@ class HostStateStore:
         if not new:
             return
         for chunk in _chunks(sorted(new)):
-            for uuid, owner in conn.execute(
+            for row in conn.execute(
                     sa.select(t_providers.c.uuid, t_providers.c.host)
                     .where(t_providers.c.uuid.in_(chunk),
-                           t_providers.c.host != host)).tuples():
-                raise errors.ProviderConflict(uuid, host, owner)
+                           t_providers.c.host != host)):
+                raise errors.ProviderConflict(row.uuid, host, row.host)
 
     @staticmethod
     def _write_delta(conn: Connection, host: str, old: _HostRows,
