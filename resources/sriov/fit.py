@@ -2,7 +2,9 @@
 
 **Ports** (in the request's order): the PF is the one Placement allocated
 the port's group (``_PORT<N>``) from; offline the best PF that can serve it:
-NUMA-affine first (:mod:`compute_plugins.affinity`), then by address. A PF
+NUMA-affine first (:mod:`compute_plugins.affinity`), then by address, the
+next ones tried when the best choices leave a later port without a PF
+(:func:`compute_plugins.search.first_fit`). A PF
 serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
 free VF (with a network interface for a ``macvtap`` port), the port's
 minimum bandwidth fits what the PF has left per direction, and the NUMA
@@ -12,7 +14,8 @@ the bandwidth are recorded in the assignment (the host state sums them).
 
 **Aliases** (``pci_passthrough:alias``, in the request's order): ``count``
 free devices the alias matches (:mod:`resources.sriov.alias`), NUMA-affine
-first, then by address, never a PF together with one of its VFs; the
+first, then by address, never a PF together with one of its VFs (a PF
+whose VFs are alias devices too comes after the other devices); the
 policy is the request's, else the alias's ``numa_policy``. When the
 allocation maps the alias's group (``_PCI<N>``) to providers, only their
 devices are used.
@@ -23,11 +26,14 @@ runs exactly the checks the scheduler ran.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Union
 
 from compute_plugins.affinity import Affinity, guest_host_cells
 from compute_plugins.devices import summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.search import first_fit
 from resources.sriov import alias as alias_rules
 from resources.sriov.request import (
     AliasRequest,
@@ -130,51 +136,92 @@ def _affinities(request: SRIOVRequest, host_cells: frozenset[int],
     return port, aliases
 
 
-def _choose_pf(state: SRIOVState, port: PortRequest, affinity: Affinity,
-               placement: Placement, taken: frozenset[str],
-               bandwidth: dict[str, tuple[int, int]]) -> Union[PFState, Rejection]:
-    def problem(pf: PFState) -> Optional[str]:
-        egress, ingress = bandwidth.get(pf.address, (0, 0))
-        return pf_problem(pf, port, affinity, taken, egress, ingress)
+@dataclasses.dataclass(frozen=True)
+class _PortUsage:
+    """What the request's earlier ports took: VFs, and kbps per PF."""
 
+    vfs: frozenset[str] = frozenset()
+    bandwidth: FrozenMap[str, tuple[int, int]] = dataclasses.field(
+        default_factory=FrozenMap)
+
+    def problem(self, pf: PFState, port: PortRequest,
+                affinity: Affinity) -> Optional[str]:
+        egress, ingress = self.bandwidth.get(pf.address, (0, 0))
+        return pf_problem(pf, port, affinity, self.vfs, egress, ingress)
+
+    def vf(self, pf: PFState, port: PortRequest) -> VFView:
+        """The VF ``port`` gets on ``pf``: its first usable free one."""
+        return _usable_vfs(pf, port, self.vfs)[0]
+
+    def taking(self, pf: PFState, port: PortRequest) -> _PortUsage:
+        egress, ingress = self.bandwidth.get(pf.address, (0, 0))
+        bandwidth = dict(self.bandwidth)
+        bandwidth[pf.address] = (egress + port.min_kbps_egress,
+                                 ingress + port.min_kbps_ingress)
+        return _PortUsage(self.vfs | {self.vf(pf, port).address},
+                          FrozenMap(sorted(bandwidth.items())))
+
+
+def _pf_candidates(state: SRIOVState, port: PortRequest, affinity: Affinity,
+                   placement: Placement, usage: _PortUsage
+                   ) -> tuple[list[PFState], Optional[Rejection]]:
+    """The PFs that can serve ``port`` after ``usage``, best first: the
+    mapped one, or offline every one, NUMA-affine first, then by address;
+    when none, why not."""
     if placement is not None:
         mapped = tuple(placement.get(port.requester_id, ()))
         if not mapped:
-            return Rejection("the allocation maps no provider to %s (group %s)"
-                             % (_port_name(port), port.requester_id))
+            return [], Rejection("the allocation maps no provider to %s (group "
+                                 "%s)" % (_port_name(port), port.requester_id))
         for pf in state.pfs:
             if pf.provider_uuid in mapped:
-                why = problem(pf)
-                return pf if why is None else Rejection(why, pf.provider_uuid)
-        return Rejection("%s is allocated from provider %s, which is not an "
-                         "SR-IOV PF of this host"
-                         % (_port_name(port), ", ".join(mapped)), mapped[0])
+                why = usage.problem(pf, port, affinity)
+                if why is not None:
+                    return [], Rejection(why, pf.provider_uuid)
+                return [pf], None
+        return [], Rejection("%s is allocated from provider %s, which is not an "
+                             "SR-IOV PF of this host"
+                             % (_port_name(port), ", ".join(mapped)), mapped[0])
     fits, problems = [], []
     for pf in state.pfs:
-        why = problem(pf)
+        why = usage.problem(pf, port, affinity)
         if why is None:
             fits.append(pf)
         else:
             problems.append(why)
-    if not fits:
-        if not problems:
-            return Rejection("this host has no SR-IOV PF; %s needs a VF on "
+    if fits:
+        fits.sort(key=lambda pf: (_rank(affinity, pf.cell), pf.address))
+        return fits, None
+    if not problems:
+        return [], Rejection("this host has no SR-IOV PF; %s needs a VF on "
                              "physnet %s" % (_port_name(port), port.physnet))
-        return Rejection("no PF can serve %s: %s" % (_port_name(port),
+    return [], Rejection("no PF can serve %s: %s" % (_port_name(port),
                                                      summarize(problems)))
-    return min(fits, key=lambda pf: (affinity.rank(pf.cell), pf.address))
+
+
+def _alias_text(alias: AliasRequest) -> str:
+    said = [("vendor_id", alias.vendor_id), ("product_id", alias.product_id),
+            ("device_type", alias.device_type)]
+    fields = ["%s %s" % (k, v) for k, v in said if v is not None]
+    return ", ".join(fields) or "resource class %s" % alias.resource_class
 
 
 def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
                     placement: Placement, taken: set[str]
                     ) -> Union[tuple[DeviceState, ...], Rejection]:
+    """``alias.count`` devices for ``alias``, best first (module doc)."""
     mapped = None if placement is None else placement.get(alias.requester_id)
+    matching = [d for d in state.devices
+                if (mapped is None or d.provider_uuid in mapped)
+                and alias_rules.mismatch(alias, d.vendor_id, d.product_id,
+                                         d.device_type) is None]
+    # NOTE: a PF last: taking it makes its VFs unavailable.
+    matching.sort(key=lambda d: (_rank(affinity, d.cell),
+                                 d.parent is None and bool(state.related(d)),
+                                 d.address))
     chosen: list[DeviceState] = []
     problems: list[str] = []
-    candidates = sorted(
-        (d for d in state.devices if mapped is None or d.provider_uuid in mapped),
-        key=lambda d: (_rank(affinity, d.cell), d.address))
-    for device in candidates:
+    for device in matching:
         if len(chosen) == alias.count:
             break
         why = device_problem(state, device, alias, affinity,
@@ -183,15 +230,21 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
             chosen.append(device)
         else:
             problems.append(why)
-    if len(chosen) < alias.count:
-        where = ("of provider(s) %s" % ", ".join(mapped)) if mapped else "on this host"
-        return Rejection(
-            "alias %s needs %d device(s), %d %s can be given%s"
-            % (alias.name, alias.count, len(chosen), where,
-               (": " + summarize(problems)) if problems else
-               ": no PCI device matches it"),
-            mapped[0] if mapped else "")
-    return tuple(chosen)
+    if len(chosen) == alias.count:
+        return tuple(chosen)
+    where = "of provider(s) %s" % ", ".join(mapped) if mapped else "on this host"
+    provider = mapped[0] if mapped else ""
+    if not matching:
+        traits = ("; it requires traits %s, which PCI devices do not carry"
+                  % ", ".join(sorted(alias.traits)) if alias.traits else "")
+        return Rejection("alias %s needs %d device(s) (%s): no PCI device %s "
+                         "matches it%s" % (alias.name, alias.count,
+                                           _alias_text(alias), where, traits),
+                         provider)
+    return Rejection("alias %s needs %d device(s), %d of the %d matching %s can "
+                     "be given: %s" % (alias.name, alias.count, len(chosen),
+                                       len(matching), where, summarize(problems)),
+                     provider)
 
 
 def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
@@ -199,19 +252,21 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
     """The VF of every port and the devices of every alias (module doc)."""
     host_cells = guest_host_cells(earlier)
     port_affinity, alias_affinity = _affinities(request, host_cells, state)
-    taken_vfs: set[str] = set()
-    bandwidth: dict[str, tuple[int, int]] = {}
+    outcome, usage = first_fit(
+        request.ports, _PortUsage(),
+        lambda port, used: _pf_candidates(state, port, port_affinity, placement,
+                                          used)[0],
+        lambda port, pf, used: used.taking(pf, port))
+    if outcome.choices is None:
+        port = request.ports[outcome.failed_at]
+        rejection = _pf_candidates(state, port, port_affinity, placement, usage)[1]
+        # NOTE: the deepest failing port has no PF left (search module).
+        return rejection or Rejection("no PF can serve %s" % _port_name(port))
     vfs = []
-    for port in request.ports:
-        pf = _choose_pf(state, port, port_affinity, placement,
-                        frozenset(taken_vfs), bandwidth)
-        if isinstance(pf, Rejection):
-            return pf
-        vf = _usable_vfs(pf, port, frozenset(taken_vfs))[0]
-        taken_vfs.add(vf.address)
-        egress, ingress = bandwidth.get(pf.address, (0, 0))
-        bandwidth[pf.address] = (egress + port.min_kbps_egress,
-                                 ingress + port.min_kbps_ingress)
+    used = _PortUsage()
+    for port, pf in zip(request.ports, outcome.choices, strict=True):
+        vf = used.vf(pf, port)
+        used = used.taking(pf, port)
         vfs.append(VFAssignment(
             requester_id=port.requester_id, provider_uuid=pf.provider_uuid,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,

@@ -7,7 +7,9 @@ Per VGPU group, in the request's order:
   the best pGPU that can serve it: NUMA-affine first (see
   :mod:`compute_plugins.affinity`), then by address (deterministic). Two
   groups may share a pGPU (nova's ``group_policy=none``); the second sees
-  what the first took;
+  what the first took, and when the best choices leave a later group
+  without a pGPU the next ones are tried (:func:`compute_plugins.search.
+  first_fit`): whenever the groups fit the host, ``fit`` finds where;
 - **the checks** (:func:`group_problem`): the pGPU offers ``VGPU`` (not a
   ``[mdev_<type>] mdev_class`` custom class), the group's required /
   forbidden ``CUSTOM_MDEV_TYPE_*`` traits, enough free instances of its type,
@@ -28,6 +30,7 @@ from typing import Optional, Union
 from compute_plugins.affinity import Affinity, guest_host_cells
 from compute_plugins.devices import summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.search import first_fit
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
     MdevAssignment,
@@ -111,52 +114,74 @@ def _pick_mdevs(gpu: PGPUState, count: int, taken: Sequence[str]) -> tuple[str, 
     return tuple(chosen)
 
 
-def _choose(state: VGPUState, group: VGPUGroup, affinity: Affinity,
-            placement: Placement, taken: dict[str, list[str]]
-            ) -> Union[PGPUState, Rejection]:
-    """The pGPU serving ``group``: the mapped one, or the best one offline."""
+#: Instances each pGPU (in state order) gave earlier groups of the request.
+Usage = tuple[int, ...]
+
+
+def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
+                placement: Placement, usage: Usage
+                ) -> tuple[list[PGPUState], Optional[Rejection]]:
+    """The pGPUs that can serve ``group`` after ``usage``, best first: the
+    mapped one, or offline every one, NUMA-affine first, then by address;
+    when none, why not."""
+    taken = dict(zip((g.address for g in state.pgpus), usage, strict=True))
     if placement is not None:
         mapped = tuple(placement.get(group.requester_id, ()))
         if not mapped:
-            return Rejection("the allocation maps no provider to VGPU group %s"
-                             % group.requester_id)
+            return [], Rejection("the allocation maps no provider to VGPU "
+                                 "group %s" % group.requester_id)
         for gpu in state.pgpus:
             if gpu.provider_uuid in mapped:
-                problem = group_problem(gpu, group, affinity,
-                                        len(taken.get(gpu.address, ())))
+                problem = group_problem(gpu, group, affinity, taken[gpu.address])
                 if problem is not None:
-                    return Rejection(problem, gpu.provider_uuid)
-                return gpu
-        return Rejection("VGPU group %s is allocated from provider %s, which is "
-                         "not a pGPU of this host"
-                         % (group.requester_id, ", ".join(mapped)), mapped[0])
+                    return [], Rejection(problem, gpu.provider_uuid)
+                return [gpu], None
+        return [], Rejection("VGPU group %s is allocated from provider %s, which "
+                             "is not a pGPU of this host"
+                             % (group.requester_id, ", ".join(mapped)), mapped[0])
     fits: list[PGPUState] = []
     problems: list[str] = []
     for gpu in state.pgpus:
-        problem = group_problem(gpu, group, affinity, len(taken.get(gpu.address, ())))
+        problem = group_problem(gpu, group, affinity, taken[gpu.address])
         if problem is None:
             fits.append(gpu)
         else:
             problems.append(problem)
-    if not fits:
-        if not problems:
-            return Rejection("no pGPU of this host offers vGPUs; group %s needs %d"
+    if fits:
+        fits.sort(key=lambda g: (affinity.rank(g.cell), g.address))
+        return fits, None
+    if not problems:
+        return [], Rejection("no pGPU of this host offers vGPUs; group %s needs %d"
                              % (group.requester_id, group.count))
-        return Rejection("no pGPU can serve group %s: %s"
+    return [], Rejection("no pGPU can serve group %s: %s"
                          % (group.requester_id, summarize(problems)))
-    return min(fits, key=lambda g: (affinity.rank(g.cell), g.address))
 
 
 def fit(state: VGPUState, request: VGPURequest, placement: Placement,
         earlier: Earlier) -> Union[VGPUAssignment, Rejection]:
     """The pGPU and mdevs of every VGPU group of ``request`` (module doc)."""
     affinity = _affinity(request, guest_host_cells(earlier), state)
+    index = {gpu.address: i for i, gpu in enumerate(state.pgpus)}
+
+    def options(group: VGPUGroup, usage: Usage) -> list[PGPUState]:
+        return _candidates(state, group, affinity, placement, usage)[0]
+
+    def take(group: VGPUGroup, gpu: PGPUState, usage: Usage) -> Usage:
+        counts = list(usage)
+        counts[index[gpu.address]] += group.count
+        return tuple(counts)
+
+    outcome, usage = first_fit(request.groups, (0,) * len(state.pgpus),
+                               options, take)
+    if outcome.choices is None:
+        group = request.groups[outcome.failed_at]
+        rejection = _candidates(state, group, affinity, placement, usage)[1]
+        # NOTE: the deepest failing group has no pGPU left (search module).
+        return rejection or Rejection("no pGPU can serve group %s"
+                                      % group.requester_id)
     taken: dict[str, list[str]] = {}
     devices = []
-    for group in request.groups:
-        chosen = _choose(state, group, affinity, placement, taken)
-        if isinstance(chosen, Rejection):
-            return chosen
+    for group, chosen in zip(request.groups, outcome.choices, strict=True):
         already = taken.setdefault(chosen.address, [])
         mdevs = _pick_mdevs(chosen, group.count, already)
         already.extend(mdevs)
