@@ -164,11 +164,6 @@ def test_state_sums_ports_and_round_trips(plugin):
      "port p1 uses VF 0000:b0:10.0, which is not a VF of PF 0000:5e:00.0 on this host"),
     ([vf_assignment("0000:01:00.0", "0000:02:10.0")],
      "port p1 uses PF 0000:01:00.0, which is not an SR-IOV PF of this host"),
-    ([vf_assignment(PF_A, vf_of(PF_A, 0), "p1", egress=600),
-      vf_assignment(PF_A, vf_of(PF_A, 1), "p2", egress=600)],
-     "PF 0000:5e:00.0 has 1000 kbps egress, the ports in force take 1200"),
-    ([vf_assignment(PF_C, vf_of(PF_C, 0), egress=1, physnet="physnet2")],
-     "PF 0000:3a:00.0 has 0 kbps egress, the ports in force take 1"),
     ([device_assignment(QAT_A), device_assignment(QAT_A, alias="byclass")],
      "PCI device 0000:88:00.0 is assigned twice (aliases qat and byclass)"),
     ([device_assignment("0000:99:00.0")],
@@ -198,6 +193,19 @@ def test_offline_ports_take_free_vfs_and_record_physnet_and_bandwidth(plugin):
                      "physnet2", 0, 0)))
     later = plugin.fit(state(plugin, info, got), request, None, {})
     assert [vf.vf_address for vf in later.vfs] == [vf_of(PF_A, 1), vf_of(PF_C, 1)]
+
+
+def test_ports_above_a_lowered_bandwidth_keep_running(plugin):
+    info = host(CELLS, [pf(PF_A, 4, 0)])
+    now = state(plugin, info, vf_assignment(PF_A, vf_of(PF_A, 0), "p1", egress=700),
+                vf_assignment(PF_A, vf_of(PF_A, 1), "p2", egress=700))
+    assert now.pf(PF_A).used_egress_kbps == 1400
+    assert plugin.fit(now, ports_request(plugin, port("p3", egress=1)), None,
+                      {}).reason == (
+        "no PF can serve port p3: PF 0000:5e:00.0 on physnet physnet1 has 0 kbps "
+        "egress free, port p3 needs 1")
+    assert isinstance(plugin.fit(now, ports_request(plugin, port("p3")), None, {}),
+                      SRIOVAssignment)
 
 
 def test_bandwidth_rejection_names_the_pf_and_the_numbers(plugin):
