@@ -281,8 +281,16 @@ def _offers_mdevs(device: PCIDevice, host: HostInfo) -> bool:
 
 def alias_devices(conf: cfg.ConfigOpts, host: HostInfo, pfs: list[PFView],
                   parents: NUMAParents) -> tuple[DeviceView, ...]:
-    """The devices a configured alias matches (see the module)."""
-    aliases = list(pci_conf.load_aliases(conf).values())
+    """The devices a configured alias matches (see the module).
+
+    A malformed ``[pci] alias`` gives none, with a warning: the PFs' providers
+    do not depend on it (a request naming an alias is refused at parsing).
+    """
+    try:
+        aliases = list(pci_conf.load_aliases(conf).values())
+    except pci_conf.PciInvalidAlias as err:
+        LOG.warning("[pci] alias: %s; no PCI device is offered for aliases", err)
+        return ()
     if not aliases:
         return ()
     nic_pfs = {pf.address for pf in pfs}

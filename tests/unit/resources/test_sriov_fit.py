@@ -462,3 +462,11 @@ def test_guest_config_of_alias_devices_after_ports(plugin):
     assert hostdev.attrib == {"mode": "subsystem", "type": "pci", "managed": "yes"}
     assert hostdev.find("source/address").attrib == {
         "domain": "0x0000", "bus": "0x88", "slot": "0x00", "function": "0x0"}
+
+
+def test_a_malformed_alias_leaves_the_pfs_alone(conf, caplog):
+    conf.set_override("alias", ['{"name": "x"}'], "pci")
+    view = SRIOVPlugin(conf).discover(host(CELLS, [pf(PF_A, 2, 0), qat(QAT_A, 0)]))
+    assert [p.address for p in view.pfs] == [PF_A]
+    assert view.devices == ()
+    assert "no PCI device is offered for aliases" in caplog.text
