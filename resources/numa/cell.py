@@ -11,11 +11,14 @@ distinct host cell, as in nova), so :func:`place` answers per pair, and
   page sizes largest first, ``any`` those then the small pages, a size just
   that size, none the small pages. Huge pages and pinned or page-sized
   guests never overcommit (nova's ``use_free``: free = total - reserved -
-  used); other guests' small-page memory may be overcommitted up to
-  ``ram_allocation_ratio`` of total - reserved (Placement's capacity) but a
-  node may not be larger than the cell;
+  used, and within Placement's capacity); other guests' small-page memory
+  may be overcommitted up to ``ram_allocation_ratio`` of total - reserved
+  (Placement's capacity) but a node may not be larger than the cell;
 - **shared CPUs**: a node's shared vCPUs may not outnumber the cell's
-  shared CPUs, and the load stays within ``cpu_allocation_ratio``;
+  shared CPUs, and the load stays within ``cpu_allocation_ratio``. (nova
+  also refuses a ``mixed`` or shared node *without* shared vCPUs on a cell
+  whose load is already above its limit; here a node that adds no load is
+  not refused for the load of others);
 - **dedicated CPUs**: enough free ones (+1 on guest node 0's cell for
   emulator threads with ``hw:emulator_threads_policy=isolate``), pinned per
   thread policy by :mod:`resources.numa.pinning`.
@@ -95,8 +98,12 @@ def memory_problem(state: NUMAState, cell: CellState, demand: NodeDemand,
     if not need:
         return None
     if size is None:
+        cap = int((cell.memory_mb - cell.reserved_memory_mb)
+                  * state.ram_allocation_ratio)
         if demand.strict_memory:
             free = cell.memory_mb - cell.reserved_memory_mb - cell.used_memory_mb
+            # NOTE: Placement's capacity too, should the ratio be below 1.
+            free = min(free, cap - cell.used_memory_mb)
             if need > free:
                 return ("%s %s %d MiB of free small-page memory, %s needs %d "
                         "MiB" % (subject.name, subject.has, max(free, 0),
@@ -106,8 +113,6 @@ def memory_problem(state: NUMAState, cell: CellState, demand: NodeDemand,
             return ("%s %s %d MiB of small-page memory, %s needs %d MiB"
                     % (subject.name, subject.has, cell.memory_mb, demand.who,
                        need))
-        cap = int((cell.memory_mb - cell.reserved_memory_mb)
-                  * state.ram_allocation_ratio)
         if cell.used_memory_mb + need > cap:
             return ("%s %s %d MiB of small-page memory left (%d of %d MiB "
                     "used at ram_allocation_ratio %g), %s needs %d MiB"
@@ -125,8 +130,9 @@ def memory_problem(state: NUMAState, cell: CellState, demand: NodeDemand,
                 % (demand.who, need, size))
     pages = need * 1024 // size
     if pages > pool.free:
-        return ("%s %s %d free %d KiB pages, %s needs %d"
-                % (subject.name, subject.has, pool.free, size, demand.who,
+        return ("%s %s %s, %s needs %d"
+                % (subject.name, subject.has,
+                   plural(pool.free, "free %d KiB page" % size), demand.who,
                    pages))
     return None
 
@@ -160,10 +166,10 @@ def shared_problem(state: NUMAState, cell: CellState, demand: NodeDemand,
                    demand.who, plural(need, "shared vCPU")))
     cap = int(have * state.cpu_allocation_ratio)
     if cell.shared_load + need > cap:
-        return ("%s %s room for %s more on its %s (%d running, "
+        return ("%s %s room for %s on its %s (%d running, "
                 "cpu_allocation_ratio %g), %s needs %d"
                 % (subject.name, subject.has,
-                   plural(max(cap - cell.shared_load, 0), "vCPU"),
+                   plural(max(cap - cell.shared_load, 0), "more vCPU"),
                    plural(have, "shared CPU"), cell.shared_load,
                    state.cpu_allocation_ratio, demand.who, need))
     return None
