@@ -79,12 +79,14 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
             view, nodename, assignments,
             pack=self.conf.compute.packing_host_numa_cells_allocation_strategy)
 
-    def fit(self, state: NUMAState, request: NUMARequest, placement: Placement,
-            earlier: Earlier) -> Union[NUMAAssignment, Rejection]:
-        """Host cell, CPUs and page size of every guest node (or why not)."""
+    def fit(self, state: Optional[NUMAState], request: NUMARequest,
+            placement: Placement, earlier: Earlier
+            ) -> Union[NUMAAssignment, Rejection]:
+        """Host cell, CPUs and page size of every guest node (or why not);
+        a host without NUMA state (discovery failed) is a rejection."""
         return numa_fit.fit(state, request, placement)
 
-    def verify(self, state: NUMAState, request: NUMARequest,
+    def verify(self, state: Optional[NUMAState], request: NUMARequest,
                assignment: NUMAAssignment) -> Optional[Rejection]:
         """The recorded assignment, checked with the fit's per-cell checks."""
         return numa_fit.verify(state, request, assignment)

@@ -18,8 +18,11 @@ The policies (nova's, ``hw:cpu_thread_policy``):
   such core first; where that fails, any such cores are used, as long as no
   vCPU lands on a core with a single free thread).
 - ``isolate``: on a cell with SMT, each vCPU takes a whole free core (every
-  thread free) and its siblings stay idle, held by the guest (nova's
-  ``pin_cpus_with_siblings``); on a cell without SMT, as ``prefer``.
+  thread a free dedicated CPU: a core with a shared CPU never is) and its
+  siblings stay idle, held by the guest (nova's ``pin_cpus_with_siblings``,
+  its legacy ``vcpu_pin_set`` behaviour; modern nova and the query refuse
+  SMT hosts for ``isolate``, see :mod:`resources.numa.provider`); on a cell
+  without SMT, as ``prefer``.
 
 The emulator threads' CPU (``hw:emulator_threads_policy=isolate``) is one
 more free dedicated CPU, not one of the vCPUs': any free one, or, under

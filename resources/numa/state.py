@@ -244,8 +244,9 @@ def build_state(view: NUMAView, nodename: str,
             pages=tuple(PagesState(size, count, used.pages.get(size, 0))
                         for size, count in cell.huge_pages),
         ))
-    share = frozenset().union(*(c.vcpus for c in view.cells)) if view.shared_set \
-        else frozenset()
+    share: frozenset[int] = frozenset()
+    if view.shared_set:
+        share = share.union(*(c.vcpus for c in view.cells))
     return NUMAState(
         cells=tuple(cells),
         cpu_allocation_ratio=view.cpu_allocation_ratio,

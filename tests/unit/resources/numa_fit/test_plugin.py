@@ -3,6 +3,8 @@ JSON -> verify_all on the host's state, and guest XML."""
 
 from __future__ import annotations
 
+import json
+
 from compute_plugins.fit import fit_all, verify_all
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.request.groups import Decision
@@ -66,6 +68,12 @@ def test_flavor_to_decision_to_claim(conf):
     decided = spec.with_decision(Decision(host="h", nodename=NODE, mappings=mappings,
                                           assignments={"numa": numa}))
     # The decision travels as JSON; the compute host reads it back.
+    doc = json.loads(decided.to_json())["decision"]["assignments"]["numa"]
+    assert set(doc) == {"cells", "emulator_threads"}
+    assert set(doc["cells"][0]) == {
+        "guest_cell", "host_cell", "provider_uuid", "pinning", "shared_cpus",
+        "page_size_kb", "memory_mb", "shared_vcpus", "held_cpus"}
+    assert doc["emulator_threads"] == sorted(numa.emulator_threads)
     again = RequestSpec.from_json(decided.to_json(), mgr)
     assert again.decision.assignments["numa"] == numa
     assert verify_all(mgr, states, again) == ()

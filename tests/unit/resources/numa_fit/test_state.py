@@ -137,3 +137,37 @@ def test_more_used_than_the_host_has_is_no_conflict(plugin):
     big = NUMAAssignment(cells=(pinned(1, {}, memory=99999, shared=50),))
     st = plugin.host_state(view, NODE, [big])
     assert st.cells[1].used_memory_mb == 99999 and st.cells[1].shared_load == 50
+
+
+def test_view_siblings_and_hyperthreading_trait(plugin):
+    """Cores of the cell's usable CPUs; an SMT host owns HW_CPU_HYPERTHREADING
+    on the root (the query asks it for require and forbids it for isolate)."""
+    view = plugin.discover(smt_host())
+    assert view.cells[1].siblings == (frozenset({4, 12}), frozenset({5, 13}),
+                                      frozenset({6, 14}), frozenset({7, 15}))
+    assert view.shared_set is True
+    root = [c for c in plugin.provider_contributions(view, NODE) if c.name == NODE]
+    assert [c.traits for c in root] == [frozenset({"HW_CPU_HYPERTHREADING"})]
+
+
+def test_no_hyperthreading_without_siblings(conf):
+    """Without sibling data (or with SMT off) every CPU is its own core."""
+    cells = (NUMACell(id=0, cpus=tuple(CPU(id=i) for i in range(4)),
+                      memory_kb=GIB_KB),)
+    plugin = NUMAPlugin(conf)
+    view = plugin.discover(HostInfo(hostname=NODE, source="t", cells=cells))
+    assert view.cells[0].siblings == ()
+    assert all(c.name != NODE for c in plugin.provider_contributions(view, NODE))
+    st = plugin.host_state(view, NODE, [])
+    assert [sorted(core) for core in st.cells[0].cores] == [[0], [1], [2], [3]]
+    assert not st.cells[0].has_threads
+
+
+def test_overlapping_sibling_data_is_merged_into_one_core(conf):
+    cpus = (CPU(id=0, siblings=frozenset({0, 1})), CPU(id=1, siblings=frozenset({1, 2})),
+            CPU(id=2), CPU(id=3, siblings=frozenset({3, 9})))
+    plugin = NUMAPlugin(conf)
+    view = plugin.discover(HostInfo(hostname=NODE, source="t", cells=(
+        NUMACell(id=0, cpus=cpus, memory_kb=GIB_KB),)))
+    # CPU 9 is not in the cell: core {3} alone.
+    assert view.cells[0].siblings == (frozenset({0, 1, 2}),)
