@@ -151,25 +151,39 @@ def transaction_options(engine: Engine, write: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _schema_lock(conn: Connection) -> Iterator[None]:
-    """Serialise schema checks and creation across processes (inside the
-    connection's transaction)."""
+def _schema_transaction(conn: Connection) -> Iterator[None]:
+    """A write transaction on ``conn`` that holds the schema lock, so that
+    schema checks and creation are serialised across processes.
+
+    The lock is held until the transaction has committed: a second opener
+    that takes it next sees the tables and the version row together.
+    """
     kind = backend(conn.engine)
-    if kind == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-        yield
-    elif kind == "mysql":
+    if kind == "mysql":
+        # NOTE: a MySQL named lock belongs to the session, not to the
+        # transaction: take it before the transaction begins and release it
+        # after the commit. Released before the commit, another opener would
+        # see the tables (MySQL's DDL commits at once) without the version
+        # row, and report a schema without version.
         got = conn.execute(sa.text("SELECT GET_LOCK(:name, 60)"),
                            {"name": _MYSQL_LOCK}).scalar()
+        conn.commit()
         if got != 1:
             raise errors.StoreUnavailable(
                 safe_url(conn.engine.url),
                 "could not take the schema lock %s in 60 s" % _MYSQL_LOCK)
         try:
-            yield
+            with conn.begin():
+                yield
         finally:
             conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
-    else:
+            conn.commit()
+        return
+    with conn.begin():
+        if kind == "postgresql":
+            # NOTE: a transaction lock, released by the commit.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                         {"key": _PG_LOCK_KEY})
         # NOTE: SQLite: the BEGIN IMMEDIATE of the write transaction.
         yield
 
@@ -182,7 +196,7 @@ def ensure_schema(engine: Engine) -> None:
     """
     with engine.connect() as conn:
         conn.execution_options(**transaction_options(engine, write=True))
-        with conn.begin(), _schema_lock(conn):
+        with _schema_transaction(conn):
             tables = set(sa.inspect(conn).get_table_names())
             if schema.version.name in tables:
                 found = conn.execute(sa.select(sa.func.max(schema.version.c.version))).scalar()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
 
 from compute_plugins import hoststate
 from tests.unit.hoststate import workers
@@ -76,3 +78,23 @@ def test_password_is_hidden(backend):
     with pytest.raises(hoststate.StoreUnavailable) as info:
         hoststate.HostStateStore(url)
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"])
+def test_schema_lock_is_held_until_the_creation_commits(url):
+    """MySQL's named lock belongs to the session: an opener that takes it
+    as soon as the creator releases it must find the version row."""
+    seen = []
+
+    def open_second(conn, cursor, statement, parameters, context, executemany):
+        if "RELEASE_LOCK" in statement and not seen:
+            seen.append(statement)
+            # NOTE: the creator has just released the schema lock.
+            with hoststate.HostStateStore(url) as second:
+                seen.append(second.generations())
+    event.listen(sa.engine.Engine, "after_cursor_execute", open_second)
+    try:
+        hoststate.HostStateStore(url).close()
+    finally:
+        event.remove(sa.engine.Engine, "after_cursor_execute", open_second)
+    assert seen[1:] == [{}], seen
