@@ -156,16 +156,24 @@ class AnswerTimeout(HostStateError, TimeoutError):
     :param timeout: seconds waited.
     :param withdrawn: True when the store withdrew the decision (pending ->
         released), so that a late agent cannot claim it.
+    :param unavailable: the database's error when it could not be reached
+        at the end of the wait (the host may have answered unseen, or may
+        still claim a decision that could not be withdrawn).
     """
 
     def __init__(self, consumer: str, host: str, timeout: float,
-                 withdrawn: bool) -> None:
+                 withdrawn: bool, unavailable: Optional[str] = None) -> None:
         self.consumer = consumer
         self.host = host
         self.timeout = timeout
         self.withdrawn = withdrawn
+        self.unavailable = unavailable
+        if unavailable is not None:
+            why = "the host-state database is unavailable: %s" % unavailable
+        else:
+            why = "is its compute agent running?"
         super().__init__(
             "host %s did not answer the decision for consumer %s within %g s "
-            "(is its compute agent running?)%s"
-            % (host, consumer, timeout,
-               "; the decision was withdrawn" if withdrawn else ""))
+            "(%s)%s" % (host, consumer, timeout, why,
+                        "; the decision was withdrawn" if withdrawn
+                        else "; the decision was not withdrawn"))

@@ -704,33 +704,53 @@ class HostStateStore:
 
         :returns: the decision once it is not pending (claimed, rejected,
             or released by a withdrawal).
+        A store that is unavailable while it waits (a database restart, a
+        fail-over) is polled again until the deadline: the decision stays
+        pending meanwhile, and giving up early would leave it to a late
+        agent while the caller moved on.
+
         :raises DecisionNotFound: the consumer has no decision.
         :raises AnswerTimeout: still pending after ``timeout`` seconds. With
             ``withdraw_on_timeout`` the decision is withdrawn first (pending
             -> released) so that a late agent cannot claim it; an answer
-            that lands just before is returned instead.
+            that lands just before is returned instead. ``withdrawn`` is
+            False when the store could not be reached to withdraw it: the
+            host may still claim it.
         """
         decision = self.latest_decision(consumer)
         if decision is None:
             raise errors.DecisionNotFound(consumer)
         deadline = time.monotonic() + timeout
         delay = max(poll_interval, 0.001)
+        unavailable: Optional[errors.StoreUnavailable] = None
         while not decision.answered:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, max(max_poll_interval, poll_interval))
-            decision = self.get_decision(decision.id)
+            try:
+                decision = self.get_decision(decision.id)
+                unavailable = None
+            except errors.StoreUnavailable as err:
+                LOG.warning("waiting for host %s to answer consumer %s: %s",
+                            decision.host, consumer, err)
+                unavailable = err
         if decision.answered:
             return decision
+        withdrawn = False
         if withdraw_on_timeout:
             try:
                 self.withdraw(decision.id)
+                withdrawn = True
             except errors.DecisionStatusConflict as err:
                 return err.decision
-        raise errors.AnswerTimeout(consumer, decision.host, timeout,
-                                   withdrawn=withdraw_on_timeout)
+            except errors.StoreUnavailable as err:
+                unavailable = err
+        raise errors.AnswerTimeout(
+            consumer, decision.host, timeout, withdrawn=withdrawn,
+            unavailable=None if unavailable is None else unavailable.reason
+        ) from unavailable
 
     def purge_decisions(self, before: datetime.datetime) -> int:
         """Delete rejected and released decisions last changed before

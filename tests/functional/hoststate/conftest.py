@@ -10,6 +10,8 @@ import psycopg2
 import pymysql
 import pytest
 
+from tests.unit.hoststate.cases import make_store, store  # noqa: F401 - fixtures
+
 PG_ADMIN = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "postgres"}
 MYSQL_ADMIN = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 

@@ -19,8 +19,6 @@ from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     TestPublish,
     TestSchema,
     TestWaitForAnswer,
-    make_store,
-    store,
 )
 
 

@@ -17,19 +17,13 @@ from compute_plugins import hoststate
 from compute_plugins.conf import host_state as host_state_conf
 from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
+    SPEC,
     TestDecisions,
     TestPublish,
     TestSchema,
     TestWaitForAnswer,
-    make_store,
     states,
-    store,
 )
-
-
-@pytest.fixture
-def url(tmp_path):
-    return "sqlite:///%s" % (tmp_path / "state" / "host_state.sqlite")
 
 
 def _mode(path):
@@ -138,3 +132,41 @@ def test_writer_processes_lose_no_update(url):
         snap = s.get_host("h1")
     assert snap.states["counter"]["state"]["n"] == 45
     assert snap.generation == 46
+
+
+def test_store_unavailable_while_waiting(store, monkeypatch):
+    """A database that goes away for a few polls does not end the wait
+    (the decision would stay pending for a late agent). Not per backend:
+    the outage is simulated."""
+    d = store.submit_decision("c1", "h1", SPEC)
+    real_get = store.get_decision
+    polls = []
+
+    def flaky_get(decision_id):
+        polls.append(decision_id)
+        if len(polls) <= 2:
+            raise hoststate.StoreUnavailable(store.url, "server closed the connection")
+        if len(polls) == 3:
+            store.mark_claimed(decision_id)
+        return real_get(decision_id)
+    monkeypatch.setattr(store, "get_decision", flaky_get)
+    answer = store.wait_for_answer("c1", timeout=60, poll_interval=0.001)
+    assert answer.status == "claimed" and answer.id == d.id
+    assert len(polls) == 3
+
+
+def test_store_unavailable_at_the_deadline(store, monkeypatch):
+    d = store.submit_decision("c1", "h1", SPEC)
+
+    def down(*args):
+        raise hoststate.StoreUnavailable(store.url, "connection refused")
+    monkeypatch.setattr(store, "get_decision", down)
+    monkeypatch.setattr(store, "withdraw", down)
+    with pytest.raises(hoststate.AnswerTimeout) as info:
+        store.wait_for_answer("c1", timeout=0.05, poll_interval=0.001)
+    err = info.value
+    assert not err.withdrawn and err.unavailable == "connection refused"
+    assert "connection refused" in str(err) and "not withdrawn" in str(err)
+    assert isinstance(err.__cause__, hoststate.StoreUnavailable)
+    monkeypatch.undo()
+    assert store.get_decision(d.id).status == "pending"
