@@ -229,14 +229,16 @@ class HostStateStore:
     :param connection: an SQLAlchemy URL: ``sqlite:////abs/file`` (created
         0600 when missing), ``sqlite://`` (in memory, this object only),
         ``postgresql+psycopg2://...`` or ``mysql+pymysql://...``.
-    :param sqlite_busy_timeout: seconds an SQLite writer waits for another.
+    :param lock_timeout: seconds a writer waits for another's lock before
+        failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
+        ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
     :raises SchemaVersionMismatch: the database has another schema version.
     :raises StoreUnavailable: the database cannot be reached.
     """
 
-    def __init__(self, connection: str, sqlite_busy_timeout: float = 30.0) -> None:
+    def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
         self.url = engines.safe_url(connection)
-        self._engine = engines.create_engine(connection, sqlite_busy_timeout)
+        self._engine = engines.create_engine(connection, lock_timeout)
         # NOTE: an in-memory SQLite database is one connection: transactions
         # of several threads must not interleave on it.
         self._serial: contextlib.AbstractContextManager[Any] = (
@@ -260,7 +262,7 @@ class HostStateStore:
         from compute_plugins.conf import host_state
 
         url = host_state.connection(conf)
-        return cls(url, sqlite_busy_timeout=conf.host_state.sqlite_busy_timeout)
+        return cls(url, lock_timeout=conf.host_state.lock_timeout)
 
     @property
     def engine(self) -> Engine:

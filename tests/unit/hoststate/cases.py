@@ -254,6 +254,36 @@ class TestPublish:
         assert reads["get_host"] > 0 and reads["get_hosts"] > 0, reads
         assert reader.get_host("h1").generation == last
 
+    def test_a_writer_behind_a_stuck_transaction_gives_up(self, url, store):
+        """A transaction that holds the host's row (a process stopped
+        mid-write) makes a writer fail after its lock timeout, on every
+        backend (PostgreSQL alone waited forever)."""
+        store.publish("h1", states(a=1), 0)
+        impatient = hoststate.HostStateStore(url, lock_timeout=0.5)
+        blocker = sa.create_engine(url)
+        outcome: list = []
+
+        def publish():
+            try:
+                outcome.append(impatient.publish("h1", states(a=2), 1))
+            except Exception as err:  # noqa: BLE001 - checked below
+                outcome.append(err)
+        thread = threading.Thread(target=publish, daemon=True)
+        try:
+            with blocker.connect() as conn:
+                conn.execute(sa.update(schema.hosts).values(nodename="stuck"))
+                thread.start()
+                thread.join(30)
+                hung = thread.is_alive()
+                conn.rollback()
+            thread.join(30)
+            assert not hung, "the writer waited past its lock timeout"
+            assert isinstance(outcome[0], hoststate.StoreUnavailable), outcome
+            assert impatient.publish("h1", states(a=2), 1).written
+        finally:
+            impatient.close()
+            blocker.dispose()
+
     def test_provider_of_another_host(self, store):
         store.publish("h1", states(a=1), 0, providers={"u1": "n1"})
         with pytest.raises(hoststate.ProviderConflict) as info:

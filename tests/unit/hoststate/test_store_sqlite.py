@@ -103,24 +103,6 @@ def test_delete_the_file_in_the_mismatch_message(url):
     assert "delete %s" % url[len("sqlite:///"):] in str(info.value)
 
 
-def test_a_locked_database_is_unavailable(url):
-    with hoststate.HostStateStore(url) as s:
-        s.publish("h1", states(a=1), 0)
-    blocker = sa.create_engine(url)
-    impatient = hoststate.HostStateStore(url, sqlite_busy_timeout=0.1)
-    try:
-        with blocker.connect() as conn:
-            conn.exec_driver_sql("BEGIN EXCLUSIVE")
-            with pytest.raises(hoststate.StoreUnavailable) as info:
-                impatient.publish("h1", states(a=2), 1)
-            assert "locked" in str(info.value)
-            conn.exec_driver_sql("ROLLBACK")
-        assert impatient.publish("h1", states(a=2), 1).written
-    finally:
-        impatient.close()
-        blocker.dispose()
-
-
 def test_writer_processes_lose_no_update(url):
     """Read-modify-CAS from several processes on one SQLite file."""
     with hoststate.HostStateStore(url) as s:
