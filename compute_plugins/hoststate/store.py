@@ -57,6 +57,10 @@ T = TypeVar("T")
 
 #: Host names per ``IN (...)`` list.
 _CHUNK = 500
+#: Longest host, node, plugin and provider name (their columns' size).
+_NAME = 255
+#: Longest consumer and provider uuid.
+_UUID = 36
 #: Attempts of a write that the database aborted as a deadlock.
 _DEADLOCK_ATTEMPTS = 5
 
@@ -159,12 +163,22 @@ def _canonical(document: Any) -> str:
                       allow_nan=False)
 
 
+def _check_name(what: str, value: Any, limit: int) -> str:
+    """``value``, a string of 1 to ``limit`` characters (its column's
+    size: a longer one failed as a driver error on PostgreSQL and MySQL and
+    went in unchecked on SQLite)."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise ValueError("%s %r: expected 1 to %d characters" % (what, value, limit))
+    return value
+
+
 def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """plugin -> canonical JSON of its document, checked."""
     texts = {}
     for plugin, document in states.items():
         if not isinstance(plugin, str) or not plugin:
             raise ValueError("host state keyed by %r: expected a plugin name" % (plugin,))
+        _check_name("plugin name", plugin, _NAME)
         if (not isinstance(document, Mapping)
                 or set(document) != {"plugin", "version", "state"}):
             raise ValueError("host state of %s: expected the document "
@@ -405,11 +419,14 @@ class HostStateStore:
             ``expected_generation``.
         :raises ProviderConflict: a provider uuid another host published.
         """
-        if not host or len(host) > 255:
-            raise ValueError("host name %r: 1 to 255 characters" % (host,))
+        _check_name("host name", host, _NAME)
+        if nodename is not None:
+            _check_name("node name", nodename, _NAME)
         texts = _state_texts(states)
         wanted_providers = None if providers is None else {
-            str(uuid): str(name) for uuid, name in providers.items()}
+            _check_name("provider uuid", str(uuid), _UUID):
+            _check_name("name of provider %s" % uuid, str(name), _NAME)
+            for uuid, name in providers.items()}
         return self._retrying(lambda: self._publish(
             host, texts, int(expected_generation), nodename, wanted_providers))
 
@@ -526,10 +543,8 @@ class HostStateStore:
         :param spec: the RequestSpec with its decision, ``to_json()``.
         :raises DecisionExists: the consumer has a decision in force.
         """
-        if not consumer or len(consumer) > 36:
-            raise ValueError("consumer %r: 1 to 36 characters" % (consumer,))
-        if not host or len(host) > 255:
-            raise ValueError("host name %r: 1 to 255 characters" % (host,))
+        _check_name("consumer", consumer, _UUID)
+        _check_name("host name", host, _NAME)
         try:
             if not isinstance(json.loads(spec), dict):
                 raise ValueError("not a JSON object")

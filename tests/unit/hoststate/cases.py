@@ -325,6 +325,21 @@ class TestPublish:
             store.publish("h1", bad, 0)
         assert store.get_host("h1") is None
 
+    def test_names_longer_than_their_columns(self, store):
+        """Rejected the same way on every backend, before the database
+        (PostgreSQL and MySQL raised driver errors, SQLite stored them)."""
+        for bad in ({"host": "h" * 256}, {"nodename": "n" * 256}, {"nodename": ""},
+                    {"providers": {"u" * 37: "n1"}}, {"providers": {"u1": "n" * 256}},
+                    {"states": {"p" * 256: doc("p" * 256, n=1)}}):
+            args = {"host": "h1", "states": states(a=1), "nodename": "n1",
+                    "providers": {"u1": "n1"}, **bad}
+            with pytest.raises(ValueError):
+                store.publish(args.pop("host"), args.pop("states"), 0, **args)
+        assert store.generations() == {}
+        longest = {"host": "h" * 255, "nodename": "n" * 255,
+                   "providers": {"u" * 36: "n" * 255}}
+        assert store.publish(longest.pop("host"), states(a=1), 0, **longest).written
+
     def test_large_state(self, store):
         big = states(numa=0)
         big["numa"]["state"] = {"cpus": list(range(20000)), "name": "é" * 1000}
