@@ -56,8 +56,14 @@ def backend(engine: Engine) -> str:
 
 
 def safe_url(url: str | URL) -> str:
-    """``url`` with its password hidden, for messages."""
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
+    """``url`` with its password hidden, for messages: the one after the
+    user name, and any in the query string (libpq and the MySQL drivers
+    read ``?password=``, ``?passwd=`` and ``?sslpassword=``)."""
+    parsed = sa.engine.make_url(url)
+    secret = {key: "***" for key in parsed.query if "passw" in key.lower()}
+    if secret:
+        parsed = parsed.update_query_dict(secret)
+    return parsed.render_as_string(hide_password=True)
 
 
 def sqlite_path(url: str | URL) -> Optional[str]:

@@ -81,3 +81,23 @@ def test_server_timeouts_in_the_url_win():
     assert (params["read_timeout"], params["connect_timeout"]) == (5, 3)
     params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db?connect_timeout=3")
     assert params["connect_timeout"] == "3"
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg2://pg:s3cret@127.0.0.1:1/db",
+    "postgresql+psycopg2://pg@127.0.0.1:1/db?password=s3cret",
+    "mysql+pymysql://root@127.0.0.1:1/db?password=s3cret&charset=utf8mb4",
+])
+def test_passwords_are_hidden(url):
+    assert "s3cret" not in engines.safe_url(url)
+    assert "127.0.0.1:1/db" in engines.safe_url(url)
+    with pytest.raises(hoststate.StoreUnavailable) as info:
+        hoststate.HostStateStore(url)
+    assert "s3cret" not in str(info.value)
+
+
+def test_ssl_key_passwords_are_hidden():
+    url = "postgresql+psycopg2://pg@db/hs?sslkey=/k.pem&sslpassword=s3cret"
+    assert engines.safe_url(url) == (
+        "postgresql+psycopg2://pg@db/hs?sslkey=%2Fk.pem&sslpassword=%2A%2A%2A")
+    assert "s3cret" not in engines.safe_url("mysql+pymysql://root@db/hs?passwd=s3cret")
