@@ -217,6 +217,14 @@ def _decision(row: Any) -> HostDecision:
                         updated_at=row.updated_at)
 
 
+def _listed(items: Iterable[str], what: str) -> list[str]:
+    """``items`` as a list; a lone string is refused (it would be read as
+    its characters, and the call would silently find nothing)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError("expected an iterable of %s, got the string %r" % (what, items))
+    return list(items)
+
+
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start:start + _CHUNK]
@@ -373,8 +381,9 @@ class HostStateStore:
     def get_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostSnapshot]:
         """Several hosts (None: every host) in one consistent read; hosts
         that never published are absent."""
+        listed = None if hosts is None else _listed(hosts, "host names")
         with self._read() as conn:
-            rows = self._load_hosts(conn, None if hosts is None else list(hosts))
+            rows = self._load_hosts(conn, listed)
         return {host: self._snapshot(host, r) for host, r in sorted(rows.items())}
 
     def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
@@ -382,11 +391,11 @@ class HostStateStore:
         without reading the states."""
         query = sa.select(t_hosts.c.host, t_hosts.c.generation)
         result: dict[str, int] = {}
+        if hosts is None:
+            chunks: list[Any] = [None]
+        else:
+            chunks = list(_chunks(sorted(set(_listed(hosts, "host names")))))
         with self._read() as conn:
-            if hosts is None:
-                chunks: list[Any] = [None]
-            else:
-                chunks = list(_chunks(sorted(set(hosts))))
             for chunk in chunks:
                 q = query if chunk is None else query.where(t_hosts.c.host.in_(chunk))
                 result.update((r.host, int(r.generation)) for r in conn.execute(q))
@@ -395,8 +404,9 @@ class HostStateStore:
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown uuids absent)."""
         result: dict[str, str] = {}
+        listed = sorted(set(_listed(uuids, "provider uuids")))
         with self._read() as conn:
-            for chunk in _chunks(sorted(set(uuids))):
+            for chunk in _chunks(listed):
                 result.update((row.uuid, row.host) for row in conn.execute(
                     sa.select(t_providers.c.uuid, t_providers.c.host)
                     .where(t_providers.c.uuid.in_(chunk))))

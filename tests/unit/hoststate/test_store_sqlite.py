@@ -152,3 +152,14 @@ def test_store_unavailable_at_the_deadline(store, monkeypatch):
     assert isinstance(err.__cause__, hoststate.StoreUnavailable)
     monkeypatch.undo()
     assert store.get_decision(d.id).status == "pending"
+
+
+def test_a_lone_name_is_not_a_list(store):
+    """A string where a list of names is expected is refused, not read as
+    its characters (which found nothing, silently)."""
+    store.publish("h", states(a=1), 0, providers={"u": "n"})
+    for call in (store.get_hosts, store.generations, store.hosts_for_providers):
+        with pytest.raises(TypeError):
+            call("h" if call != store.hosts_for_providers else "u")
+    assert list(store.get_hosts(["h"])) == ["h"]
+    assert store.hosts_for_providers(["u"]) == {"u": "h"}
