@@ -22,8 +22,10 @@ from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
 )
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def pool():
+    """Worker processes, spawned once per module (each opens its own store
+    per task, as an agent or a scheduler does)."""
     with multiprocessing.get_context("spawn").Pool(4) as p:
         yield p
 
@@ -78,10 +80,10 @@ def test_password_is_hidden(backend):
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
 
 
-@pytest.mark.parametrize("backend", ["mariadb"])
-def test_schema_lock_is_held_until_the_creation_commits(url):
+def test_schema_lock_is_held_until_the_creation_commits(url, backend):
     """MySQL's named lock belongs to the session: an opener that takes it
-    as soon as the creator releases it must find the version row."""
+    as soon as the creator releases it must find the version row (on
+    PostgreSQL the lock is the transaction's: nothing to see)."""
     seen = []
 
     def open_second(conn, cursor, statement, parameters, context, executemany):
@@ -95,4 +97,4 @@ def test_schema_lock_is_held_until_the_creation_commits(url):
         hoststate.HostStateStore(url).close()
     finally:
         event.remove(sa.engine.Engine, "after_cursor_execute", open_second)
-    assert seen[1:] == [{}], seen
+    assert seen[1:] == ([{}] if backend == "mariadb" else []), seen
