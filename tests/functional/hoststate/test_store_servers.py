@@ -68,8 +68,8 @@ def test_agent_processes_cannot_double_claim(url, pool):
         assert {d.status for d in map(s.get_decision, ids)} == {"claimed"}
 
 
-def test_processes_create_the_schema_once(url, pool):
-    assert pool.map(workers.open_store, [url] * 4) == [hoststate.SCHEMA_VERSION] * 4
+def test_processes_create_the_schema_once(empty_url, pool):
+    assert pool.map(workers.open_store, [empty_url] * 4) == [hoststate.SCHEMA_VERSION] * 4
 
 
 def test_password_is_hidden(backend):
@@ -80,7 +80,7 @@ def test_password_is_hidden(backend):
     assert "s3cret" not in str(info.value) and "127.0.0.1:1" in str(info.value)
 
 
-def test_schema_lock_is_held_until_the_creation_commits(url, backend):
+def test_schema_lock_is_held_until_the_creation_commits(empty_url, backend):
     """MySQL's named lock belongs to the session: an opener that takes it
     as soon as the creator releases it must find the version row (on
     PostgreSQL the lock is the transaction's: nothing to see)."""
@@ -90,11 +90,11 @@ def test_schema_lock_is_held_until_the_creation_commits(url, backend):
         if "RELEASE_LOCK" in statement and not seen:
             seen.append(statement)
             # NOTE: the creator has just released the schema lock.
-            with hoststate.HostStateStore(url) as second:
+            with hoststate.HostStateStore(empty_url) as second:
                 seen.append(second.generations())
     event.listen(sa.engine.Engine, "after_cursor_execute", open_second)
     try:
-        hoststate.HostStateStore(url).close()
+        hoststate.HostStateStore(empty_url).close()
     finally:
         event.remove(sa.engine.Engine, "after_cursor_execute", open_second)
     assert seen[1:] == ([{}] if backend == "mariadb" else []), seen

@@ -2,7 +2,8 @@
 
 ``tests/unit/hoststate`` runs these classes on SQLite and
 ``tests/functional/hoststate`` on PostgreSQL and MariaDB: each directory's
-conftest provides ``url``, a fresh empty database per test.
+conftest provides ``url``, a database without host-state rows, and
+``empty_url``, one without tables (the schema tests).
 """
 
 from __future__ import annotations
@@ -582,18 +583,18 @@ class TestSchema:
         finally:
             engine.dispose()
 
-    def test_reopen_keeps_the_data(self, url):
-        with hoststate.HostStateStore(url) as first:
+    def test_reopen_keeps_the_data(self, empty_url):
+        with hoststate.HostStateStore(empty_url) as first:
             first.publish("h1", states(a=1), 0)
-        with hoststate.HostStateStore(url) as second:
+        with hoststate.HostStateStore(empty_url) as second:
             assert second.get_host("h1").generation == 1
 
     @pytest.mark.parametrize("found, word", [(99, "newer"), (0, "older")])
-    def test_version_mismatch(self, url, found, word):
-        hoststate.HostStateStore(url).close()
-        self._set_version(url, found)
+    def test_version_mismatch(self, empty_url, found, word):
+        hoststate.HostStateStore(empty_url).close()
+        self._set_version(empty_url, found)
         with pytest.raises(hoststate.SchemaVersionMismatch) as info:
-            hoststate.HostStateStore(url)
+            hoststate.HostStateStore(empty_url)
         err = info.value
         assert (err.found, err.expected) == (found, hoststate.SCHEMA_VERSION)
         message = str(err)
@@ -602,20 +603,20 @@ class TestSchema:
         assert word in message and "stop the agents and schedulers" in message
         assert "password" not in message
 
-    def test_tables_without_version(self, url):
-        hoststate.HostStateStore(url).close()
-        self._set_version(url, None)
+    def test_tables_without_version(self, empty_url):
+        hoststate.HostStateStore(empty_url).close()
+        self._set_version(empty_url, None)
         with pytest.raises(hoststate.SchemaVersionMismatch) as info:
-            hoststate.HostStateStore(url)
+            hoststate.HostStateStore(empty_url)
         assert info.value.found is None
         assert "no schema version" in str(info.value)
 
-    def test_concurrent_creation(self, url):
+    def test_concurrent_creation(self, empty_url):
         def open_store(i):
-            with hoststate.HostStateStore(url) as s:
+            with hoststate.HostStateStore(empty_url) as s:
                 return s.generations()
         assert run_threads(open_store, 4) == [{}] * 4
-        engine = sa.create_engine(url)
+        engine = sa.create_engine(empty_url)
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [

@@ -1,5 +1,5 @@
-"""Fixtures of the host-state tests on SQLite: ``url``, a fresh database
-file per test, and the shared cases' stores."""
+"""Fixtures of the host-state tests on SQLite: ``url`` and ``empty_url``,
+a new database file per test, and the shared cases' stores."""
 
 from __future__ import annotations
 
@@ -11,3 +11,9 @@ from tests.unit.hoststate.cases import make_store, store  # noqa: F401 - fixture
 @pytest.fixture
 def url(tmp_path):
     return "sqlite:///%s" % (tmp_path / "state" / "host_state.sqlite")
+
+
+@pytest.fixture
+def empty_url(url):
+    """A database without tables (``url`` is a new file already)."""
+    return url
