@@ -53,8 +53,9 @@ def test_reads_are_atomic_across_processes(url, pool):
                for host in ("h1", "h2")]
     for w in writers:
         w.get(300)
-    reads = [r.get(300) for r in readers]
-    assert all(n > 0 for n in reads), reads
+    seen = [r.get(300) for r in readers]
+    # NOTE: the reads overlapped the writes (not all before or after).
+    assert all(n > 1 for n in seen), seen
     with hoststate.HostStateStore(url) as s:
         assert s.generations() == {"h1": last, "h2": last}
 

@@ -229,10 +229,14 @@ class TestPublish:
         publish_round(writer, "h2", 1)
         last = 25
         done = threading.Event()
-        reads = {"get_host": 0, "get_hosts": 0}
+        reading = {"get_host": threading.Event(), "get_hosts": threading.Event()}
+        seen: dict[str, set] = {"get_host": set(), "get_hosts": set()}
 
         def write(i):
             try:
+                # NOTE: the readers are reading before the writes start.
+                for started in reading.values():
+                    assert started.wait(60), "a reader did not start"
                 for n in range(2, last + 1):
                     publish_round(writer, "h1", n)
                     publish_round(writer, "h2", n)
@@ -241,18 +245,22 @@ class TestPublish:
 
         def read_one(i):
             while not done.is_set():
-                check_round(reader.get_host("h1"))
-                reads["get_host"] += 1
+                snap = reader.get_host("h1")
+                check_round(snap)
+                seen["get_host"].add(snap.generation)
+                reading["get_host"].set()
 
         def read_many(i):
             while not done.is_set():
                 snaps = batch_reader.get_hosts(["h1", "h2"])
                 for snap in snaps.values():
                     check_round(snap)
-                reads["get_hosts"] += 1
+                seen["get_hosts"].add(tuple(s.generation for s in snaps.values()))
+                reading["get_hosts"].set()
 
         run_threads(lambda i: (write, read_one, read_many)[i](i), 3)
-        assert reads["get_host"] > 0 and reads["get_hosts"] > 0, reads
+        # NOTE: the reads overlapped the writes (not all before or after).
+        assert all(len(generations) > 1 for generations in seen.values()), seen
         assert reader.get_host("h1").generation == last
 
     def test_a_writer_behind_a_stuck_transaction_gives_up(self, url, store):
