@@ -21,6 +21,9 @@ MYSQL_ADMIN = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""
 
 BACKENDS = ("postgresql", "mariadb")
 
+#: In the PostgreSQL URLs (trust auth ignores it), never in a message.
+PASSWORD = "s3cret"
+
 
 def _pg_admin():
     try:
@@ -53,7 +56,9 @@ def create_database(backend: str):
             with admin.cursor() as cur:
                 cur.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
             admin.close()
-        return "postgresql+psycopg2://postgres@127.0.0.1:5432/%s" % name, drop
+        # NOTE: trust auth ignores the password: it is there for the tests
+        # to check that no message shows it.
+        return "postgresql+psycopg2://postgres:%s@127.0.0.1:5432/%s" % (PASSWORD, name), drop
     admin = _mysql_admin()
     with admin.cursor() as cur:
         cur.execute("CREATE DATABASE %s CHARACTER SET utf8mb4" % name)
