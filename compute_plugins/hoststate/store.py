@@ -726,7 +726,7 @@ class HostStateStore:
                         max_poll_interval: float = 1.0) -> HostDecision:
         """Wait until the host answers the consumer's latest decision.
 
-        Polls with exponential back-off from ``poll_interval`` to
+        Polls with exponential back-off from ``poll_interval`` (> 0) to
         ``max_poll_interval`` seconds, never past the deadline.
 
         :returns: the decision once it is not pending (claimed, rejected,
@@ -744,11 +744,17 @@ class HostStateStore:
             False when the store could not be reached to withdraw it: the
             host may still claim it.
         """
+        # NOTE: "not >": NaN too (it never passed the deadline).
+        if not timeout >= 0:
+            raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
+        if not poll_interval > 0:
+            # NOTE: 0 made the back-off 0 too: a busy loop on the database.
+            raise ValueError("poll_interval %r: expected seconds > 0" % (poll_interval,))
         decision = self.latest_decision(consumer)
         if decision is None:
             raise errors.DecisionNotFound(consumer)
         deadline = time.monotonic() + timeout
-        delay = max(poll_interval, 0.001)
+        delay = poll_interval
         unavailable: Optional[errors.StoreUnavailable] = None
         while not decision.answered:
             remaining = deadline - time.monotonic()

@@ -163,3 +163,23 @@ def test_a_lone_name_is_not_a_list(store):
             call("h" if call != store.hosts_for_providers else "u")
     assert list(store.get_hosts(["h"])) == ["h"]
     assert store.hosts_for_providers(["u"]) == {"u": "h"}
+
+
+def test_wait_refuses_a_busy_loop_and_an_endless_timeout(store, monkeypatch):
+    """A zero poll interval polled the database without sleeping; a NaN
+    timeout never reached its deadline."""
+    store.submit_decision("c1", "h1", SPEC)
+    polls = []
+    real_get = store.get_decision
+
+    def counting_get(decision_id):
+        polls.append(decision_id)
+        assert len(polls) < 1000, "busy loop"
+        return real_get(decision_id)
+    monkeypatch.setattr(store, "get_decision", counting_get)
+    for kwargs in ({"timeout": 0.2, "poll_interval": 0, "max_poll_interval": 0},
+                   {"timeout": float("nan")}, {"timeout": -1}):
+        with pytest.raises(ValueError):
+            store.wait_for_answer("c1", **kwargs)
+    assert polls == []
+    assert store.active_decision("c1").status == "pending"
