@@ -58,7 +58,10 @@ class SchemaVersionMismatch(HostStateError):
         else:
             what = ("has schema version %d, written by an older compute-plugins; "
                     "this one expects version %d" % (found, expected))
-        drop = "delete %s" % path if path else "drop the database"
+        # NOTE: the -wal and -shm files too: they belong to the deleted file
+        # (SQLite's "how to corrupt" page: a WAL paired with another file).
+        drop = ("delete %s with its -wal and -shm files" % path if path
+                else "drop the database")
         super().__init__(
             "host-state database %s %s: to start afresh, stop the agents and "
             "schedulers that use it, %s and restart them (the agents publish "

@@ -100,7 +100,8 @@ def test_delete_the_file_in_the_mismatch_message(url):
     engine.dispose()
     with pytest.raises(hoststate.SchemaVersionMismatch) as info:
         hoststate.HostStateStore(url)
-    assert "delete %s" % url[len("sqlite:///"):] in str(info.value)
+    assert "delete %s with its -wal and -shm files" % url[len("sqlite:///"):] in str(
+        info.value)
 
 
 def test_writer_processes_lose_no_update(url):
