@@ -38,11 +38,14 @@ OPTS = [
         "created on first use.",
     ),
     cfg.FloatOpt(
-        "sqlite_busy_timeout",
+        "lock_timeout",
         default=30.0,
         min=0.0,
-        help="Seconds an SQLite writer waits for another process's write "
-        "to finish before failing (SQLite only).",
+        deprecated_name="sqlite_busy_timeout",
+        help="Seconds a writer waits for another's lock (a row on "
+        "PostgreSQL and MySQL, the database file on SQLite) before failing "
+        "with the database unavailable, instead of hanging behind a stuck "
+        "transaction. MySQL counts whole seconds, at least 1.",
     ),
 ]
 

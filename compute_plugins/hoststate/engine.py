@@ -56,8 +56,14 @@ def backend(engine: Engine) -> str:
 
 
 def safe_url(url: str | URL) -> str:
-    """``url`` with its password hidden, for messages."""
-    return sa.engine.make_url(url).render_as_string(hide_password=True)
+    """``url`` with its password hidden, for messages: the one after the
+    user name, and any in the query string (libpq and the MySQL drivers
+    read ``?password=``, ``?passwd=`` and ``?sslpassword=``)."""
+    parsed = sa.engine.make_url(url)
+    secret = {key: "***" for key in parsed.query if "passw" in key.lower()}
+    if secret:
+        parsed = parsed.update_query_dict(secret)
+    return parsed.render_as_string(hide_password=True)
 
 
 def sqlite_path(url: str | URL) -> Optional[str]:
@@ -94,6 +100,34 @@ def _create_private_file(path: str) -> None:
     os.close(fd)
 
 
+#: Seconds to establish a connection to a database server before failing
+#: (unless the URL sets its own).
+CONNECT_TIMEOUT = 10
+#: Seconds ensure_schema waits for MySQL's schema lock.
+_MYSQL_SCHEMA_LOCK_WAIT = 60
+
+
+def _server_events(engine: Engine, kind: str, lock_timeout: float) -> None:
+    """Make a writer that waits for a row lock give up after
+    ``lock_timeout`` seconds (PostgreSQL waits forever by default, MySQL
+    50 s), as SQLite's busy timeout does: the store then raises
+    StoreUnavailable instead of hanging behind a stuck transaction."""
+    if kind == "postgresql":
+        statement = "SET SESSION lock_timeout = %d" % max(1, round(lock_timeout * 1000))
+    else:
+        # NOTE: whole seconds, at least 1.
+        statement = "SET SESSION innodb_lock_wait_timeout = %d" % max(1, round(lock_timeout))
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(statement)
+        finally:
+            cursor.close()
+        dbapi_connection.commit()
+
+
 def _sqlite_events(engine: Engine, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, record: Any) -> None:
@@ -113,11 +147,16 @@ def _sqlite_events(engine: Engine, wal: bool) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def create_engine(url: str | URL, sqlite_busy_timeout: float = 30.0) -> Engine:
+def create_engine(url: str | URL, lock_timeout: float = 30.0) -> Engine:
     """An engine for ``url``, set up as the module docstring says.
 
     SQLite files are created 0600 (their directory 0700) when missing;
     ``sqlite://`` is one in-memory database shared by the engine's users.
+    A writer waits ``lock_timeout`` seconds for another's lock (SQLite's
+    busy timeout, PostgreSQL's ``lock_timeout``, MySQL's
+    ``innodb_lock_wait_timeout``); connecting to a server gives up after
+    :data:`CONNECT_TIMEOUT` seconds, and a MySQL server that does not
+    answer a statement in time counts as gone.
     """
     parsed = sa.engine.make_url(url)
     name = parsed.get_backend_name()
@@ -127,18 +166,39 @@ def create_engine(url: str | URL, sqlite_busy_timeout: float = 30.0) -> Engine:
         if path is not None:
             _create_private_file(path)
         kwargs: dict[str, Any] = {
-            "connect_args": {"timeout": sqlite_busy_timeout,
+            "connect_args": {"timeout": lock_timeout,
                              "check_same_thread": False}}
         if memory:
             kwargs["poolclass"] = pool.StaticPool
         engine = sa.create_engine(parsed, **kwargs)
         _sqlite_events(engine, wal=not memory)
         return engine
-    if name in ("mysql", "mariadb"):
+    kind = "mysql" if name in ("mysql", "mariadb") else name
+    driver = parsed.get_driver_name()
+    connect_args: dict[str, Any] = {}
+    timeouts: tuple[str, ...] = ()
+    if kind == "postgresql" and driver in ("psycopg2", "psycopg"):
+        timeouts = ("connect_timeout",)
+    elif kind == "mysql" and driver in ("pymysql", "mysqldb"):
+        timeouts = ("connect_timeout", "read_timeout", "write_timeout")
+    for key in timeouts:
+        if key not in parsed.query:
+            # NOTE: PyMySQL waits for the server's greeting and answers
+            # without a timeout by default: a URL naming a server that does
+            # not speak first (another service's port) hung forever.
+            # A statement's answer may legitimately wait for a row lock or
+            # the schema lock, then take its time.
+            connect_args[key] = CONNECT_TIMEOUT if key == "connect_timeout" else int(
+                max(lock_timeout, _MYSQL_SCHEMA_LOCK_WAIT) + CONNECT_TIMEOUT)
+    kwargs = {"pool_pre_ping": True, "connect_args": connect_args}
+    if kind == "mysql":
         if "charset" not in parsed.query:
             parsed = parsed.update_query_dict({"charset": "utf8mb4"})
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_recycle=3600)
-    return sa.create_engine(parsed, pool_pre_ping=True)
+        kwargs["pool_recycle"] = 3600
+    engine = sa.create_engine(parsed, **kwargs)
+    if kind in ("postgresql", "mysql"):
+        _server_events(engine, kind, lock_timeout)
+    return engine
 
 
 def transaction_options(engine: Engine, write: bool) -> dict[str, Any]:
@@ -151,25 +211,40 @@ def transaction_options(engine: Engine, write: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _schema_lock(conn: Connection) -> Iterator[None]:
-    """Serialise schema checks and creation across processes (inside the
-    connection's transaction)."""
+def _schema_transaction(conn: Connection) -> Iterator[None]:
+    """A write transaction on ``conn`` that holds the schema lock, so that
+    schema checks and creation are serialised across processes.
+
+    The lock is held until the transaction has committed: a second opener
+    that takes it next sees the tables and the version row together.
+    """
     kind = backend(conn.engine)
-    if kind == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-        yield
-    elif kind == "mysql":
-        got = conn.execute(sa.text("SELECT GET_LOCK(:name, 60)"),
-                           {"name": _MYSQL_LOCK}).scalar()
+    if kind == "mysql":
+        # NOTE: a MySQL named lock belongs to the session, not to the
+        # transaction: take it before the transaction begins and release it
+        # after the commit. Released before the commit, another opener would
+        # see the tables (MySQL's DDL commits at once) without the version
+        # row, and report a schema without version.
+        got = conn.execute(sa.text("SELECT GET_LOCK(:name, :wait)"),
+                           {"name": _MYSQL_LOCK, "wait": _MYSQL_SCHEMA_LOCK_WAIT}).scalar()
+        conn.commit()
         if got != 1:
             raise errors.StoreUnavailable(
                 safe_url(conn.engine.url),
-                "could not take the schema lock %s in 60 s" % _MYSQL_LOCK)
+                "could not take the schema lock %s in %d s"
+                % (_MYSQL_LOCK, _MYSQL_SCHEMA_LOCK_WAIT))
         try:
-            yield
+            with conn.begin():
+                yield
         finally:
             conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": _MYSQL_LOCK})
-    else:
+            conn.commit()
+        return
+    with conn.begin():
+        if kind == "postgresql":
+            # NOTE: a transaction lock, released by the commit.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                         {"key": _PG_LOCK_KEY})
         # NOTE: SQLite: the BEGIN IMMEDIATE of the write transaction.
         yield
 
@@ -182,7 +257,7 @@ def ensure_schema(engine: Engine) -> None:
     """
     with engine.connect() as conn:
         conn.execution_options(**transaction_options(engine, write=True))
-        with conn.begin(), _schema_lock(conn):
+        with _schema_transaction(conn):
             tables = set(sa.inspect(conn).get_table_names())
             if schema.version.name in tables:
                 found = conn.execute(sa.select(sa.func.max(schema.version.c.version))).scalar()

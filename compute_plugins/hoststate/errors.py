@@ -58,7 +58,10 @@ class SchemaVersionMismatch(HostStateError):
         else:
             what = ("has schema version %d, written by an older compute-plugins; "
                     "this one expects version %d" % (found, expected))
-        drop = "delete %s" % path if path else "drop the database"
+        # NOTE: the -wal and -shm files too: they belong to the deleted file
+        # (SQLite's "how to corrupt" page: a WAL paired with another file).
+        drop = ("delete %s with its -wal and -shm files" % path if path
+                else "drop the database")
         super().__init__(
             "host-state database %s %s: to start afresh, stop the agents and "
             "schedulers that use it, %s and restart them (the agents publish "
@@ -156,16 +159,24 @@ class AnswerTimeout(HostStateError, TimeoutError):
     :param timeout: seconds waited.
     :param withdrawn: True when the store withdrew the decision (pending ->
         released), so that a late agent cannot claim it.
+    :param unavailable: the database's error when it could not be reached
+        at the end of the wait (the host may have answered unseen, or may
+        still claim a decision that could not be withdrawn).
     """
 
     def __init__(self, consumer: str, host: str, timeout: float,
-                 withdrawn: bool) -> None:
+                 withdrawn: bool, unavailable: Optional[str] = None) -> None:
         self.consumer = consumer
         self.host = host
         self.timeout = timeout
         self.withdrawn = withdrawn
+        self.unavailable = unavailable
+        if unavailable is not None:
+            why = "the host-state database is unavailable: %s" % unavailable
+        else:
+            why = "is its compute agent running?"
         super().__init__(
             "host %s did not answer the decision for consumer %s within %g s "
-            "(is its compute agent running?)%s"
-            % (host, consumer, timeout,
-               "; the decision was withdrawn" if withdrawn else ""))
+            "(%s)%s" % (host, consumer, timeout, why,
+                        "; the decision was withdrawn" if withdrawn
+                        else "; the decision was not withdrawn"))

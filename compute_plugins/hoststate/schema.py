@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 #: The schema this code reads and writes. Bump it with every change to the
-#: tables below.
-SCHEMA_VERSION = 1
+#: tables below. 2: ``hoststate_version.version`` is its primary key.
+SCHEMA_VERSION = 2
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -28,9 +28,13 @@ _MYSQL = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB",
 
 metadata = sa.MetaData()
 
+# NOTE: every table has a primary key: MySQL with sql_require_primary_key
+# (common on managed servers) refuses a table without one, Galera cannot
+# replicate its deletes reliably, nor PostgreSQL's logical replication its
+# updates.
 version = sa.Table(
     "hoststate_version", metadata,
-    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
     **_MYSQL,
 )
 

@@ -57,6 +57,10 @@ T = TypeVar("T")
 
 #: Host names per ``IN (...)`` list.
 _CHUNK = 500
+#: Longest host, node, plugin and provider name (their columns' size).
+_NAME = 255
+#: Longest consumer and provider uuid.
+_UUID = 36
 #: Attempts of a write that the database aborted as a deadlock.
 _DEADLOCK_ATTEMPTS = 5
 
@@ -159,12 +163,22 @@ def _canonical(document: Any) -> str:
                       allow_nan=False)
 
 
+def _check_name(what: str, value: Any, limit: int) -> str:
+    """``value``, a string of 1 to ``limit`` characters (its column's
+    size: a longer one failed as a driver error on PostgreSQL and MySQL and
+    went in unchecked on SQLite)."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise ValueError("%s %r: expected 1 to %d characters" % (what, value, limit))
+    return value
+
+
 def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """plugin -> canonical JSON of its document, checked."""
     texts = {}
     for plugin, document in states.items():
         if not isinstance(plugin, str) or not plugin:
             raise ValueError("host state keyed by %r: expected a plugin name" % (plugin,))
+        _check_name("plugin name", plugin, _NAME)
         if (not isinstance(document, Mapping)
                 or set(document) != {"plugin", "version", "state"}):
             raise ValueError("host state of %s: expected the document "
@@ -203,6 +217,14 @@ def _decision(row: Any) -> HostDecision:
                         updated_at=row.updated_at)
 
 
+def _listed(items: Iterable[str], what: str) -> list[str]:
+    """``items`` as a list; a lone string is refused (it would be read as
+    its characters, and the call would silently find nothing)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError("expected an iterable of %s, got the string %r" % (what, items))
+    return list(items)
+
+
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start:start + _CHUNK]
@@ -229,14 +251,16 @@ class HostStateStore:
     :param connection: an SQLAlchemy URL: ``sqlite:////abs/file`` (created
         0600 when missing), ``sqlite://`` (in memory, this object only),
         ``postgresql+psycopg2://...`` or ``mysql+pymysql://...``.
-    :param sqlite_busy_timeout: seconds an SQLite writer waits for another.
+    :param lock_timeout: seconds a writer waits for another's lock before
+        failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
+        ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
     :raises SchemaVersionMismatch: the database has another schema version.
     :raises StoreUnavailable: the database cannot be reached.
     """
 
-    def __init__(self, connection: str, sqlite_busy_timeout: float = 30.0) -> None:
+    def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
         self.url = engines.safe_url(connection)
-        self._engine = engines.create_engine(connection, sqlite_busy_timeout)
+        self._engine = engines.create_engine(connection, lock_timeout)
         # NOTE: an in-memory SQLite database is one connection: transactions
         # of several threads must not interleave on it.
         self._serial: contextlib.AbstractContextManager[Any] = (
@@ -260,7 +284,7 @@ class HostStateStore:
         from compute_plugins.conf import host_state
 
         url = host_state.connection(conf)
-        return cls(url, sqlite_busy_timeout=conf.host_state.sqlite_busy_timeout)
+        return cls(url, lock_timeout=conf.host_state.lock_timeout)
 
     @property
     def engine(self) -> Engine:
@@ -357,8 +381,9 @@ class HostStateStore:
     def get_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostSnapshot]:
         """Several hosts (None: every host) in one consistent read; hosts
         that never published are absent."""
+        listed = None if hosts is None else _listed(hosts, "host names")
         with self._read() as conn:
-            rows = self._load_hosts(conn, None if hosts is None else list(hosts))
+            rows = self._load_hosts(conn, listed)
         return {host: self._snapshot(host, r) for host, r in sorted(rows.items())}
 
     def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
@@ -366,11 +391,11 @@ class HostStateStore:
         without reading the states."""
         query = sa.select(t_hosts.c.host, t_hosts.c.generation)
         result: dict[str, int] = {}
+        if hosts is None:
+            chunks: list[Any] = [None]
+        else:
+            chunks = list(_chunks(sorted(set(_listed(hosts, "host names")))))
         with self._read() as conn:
-            if hosts is None:
-                chunks: list[Any] = [None]
-            else:
-                chunks = list(_chunks(sorted(set(hosts))))
             for chunk in chunks:
                 q = query if chunk is None else query.where(t_hosts.c.host.in_(chunk))
                 result.update((r.host, int(r.generation)) for r in conn.execute(q))
@@ -379,8 +404,9 @@ class HostStateStore:
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown uuids absent)."""
         result: dict[str, str] = {}
+        listed = sorted(set(_listed(uuids, "provider uuids")))
         with self._read() as conn:
-            for chunk in _chunks(sorted(set(uuids))):
+            for chunk in _chunks(listed):
                 result.update((row.uuid, row.host) for row in conn.execute(
                     sa.select(t_providers.c.uuid, t_providers.c.host)
                     .where(t_providers.c.uuid.in_(chunk))))
@@ -403,11 +429,14 @@ class HostStateStore:
             ``expected_generation``.
         :raises ProviderConflict: a provider uuid another host published.
         """
-        if not host or len(host) > 255:
-            raise ValueError("host name %r: 1 to 255 characters" % (host,))
+        _check_name("host name", host, _NAME)
+        if nodename is not None:
+            _check_name("node name", nodename, _NAME)
         texts = _state_texts(states)
         wanted_providers = None if providers is None else {
-            str(uuid): str(name) for uuid, name in providers.items()}
+            _check_name("provider uuid", str(uuid), _UUID):
+            _check_name("name of provider %s" % uuid, str(name), _NAME)
+            for uuid, name in providers.items()}
         return self._retrying(lambda: self._publish(
             host, texts, int(expected_generation), nodename, wanted_providers))
 
@@ -524,10 +553,8 @@ class HostStateStore:
         :param spec: the RequestSpec with its decision, ``to_json()``.
         :raises DecisionExists: the consumer has a decision in force.
         """
-        if not consumer or len(consumer) > 36:
-            raise ValueError("consumer %r: 1 to 36 characters" % (consumer,))
-        if not host or len(host) > 255:
-            raise ValueError("host name %r: 1 to 255 characters" % (host,))
+        _check_name("consumer", consumer, _UUID)
+        _check_name("host name", host, _NAME)
         try:
             if not isinstance(json.loads(spec), dict):
                 raise ValueError("not a JSON object")
@@ -699,38 +726,64 @@ class HostStateStore:
                         max_poll_interval: float = 1.0) -> HostDecision:
         """Wait until the host answers the consumer's latest decision.
 
-        Polls with exponential back-off from ``poll_interval`` to
+        Polls with exponential back-off from ``poll_interval`` (> 0) to
         ``max_poll_interval`` seconds, never past the deadline.
 
         :returns: the decision once it is not pending (claimed, rejected,
             or released by a withdrawal).
+        A store that is unavailable while it waits (a database restart, a
+        fail-over) is polled again until the deadline: the decision stays
+        pending meanwhile, and giving up early would leave it to a late
+        agent while the caller moved on.
+
         :raises DecisionNotFound: the consumer has no decision.
         :raises AnswerTimeout: still pending after ``timeout`` seconds. With
             ``withdraw_on_timeout`` the decision is withdrawn first (pending
             -> released) so that a late agent cannot claim it; an answer
-            that lands just before is returned instead.
+            that lands just before is returned instead. ``withdrawn`` is
+            False when the store could not be reached to withdraw it: the
+            host may still claim it.
         """
+        # NOTE: "not >": NaN too (it never passed the deadline).
+        if not timeout >= 0:
+            raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
+        if not poll_interval > 0:
+            # NOTE: 0 made the back-off 0 too: a busy loop on the database.
+            raise ValueError("poll_interval %r: expected seconds > 0" % (poll_interval,))
         decision = self.latest_decision(consumer)
         if decision is None:
             raise errors.DecisionNotFound(consumer)
         deadline = time.monotonic() + timeout
-        delay = max(poll_interval, 0.001)
+        delay = poll_interval
+        unavailable: Optional[errors.StoreUnavailable] = None
         while not decision.answered:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, max(max_poll_interval, poll_interval))
-            decision = self.get_decision(decision.id)
+            try:
+                decision = self.get_decision(decision.id)
+                unavailable = None
+            except errors.StoreUnavailable as err:
+                LOG.warning("waiting for host %s to answer consumer %s: %s",
+                            decision.host, consumer, err)
+                unavailable = err
         if decision.answered:
             return decision
+        withdrawn = False
         if withdraw_on_timeout:
             try:
                 self.withdraw(decision.id)
+                withdrawn = True
             except errors.DecisionStatusConflict as err:
                 return err.decision
-        raise errors.AnswerTimeout(consumer, decision.host, timeout,
-                                   withdrawn=withdraw_on_timeout)
+            except errors.StoreUnavailable as err:
+                unavailable = err
+        raise errors.AnswerTimeout(
+            consumer, decision.host, timeout, withdrawn=withdrawn,
+            unavailable=None if unavailable is None else unavailable.reason
+        ) from unavailable
 
     def purge_decisions(self, before: datetime.datetime) -> int:
         """Delete rejected and released decisions last changed before

@@ -3,6 +3,8 @@ opens its own store, as an agent or a scheduler would)."""
 
 from __future__ import annotations
 
+import time
+
 from compute_plugins import hoststate
 
 
@@ -38,9 +40,18 @@ def publish_round(store: hoststate.HostStateStore, host: str, n: int) -> int:
                          providers=providers).generation
 
 
+def _ready_marker(host: str) -> str:
+    return "ready-%s" % host
+
+
 def publish_rounds(url: str, host: str, first: int, last: int) -> None:
-    """Publish rounds ``first`` to ``last``."""
+    """Publish rounds ``first`` to ``last``, once a reader of ``host``
+    (:func:`read_rounds`) is reading."""
     with hoststate.HostStateStore(url) as store:
+        deadline = time.monotonic() + 60
+        while store.active_decision(_ready_marker(host)) is None:
+            assert time.monotonic() < deadline, "no reader of %s started" % host
+            time.sleep(0.01)
         for n in range(first, last + 1):
             publish_round(store, host, n)
 
@@ -58,15 +69,18 @@ def check_round(snap: hoststate.HostSnapshot) -> None:
 
 def read_rounds(url: str, host: str, until: int) -> int:
     """Read ``host`` until it reaches generation ``until``, checking every
-    read; returns the number of reads."""
-    reads = 0
+    read; tells :func:`publish_rounds` (a decision addressed to ``host``)
+    once it reads. Returns how many generations it saw."""
+    seen = set()
     with hoststate.HostStateStore(url) as store:
         while True:
             snap = store.get_host(host)
             check_round(snap)
-            reads += 1
+            if not seen:
+                store.submit_decision(_ready_marker(host), host, "{}")
+            seen.add(snap.generation)
             if snap.generation >= until:
-                return reads
+                return len(seen)
 
 
 def claim(url: str, decision_ids: list[int]) -> list[int]:
