@@ -16,7 +16,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
-from resources.disk import provider
+from resources.disk import provider, summary
 from resources.disk import request as disk_request
 from resources.disk.view import DiskView, InvalidDiskConfig, build_view
 
@@ -82,3 +82,8 @@ class DiskPlugin(ResourcePlugin):
     ) -> list[RequestGroup]:
         """``DISK_GB`` in the unsuffixed group, or ``_DISK`` for shared storage."""
         return disk_request.request_groups(plugin_request)
+
+    def describe(self, plugin_request: disk_request.DiskRequest,
+                 assignment: disk_request.DiskAssignment) -> list[str]:
+        """Where DISK_GB comes from."""
+        return summary.describe(plugin_request, assignment)

@@ -16,7 +16,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
-from resources.numa import provider
+from resources.numa import provider, summary
 from resources.numa import request as numa_request
 from resources.numa.view import (
     InvalidCPUSet,
@@ -56,3 +56,8 @@ class NUMAPlugin(ResourcePlugin):
     ) -> list[RequestGroup]:
         """One group per guest NUMA node, or one floating group."""
         return numa_request.request_groups(plugin_request)
+
+    def describe(self, plugin_request: numa_request.NUMARequest,
+                 assignment: numa_request.NUMAAssignment) -> list[str]:
+        """A line per guest node: its host cell, pinned CPUs, memory and page size."""
+        return summary.describe(plugin_request, assignment)

@@ -18,7 +18,7 @@ from compute_plugins.host.model import HostInfo
 from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
-from resources.sriov import provider
+from resources.sriov import provider, summary
 from resources.sriov import request as sriov_request
 from resources.sriov.view import InvalidSRIOVConfig, SRIOVView, build_view
 
@@ -80,3 +80,8 @@ class SRIOVPlugin(ResourcePlugin):
     ) -> list[RequestGroup]:
         """One device group per port and per alias."""
         return sriov_request.request_groups(plugin_request)
+
+    def describe(self, plugin_request: sriov_request.SRIOVRequest,
+                 assignment: sriov_request.SRIOVAssignment) -> list[str]:
+        """A line per port or alias group: its VF and PF."""
+        return summary.describe(plugin_request, assignment)

@@ -16,7 +16,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
-from resources.vgpu import provider
+from resources.vgpu import provider, summary
 from resources.vgpu import request as vgpu_request
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.view import (
@@ -75,3 +75,8 @@ class VGPUPlugin(ResourcePlugin):
     ) -> list[RequestGroup]:
         """One device group per VGPU group."""
         return vgpu_request.request_groups(plugin_request)
+
+    def describe(self, plugin_request: vgpu_request.VGPURequest,
+                 assignment: vgpu_request.VGPUAssignment) -> list[str]:
+        """A line per group: its vGPUs, their type and pGPU."""
+        return summary.describe(plugin_request, assignment)
