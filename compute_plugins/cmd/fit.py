@@ -240,8 +240,9 @@ def _bad(*lines: str) -> int:
 
 def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
                 result: FitResult, xml: str | None) -> None:
-    flavor = "flavor %s: %d vCPUs, %d MiB" % (
-        spec.flavor.name or "(unnamed)", spec.flavor.vcpus, spec.flavor.memory_mb)
+    flavor = "flavor %s: %d vCPU%s, %d MiB" % (
+        spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
+        "" if spec.flavor.vcpus == 1 else "s", spec.flavor.memory_mb)
     if not result.fits:
         print("does not fit on host %s (%s):" % (host.hostname, flavor))
         for rejection in result.rejections:

@@ -424,15 +424,15 @@ def summary(xml: str) -> str:
     if domain.tag != "domain":
         raise ValueError("not a libvirt domain: <%s>" % domain.tag)
     vcpu = domain.find("vcpu")
-    lines = ["domain %s (%s): %s vCPUs, %s MiB" % (
-        domain.findtext("name", "?"), domain.get("type", "?"),
-        _text(vcpu) if vcpu is not None else "?",
-        _memory_mib(domain.find("memory")))]
+    count = _text(vcpu) if vcpu is not None else "?"
+    lines = ["domain %s (%s): %s vCPU%s, %s MiB" % (
+        domain.findtext("name", "?"), domain.get("type", "?"), count,
+        "" if count == "1" else "s", _memory_mib(domain.find("memory")))]
     if vcpu is not None and vcpu.get("cpuset"):
         lines.append("vCPUs float on host CPUs %s" % vcpu.get("cpuset"))
     pins = domain.findall("cputune/vcpupin")
     if pins:
-        lines.append("pinned: " + " ".join(
+        lines.append("vcpupin: " + " ".join(
             "%s->%s" % (p.get("vcpu"), p.get("cpuset"))
             for p in sorted(pins, key=lambda p: int(p.get("vcpu", "0")))))
     emulator = domain.find("cputune/emulatorpin")

@@ -82,7 +82,7 @@ def test_fits_text(tmp_path, capsys):
         '  gadget: addresses=["0000:02:00.0"]',
         "guest XML (--format json prints it whole):",
         "  domain m1.test (kvm): 3 vCPUs, 1024 MiB",
-        "  pinned: 0->0 1->1 2->2",
+        "  vcpupin: 0->0 1->1 2->2",
         "  guest cell 0: vCPUs 0-2, 1024 MiB, memory on host node 0",
         "  devices: hostdev pci 0000:02:00.0",
     ]

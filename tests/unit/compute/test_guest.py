@@ -6,6 +6,7 @@ tests/functional/compute/test_guest_libvirt.py; here the structure.
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -16,6 +17,7 @@ from compute_plugins.compute.guest import GuestConfigError
 from compute_plugins.fit import fit_all
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PCIDevice
 from compute_plugins.plugin import GuestFragment, describe_fields
+from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
 from tests.unit import fit_plugins
@@ -209,7 +211,7 @@ def test_summary_says_what_the_guest_gets():
     ], name="web1", vcpus=2, memory_mb=4096)
     assert guest.summary(xml).splitlines() == [
         "domain web1 (kvm): 2 vCPUs, 4096 MiB",
-        "pinned: 0->12 1->13",
+        "vcpupin: 0->12 1->13",
         "emulator threads on host CPUs 14",
         "guest cell 0: vCPUs 0-1, 4096 MiB in 2048 KiB pages, memory on host node 3",
         "devices: hostdev mdev c2177883-f1bb-47f0-914d-32a22e3a8804; "
@@ -301,15 +303,25 @@ def test_describe_default_and_override(plugins):
         "guest node 0 -> host cell 0: CPUs 0-1 -> 0,1"]
 
 
-def test_describe_fields_lists_one_line_per_device():
-    from resources.sriov.request import SRIOVAssignment, VFAssignment
+@dataclasses.dataclass(frozen=True)
+class Port:
+    port_id: str
+    vf_address: str = ""
 
-    assignment = SRIOVAssignment(vfs=(
-        VFAssignment("_PORT0", "uuid-a", "0000:5e:00.0", "0000:5e:10.2", "port-a"),
-        VFAssignment("_PORT1", "uuid-b", "0000:5e:00.1")))
+
+@dataclasses.dataclass(frozen=True)
+class PortsAssignment(PluginAssignment):
+    ports: tuple[Port, ...] = ()
+    host_cells: frozenset[int] = frozenset()
+    policy: str = ""
+
+
+def test_describe_fields_lists_one_line_per_device():
+    assignment = PortsAssignment(ports=(Port("port-a", "0000:5e:10.2"), Port("port-b")),
+                                 host_cells=frozenset({1, 0}), policy="legacy")
     assert describe_fields(assignment) == [
-        "vfs[0]: requester_id=_PORT0, provider_uuid=uuid-a, pf_address=0000:5e:00.0, "
-        "vf_address=0000:5e:10.2, port_id=port-a",
-        "vfs[1]: requester_id=_PORT1, provider_uuid=uuid-b, pf_address=0000:5e:00.1, "
-        "vf_address=, port_id=",
+        "host_cells=[0, 1], policy=legacy",
+        "ports[0]: port_id=port-a, vf_address=0000:5e:10.2",
+        "ports[1]: port_id=port-b, vf_address=",
     ]
+    assert describe_fields(PortsAssignment()) == ["ports=[], host_cells=[], policy="]
