@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from oslo_config import cfg
@@ -133,3 +134,16 @@ def _bounded(value: int, what: str, field: str) -> int:
 def parent_name(nodename: str, cell: Optional[int]) -> Optional[str]:
     """Provider name of the parent (``None`` = the compute root)."""
     return None if cell is None else names.numa_provider_name(nodename, cell)
+
+
+#: At most this many reasons are listed in one rejection.
+MAX_REASONS = 4
+
+
+def summarize(reasons: Sequence[str], limit: int = MAX_REASONS) -> str:
+    """The first ``limit`` of ``reasons`` joined with ``;``, and how many
+    more there are (a host with 64 busy devices gives a readable reason)."""
+    shown = "; ".join(reasons[:limit])
+    if len(reasons) > limit:
+        shown += "; and %d more" % (len(reasons) - limit)
+    return shown

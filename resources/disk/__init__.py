@@ -1,36 +1,42 @@
 """``disk``: ``DISK_GB`` of the instance store on the compute root.
 
 Or, for shared storage, membership of the root in the aggregate of the
-sharing provider. Rules in :mod:`resources.disk.view`.
+sharing provider. Rules in :mod:`resources.disk.view`; the host state and
+the decision (which provider serves ``DISK_GB``) in :mod:`resources.disk.state`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from oslo_config import cfg
 
 from compute_plugins.conf import ratio_opt
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin import Earlier, Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
 from resources.disk import provider, summary
 from resources.disk import request as disk_request
+from resources.disk import state as disk_state
+from resources.disk.request import DiskAssignment, DiskRequest
+from resources.disk.state import DiskState
 from resources.disk.view import DiskView, InvalidDiskConfig, build_view
 
-__all__ = ["DiskPlugin", "DiskView", "InvalidDiskConfig"]
+__all__ = ["DiskAssignment", "DiskPlugin", "DiskRequest", "DiskState",
+           "DiskView", "InvalidDiskConfig"]
 
 
-class DiskPlugin(ResourcePlugin):
+class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment]):
     """``DISK_GB`` on the compute root, or a shared-storage aggregate.
 
     :param conf: the service configuration; ``[disk]`` is registered on it.
     """
 
     name = "disk"
-    version = "1.0"
+    #: 1.1: DiskAssignment.disk_gb; host states.
+    version = "1.1"
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:
@@ -83,7 +89,21 @@ class DiskPlugin(ResourcePlugin):
         """``DISK_GB`` in the unsuffixed group, or ``_DISK`` for shared storage."""
         return disk_request.request_groups(plugin_request)
 
-    def describe(self, plugin_request: disk_request.DiskRequest,
-                 assignment: disk_request.DiskAssignment) -> list[str]:
+    def host_state(self, view: DiskView, nodename: str,
+                   assignments: Sequence[DiskAssignment]) -> DiskState:
+        """The root's ``DISK_GB`` and what the guests take."""
+        return disk_state.build_state(view, nodename, assignments)
+
+    def fit(self, state: DiskState, request: DiskRequest, placement: Placement,
+            earlier: Earlier) -> Union[DiskAssignment, Rejection, None]:
+        """The provider serving ``DISK_GB`` (:mod:`resources.disk.state`)."""
+        return disk_state.fit(state, request, placement, earlier)
+
+    def verify(self, state: DiskState, request: DiskRequest,
+               assignment: DiskAssignment) -> Optional[Rejection]:
+        """The checks of ``fit`` on a recorded assignment."""
+        return disk_state.verify(state, request, assignment)
+
+    def describe(self, request: DiskRequest, assignment: DiskAssignment) -> list[str]:
         """Where DISK_GB comes from."""
-        return summary.describe(plugin_request, assignment)
+        return summary.describe(request, assignment)

@@ -45,10 +45,20 @@ class DiskRequest(PluginRequest):
 
 @dataclasses.dataclass(frozen=True)
 class DiskAssignment(PluginAssignment):
+    """Which provider serves the guest's ``DISK_GB``.
+
+    :param provider_uuid: the compute root (local disk), the sharing
+        provider Placement allocated from (shared storage), or "" (shared
+        storage decided offline: the sharing provider is not the host's).
+    :param shared: on the shared-storage aggregate's sharing provider.
+    :param disk_gb: the amount taken (the host state sums it).
+    """
+
     plugin = PLUGIN
 
     provider_uuid: str = ""
     shared: bool = False
+    disk_gb: int = 0
 
 
 def convert_mb_to_ceil_gb(mb_value: int) -> int:

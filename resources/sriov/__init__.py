@@ -2,13 +2,15 @@
 
 Options ``[sriov] physical_device_mappings`` and ``[sriov] bandwidth``; the
 rules are in :mod:`resources.sriov.view`, the providers in
-:mod:`resources.sriov.provider`.
+:mod:`resources.sriov.provider`. Decision: host state
+:mod:`resources.sriov.state`, fit/verify :mod:`resources.sriov.fit` (alias
+matching :mod:`resources.sriov.alias`), guest XML :mod:`resources.sriov.guest`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from oslo_config import cfg
 
@@ -16,24 +18,39 @@ from compute_plugins.conf import pci as pci_conf
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin import (
+    Earlier,
+    GuestFragment,
+    Placement,
+    Rejection,
+    ResourcePlugin,
+)
 from compute_plugins.request.groups import RequestGroup
-from resources.sriov import provider, summary
+from resources.sriov import fit as sriov_fit
+from resources.sriov import guest, provider, summary
 from resources.sriov import request as sriov_request
+from resources.sriov.request import SRIOVAssignment, SRIOVRequest
+from resources.sriov.state import SRIOVState, build_state
 from resources.sriov.view import InvalidSRIOVConfig, SRIOVView, build_view
 
-__all__ = ["InvalidSRIOVConfig", "SRIOVPlugin", "SRIOVView",
-           "VNIC_TYPE_DIRECT", "physnet_trait"]
+__all__ = ["InvalidSRIOVConfig", "SRIOVAssignment", "SRIOVPlugin",
+           "SRIOVRequest", "SRIOVState", "SRIOVView", "VNIC_TYPE_DIRECT",
+           "physnet_trait"]
 
 
-class SRIOVPlugin(ResourcePlugin):
+class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
+                                 SRIOVAssignment]):
     """One provider per physical function with VFs.
 
     :param conf: the service configuration; ``[sriov]`` is registered on it.
     """
 
     name = "sriov"
-    version = "1.0"
+    #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
+    #: AliasRequest vendor/product/device type; host states.
+    version = "1.1"
+    #: NUMA affinity needs the host cells of the guest's NUMA nodes.
+    fit_after = ("numa",)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:
@@ -81,7 +98,27 @@ class SRIOVPlugin(ResourcePlugin):
         """One device group per port and per alias."""
         return sriov_request.request_groups(plugin_request)
 
-    def describe(self, plugin_request: sriov_request.SRIOVRequest,
-                 assignment: sriov_request.SRIOVAssignment) -> list[str]:
+    def host_state(self, view: SRIOVView, nodename: str,
+                   assignments: Sequence[SRIOVAssignment]) -> SRIOVState:
+        """VFs and bandwidth per PF, alias devices (:mod:`resources.sriov.state`)."""
+        return build_state(view, nodename, assignments)
+
+    def fit(self, state: SRIOVState, request: SRIOVRequest, placement: Placement,
+            earlier: Earlier) -> Union[SRIOVAssignment, Rejection]:
+        """The VF of each port, the devices of each alias
+        (:mod:`resources.sriov.fit`)."""
+        return sriov_fit.fit(state, request, placement, earlier)
+
+    def verify(self, state: SRIOVState, request: SRIOVRequest,
+               assignment: SRIOVAssignment) -> Optional[Rejection]:
+        """The checks of ``fit`` on a recorded assignment."""
+        return sriov_fit.verify(state, request, assignment)
+
+    def guest_config(self, request: SRIOVRequest,
+                     assignment: SRIOVAssignment) -> Sequence[GuestFragment]:
+        """VF interfaces and alias ``<hostdev>`` elements."""
+        return guest.fragments(request, assignment)
+
+    def describe(self, request: SRIOVRequest, assignment: SRIOVAssignment) -> list[str]:
         """A line per port or alias group: its VF and PF."""
-        return summary.describe(plugin_request, assignment)
+        return summary.describe(request, assignment)

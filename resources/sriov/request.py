@@ -62,12 +62,19 @@ class PortRequest:
 
 @dataclasses.dataclass(frozen=True)
 class AliasRequest:
+    """``count`` devices of the ``[pci] alias`` named ``name``; the device
+    it matches (:mod:`resources.sriov.alias`): ``vendor_id``,
+    ``product_id``, ``device_type`` when the alias gives them."""
+
     name: str
     index: int
     count: int
     resource_class: str
     traits: frozenset[str] = frozenset()
     numa_policy: str = enum_field(AFFINITY_POLICIES, "legacy")
+    vendor_id: Optional[str] = None
+    product_id: Optional[str] = None
+    device_type: Optional[str] = enum_field(pci_conf.DEVICE_TYPES)
 
     @property
     def requester_id(self) -> str:
@@ -85,20 +92,56 @@ class SRIOVRequest(PluginRequest):
 
 @dataclasses.dataclass(frozen=True)
 class VFAssignment:
-    """The PF (and VF) serving one port or alias group."""
+    """The PF and VF serving one port, with what the port takes of the PF.
+
+    :param physnet: the port's physical network (the PF's).
+    :param egress_kbps: / :param ingress_kbps: the port's minimum bandwidth,
+        taken from the PF's.
+    :param vf_netdev: the VF's network interface (a ``macvtap`` port's
+        ``<source dev>``), "" when unknown.
+    """
 
     requester_id: str
     provider_uuid: str
     pf_address: str
     vf_address: str = ""
     port_id: str = ""
+    physnet: str = ""
+    egress_kbps: int = 0
+    ingress_kbps: int = 0
+    vf_netdev: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceAssignment:
+    """One PCI device given to the guest for a ``pci_passthrough:alias``.
+
+    :param provider_uuid: the uuid a provider of the device has
+        (:mod:`resources.sriov.state`).
+    """
+
+    requester_id: str
+    alias: str
+    address: str
+    provider_uuid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class SRIOVAssignment(PluginAssignment):
+    """The sriov plugin's part of the decision.
+
+    :param vfs: one per port, in the request's port order.
+    :param devices: the alias devices, by alias then device.
+    :param host_cells: the host cells of the guest's NUMA nodes the NUMA
+        affinity was decided against (empty: no NUMA topology); ``verify``
+        checks the affinity against them.
+    """
+
     plugin = PLUGIN
 
     vfs: tuple[VFAssignment, ...] = ()
+    devices: tuple[DeviceAssignment, ...] = ()
+    host_cells: tuple[int, ...] = ()
 
 
 def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
@@ -146,11 +189,25 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
                 alias_requests.append(AliasRequest(
                     name=name, index=len(alias_requests), count=count,
                     resource_class=alias.resource_class, traits=alias.traits,
-                    numa_policy=alias.numa_policy))
+                    numa_policy=alias.numa_policy,
+                    vendor_id=alias.vendor_id and alias.vendor_id.lower(),
+                    product_id=alias.product_id and alias.product_id.lower(),
+                    device_type=alias.device_type))
     if not ports and not alias_requests:
         return None
     return SRIOVRequest(ports=tuple(ports), aliases=tuple(alias_requests),
                         affinity_policy=policy)
+
+
+def port_affinity_policy(req: SRIOVRequest) -> str:
+    """NUMA affinity policy of a port's VF (nova's default: ``legacy``)."""
+    return req.affinity_policy or "legacy"
+
+
+def alias_affinity_policy(req: SRIOVRequest, alias: AliasRequest) -> str:
+    """NUMA affinity policy of an alias's devices: the request's policy,
+    else the alias's ``numa_policy`` (nova's precedence)."""
+    return req.affinity_policy or alias.numa_policy
 
 
 def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
@@ -167,9 +224,9 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
             required_traits=frozenset({names.physnet_trait(port.physnet),
                                        names.VNIC_TYPE_DIRECT}),
             owner=PLUGIN, kind=KIND_DEVICE,
-            affinity=req.affinity_policy or "legacy"))
+            affinity=port_affinity_policy(req)))
     for alias in req.aliases:
-        affinity = req.affinity_policy or alias.numa_policy
+        affinity = alias_affinity_policy(req, alias)
         socket = socket or affinity == "socket"
         groups.append(RequestGroup(
             requester_id=alias.requester_id,

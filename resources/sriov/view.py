@@ -32,6 +32,14 @@ entries are matched to devices, and two that give one PF different values
 Malformed entries are :class:`InvalidSRIOVConfig` errors naming the option,
 the entry and the expected format. A device that is not on this host, or is
 not a PF with VFs, is ignored with a warning (one file can serve many hosts).
+
+For the decision (:mod:`resources.sriov.state`) the view also lists each
+PF's VFs (address and network interface: the first ``vfs`` of libvirt's
+list, in VF order), the host cells' sockets (NUMA affinity ``socket``), and
+the *alias devices*: every PCI device a configured ``[pci] alias`` matches
+(:mod:`resources.sriov.alias`), except the NICs' PFs above and their VFs
+(they serve ports) and devices that offer mdev types or whose VFs do (the
+``vgpu`` plugin's).
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ from typing import Optional
 
 from oslo_config import cfg
 
+from compute_plugins.affinity import cell_sockets
+from compute_plugins.conf import pci as pci_conf
 from compute_plugins.devices import (
     MAX_INVENTORY,
     InvalidOptionValue,
@@ -50,6 +60,8 @@ from compute_plugins.devices import (
     normalize_pci_address,
 )
 from compute_plugins.host.model import HostInfo, PCIDevice
+from compute_plugins.request.types import FrozenMap
+from resources.sriov import alias as alias_rules
 
 LOG = logging.getLogger(__name__)
 
@@ -69,6 +81,14 @@ class InvalidSRIOVConfig(InvalidOptionValue):
 
 
 @dataclasses.dataclass(frozen=True)
+class VFView:
+    """One VF of a PF: its address and network interface (if known)."""
+
+    address: str
+    netdev: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class PFView:
     """One physical function that has VFs."""
 
@@ -79,11 +99,31 @@ class PFView:
     ingress_kbps: Optional[int] = None
     #: NUMA cell whose provider is the parent; ``None`` for the root.
     cell: Optional[int] = None
+    #: The VFs whose address is known (at most ``vfs``), in VF order.
+    functions: tuple[VFView, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceView:
+    """A PCI device a ``[pci] alias`` may name (see the module)."""
+
+    address: str
+    vendor_id: Optional[str] = None
+    product_id: Optional[str] = None
+    device_type: str = alias_rules.TYPE_PCI
+    #: NUMA cell (None: no NUMA information, or no ``numa`` plugin).
+    cell: Optional[int] = None
+    #: The PF of a VF (a PF and its VFs are not given at the same time).
+    parent: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SRIOVView:
     pfs: tuple[PFView, ...] = ()
+    devices: tuple[DeviceView, ...] = ()
+    #: Host cell -> its socket (:func:`compute_plugins.affinity.cell_sockets`).
+    sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
+        default_factory=FrozenMap)
 
 
 def _device_key(text: str) -> str:
@@ -215,9 +255,57 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
             egress_kbps=egress,
             ingress_kbps=ingress,
             cell=parents.cell(device.numa_node),
+            functions=tuple(_vf_view(host, a) for a in device.virt_functions[:vfs]),
         ))
     for option, config in ((MAPPINGS, mappings), (BANDWIDTH, bandwidth)):
         for key in sorted(set(config) - used):
             LOG.warning("%s: device %s is not a PF with VFs on this "
                         "host; ignored", option, key)
-    return SRIOVView(tuple(pfs))
+    return SRIOVView(tuple(pfs), alias_devices(conf, host, pfs, parents),
+                     cell_sockets(host.cells))
+
+
+def _vf_view(host: HostInfo, address: str) -> VFView:
+    device = host.pci_device(address)
+    netdev = device.netdevs[0] if device is not None and device.netdevs else None
+    return VFView(address, netdev)
+
+
+def _offers_mdevs(device: PCIDevice, host: HostInfo) -> bool:
+    """Whether the device or one of its VFs offers mdev types (vGPU)."""
+    if device.mdev_types:
+        return True
+    return any((vf := host.pci_device(a)) is not None and bool(vf.mdev_types)
+               for a in device.virt_functions)
+
+
+def alias_devices(conf: cfg.ConfigOpts, host: HostInfo, pfs: list[PFView],
+                  parents: NUMAParents) -> tuple[DeviceView, ...]:
+    """The devices a configured alias matches (see the module).
+
+    A malformed ``[pci] alias`` gives none, with a warning: the PFs' providers
+    do not depend on it (a request naming an alias is refused at parsing).
+    """
+    try:
+        aliases = list(pci_conf.load_aliases(conf).values())
+    except pci_conf.PciInvalidAlias as err:
+        LOG.warning("[pci] alias: %s; no PCI device is offered for aliases", err)
+        return ()
+    if not aliases:
+        return ()
+    nic_pfs = {pf.address for pf in pfs}
+    devices = []
+    for device in sorted(host.pci_devices, key=lambda d: d.address):
+        if device.address in nic_pfs or device.phys_function in nic_pfs:
+            continue
+        if _offers_mdevs(device, host):
+            continue
+        kind = alias_rules.device_type(device)
+        if all(alias_rules.mismatch(a, device.vendor_id, device.product_id, kind)
+               for a in aliases):
+            continue
+        devices.append(DeviceView(
+            address=device.address, vendor_id=device.vendor_id,
+            product_id=device.product_id, device_type=kind,
+            cell=parents.cell(device.numa_node), parent=device.phys_function))
+    return tuple(devices)

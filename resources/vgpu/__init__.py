@@ -3,22 +3,33 @@
 Options: ``[vgpu] enabled_mdev_types`` and, per type, ``[mdev_<type>]
 device_addresses`` (nova's ``[devices]`` options; see
 :mod:`resources.vgpu.view`). Providers: :mod:`resources.vgpu.provider`.
+Decision: host state :mod:`resources.vgpu.state`, fit/verify
+:mod:`resources.vgpu.fit`, guest XML :mod:`resources.vgpu.guest`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from oslo_config import cfg
 
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin import (
+    Earlier,
+    GuestFragment,
+    Placement,
+    Rejection,
+    ResourcePlugin,
+)
 from compute_plugins.request.groups import RequestGroup
-from resources.vgpu import provider, summary
+from resources.vgpu import fit as vgpu_fit
+from resources.vgpu import guest, provider, summary
 from resources.vgpu import request as vgpu_request
 from resources.vgpu.provider import mdev_type_trait
+from resources.vgpu.request import VGPUAssignment, VGPURequest
+from resources.vgpu.state import VGPUState, build_state
 from resources.vgpu.view import (
     InvalidMdevConfig,
     VGPUView,
@@ -26,11 +37,11 @@ from resources.vgpu.view import (
     register_dynamic_opts,
 )
 
-__all__ = ["InvalidMdevConfig", "VGPUPlugin", "VGPUView", "mdev_type_trait",
-           "register_dynamic_opts"]
+__all__ = ["InvalidMdevConfig", "VGPUAssignment", "VGPUPlugin", "VGPURequest",
+           "VGPUState", "VGPUView", "mdev_type_trait", "register_dynamic_opts"]
 
 
-class VGPUPlugin(ResourcePlugin):
+class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment]):
     """One ``VGPU`` provider per physical GPU offering an enabled mdev type.
 
     :param conf: the service configuration; ``[vgpu]`` is registered on it,
@@ -38,7 +49,10 @@ class VGPUPlugin(ResourcePlugin):
     """
 
     name = "vgpu"
-    version = "1.0"
+    #: 1.1: VGPUAssignment.host_cells; host states.
+    version = "1.1"
+    #: NUMA affinity needs the host cells of the guest's NUMA nodes.
+    fit_after = ("numa",)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:
@@ -76,7 +90,26 @@ class VGPUPlugin(ResourcePlugin):
         """One device group per VGPU group."""
         return vgpu_request.request_groups(plugin_request)
 
-    def describe(self, plugin_request: vgpu_request.VGPURequest,
-                 assignment: vgpu_request.VGPUAssignment) -> list[str]:
+    def host_state(self, view: VGPUView, nodename: str,
+                   assignments: Sequence[VGPUAssignment]) -> VGPUState:
+        """mdevs per pGPU: free, used, planned (:mod:`resources.vgpu.state`)."""
+        return build_state(view, nodename, assignments)
+
+    def fit(self, state: VGPUState, request: VGPURequest, placement: Placement,
+            earlier: Earlier) -> Union[VGPUAssignment, Rejection]:
+        """The pGPU and mdevs of each VGPU group (:mod:`resources.vgpu.fit`)."""
+        return vgpu_fit.fit(state, request, placement, earlier)
+
+    def verify(self, state: VGPUState, request: VGPURequest,
+               assignment: VGPUAssignment) -> Optional[Rejection]:
+        """The checks of ``fit`` on a recorded assignment."""
+        return vgpu_fit.verify(state, request, assignment)
+
+    def guest_config(self, request: VGPURequest,
+                     assignment: VGPUAssignment) -> Sequence[GuestFragment]:
+        """One mdev ``<hostdev>`` per mdev."""
+        return guest.fragments(assignment)
+
+    def describe(self, request: VGPURequest, assignment: VGPUAssignment) -> list[str]:
         """A line per group: its vGPUs, their type and pGPU."""
-        return summary.describe(plugin_request, assignment)
+        return summary.describe(request, assignment)

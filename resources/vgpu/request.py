@@ -57,7 +57,12 @@ class VGPURequest(PluginRequest):
 
 @dataclasses.dataclass(frozen=True)
 class MdevAssignment:
-    """The pGPU (and, once created, the mdevs) serving one group."""
+    """The pGPU and the mdevs serving one group.
+
+    ``mdev_uuids``: one per vGPU of the group; each is an mdev of
+    ``mdev_type`` that exists on the pGPU and no guest uses, or one the
+    compute host creates with that uuid (see :mod:`resources.vgpu.state`).
+    """
 
     requester_id: str
     provider_uuid: str
@@ -68,9 +73,18 @@ class MdevAssignment:
 
 @dataclasses.dataclass(frozen=True)
 class VGPUAssignment(PluginAssignment):
+    """The vgpu plugin's part of the decision.
+
+    :param devices: one per VGPU group, in the request's group order.
+    :param host_cells: the host cells of the guest's NUMA nodes the NUMA
+        affinity was decided against (empty: no NUMA topology); ``verify``
+        checks the affinity against them (it gets no ``numa`` assignment).
+    """
+
     plugin = PLUGIN
 
     devices: tuple[MdevAssignment, ...] = ()
+    host_cells: tuple[int, ...] = ()
 
 
 def parse(ri: RequestInput) -> Optional[VGPURequest]:

@@ -34,12 +34,14 @@ from typing import Optional
 
 from oslo_config import cfg
 
+from compute_plugins.affinity import cell_sockets
 from compute_plugins.devices import (
     InvalidOptionValue,
     NUMAParents,
     normalize_pci_address,
 )
 from compute_plugins.host.model import HostInfo
+from compute_plugins.request.types import FrozenMap
 
 LOG = logging.getLogger(__name__)
 
@@ -98,11 +100,18 @@ class GPUView:
     cell: Optional[int] = None
     #: ``[mdev_<type>] mdev_class``.
     resource_class: str = "VGPU"
+    #: Uuids of the mdevs of ``mdev_type`` that exist on the GPU now (a
+    #: guest reuses a free one before one is created, as nova does).
+    mdevs: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class VGPUView:
     gpus: tuple[GPUView, ...] = ()
+    #: Host cell -> its socket (:func:`compute_plugins.affinity.cell_sockets`),
+    #: for the ``socket`` NUMA affinity policy.
+    sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
+        default_factory=FrozenMap)
 
 
 def type_mapping(conf: cfg.ConfigOpts) -> tuple[dict[str, str], Optional[str]]:
@@ -150,12 +159,12 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
         LOG.warning("[%s] device_addresses: no PCI device %s on this host",
                     type_group(mapping[address]), address)
     parents = NUMAParents(conf, host)
-    existing: dict[tuple[str, str], int] = {}
+    existing_uuids: dict[tuple[str, str], list[str]] = {}
     for mdev in host.mdevs:
         if mdev.parent:
             parent = normalize_pci_address(mdev.parent) or mdev.parent
-            key = (parent, mdev.type)
-            existing[key] = existing.get(key, 0) + 1
+            existing_uuids.setdefault((parent, mdev.type), []).append(mdev.uuid)
+    existing = {key: len(uuids) for key, uuids in existing_uuids.items()}
 
     # NOTE: as nova, the existing mdevs of a type count against its
     # max_instances before any GPU's available instances.
@@ -184,5 +193,6 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
             continue
         gpus.append(GPUView(
             device.address, mdev_type, total, parents.cell(device.numa_node),
-            conf[type_group(mdev_type)].mdev_class))
-    return VGPUView(tuple(gpus))
+            conf[type_group(mdev_type)].mdev_class,
+            tuple(sorted(existing_uuids.get((device.address, mdev_type), ())))))
+    return VGPUView(tuple(gpus), cell_sockets(host.cells))

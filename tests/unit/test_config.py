@@ -29,7 +29,7 @@ def test_sample_config_is_current(tmp_path):
 
 def test_every_plugin_has_its_own_group():
     groups = {str(getattr(g, "name", g)) for g, _ in opts.list_opts()}
-    assert {"compute_plugins", "compute", "libvirt", "placement", "pci",
+    assert {"compute_plugins", "compute", "libvirt", "placement", "pci", "host_state",
             "vgpu", "sriov", "disk"} <= groups
 
 

@@ -23,8 +23,10 @@ from compute_plugins.host.model import (
 )
 from compute_plugins.manager import PluginManager
 from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.request.inputs import RequestInput
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
+from resources.numa.request import CellAssignment, NUMAAssignment
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
 
@@ -182,6 +184,36 @@ class RecordingTree(ProviderTree):
                           generation: int | None = None) -> None:
         self.changes.append(("update_aggregates", name_or_uuid))
         super().update_aggregates(name_or_uuid, aggregates, generation)
+
+
+def parse(plugin: Any, extra_specs: dict[str, str] | None = None,
+          ports: Sequence[dict[str, Any]] = (), image: Any = None,
+          **flavor: Any) -> Any:
+    """``plugin``'s request for a flavor with ``extra_specs`` (and ports,
+    image); a request with problems fails the test."""
+    doc = {"name": "f", "vcpus": 2, "memory_mb": 2048,
+           "extra_specs": extra_specs or {}, **flavor}
+    ri = RequestInput.from_dicts(doc, image, ports).for_plugin(plugin.name)
+    request = plugin.parse_request(ri)
+    assert not ri.has_problems(), ri.problems
+    return request
+
+
+def on_cells(*host_cells: int) -> dict[str, Any]:
+    """``earlier`` of a guest whose NUMA node i runs on ``host_cells[i]``."""
+    return {"numa": NUMAAssignment(cells=tuple(
+        CellAssignment(guest_cell=i, host_cell=c)
+        for i, c in enumerate(host_cells)))}
+
+
+def socket_cell(cell_id: int, socket: int | None, cpus: Iterable[int],
+                sockets: Iterable[int] | None = None) -> NUMACell:
+    """A cell whose CPUs are all on ``socket``, or (``sockets``) spread over
+    several sockets in turn."""
+    spread = list(sockets) if sockets is not None else [socket]
+    return NUMACell(id=cell_id, cpus=tuple(
+        CPU(id=c, socket_id=spread[i % len(spread)]) for i, c in enumerate(cpus)),
+        memory_kb=4 * GIB_KB, pages=(PagePool(4, GIB_KB),))
 
 
 __all__ = ["Mdev", "DiskInfo"]

@@ -1,0 +1,66 @@
+"""``[host_state]``: the host-state store shared by agents and schedulers.
+
+Each compute agent publishes its plugins' host states there and answers the
+decisions the scheduler addresses to its host. By default it is an SQLite
+file in the agent's state directory (one machine); across machines it is a
+PostgreSQL or MySQL database that every agent and scheduler points at.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins.conf import plugins, register_group_opts
+
+GROUP = cfg.OptGroup(
+    "host_state",
+    title="Host-state store",
+    help="Where compute agents publish their host states and schedulers "
+    "address their decisions.",
+)
+
+#: File name of the default SQLite database, in ``[compute_plugins] state_dir``.
+DB_FILE = "host_state.sqlite"
+
+OPTS = [
+    cfg.StrOpt(
+        "connection",
+        secret=True,
+        help="SQLAlchemy URL of the host-state database, e.g. "
+        "``postgresql+psycopg2://user:password@db/compute_plugins`` or "
+        "``mysql+pymysql://user:password@db/compute_plugins?charset=utf8mb4``. "
+        "Every agent and scheduler that works together must use the same "
+        "database. Default: the SQLite file ``host_state.sqlite`` in "
+        "``[compute_plugins] state_dir`` (one machine only). The tables are "
+        "created on first use.",
+    ),
+    cfg.FloatOpt(
+        "sqlite_busy_timeout",
+        default=30.0,
+        min=0.0,
+        help="Seconds an SQLite writer waits for another process's write "
+        "to finish before failing (SQLite only).",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    register_group_opts(conf, GROUP, OPTS)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
+    return [(GROUP, OPTS)]
+
+
+def connection(conf: cfg.ConfigOpts) -> str:
+    """The effective ``[host_state] connection``: the option, else an SQLite
+    file in the state directory."""
+    register_opts(conf)
+    plugins.register_opts(conf)
+    if conf.host_state.connection:
+        return str(conf.host_state.connection)
+    path = os.path.abspath(os.path.join(plugins.state_dir(conf), DB_FILE))
+    return "sqlite:///" + path

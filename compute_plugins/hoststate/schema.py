@@ -1,0 +1,92 @@
+"""The host-state store's tables (SQLAlchemy Core) and their version.
+
+Every table name starts with ``hoststate_`` so that the store can share a
+database with other services. ``hoststate_version`` holds one row: the
+schema version this code wrote; :func:`check_version` compares it with
+:data:`SCHEMA_VERSION` when a store opens.
+
+Text columns (JSON documents, serialised specs) are ``TEXT`` (``LONGTEXT``
+on MySQL, whose ``TEXT`` stops at 64 KiB): the store compares documents in
+their canonical form, which a JSON column type would reformat. Timestamps
+are naive UTC with microseconds (``DATETIME(6)`` on MySQL).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+#: The schema this code reads and writes. Bump it with every change to the
+#: tables below.
+SCHEMA_VERSION = 1
+
+_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+_TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+# NOTE: utf8mb4 for every MySQL table: MariaDB's default utf8 is 3 bytes.
+_MYSQL = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB",
+          "mariadb_charset": "utf8mb4", "mariadb_engine": "InnoDB"}
+
+metadata = sa.MetaData()
+
+version = sa.Table(
+    "hoststate_version", metadata,
+    sa.Column("version", sa.Integer, nullable=False),
+    **_MYSQL,
+)
+
+#: One row per host: its generation (bumped by every write of the host's
+#: states, node name or providers) and its node name.
+hosts = sa.Table(
+    "hoststate_hosts", metadata,
+    sa.Column("host", sa.String(255), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("nodename", sa.String(255), nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    **_MYSQL,
+)
+
+#: One row per host and plugin: the document ``fit.encode_state`` made,
+#: canonical JSON.
+states = sa.Table(
+    "hoststate_states", metadata,
+    sa.Column("host", sa.String(255),
+              sa.ForeignKey("hoststate_hosts.host", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("plugin", sa.String(255), primary_key=True),
+    sa.Column("document", _TEXT, nullable=False),
+    **_MYSQL,
+)
+
+#: The host's resource providers: uuid -> name. A uuid belongs to one host.
+providers = sa.Table(
+    "hoststate_providers", metadata,
+    sa.Column("uuid", sa.String(36), primary_key=True),
+    sa.Column("host", sa.String(255),
+              sa.ForeignKey("hoststate_hosts.host", ondelete="CASCADE"),
+              nullable=False, index=True),
+    sa.Column("name", sa.String(255), nullable=False),
+    **_MYSQL,
+)
+
+#: Decisions addressed to hosts. ``active_consumer`` is the consumer while
+#: the decision is pending, claimed or releasing and NULL after: its unique
+#: constraint keeps one decision in force per consumer (NULLs never clash,
+#: on every backend; a partial index would not work on MySQL).
+decisions = sa.Table(
+    "hoststate_decisions", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+              primary_key=True, autoincrement=True),
+    sa.Column("consumer", sa.String(36), nullable=False, index=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("spec", _TEXT, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("reasons", _TEXT, nullable=True),
+    sa.Column("active_consumer", sa.String(36), nullable=True, unique=True),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    sa.Index("hoststate_decisions_host_status", "host", "status", "id"),
+    **_MYSQL,
+)
+
+#: The tables besides ``hoststate_version``, in creation order.
+DATA_TABLES = (hosts, states, providers, decisions)

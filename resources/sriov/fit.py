@@ -1,0 +1,386 @@
+"""The SR-IOV plugin's decision: the VF of each port, the devices of aliases.
+
+**Ports** (in the request's order): the PF is the one Placement allocated
+the port's group (``_PORT<N>``) from; offline the best PF that can serve it:
+NUMA-affine first (:mod:`compute_plugins.affinity`), then by address, the
+next ones tried when the best choices leave a later port without a PF
+(:func:`compute_plugins.search.first_fit`). A PF
+serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
+free VF (with a network interface for a ``macvtap`` port), the port's
+minimum bandwidth fits what the PF has left per direction, and the NUMA
+affinity policy (``hw:pci_numa_affinity_policy``, default ``legacy``)
+allows it. The VF is the PF's first free one in VF order; the physnet and
+the bandwidth are recorded in the assignment (the host state sums them).
+
+**Aliases** (``pci_passthrough:alias``, in the request's order): ``count``
+free devices the alias matches (:mod:`resources.sriov.alias`), NUMA-affine
+first, then by address, never a PF together with one of its VFs (a PF
+whose VFs are alias devices too comes after the other devices); the
+policy is the request's, else the alias's ``numa_policy``. When the
+allocation maps the alias's group (``_PCI<N>``) to providers, only their
+devices are used.
+
+``fit`` builds the assignment, then returns :func:`verify` of it: the claim
+runs exactly the checks the scheduler ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+from compute_plugins.affinity import Affinity, guest_host_cells
+from compute_plugins.devices import summarize
+from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.search import first_fit
+from resources.sriov import alias as alias_rules
+from resources.sriov.request import (
+    AliasRequest,
+    DeviceAssignment,
+    PortRequest,
+    SRIOVAssignment,
+    SRIOVRequest,
+    VFAssignment,
+    alias_affinity_policy,
+    port_affinity_policy,
+)
+from resources.sriov.state import DeviceState, PFState, SRIOVState
+from resources.sriov.view import VFView
+
+MACVTAP = "macvtap"
+#: Sorts after every rank a policy allows (such devices are then refused).
+_REFUSED = 2
+
+
+def _rank(affinity: Affinity, cell: Optional[int]) -> int:
+    rank = affinity.rank(cell)
+    return _REFUSED if rank is None else rank
+
+
+def _port_name(port: PortRequest) -> str:
+    return "port %s" % port.port_id
+
+
+def _usable_vfs(pf: PFState, port: PortRequest,
+                taken: frozenset[str]) -> tuple[VFView, ...]:
+    free = pf.free_vfs(taken)
+    if port.vnic_type == MACVTAP:
+        return tuple(vf for vf in free if vf.netdev)
+    return free
+
+
+def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
+               taken: frozenset[str], egress: int = 0, ingress: int = 0
+               ) -> Optional[str]:
+    """Why ``pf`` cannot serve ``port`` once the request's earlier ports
+    took the VFs ``taken`` and ``egress``/``ingress`` kbps of it."""
+    name = "PF %s on %s" % (pf.address, "physnet %s" % pf.physnet
+                            if pf.physnet else "no physnet")
+    if pf.physnet != port.physnet:
+        return "%s, %s needs physnet %s" % (name, _port_name(port), port.physnet)
+    free = pf.free_vfs(taken)
+    if not free:
+        return "%s has 0 of %d VFs free, %s needs 1" % (
+            name, len(pf.vfs), _port_name(port))
+    if not _usable_vfs(pf, port, taken):
+        return ("%s has %d free VFs and none has a network interface, "
+                "macvtap %s needs one" % (name, len(free), _port_name(port)))
+    for what, need, capacity, used in (
+            ("egress", port.min_kbps_egress, pf.egress_kbps,
+             pf.used_egress_kbps + egress),
+            ("ingress", port.min_kbps_ingress, pf.ingress_kbps,
+             pf.used_ingress_kbps + ingress)):
+        if not need:
+            continue
+        if capacity is None:
+            return "%s reports no %s bandwidth, %s needs %d kbps" % (
+                name, what, _port_name(port), need)
+        if capacity - used < need:
+            return "%s has %d kbps %s free, %s needs %d" % (
+                name, max(capacity - used, 0), what, _port_name(port), need)
+    problem = affinity.problem(pf.cell)
+    if problem is not None:
+        return "%s %s" % (name, problem)
+    return None
+
+
+def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
+                   affinity: Affinity, taken: frozenset[str]) -> Optional[str]:
+    """Why ``device`` cannot serve ``alias`` once the request took the
+    devices ``taken``; None when it can."""
+    name = "PCI device %s" % device.address
+    mismatch = alias_rules.mismatch(alias, device.vendor_id, device.product_id,
+                                    device.device_type)
+    if mismatch is not None:
+        return "%s does not match alias %s: %s" % (name, alias.name, mismatch)
+    if device.used or device.address in taken:
+        return "%s (alias %s) is used by another guest" % (name, alias.name)
+    for other in state.related(device):
+        peer = state.device(other)
+        if other in taken or (peer is not None and peer.used):
+            return "%s (alias %s) cannot be given: %s %s is used" % (
+                name, alias.name, "its PF" if device.parent else "its VF", other)
+    problem = affinity.problem(device.cell)
+    if problem is not None:
+        return "%s %s" % (name, problem)
+    return None
+
+
+def _affinities(request: SRIOVRequest, host_cells: frozenset[int],
+                state: SRIOVState) -> tuple[Affinity, dict[str, Affinity]]:
+    port = Affinity(port_affinity_policy(request), host_cells, state.sockets)
+    aliases = {a.requester_id: Affinity(alias_affinity_policy(request, a),
+                                        host_cells, state.sockets)
+               for a in request.aliases}
+    return port, aliases
+
+
+@dataclasses.dataclass(frozen=True)
+class _PortUsage:
+    """What the request's earlier ports took: VFs, and kbps per PF."""
+
+    vfs: frozenset[str] = frozenset()
+    bandwidth: FrozenMap[str, tuple[int, int]] = dataclasses.field(
+        default_factory=FrozenMap)
+
+    def problem(self, pf: PFState, port: PortRequest,
+                affinity: Affinity) -> Optional[str]:
+        egress, ingress = self.bandwidth.get(pf.address, (0, 0))
+        return pf_problem(pf, port, affinity, self.vfs, egress, ingress)
+
+    def vf(self, pf: PFState, port: PortRequest) -> VFView:
+        """The VF ``port`` gets on ``pf``: its first usable free one."""
+        return _usable_vfs(pf, port, self.vfs)[0]
+
+    def taking(self, pf: PFState, port: PortRequest) -> _PortUsage:
+        egress, ingress = self.bandwidth.get(pf.address, (0, 0))
+        bandwidth = dict(self.bandwidth)
+        bandwidth[pf.address] = (egress + port.min_kbps_egress,
+                                 ingress + port.min_kbps_ingress)
+        return _PortUsage(self.vfs | {self.vf(pf, port).address},
+                          FrozenMap(sorted(bandwidth.items())))
+
+
+def _pf_candidates(state: SRIOVState, port: PortRequest, affinity: Affinity,
+                   placement: Placement, usage: _PortUsage
+                   ) -> tuple[list[PFState], Optional[Rejection]]:
+    """The PFs that can serve ``port`` after ``usage``, best first: the
+    mapped one, or offline every one, NUMA-affine first, then by address;
+    when none, why not."""
+    if placement is not None:
+        mapped = tuple(placement.get(port.requester_id, ()))
+        if not mapped:
+            return [], Rejection("the allocation maps no provider to %s (group "
+                                 "%s)" % (_port_name(port), port.requester_id))
+        for pf in state.pfs:
+            if pf.provider_uuid in mapped:
+                why = usage.problem(pf, port, affinity)
+                if why is not None:
+                    return [], Rejection(why, pf.provider_uuid)
+                return [pf], None
+        return [], Rejection("%s is allocated from provider %s, which is not an "
+                             "SR-IOV PF of this host"
+                             % (_port_name(port), ", ".join(mapped)), mapped[0])
+    fits, problems = [], []
+    for pf in state.pfs:
+        why = usage.problem(pf, port, affinity)
+        if why is None:
+            fits.append(pf)
+        else:
+            problems.append(why)
+    if fits:
+        fits.sort(key=lambda pf: (_rank(affinity, pf.cell), pf.address))
+        return fits, None
+    if not problems:
+        return [], Rejection("this host has no SR-IOV PF; %s needs a VF on "
+                             "physnet %s" % (_port_name(port), port.physnet))
+    return [], Rejection("no PF can serve %s: %s" % (_port_name(port),
+                                                     summarize(problems)))
+
+
+def _alias_text(alias: AliasRequest) -> str:
+    said = [("vendor_id", alias.vendor_id), ("product_id", alias.product_id),
+            ("device_type", alias.device_type)]
+    fields = ["%s %s" % (k, v) for k, v in said if v is not None]
+    return ", ".join(fields) or "resource class %s" % alias.resource_class
+
+
+def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
+                    placement: Placement, taken: set[str]
+                    ) -> Union[tuple[DeviceState, ...], Rejection]:
+    """``alias.count`` devices for ``alias``, best first (module doc)."""
+    mapped = None if placement is None else placement.get(alias.requester_id)
+    matching = [d for d in state.devices
+                if (mapped is None or d.provider_uuid in mapped)
+                and alias_rules.mismatch(alias, d.vendor_id, d.product_id,
+                                         d.device_type) is None]
+    # NOTE: a PF last: taking it makes its VFs unavailable.
+    matching.sort(key=lambda d: (_rank(affinity, d.cell),
+                                 d.parent is None and bool(state.related(d)),
+                                 d.address))
+    chosen: list[DeviceState] = []
+    problems: list[str] = []
+    for device in matching:
+        if len(chosen) == alias.count:
+            break
+        why = device_problem(state, device, alias, affinity,
+                             frozenset(taken) | {d.address for d in chosen})
+        if why is None:
+            chosen.append(device)
+        else:
+            problems.append(why)
+    if len(chosen) == alias.count:
+        return tuple(chosen)
+    where = "of provider(s) %s" % ", ".join(mapped) if mapped else "on this host"
+    provider = mapped[0] if mapped else ""
+    if not matching:
+        traits = ("; it requires traits %s, which PCI devices do not carry"
+                  % ", ".join(sorted(alias.traits)) if alias.traits else "")
+        return Rejection("alias %s needs %d device(s) (%s): no PCI device %s "
+                         "matches it%s" % (alias.name, alias.count,
+                                           _alias_text(alias), where, traits),
+                         provider)
+    return Rejection("alias %s needs %d device(s), %d of the %d matching %s can "
+                     "be given: %s" % (alias.name, alias.count, len(chosen),
+                                       len(matching), where, summarize(problems)),
+                     provider)
+
+
+def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
+        earlier: Earlier) -> Union[SRIOVAssignment, Rejection]:
+    """The VF of every port and the devices of every alias (module doc)."""
+    host_cells = guest_host_cells(earlier)
+    port_affinity, alias_affinity = _affinities(request, host_cells, state)
+    outcome, usage = first_fit(
+        request.ports, _PortUsage(),
+        lambda port, used: _pf_candidates(state, port, port_affinity, placement,
+                                          used)[0],
+        lambda port, pf, used: used.taking(pf, port))
+    if outcome.choices is None:
+        port = request.ports[outcome.failed_at]
+        rejection = _pf_candidates(state, port, port_affinity, placement, usage)[1]
+        # NOTE: the deepest failing port has no PF left (search module).
+        return rejection or Rejection("no PF can serve %s" % _port_name(port))
+    vfs = []
+    used = _PortUsage()
+    for port, pf in zip(request.ports, outcome.choices, strict=True):
+        vf = used.vf(pf, port)
+        used = used.taking(pf, port)
+        vfs.append(VFAssignment(
+            requester_id=port.requester_id, provider_uuid=pf.provider_uuid,
+            pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
+            physnet=port.physnet, egress_kbps=port.min_kbps_egress,
+            ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
+    taken_devices: set[str] = set()
+    devices = []
+    for alias in request.aliases:
+        chosen = _choose_devices(state, alias, alias_affinity[alias.requester_id],
+                                 placement, taken_devices)
+        if isinstance(chosen, Rejection):
+            return chosen
+        for device in chosen:
+            taken_devices.add(device.address)
+            devices.append(DeviceAssignment(
+                requester_id=alias.requester_id, alias=alias.name,
+                address=device.address, provider_uuid=device.provider_uuid))
+    assignment = SRIOVAssignment(vfs=tuple(vfs), devices=tuple(devices),
+                                 host_cells=tuple(sorted(host_cells)))
+    return verify(state, request, assignment) or assignment
+
+
+def _verify_port(state: SRIOVState, port: PortRequest, vf: VFAssignment,
+                 affinity: Affinity, taken: frozenset[str],
+                 bandwidth: dict[str, tuple[int, int]]) -> Optional[Rejection]:
+    pf = state.pf(vf.pf_address)
+    if pf is None:
+        return Rejection("PF %s of %s is not an SR-IOV PF of this host"
+                         % (vf.pf_address, _port_name(port)), vf.provider_uuid)
+    if vf.provider_uuid != pf.provider_uuid:
+        return Rejection("%s names provider %s for PF %s, whose provider is %s"
+                         % (_port_name(port), vf.provider_uuid, pf.address,
+                            pf.provider_uuid), pf.provider_uuid)
+    recorded = (vf.physnet, vf.egress_kbps, vf.ingress_kbps)
+    if recorded != (port.physnet, port.min_kbps_egress, port.min_kbps_ingress):
+        return Rejection("the assignment of %s records physnet %s, %d/%d kbps; "
+                         "the port asks physnet %s, %d/%d kbps"
+                         % ((_port_name(port),) + recorded
+                            + (port.physnet, port.min_kbps_egress,
+                               port.min_kbps_ingress)), pf.provider_uuid)
+    egress, ingress = bandwidth.get(pf.address, (0, 0))
+    why = pf_problem(pf, port, affinity, taken, egress, ingress)
+    if why is None:
+        free = {f.address: f for f in pf.free_vfs(taken)}
+        function = free.get(vf.vf_address)
+        if not pf.has_vf(vf.vf_address):
+            why = "VF %s of %s is not a VF of PF %s" % (
+                vf.vf_address, _port_name(port), pf.address)
+        elif function is None:
+            why = "VF %s of PF %s (%s) is used by another guest" % (
+                vf.vf_address, pf.address, _port_name(port))
+        elif function not in _usable_vfs(pf, port, taken):
+            why = "VF %s of PF %s has no network interface, macvtap %s needs one" % (
+                vf.vf_address, pf.address, _port_name(port))
+        elif (function.netdev or "") != vf.vf_netdev:
+            why = "VF %s of %s has network interface %s, the assignment says %s" % (
+                vf.vf_address, _port_name(port), function.netdev or "none",
+                vf.vf_netdev or "none")
+    return None if why is None else Rejection(why, pf.provider_uuid)
+
+
+def verify(state: SRIOVState, request: SRIOVRequest,
+           assignment: SRIOVAssignment) -> Optional[Rejection]:
+    """None when ``assignment`` still holds on ``state`` (module doc)."""
+    port_affinity, alias_affinity = _affinities(
+        request, frozenset(assignment.host_cells), state)
+    given = [(vf.requester_id, vf.port_id) for vf in assignment.vfs]
+    wanted = [(p.requester_id, p.port_id) for p in request.ports]
+    if given != wanted:
+        return Rejection("the assignment serves ports %s, the request asks %s"
+                         % (", ".join(p for _, p in given) or "none",
+                            ", ".join(p for _, p in wanted) or "none"))
+    taken: set[str] = set()
+    bandwidth: dict[str, tuple[int, int]] = {}
+    for port, vf in zip(request.ports, assignment.vfs, strict=True):
+        problem = _verify_port(state, port, vf, port_affinity, frozenset(taken),
+                               bandwidth)
+        if problem is not None:
+            return problem
+        taken.add(vf.vf_address)
+        egress, ingress = bandwidth.get(vf.pf_address, (0, 0))
+        bandwidth[vf.pf_address] = (egress + port.min_kbps_egress,
+                                    ingress + port.min_kbps_ingress)
+    aliases = {a.requester_id: a for a in request.aliases}
+    counts = {a.requester_id: 0 for a in request.aliases}
+    taken_devices: set[str] = set()
+    for given_device in assignment.devices:
+        alias = aliases.get(given_device.requester_id)
+        if alias is None or alias.name != given_device.alias:
+            return Rejection("the assignment gives PCI device %s to alias %s "
+                             "(group %s), which the request does not ask"
+                             % (given_device.address, given_device.alias,
+                                given_device.requester_id))
+        counts[alias.requester_id] += 1
+        device = state.device(given_device.address)
+        if device is None:
+            return Rejection("PCI device %s of alias %s is not offered for "
+                             "aliases on this host" % (given_device.address,
+                                                       alias.name),
+                             given_device.provider_uuid)
+        if given_device.provider_uuid != device.provider_uuid:
+            return Rejection("alias %s names provider %s for PCI device %s, "
+                             "whose provider is %s"
+                             % (alias.name, given_device.provider_uuid,
+                                device.address, device.provider_uuid),
+                             device.provider_uuid)
+        why = device_problem(state, device, alias,
+                             alias_affinity[alias.requester_id],
+                             frozenset(taken_devices))
+        if why is not None:
+            return Rejection(why, device.provider_uuid)
+        taken_devices.add(device.address)
+    for alias in request.aliases:
+        if counts[alias.requester_id] != alias.count:
+            return Rejection("alias %s gets %d device(s), it asks %d"
+                             % (alias.name, counts[alias.requester_id], alias.count))
+    return None

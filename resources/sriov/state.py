@@ -1,0 +1,198 @@
+"""The SR-IOV plugin's host state: VFs and bandwidth per PF, alias devices.
+
+- Per PF (a provider ``<nodename>_pf_<address>``): its physnet, NUMA cell,
+  VFs (address, network interface) and which of them the assignments in
+  force use; its bandwidth capacity per direction (None: not reported) and
+  what the ports in force take. Only VFs whose address libvirt listed can be
+  given: a PF whose ``sriov_numvfs`` exceeds that list has fewer here than
+  its ``SRIOV_NET_VF`` inventory.
+- Per alias device: vendor, product, device type, NUMA cell, its PF when it
+  is a VF, and whether an assignment uses it. A device's ``provider_uuid``
+  is the one its provider would have (``provider_uuid(nodename, "pci",
+  address)``, named like the vGPU plugin's device providers); no plugin
+  reports alias devices to Placement yet, so ``fit`` only honours a mapping
+  of an alias group when the allocation has one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Optional
+
+from compute_plugins import names
+from compute_plugins.fit import AssignmentConflict, PluginState
+from compute_plugins.request.types import FrozenMap
+from resources.sriov.provider import KIND
+from resources.sriov.request import PLUGIN, SRIOVAssignment
+from resources.sriov.view import SRIOVView, VFView
+
+#: Kind of an alias device's provider name (``<nodename>_pci_<address>``).
+DEVICE_KIND = "pci"
+
+
+@dataclasses.dataclass(frozen=True)
+class PFState:
+    """One PF: its VFs and bandwidth, free and used.
+
+    :param total_vfs: its ``SRIOV_NET_VF`` inventory.
+    :param egress_kbps: / :param ingress_kbps: bandwidth capacity (None:
+        not reported, so a port with a minimum bandwidth cannot use it).
+    """
+
+    address: str
+    provider_uuid: str
+    total_vfs: int
+    physnet: Optional[str] = None
+    cell: Optional[int] = None
+    vfs: tuple[VFView, ...] = ()
+    used_vfs: frozenset[str] = frozenset()
+    egress_kbps: Optional[int] = None
+    ingress_kbps: Optional[int] = None
+    used_egress_kbps: int = 0
+    used_ingress_kbps: int = 0
+
+    def has_vf(self, address: str) -> bool:
+        return any(vf.address == address for vf in self.vfs)
+
+    def free_vfs(self, taken: frozenset[str] = frozenset()) -> tuple[VFView, ...]:
+        """The VFs no assignment (nor ``taken``) uses, in VF order."""
+        return tuple(vf for vf in self.vfs
+                     if vf.address not in self.used_vfs and vf.address not in taken)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceState:
+    """One PCI device an alias may name."""
+
+    address: str
+    provider_uuid: str
+    device_type: str
+    vendor_id: Optional[str] = None
+    product_id: Optional[str] = None
+    cell: Optional[int] = None
+    parent: Optional[str] = None
+    used: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SRIOVState(PluginState):
+    """PFs, alias devices and the host cells' sockets (NUMA affinity)."""
+
+    plugin = PLUGIN
+
+    pfs: tuple[PFState, ...] = ()
+    devices: tuple[DeviceState, ...] = ()
+    sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
+        default_factory=FrozenMap)
+
+    def pf(self, address: str) -> Optional[PFState]:
+        for pf in self.pfs:
+            if pf.address == address:
+                return pf
+        return None
+
+    def device(self, address: str) -> Optional[DeviceState]:
+        for device in self.devices:
+            if device.address == address:
+                return device
+        return None
+
+    def related(self, device: DeviceState) -> tuple[str, ...]:
+        """Addresses that cannot be given with ``device``: its PF, or its
+        VFs (nova gives a PF or its VFs, never both)."""
+        if device.parent is not None:
+            return (device.parent,)
+        return tuple(d.address for d in self.devices if d.parent == device.address)
+
+
+def _conflict(reason: str) -> AssignmentConflict:
+    return AssignmentConflict(PLUGIN, reason)
+
+
+def _pf_states(view: SRIOVView, nodename: str,
+               assignments: Sequence[SRIOVAssignment]) -> tuple[PFState, ...]:
+    pfs = {pf.address: pf for pf in view.pfs}
+    used: dict[str, set[str]] = {a: set() for a in pfs}
+    egress = dict.fromkeys(pfs, 0)
+    ingress = dict.fromkeys(pfs, 0)
+    seen: dict[str, str] = {}
+    for assignment in assignments:
+        for vf in assignment.vfs:
+            pf = pfs.get(vf.pf_address)
+            if pf is None:
+                raise _conflict("port %s uses PF %s, which is not an SR-IOV PF "
+                                "of this host" % (vf.port_id or vf.requester_id,
+                                                  vf.pf_address))
+            provider = names.provider_uuid(nodename, KIND, pf.address)
+            if vf.provider_uuid != provider:
+                raise _conflict("port %s names provider %s for PF %s, whose "
+                                "provider is %s" % (vf.port_id, vf.provider_uuid,
+                                                    pf.address, provider))
+            if not any(f.address == vf.vf_address for f in pf.functions):
+                raise _conflict("port %s uses VF %s, which is not a VF of PF %s "
+                                "on this host" % (vf.port_id, vf.vf_address,
+                                                  pf.address))
+            if vf.vf_address in seen:
+                raise _conflict("VF %s is assigned twice (ports %s and %s)"
+                                % (vf.vf_address, seen[vf.vf_address], vf.port_id))
+            seen[vf.vf_address] = vf.port_id
+            used[pf.address].add(vf.vf_address)
+            egress[pf.address] += vf.egress_kbps
+            ingress[pf.address] += vf.ingress_kbps
+    # NOTE: ports taking more bandwidth than a PF has now ([sriov]
+    # bandwidth lowered since) are no conflict: they run; new ports that
+    # need bandwidth there do not fit until some is freed.
+    states = []
+    for address, pf in pfs.items():
+        states.append(PFState(
+            address=address,
+            provider_uuid=names.provider_uuid(nodename, KIND, address),
+            total_vfs=pf.vfs, physnet=pf.physnet, cell=pf.cell,
+            vfs=pf.functions, used_vfs=frozenset(used[address]),
+            egress_kbps=pf.egress_kbps, ingress_kbps=pf.ingress_kbps,
+            used_egress_kbps=egress[address], used_ingress_kbps=ingress[address]))
+    return tuple(states)
+
+
+def _device_states(view: SRIOVView, nodename: str,
+                   assignments: Sequence[SRIOVAssignment]) -> tuple[DeviceState, ...]:
+    devices = {d.address: d for d in view.devices}
+    seen: dict[str, str] = {}
+    for assignment in assignments:
+        for given in assignment.devices:
+            device = devices.get(given.address)
+            if device is None:
+                raise _conflict("alias %s uses PCI device %s, which this host "
+                                "does not offer for aliases"
+                                % (given.alias, given.address))
+            if given.address in seen:
+                raise _conflict("PCI device %s is assigned twice (aliases %s and "
+                                "%s)" % (given.address, seen[given.address],
+                                         given.alias))
+            seen[given.address] = given.alias
+    for address in seen:
+        parent = devices[address].parent
+        if parent is not None and parent in seen:
+            raise _conflict("PF %s and its VF %s are both assigned"
+                            % (parent, address))
+    return tuple(
+        DeviceState(address=d.address,
+                    provider_uuid=names.provider_uuid(nodename, DEVICE_KIND, d.address),
+                    device_type=d.device_type, vendor_id=d.vendor_id,
+                    product_id=d.product_id, cell=d.cell, parent=d.parent,
+                    used=d.address in seen)
+        for d in devices.values())
+
+
+def build_state(view: SRIOVView, nodename: str,
+                assignments: Sequence[SRIOVAssignment]) -> SRIOVState:
+    """The :class:`SRIOVState` of ``view`` under ``assignments``.
+
+    :raises AssignmentConflict: a VF or device given twice (or a PF with one
+        of its VFs), one the host lacks, or a provider uuid that is not the
+        PF's.
+    """
+    return SRIOVState(pfs=_pf_states(view, nodename, assignments),
+                      devices=_device_states(view, nodename, assignments),
+                      sockets=view.sockets)

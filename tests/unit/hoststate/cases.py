@@ -1,0 +1,579 @@
+"""The host-state store's behaviour, the same on every backend.
+
+``tests/unit/hoststate`` runs these classes on SQLite and
+``tests/functional/hoststate`` on PostgreSQL and MariaDB: each directory's
+conftest provides ``url``, a fresh empty database per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from compute_plugins import hoststate
+from compute_plugins.hoststate import schema
+from compute_plugins.hoststate import store as store_module
+from compute_plugins.plugin import Rejection
+from tests.unit.hoststate.workers import check_round, doc, publish_round
+
+WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN IMMEDIATE")
+
+SPEC = '{"format_version": "1.0", "decision": {"host": "h1"}}'
+
+
+@pytest.fixture
+def make_store(url):
+    opened = []
+
+    def make():
+        opened.append(hoststate.HostStateStore(url))
+        return opened[-1]
+    yield make
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
+def store(make_store):
+    return make_store()
+
+
+@contextlib.contextmanager
+def statements(store):
+    """Every SQL statement ``store`` sends while the block runs."""
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        seen.append(" ".join(statement.split()))
+    event.listen(store.engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", before)
+
+
+def writes(seen):
+    return [s for s in seen if s.upper().startswith(WRITES)]
+
+
+def states(**rounds):
+    return {p: doc(p, n=n) for p, n in rounds.items()}
+
+
+def run_threads(target, count, *args):
+    """Run ``target(i, *args)`` in ``count`` threads started together;
+    returns their results (or raises the first error)."""
+    barrier = threading.Barrier(count)
+    results: list = [None] * count
+    failures: list = []
+
+    def body(i):
+        try:
+            barrier.wait()
+            results[i] = target(i, *args)
+        except BaseException as err:  # noqa: B036 - reported below
+            failures.append(err)
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    if failures:
+        raise failures[0]
+    return results
+
+
+class TestPublish:
+    def test_first_publish_and_read(self, store):
+        result = store.publish("h1", states(numa=1, vgpu=2), 0, nodename="n1",
+                               providers={"u-root": "n1", "u-cell": "n1_NUMA0"})
+        assert result == hoststate.PublishResult(generation=1, written=True)
+        snap = store.get_host("h1")
+        assert snap.generation == 1
+        assert snap.nodename == "n1"
+        assert dict(snap.providers) == {"u-root": "n1", "u-cell": "n1_NUMA0"}
+        assert dict(snap.states) == states(numa=1, vgpu=2)
+        assert store.get_host("nowhere") is None
+
+    def test_read_is_a_copy(self, store):
+        store.publish("h1", states(numa=1), 0)
+        snap = store.get_host("h1")
+        snap.states["numa"]["state"]["n"] = 99
+        assert store.get_host("h1").states["numa"]["state"]["n"] == 1
+
+    def test_no_write_when_unchanged(self, store):
+        store.publish("h1", states(numa=1, vgpu=2), 0, nodename="n1",
+                      providers={"u1": "n1"})
+        before = store.get_host("h1")
+        with statements(store) as seen:
+            # NOTE: another dict order and None for "keep": the same content.
+            again = store.publish("h1", {"vgpu": doc("vgpu", n=2), "numa": doc("numa", n=1)},
+                                  1)
+            full = store.publish("h1", states(numa=1, vgpu=2), 1, nodename="n1",
+                                 providers={"u1": "n1"})
+        assert again == full == hoststate.PublishResult(generation=1, written=False)
+        assert seen, "the comparison reads the store"
+        assert writes(seen) == []
+        assert store.get_host("h1") == before
+
+    def test_only_changed_rows_are_written(self, store):
+        store.publish("h1", states(a=1, b=1, c=1, d=1), 0, nodename="n1",
+                      providers={"u1": "one", "u2": "two"})
+        with statements(store) as seen:
+            result = store.publish("h1", states(a=1, b=2, c=1, e=1), 1,
+                                   providers={"u1": "one", "u3": "three"})
+        assert result == hoststate.PublishResult(generation=2, written=True)
+        changes = [s.split(" WHERE")[0] for s in writes(seen) if s != "BEGIN IMMEDIATE"]
+        # NOTE: the host's generation, b changed, d removed, e added, u2
+        # removed, u3 added; a and c and u1 untouched.
+        assert len(changes) == 6, changes
+        snap = store.get_host("h1")
+        assert dict(snap.states) == states(a=1, b=2, c=1, e=1)
+        assert dict(snap.providers) == {"u1": "one", "u3": "three"}
+        assert snap.nodename == "n1"
+
+    def test_none_keeps_nodename_and_providers(self, store):
+        store.publish("h1", states(a=1), 0, nodename="n1", providers={"u1": "n1"})
+        assert store.publish("h1", states(a=2), 1).written
+        snap = store.get_host("h1")
+        assert (snap.nodename, dict(snap.providers)) == ("n1", {"u1": "n1"})
+        assert store.publish("h1", states(a=2), 2, nodename="n2", providers={}).written
+        snap = store.get_host("h1")
+        assert (snap.nodename, dict(snap.providers)) == ("n2", {})
+
+    def test_stale_generation_conflicts(self, store):
+        store.publish("h1", states(a=1), 0)
+        store.publish("h1", states(a=2), 1)
+        with pytest.raises(hoststate.GenerationConflict) as info:
+            store.publish("h1", states(a=3), 1)
+        assert (info.value.host, info.value.expected, info.value.actual) == ("h1", 1, 2)
+        assert "h1" in str(info.value) and "expected 1" in str(info.value)
+        with pytest.raises(hoststate.GenerationConflict) as info:
+            store.publish("h1", states(a=3), 0)
+        assert info.value.actual == 2
+        with pytest.raises(hoststate.GenerationConflict) as info:
+            store.publish("new", states(a=3), 4)
+        assert info.value.actual == 0
+        # NOTE: an unchanged publish from a stale generation conflicts too:
+        # the caller's view is stale.
+        with pytest.raises(hoststate.GenerationConflict):
+            store.publish("h1", states(a=2), 1)
+        assert store.get_host("h1").states["a"]["state"]["n"] == 2
+        assert store.get_host("new") is None
+
+    def test_concurrent_writers_one_wins(self, make_store):
+        """Writers from the same generation: exactly one per round wins."""
+        stores = [make_store() for _ in range(4)]
+        stores[0].publish("h1", states(a=0), 0)
+        for generation in range(1, 6):
+            def write(i, generation=generation):
+                try:
+                    return stores[i].publish("h1", states(a=generation * 10 + i),
+                                             generation).generation
+                except hoststate.GenerationConflict as err:
+                    assert err.actual == generation + 1
+                    return None
+            results = run_threads(write, 4)
+            winners = [i for i, r in enumerate(results) if r is not None]
+            assert len(winners) == 1, results
+            assert results[winners[0]] == generation + 1
+            snap = stores[0].get_host("h1")
+            assert snap.states["a"]["state"]["n"] == generation * 10 + winners[0]
+
+    def test_concurrent_first_publish(self, make_store):
+        stores = [make_store() for _ in range(4)]
+
+        def first(i):
+            try:
+                return stores[i].publish("fresh", states(a=i), 0).generation
+            except hoststate.GenerationConflict as err:
+                assert (err.expected, err.actual) == (0, 1)
+                return None
+        results = run_threads(first, 4)
+        assert sorted(results, key=str) == [1, None, None, None]
+
+    def test_no_lost_update(self, make_store):
+        """Read-modify-CAS increments from several threads all count."""
+        stores = [make_store() for _ in range(3)]
+        stores[0].publish("h1", {"counter": doc("counter", n=0)}, 0)
+
+        def increment(i):
+            for _ in range(15):
+                while True:
+                    snap = stores[i].get_host("h1")
+                    n = snap.states["counter"]["state"]["n"]
+                    try:
+                        stores[i].publish("h1", {"counter": doc("counter", n=n + 1)},
+                                          snap.generation)
+                        break
+                    except hoststate.GenerationConflict:
+                        continue
+        run_threads(increment, 3)
+        snap = stores[0].get_host("h1")
+        assert snap.states["counter"]["state"]["n"] == 45
+        assert snap.generation == 46
+
+    def test_read_is_atomic_under_a_concurrent_writer(self, make_store):
+        """A reader never sees states, node name or providers of two
+        generations, while a writer rewrites all of them every round."""
+        writer, reader, batch_reader = make_store(), make_store(), make_store()
+        publish_round(writer, "h1", 1)
+        publish_round(writer, "h2", 1)
+        last = 60
+        done = threading.Event()
+        reads = {"get_host": 0, "get_hosts": 0}
+
+        def write(i):
+            try:
+                for n in range(2, last + 1):
+                    publish_round(writer, "h1", n)
+                    publish_round(writer, "h2", n)
+            finally:
+                done.set()
+
+        def read_one(i):
+            while not done.is_set():
+                check_round(reader.get_host("h1"))
+                reads["get_host"] += 1
+
+        def read_many(i):
+            while not done.is_set():
+                snaps = batch_reader.get_hosts(["h1", "h2"])
+                for snap in snaps.values():
+                    check_round(snap)
+                reads["get_hosts"] += 1
+
+        run_threads(lambda i: (write, read_one, read_many)[i](i), 3)
+        assert reads["get_host"] > 0 and reads["get_hosts"] > 0, reads
+        assert reader.get_host("h1").generation == last
+
+    def test_provider_of_another_host(self, store):
+        store.publish("h1", states(a=1), 0, providers={"u1": "n1"})
+        with pytest.raises(hoststate.ProviderConflict) as info:
+            store.publish("h2", states(a=1), 0, providers={"u1": "n2", "u2": "n2"})
+        assert (info.value.uuid, info.value.host, info.value.owner) == ("u1", "h2", "h1")
+        assert store.get_host("h2") is None
+        # NOTE: once h1 drops it, h2 may publish it.
+        store.publish("h1", states(a=1), 1, providers={})
+        assert store.publish("h2", states(a=1), 0, providers={"u1": "n2"}).written
+        assert store.hosts_for_providers(["u1"]) == {"u1": "h2"}
+
+    def test_many_hosts(self, store, monkeypatch):
+        # NOTE: a small chunk, so that the IN lists are split.
+        monkeypatch.setattr(store_module, "_CHUNK", 3)
+        for i in range(8):
+            store.publish("h%d" % i, states(a=i), 0, nodename="n%d" % i,
+                          providers={"u%d-%d" % (i, j): "p" for j in range(2)})
+        store.publish("h0", states(a=100), 1)
+        assert store.generations() == {"h%d" % i: 1 + (i == 0) for i in range(8)}
+        assert store.generations(["h0", "h7", "zz"]) == {"h0": 2, "h7": 1}
+        snaps = store.get_hosts(["h%d" % i for i in range(8)] + ["zz"])
+        assert sorted(snaps) == ["h%d" % i for i in range(8)]
+        assert all(s.states["a"]["state"]["n"] == (100 if h == "h0" else int(h[1:]))
+                   for h, s in snaps.items())
+        assert sorted(store.get_hosts()) == sorted(snaps)
+        uuids = ["u%d-%d" % (i, j) for i in range(8) for j in range(2)]
+        assert store.hosts_for_providers(uuids + ["unknown"]) == {
+            u: "h" + u[1:u.index("-")] for u in uuids}
+
+    @pytest.mark.parametrize("bad", [
+        {"numa": {"plugin": "vgpu", "version": "1.0", "state": None}},
+        {"numa": {"plugin": "numa", "state": None}},
+        {"numa": {"plugin": "numa", "version": "1.0", "state": {1, 2}}},
+        {"numa": {"plugin": "numa", "version": "1.0", "state": float("nan")}},
+        {"": {"plugin": "", "version": "1.0", "state": None}},
+    ])
+    def test_invalid_documents(self, store, bad):
+        with pytest.raises(ValueError):
+            store.publish("h1", bad, 0)
+        assert store.get_host("h1") is None
+
+    def test_large_state(self, store):
+        big = states(numa=0)
+        big["numa"]["state"] = {"cpus": list(range(20000)), "name": "é" * 1000}
+        store.publish("h1", big, 0)
+        assert dict(store.get_host("h1").states) == big
+
+
+class TestDecisions:
+    def test_lifecycle(self, store):
+        first = store.submit_decision("c1", "h1", SPEC)
+        second = store.submit_decision("c2", "h1", SPEC)
+        store.submit_decision("c3", "h2", SPEC)
+        assert first.status == hoststate.DecisionStatus.PENDING and not first.answered
+        assert [d.consumer for d in store.list_decisions("h1")] == ["c1", "c2"]
+        assert store.list_decisions("h1", limit=1) == [first]
+        assert store.get_decision(first.id) == first
+
+        claimed = store.mark_claimed(first.id)
+        assert claimed.status == "claimed" and claimed.answered
+        assert claimed.updated_at >= first.updated_at
+        assert [d.consumer for d in store.list_decisions("h1")] == ["c2"]
+        assert store.active_decision("c1") == claimed
+
+        releasing = store.request_release("c1")
+        assert releasing.status == "releasing"
+        assert store.request_release("c1") == releasing
+        assert store.list_decisions("h1", "releasing") == [releasing]
+        released = store.mark_released(first.id)
+        assert released.status == "released"
+        assert store.active_decision("c1") is None
+        assert store.request_release("c1") is None
+        assert store.latest_decision("c1") == released
+
+        rejected = store.mark_rejected(second.id, [
+            Rejection(reason="host cell 1 has 2 free dedicated CPUs", provider="u-cell1",
+                      plugin="numa"),
+            {"plugin": "vgpu", "reason": "no mdev of type nvidia-35"}])
+        assert rejected.status == "rejected"
+        assert rejected.reasons == (
+            Rejection(reason="host cell 1 has 2 free dedicated CPUs", provider="u-cell1",
+                      plugin="numa"),
+            Rejection(reason="no mdev of type nvidia-35", provider="", plugin="vgpu"))
+        assert store.get_decision(second.id).reasons == rejected.reasons
+        assert store.list_decisions("h1") == []
+
+    def test_status_is_compare_and_swap(self, store):
+        d = store.submit_decision("c1", "h1", SPEC)
+        store.mark_claimed(d.id)
+        with pytest.raises(hoststate.DecisionStatusConflict) as info:
+            store.mark_claimed(d.id)
+        assert info.value.decision.status == "claimed"
+        assert (info.value.target, info.value.allowed) == ("claimed", ("pending",))
+        assert "claimed" in str(info.value) and "c1" in str(info.value)
+        for move in (lambda: store.mark_rejected(d.id, [{"reason": "late"}]),
+                     lambda: store.withdraw(d.id)):
+            with pytest.raises(hoststate.DecisionStatusConflict):
+                move()
+        assert store.get_decision(d.id).status == "claimed"
+        store.mark_released(d.id)
+        with pytest.raises(hoststate.DecisionStatusConflict):
+            store.mark_released(d.id)
+        with pytest.raises(hoststate.DecisionNotFound):
+            store.mark_claimed(d.id + 1000)
+        with pytest.raises(hoststate.DecisionNotFound):
+            store.get_decision(d.id + 1000)
+
+    def test_two_agents_cannot_both_claim(self, make_store):
+        stores = [make_store() for _ in range(4)]
+        ids = [stores[0].submit_decision("c%d" % i, "h1", SPEC).id for i in range(5)]
+
+        def claim(i):
+            won = []
+            for decision_id in ids:
+                try:
+                    stores[i].mark_claimed(decision_id)
+                    won.append(decision_id)
+                except hoststate.DecisionStatusConflict:
+                    pass
+            return won
+        results = run_threads(claim, 4)
+        assert sorted(sum(results, [])) == ids
+
+    def test_claim_races_withdraw(self, make_store):
+        agent, scheduler = make_store(), make_store()
+        for i in range(5):
+            d = scheduler.submit_decision("c%d" % i, "h1", SPEC)
+
+            def move(who, d=d):
+                try:
+                    return (agent.mark_claimed if who == 0 else scheduler.withdraw)(d.id)
+                except hoststate.DecisionStatusConflict:
+                    return None
+            results = run_threads(move, 2)
+            assert sum(r is not None for r in results) == 1, results
+            final = scheduler.get_decision(d.id)
+            assert final.status == ("claimed" if results[0] else "released")
+
+    def test_one_decision_in_force_per_consumer(self, store):
+        d = store.submit_decision("c1", "h1", SPEC)
+        with pytest.raises(hoststate.DecisionExists) as info:
+            store.submit_decision("c1", "h2", SPEC)
+        assert info.value.decision == d
+        store.mark_rejected(d.id, [{"plugin": "numa", "reason": "full"}])
+        again = store.submit_decision("c1", "h2", SPEC)
+        assert again.id > d.id
+        store.mark_claimed(again.id)
+        with pytest.raises(hoststate.DecisionExists):
+            store.submit_decision("c1", "h3", SPEC)
+        assert [x.host for x in store.history("c1")] == ["h1", "h2"]
+
+    def test_concurrent_submits_for_one_consumer(self, make_store):
+        stores = [make_store() for _ in range(4)]
+
+        def submit(i):
+            try:
+                return stores[i].submit_decision("c1", "h%d" % i, SPEC)
+            except hoststate.DecisionExists:
+                return None
+        results = run_threads(submit, 4)
+        assert sum(r is not None for r in results) == 1
+
+    def test_request_release_of_a_pending_decision(self, store):
+        d = store.submit_decision("c1", "h1", SPEC)
+        released = store.request_release("c1")
+        assert released.status == "released" and released.id == d.id
+        with pytest.raises(hoststate.DecisionStatusConflict):
+            store.mark_claimed(d.id)
+
+    def test_bad_input(self, store):
+        with pytest.raises(ValueError):
+            store.submit_decision("c1", "h1", "not json")
+        with pytest.raises(ValueError):
+            store.submit_decision("c1", "h1", "[1]")
+        with pytest.raises(ValueError):
+            store.submit_decision("", "h1", SPEC)
+        d = store.submit_decision("c1", "h1", SPEC)
+        with pytest.raises(ValueError):
+            store.mark_rejected(d.id, [])
+        with pytest.raises(ValueError):
+            store.mark_rejected(d.id, ["no reason"])
+        assert store.get_decision(d.id).status == "pending"
+
+    def test_purge(self, store):
+        kept = store.submit_decision("c1", "h1", SPEC)
+        gone = store.submit_decision("c2", "h1", SPEC)
+        store.mark_rejected(gone.id, [{"reason": "full"}])
+        old = store.submit_decision("c3", "h1", SPEC)
+        store.mark_claimed(old.id)
+        store.mark_released(old.id)
+        cutoff = store_module._utcnow()
+        assert store.purge_decisions(cutoff) == 2
+        assert store.history("c2") == [] and store.history("c3") == []
+        assert store.get_decision(kept.id).status == "pending"
+
+
+class TestWaitForAnswer:
+    def test_returns_the_answer(self, make_store):
+        scheduler, agent = make_store(), make_store()
+        d = scheduler.submit_decision("c1", "h1", SPEC)
+
+        def answer():
+            time.sleep(0.2)
+            agent.mark_claimed(d.id)
+        thread = threading.Thread(target=answer)
+        thread.start()
+        try:
+            answered = scheduler.wait_for_answer("c1", timeout=60)
+        finally:
+            thread.join()
+        assert answered.status == "claimed" and answered.id == d.id
+
+    def test_rejection_carries_reasons(self, store):
+        d = store.submit_decision("c1", "h1", SPEC)
+        store.mark_rejected(d.id, [{"plugin": "sriov", "provider": "u-pf",
+                                    "reason": "no free VF on physnet1"}])
+        answer = store.wait_for_answer("c1", timeout=5)
+        assert answer.reasons == (Rejection(reason="no free VF on physnet1",
+                                            provider="u-pf", plugin="sriov"),)
+
+    def test_timeout_names_the_host_and_withdraws(self, store):
+        d = store.submit_decision("c1", "agentless-host", SPEC)
+        polls = []
+
+        def count(conn, cursor, statement, parameters, context, executemany):
+            if statement.lstrip().upper().startswith("SELECT") and \
+                    "hoststate_decisions" in statement:
+                polls.append(time.monotonic())
+        event.listen(store.engine, "before_cursor_execute", count)
+        start = time.monotonic()
+        try:
+            with pytest.raises(hoststate.AnswerTimeout) as info:
+                store.wait_for_answer("c1", timeout=0.8)
+        finally:
+            event.remove(store.engine, "before_cursor_execute", count)
+        elapsed = time.monotonic() - start
+        assert 0.8 <= elapsed < 30, "the timeout is honoured, boundedly"
+        # NOTE: back-off from 50 ms doubling: about 6 reads in 0.8 s, not a
+        # busy loop.
+        assert len(polls) <= 12, len(polls)
+        err = info.value
+        assert (err.host, err.consumer, err.timeout, err.withdrawn) == (
+            "agentless-host", "c1", 0.8, True)
+        assert "agentless-host" in str(err) and isinstance(err, TimeoutError)
+        assert store.get_decision(d.id).status == "released"
+        with pytest.raises(hoststate.DecisionStatusConflict):
+            store.mark_claimed(d.id)
+
+    def test_timeout_without_withdrawal(self, store):
+        d = store.submit_decision("c1", "h1", SPEC)
+        with pytest.raises(hoststate.AnswerTimeout) as info:
+            store.wait_for_answer("c1", timeout=0.1, withdraw_on_timeout=False)
+        assert not info.value.withdrawn
+        assert store.get_decision(d.id).status == "pending"
+
+    def test_answer_at_the_deadline_wins_over_withdrawal(self, store, monkeypatch):
+        d = store.submit_decision("c1", "h1", SPEC)
+        real_withdraw = store.withdraw
+
+        def late_claim_then_withdraw(decision_id):
+            store.mark_claimed(decision_id)
+            return real_withdraw(decision_id)
+        monkeypatch.setattr(store, "withdraw", late_claim_then_withdraw)
+        answer = store.wait_for_answer("c1", timeout=0)
+        assert answer.status == "claimed" and answer.id == d.id
+
+    def test_unknown_consumer(self, store):
+        with pytest.raises(hoststate.DecisionNotFound):
+            store.wait_for_answer(str(uuid.uuid4()), timeout=1)
+
+
+class TestSchema:
+    def _set_version(self, url, version):
+        engine = sa.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                if version is None:
+                    conn.execute(sa.text("DROP TABLE hoststate_version"))
+                else:
+                    conn.execute(sa.update(schema.version).values(version=version))
+        finally:
+            engine.dispose()
+
+    def test_reopen_keeps_the_data(self, url):
+        with hoststate.HostStateStore(url) as first:
+            first.publish("h1", states(a=1), 0)
+        with hoststate.HostStateStore(url) as second:
+            assert second.get_host("h1").generation == 1
+
+    @pytest.mark.parametrize("found, word", [(99, "newer"), (0, "older")])
+    def test_version_mismatch(self, url, found, word):
+        hoststate.HostStateStore(url).close()
+        self._set_version(url, found)
+        with pytest.raises(hoststate.SchemaVersionMismatch) as info:
+            hoststate.HostStateStore(url)
+        err = info.value
+        assert (err.found, err.expected) == (found, hoststate.SCHEMA_VERSION)
+        message = str(err)
+        assert "schema version %d" % found in message
+        assert "expects version %d" % hoststate.SCHEMA_VERSION in message
+        assert word in message and "stop the agents and schedulers" in message
+        assert "password" not in message
+
+    def test_tables_without_version(self, url):
+        hoststate.HostStateStore(url).close()
+        self._set_version(url, None)
+        with pytest.raises(hoststate.SchemaVersionMismatch) as info:
+            hoststate.HostStateStore(url)
+        assert info.value.found is None
+        assert "no schema version" in str(info.value)
+
+    def test_concurrent_creation(self, url):
+        def open_store(i):
+            with hoststate.HostStateStore(url) as s:
+                return s.generations()
+        assert run_threads(open_store, 4) == [{}] * 4
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
+                    hoststate.SCHEMA_VERSION]
+        finally:
+            engine.dispose()

@@ -1,0 +1,376 @@
+"""The vgpu plugin's decision: host state, fit, verify, guest XML."""
+
+from __future__ import annotations
+
+import uuid
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from compute_plugins import names
+from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
+from compute_plugins.plugin import Rejection
+from resources.vgpu import VGPUPlugin
+from resources.vgpu.request import MdevAssignment, VGPUAssignment
+from resources.vgpu.state import new_mdev_uuid
+from tests.unit.resources.helpers import (
+    NODE,
+    Mdev,
+    cell,
+    gpu,
+    host,
+    on_cells,
+    parse,
+    socket_cell,
+)
+
+CELLS = [cell(0, range(4)), cell(1, range(4, 8))]
+GPU_A = "0000:84:00.0"
+GPU_B = "0000:85:00.0"
+M1 = "11111111-1111-4111-8111-111111111111"
+M2 = "22222222-2222-4222-8222-222222222222"
+
+
+def uuid_of(address):
+    return names.provider_uuid(NODE, "pci", address)
+
+
+@pytest.fixture
+def plugin(conf):
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
+    return VGPUPlugin(conf)
+
+
+def state(plugin, info, *assignments):
+    return plugin.host_state(plugin.discover(info), NODE, assignments)
+
+
+def vgpus(plugin, count=1, policy=None, **specs):
+    extra = {"resources:VGPU": str(count), **specs}
+    if policy:
+        extra["hw:pci_numa_affinity_policy"] = policy
+    return parse(plugin, extra)
+
+
+def two_gpus(a=4, b=4, cells=(0, 1), mdevs=()):
+    return host(CELLS, [gpu(GPU_A, cells[0], nvidia_35=a),
+                        gpu(GPU_B, cells[1], nvidia_35=b)], mdevs=mdevs)
+
+
+def assigned(address, *mdevs, group="_VGPU"):
+    return VGPUAssignment(devices=(MdevAssignment(
+        group, uuid_of(address), address, "nvidia-35", tuple(mdevs)),))
+
+
+# -- host state ---------------------------------------------------------------
+
+def test_state_per_pgpu_with_provider_uuids_of_the_tree(plugin):
+    info = two_gpus(a=3, mdevs=[Mdev(M2, "nvidia-35", GPU_A),
+                                Mdev(M1, "nvidia-35", GPU_A)])
+    view = plugin.discover(info)
+    got = plugin.host_state(view, NODE, [])
+    contributed = {c.name: c.uuid for c in plugin.provider_contributions(view, NODE)}
+    assert [(g.address, g.provider_uuid, g.cell, g.total, g.free) for g in got.pgpus] == [
+        (GPU_A, contributed["node1_pci_0000_84_00_0"], 0, 5, 5),
+        (GPU_B, contributed["node1_pci_0000_85_00_0"], 1, 4, 4)]
+    a = got.pgpus[0]
+    assert (a.free_mdevs, a.used_mdevs, a.planned_mdevs, a.creatable) == (
+        (M1, M2), (), (), 3)
+
+
+def test_state_counts_existing_and_planned_mdevs(plugin):
+    planned = new_mdev_uuid(uuid_of(GPU_A), 0)
+    info = two_gpus(a=3, mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    got = state(plugin, info, assigned(GPU_A, M1, planned))
+    a = got.pgpus[0]
+    assert (a.used_mdevs, a.planned_mdevs, a.free_mdevs) == ((M1,), (planned,), ())
+    assert (a.total, a.used, a.free, a.creatable) == (4, 2, 2, 2)
+
+
+def test_state_json_round_trip(plugin):
+    info = host([socket_cell(0, 0, [0, 1]), socket_cell(1, None, [2, 3], sockets=[0, 1])],
+                [gpu(GPU_A, 1, nvidia_35=2)], mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    got = state(plugin, info, assigned(GPU_A, M1, M2))
+    doc = encode_state(plugin, got)
+    assert doc["version"] == plugin.version
+    assert decode_state(plugin, doc) == got
+    assert got.sockets == {0: 0, 1: None}
+
+
+@pytest.mark.parametrize("assignments, reason", [
+    ([assigned(GPU_A, M1), assigned(GPU_B, M1)],
+     "mdev 11111111-1111-4111-8111-111111111111 is assigned twice (groups _VGPU and _VGPU)"),
+    ([assigned("0000:99:00.0", M1)],
+     "group _VGPU uses pGPU 0000:99:00.0, which offers no vGPUs on this host"),
+    ([assigned(GPU_B, M2)],
+     "mdev 22222222-2222-4222-8222-222222222222 exists on pGPU 0000:84:00.0, "
+     "group _VGPU puts it on pGPU 0000:85:00.0"),
+    ([assigned(GPU_B, *(str(uuid.UUID(int=i)) for i in range(5)))],
+     "pGPU 0000:85:00.0 offers 4 mdevs of type nvidia-35 of which 0 exist; "
+     "the assignments create 5 more"),
+    ([VGPUAssignment(devices=(MdevAssignment("_VGPU", "elsewhere", GPU_A,
+                                             "nvidia-35", (M1,)),))],
+     "group _VGPU names provider elsewhere for pGPU 0000:84:00.0, whose "
+     "provider is %s" % names.provider_uuid(NODE, "pci", GPU_A)),
+])
+def test_state_conflicts_name_the_unit(plugin, assignments, reason):
+    info = two_gpus(mdevs=[Mdev(M2, "nvidia-35", GPU_A)])
+    with pytest.raises(AssignmentConflict) as err:
+        state(plugin, info, *assignments)
+    assert err.value.plugin == "vgpu"
+    assert err.value.reason == reason
+
+
+# -- fit offline --------------------------------------------------------------
+
+def test_offline_takes_a_free_existing_mdev_then_creates(plugin):
+    info = two_gpus(mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    got = plugin.fit(state(plugin, info), vgpus(plugin, 2), None, {})
+    created = new_mdev_uuid(uuid_of(GPU_A), 0)
+    assert got == VGPUAssignment(devices=(MdevAssignment(
+        "_VGPU", uuid_of(GPU_A), GPU_A, "nvidia-35", (M1, created)),))
+    # the decision is the same every time, and differs once it is in force
+    assert plugin.fit(state(plugin, info), vgpus(plugin, 2), None, {}) == got
+    after = plugin.fit(state(plugin, info, got), vgpus(plugin, 2), None, {})
+    assert after.devices[0].mdev_uuids == tuple(
+        new_mdev_uuid(uuid_of(GPU_A), i) for i in (1, 2))
+
+
+def test_offline_moves_on_when_a_pgpu_is_full(plugin):
+    info = two_gpus(a=1)
+    full = assigned(GPU_A, M1)
+    got = plugin.fit(state(plugin, info, full), vgpus(plugin), None, {})
+    assert got.devices[0].parent_address == GPU_B
+
+
+def test_full_host_names_every_pgpu_and_the_numbers(plugin):
+    info = two_gpus(a=1, b=1)
+    got = plugin.fit(state(plugin, info, assigned(GPU_A, M1), assigned(GPU_B, M2)),
+                     vgpus(plugin), None, {})
+    assert got == Rejection(
+        "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 has 0 of 1 mdevs of "
+        "type nvidia-35 free, group _VGPU needs 1; pGPU 0000:85:00.0 has 0 of "
+        "1 mdevs of type nvidia-35 free, group _VGPU needs 1")
+
+
+def test_host_without_pgpus(plugin):
+    got = plugin.fit(state(plugin, host(CELLS)), vgpus(plugin), None, {})
+    assert got == Rejection("no pGPU of this host offers vGPUs; group _VGPU needs 1")
+
+
+def test_two_groups_share_a_pgpu_and_see_each_other(plugin):
+    info = two_gpus(a=3, b=1)
+    request = parse(plugin, {"resources1:VGPU": "1", "resources2:VGPU": "2"})
+    got = plugin.fit(state(plugin, info), request, None, {})
+    assert [(d.requester_id, d.parent_address) for d in got.devices] == [
+        ("1", GPU_A), ("2", GPU_A)]
+    assert len({m for d in got.devices for m in d.mdev_uuids}) == 3
+    # with one instance taken, group 2 no longer fits after group 1
+    fuller = plugin.fit(state(plugin, info, assigned(GPU_A, M1)), request, None, {})
+    assert [(d.requester_id, d.parent_address) for d in fuller.devices] == [
+        ("1", GPU_B), ("2", GPU_A)]
+
+
+def test_offline_finds_the_fit_the_best_first_choice_misses(plugin):
+    # group 1 on the first pGPU (the greedy choice) leaves group 2 nowhere
+    info = two_gpus(a=2, b=1)
+    request = parse(plugin, {"resources1:VGPU": "1", "resources2:VGPU": "2"})
+    got = plugin.fit(state(plugin, info), request, None, {})
+    assert [(d.requester_id, d.parent_address) for d in got.devices] == [
+        ("1", GPU_B), ("2", GPU_A)]
+    # nothing fits: the reason names the group that found no pGPU
+    none = plugin.fit(state(plugin, info, assigned(GPU_B, M1)), request, None, {})
+    assert none == Rejection(
+        "no pGPU can serve group 2: pGPU 0000:84:00.0 has 1 of 2 mdevs of type "
+        "nvidia-35 free, group 2 needs 2; pGPU 0000:85:00.0 has 0 of 1 mdevs "
+        "of type nvidia-35 free, group 2 needs 2")
+
+
+def test_mdev_type_traits_choose_the_pgpu(conf):
+    conf.set_override("enabled_mdev_types", ["nvidia-35", "nvidia-36"], "vgpu")
+    plugin = VGPUPlugin(conf)
+    plugin.discover(host())
+    conf.set_override("device_addresses", [GPU_B], "mdev_nvidia-36")
+    info = host(CELLS, [gpu(GPU_A, 0, nvidia_35=4),
+                        gpu(GPU_B, 1, nvidia_35=4, nvidia_36=2)])
+    now = state(plugin, info)
+    wanted = parse(plugin, {"resources:VGPU": "1",
+                            "trait:CUSTOM_MDEV_TYPE_NVIDIA_36": "required"})
+    got = plugin.fit(now, wanted, None, {})
+    assert (got.devices[0].parent_address, got.devices[0].mdev_type) == (
+        GPU_B, "nvidia-36")
+    avoid = parse(plugin, {"resources:VGPU": "1",
+                           "trait:CUSTOM_MDEV_TYPE_NVIDIA_35": "forbidden"})
+    assert plugin.fit(now, avoid, None, {}).devices[0].parent_address == GPU_B
+    assert plugin.fit(now, avoid, {"_VGPU": [uuid_of(GPU_A)]}, {}) == Rejection(
+        "pGPU 0000:84:00.0 offers mdev type nvidia-35, which group _VGPU forbids",
+        uuid_of(GPU_A))
+
+
+def test_custom_mdev_class_is_not_a_vgpu(conf):
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
+    plugin = VGPUPlugin(conf)
+    plugin.discover(host())
+    conf.set_override("mdev_class", "CUSTOM_NOTVGPU", "mdev_nvidia-35")
+    got = plugin.fit(state(plugin, two_gpus()), vgpus(plugin), None, {})
+    assert "pGPU 0000:84:00.0 offers its mdevs as CUSTOM_NOTVGPU, group _VGPU " \
+        "asks for VGPU" in got.reason
+
+
+def test_max_instances_is_honoured(conf):
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
+    plugin = VGPUPlugin(conf)
+    plugin.discover(host())
+    conf.set_override("max_instances", 5, "mdev_nvidia-35")
+    now = state(plugin, two_gpus(a=4, b=4))
+    assert [(g.address, g.total) for g in now.pgpus] == [(GPU_A, 4)]
+    assert isinstance(plugin.fit(now, vgpus(plugin, 4), None, {}), VGPUAssignment)
+    assert plugin.fit(now, vgpus(plugin, 5), None, {}) == Rejection(
+        "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 has 4 of 4 mdevs of "
+        "type nvidia-35 free, group _VGPU needs 5")
+
+
+# -- placement mappings -------------------------------------------------------
+
+def test_the_mapped_pgpu_is_used(plugin):
+    info = two_gpus()
+    got = plugin.fit(state(plugin, info), vgpus(plugin),
+                     {"_VGPU": [uuid_of(GPU_B)], "": ["root"]}, {})
+    assert got.devices[0].parent_address == GPU_B
+    assert got.devices[0].provider_uuid == uuid_of(GPU_B)
+
+
+def test_a_full_mapped_pgpu_is_rejected_even_if_another_has_room(plugin):
+    info = two_gpus(b=1)
+    got = plugin.fit(state(plugin, info, assigned(GPU_B, M1)), vgpus(plugin),
+                     {"_VGPU": [uuid_of(GPU_B)]}, {})
+    assert got == Rejection("pGPU 0000:85:00.0 has 0 of 1 mdevs of type "
+                            "nvidia-35 free, group _VGPU needs 1", uuid_of(GPU_B))
+
+
+def test_mapping_to_another_provider_or_none(plugin):
+    now = state(plugin, two_gpus())
+    assert plugin.fit(now, vgpus(plugin), {"_VGPU": ["other"]}, {}) == Rejection(
+        "VGPU group _VGPU is allocated from provider other, which is not a "
+        "pGPU of this host", "other")
+    assert plugin.fit(now, vgpus(plugin), {"": ["root"]}, {}) == Rejection(
+        "the allocation maps no provider to VGPU group _VGPU")
+
+
+# -- NUMA affinity ------------------------------------------------------------
+
+def test_required_takes_the_pgpu_of_the_guests_cell(plugin):
+    info = two_gpus()
+    got = plugin.fit(state(plugin, info), vgpus(plugin, policy="required"),
+                     None, on_cells(1))
+    assert got.devices[0].parent_address == GPU_B
+    assert got.host_cells == (1,)
+
+
+def test_required_refuses_a_pgpu_elsewhere(plugin):
+    info = host(CELLS, [gpu(GPU_A, 0, nvidia_35=4)])
+    now = state(plugin, info)
+    got = plugin.fit(now, vgpus(plugin, policy="required"), None, on_cells(1))
+    assert got == Rejection(
+        "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 is on host cell 0; "
+        "hw:pci_numa_affinity_policy=required needs a device on one of the "
+        "guest's host cells (1)")
+    mapped = plugin.fit(now, vgpus(plugin, policy="required"),
+                        {"_VGPU": [uuid_of(GPU_A)]}, on_cells(1))
+    assert mapped.provider == uuid_of(GPU_A)
+    # without a NUMA topology nothing is constrained
+    assert isinstance(plugin.fit(now, vgpus(plugin, policy="required"), None, {}),
+                      VGPUAssignment)
+
+
+def test_preferred_falls_back_and_no_policy_prefers_affine(plugin):
+    info = host(CELLS, [gpu(GPU_A, 0, nvidia_35=4)])
+    now = state(plugin, info)
+    got = plugin.fit(now, vgpus(plugin, policy="preferred"), None, on_cells(1))
+    assert got.devices[0].parent_address == GPU_A
+    # legacy means no policy for vGPUs (as in nova); the affine pGPU first
+    both = state(plugin, two_gpus())
+    got = plugin.fit(both, vgpus(plugin, policy="legacy"), None, on_cells(1))
+    assert got.devices[0].parent_address == GPU_B
+
+
+def test_socket_policy(plugin):
+    cells = [socket_cell(0, 0, [0, 1]), socket_cell(1, 0, [2, 3]),
+             socket_cell(2, 1, [4, 5])]
+    info = host(cells, [gpu(GPU_A, 0, nvidia_35=4), gpu(GPU_B, 2, nvidia_35=4)])
+    now = state(plugin, info)
+    got = plugin.fit(now, vgpus(plugin, policy="socket"), None, on_cells(1))
+    assert got.devices[0].parent_address == GPU_A
+    full = state(plugin, info, assigned(GPU_A, *(str(uuid.UUID(int=i)) for i in range(4))))
+    assert "pGPU 0000:85:00.0 is on host cell 2; hw:pci_numa_affinity_policy=" \
+        "socket needs a device on the socket of the guest's host cells (1): " \
+        "host cells 0, 1" in plugin.fit(full, vgpus(plugin, policy="socket"),
+                                        None, on_cells(1)).reason
+
+
+# -- verify -------------------------------------------------------------------
+
+def test_verify_accepts_the_fit_and_rejects_after_a_change(plugin):
+    info = two_gpus(a=1, mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    request = vgpus(plugin, policy="required")
+    now = state(plugin, info)
+    decided = plugin.fit(now, request, None, on_cells(0))
+    assert decided.devices[0].mdev_uuids == (M1,)
+    assert plugin.verify(now, request, decided) is None
+    # another guest took the mdev in between
+    taken = state(plugin, info, assigned(GPU_A, M1))
+    assert plugin.verify(taken, request, decided) == Rejection(
+        "mdev 11111111-1111-4111-8111-111111111111 on pGPU 0000:84:00.0 (group "
+        "_VGPU) is used by another guest", uuid_of(GPU_A))
+    # and once the pGPU is full, by the numbers
+    full = state(plugin, info, assigned(GPU_A, M1, M2))
+    assert plugin.verify(full, request, decided) == Rejection(
+        "pGPU 0000:84:00.0 has 0 of 2 mdevs of type nvidia-35 free, group "
+        "_VGPU needs 1", uuid_of(GPU_A))
+
+
+def test_verify_checks_affinity_against_the_recorded_cells(plugin):
+    now = state(plugin, two_gpus())
+    request = vgpus(plugin, policy="required")
+    decided = plugin.fit(now, request, None, on_cells(0))
+    moved = VGPUAssignment(devices=decided.devices, host_cells=(1,))
+    assert plugin.verify(now, request, moved).reason == (
+        "pGPU 0000:84:00.0 is on host cell 0; hw:pci_numa_affinity_policy="
+        "required needs a device on one of the guest's host cells (1)")
+
+
+def test_verify_rejects_an_assignment_that_does_not_answer_the_request(plugin):
+    now = state(plugin, two_gpus(mdevs=[Mdev(M1, "nvidia-35", GPU_B)]))
+    request = vgpus(plugin, 1)
+    assert plugin.verify(now, request, assigned(GPU_A, M1, M2)) == Rejection(
+        "group _VGPU gets 2 mdevs, it asks 1", uuid_of(GPU_A))
+    assert plugin.verify(now, request, assigned(GPU_A, M1)) == Rejection(
+        "mdev 11111111-1111-4111-8111-111111111111 of group _VGPU is on pGPU "
+        "0000:85:00.0, not on pGPU 0000:84:00.0", uuid_of(GPU_A))
+    assert plugin.verify(now, request, assigned(GPU_A, M2, group="1")).reason == (
+        "the assignment serves VGPU groups 1, the request asks _VGPU")
+
+
+def test_verify_counts_what_can_still_be_created(plugin):
+    # 2 instances: one existing free mdev and room to create one more
+    info = two_gpus(a=1, mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    now = state(plugin, info)
+    assert now.pgpus[0].creatable == 1
+    two_new = assigned(GPU_A, str(uuid.UUID(int=1)), str(uuid.UUID(int=2)))
+    assert plugin.verify(now, vgpus(plugin, 2), two_new) == Rejection(
+        "pGPU 0000:84:00.0 can create 1 more mdevs of type nvidia-35, group "
+        "_VGPU needs 2 new", uuid_of(GPU_A))
+
+
+# -- guest XML ----------------------------------------------------------------
+
+def test_guest_config_one_mdev_hostdev_each(plugin):
+    decided = plugin.fit(state(plugin, two_gpus()), vgpus(plugin, 2), None, {})
+    fragments = plugin.guest_config(vgpus(plugin, 2), decided)
+    assert [f.parent for f in fragments] == ["devices", "devices"]
+    for fragment, mdev in zip(fragments, decided.devices[0].mdev_uuids, strict=True):
+        element = ET.fromstring(fragment.xml)
+        assert (element.tag, element.attrib) == ("hostdev", {
+            "mode": "subsystem", "type": "mdev", "model": "vfio-pci",
+            "managed": "no"})
+        assert element.find("source/address").attrib == {"uuid": mdev}
