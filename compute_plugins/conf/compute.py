@@ -38,6 +38,16 @@ OPTS = [
         "NUMA cells in order of their id: cell 0 first, and what does not "
         "fit there on the next cell.",
     ),
+    cfg.BoolOpt(
+        "packing_host_numa_cells_allocation_strategy",
+        default=True,
+        help="How the NUMA fit orders host NUMA cells for a guest with a NUMA "
+        "topology (nova's option and ordering). ``True``: cells with the "
+        "most resources used come first, so guests pack onto them before a "
+        "new cell is used. ``False``: cells with the most resources free "
+        "come first (spread). NOTE: nova 34 defaults to ``False``; this "
+        "project packs by default.",
+    ),
     cfg.IntOpt(
         "resource_provider_association_refresh",
         default=300,

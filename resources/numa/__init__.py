@@ -5,19 +5,34 @@ The tree gets a ``<nodename>_NUMA<id>`` child of the compute root per cell
 ``[compute]`` options split CPUs and memory, and :mod:`resources.numa.provider`
 for the inventory records. The plugin has no options of its own: it reads
 the framework's ``[compute]`` group, named as in nova.
+
+The decision: :mod:`resources.numa.state` (what is free per cell under the
+guests in force), :mod:`resources.numa.fit` (which host cell, CPUs and page
+size each guest node gets; complete and polynomial), ``verify`` (the same
+per-cell checks, :mod:`resources.numa.cell`) and
+:mod:`resources.numa.guest` (the domain XML).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin import (
+    Earlier,
+    GuestFragment,
+    Placement,
+    Rejection,
+    ResourcePlugin,
+)
 from compute_plugins.request.groups import RequestGroup
-from resources.numa import provider, summary
+from resources.numa import fit as numa_fit
+from resources.numa import guest, provider, summary
 from resources.numa import request as numa_request
+from resources.numa.request import NUMAAssignment, NUMARequest
+from resources.numa.state import NUMAState, build_state
 from resources.numa.view import (
     InvalidCPUSet,
     NUMAView,
@@ -25,10 +40,11 @@ from resources.numa.view import (
     page_resource_class,
 )
 
-__all__ = ["InvalidCPUSet", "NUMAPlugin", "NUMAView", "page_resource_class"]
+__all__ = ["InvalidCPUSet", "NUMAPlugin", "NUMAState", "NUMAView",
+           "page_resource_class"]
 
 
-class NUMAPlugin(ResourcePlugin):
+class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment]):
     """NUMA cells as ``HW_NUMA_ROOT`` providers with PCPU/VCPU/MEMORY_MB/pages.
 
     :param conf: the service configuration (reads ``[compute]``).
@@ -47,17 +63,39 @@ class NUMAPlugin(ResourcePlugin):
         """One ``<nodename>_NUMA<id>`` provider per cell."""
         return provider.contributions(view, nodename)
 
-    def parse_request(self, request_input: Any) -> Optional[numa_request.NUMARequest]:
+    def parse_request(self, request_input: Any) -> Optional[NUMARequest]:
         """CPU policies, guest NUMA topology and page size (``hw:`` keys)."""
         return numa_request.parse(request_input)
 
-    def request_groups(
-        self, plugin_request: numa_request.NUMARequest
-    ) -> list[RequestGroup]:
+    def request_groups(self, plugin_request: NUMARequest) -> list[RequestGroup]:
         """One group per guest NUMA node, or one floating group."""
         return numa_request.request_groups(plugin_request)
 
-    def describe(self, plugin_request: numa_request.NUMARequest,
-                 assignment: numa_request.NUMAAssignment) -> list[str]:
+    def host_state(self, view: NUMAView, nodename: str,
+                   assignments: Sequence[NUMAAssignment]) -> NUMAState:
+        """Free and used per cell; AssignmentConflict names a CPU pinned
+        twice or a CPU, cell or page size the host lacks."""
+        return build_state(
+            view, nodename, assignments,
+            pack=self.conf.compute.packing_host_numa_cells_allocation_strategy)
+
+    def fit(self, state: Optional[NUMAState], request: NUMARequest,
+            placement: Placement, earlier: Earlier
+            ) -> Union[NUMAAssignment, Rejection]:
+        """Host cell, CPUs and page size of every guest node (or why not);
+        a host without NUMA state (discovery failed) is a rejection."""
+        return numa_fit.fit(state, request, placement)
+
+    def verify(self, state: Optional[NUMAState], request: NUMARequest,
+               assignment: NUMAAssignment) -> Optional[Rejection]:
+        """The recorded assignment, checked with the fit's per-cell checks."""
+        return numa_fit.verify(state, request, assignment)
+
+    def guest_config(self, request: NUMARequest,
+                     assignment: NUMAAssignment) -> Sequence[GuestFragment]:
+        """``<cputune>``, ``<numatune>``, ``<cpu><numa>``, ``<memoryBacking>``."""
+        return guest.fragments(request, assignment)
+
+    def describe(self, request: NUMARequest, assignment: NUMAAssignment) -> list[str]:
         """A line per guest node: its host cell, pinned CPUs, memory and page size."""
-        return summary.describe(plugin_request, assignment)
+        return summary.describe(request, assignment)

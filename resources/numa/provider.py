@@ -8,6 +8,11 @@ classes send none: see :func:`compute_plugins.devices.inventory_record`) and
 one ``CUSTOM_MEMORY_PAGE_<size>KB`` class per huge page size (ratio 1.0).
 Placement refuses a total of 0, so a class the cell has none of is left out.
 ``max_unit`` is the total: one guest may take a whole cell.
+
+On the compute root it owns the trait ``HW_CPU_HYPERTHREADING`` when a cell
+has thread siblings (SMT), as nova's libvirt driver reports it: the query
+asks it for ``hw:cpu_thread_policy=require`` and forbids it for
+``isolate``.
 """
 
 from __future__ import annotations
@@ -42,7 +47,11 @@ def cell_inventory(cell: CellView,
 
 
 def contributions(view: NUMAView, nodename: str) -> list[ProviderContribution]:
-    return [
+    root = []
+    if any(cell.siblings for cell in view.cells):
+        root.append(ProviderContribution(
+            name=nodename, traits=frozenset({os_traits.HW_CPU_HYPERTHREADING})))
+    return root + [
         ProviderContribution(
             name=names.numa_provider_name(nodename, cell.id),
             uuid=names.provider_uuid(nodename, "numa", str(cell.id)),

@@ -139,8 +139,21 @@ class NUMARequest(PluginRequest):
 class CellAssignment:
     """Where one guest NUMA node runs on the host.
 
+    Self-contained: the host's state is rebuilt from assignments alone
+    (``compute-plugins fit --usage``), so each says all it takes.
+
+    :param guest_cell: the guest NUMA node; for a guest without NUMA
+        topology, the number of the part (its CPUs and memory may be taken
+        from up to ``FLOATING_SPLIT`` host cells).
     :param pinning: guest CPU -> host CPU (dedicated guest CPUs).
     :param shared_cpus: host CPUs the shared guest CPUs float on.
+    :param page_size_kb: the huge page size of the memory; None: small pages.
+    :param memory_mb: the memory taken on the host cell (MiB).
+    :param shared_vcpus: guest vCPUs floating on ``shared_cpus`` (their
+        load, counted against ``cpu_allocation_ratio``).
+    :param held_cpus: dedicated host CPUs taken without a vCPU on them: the
+        emulator threads' CPU (``hw:emulator_threads_policy=isolate``) and
+        the idle thread siblings of ``hw:cpu_thread_policy=isolate``.
     """
 
     guest_cell: int
@@ -149,11 +162,20 @@ class CellAssignment:
     pinning: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
     shared_cpus: frozenset[int] = frozenset()
     page_size_kb: Optional[int] = None
+    memory_mb: int = 0
+    shared_vcpus: int = 0
+    held_cpus: frozenset[int] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
 class NUMAAssignment(PluginAssignment):
-    """The NUMA plugin's part of the decision."""
+    """The NUMA plugin's part of the decision.
+
+    :param cells: one per guest NUMA node (or part of a floating guest),
+        by ``guest_cell``.
+    :param emulator_threads: host CPUs the emulator threads are pinned to
+        (``<emulatorpin>``); empty when they float.
+    """
 
     plugin = PLUGIN
 

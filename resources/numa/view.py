@@ -23,6 +23,11 @@ Rules (``[compute]`` options, nova's meaning):
 - ``reserved_host_memory_mb`` is reserved on the cells in order of their id:
   cell 0 first, up to its whole memory, and what does not fit there on the
   next cell. What does not fit on any cell is dropped (with a warning).
+- Thread siblings: per cell, the cores with more than one usable (online,
+  dedicated or shared) thread, from libvirt's ``<cpu siblings=...>``
+  restricted to the cell's usable CPUs; a CPU in none of them is a core of
+  its own (a host without SMT, or one libvirt said nothing about). Sets that
+  overlap (inconsistent data) are merged, so the cores partition the CPUs.
 - Hosts without NUMA data: when no cell has a memory size (nor pages),
   ``HostInfo.memory_kb`` is split evenly over the cells (a one-cell host such
   as ``caps-qemu-kvm.xml`` gets it all); a host without cells (``<cells
@@ -71,6 +76,9 @@ class CellView:
     reserved_memory_mb: int = 0
     #: ``(size_kb, count)`` of huge pages with at least one page, by size.
     huge_pages: tuple[tuple[int, int], ...] = ()
+    #: Cores with more than one usable thread (sorted by lowest CPU id);
+    #: every other usable CPU is a core of its own.
+    siblings: tuple[frozenset[int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +88,9 @@ class NUMAView:
     cells: tuple[CellView, ...]
     cpu_allocation_ratio: float
     ram_allocation_ratio: float
+    #: ``[compute] cpu_shared_set`` is set: emulator threads of guests with
+    #: ``hw:emulator_threads_policy=share`` run on its CPUs (nova).
+    shared_set: bool = False
 
 
 def _parse(option: str, spec: Optional[str]) -> Optional[frozenset[int]]:
@@ -159,6 +170,22 @@ def _huge_pages(cell: NUMACell, base_kb: int) -> tuple[tuple[int, int], ...]:
                         if pool.size_kb > base_kb and pool.count > 0))
 
 
+def _siblings(cell: NUMACell, usable: frozenset[int]
+              ) -> tuple[frozenset[int], ...]:
+    """The cores of ``cell`` with more than one usable thread (see module)."""
+    cores: list[set[int]] = []
+    for cpu in cell.cpus:
+        threads = set(cpu.siblings & usable) | ({cpu.id} & usable)
+        if len(threads) < 2:
+            continue
+        overlapping = [core for core in cores if core & threads]
+        for core in overlapping:
+            threads |= core
+            cores.remove(core)
+        cores.append(threads)
+    return tuple(sorted((frozenset(c) for c in cores), key=min))
+
+
 def _cells(host: HostInfo) -> tuple[NUMACell, ...]:
     """The host's cells, or the one fallback cell of a cell-less host."""
     cells = tuple(sorted(host.cells, key=lambda c: c.id))
@@ -188,6 +215,8 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
     to_reserve = conf.compute.reserved_host_memory_mb
     views = []
     for cell in cells:
+        pcpus = cell.cpu_ids & online & dedicated
+        vcpus = cell.cpu_ids & online & shared
         memory_mb = None
         reserved = 0
         small_kb = memory_kb[cell.id]
@@ -197,11 +226,12 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
             to_reserve -= reserved
         views.append(CellView(
             id=cell.id,
-            pcpus=cell.cpu_ids & online & dedicated,
-            vcpus=cell.cpu_ids & online & shared,
+            pcpus=pcpus,
+            vcpus=vcpus,
             memory_mb=memory_mb,
             reserved_memory_mb=reserved,
             huge_pages=_huge_pages(cell, host.base_page_kb),
+            siblings=_siblings(cell, pcpus | vcpus),
         ))
     if to_reserve and any(v.memory_mb is not None for v in views):
         LOG.warning("[compute] reserved_host_memory_mb = %d MiB exceeds the "
@@ -211,4 +241,5 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
         cells=tuple(views),
         cpu_allocation_ratio=conf.compute.cpu_allocation_ratio,
         ram_allocation_ratio=conf.compute.ram_allocation_ratio,
+        shared_set=bool(conf.compute.cpu_shared_set),
     )

@@ -83,7 +83,8 @@ def test_sriov_snapshot(conf):
     tree = run(conf, info)
     node = "sriov-compute-01"
     assert shape(tree) == {
-        node: (None, {"DISK_GB": (893, 1)}, set()),
+        # The capture has thread siblings (SMT): the numa plugin says so.
+        node: (None, {"DISK_GB": (893, 1)}, {"HW_CPU_HYPERTHREADING"}),
         node + "_NUMA0": (node, {"VCPU": (32, 0), "MEMORY_MB": (61907, 512)},
                           {"HW_NUMA_ROOT"}),
         node + "_pf_0000_02_10_7": (

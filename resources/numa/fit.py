@@ -1,0 +1,251 @@
+"""The NUMA plugin's decision: ``fit`` and ``verify``.
+
+``fit`` places a guest on one host (pure, deterministic, no I/O):
+
+- a guest with a NUMA topology: each guest node on a distinct host cell.
+  Whether node ``i`` fits cell ``c`` depends only on that pair
+  (:func:`resources.numa.cell.place`), so the fit builds the table of
+  feasible pairs (computed once per class of identical cells and identical
+  nodes) and matches nodes to cells (:mod:`resources.numa.matching`): it
+  finds an assignment whenever one exists, in polynomial time, and prefers
+  the cells nova's packing order prefers (:mod:`resources.numa.order`).
+  With Placement's ``mappings``, node ``N`` may only go on the cell of the
+  provider of group ``_NUMA<N>``;
+- a guest without one: :mod:`resources.numa.floating`.
+
+``verify`` tests a recorded assignment on a (newer) state with the same
+per-cell :func:`resources.numa.cell.check` that ``fit`` passes its own
+choice through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional, Union
+
+from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.plugin import Placement, Rejection
+from resources.numa import cell as cellfit
+from resources.numa import floating
+from resources.numa.cell import NodeDemand
+from resources.numa.matching import NoMatching, preferred_matching
+from resources.numa.order import cell_order
+from resources.numa.pinning import Subject
+from resources.numa.request import (
+    CellAssignment,
+    NUMAAssignment,
+    NUMARequest,
+    cell_group_id,
+)
+from resources.numa.state import CellState, NUMAState
+
+NO_STATE = "the host has no NUMA state (its NUMA discovery failed)"
+
+
+def pins(request: NUMARequest) -> bool:
+    """The guest pins CPUs (``dedicated`` or ``mixed``)."""
+    return request.cpu_policy in ("dedicated", "mixed")
+
+
+def node_demands(request: NUMARequest) -> list[NodeDemand]:
+    """What each guest node asks of its host cell."""
+    strict = (pins(request) or request.mem_page_size is not None
+              or request.page_size_kb is not None)
+    return [NodeDemand(
+        node=cell.id,
+        who="guest node %d" % cell.id,
+        dedicated=tuple(sorted(cell.pcpus)),
+        emulator=request.extra_pcpus if cell.id == 0 else 0,
+        shared=len(cell.cpus),
+        memory_mb=cell.memory_mb,
+        page_alias=request.mem_page_size,
+        page_size_kb=request.page_size_kb,
+        thread_policy=request.cpu_thread_policy,
+        strict_memory=strict,
+    ) for cell in request.cells]
+
+
+def emulator_threads(state: NUMAState, request: NUMARequest,
+                     cells: Sequence[CellAssignment],
+                     isolated: frozenset[int]) -> frozenset[int]:
+    """Where the emulator threads run (nova's ``_get_emulatorpin_cpuset``):
+    their own CPU (``isolate``), ``cpu_shared_set`` (``share``, when set),
+    else with the guest's non-realtime vCPUs."""
+    if request.extra_pcpus:
+        return isolated
+    if request.emulator_threads_policy == "share" and state.emulator_share_cpus:
+        return state.emulator_share_cpus
+    by_node = {cell.guest_cell: cell for cell in cells}
+    cpus: set[int] = set()
+    for guest in request.cells:
+        placed = by_node[guest.id]
+        cpus.update(placed.pinning[cpu] for cpu in guest.pcpus
+                    if cpu not in request.realtime_cpus)
+        if guest.cpus - request.realtime_cpus:
+            cpus.update(placed.shared_cpus)
+    return frozenset(cpus)
+
+
+def _allowed(state: NUMAState, demands: Sequence[NodeDemand],
+             placement: Placement) -> Union[list[list[CellState]], Rejection]:
+    """Per node, the cells it may go on: all, or Placement's."""
+    if placement is None:
+        return [list(state.cells) for _ in demands]
+    allowed = []
+    for demand in demands:
+        group = cell_group_id(demand.node)
+        uuids = placement.get(group)
+        if uuids is None:
+            return Rejection("Placement's mappings name no provider for %s "
+                             "(group %s)" % (demand.who, group))
+        cells = [state.by_uuid[uuid] for uuid in uuids if uuid in state.by_uuid]
+        if not cells:
+            return Rejection("Placement put %s (group %s) on provider %s, "
+                             "which is no NUMA cell of this host"
+                             % (demand.who, group, ", ".join(uuids)),
+                             provider=uuids[0] if uuids else "")
+        allowed.append(cells)
+    return allowed
+
+
+def _reasons(state: NUMAState, demand: NodeDemand,
+             cells: Sequence[CellState]) -> list[str]:
+    """Why ``demand`` fits none of ``cells``: one reason per class."""
+    classes: dict[tuple[object, ...], list[CellState]] = {}
+    for cell in cells:
+        classes.setdefault(cellfit.signature(cell), []).append(cell)
+    reasons = []
+    for members in classes.values():
+        subject = Subject.of([cell.id for cell in members])
+        placed = cellfit.place(state, members[0], demand, subject)
+        if isinstance(placed, str):
+            reasons.append(placed)
+    return reasons
+
+
+def _explain(state: NUMAState, demands: Sequence[NodeDemand],
+             allowed: Sequence[Sequence[CellState]], placement: Placement,
+             failure: NoMatching) -> Rejection:
+    if failure.stranded:
+        texts = []
+        provider = ""
+        for node in failure.stranded:
+            demand, cells = demands[node], allowed[node]
+            reasons = "; ".join(_reasons(state, demand, cells))
+            if placement is not None:
+                texts.append("%s does not fit %s, where Placement put it: %s"
+                             % (demand.who, Subject.of([c.id for c in cells]).name,
+                                reasons))
+                if len(failure.stranded) == 1 and len(cells) == 1:
+                    provider = cells[0].provider_uuid
+            else:
+                texts.append("%s fits no host cell: %s" % (demand.who, reasons))
+        return Rejection(". ".join(texts), provider=provider)
+    nodes = [demands[i].node for i in failure.crowd]
+    return Rejection(
+        "guest nodes %s need distinct host cells but only %s can take any of "
+        "them" % (format_cpu_spec(nodes),
+                  "host cell %d" % failure.room[0] if len(failure.room) == 1
+                  else "%d host cells (%s)" % (len(failure.room),
+                                               format_cpu_spec(failure.room))))
+
+
+def fit_topology(state: NUMAState, request: NUMARequest,
+                 placement: Placement) -> Union[NUMAAssignment, Rejection]:
+    """Place every guest node of ``request`` on a distinct host cell."""
+    demands = node_demands(request)
+    if len(demands) > len(state.cells):
+        return Rejection("the guest has %d NUMA nodes, the host only %d NUMA "
+                         "cells" % (len(demands), len(state.cells)))
+    allowed = _allowed(state, demands, placement)
+    if isinstance(allowed, Rejection):
+        return allowed
+    signatures = {cell.id: cellfit.signature(cell) for cell in state.cells}
+    feasible: dict[tuple[object, ...], bool] = {}
+
+    def fits(demand: NodeDemand, cell: CellState) -> bool:
+        key = (demand.key, signatures[cell.id])
+        if key not in feasible:
+            feasible[key] = not isinstance(
+                cellfit.place(state, cell, demand), str)
+        return feasible[key]
+
+    order = cell_order(state, len(demands), pins(request))
+    prefs = []
+    for demand, cells in zip(demands, allowed, strict=True):
+        ids = {cell.id for cell in cells}
+        prefs.append([cell.id for cell in order
+                      if cell.id in ids and fits(demand, cell)])
+    matched = preferred_matching(prefs)
+    if isinstance(matched, NoMatching):
+        return _explain(state, demands, allowed, placement, matched)
+    placed_cells = []
+    isolated: frozenset[int] = frozenset()
+    for demand, cell_id in zip(demands, matched, strict=True):
+        cell = state.by_id[cell_id]
+        placed = cellfit.place(state, cell, demand)
+        if isinstance(placed, str):  # NOTE: a class is only ever feasible whole
+            return Rejection(placed, provider=cell.provider_uuid)
+        assignment, emulator = placed
+        placed_cells.append(assignment)
+        isolated |= emulator
+    return NUMAAssignment(
+        cells=tuple(placed_cells),
+        emulator_threads=emulator_threads(state, request, placed_cells, isolated))
+
+
+def fit(state: Optional[NUMAState], request: NUMARequest,
+        placement: Placement) -> Union[NUMAAssignment, Rejection]:
+    """The guest's CPUs and memory on the host in ``state``, or why not."""
+    if state is None:
+        return Rejection(NO_STATE)
+    if request.cells:
+        return fit_topology(state, request, placement)
+    return floating.fit(state, request, placement)
+
+
+def _verify_topology(state: NUMAState, request: NUMARequest,
+                     assignment: NUMAAssignment) -> Optional[Rejection]:
+    demands = node_demands(request)
+    by_node = {cell.guest_cell: cell for cell in assignment.cells}
+    if (len(by_node) != len(assignment.cells)
+            or sorted(by_node) != [d.node for d in demands]):
+        return Rejection("the decision places guest nodes %s; the guest has "
+                         "nodes %s" % (
+                             format_cpu_spec(c.guest_cell for c in assignment.cells),
+                             format_cpu_spec(d.node for d in demands)))
+    hosts = [cell.host_cell for cell in assignment.cells]
+    if len(set(hosts)) != len(hosts):
+        return Rejection("the decision puts two guest nodes on one host cell "
+                         "(host cells %s)" % ", ".join(map(str, hosts)))
+    isolated: frozenset[int] = frozenset()
+    for demand in demands:
+        recorded = by_node[demand.node]
+        cell = state.by_id.get(recorded.host_cell)
+        if cell is None:
+            return Rejection("the decision puts %s on host cell %d; the host "
+                             "has cells %s" % (
+                                 demand.who, recorded.host_cell,
+                                 format_cpu_spec(state.by_id) or "none"))
+        emulator = assignment.emulator_threads if demand.emulator else frozenset()
+        problem = cellfit.check(state, cell, demand, recorded, emulator)
+        if problem:
+            return Rejection(problem, provider=cell.provider_uuid)
+        isolated |= emulator
+    expected = emulator_threads(state, request, assignment.cells, isolated)
+    if assignment.emulator_threads != expected:
+        return Rejection("the decision pins emulator threads to CPUs %s; "
+                         "they belong on %s" % (
+                             format_cpu_spec(assignment.emulator_threads) or "(none)",
+                             format_cpu_spec(expected) or "(none)"))
+    return None
+
+
+def verify(state: Optional[NUMAState], request: NUMARequest,
+           assignment: NUMAAssignment) -> Optional[Rejection]:
+    """None when ``assignment`` still holds on ``state``, else why not."""
+    if state is None:
+        return Rejection(NO_STATE)
+    if request.cells:
+        return _verify_topology(state, request, assignment)
+    return floating.verify(state, request, assignment)

@@ -1,0 +1,116 @@
+"""The libvirt domain XML of a NUMA decision (nova's libvirt driver's).
+
+One fragment per top-level element under ``<domain>``
+(:mod:`compute_plugins.compute.guest` merges elements of one tag):
+
+- ``<cputune>``: a ``<vcpupin>`` per vCPU (a dedicated vCPU to its host
+  CPU, a shared one to its host cell's shared CPUs), ``<emulatorpin>``, and
+  ``<vcpusched scheduler='fifo' priority='1'>`` for realtime vCPUs;
+- ``<numatune>``: ``<memory mode='strict'>`` on the host cells and a
+  ``<memnode>`` per guest node;
+- ``<cpu><numa>``: a ``<cell>`` per guest node (its CPUs and memory;
+  ``memAccess='shared'`` with huge pages, as nova);
+- ``<memoryBacking><hugepages>``: a ``<page>`` per page size with the guest
+  nodes using it.
+
+A guest without NUMA topology gets no guest NUMA cells: its vCPUs are pinned
+to the shared CPUs of the cells holding them and its memory is kept on the
+cells holding it, so the host's accounting holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from xml.etree import ElementTree as ET
+
+from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.plugin import GuestFragment
+from resources.numa.request import NUMAAssignment, NUMARequest
+
+#: nova's ``[libvirt] realtime_scheduler_priority`` default.
+REALTIME_PRIORITY = 1
+
+
+def _fragment(element: ET.Element) -> GuestFragment:
+    return GuestFragment(parent="domain",
+                         xml=ET.tostring(element, encoding="unicode"))
+
+
+def _cputune(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
+    pins: dict[int, str] = {}
+    by_node = {cell.guest_cell: cell for cell in assignment.cells}
+    if request.cells:
+        for guest in request.cells:
+            placed = by_node[guest.id]
+            for cpu in guest.pcpus:
+                pins[cpu] = str(placed.pinning[cpu])
+            for cpu in guest.cpus:
+                pins[cpu] = format_cpu_spec(placed.shared_cpus)
+    else:
+        shared = frozenset().union(*(c.shared_cpus for c in assignment.cells
+                                     if c.shared_vcpus))
+        for cpu in range(request.vcpus):
+            pins[cpu] = format_cpu_spec(shared)
+    tune = ET.Element("cputune")
+    for cpu in sorted(pins):
+        ET.SubElement(tune, "vcpupin", vcpu=str(cpu), cpuset=pins[cpu])
+    if assignment.emulator_threads:
+        ET.SubElement(tune, "emulatorpin",
+                      cpuset=format_cpu_spec(assignment.emulator_threads))
+    if request.realtime_cpus:
+        ET.SubElement(tune, "vcpusched",
+                      vcpus=format_cpu_spec(request.realtime_cpus),
+                      scheduler="fifo", priority=str(REALTIME_PRIORITY))
+    return tune
+
+
+def _numatune(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
+    tune = ET.Element("numatune")
+    with_memory = [c for c in assignment.cells if c.memory_mb]
+    ET.SubElement(tune, "memory", mode="strict", nodeset=format_cpu_spec(
+        c.host_cell for c in with_memory))
+    if request.cells:
+        for cell in sorted(with_memory, key=lambda c: c.guest_cell):
+            ET.SubElement(tune, "memnode", cellid=str(cell.guest_cell),
+                          mode="strict", nodeset=str(cell.host_cell))
+    return tune
+
+
+def _cpu_numa(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
+    huge = any(c.page_size_kb for c in assignment.cells)
+    cpu = ET.Element("cpu")
+    numa = ET.SubElement(cpu, "numa")
+    for guest in request.cells:
+        attrs = {"id": str(guest.id),
+                 "cpus": format_cpu_spec(guest.cpus | guest.pcpus),
+                 "memory": str(guest.memory_mb * 1024), "unit": "KiB"}
+        if huge:
+            attrs["memAccess"] = "shared"
+        ET.SubElement(numa, "cell", attrs)
+    return cpu
+
+
+def _memory_backing(assignment: NUMAAssignment) -> ET.Element:
+    sizes: dict[int, list[int]] = {}
+    for cell in assignment.cells:
+        if cell.page_size_kb:
+            sizes.setdefault(cell.page_size_kb, []).append(cell.guest_cell)
+    backing = ET.Element("memoryBacking")
+    pages = ET.SubElement(backing, "hugepages")
+    for size in sorted(sizes):
+        ET.SubElement(pages, "page", size=str(size), unit="KiB",
+                      nodeset=format_cpu_spec(sizes[size]))
+    return backing
+
+
+def fragments(request: NUMARequest, assignment: NUMAAssignment
+              ) -> Sequence[GuestFragment]:
+    """The domain XML elements the decision asks for (see module doc)."""
+    if not assignment.cells:
+        return ()
+    elements = [_cputune(request, assignment), _numatune(request, assignment)]
+    if request.cells:
+        elements.append(_cpu_numa(request, assignment))
+    if any(c.page_size_kb for c in assignment.cells):
+        elements.append(_memory_backing(assignment))
+    return tuple(_fragment(e) for e in elements)

@@ -1,0 +1,105 @@
+"""The NUMA decision as libvirt domain XML."""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+import libvirt
+import pytest
+
+from resources.numa.fit import fit
+from resources.numa.guest import fragments
+from resources.numa.request import NUMAAssignment
+from tests.unit.resources.numa_fit.helpers import cell, floating, request, state
+
+
+def elements(req, assignment):
+    frags = fragments(req, assignment)
+    assert all(f.parent == "domain" for f in frags)
+    return {e.tag: e for e in (ET.fromstring(f.xml) for f in frags)}
+
+
+def decide(st, req):
+    got = fit(st, req, None)
+    assert isinstance(got, NUMAAssignment), got
+    return got
+
+
+def host():
+    return state(cell(0, range(4), shared=[8, 9], pages=[(2048, 1024, 0)]),
+                 cell(1, range(4, 8), shared=[10, 11], pages=[(2048, 1024, 0)]))
+
+
+def test_mixed_guest_on_two_cells_with_huge_pages():
+    req = request([(3, 1024), (3, 1024)], policy="mixed", shared=[1, 1],
+                  page="large", realtime=[2, 5], emulator="isolate")
+    got = decide(host(), req)
+    xml = elements(req, got)
+    assert set(xml) == {"cputune", "numatune", "cpu", "memoryBacking"}
+    pins = {int(p.get("vcpu")): p.get("cpuset") for p in xml["cputune"].iter("vcpupin")}
+    assert pins[0] == "8-9" and pins[3] == "10-11"       # shared: the cell's
+    for node in got.cells:
+        for guest_cpu, host_cpu in node.pinning.items():
+            assert pins[guest_cpu] == str(host_cpu)
+    (emulator,) = got.emulator_threads
+    assert xml["cputune"].find("emulatorpin").get("cpuset") == str(emulator)
+    sched = xml["cputune"].find("vcpusched").attrib
+    assert sched == {"vcpus": "2,5", "scheduler": "fifo", "priority": "1"}
+    tune = xml["numatune"]
+    assert tune.find("memory").attrib == {"mode": "strict", "nodeset": "0-1"}
+    assert [m.attrib for m in tune.iter("memnode")] == [
+        {"cellid": "0", "mode": "strict", "nodeset": "0"},
+        {"cellid": "1", "mode": "strict", "nodeset": "1"}]
+    cells = [c.attrib for c in xml["cpu"].find("numa")]
+    assert cells == [
+        {"id": "0", "cpus": "0-2", "memory": "1048576", "unit": "KiB",
+         "memAccess": "shared"},
+        {"id": "1", "cpus": "3-5", "memory": "1048576", "unit": "KiB",
+         "memAccess": "shared"}]
+    pages = [p.attrib for p in xml["memoryBacking"].iter("page")]
+    assert pages == [{"size": "2048", "unit": "KiB", "nodeset": "0-1"}]
+
+
+def test_small_pages_have_no_memory_backing():
+    req = request([(2, 512)])
+    xml = elements(req, decide(host(), req))
+    assert "memoryBacking" not in xml
+    assert "memAccess" not in xml["cpu"].find("numa/cell").attrib
+
+
+def test_floating_guest_is_kept_on_its_cells():
+    st = state(cell(0, shared=range(2), memory_mb=1024),
+               cell(1, shared=[2], memory_mb=8192), cpu_ratio=1.0)
+    req = floating(2, 4096)   # vCPUs on cell 0, memory on cell 1
+    got = decide(st, req)
+    xml = elements(req, got)
+    assert set(xml) == {"cputune", "numatune"}
+    assert [p.get("cpuset") for p in xml["cputune"].iter("vcpupin")] == ["0-1", "0-1"]
+    assert xml["numatune"].find("memory").get("nodeset") == "1"
+    assert xml["numatune"].find("memnode") is None
+
+
+def test_libvirt_accepts_the_domain():
+    """Define the guest on libvirt's test driver (2 cells of 8 CPUs) and read
+    back the pinning and the NUMA cells."""
+    st = state(cell(0, range(8), memory_mb=4096), cell(1, range(8, 16), memory_mb=4096))
+    req = request([(2, 512), (2, 512)], emulator="isolate")
+    got = decide(st, req)
+    body = "".join(f.xml for f in fragments(req, got))
+    domain = ("<domain type='test'><name>numa-fit</name><memory unit='KiB'>"
+              "1048576</memory><vcpu>4</vcpu><os><type>hvm</type></os>%s"
+              "</domain>" % body)
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(domain)
+        back = ET.fromstring(dom.XMLDesc(0))
+    except libvirt.libvirtError as err:  # pragma: no cover - the failure shown
+        pytest.fail("libvirt refused the domain: %s\n%s" % (err, domain))
+    finally:
+        conn.close()
+    pins = {int(p.get("vcpu")): p.get("cpuset") for p in back.iter("vcpupin")}
+    assert pins == {g: str(h) for c in got.cells for g, h in c.pinning.items()}
+    assert back.find("cputune/emulatorpin").get("cpuset") == str(
+        *got.emulator_threads)
+    assert [c.get("cpus") for c in back.iter("cell")] == ["0-1", "2-3"]
+    assert back.find("numatune/memory").get("nodeset") == "0-1"

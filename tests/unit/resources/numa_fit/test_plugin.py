@@ -1,0 +1,113 @@
+"""The NUMA plugin end to end: flavor -> RequestSpec -> fit_all -> decision
+JSON -> verify_all on the host's state, and guest XML."""
+
+from __future__ import annotations
+
+import json
+
+from compute_plugins.fit import fit_all, verify_all
+from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
+from compute_plugins.request.groups import Decision
+from compute_plugins.request_spec import RequestSpec, build_request_spec
+from resources.numa.request import NUMAAssignment
+from tests.unit.resources.helpers import manager
+
+NODE = "node1"
+GIB_KB = 1024 * 1024
+
+
+def smt_host() -> HostInfo:
+    """Two cells of 4 cores x 2 threads; 1 GiB of 2 MiB pages each."""
+    cells = []
+    for c in range(2):
+        cpus = []
+        for core in range(4):
+            a = c * 8 + 2 * core
+            cpus += [CPU(id=a, siblings=frozenset({a, a + 1})),
+                     CPU(id=a + 1, siblings=frozenset({a, a + 1}))]
+        cells.append(NUMACell(id=c, cpus=tuple(cpus), memory_kb=8 * GIB_KB,
+                              pages=(PagePool(4, 7 * GIB_KB // 4),
+                                     PagePool(2048, 512))))
+    return HostInfo(hostname=NODE, source="test", cells=tuple(cells))
+
+
+def flavor(vcpus, memory_mb, **extra_specs):
+    return {"name": "f", "vcpus": vcpus, "memory_mb": memory_mb, "root_gb": 0,
+            "extra_specs": extra_specs}
+
+
+def setup(conf):
+    conf.set_override("cpu_dedicated_set", "0-5,8-13", "compute")
+    conf.set_override("cpu_shared_set", "6-7,14-15", "compute")
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    mgr.discover(smt_host())
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(smt_host())
+    return mgr, plugin, view
+
+
+def test_flavor_to_decision_to_claim(conf):
+    mgr, plugin, view = setup(conf)
+    spec = build_request_spec(mgr, flavor(
+        4, 1024, **{"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+                    "hw:cpu_thread_policy": "require",
+                    "hw:mem_page_size": "2MB",
+                    "hw:emulator_threads_policy": "isolate"}))
+    states = {"numa": plugin.host_state(view, NODE, [])}
+    result = fit_all(mgr, states, spec, None)
+    assert result.fits, result.rejections
+    numa = result.assignments["numa"]
+    assert isinstance(numa, NUMAAssignment)
+    assert [c.page_size_kb for c in numa.cells] == [2048, 2048]
+    # require: each guest node's two vCPUs on one core's two threads.
+    for c in numa.cells:
+        a, b = sorted(c.pinning.values())
+        assert b == a + 1 and a % 2 == 0
+    mappings = {"_NUMA%d" % c.guest_cell: (c.provider_uuid,) for c in numa.cells}
+    decided = spec.with_decision(Decision(host="h", nodename=NODE, mappings=mappings,
+                                          assignments={"numa": numa}))
+    # The decision travels as JSON; the compute host reads it back.
+    doc = json.loads(decided.to_json())["decision"]["assignments"]["numa"]
+    assert set(doc) == {"cells", "emulator_threads"}
+    assert set(doc["cells"][0]) == {
+        "guest_cell", "host_cell", "provider_uuid", "pinning", "shared_cpus",
+        "page_size_kb", "memory_mb", "shared_vcpus", "held_cpus"}
+    assert doc["emulator_threads"] == sorted(numa.emulator_threads)
+    again = RequestSpec.from_json(decided.to_json(), mgr)
+    assert again.decision.assignments["numa"] == numa
+    assert verify_all(mgr, states, again) == ()
+    # The scheduler's fit on the mappings makes the same decision.
+    assert fit_all(mgr, states, spec, mappings).assignments["numa"] == numa
+    # Once the guest is in force, another claim of the same decision fails.
+    busy = {"numa": plugin.host_state(view, NODE, [numa])}
+    (rejection,) = verify_all(mgr, busy, again)
+    assert rejection.plugin == "numa" and "taken by other guests" in rejection.reason
+    # The host state round-trips the guest's usage: pages and held CPU.
+    cells = busy["numa"].cells
+    assert sum(p.used for c in cells for p in c.pages) == 512
+    assert len(set().union(*(c.pinned for c in cells))) == 5
+
+
+def test_rejections_are_named(conf):
+    mgr, plugin, view = setup(conf)
+    spec = build_request_spec(mgr, flavor(8, 1024, **{"hw:cpu_policy": "dedicated"}))
+    states = {"numa": plugin.host_state(view, NODE, [])}
+    result = fit_all(mgr, states, spec, None)
+    (rejection,) = result.rejections
+    assert rejection.plugin == "numa"
+    assert rejection.reason == ("guest node 0 fits no host cell: host cells 0-1 "
+                                "each have 6 free dedicated CPUs, guest node 0 "
+                                "needs 8")
+
+
+def test_floating_guest_and_its_xml(conf):
+    mgr, plugin, view = setup(conf)
+    spec = build_request_spec(mgr, flavor(2, 1024))
+    states = {"numa": plugin.host_state(view, NODE, [])}
+    numa = fit_all(mgr, states, spec, None).assignments["numa"]
+    assert [(c.host_cell, c.shared_vcpus, c.memory_mb) for c in numa.cells] == [
+        (0, 2, 1024)]
+    xml = "".join(f.xml for f in plugin.guest_config(spec.requests["numa"], numa))
+    assert '<vcpupin vcpu="1" cpuset="6-7" />' in xml
+    assert '<memory mode="strict" nodeset="0" />' in xml
