@@ -165,6 +165,11 @@ class PluginManager:
             on_missing_entrypoints_callback=on_missing,
         )
 
+    def entry_point(self, name: str) -> str:
+        """The entry point (``module:Class``) plugin ``name`` was loaded
+        from; ``""`` when not known (a test instance)."""
+        return self._entry_points.get(name, "")
+
     @property
     def degraded(self) -> bool:
         """True while any enabled plugin failed (see :attr:`failures`)."""

@@ -6,7 +6,14 @@ its namespace (its ``parse_request`` hook) into its typed request and turns
 that into request groups (its ``request_groups`` hook); the framework parses
 the generic keys (``resources[N]:``, ``trait[N]:``, ``member_of[N]``,
 ``group_policy``). All problems of all plugins are raised together as one
-:class:`~compute_plugins.request.errors.RequestValidationError`.
+:class:`~compute_plugins.request.errors.RequestValidationError`; a plugin
+that fails while parsing (anything but that error: a bug of the plugin) is
+one problem naming the plugin and its entry point, and the others go on.
+
+Every value is checked when it is built (:class:`RequestGroup`, each
+plugin's request and assignment, the spec itself:
+:func:`~compute_plugins.request.types.check`), by the rules the reader
+applies, so a spec that exists always reads back from its JSON equal.
 
 The Placement query is derived from the groups by
 :mod:`compute_plugins.scheduler.query` (:meth:`RequestSpec.placement_query`).
@@ -39,14 +46,18 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
+
+from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.request import generic
 from compute_plugins.request.errors import (
     Problem,
     RequestFormatError,
+    RequestInputError,
     RequestValidationError,
 )
 from compute_plugins.request.groups import (
@@ -63,6 +74,7 @@ from compute_plugins.request.inputs import Flavor, Port, RequestInput
 from compute_plugins.request.types import (
     CodecError,
     FrozenMap,
+    check_fields,
     decode,
     encode,
     thaw_json,
@@ -74,10 +86,14 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
            "RequestSpec", "build_request_spec"]
 
+LOG = logging.getLogger(__name__)
+
 FORMAT = "compute_plugins.RequestSpec"
 #: Version of the JSON payload. Bump the minor for additions an older
 #: reader may refuse, the major for incompatible changes.
 FORMAT_VERSION = "1.0"
+#: A format or plugin data version: ``MAJOR.MINOR``.
+_VERSION_RE = re.compile(r"^[0-9]{1,9}\.[0-9]{1,9}$")
 
 
 def _version(text: Any, what: str) -> tuple[int, int]:
@@ -120,44 +136,90 @@ class RequestSpec:
     groups: tuple[RequestGroup, ...] = ()
     decision: Optional[Decision] = None
 
+    def __post_init__(self) -> None:
+        """Check every field, so that a spec that exists reads back from its
+        JSON equal (:func:`~compute_plugins.request.types.check`).
+
+        :raises CodecError: (a ``ValueError``) naming the field and the rule.
+        """
+        check_fields(self, "RequestSpec")
+        for name, version in self.plugin_versions.items():
+            if not _VERSION_RE.match(version):
+                raise CodecError("RequestSpec.plugin_versions.%s: %r is not "
+                                 "a MAJOR.MINOR version" % (name, version))
+        for name, req in self.requests.items():
+            if name not in self.plugin_versions:
+                raise CodecError("RequestSpec.requests.%s: the plugin has no "
+                                 "version in plugin_versions" % name)
+            if request_type(name) is not type(req):
+                raise CodecError("RequestSpec.requests.%s: a %s is not the "
+                                 "plugin's registered request type"
+                                 % (name, type(req).__name__))
+        if self.decision is not None:
+            for name, assignment in self.decision.assignments.items():
+                if name not in self.plugin_versions:
+                    raise CodecError(
+                        "RequestSpec.decision.assignments.%s: the plugin has "
+                        "no version in plugin_versions" % name)
+                _check_assignment(name, assignment)
+
     # -- building -------------------------------------------------------------
 
     @classmethod
     def build(cls, plugins: Any, request_input: RequestInput) -> RequestSpec:
         """Parse ``request_input`` with every plugin, once.
 
+        A plugin that raises anything but the validation error (or a
+        :class:`~compute_plugins.exception.ConfigError`, raised as it is) in
+        its ``parse_request`` or ``request_groups`` (a bug of that plugin), or
+        that returns what the model cannot hold (a value out of range, a
+        request or group of the wrong type), is one :class:`Problem` naming
+        the plugin and its entry point; the other plugins go on, and every
+        problem is raised together.
+
         :param plugins: a :class:`~compute_plugins.manager.PluginManager` or
             an ordered mapping of plugin name to plugin instance.
         :param request_input: the flavor, image, ports and hints.
         :raises RequestValidationError: every problem found, by every plugin.
+        :raises RequestInputError: the input itself cannot be recorded in a
+            spec (a value JSON cannot carry).
         """
-        plugins = _plugins_of(plugins)
+        loaded = _plugins_of(plugins)
         problems: list[Problem] = []
         claimed: set[tuple[str, str]] = set()
         requests: dict[str, PluginRequest] = {}
         groups: list[RequestGroup] = []
         versions: dict[str, str] = {}
-        for name, plugin in plugins.items():
-            versions[name] = str(getattr(plugin, "version", "1.0"))
+        for name, plugin in loaded.items():
+            version = str(getattr(plugin, "version", "1.0"))
+            if not _VERSION_RE.match(version):
+                problems.append(_plugin_problem(
+                    plugins, name, plugin, "its version %r is not MAJOR.MINOR"
+                    % version))
+                continue
+            versions[name] = version
             parse = getattr(plugin, "parse_request", None)
             if parse is None:
                 continue
             view = request_input.for_plugin(name)
             try:
-                req = parse(view)
+                req, plugin_groups = _parse_one(name, plugin, parse, view)
             except RequestValidationError as err:
                 problems.extend(err.problems)
-                req = None
+                req, plugin_groups = None, []
+            except exception.ConfigError:
+                # NOTE: the operator's configuration, not the request nor a
+                # bug: the command's usage error (exit 2).
+                raise
+            except Exception as err:  # noqa: BLE001 - one plugin's bug
+                problems.append(_plugin_failure(plugins, name, plugin, err))
+                req, plugin_groups = None, []
             problems.extend(view.problems)
             claimed |= view.claimed
             if req is None or view.problems:
                 continue
-            if not isinstance(req, PluginRequest) or request_type(name) is not type(req):
-                raise exception.ComputePluginsError(
-                    "plugin %s returned %r from parse_request: expected its "
-                    "registered PluginRequest subclass" % (name, type(req).__name__))
             requests[name] = req
-            groups.extend(plugin.request_groups(req))
+            groups.extend(plugin_groups)
         view = request_input.for_plugin("framework")
         generic_req = generic.parse(view, frozenset(claimed))
         generic.unknown_keys(view, claimed | view.claimed)
@@ -166,17 +228,21 @@ class RequestSpec:
         problems.extend(_check_groups(groups))
         if problems:
             raise RequestValidationError(problems)
-        return cls(
-            flavor=request_input.flavor,
-            image_properties=request_input.image_properties,
-            image_name=request_input.image_name,
-            ports=request_input.ports,
-            hints=request_input.hints,
-            requests=FrozenMap(requests),
-            plugin_versions=FrozenMap(versions),
-            generic=generic_req,
-            groups=tuple(groups),
-        )
+        try:
+            return cls(
+                flavor=request_input.flavor,
+                image_properties=request_input.image_properties,
+                image_name=request_input.image_name,
+                ports=request_input.ports,
+                hints=request_input.hints,
+                requests=FrozenMap(requests),
+                plugin_versions=FrozenMap(versions),
+                generic=generic_req,
+                groups=tuple(groups),
+            )
+        except CodecError as err:
+            raise RequestInputError("the request cannot be recorded in a "
+                                    "RequestSpec: %s" % err) from None
 
     # -- reading ----------------------------------------------------------------
 
@@ -420,11 +486,72 @@ def build_request_spec(
 
 
 def _check_assignment(plugin: str, assignment: Any) -> None:
+    """The plugin's registered assignment type, with every field valid."""
     kind = assignment_type(plugin)
     if kind is None or type(assignment) is not kind:
         raise ValueError("assignment of plugin %r must be a %s, not %s"
                          % (plugin, kind.__name__ if kind else "registered "
                             "PluginAssignment", type(assignment).__name__))
+    check_fields(assignment, "assignments.%s" % plugin)
+
+
+def _parse_one(name: str, plugin: Any, parse: Any, view: RequestInput
+               ) -> tuple[Optional[PluginRequest], list[RequestGroup]]:
+    """One plugin's typed request and its groups (none when it reported a
+    problem or had nothing to ask).
+
+    :raises RequestValidationError: the plugin found problems.
+    :raises Exception: anything else the plugin raised, or
+        :class:`CodecError` for what it returned that the model refuses.
+    """
+    req = parse(view)
+    if req is None or view.problems:
+        return None, []
+    if not isinstance(req, PluginRequest) or request_type(name) is not type(req):
+        raise CodecError("parse_request returned %s: expected its registered "
+                         "PluginRequest subclass (%s)"
+                         % (type(req).__name__, getattr(
+                             request_type(name), "__name__", "none registered")))
+    # NOTE: a request built without its dataclass __post_init__ (a subclass
+    # that overrides it) is checked here too.
+    check_fields(req, "requests.%s" % name)
+    plugin_groups = list(plugin.request_groups(req))
+    for group in plugin_groups:
+        if type(group) is not RequestGroup:
+            raise CodecError("request_groups returned %s: expected "
+                             "RequestGroup" % type(group).__name__)
+    return req, plugin_groups
+
+
+def _entry_point(plugins: Any, name: str, plugin: Any) -> str:
+    """``entry point <value>`` when the manager knows it, else the class."""
+    known = getattr(plugins, "entry_point", None)
+    value = known(name) if callable(known) else ""
+    if value:
+        return "entry point %s" % value
+    cls = type(plugin)
+    return "class %s:%s" % (cls.__module__, cls.__qualname__)
+
+
+def _plugin_problem(plugins: Any, name: str, plugin: Any, what: str) -> Problem:
+    return Problem("plugin", name, None, "%s (%s)" % (
+        what, _entry_point(plugins, name, plugin)), plugin=name)
+
+
+def _plugin_failure(plugins: Any, name: str, plugin: Any,
+                    err: Exception) -> Problem:
+    """A plugin's bug while parsing, as one problem of that plugin."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    if isinstance(err, CodecError):
+        what = "returned a value the request model refuses: %s" % text
+    else:
+        what = "failed to parse the request: %s%s" % (
+            type(err).__name__, ": " + text if text else "")
+    problem = _plugin_problem(plugins, name, plugin, what)
+    LOG.error("resource plugin %s: %s", name, problem.rule)
+    LOG.debug("resource plugin %s failed to parse the request", name,
+              exc_info=True)
+    return problem
 
 
 def _check_groups(groups: Iterable[RequestGroup]) -> list[Problem]:

@@ -3,8 +3,12 @@
 Runs real Placement (``openstack-placement``) on SQLite as an HTTP service
 on 127.0.0.1 with ``auth_strategy=noauth2`` (token ``admin``), for other
 processes: ``compute-plugins --placement-url URL ...``, nova, the openstack
-client. Requests are served one at a time by the app built once. The first
-line on stdout is ``Placement listening on http://127.0.0.1:PORT``.
+client. The HTTP server is waitress (:mod:`compute_plugins.placement.server`:
+worker threads, keep-alive, a stalled client blocks nobody and is closed
+after ``--timeout`` seconds of silence); Placement itself, built once,
+answers one request at a time (SQLite). The first line on stdout is
+``Placement listening on http://127.0.0.1:PORT``. SIGTERM or SIGINT stops
+it (exit 0).
 """
 
 from __future__ import annotations
@@ -12,14 +16,14 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
-from typing import Any
+from typing import Any, NoReturn
 
 from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.placement import connect, embedded
+from compute_plugins.placement import server as pserver
 
 LOG = logging.getLogger(__name__)
 
@@ -39,7 +43,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="SQLite database file (created if missing); "
                        "':memory:' for a throw-away database; default: "
                        "[placement] embedded_connection / embedded_state_dir")
+    serve.add_argument("--threads", type=_positive("threads"),
+                       default=pserver.DEFAULT_THREADS,
+                       help="worker threads of the HTTP server (default "
+                       "%(default)s; Placement answers one request at a "
+                       "time)")
+    serve.add_argument("--timeout", type=_positive("timeout"),
+                       default=pserver.DEFAULT_CHANNEL_TIMEOUT,
+                       metavar="SECONDS",
+                       help="close a connection that sends nothing for this "
+                       "long, idle or in the middle of a request (default "
+                       "%(default)s)")
     serve.set_defaults(func=run)
+
+
+def _positive(what: str) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= 86400:
+            raise argparse.ArgumentTypeError(
+                "invalid %s %r: must be a whole number from 1 to 86400"
+                % (what, text))
+        return value
+    return parse
 
 
 def _port(text: str) -> int:
@@ -69,26 +98,36 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         raise exception.ConfigError("%s: %s" % (where, err)) from err
     # NOTE: loopback only: noauth2 lets anyone who can connect be admin.
     try:
-        server = service.make_server("127.0.0.1", args.port)
+        server = service.make_server("127.0.0.1", args.port,
+                                     threads=args.threads,
+                                     channel_timeout=args.timeout)
     except OSError as err:
         service.close()
         print("compute-plugins: error: cannot listen on 127.0.0.1:%s: %s"
               % (args.port, err.strerror or err), file=sys.stderr)
         return 1
-    host, port = server.server_address[:2]
-    print("Placement listening on http://%s:%d (noauth2: token admin; "
-          "database %s)" % (host, port, connection), flush=True)
+    print("Placement listening on %s (noauth2: token admin; database %s)"
+          % (server.url, connection), flush=True)
 
-    def stop(signum: int, frame: Any) -> None:
-        # shutdown() waits for serve_forever to return: not from its thread.
-        threading.Thread(target=server.shutdown, daemon=True).start()
+    def stop(signum: int, frame: Any) -> NoReturn:
+        # NOTE: no lock may be taken here (the main thread may hold it):
+        # serve_forever ends on this exception and stops the workers; a
+        # second signal while it does is ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise _Stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()
+    except _Stop:
+        pass  # a signal outside waitress's loop
     finally:
-        server.server_close()
-        service._server = None
+        server.close()
         service.close()
     return 0
+
+
+class _Stop(SystemExit):
+    """SIGTERM/SIGINT: waitress's loop returns on a ``SystemExit``."""

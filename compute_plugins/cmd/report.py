@@ -280,7 +280,9 @@ def run_periodic(client: preport.ReportClient, manager: Any,
 
 def quiet_placement_logs(debug: bool) -> None:
     """The embedded Placement logs every request at INFO: keep that (and
-    its start-up chatter) for --debug."""
+    its start-up chatter) for --debug. So is waitress's "task queue depth"
+    warning: ``placement serve`` answers one request at a time by design,
+    so requests queue whenever several agents call at once."""
     if debug:
         return
     import logging as std_logging
@@ -288,3 +290,4 @@ def quiet_placement_logs(debug: bool) -> None:
     for name in ("placement", "alembic", "keystoneauth",
                  "oslo_policy", "oslo_db", "routes"):
         std_logging.getLogger(name).setLevel(std_logging.WARNING)
+    std_logging.getLogger("waitress.queue").setLevel(std_logging.ERROR)

@@ -8,8 +8,23 @@ for tests). Requests reach it in two ways, both serialised by one lock:
   session has a transport adapter mounted that calls the WSGI app directly
   (no socket), so :class:`~compute_plugins.placement.client.PlacementClient`
   works unchanged;
-* :meth:`EmbeddedPlacement.serve`: a loopback HTTP server (``compute-plugins
-  placement serve``) for other processes.
+* :meth:`EmbeddedPlacement.make_server`: a loopback HTTP server (waitress,
+  :mod:`compute_plugins.placement.server`; ``compute-plugins placement
+  serve``) for other processes.
+
+NOTE: why one request at a time: Placement is written for MySQL and
+PostgreSQL, where each request has its own connection and transaction. On
+SQLite, an in-memory database is one connection that every thread shares
+(oslo.db's ``StaticPool``): two requests at once run inside one
+transaction, and one's commit or rollback ends the other's (``cannot start
+a transaction within a transaction``). A file database has a connection per
+request, but SQLite has one writer at a time and refuses a transaction that
+read and then wants to write while another writes (``database is
+locked``). Either way concurrent writers get HTTP 500s and lose writes
+instead of Placement's 409 generation conflicts
+(``tests/functional/placement/test_serve.py`` shows it stays right). The
+lock is taken only around the app: the request body is read before it and
+the answer is written after it, so a slow or stalled client never holds it.
 
 NOTE: ``placement.direct.PlacementDirect`` is not used: it rebuilds the app
 per request and is not thread-safe (it was seen losing writes across
@@ -28,7 +43,6 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any, Optional
-from wsgiref import simple_server
 
 import requests
 from keystoneauth1 import session as ks_session
@@ -42,6 +56,7 @@ from requests import utils as rq_utils
 from compute_plugins import exception
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.placement import client as pclient
+from compute_plugins.placement import server as pserver
 
 LOG = logging.getLogger(__name__)
 
@@ -115,7 +130,7 @@ class EmbeddedPlacement:
         self.app: Optional[WSGIApp] = None
         self.running = False
         self._unbind: Optional[Callable[[], None]] = None
-        self._server: Optional[simple_server.WSGIServer] = None
+        self._server: Optional[pserver.PlacementHTTPServer] = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -154,6 +169,7 @@ class EmbeddedPlacement:
         self.stop()
         if self._server is not None:
             self._server.shutdown()
+            self._server = None
         with _BIND_LOCK:
             if self._unbind is not None:
                 self._unbind()
@@ -222,7 +238,12 @@ class EmbeddedPlacement:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> list[bytes]:
-        """The WSGI app, one request at a time, body fully read."""
+        """The WSGI app, one request at a time (see the module's NOTE).
+
+        The request body is read before the lock is taken and the answer is
+        handed back whole, so no socket I/O happens while it is held.
+        """
+        _buffer_body(environ)
         with self.lock:
             if not self.running or self.app is None:
                 start_response(
@@ -259,23 +280,47 @@ class EmbeddedPlacement:
     # -- HTTP ---------------------------------------------------------------
 
     def make_server(
-        self, host: str = "127.0.0.1", port: int = 0
-    ) -> simple_server.WSGIServer:
-        """A loopback HTTP server for this app (``port`` 0: any free port).
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        threads: int = pserver.DEFAULT_THREADS,
+        channel_timeout: int = pserver.DEFAULT_CHANNEL_TIMEOUT,
+    ) -> pserver.PlacementHTTPServer:
+        """An HTTP server for this app (``port`` 0: any free port).
 
         Call ``serve_forever()`` on it; :meth:`close` shuts it down.
+
+        :param threads: worker threads (requests still reach Placement one
+            at a time).
+        :param channel_timeout: seconds of silence after which a connection
+            (idle, or stalled mid-request) is closed.
+        :raises OSError: the address cannot be listened on.
         """
         self.start()
-        server = simple_server.make_server(
-            host, port, self, handler_class=_QuietHandler
-        )
+        server = pserver.PlacementHTTPServer(
+            self, host, port, threads=threads,
+            channel_timeout=channel_timeout)
         self._server = server
         return server
 
 
-class _QuietHandler(simple_server.WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        LOG.debug("placement serve: " + format, *args)
+def _buffer_body(environ: dict[str, Any]) -> None:
+    """Read the request body now into memory (``wsgi.input``), so that the
+    app never waits on the client's socket.
+
+    waitress has received the whole body before it calls the app; this
+    keeps the rule for any other server the app is mounted in.
+    """
+    stream = environ.get("wsgi.input")
+    if stream is None or isinstance(stream, io.BytesIO):
+        return
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    body = stream.read(length) if length > 0 else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["CONTENT_LENGTH"] = str(len(body))
 
 
 class WSGITransport(rq_adapters.BaseAdapter):

@@ -24,8 +24,11 @@ class Problem:
     """One broken rule.
 
     :param source: where the key is: ``flavor``, ``image``, ``port[N]``,
-        ``hints`` or ``request`` (a conflict between several keys).
-    :param key: the extra spec, image property or port field.
+        ``hints``, ``request`` (a conflict between several keys) or
+        ``plugin`` (the plugin named by ``key`` failed: a bug of that
+        plugin, with its entry point in ``rule``).
+    :param key: the extra spec, image property or port field (the plugin's
+        name for ``plugin``).
     :param value: the offending value (as given), or None.
     :param rule: what is wrong, in words (nova's message where nova has one).
     :param plugin: the plugin that owns the key, or ``framework``.

@@ -16,9 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from typing import Any, ClassVar, Optional
 
-from compute_plugins.request.types import FrozenMap, enum_field, min_field
+from compute_plugins import names
+from compute_plugins.request.types import (
+    Checked,
+    CodecError,
+    FrozenMap,
+    check_fields,
+    enum_field,
+    min_field,
+)
 
 #: Placement's granular group suffix syntax (microversion 1.33): the one
 #: definition every key regex of the framework and the plugins is built from.
@@ -90,20 +99,34 @@ class RequestGroup:
     split: int = min_field(1, default=1)
 
     def __post_init__(self) -> None:
-        if self.requester_id and not SUFFIX_RE.match(self.requester_id):
-            raise ValueError("invalid request group suffix %r" % self.requester_id)
+        """Normalise the containers, then check every field (the rules of
+        :func:`check_group`): a group that exists is one Placement accepts
+        and that reads back from JSON equal.
+
+        :raises CodecError: (a ``ValueError``) naming the group, the field,
+            the value and the rule.
+        """
+        if not isinstance(self.requester_id, str) or (
+                self.requester_id and not SUFFIX_RE.match(self.requester_id)):
+            raise CodecError("invalid request group suffix %r: must match %s"
+                             % (self.requester_id, SUFFIX))
         for name in ("resources",):
             value = getattr(self, name)
             if not isinstance(value, FrozenMap):
                 object.__setattr__(self, name, FrozenMap(value))
         for name in ("required_traits", "forbidden_traits", "forbidden_aggregates"):
             value = getattr(self, name)
+            if isinstance(value, str):
+                raise CodecError("request group %r: %s must be a set of "
+                                 "names, got the string %r"
+                                 % (self.requester_id, name, value))
             if not isinstance(value, frozenset):
                 object.__setattr__(self, name, frozenset(value))
         object.__setattr__(self, "member_of",
                            tuple(tuple(m) for m in self.member_of))
         object.__setattr__(self, "choices",
                            tuple(FrozenMap(c) for c in self.choices))
+        check_group(self)
 
     def is_empty(self) -> bool:
         return not (self.resources or self.required_traits
@@ -137,15 +160,66 @@ class RequestGroup:
         )
 
 
+def check_group(group: RequestGroup) -> None:
+    """The rules of a :class:`RequestGroup`, checked when it is built.
+
+    Every field has its type (:func:`~compute_plugins.request.types.check`:
+    amounts are integers 0..MAX_INT, ``kind`` and ``affinity`` are known
+    values, ``split`` is 1 or more); resource classes are standard
+    (os-resource-classes) or ``CUSTOM_*``; traits are standard (os-traits) or
+    ``CUSTOM_*``; ``member_of`` entries are non-empty lists of aggregate
+    uuids, as Placement takes them.
+
+    :raises CodecError: naming the group, the field, the value and the rule.
+    """
+    where = "request group %r" % group.requester_id
+    check_fields(group, where)
+    classes = list(group.resources)
+    for choice in group.choices:
+        classes.extend(choice)
+    for rc in classes:
+        if not names.is_valid_resource_class(rc):
+            raise CodecError("%s: resource class %r is not a standard "
+                             "(os-resource-classes) or CUSTOM_[A-Z0-9_]+ "
+                             "class" % (where, rc))
+    for field in ("required_traits", "forbidden_traits"):
+        for trait in sorted(getattr(group, field)):
+            if not names.is_valid_trait(trait):
+                raise CodecError("%s: %s: %r is not a standard (os-traits) "
+                                 "or CUSTOM_[A-Z0-9_]+ trait"
+                                 % (where, field, trait))
+    for aggs in group.member_of:
+        if not aggs:
+            raise CodecError("%s: member_of has an empty list of aggregates"
+                             % where)
+    for agg in [a for aggs in group.member_of for a in aggs] + sorted(
+            group.forbidden_aggregates):
+        if not _is_uuid_like(agg):
+            raise CodecError("%s: aggregate %r is not a uuid" % (where, agg))
+
+
+def _is_uuid_like(text: str) -> bool:
+    """Placement's ``uuidutils.is_uuid_like`` (canonical or not)."""
+    if len(text) > 45:
+        return False
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 _REQUEST_TYPES: dict[str, type[PluginRequest]] = {}
 _ASSIGNMENT_TYPES: dict[str, type[PluginAssignment]] = {}
 
 
-class PluginRequest:
+class PluginRequest(Checked):
     """Base class of a plugin's typed request (subclass as a frozen dataclass).
 
     Set the class attribute ``plugin`` to the plugin's entry-point name; the
-    class is then registered for :func:`request_type`.
+    class is then registered for :func:`request_type`. Its fields are
+    checked when it is built (:class:`~compute_plugins.request.types.Checked`:
+    a value that would not read back from JSON equal is a ``ValueError``).
     """
 
     plugin: ClassVar[str] = ""
@@ -156,10 +230,11 @@ class PluginRequest:
             _REQUEST_TYPES[cls.plugin] = cls
 
 
-class PluginAssignment:
+class PluginAssignment(Checked):
     """Base class of a plugin's assignment: what the scheduler chose for it
     on the host (pinned CPUs, the pGPU of an mdev, the VF of a port...).
-    Subclass as a frozen dataclass with ``plugin`` set."""
+    Subclass as a frozen dataclass with ``plugin`` set; its fields are
+    checked when it is built, as a :class:`PluginRequest`'s."""
 
     plugin: ClassVar[str] = ""
 
@@ -207,6 +282,7 @@ class Decision:
         object.__setattr__(self, "mappings", FrozenMap(
             (g, tuple(rps)) for g, rps in self.mappings.items()))
         object.__setattr__(self, "assignments", FrozenMap(self.assignments))
+        check_fields(self, "decision")
 
     @classmethod
     def from_allocation_request(

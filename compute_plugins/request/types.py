@@ -13,9 +13,10 @@ driven by the dataclasses' type hints, so ``decode(T, encode(x)) == x``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 K = TypeVar("K")
@@ -107,6 +108,224 @@ def _check_field(f: dataclasses.Field, value: Any, where: str) -> None:
     minimum = f.metadata.get("minimum")
     if minimum is not None and value < minimum:
         raise CodecError("%s: %r is below %d" % (where, value, minimum))
+
+
+def check(hint: Any, value: Any, where: str = "$") -> None:
+    """Refuse a value that would not come back equal from JSON.
+
+    The construction-time twin of :func:`decode`: ``value`` must be exactly
+    what ``decode(hint, encode(value))`` gives back, by the same rules
+    (integers 0..MAX_INT, ``enum``/``minimum`` field metadata, immutable
+    containers, str keys, JSON values for ``Any``). Frozen dataclasses call
+    it from ``__post_init__`` (:func:`check_fields`), so a value the model
+    holds always round-trips. The checker of each type is built once.
+
+    :raises CodecError: names the path (``where``), the value and the rule.
+    """
+    _checker(hint)(value, where)
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """:func:`check` every JSON field of the dataclass instance ``obj``
+    against its type hint and field metadata.
+
+    :raises CodecError: the first field that would not round-trip.
+    """
+    _fields_checker(type(obj))(obj, where or type(obj).__name__)
+
+
+Checker = Callable[[Any, str], None]
+
+_CHECKERS: dict[Any, Checker] = {}
+_FIELD_CHECKERS: dict[type, Checker] = {}
+
+
+def _checker(hint: Any) -> Checker:
+    found = _CHECKERS.get(hint)
+    if found is None:
+        found = _CHECKERS[hint] = _compile(hint)
+    return found
+
+
+def _fields_checker(cls: type) -> Checker:
+    found = _FIELD_CHECKERS.get(cls)
+    if found is not None:
+        return found
+    try:
+        hints = _hints(cls)
+    except Exception as err:  # noqa: BLE001 - any failure to resolve
+        text = "its type hints cannot be resolved (%s)" % err
+
+        def unresolved(obj: Any, where: str) -> None:
+            raise CodecError("%s: %s" % (where, text))
+        return unresolved
+    fields = [(f.name, _checker(hints[f.name]), f)
+              for f in dataclasses.fields(cls) if f.metadata.get("json", True)]
+    with_metadata = {f.name for _, _, f in fields
+                     if "enum" in f.metadata or "minimum" in f.metadata}
+
+    def check_all(obj: Any, where: str) -> None:
+        for name, field_check, f in fields:
+            value = getattr(obj, name)
+            field_check(value, where + "." + name)
+            if name in with_metadata:
+                _check_field(f, value, where + "." + name)
+
+    _FIELD_CHECKERS[cls] = check_all
+    return check_all
+
+
+def _compile(hint: Any) -> Checker:
+    """The checker of one type hint (see :func:`check`)."""
+    if hint is Any:
+        return _check_json
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        nullable = type(None) in args
+        options = [_checker(a) for a in args if a is not type(None)]
+
+        def union(value: Any, where: str) -> None:
+            if value is None and nullable:
+                return
+            errors = []
+            for option in options:
+                try:
+                    option(value, where)
+                    return
+                except CodecError as err:
+                    errors.append(str(err))
+            raise CodecError("; ".join(errors))
+        return union
+    if origin in (frozenset, set):
+        item_check = _checker(args[0])
+
+        def a_frozenset(value: Any, where: str) -> None:
+            _is(value, frozenset, where)
+            for item in value:
+                item_check(item, "%s[%r]" % (where, item))
+        return a_frozenset
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item_check = _checker(args[0])
+
+            def a_tuple(value: Any, where: str) -> None:
+                _is(value, tuple, where)
+                for i, item in enumerate(value):
+                    item_check(item, "%s[%d]" % (where, i))
+            return a_tuple
+        checks = [_checker(a) for a in args]
+
+        def a_fixed_tuple(value: Any, where: str) -> None:
+            _is(value, tuple, where)
+            if len(checks) != len(value):
+                raise CodecError("%s: expected %d items" % (where, len(checks)))
+            for i, (item_check, item) in enumerate(zip(checks, value,
+                                                       strict=True)):
+                item_check(item, "%s[%d]" % (where, i))
+        return a_fixed_tuple
+    if origin in (FrozenMap, Mapping, dict) or hint is FrozenMap:
+        key_hint, value_hint = args or (str, Any)
+        value_check = _checker(value_hint)
+        int_keys = key_hint is int
+
+        def a_map(value: Any, where: str) -> None:
+            _is(value, FrozenMap, where)
+            for key, item in value.items():
+                if int_keys:
+                    _check_int(key, where + " key")
+                elif not isinstance(key, str):
+                    raise CodecError("%s: key %r is not a string"
+                                     % (where, key))
+                value_check(item, "%s.%s" % (where, key))
+        return a_map
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        def a_dataclass(value: Any, where: str) -> None:
+            if type(value) is not hint:
+                raise CodecError("%s: expected %s, got %s" % (
+                    where, hint.__name__, type(value).__name__))
+            _fields_checker(hint)(value, where)
+        return a_dataclass
+    if hint is bool:
+        return lambda value, where: _is(value, bool, where)
+    if hint is int:
+        return _check_int
+    if hint is float:
+        return _check_float
+    if hint is str:
+        return lambda value, where: _is(value, str, where)
+    if hint is type(None):
+        def none(value: Any, where: str) -> None:
+            if value is not None:
+                raise CodecError("%s: expected None, got %r" % (where, value))
+        return none
+    if isinstance(hint, type):
+        # A base class (``PluginRequest``): the value's own dataclass.
+        def a_subclass(value: Any, where: str) -> None:
+            if (not isinstance(value, hint)
+                    or not dataclasses.is_dataclass(value)):
+                raise CodecError("%s: expected a %s dataclass, got %s" % (
+                    where, hint.__name__, type(value).__name__))
+            _fields_checker(type(value))(value, where)
+        return a_subclass
+
+    def unknown(value: Any, where: str) -> None:
+        raise CodecError("%s: cannot check type %r" % (where, hint))
+    return unknown
+
+
+def _check_int(value: Any, where: str) -> None:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 0 <= value <= MAX_INT):
+        raise CodecError("%s: expected an integer from 0 to %d, got %r"
+                         % (where, MAX_INT, value))
+
+
+def _check_float(value: Any, where: str) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value)):
+        raise CodecError("%s: expected a finite number, got %r"
+                         % (where, value))
+
+
+class Checked:
+    """Base of a frozen dataclass whose fields are checked when it is built
+    (:func:`check_fields`): a bad value is a :class:`CodecError` (a
+    ``ValueError``) at construction, never a payload that cannot be read
+    back. A subclass with its own ``__post_init__`` calls this one last."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def _check_json(value: Any, where: str) -> None:
+    """A frozen JSON value (:func:`freeze_json`'s shapes); iterative, so a
+    deep value cannot exhaust the stack."""
+    todo = [(value, where)]
+    while todo:
+        item, path = todo.pop()
+        if item is None or isinstance(item, (str, bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise CodecError("%s: %r is not a JSON number" % (path, item))
+        elif isinstance(item, tuple):
+            todo.extend((v, "%s[%d]" % (path, i)) for i, v in enumerate(item))
+        elif isinstance(item, FrozenMap):
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    raise CodecError("%s: key %r is not a string" % (path, key))
+                todo.append((v, "%s.%s" % (path, key)))
+        else:
+            raise CodecError("%s: %s is not a frozen JSON value (str, "
+                             "number, bool, None, tuple, FrozenMap)"
+                             % (path, type(item).__name__))
+
+
+def _is(value: Any, kind: type, where: str) -> None:
+    if not isinstance(value, kind):
+        raise CodecError("%s: expected %s, got %s"
+                         % (where, kind.__name__, type(value).__name__))
 
 
 def encode(value: Any) -> Any:

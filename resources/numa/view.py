@@ -10,15 +10,18 @@ Rules (``[compute]`` options, nova's meaning):
 - Only online CPUs count (``HostInfo.online_cpus``, libvirt ``getCPUMap``,
   when known), as nova's ``get_online_cpus``: a cell offers the CPUs it
   lists that are online.
-- Memory: a cell's ``MEMORY_MB`` is its memory in base (small) pages. The
-  base page size is the host's (``HostInfo.base_page_kb``: the smallest
-  ``<host><cpu><pages>`` of the capabilities, else 4 KiB), never guessed
-  from the cell's pools. It is the cell's pool of that size when libvirt
-  lists one (libvirt counts there the memory that is not in huge pages),
-  else the cell's memory minus its huge pages, else the cell's memory when it
-  lists no pages. Huge pages (sizes above the base with at least one
-  page) are their own inventory (:func:`page_resource_class`), so no memory
-  is counted twice: a guest backed by huge pages requests
+- Memory: a cell's ``MEMORY_MB`` is its memory in small pages. The small
+  page size is the host's base page (``HostInfo.base_page_kb``: the
+  smallest ``<host><cpu><pages>`` of the capabilities, else 4 KiB), except
+  in a cell whose every pool is larger than that: there it is the cell's
+  smallest pool, as nova's ``hardware._get_smallest_pagesize`` takes it
+  (libvirt's test driver lists cell 1 in 8 KiB pages only: 4096 MiB of
+  ``MEMORY_MB``). It is the cell's pool of that size when libvirt lists one
+  (libvirt counts there the memory that is not in huge pages), else the
+  cell's memory minus its huge pages, else the cell's memory when it lists
+  no pages. Huge pages (sizes above the small page with at least one page)
+  are their own inventory (:func:`page_resource_class`), so no memory is
+  counted twice: a guest backed by huge pages requests
   ``CUSTOM_MEMORY_PAGE_<size>KB`` (memory / page size) and no ``MEMORY_MB``.
 - ``reserved_host_memory_mb`` is reserved on the cells in order of their id:
   cell 0 first, up to its whole memory, and what does not fit there on the
@@ -139,6 +142,14 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int],
     return dedicated or frozenset(), shared or frozenset()
 
 
+def _small_page_kb(cell: NUMACell, base_kb: int) -> int:
+    """The size of ``cell``'s small pages: the host's base page, or the
+    cell's smallest pool when every pool it lists is larger (nova's
+    ``hardware._get_smallest_pagesize``)."""
+    smallest = min((pool.size_kb for pool in cell.pages), default=base_kb)
+    return smallest if smallest > base_kb else base_kb
+
+
 def _base_memory_kb(cell: NUMACell, base_kb: int) -> Optional[int]:
     """Memory of ``cell`` in base pages (KiB), ``None`` when unknown."""
     if not cell.pages:
@@ -157,8 +168,8 @@ def _base_memory_kb(cell: NUMACell, base_kb: int) -> Optional[int]:
 def _small_memory_kb(cells: tuple[NUMACell, ...],
                      host: HostInfo) -> dict[int, Optional[int]]:
     """Memory in base pages per cell (KiB), ``None`` when unknown."""
-    sizes = {cell.id: _base_memory_kb(cell, host.base_page_kb)
-             for cell in cells}
+    sizes = {cell.id: _base_memory_kb(
+        cell, _small_page_kb(cell, host.base_page_kb)) for cell in cells}
     if host.memory_kb and all(size is None for size in sizes.values()):
         share = host.memory_kb // len(cells)
         sizes = {cell_id: share for cell_id in sizes}
@@ -230,7 +241,8 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
             vcpus=vcpus,
             memory_mb=memory_mb,
             reserved_memory_mb=reserved,
-            huge_pages=_huge_pages(cell, host.base_page_kb),
+            huge_pages=_huge_pages(
+                cell, _small_page_kb(cell, host.base_page_kb)),
             siblings=_siblings(cell, pcpus | vcpus),
         ))
     if to_reserve and any(v.memory_mb is not None for v in views):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Optional
 
 import pytest
@@ -38,13 +39,19 @@ def free_port() -> int:
 
 
 class ServedPlacement:
-    """``compute-plugins placement serve`` in a subprocess, restartable."""
+    """``compute-plugins placement serve`` in a subprocess, restartable.
 
-    def __init__(self, db: str, port: int) -> None:
+    :param args: more ``placement serve`` arguments (``--timeout 1``).
+    """
+
+    def __init__(self, db: str, port: int, args: Sequence[str] = ()) -> None:
         self.db = db
         self.port = port
+        self.args = list(args)
         self.url = "http://127.0.0.1:%d" % port
         self.proc: Optional[subprocess.Popen] = None
+        #: The exit status of the last stop (None: killed or not stopped).
+        self.returncode: Optional[int] = None
 
     def start(self) -> None:
         # NOTE: the log goes to a file: a pipe nobody reads would fill up
@@ -53,7 +60,7 @@ class ServedPlacement:
         with open(log, "a") as log_file:
             self.proc = subprocess.Popen(
                 CLI + ["placement", "serve", "--port", str(self.port),
-                       "--db", self.db],
+                       "--db", self.db] + self.args,
                 stdout=subprocess.PIPE, stderr=log_file, text=True,
                 env=cli_env())
         line = self.proc.stdout.readline()
@@ -67,10 +74,11 @@ class ServedPlacement:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.returncode = self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                self.returncode = None
             self.proc = None
 
     def client(self) -> pclient.PlacementClient:

@@ -117,12 +117,11 @@ def test_libvirt_test_driver(conf, tmp_path):
     root = info.hostname
     assert got[root + "_NUMA0"] == (
         root, {"VCPU": (8, 0), "MEMORY_MB": (2048, 0)}, {"HW_NUMA_ROOT"})
-    # NOTE: the test driver lists all of cell 1 in 8 KiB pages; its base
-    # page is 4 KiB (<host><cpu><pages>), so they are its huge pages and
-    # no memory is left in base pages.
+    # NOTE: the test driver lists all of cell 1 in 8 KiB pages (the host's
+    # base page is 4 KiB): as in nova, the cell's smallest pool is its small
+    # pages, 4096 MiB of MEMORY_MB.
     assert got[root + "_NUMA1"] == (
-        root, {"VCPU": (8, 0), "CUSTOM_MEMORY_PAGE_8KB": (524288, 0)},
-        {"HW_NUMA_ROOT"})
+        root, {"VCPU": (8, 0), "MEMORY_MB": (4096, 0)}, {"HW_NUMA_ROOT"})
     assert set(got) == {root, root + "_NUMA0", root + "_NUMA1"}
     # test:/// is not this machine: instances_path is not measured.
     assert got[root][1] == {}

@@ -197,14 +197,15 @@ def test_host_without_cells_gets_its_cpus(conf, online, count, vcpus):
     assert got["node1_NUMA0"].inventory["MEMORY_MB"]["total"] == 1024
 
 
-def test_cell_listing_only_huge_pages_keeps_its_base_memory(conf):
-    """The base page is the host's (4 KiB), not the smallest pool listed."""
+def test_cell_whose_pools_are_all_larger_takes_its_smallest_as_small(conf):
+    """nova's ``_get_smallest_pagesize``: a cell that lists no pool of the
+    host's base page (4 KiB) has its smallest pool as its small pages."""
     conf.set_override("reserved_host_memory_mb", 0, "compute")
     # 4 GiB: 2 GiB in 2 MiB pages, 1 GiB in 1 GiB pages, no 4 KiB pool.
     info = host([cell(0, range(1), 4, [(2048, 1024), (1048576, 1)])])
     inventory = contribs(conf, info)["node1_NUMA0"].inventory
-    assert inventory["MEMORY_MB"]["total"] == 1024
-    assert inventory["CUSTOM_MEMORY_PAGE_2048KB"]["total"] == 1024
+    assert inventory["MEMORY_MB"]["total"] == 2048
+    assert "CUSTOM_MEMORY_PAGE_2048KB" not in inventory
     assert inventory["CUSTOM_MEMORY_PAGE_1048576KB"]["total"] == 1
 
 

@@ -1,0 +1,195 @@
+"""``compute-plugins placement serve`` as an HTTP server, over real sockets.
+
+A real ``placement serve`` subprocess (waitress in front of real Placement
+on a SQLite file); clients are raw sockets, ``http.client`` and the
+project's keystoneauth :class:`PlacementClient`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import uuid
+
+import pytest
+
+from compute_plugins.placement import client as pclient
+from compute_plugins.placement import exception as pexc
+from tests.functional.placement.conftest import ServedPlacement, free_port
+
+#: Seconds any single answer may take before the test gives up (a client
+#: blocked by a stalled one would wait for ever).
+ANSWER = 30
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("serve") / "placement.sqlite")
+    placement = ServedPlacement(db, free_port(), ["--timeout", "1"])
+    placement.start()
+    yield placement
+    placement.stop()
+
+
+def client(served: ServedPlacement) -> pclient.PlacementClient:
+    return pclient.PlacementClient.for_url(served.url, timeout=ANSWER)
+
+
+def stalled(served: ServedPlacement, data: bytes) -> socket.socket:
+    """A connection that sent ``data`` (part of a request) and stops."""
+    sock = socket.create_connection(("127.0.0.1", served.port))
+    sock.sendall(data)
+    return sock
+
+
+def test_a_client_stalled_in_its_headers_or_body_blocks_nobody(served):
+    half_headers = stalled(served, b"GET /resource_providers HTTP/1.1\r\n"
+                                   b"Host: placement\r\nX-Auth-Tok")
+    half_body = stalled(served, b"POST /resource_providers HTTP/1.1\r\n"
+                                b"Host: placement\r\nX-Auth-Token: admin\r\n"
+                                b"Content-Type: application/json\r\n"
+                                b"Content-Length: 100\r\n\r\n{\"name\": ")
+    try:
+        other = client(served)
+        rp = str(uuid.uuid4())
+        other.post("/resource_providers", {"name": "not-blocked", "uuid": rp})
+        names = {p["name"] for p in other.get(
+            "/resource_providers")["resource_providers"]}
+        assert "not-blocked" in names
+    finally:
+        half_headers.close()
+        half_body.close()
+
+
+def test_a_stalled_client_is_disconnected_after_the_timeout(served):
+    sock = stalled(served, b"GET / HTTP/1.1\r\nHost: placement\r\n")
+    sock.settimeout(ANSWER)
+    try:
+        try:
+            data = sock.recv(1024)
+        except ConnectionResetError:
+            data = b""
+        # The server closed the connection without an answer.
+        assert data == b""
+    finally:
+        sock.close()
+
+
+def test_requests_share_one_connection(served):
+    """HTTP/1.1 keep-alive: ``http.client`` reopens a socket the server
+    closed, so the same socket throughout means one connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", served.port,
+                                      timeout=ANSWER)
+    try:
+        socks = []
+        for _ in range(3):
+            conn.request("GET", "/resource_providers",
+                         headers={"X-Auth-Token": "admin",
+                                  "OpenStack-API-Version": "placement 1.39"})
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, body
+            assert resp.getheader("Connection", "").lower() != "close"
+            socks.append(conn.sock)
+        assert socks[0] is not None
+        assert all(s is socks[0] for s in socks)
+    finally:
+        conn.close()
+
+
+def test_the_placement_client_reuses_its_connection(served):
+    placement = client(served)
+    for _ in range(5):
+        placement.get("/resource_providers")
+    # NOTE: urllib3's pool of the client's requests session counts the
+    # connections it opened and the requests it sent over them.
+    adapter = placement.adapter.session.session.get_adapter(served.url)
+    known = adapter.poolmanager.pools
+    pools = [known[key] for key in known.keys()]
+    assert [p.num_requests for p in pools] == [6]  # GET / (version) + 5
+    assert [p.num_connections for p in pools] == [1]
+
+
+def test_concurrent_writers_lose_nothing(served):
+    """Eight agents at once, each creating providers and adding a trait to
+    one shared provider by read-modify-write: every write lands, the only
+    refusals are Placement's generation conflicts (no HTTP 500 from
+    SQLite)."""
+    admin = client(served)
+    shared = str(uuid.uuid4())
+    admin.post("/resource_providers", {"name": "shared-%s" % shared[:8],
+                                       "uuid": shared})
+    errors: list[str] = []
+    created: list[str] = []
+
+    def agent(index: int) -> None:
+        own = client(served)
+        trait = "CUSTOM_AGENT_%d" % index
+        try:
+            for n in range(3):
+                rp = str(uuid.uuid4())
+                own.post("/resource_providers",
+                         {"name": "agent%d-%d-%s" % (index, n, rp[:8]),
+                          "uuid": rp})
+                own.put("/resource_providers/%s/inventories" % rp,
+                        {"resource_provider_generation": 0,
+                         "inventories": {"VCPU": {"total": 8}}})
+                created.append(rp)
+            own.put("/traits/%s" % trait)
+            for _ in range(100):
+                have = own.get("/resource_providers/%s/traits" % shared)
+                try:
+                    own.put("/resource_providers/%s/traits" % shared, {
+                        "resource_provider_generation":
+                            have["resource_provider_generation"],
+                        "traits": sorted(set(have["traits"]) | {trait})})
+                    return
+                except pexc.GenerationConflict:
+                    continue
+            errors.append("agent %d: too many conflicts" % index)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append("agent %d: %s" % (index, err))
+
+    agents = [threading.Thread(target=agent, args=(i,)) for i in range(8)]
+    for thread in agents:
+        thread.start()
+    for thread in agents:
+        thread.join(ANSWER * 4)
+    assert errors == []
+    assert len(created) == 24
+    for rp in created:
+        inv = admin.get("/resource_providers/%s/inventories" % rp)
+        assert inv["inventories"]["VCPU"]["total"] == 8
+    traits = admin.get("/resource_providers/%s/traits" % shared)["traits"]
+    assert sorted(traits) == sorted("CUSTOM_AGENT_%d" % i for i in range(8))
+
+
+def test_sigterm_stops_it_with_exit_0(tmp_path):
+    placement = ServedPlacement(str(tmp_path / "p.sqlite"), free_port())
+    placement.start()
+    client(placement).get("/resource_providers")
+    # an idle keep-alive connection does not hold the shutdown up
+    conn = http.client.HTTPConnection("127.0.0.1", placement.port,
+                                      timeout=ANSWER)
+    conn.request("GET", "/")
+    conn.getresponse().read()
+    placement.stop()
+    conn.close()
+    assert placement.returncode == 0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--timeout", "0"], "invalid timeout '0'"),
+    (["--threads", "x"], "invalid threads 'x'"),
+])
+def test_bad_server_arguments_are_argparse_errors(args, expected):
+    import subprocess
+
+    from tests.functional.placement.conftest import CLI, cli_env
+
+    proc = subprocess.run(CLI + ["placement", "serve", "--db", ":memory:"]
+                          + args, capture_output=True, text=True,
+                          timeout=120, env=cli_env())
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
