@@ -12,7 +12,8 @@ the other plugins go on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+import types
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Optional
 
@@ -215,6 +216,12 @@ class PluginManager:
                 self._fail(name, "discover", err)
             else:
                 self._clear_failure(name, ("discover",))
+
+    @property
+    def views(self) -> Mapping[str, Any]:
+        """Plugin name -> its view from the last :meth:`discover` (a copy;
+        a plugin that never discovered the host is absent)."""
+        return types.MappingProxyType(dict(self._views))
 
     def update_provider_tree(
         self,

@@ -27,13 +27,15 @@ The request side (all optional; defaults suit a plugin without keys):
    gets (pure, deterministic, no I/O) or says why not (a :class:`Rejection`);
    ``verify(state, request, assignment)`` tests a recorded decision with the
    same code; ``guest_config(request, assignment)`` turns the decision into
-   libvirt domain XML fragments.
+   libvirt domain XML fragments; ``describe(request, assignment)`` says it
+   in a few lines for people (``compute-plugins fit``).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 
@@ -44,6 +46,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.types import encode
 
 ViewT = TypeVar("ViewT")
 RequestT = TypeVar("RequestT", bound=PluginRequest)
@@ -96,6 +99,35 @@ class GuestFragment:
         if self.parent not in FRAGMENT_PARENTS:
             raise ValueError("guest fragment parent %r is not one of %s"
                              % (self.parent, ", ".join(FRAGMENT_PARENTS)))
+
+
+def describe_fields(assignment: PluginAssignment) -> list[str]:
+    """Any assignment in a few ``field=value`` lines: one for its plain
+    fields, one per item of each list of objects (a device, a VF...).
+
+    The default of :meth:`ResourcePlugin.describe`.
+    """
+    doc = encode(assignment)
+    if not isinstance(doc, Mapping):
+        return [json.dumps(doc, sort_keys=True)]
+
+    def pairs(fields: Mapping[str, Any]) -> str:
+        return ", ".join("%s=%s" % (key, value if isinstance(value, str)
+                                    else json.dumps(value, sort_keys=True))
+                         for key, value in fields.items())
+
+    plain = {}
+    lines = []
+    for key, value in doc.items():
+        if (isinstance(value, list) and value
+                and all(isinstance(item, Mapping) for item in value)):
+            lines.extend("%s[%d]: %s" % (key, index, pairs(item))
+                         for index, item in enumerate(value))
+        else:
+            plain[key] = value
+    if plain:
+        lines.insert(0, pairs(plain))
+    return lines
 
 
 class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
@@ -206,3 +238,9 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
                      assignment: AssignmentT) -> Sequence[GuestFragment]:
         """The libvirt domain XML this assignment asks for."""
         return ()
+
+    def describe(self, request: RequestT, assignment: AssignmentT) -> Sequence[str]:
+        """``assignment`` for people: a line per guest node or device
+        (``compute-plugins fit``). The default lists the assignment's
+        fields (:func:`describe_fields`)."""
+        return describe_fields(assignment)

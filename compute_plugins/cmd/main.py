@@ -26,7 +26,7 @@ from compute_plugins.cmd import common
 LOG = logging.getLogger(__name__)
 
 #: Subcommand modules in ``compute_plugins.cmd``, in help order.
-SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "placement")
+SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "placement")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

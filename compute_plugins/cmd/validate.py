@@ -27,6 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate", help="check a flavor (and image, ports) against every "
         "plugin's rules; print the Placement query")
+    add_request_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--flavor``, ``--image``, ``--port``, ``--hints`` (read by
+    :func:`request_input`); ``fit`` takes them too."""
     parser.add_argument("--flavor", required=True, metavar="FLAVOR.json",
                         help="the flavor: vcpus, memory_mb, root_gb, "
                         "ephemeral_gb, swap (MiB), extra_specs")
@@ -38,10 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "min_kbps_egress, min_kbps_ingress) or a list of "
                         "them; repeatable")
     parser.add_argument("--hints", metavar="HINTS.json", help="scheduler hints")
-    parser.set_defaults(func=run)
 
 
-def _load(path: str, what: str) -> Any:
+def load_json(path: str, what: str) -> Any:
+    """The JSON document in ``path``; :class:`RequestInputError` naming
+    ``what`` and the file when it cannot be read or is not JSON."""
     try:
         with open(path, encoding="utf-8") as stream:
             return json.load(stream)
@@ -53,26 +61,31 @@ def _load(path: str, what: str) -> Any:
                                 % (what, path, err)) from None
 
 
-def _inputs(args: argparse.Namespace) -> RequestInput:
-    flavor = _load(args.flavor, "flavor")
-    image = _load(args.image, "image") if args.image else None
+def request_input(args: argparse.Namespace) -> RequestInput:
+    """The request named by :func:`add_request_arguments`' options.
+
+    :raises RequestInputError: a file cannot be read, is not JSON or is not
+        a flavor/image/port/hints document.
+    """
+    flavor = load_json(args.flavor, "flavor")
+    image = load_json(args.image, "image") if args.image else None
     ports: list[Any] = []
     for path in args.port:
-        doc = _load(path, "port")
+        doc = load_json(path, "port")
         ports.extend(doc if isinstance(doc, list) else [doc])
-    hints = _load(args.hints, "hints") if args.hints else None
+    hints = load_json(args.hints, "hints") if args.hints else None
     return RequestInput.from_dicts(flavor, image, ports, hints)
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     try:
-        request_input = _inputs(args)
+        inputs = request_input(args)
     except RequestInputError as err:
         print("compute-plugins: error: %s" % err, file=sys.stderr)
         return EXIT_USAGE
     manager = common.plugin_manager(conf)
     try:
-        spec = RequestSpec.build(manager, request_input)
+        spec = RequestSpec.build(manager, inputs)
     except RequestValidationError as err:
         if args.format == "json":
             common.print_json({"valid": False, **err.to_dict()})

@@ -17,7 +17,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import Earlier, Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
-from resources.disk import provider
+from resources.disk import provider, summary
 from resources.disk import request as disk_request
 from resources.disk import state as disk_state
 from resources.disk.request import DiskAssignment, DiskRequest
@@ -103,3 +103,7 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
                assignment: DiskAssignment) -> Optional[Rejection]:
         """The checks of ``fit`` on a recorded assignment."""
         return disk_state.verify(state, request, assignment)
+
+    def describe(self, request: DiskRequest, assignment: DiskAssignment) -> list[str]:
+        """Where DISK_GB comes from."""
+        return summary.describe(request, assignment)

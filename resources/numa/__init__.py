@@ -29,7 +29,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from resources.numa import fit as numa_fit
-from resources.numa import guest, provider
+from resources.numa import guest, provider, summary
 from resources.numa import request as numa_request
 from resources.numa.request import NUMAAssignment, NUMARequest
 from resources.numa.state import NUMAState, build_state
@@ -95,3 +95,7 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
                      assignment: NUMAAssignment) -> Sequence[GuestFragment]:
         """``<cputune>``, ``<numatune>``, ``<cpu><numa>``, ``<memoryBacking>``."""
         return guest.fragments(request, assignment)
+
+    def describe(self, request: NUMARequest, assignment: NUMAAssignment) -> list[str]:
+        """A line per guest node: its host cell, pinned CPUs, memory and page size."""
+        return summary.describe(request, assignment)

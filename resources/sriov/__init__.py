@@ -27,7 +27,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from resources.sriov import fit as sriov_fit
-from resources.sriov import guest, provider
+from resources.sriov import guest, provider, summary
 from resources.sriov import request as sriov_request
 from resources.sriov.request import SRIOVAssignment, SRIOVRequest
 from resources.sriov.state import SRIOVState, build_state
@@ -118,3 +118,7 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
                      assignment: SRIOVAssignment) -> Sequence[GuestFragment]:
         """VF interfaces and alias ``<hostdev>`` elements."""
         return guest.fragments(request, assignment)
+
+    def describe(self, request: SRIOVRequest, assignment: SRIOVAssignment) -> list[str]:
+        """A line per port or alias group: its VF and PF."""
+        return summary.describe(request, assignment)

@@ -25,7 +25,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from resources.vgpu import fit as vgpu_fit
-from resources.vgpu import guest, provider
+from resources.vgpu import guest, provider, summary
 from resources.vgpu import request as vgpu_request
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import VGPUAssignment, VGPURequest
@@ -109,3 +109,7 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
                      assignment: VGPUAssignment) -> Sequence[GuestFragment]:
         """One mdev ``<hostdev>`` per mdev."""
         return guest.fragments(assignment)
+
+    def describe(self, request: VGPURequest, assignment: VGPUAssignment) -> list[str]:
+        """A line per group: its vGPUs, their type and pGPU."""
+        return summary.describe(request, assignment)

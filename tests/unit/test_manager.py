@@ -228,3 +228,19 @@ def test_a_plugin_failing_to_load_keeps_its_last_contribution(
     assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["total"] == 64
     saved = (tmp_path / "node1.contributions.json").read_text()
     assert "node1_widgets" in saved
+
+
+def test_views_are_a_read_only_copy_without_failed_plugins(conf):
+    manager = make_manager(conf, fake_plugins.Widgets, fake_plugins.FailsDiscovery)
+    fake_plugins.FailsDiscovery.fail = True
+    try:
+        manager.discover(HOST)
+    finally:
+        fake_plugins.FailsDiscovery.fail = False
+    views = manager.views
+    assert dict(views) == {"widgets": 64}
+    with pytest.raises(TypeError):
+        views["widgets"] = 1  # type: ignore[index]
+    manager.discover(HOST)
+    assert dict(manager.views) == {"widgets": 64, "failsdiscovery": "node1"}
+    assert dict(views) == {"widgets": 64}
