@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins import host as host_discovery
 from compute_plugins.host.model import HostInfo
 from compute_plugins.manager import PluginManager
@@ -24,7 +26,20 @@ def check_values(conf: cfg.ConfigOpts) -> None:
         group = conf[name]
         if isinstance(group, cfg.ConfigOpts.GroupAttr):
             for opt_name in list(group):
-                getattr(group, opt_name)
+                try:
+                    getattr(group, opt_name)
+                except cfg.ConfigSourceValueError as err:
+                    raise exception.ConfigError(
+                        "[%s] %s: %s" % (name, opt_name, _value_error(err))) from None
+
+
+def _value_error(err: cfg.ConfigSourceValueError) -> str:
+    """oslo.config's "Value for option X from LocationInfo(..., detail='F')
+    is not valid: RULE" as "RULE (in F)"."""
+    text = str(err)
+    rule = text.rpartition("is not valid: ")[2] or text
+    found = re.search(r"detail='([^']*)'", text)
+    return "%s (in %s)" % (rule, found.group(1)) if found else rule
 
 
 def plugin_manager(conf: cfg.ConfigOpts) -> PluginManager:

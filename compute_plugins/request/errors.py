@@ -69,7 +69,7 @@ class RequestValidationError(exception.ComputePluginsError):
         return {"problems": [p.to_dict() for p in self.problems]}
 
 
-class RequestInputError(exception.ComputePluginsError):
+class RequestInputError(exception.InputError):
     """An input document cannot be used at all (the CLI's exit code 2)."""
 
 
