@@ -12,9 +12,10 @@ One helper per rule, used by every path that reads or writes a file:
   at the target (or at the temporary name) is replaced, never followed;
 * :func:`open_dir`: a directory as a file descriptor, optionally refusing a
   symlink, so that the writes above stay inside it;
-* :func:`ensure_private_dir` / :func:`ensure_private_file`: the agent's state
-  (checkpoints, the embedded Placement's database) is created readable by
-  its owner only (0700 directories, 0600 files).
+* :func:`ensure_private_dir` / :func:`create_private_file` /
+  :func:`tighten_private_file`: the agent's state (checkpoints, the embedded
+  Placement's database) is created readable by its owner only (0700
+  directories, 0600 files).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import IO, Optional
 from oslo_log import log as logging
 
 from compute_plugins import exception
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -215,15 +217,15 @@ def ensure_private_dir(path: str) -> None:
     os.makedirs(path, mode=PRIVATE_DIR_MODE, exist_ok=True)
 
 
-def ensure_private_file(path: str) -> None:
-    """Make sure the file ``path`` exists and only its owner can access it.
+def create_private_file(path: str) -> None:
+    """Create the file ``path`` empty, mode 0600, unless it exists.
 
-    A missing file is created empty, mode 0600; an existing regular file
-    that group or others may access is tightened to the owner's bits only
-    (never loosened). Used for the embedded Placement's database before
-    SQLite opens it (SQLite gives its journals the database's mode).
+    Used for the embedded Placement's database before SQLite opens it
+    (SQLite gives its journal the database's mode). An existing file is
+    left as it is here (see :func:`tighten_private_file`).
 
-    :raises OSError: it cannot be created, or is not a regular file.
+    :raises OSError: it cannot be created, or exists and is not a regular
+        file (a FIFO would block SQLite).
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -231,11 +233,22 @@ def ensure_private_file(path: str) -> None:
     except FileExistsError:
         info = os.stat(path)
         if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file (%s)"
+            raise OSError(errno.EINVAL, "%s, not a regular file"
                           % _kind(info.st_mode), path) from None
-        if info.st_mode & 0o077:
-            os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o077)
-            LOG.info("%s: access for group and others removed (mode %o)",
-                     path, stat.S_IMODE(info.st_mode) & ~0o077)
         return
     os.close(fd)
+
+
+def tighten_private_file(path: str) -> None:
+    """Remove group and others' access to the file ``path``, if they have
+    any (never adds a permission). A file that cannot be changed (another
+    owner) is left with a warning."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if mode & 0o077:
+            os.chmod(path, mode & ~0o077)
+            LOG.info("%s: access for group and others removed (mode %03o)",
+                     printable(path), mode & ~0o077)
+    except OSError as err:
+        LOG.warning("%s: cannot make it private: %s", printable(path),
+                    err.strerror or err)
