@@ -42,7 +42,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from compute_plugins import exception
+from compute_plugins import exception, jsonload
 from compute_plugins.request import generic
 from compute_plugins.request.errors import (
     Problem,
@@ -67,6 +67,7 @@ from compute_plugins.request.types import (
     encode,
     thaw_json,
 )
+from compute_plugins.text import ascii_int
 
 if TYPE_CHECKING:
     from compute_plugins.scheduler.query import PlacementQuery
@@ -83,7 +84,7 @@ FORMAT_VERSION = "1.0"
 def _version(text: Any, what: str) -> tuple[int, int]:
     try:
         major, minor = str(text).split(".")
-        return int(major), int(minor)
+        return ascii_int(major), ascii_int(minor)
     except ValueError:
         raise RequestFormatError("%s %r is not a MAJOR.MINOR version"
                                  % (what, text)) from None
@@ -291,7 +292,7 @@ class RequestSpec:
     @classmethod
     def from_json(cls, text: str, plugins: Any) -> RequestSpec:
         try:
-            doc = json.loads(text)
+            doc = jsonload.loads(text)
         except ValueError as err:
             raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
         return cls.from_dict(doc, plugins)

@@ -14,6 +14,7 @@ from compute_plugins import exception
 from compute_plugins import host as host_discovery
 from compute_plugins.host.model import HostInfo
 from compute_plugins.manager import PluginManager
+from compute_plugins.text import printable
 
 
 def check_values(conf: cfg.ConfigOpts) -> None:
@@ -62,10 +63,14 @@ def report_degraded(manager: PluginManager) -> int:
     """Print one line per failed plugin to stderr; 1 when degraded, else 0."""
     for failure in manager.failures.values():
         print("compute-plugins: host degraded: plugin %s failed to %s: %s"
-              % (failure.plugin, failure.stage, failure.reason), file=sys.stderr)
+              % (failure.plugin, failure.stage, printable(failure.reason)),
+              file=sys.stderr)
     return 1 if manager.degraded else 0
 
 
 def print_json(document: Any) -> None:
-    json.dump(document, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    """``document`` as indented JSON; encoded whole before anything is
+    written, so a value that cannot be encoded never leaves half a document
+    on stdout. Non-ASCII is escaped (``\\ud800`` included)."""
+    text = json.dumps(document, indent=2, sort_keys=False)
+    sys.stdout.write(text + "\n")

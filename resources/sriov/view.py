@@ -50,6 +50,7 @@ from compute_plugins.devices import (
     normalize_pci_address,
 )
 from compute_plugins.host.model import HostInfo, PCIDevice
+from compute_plugins.text import ascii_int
 
 LOG = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def _rate(entry: str, text: str) -> Optional[int]:
     if not text:
         return None
     try:
-        value = int(text)
+        value = ascii_int(text)
     except ValueError:
         value = -1
     if value < 0:
