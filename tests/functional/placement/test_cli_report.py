@@ -502,3 +502,79 @@ def test_placement_serve_on_a_file_that_is_not_a_database_is_only_the_line(
         "(sqlite3.DatabaseError) file is not a database" % (notes, notes)]
     assert notes.read_text() == "my notes\n"
     assert notes.stat().st_mode & 0o777 == 0o644
+
+
+# ------------------------------- an answer Placement never gives: named error
+
+
+class _Proxy:
+    """A real HTTP proxy in front of the served Placement that answers
+    ``PUT .../inventories`` itself with ``body`` (status 200), as a broken
+    proxy or another service on the URL would; the rest is forwarded."""
+
+    def __init__(self, upstream: str, body: bytes) -> None:
+        import http.server
+        import threading
+
+        import requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(length) if length else None
+                if self.command == "PUT" and self.path.endswith("/inventories"):
+                    status, headers, content = 200, {}, body
+                else:
+                    resp = requests.request(
+                        self.command, upstream + self.path, data=data,
+                        headers={k: v for k, v in self.headers.items()
+                                 if k.lower() != "host"}, timeout=60)
+                    status, content = resp.status_code, resp.content
+                    headers = {k: v for k, v in resp.headers.items()
+                               if k.lower() not in ("content-length", "connection",
+                                                    "transfer-encoding")}
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("body, what", [
+    (b"", "with status 200 and no body; a JSON document was expected"),
+    (b"null", "with status 200 and a JSON null where Placement sends an object"),
+])
+def test_an_answer_without_the_body_placement_sends_is_a_named_error(
+        tmp_path, served, body, what):
+    import uuid
+
+    hostname = "proxied-" + uuid.uuid4().hex[:6]
+    snap = _snapshot_named(tmp_path, hostname)
+    proxy = _Proxy(served.url, body)
+    try:
+        proc = _report(snap, tmp_path / "state", "--placement-url", proxy.url)
+    finally:
+        proxy.close()
+    assert proc.returncode == 1, proc.stderr
+    (result,) = json_lines(proc.stdout)
+    assert result["error"].startswith(
+        "%s answered PUT /resource_providers/{uuid}/inventories %s"
+        % (proxy.url, what)), result["error"]
+    assert "TypeError" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    # Nothing of this node was recorded as contributed: no checkpoint.
+    assert not list((tmp_path / "state").rglob("*.contributions.json"))
