@@ -36,7 +36,7 @@ from compute_plugins.host.model import (
     PCIDevice,
 )
 from compute_plugins.names import provider_name_problem
-from compute_plugins.text import ascii_int
+from compute_plugins.text import ascii_int, printable
 
 LOG = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
 def address_from_name(name: Optional[str]) -> Optional[str]:
     """``pci_0000_00_02_0`` -> ``0000:00:02.0``; ``None`` for other names."""
     match = _PCI_NAME.match((name or "").strip())
-    if not match:
+    if not match or int(match.group(3), 16) > PCI_LIMITS[2][1]:
         return None
     domain, bus, slot, function = match.groups()
     return f"{domain}:{bus}:{slot}.{function}".lower()
@@ -608,7 +608,7 @@ def host_info_from_xml(
         if problem is not None:
             # NOTE: logged outside the except block: oslo.log would append
             # the exception a second time.
-            LOG.warning("%s; node device skipped", problem)
+            LOG.warning("%s; node device skipped", printable(problem))
             continue
         if isinstance(device, PCIDevice):
             pci[device.address] = device

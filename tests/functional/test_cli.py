@@ -280,3 +280,23 @@ def test_the_largest_ratio_placement_takes_is_accepted(tmp_path):
     ratios = {p["inventories"]["VCPU"]["allocation_ratio"]
               for p in providers if "VCPU" in p["inventories"]}
     assert ratios == {3.40282e38}
+
+
+def test_a_host_name_with_a_newline_is_drawn_on_one_line(tmp_path):
+    """Placement takes ``a\\nb`` as a provider name; the text tree shows it
+    escaped, and the checkpoint-free inventory of the host is unchanged."""
+    import shutil
+
+    snap = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "sriov", snap)
+    doc = json.loads((snap / "host.json").read_text())
+    (snap / "host.json").write_text(json.dumps({**doc, "hostname": "evil\nroot \x1b[2J"}))
+    result = cli("inventory", "--host-snapshot", str(snap))
+    assert "\x1b" not in result.stdout
+    assert result.stdout.splitlines()[0].startswith("evil\\nroot \\x1b[2J (")
+    providers = json.loads(cli("inventory", "--host-snapshot", str(snap),
+                               "--format", "json").stdout)["providers"]
+    assert providers[0]["name"] == "evil\nroot \x1b[2J"
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"

@@ -461,3 +461,15 @@ def test_a_cpu_count_beyond_the_cpu_id_limit_is_refused(tmp_path):
     with pytest.raises(HostDataError, match="cpu_count must be an integer "
                        "from 0 to 65536, not 100000000000000000000"):
         snapshot.load_snapshot(str(snap))
+
+
+def test_a_snapshot_directory_name_placement_refuses_names_the_directory(tmp_path):
+    """Without host.json the host is named after its directory."""
+    snap = tmp_path / ("d" * 201)
+    shutil.copytree(FIXTURES / "numa4", snap)
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(err.value) == (
+        "%s: host name %r cannot be the compute node's Placement provider "
+        "name: it is 201 characters long; Placement allows at most 200"
+        % (snap, "d" * 201))

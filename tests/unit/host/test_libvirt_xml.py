@@ -745,3 +745,40 @@ def test_a_device_out_of_range_is_skipped_and_never_becomes_a_provider(caplog):
     assert [d.address for d in host.pci_devices] == ["0000:3c:00.0"]
     assert "bad (pci_x): <function> '99' is out of range 0..7; node device skipped" \
         in caplog.text
+
+
+# ------------------------------------------------- the host's name, checked
+
+
+@pytest.mark.parametrize("hostname, rule", [
+    ("", "must not be empty"),
+    ("h" * 201, "is 201 characters long; Placement allows at most 200"),
+    ("a\x00b", "contains a NUL character"),
+    ("\udcc3", "is not valid Unicode (a lone surrogate at position 0)"),
+])
+def test_a_libvirt_host_name_placement_refuses_is_an_input_error(hostname, rule):
+    """getHostname's answer becomes the root provider's name: one Placement
+    refuses is refused at discovery, naming the URI it came from."""
+    from compute_plugins.exception import InputError
+    from compute_plugins.host import libvirt_host
+
+    raw = libvirt_host.RawHost(
+        uri="qemu:///system", hostname=hostname, memory_kb=1024,
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"), nodedevs={})
+    with pytest.raises(InputError) as err:
+        libvirt_host.host_info_from_raw(raw)
+    assert str(err.value).startswith(
+        "qemu:///system: host name %r cannot be the compute node's Placement "
+        "provider name: it %s" % (hostname, rule))
+
+
+def test_a_host_name_that_is_a_path_is_a_valid_provider_name():
+    host = libvirt_xml.host_info_from_xml(
+        hostname="../../etc/x", source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"), nodedev_xmls={})
+    assert host.hostname == "../../etc/x"
+
+
+def test_pci_names_with_a_slot_beyond_0x1f_name_no_parent():
+    assert libvirt_xml.address_from_name("pci_0000_3b_1f_7") == "0000:3b:1f.7"
+    assert libvirt_xml.address_from_name("pci_0000_3b_20_0") is None
