@@ -163,6 +163,7 @@ def _record_nodedevs(out_fd: int, nodedevs: dict[str, str]) -> None:
     """
     fresh = ".%s.%s.new" % (NODEDEV_DIR, secrets.token_hex(6))
     os.mkdir(fresh, 0o777, dir_fd=out_fd)
+    swapped = False
     try:
         fresh_fd = files.open_dir(fresh, dir_fd=out_fd, follow=False)
         try:
@@ -175,13 +176,13 @@ def _record_nodedevs(out_fd: int, nodedevs: dict[str, str]) -> None:
         try:
             os.rename(NODEDEV_DIR, old, src_dir_fd=out_fd, dst_dir_fd=out_fd)
         except FileNotFoundError:
-            old = None
+            old = ""
         os.rename(fresh, NODEDEV_DIR, src_dir_fd=out_fd, dst_dir_fd=out_fd)
-        fresh = None
-        if old is not None:
+        swapped = True
+        if old:
             files.remove(out_fd, old)
     finally:
-        if fresh is not None:
+        if not swapped:
             files.remove(out_fd, fresh)
 
 
