@@ -10,22 +10,25 @@ as kubelet's device manager checkpoints its assignments.
 
 A missing, unreadable or foreign checkpoint is not an error: the manager then
 adopts what the provider tree holds (see
-:func:`compute_plugins.contribution.adopt`).
+:func:`compute_plugins.contribution.adopt`). Unreadable includes a FIFO or a
+directory at its name, JSON nested too deep (:mod:`compute_plugins.jsonload`)
+and a checkpoint naming a provider the plugins could not own (not the node
+or ``<nodename>_*``: another service's provider in the tree), which would
+otherwise be deleted.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import contribution, exception
+from compute_plugins import contribution, exception, files, jsonload, names
 from compute_plugins.contribution import Contributions, ProviderContribution
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -33,7 +36,11 @@ FORMAT_VERSION = 1
 
 
 def path_for(checkpoint_dir: str, nodename: str) -> str:
-    return os.path.join(checkpoint_dir, "%s.contributions.json" % nodename)
+    """``<checkpoint_dir>/<safe file name>.contributions.json``: the node name
+    mapped by :func:`compute_plugins.names.safe_file_name`, so that no host
+    name (``../../x``, ``/etc/x``) puts the file outside the directory."""
+    return os.path.join(checkpoint_dir, "%s.contributions.json"
+                        % names.safe_file_name(nodename))
 
 
 def _item_to_dict(item: ProviderContribution) -> dict[str, Any]:
@@ -69,34 +76,27 @@ def save(checkpoint_dir: str, nodename: str, text: str) -> bool:
     """Write ``text`` (from :func:`dumps`) atomically and durably.
 
     A crash leaves the old file or the new one, never a torn one: the data
-    is fsynced before the rename and the directory after it. Returns False
-    (and logs) when it cannot be written; the agent goes on, and a restart
-    would adopt the tree instead.
+    is fsynced before the rename and the directory after it
+    (:func:`compute_plugins.files.write_atomic`: a symlink planted at the
+    file's name is replaced, never written through). The directory is
+    created mode 0700 and the file 0600: only the agent's user reads them.
+    Returns False (and logs) when it cannot be written; the agent goes on,
+    and a restart would adopt the tree instead.
     """
     target = path_for(checkpoint_dir, nodename)
-    tmp = None
     try:
-        os.makedirs(checkpoint_dir, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=checkpoint_dir, prefix=".contributions-")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-        tmp = None
-        dir_fd = os.open(checkpoint_dir, os.O_RDONLY)
+        files.ensure_private_dir(checkpoint_dir)
+        dir_fd = files.open_dir(checkpoint_dir)
         try:
-            os.fsync(dir_fd)
+            files.write_atomic(dir_fd, os.path.basename(target), text,
+                               mode=files.PRIVATE_FILE_MODE)
         finally:
             os.close(dir_fd)
         return True
     except OSError as err:
-        LOG.error("cannot write the plugin checkpoint %s: %s", target, err)
+        LOG.error("cannot write the plugin checkpoint %s: %s",
+                  printable(target), printable(err.strerror or err))
         return False
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
 
 def load(
@@ -110,8 +110,7 @@ def load(
     """
     source = path_for(checkpoint_dir, nodename)
     try:
-        with open(source) as handle:
-            document = json.load(handle)
+        document = jsonload.loads(files.read_bytes(source))
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         if document.get("format_version") != FORMAT_VERSION:
@@ -126,10 +125,15 @@ def load(
                   for name, items in document["plugins"].items()}
         contribution.check(nodename, loaded)
         return loaded
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+    except files.UnreadableFile as err:
+        if not os.path.lexists(source):
+            return None
+        problem = err.reason
+    except (ValueError, KeyError, TypeError, AttributeError,
             exception.ComputePluginsError) as err:
-        LOG.warning("ignoring the plugin checkpoint %s (%s): adopting the "
-                    "provider tree instead", source, err)
-        return None
+        problem = str(err)
+    # NOTE: logged outside the except blocks: oslo.log would append the
+    # exception a second time.
+    LOG.warning("ignoring the plugin checkpoint %s (%s): adopting the "
+                "provider tree instead", printable(source), printable(problem))
+    return None

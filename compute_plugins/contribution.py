@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from compute_plugins import exception, names, reshape
 from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.text import printable
 
 Inventory = Mapping[str, Mapping[str, Any]]
 
@@ -61,11 +62,30 @@ class InvalidContribution(exception.ComputePluginsError):
     """A plugin contributed something Placement would refuse."""
 
 
+def owns_name(nodename: str, name: str) -> bool:
+    """Whether a plugin may contribute the provider ``name`` on ``nodename``:
+    the compute root itself or a ``<nodename>_*`` child (the names plugins
+    and nova's driver give). Other providers in the tree (neutron's
+    ``<host>:<agent>``, cyborg's) belong to other services."""
+    return name == nodename or name.startswith(nodename + "_")
+
+
 def validate(plugin: str, nodename: str, items: Iterable[ProviderContribution]) -> None:
-    """Refuse names Placement would refuse, before anything is applied."""
+    """Refuse names Placement would refuse, or that the plugin cannot own,
+    before anything is applied (a plugin's output and a checkpoint alike)."""
     seen: set[str] = set()
     for item in items:
+        problem = names.provider_name_problem(item.name)
+        if problem is not None:
+            raise InvalidContribution(
+                "plugin %r: provider name %r %s" % (plugin, item.name, problem))
+        # NOTE: %r escapes what is not printable (a newline, an escape).
         where = "provider %r" % item.name
+        if not owns_name(nodename, item.name):
+            raise InvalidContribution(
+                "plugin %r: %s is not the compute node %r nor named %s_*: "
+                "it may belong to another service" % (
+                    plugin, where, nodename, printable(nodename)))
         if item.name in seen:
             raise InvalidContribution(
                 "plugin %r contributed %s twice" % (plugin, where))

@@ -2,11 +2,14 @@
 
 Used by the ``[compute] cpu_*_set`` options and the ``hw:cpu_dedicated_mask``
 extra spec; error messages are nova's (``nova.virt.hardware.parse_cpu_spec``).
+Ids are ASCII digits only: ``int()`` would read ``"٠-٣"`` as ``0-3``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from compute_plugins.text import ascii_int
 
 #: Highest CPU id accepted: a bound so that ``0-99999999999`` is refused
 #: instead of expanded (Linux' own limit, CONFIG_NR_CPUS, is 8192 at most).
@@ -32,7 +35,7 @@ def parse_cpu_spec(spec: str) -> frozenset[int]:
                 target = exclude
                 range_parts[0] = range_parts[0][1:]
             try:
-                start, end = (int(p.strip()) for p in range_parts)
+                start, end = (ascii_int(p) for p in range_parts)
             except ValueError:
                 raise InvalidCPUSpec("Invalid range expression %r" % rule) from None
             if start > end or start < 0:
@@ -55,7 +58,7 @@ def parse_cpu_spec(spec: str) -> frozenset[int]:
 
 
 def _cpu_id(text: str) -> int:
-    value = int(text.strip())
+    value = ascii_int(text)
     if value < 0 or value > MAX_CPU_ID:
         raise ValueError(text)
     return value

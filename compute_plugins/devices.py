@@ -53,9 +53,10 @@ class InvalidOptionValue(exception.ConfigError):
 
 
 def normalize_pci_address(address: str) -> Optional[str]:
-    """``3B:0.0`` -> ``0000:3b:00.0``; ``None`` when not a PCI address."""
+    """``3B:0.0`` -> ``0000:3b:00.0``; ``None`` when not a PCI address
+    (a slot above 0x1f, PCI's 5 bits, included)."""
     match = _PCI_RE.match(address.strip())
-    if match is None:
+    if match is None or int(match.group("slot"), 16) > 0x1F:
         return None
     return "{:04x}:{:02x}:{:02x}.{}".format(
         int(match.group("domain") or "0", 16), int(match.group("bus"), 16),

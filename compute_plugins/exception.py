@@ -15,6 +15,14 @@ class ConfigError(ComputePluginsError):
     """A configuration value is wrong (names the option and the rule)."""
 
 
+class InputError(ComputePluginsError):
+    """An input is unusable: a file, a host fact or a value a user gave.
+
+    The command line exits 2 (bad usage), as for a configuration error; the
+    message names the file, key or value and the rule it breaks.
+    """
+
+
 class UnknownPluginError(ConfigError):
     """``[compute_plugins] enabled_plugins`` names a plugin that is not installed."""
 

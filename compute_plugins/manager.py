@@ -26,6 +26,7 @@ from compute_plugins import conf as conf_areas
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -182,12 +183,15 @@ class PluginManager:
             # NOTE: the same failure every periodic: said once at ERROR.
             LOG.debug("resource plugin %s still fails to %s: %s", name, stage, err)
             return
+        # NOTE: an option value oslo.config refuses (a group a plugin
+        # registers late) is the operator's error, like a ConfigError.
+        config_error = isinstance(err, (exception.ConfigError, cfg.Error))
         LOG.error("resource plugin %s (%s) failed to %s: %s", name,
-                  entry_point or "test instance", stage, err,
-                  exc_info=not isinstance(err, exception.ComputePluginsError))
+                  entry_point or "test instance", stage, printable(err),
+                  exc_info=not (config_error or isinstance(
+                      err, exception.ComputePluginsError)))
         self.failures[name] = PluginFailure(
-            name, stage, str(err), entry_point,
-            config_error=isinstance(err, exception.ConfigError))
+            name, stage, str(err), entry_point, config_error=config_error)
 
     def raise_config_errors(self) -> None:
         """Raise one ConfigError naming every plugin whose options are wrong.

@@ -5,14 +5,21 @@
   so the same host and device get the same uuid across runs and restarts and
   nothing is orphaned in Placement;
 - :func:`device_provider_name` names a device's provider as nova does
-  (``<nodename>_pci_0000_3b_00_0``).
+  (``<nodename>_pci_0000_3b_00_0``);
+- :func:`provider_name_problem` says why Placement would refuse a provider
+  name, before any call is made;
+- :func:`safe_file_name` maps a node name to a file name that stays in its
+  directory (the agent's checkpoint is ``<file name>.contributions.json``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+import urllib.parse
 import uuid
+from typing import Any, Optional
 
 import os_resource_classes
 import os_traits
@@ -62,6 +69,71 @@ def provider_uuid(nodename: str, *device: str) -> str:
     """Stable uuid of the provider of ``device`` on ``nodename`` (the root without)."""
     key = "/".join((nodename,) + device)
     return str(uuid.uuid5(UUID_NAMESPACE, key))
+
+
+#: Placement's longest provider name: ``"maxLength": 200`` in
+#: ``placement/schemas/resource_provider.py`` (the column is
+#: ``Unicode(200)``); a longer one is a 400 on every create.
+MAX_PROVIDER_NAME = 200
+
+
+def provider_name_problem(name: Any) -> Optional[str]:
+    """Why Placement would refuse ``name`` as a provider name, or None.
+
+    Placement refuses an empty name (``name is required``), a name over
+    :data:`MAX_PROVIDER_NAME` characters (its JSON schema) and a lone
+    surrogate, which cannot be encoded as UTF-8 for its database (a 500).
+    A NUL is refused too: Placement on PostgreSQL cannot store one, and a
+    name must work on every database Placement runs on. Anything else
+    (``../x``, spaces, any script) is a valid provider name.
+    """
+    if not isinstance(name, str):
+        return "must be a string, not %s" % type(name).__name__
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_PROVIDER_NAME:
+        return ("is %d characters long; Placement allows at most %d"
+                % (len(name), MAX_PROVIDER_NAME))
+    if "\0" in name:
+        return ("contains a NUL character (at position %d), which Placement "
+                "on PostgreSQL cannot store" % name.index("\0"))
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return ("is not valid Unicode (a lone surrogate at position %d), "
+                "which Placement cannot store" % err.start)
+    return None
+
+
+#: Longest :func:`safe_file_name`: with ``.contributions.json`` and a
+#: temporary file's prefix and suffix it stays below NAME_MAX (255 bytes).
+MAX_FILE_STEM = 200
+_HASH_MARK = "%_"
+
+
+def safe_file_name(name: str) -> str:
+    """A file name for ``name`` that cannot leave its directory.
+
+    Letters, digits, ``-``, ``_``, ``.`` and ``~`` are kept, so an ordinary
+    host name is its own file name (``compute-1.example.org``); every other
+    character is percent-encoded as UTF-8 (``../../x`` ->
+    ``%2E.%2F..%2Fx``: no ``/`` is left, and a leading ``.`` is encoded so
+    the result is never ``.``, ``..`` or hidden). A name whose encoding is
+    longer than :data:`MAX_FILE_STEM` keeps its first 160 characters and
+    ends with ``%_`` and 32 hex digits of its SHA-256, a form no encoded
+    name has (``%`` itself is encoded), so two names never share a file.
+    """
+    encoded = urllib.parse.quote(name, safe="", errors="surrogatepass")
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    if len(encoded) <= MAX_FILE_STEM and encoded:
+        return encoded
+    head = encoded[:160]
+    cut = head.rfind("%", len(head) - 2)
+    if cut >= 0:
+        head = head[:cut]  # NOTE: no escape cut in half
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return head + _HASH_MARK + digest[:32]
 
 
 def pci_address_slug(address: str) -> str:

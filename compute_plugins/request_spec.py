@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import exception
+from compute_plugins import exception, jsonload
 from compute_plugins.request import generic
 from compute_plugins.request.errors import (
     Problem,
@@ -79,6 +79,7 @@ from compute_plugins.request.types import (
     encode,
     thaw_json,
 )
+from compute_plugins.text import ascii_int
 
 if TYPE_CHECKING:
     from compute_plugins.scheduler.query import PlacementQuery
@@ -99,7 +100,7 @@ _VERSION_RE = re.compile(r"^[0-9]{1,9}\.[0-9]{1,9}$")
 def _version(text: Any, what: str) -> tuple[int, int]:
     try:
         major, minor = str(text).split(".")
-        return int(major), int(minor)
+        return ascii_int(major), ascii_int(minor)
     except ValueError:
         raise RequestFormatError("%s %r is not a MAJOR.MINOR version"
                                  % (what, text)) from None
@@ -357,7 +358,7 @@ class RequestSpec:
     @classmethod
     def from_json(cls, text: str, plugins: Any) -> RequestSpec:
         try:
-            doc = json.loads(text)
+            doc = jsonload.loads(text)
         except ValueError as err:
             raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
         return cls.from_dict(doc, plugins)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.text import printable
 
 INVENTORY_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size",
                     "allocation_ratio")
@@ -56,7 +57,10 @@ def render_text(document: dict[str, Any]) -> str:
 
     def draw(provider: dict[str, Any], prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("└── " if last else "├── ")
-        lines.append("%s%s%s (%s)" % (prefix, branch, provider["name"], provider["uuid"]))
+        # NOTE: a provider name is the host's name: Placement takes a
+        # newline or an escape in it; printed escaped, on its own line.
+        lines.append("%s%s%s (%s)" % (prefix, branch, printable(provider["name"]),
+                                      provider["uuid"]))
         inner = prefix + ("" if top else ("    " if last else "│   "))
         kids = children.get(provider["uuid"], [])
         bar = "│   " if kids else "    "

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins import host as host_discovery
 from compute_plugins.host.model import HostInfo
 from compute_plugins.manager import PluginManager
+from compute_plugins.text import printable
 
 
 def check_values(conf: cfg.ConfigOpts) -> None:
@@ -24,7 +27,20 @@ def check_values(conf: cfg.ConfigOpts) -> None:
         group = conf[name]
         if isinstance(group, cfg.ConfigOpts.GroupAttr):
             for opt_name in list(group):
-                getattr(group, opt_name)
+                try:
+                    getattr(group, opt_name)
+                except cfg.ConfigSourceValueError as err:
+                    raise exception.ConfigError(
+                        "[%s] %s: %s" % (name, opt_name, _value_error(err))) from None
+
+
+def _value_error(err: cfg.ConfigSourceValueError) -> str:
+    """oslo.config's "Value for option X from LocationInfo(..., detail='F')
+    is not valid: RULE" as "RULE (in F)"."""
+    text = str(err)
+    rule = text.rpartition("is not valid: ")[2] or text
+    found = re.search(r"detail='([^']*)'", text)
+    return "%s (in %s)" % (rule, found.group(1)) if found else rule
 
 
 def plugin_manager(conf: cfg.ConfigOpts) -> PluginManager:
@@ -47,10 +63,14 @@ def report_degraded(manager: PluginManager) -> int:
     """Print one line per failed plugin to stderr; 1 when degraded, else 0."""
     for failure in manager.failures.values():
         print("compute-plugins: host degraded: plugin %s failed to %s: %s"
-              % (failure.plugin, failure.stage, failure.reason), file=sys.stderr)
+              % (failure.plugin, failure.stage, printable(failure.reason)),
+              file=sys.stderr)
     return 1 if manager.degraded else 0
 
 
 def print_json(document: Any) -> None:
-    json.dump(document, sys.stdout, indent=2, sort_keys=False)
-    sys.stdout.write("\n")
+    """``document`` as indented JSON; encoded whole before anything is
+    written, so a value that cannot be encoded never leaves half a document
+    on stdout. Non-ASCII is escaped (``\\ud800`` included)."""
+    text = json.dumps(document, indent=2, sort_keys=False)
+    sys.stdout.write(text + "\n")

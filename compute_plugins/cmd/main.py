@@ -3,13 +3,15 @@
 Global options are parsed here; each subcommand lives in its own module of
 this package with ``register(subparsers)`` and ``run(conf, args) -> int``.
 Exit codes: 0 success, 1 the job failed (or the host is degraded),
-2 bad usage or configuration. Errors are one clear line on stderr, never a
-traceback (``--debug`` logs the traceback too).
+2 bad usage, configuration or input (:class:`~compute_plugins.exception.
+InputError`). Errors are one clear line on stderr, never a traceback
+(``--debug`` logs the traceback too).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib
 import os
 import sys
@@ -20,8 +22,9 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import conf as conf_areas
-from compute_plugins import exception, version
+from compute_plugins import exception, files, version
 from compute_plugins.cmd import common
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -76,8 +79,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_config_files(args: argparse.Namespace) -> None:
+    """Refuse a config file oslo.config would trip over with a traceback.
+
+    oslo.config opens ``--config-file`` and the ``*.conf`` of a
+    ``--config-dir`` itself: a directory raises ``IsADirectoryError``, a
+    file that is not UTF-8 ``UnicodeDecodeError``, and a FIFO blocks. Each
+    is read here first (:func:`compute_plugins.files.read_text`: regular
+    files only) so that it is one line naming the file.
+
+    :raises ConfigError: naming the option, the file and the reason.
+    """
+    for path in args.config_file:
+        if os.path.lexists(path):
+            try:
+                files.read_text(path)
+            except files.UnreadableFile as err:
+                raise exception.ConfigError("--config-file %s" % err) from None
+    for directory in args.config_dir:
+        if os.path.lexists(directory) and not os.path.isdir(directory):
+            # NOTE: oslo.config would silently read nothing from it.
+            raise exception.ConfigError(
+                "--config-dir %s: not a directory" % directory)
+        if os.path.isdir(directory):
+            for path in sorted(glob.glob(os.path.join(directory, "*.conf"))):
+                try:
+                    files.read_text(path)
+                except files.UnreadableFile as err:
+                    raise exception.ConfigError(
+                        "--config-dir %s: %s" % (directory, err)) from None
+
+
+def setup_logging(conf: cfg.ConfigOpts) -> None:
+    """oslo.log's set-up; a log file it cannot open is a ConfigError."""
+    try:
+        logging.setup(conf, "compute-plugins")
+    except OSError as err:
+        where = ("--log-file %s" % conf.log_file if conf.log_file
+                 else "[DEFAULT] log_dir %s" % conf.log_dir)
+        raise exception.ConfigError("%s: cannot open the log file: %s"
+                                    % (where, err.strerror or err)) from None
+
+
 def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
     """A private ConfigOpts loaded from the files named on the command line."""
+    check_config_files(args)
     conf = cfg.ConfigOpts()
     logging.register_options(conf)
     # NOTE: stdout carries the command's output (JSON); logs go to stderr.
@@ -95,23 +141,30 @@ def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
     conf(oslo_args, project="compute-plugins", prog="compute-plugins",
          version=version.version_string(),
          default_config_files=[], default_config_dirs=[])
-    logging.setup(conf, "compute-plugins")
+    setup_logging(conf)
     return conf
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # NOTE: every message below is one line: printable() escapes the
+    # newlines and control characters a user's value may carry.
     try:
         conf = load_config(args)
         common.check_values(conf)
         return int(args.func(conf, args))
     except (cfg.Error, exception.ConfigError) as err:
-        print("compute-plugins: configuration error: %s" % err, file=sys.stderr)
+        print("compute-plugins: configuration error: %s" % printable(err),
+              file=sys.stderr)
+        return EXIT_USAGE
+    except exception.InputError as err:
+        LOG.debug("unusable input", exc_info=True)
+        print("compute-plugins: error: %s" % printable(err), file=sys.stderr)
         return EXIT_USAGE
     except exception.ComputePluginsError as err:
         LOG.debug("command failed", exc_info=True)
-        print("compute-plugins: error: %s" % err, file=sys.stderr)
+        print("compute-plugins: error: %s" % printable(err), file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
         # NOTE: the reader went away (``inventory | head``); nothing to tell it,
@@ -120,6 +173,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except Exception as err:  # noqa: BLE001 - the last resort: one line
+        LOG.debug("unexpected error", exc_info=True)
+        print("compute-plugins: unexpected error (a bug; --debug logs the "
+              "traceback): %s: %s" % (type(err).__name__, printable(err)),
+              file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from oslo_log import log as logging
 from compute_plugins import exception
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -75,9 +76,9 @@ def format_text(result: preport.PeriodicResult) -> str:
         result.periodic, result.total_calls,
         "" if result.total_calls == 1 else "s")
     if result.changed:
-        head += ", changed: %s" % ", ".join(result.changed)
+        head += ", changed: %s" % printable(", ".join(result.changed))
     if result.error:
-        head += ", FAILED: %s" % result.error
+        head += ", FAILED: %s" % printable(result.error)
     lines = [head]
     for call, count in sorted(result.calls.items()):
         lines.append("  %4d  %s" % (count, call))

@@ -9,16 +9,17 @@ Exit codes: 0 the request is valid (the query is printed), 1 it breaks rules
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from oslo_config import cfg
 
+from compute_plugins import files, jsonload
 from compute_plugins.cmd import common
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.text import printable
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -48,15 +49,15 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_json(path: str, what: str) -> Any:
-    """The JSON document in ``path``; :class:`RequestInputError` naming
-    ``what`` and the file when it cannot be read or is not JSON."""
+    """The JSON document in ``path`` (regular files only, bounded depth);
+    :class:`RequestInputError` naming ``what`` and the file otherwise."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
-    except OSError as err:
+        return jsonload.loads(files.read_bytes(path))
+    except files.UnreadableFile as err:
         raise RequestInputError("cannot read the %s file %s: %s"
-                                % (what, path, err.strerror or err)) from None
-    except ValueError as err:
+                                % (what, path, err.reason.removeprefix(
+                                    "cannot read: "))) from None
+    except jsonload.JSONInputError as err:
         raise RequestInputError("the %s file %s is not JSON: %s"
                                 % (what, path, err)) from None
 
@@ -92,6 +93,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         else:
             print("invalid request: %d problem(s)" % len(err.problems))
             for problem in err.problems:
+                # NOTE: str(problem) escapes what is not printable.
                 print("  %s" % problem)
         return EXIT_INVALID
     query = spec.placement_query()
@@ -100,10 +102,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                            "placement_query": query.to_dict()})
     else:
         print("valid request: flavor %s, %d vCPU(s), %d MiB"
-              % (spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
+              % (printable(spec.flavor.name or "(unnamed)"), spec.flavor.vcpus,
                  spec.flavor.memory_mb))
         for name in spec.requests:
-            print("  %s: %s" % (name, spec.requests[name]))
+            print("  %s: %s" % (name, printable(spec.requests[name])))
         print("placement query (microversion %s):" % query.microversion)
         print(query)
     return EXIT_OK

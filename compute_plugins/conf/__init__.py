@@ -28,9 +28,17 @@ class FiniteFloat(types.Float):
         return number
 
 
+#: Placement's largest allocation ratio: ``placement.db.constants.
+#: SQL_SP_FLOAT_MAX``, the maximum of its inventory schema (the column is a
+#: single-precision float). A larger ratio is a 400 on every inventory PUT.
+MAX_ALLOCATION_RATIO = 3.40282e38
+
+
 def ratio_opt(name: str, default: float, help: str) -> cfg.Opt:
-    """An allocation ratio: a finite float >= 0."""
-    return cfg.Opt(name, type=FiniteFloat(min=0.0), default=default, help=help)
+    """An allocation ratio: a finite float from 0 to Placement's maximum
+    (:data:`MAX_ALLOCATION_RATIO`), checked when the service starts."""
+    return cfg.Opt(name, type=FiniteFloat(min=0.0, max=MAX_ALLOCATION_RATIO),
+                   default=default, help=help)
 
 
 def register_group_opts(

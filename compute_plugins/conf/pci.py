@@ -20,7 +20,6 @@ pci_in_placement`` does.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import Optional
 
@@ -29,7 +28,7 @@ import os_resource_classes
 import os_traits
 from oslo_config import cfg
 
-from compute_plugins import exception, names
+from compute_plugins import exception, jsonload, names
 from compute_plugins.conf import register_group_opts
 
 GROUP = cfg.OptGroup("pci", title="PCI passthrough",
@@ -50,7 +49,8 @@ OPTS = [
     ),
 ]
 
-_PCI_VENDOR_PATTERN = "^([\\da-fA-F]{4})$"
+# NOTE: [0-9], not \d: jsonschema's \d also matches other scripts' digits.
+_PCI_VENDOR_PATTERN = "^([0-9a-fA-F]{4})$"
 NUMA_POLICIES = ("legacy", "preferred", "required", "socket")
 DEVICE_TYPES = ("type-PCI", "type-PF", "type-VF")
 
@@ -126,7 +126,7 @@ def load_aliases(conf: cfg.ConfigOpts) -> dict[str, PciAlias]:
     aliases: dict[str, PciAlias] = {}
     for text in conf.pci.alias:
         try:
-            spec = json.loads(text)
+            spec = jsonload.loads(text)
             jsonschema.validate(spec, ALIAS_SCHEMA)
         except jsonschema.ValidationError as err:
             raise PciInvalidAlias(err.message) from None

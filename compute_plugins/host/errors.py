@@ -8,7 +8,7 @@ what was missing or wrong; no bare ``KeyError``/``ValueError`` escapes.
 
 from __future__ import annotations
 
-from compute_plugins.exception import ComputePluginsError
+from compute_plugins.exception import ComputePluginsError, InputError
 
 
 class HostDataError(ComputePluginsError):
@@ -36,3 +36,8 @@ class HostConnectionError(HostDataError):
         self.uri = uri
         self.libvirt_message = message
         super().__init__(uri, f"libvirt error: {message}")
+
+
+class HostInputError(HostDataError, InputError):
+    """Host data a user gave is unusable (exit 2): a snapshot file, or a
+    host name that cannot be a Placement provider name."""

@@ -23,8 +23,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from typing import Optional, Union
 
-from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
-from compute_plugins.host.errors import HostDataError
+from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
+from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
@@ -35,6 +35,8 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
+from compute_plugins.names import provider_name_problem
+from compute_plugins.text import ascii_int, printable
 
 LOG = logging.getLogger(__name__)
 
@@ -109,29 +111,50 @@ def _parse_document(text: Union[str, bytes], source: str, root: str):
     return element
 
 
-def _int(value: Optional[str], source: str, what: str, base: int = 10) -> int:
+#: Highest NUMA node id: Linux has at most 1 << CONFIG_NODES_SHIFT nodes and
+#: the largest NODES_SHIFT any architecture allows is 10 (x86_64, arm64:
+#: ``range 1 10``), so ids are 0..1023.
+MAX_NUMA_CELL_ID = 1023
+#: PCI address fields, as the kernel and libvirt bound them
+#: (``virPCIDeviceAddress``): domain 16 bits, bus 8, slot (device) 5,
+#: function 3.
+PCI_LIMITS = (("domain", 0xFFFF), ("bus", 0xFF), ("slot", 0x1F), ("function", 7))
+#: An SR-IOV PF's TotalVFs is a 16-bit field of its capability.
+MAX_VFS = 0xFFFF
+#: Counts and other ids without a tighter bound (Placement's MAX_INT).
+MAX_INT = 0x7FFFFFFF
+
+
+def _int(value: Optional[str], source: str, what: str, base: int = 10,
+         minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
+    """``value`` as an integer in ASCII digits (:func:`.text.ascii_int`),
+    within ``[minimum, maximum]`` when given; else a HostDataError naming
+    ``what`` and the rule."""
     if value is None or not value.strip():
         raise HostDataError(source, f"{what} is missing")
-    text = value.strip()
     try:
-        if base == 0:
-            # "0x1f" is hex, "31" decimal; int(..., 0) would reject "010".
-            if text.lower().startswith(("0x", "-0x")):
-                return int(text, 16)
-            return int(text, 10)
-        return int(text, base)
+        number = ascii_int(value, base)
     except ValueError:
         raise HostDataError(
-            source, f"{what} is not an integer: {value!r}"
+            source, f"{what} is not an integer: {value!r} (ASCII digits only)"
         ) from None
+    if (minimum is not None and number < minimum) or (
+            maximum is not None and number > maximum):
+        bounds = (f"{'' if minimum is None else minimum}.."
+                  f"{'' if maximum is None else maximum}")
+        raise HostDataError(
+            source, f"{what} {value.strip()!r} is out of range {bounds}"
+        )
+    return number
 
 
 def _opt_int(
-    value: Optional[str], source: str, what: str, base: int = 10
+    value: Optional[str], source: str, what: str, base: int = 10,
+    minimum: Optional[int] = None, maximum: Optional[int] = None,
 ) -> Optional[int]:
     if value is None or not value.strip():
         return None
-    return _int(value, source, what, base)
+    return _int(value, source, what, base, minimum, maximum)
 
 
 def scaled_kib(
@@ -173,7 +196,7 @@ def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
 def address_from_name(name: Optional[str]) -> Optional[str]:
     """``pci_0000_00_02_0`` -> ``0000:00:02.0``; ``None`` for other names."""
     match = _PCI_NAME.match((name or "").strip())
-    if not match:
+    if not match or int(match.group(3), 16) > PCI_LIMITS[2][1]:
         return None
     domain, bus, slot, function = match.groups()
     return f"{domain}:{bus}:{slot}.{function}".lower()
@@ -182,8 +205,9 @@ def address_from_name(name: Optional[str]) -> Optional[str]:
 def _address_element(element, source: str, what: str) -> str:
     # <address domain='0x0000' bus='0x02' slot='0x00' function='0x2'/>
     parts = []
-    for attr in ("domain", "bus", "slot", "function"):
-        parts.append(_int(element.get(attr), source, f"{what} {attr}", 0))
+    for attr, limit in PCI_LIMITS:
+        parts.append(_int(element.get(attr), source, f"{what} {attr}", 0,
+                          0, limit))
     return pci_address(*parts)
 
 
@@ -192,7 +216,7 @@ def _hex_id(
 ) -> Optional[str]:
     if value is None or not value.strip():
         return None
-    number = _int(value, source, what, 16)
+    number = _int(value, source, what, 16, 0, 16**width - 1)
     return f"{number:0{width}x}"
 
 
@@ -228,9 +252,8 @@ def parse_capabilities(
     seen_cells: set[int] = set()
     seen_cpus: dict[int, int] = {}
     for cell_el in cells_el.findall("cell"):
-        cell_id = _int(cell_el.get("id"), source, "<cell> attribute id")
-        if cell_id < 0:
-            raise HostDataError(source, f"negative cell id {cell_id}")
+        cell_id = _int(cell_el.get("id"), source, "<cell> attribute id",
+                       minimum=0, maximum=MAX_NUMA_CELL_ID)
         where = f"cell {cell_id}"
         if cell_id in seen_cells:
             raise HostDataError(source, f"{where} is listed twice")
@@ -280,16 +303,16 @@ def _parse_cell(
         distances.append(
             (
                 _int(
-                    sibling.get("id"), source, f"{where} distance sibling id"
+                    sibling.get("id"), source, f"{where} distance sibling id",
+                    minimum=0, maximum=MAX_NUMA_CELL_ID,
                 ),
                 _int(sibling.get("value"), source, f"{where} distance value"),
             )
         )
     cpus = []
     for cpu_el in cell_el.findall("cpus/cpu"):
-        cpu_id = _int(cpu_el.get("id"), source, f"{where} <cpu> id")
-        if cpu_id < 0:
-            raise HostDataError(source, f"{where} has a negative CPU id")
+        cpu_id = _int(cpu_el.get("id"), source, f"{where} <cpu> id",
+                      minimum=0, maximum=MAX_CPU_ID)
         if cpu_id in seen_cpus:
             raise HostDataError(
                 source,
@@ -370,11 +393,11 @@ def parse_node_device(
 
 def _parse_pci(name: str, cap, source: str) -> PCIDevice:
     parts = []
-    for field in ("domain", "bus", "slot", "function"):
+    for field, limit in PCI_LIMITS:
         element = cap.find(field)
         if element is None:
             raise HostDataError(source, f"PCI capability has no <{field}>")
-        parts.append(_int(element.text, source, f"<{field}>", 0))
+        parts.append(_int(element.text, source, f"<{field}>", 0, 0, limit))
     address = pci_address(*parts)
 
     vendor_el = cap.find("vendor")
@@ -382,14 +405,17 @@ def _parse_pci(name: str, cap, source: str) -> PCIDevice:
     numa_el = cap.find("numa")
     numa_node = None
     if numa_el is not None:
-        numa_node = _opt_int(numa_el.get("node"), source, "<numa> node")
+        numa_node = _opt_int(numa_el.get("node"), source, "<numa> node",
+                             maximum=MAX_NUMA_CELL_ID)
         if numa_node is not None and numa_node < 0:
+            # NOTE: the kernel writes -1 when the platform does not say.
             numa_node = None
     iommu_el = cap.find("iommuGroup")
     iommu_group = None
     if iommu_el is not None:
         iommu_group = _int(
-            iommu_el.get("number"), source, "<iommuGroup> number"
+            iommu_el.get("number"), source, "<iommuGroup> number",
+            minimum=0, maximum=MAX_INT,
         )
 
     mdev_types: list[MdevType] = []
@@ -402,7 +428,8 @@ def _parse_pci(name: str, cap, source: str) -> PCIDevice:
             mdev_types.extend(_parse_mdev_types(sub, source))
         elif kind == "virt_functions":
             max_vfs = _opt_int(
-                sub.get("maxCount"), source, "virt_functions maxCount"
+                sub.get("maxCount"), source, "virt_functions maxCount",
+                minimum=0, maximum=MAX_VFS,
             )
             for element in sub.findall("address"):
                 vf = _address_element(element, source, "virt_functions address")
@@ -458,6 +485,8 @@ def _parse_mdev_types(cap, source: str) -> Iterable[MdevType]:
             _text(type_el.find("availableInstances")),
             source,
             f"mdev type {type_id} availableInstances",
+            minimum=0,
+            maximum=MAX_INT,
         )
         yield MdevType(
             id=type_id,
@@ -523,6 +552,7 @@ def host_info_from_xml(
     online_cpus: Optional[frozenset[int]] = None,
     cpu_count: Optional[int] = None,
     skip_bad_devices: bool = True,
+    hostname_source: str = "",
 ) -> HostInfo:
     """Build a :class:`HostInfo` from capabilities and node-device XML.
 
@@ -542,7 +572,20 @@ def host_info_from_xml(
     :param online_cpus: the host's online CPUs (libvirt ``getCPUMap``),
         ``None`` when unknown.
     :param cpu_count: the host's CPU count (libvirt ``getInfo``).
+    :param hostname_source: where ``hostname`` came from (``host.json``),
+        for the error when it cannot be a Placement provider name (empty,
+        over 200 characters, a NUL or a lone surrogate:
+        :func:`compute_plugins.names.provider_name_problem`); default
+        ``source``. A valid name that is not a safe file name (``../x``)
+        is accepted: the agent's files map it (:func:`.names.safe_file_name`).
+    :raises HostInputError: the host name cannot be a provider name.
     """
+    problem = provider_name_problem(hostname)
+    if problem is not None:
+        raise HostInputError(
+            hostname_source or source,
+            f"host name {hostname!r} cannot be the compute node's Placement "
+            f"provider name: it {problem}")
     cells = parse_capabilities(capabilities_xml, capabilities_source)
     base_page_kb = parse_base_page_kb(capabilities_xml, capabilities_source)
     pci: dict[str, PCIDevice] = {}
@@ -565,7 +608,7 @@ def host_info_from_xml(
         if problem is not None:
             # NOTE: logged outside the except block: oslo.log would append
             # the exception a second time.
-            LOG.warning("%s; node device skipped", problem)
+            LOG.warning("%s; node device skipped", printable(problem))
             continue
         if isinstance(device, PCIDevice):
             pci[device.address] = device

@@ -27,15 +27,18 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from typing import Any, Optional
 
+from compute_plugins import files, jsonload
 from compute_plugins.cpuset import MAX_CPU_ID
 from compute_plugins.host import libvirt_xml, udev
-from compute_plugins.host.errors import HostDataError
+from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.uri import is_local_uri
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -76,6 +79,17 @@ def record_host(
 ) -> str:
     """Save the host behind libvirt ``uri`` as a snapshot in ``output_dir``.
 
+    ``output_dir`` is created if missing (a symlink naming it is followed:
+    it is the user's choice); inside it nothing is written through a
+    symlink. Each file is written to a temporary name and renamed into
+    place (:func:`compute_plugins.files.write_atomic`), so a symlink
+    planted at ``capabilities.xml`` or ``host.json`` is replaced, never
+    followed. ``nodedev/`` is recorded into a fresh directory that then
+    replaces the old one, so no device of an earlier recording stays
+    behind, and a ``sysfs.umockdev`` this recording does not write is
+    removed: it would replay another host's devices. Other files in
+    ``output_dir`` are left alone.
+
     :param instances_path: measure this path's file system into
         ``host.json`` ``disk``.
     :param record_sysfs: record ``sysfs.umockdev``; by default only for a
@@ -92,52 +106,102 @@ def record_host(
     # that would fail later.
     libvirt_host.host_info_from_raw(raw)
     disk = disk_info(instances_path) if instances_path else None
-    nodedev_dir = os.path.join(output_dir, NODEDEV_DIR)
-    try:
-        os.makedirs(nodedev_dir, exist_ok=True)
-        _write(os.path.join(output_dir, CAPABILITIES), raw.capabilities_xml)
-        for name, xml in sorted(raw.nodedevs.items()):
-            filename = _SAFE_NAME.sub("_", name) + ".xml"
-            _write(os.path.join(nodedev_dir, filename), xml)
-        host = {
-            "format_version": FORMAT_VERSION,
-            "hostname": raw.hostname,
-            "memory_kb": raw.memory_kb,
-            "libvirt_uri": uri,
-            # NOTE: optional in format 1: older snapshots lack them.
-            "online_cpus": None
-            if raw.online_cpus is None
-            else sorted(raw.online_cpus),
-            "cpu_count": raw.cpu_count,
-            "disk": None
-            if disk is None
-            else {
-                "total_gb": disk.total_gb,
-                "free_gb": disk.free_gb,
-                "path": disk.path,
-            },
-        }
-        _write(
-            os.path.join(output_dir, HOST_JSON),
-            json.dumps(host, indent=2, sort_keys=True) + "\n",
-        )
-    except OSError as exc:
-        raise HostDataError(
-            exc.filename or output_dir,
-            f"cannot write snapshot: {exc.strerror}",
-        ) from None
+    host = {
+        "format_version": FORMAT_VERSION,
+        "hostname": raw.hostname,
+        "memory_kb": raw.memory_kb,
+        "libvirt_uri": uri,
+        # NOTE: optional in format 1: older snapshots lack them.
+        "online_cpus": None
+        if raw.online_cpus is None
+        else sorted(raw.online_cpus),
+        "cpu_count": raw.cpu_count,
+        "disk": None
+        if disk is None
+        else {
+            "total_gb": disk.total_gb,
+            "free_gb": disk.free_gb,
+            "path": disk.path,
+        },
+    }
     if record_sysfs is None:
         record_sysfs = is_local_uri(uri)
-    if record_sysfs:
-        record_pci_sysfs(os.path.join(output_dir, SYSFS_UMOCKDEV))
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        out_fd = files.open_dir(output_dir)
+    except OSError as exc:
+        raise HostDataError(
+            output_dir, f"cannot write snapshot: {exc.strerror or exc}"
+        ) from None
+    try:
+        _record_nodedevs(out_fd, raw.nodedevs)
+        files.write_atomic(out_fd, CAPABILITIES, raw.capabilities_xml)
+        files.write_atomic(
+            out_fd, HOST_JSON, json.dumps(host, indent=2, sort_keys=True) + "\n"
+        )
+        recorded = record_sysfs and _record_pci_sysfs_at(
+            out_fd, os.path.join(output_dir, SYSFS_UMOCKDEV))
+        if not recorded:
+            files.remove(out_fd, SYSFS_UMOCKDEV)
+    except OSError as exc:
+        where = os.path.join(output_dir, exc.filename) if isinstance(
+            exc.filename, str) else output_dir
+        raise HostDataError(
+            where, f"cannot write snapshot: {exc.strerror or exc}"
+        ) from None
+    finally:
+        os.close(out_fd)
     return output_dir
+
+
+def _record_nodedevs(out_fd: int, nodedevs: dict[str, str]) -> None:
+    """Write ``nodedev/`` afresh: into a new hidden directory, swapped in.
+
+    NOTE: the old ``nodedev`` (a directory, or whatever was planted there)
+    is renamed away before the new one takes its name, then removed
+    without following any symlink in it.
+    """
+    fresh = ".%s.%s.new" % (NODEDEV_DIR, secrets.token_hex(6))
+    os.mkdir(fresh, 0o777, dir_fd=out_fd)
+    swapped = False
+    try:
+        fresh_fd = files.open_dir(fresh, dir_fd=out_fd, follow=False)
+        try:
+            for name, xml in sorted(nodedevs.items()):
+                filename = _SAFE_NAME.sub("_", name) + ".xml"
+                files.write_atomic(fresh_fd, filename, xml)
+        finally:
+            os.close(fresh_fd)
+        old = ".%s.%s.old" % (NODEDEV_DIR, secrets.token_hex(6))
+        try:
+            os.rename(NODEDEV_DIR, old, src_dir_fd=out_fd, dst_dir_fd=out_fd)
+        except FileNotFoundError:
+            old = ""
+        os.rename(fresh, NODEDEV_DIR, src_dir_fd=out_fd, dst_dir_fd=out_fd)
+        swapped = True
+        if old:
+            files.remove(out_fd, old)
+    finally:
+        if not swapped:
+            files.remove(out_fd, fresh)
 
 
 def record_pci_sysfs(target: str) -> bool:
     """``umockdev-record /sys/bus/pci/devices/* > target``; warn on failure.
 
+    The file is written atomically in its directory (never through a
+    symlink at ``target``).
+
     :returns: whether the file was written.
     """
+    dir_fd = files.open_dir(os.path.dirname(os.path.abspath(target)))
+    try:
+        return _record_pci_sysfs_at(dir_fd, target)
+    finally:
+        os.close(dir_fd)
+
+
+def _record_pci_sysfs_at(dir_fd: int, target: str) -> bool:
     recorder = shutil.which("umockdev-record")
     devices = sorted(glob.glob("/sys/bus/pci/devices/*"))
     if recorder is None or not devices:
@@ -149,8 +213,9 @@ def record_pci_sysfs(target: str) -> bool:
             else "no PCI devices in /sys",
         )
         return False
+    failure = None
     try:
-        with open(target, "w", encoding="utf-8") as out:
+        with files.atomic_file(dir_fd, os.path.basename(target)) as out:
             done = subprocess.run(
                 [recorder, *devices],
                 stdout=out,
@@ -159,7 +224,12 @@ def record_pci_sysfs(target: str) -> bool:
                 check=False,
                 timeout=120,
             )
-        failure = done.stderr.strip() if done.returncode else None
+            if done.returncode:
+                failure = done.stderr.strip()
+                # NOTE: leaves the block by an exception: nothing renamed.
+                raise _NotRecorded()
+    except _NotRecorded:
+        pass
     except (OSError, subprocess.TimeoutExpired) as exc:
         failure = str(exc)
     if failure is not None:
@@ -168,17 +238,12 @@ def record_pci_sysfs(target: str) -> bool:
             target,
             failure[-1000:],
         )
-        try:
-            os.unlink(target)
-        except OSError:
-            pass
         return False
     return True
 
 
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(text)
+class _NotRecorded(Exception):
+    """umockdev-record failed: the temporary file must not be renamed."""
 
 
 # --------------------------------------------------------------- load
@@ -187,18 +252,33 @@ def _write(path: str, text: str) -> None:
 def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
     """Load the snapshot in directory ``path``.
 
+    Files are read with :func:`compute_plugins.files.read_text`: a FIFO, a
+    device or a directory is never opened for reading. A node-device file
+    that cannot be read (not UTF-8, a directory or FIFO named ``*.xml``) is
+    skipped with a warning, as one that does not parse.
+
     :param use_udev: replay ``sysfs.umockdev`` (when present) to enrich the
         PCI devices.
-    :raises HostDataError: missing ``capabilities.xml``, an unreadable
+    :raises HostInputError: missing ``capabilities.xml``, an unreadable
         directory or a malformed file; the message names the path.
     """
+    try:
+        return _load_snapshot(path, use_udev)
+    except HostInputError:
+        raise
+    except HostDataError as err:
+        # NOTE: a snapshot is a user's input: a problem in it is exit 2.
+        raise HostInputError(err.source, err.reason) from None
+
+
+def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
     directory = os.path.abspath(path)
     if not os.path.isdir(directory):
         raise HostDataError(
             path, "not a host snapshot directory (missing or not a directory)"
         )
     caps_path = os.path.join(directory, CAPABILITIES)
-    if not os.path.isfile(caps_path):
+    if not os.path.lexists(caps_path):
         raise HostDataError(
             caps_path, f"missing: a host snapshot needs {CAPABILITIES}"
         )
@@ -215,10 +295,16 @@ def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
         for name in names:
             if name.endswith(".xml"):
                 file_path = os.path.join(nodedev_dir, name)
-                nodedevs[file_path] = _read(file_path)
-    meta = _load_host_json(os.path.join(directory, HOST_JSON))
-    host = libvirt_xml.host_info_from_xml(
-        hostname=meta.get("hostname") or os.path.basename(directory),
+                try:
+                    nodedevs[file_path] = files.read_text(file_path)
+                except files.UnreadableFile as exc:
+                    LOG.warning("%s; node device skipped", printable(exc))
+    json_path = os.path.join(directory, HOST_JSON)
+    meta = _load_host_json(json_path)
+    hostname = meta.get("hostname")
+    return _with_udev(libvirt_xml.host_info_from_xml(
+        hostname=hostname or os.path.basename(directory),
+        hostname_source=json_path if hostname else directory,
         source=directory,
         capabilities_xml=capabilities,
         capabilities_source=caps_path,
@@ -227,7 +313,10 @@ def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
         disk=meta.get("disk"),
         online_cpus=meta.get("online_cpus"),
         cpu_count=meta.get("cpu_count"),
-    )
+    ), directory, use_udev)
+
+
+def _with_udev(host: HostInfo, directory: str, use_udev: bool) -> HostInfo:
     umockdev_file = os.path.join(directory, SYSFS_UMOCKDEV)
     if use_udev and host.pci_devices and os.path.isfile(umockdev_file):
         facts = udev.collect_udev_facts_umockdev(
@@ -240,20 +329,18 @@ def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
 
 def _read(path: str) -> str:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise HostDataError(path, f"cannot read: {reason}") from None
+        return files.read_text(path)
+    except files.UnreadableFile as exc:
+        raise HostDataError(path, exc.reason) from None
 
 
 def _load_host_json(path: str) -> dict[str, Any]:
     """Return ``{hostname, memory_kb, disk}`` from ``host.json``, if any."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return {}
     try:
-        data = json.loads(_read(path))
-    except ValueError as exc:
+        data = jsonload.loads(_read(path))
+    except jsonload.JSONInputError as exc:
         raise HostDataError(path, f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise HostDataError(path, "must hold a JSON object")
@@ -282,10 +369,12 @@ def _load_host_json(path: str) -> dict[str, Any]:
             f"memory_kb must be a non-negative integer, not {memory_kb!r}",
         )
     cpu_count = data.get("cpu_count")
-    if cpu_count is not None and not _natural(cpu_count):
+    if cpu_count is not None and not (
+            _natural(cpu_count) and cpu_count <= MAX_CPU_ID + 1):
         raise HostDataError(
             path,
-            f"cpu_count must be a non-negative integer, not {cpu_count!r}",
+            f"cpu_count must be an integer from 0 to {MAX_CPU_ID + 1}, not "
+            f"{cpu_count!r}",
         )
     online = data.get("online_cpus")
     if online is not None:

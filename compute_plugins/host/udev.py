@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
+from compute_plugins import jsonload
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import HostInfo
 
@@ -233,7 +234,7 @@ def collect_udev_facts_umockdev(
 def parse_facts_json(text: str, source: str) -> dict[str, UdevFacts]:
     """Parse ``udev_dump``'s output."""
     try:
-        data = json.loads(text)
+        data = jsonload.loads(text)
     except ValueError as exc:
         raise HostDataError(
             source, f"udev_dump printed no JSON: {exc}"

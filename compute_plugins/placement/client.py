@@ -29,8 +29,9 @@ from keystoneauth1 import token_endpoint
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from compute_plugins import exception
+from compute_plugins import exception, jsonload
 from compute_plugins.placement import exception as pexc
+from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -281,8 +282,11 @@ class PlacementClient:
                 method, path, resp.status_code, data, provider, generation
             )
         if resp.status_code == 204 or not resp.content:
-            if method == "GET":
-                raise pexc.PlacementError(
+            # NOTE: Placement answers 201 (PUT /traits/{name}...) and 204
+            # (DELETE, allocations, reshaper) without a body, never 200 nor
+            # a GET: the caller would subscript None.
+            if method == "GET" or resp.status_code == 200:
+                raise pexc.PlacementBadAnswer(
                     "%s answered %s %s with status %d and no body; a JSON "
                     "document was expected (is this Placement?)"
                     % (self.where, method, path_template(path),
@@ -291,17 +295,27 @@ class PlacementClient:
                     provider=provider, generation=generation)
             return None
         try:
-            return resp.json()
-        except ValueError:
-            snippet = resp.text[:80].replace("\n", " ").strip()
-            raise pexc.PlacementError(
+            data = jsonload.loads(resp.content)
+        except ValueError as err:
+            snippet = printable(resp.content[:80].decode("utf-8", "replace")
+                                .replace("\n", " ").strip())
+            raise pexc.PlacementBadAnswer(
                 "%s answered %s %s with status %d and a body that is not "
-                "JSON (%s: %r); is this Placement?"
+                "JSON (%s: %r: %s); is this Placement?"
                 % (self.where, method, path_template(path), resp.status_code,
                    resp.headers.get("Content-Type", "no content type"),
-                   snippet),
+                   snippet, err),
                 method=method, path=path, status=resp.status_code,
                 provider=provider, generation=generation) from None
+        if not isinstance(data, dict):
+            raise pexc.PlacementBadAnswer(
+                "%s answered %s %s with status %d and a JSON %s where "
+                "Placement sends an object; is this Placement?"
+                % (self.where, method, path_template(path), resp.status_code,
+                   "null" if data is None else type(data).__name__),
+                method=method, path=path, status=resp.status_code,
+                provider=provider, generation=generation)
+        return data
 
     def request(
         self,

@@ -36,12 +36,14 @@ test fixtures do with ``patch_engine``.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging as std_logging
 import os
 import sys
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Optional
 
 import requests
@@ -53,7 +55,7 @@ from requests import adapters as rq_adapters
 from requests import structures as rq_structures
 from requests import utils as rq_utils
 
-from compute_plugins import exception
+from compute_plugins import exception, files
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import server as pserver
@@ -116,12 +118,40 @@ def _is_database_error(err: BaseException) -> bool:
                             db_exc.DBError))
 
 
+class _DropWrapped(std_logging.Filter):
+    """Drops oslo.db's "DB exception wrapped." warnings (and their tracebacks)."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return "exception wrapped" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _quiet_db_errors() -> Iterator[None]:
+    """While the database is opened, oslo.db's exception filters log the
+    error they wrap with its traceback (``oslo_db.sqlalchemy.exc_filters``,
+    WARNING with ``exc_info``) before it is raised: the caller reports it
+    as one line (:class:`EmbeddedDatabaseError`), so that log is dropped,
+    unless the logger is at DEBUG (``--debug``)."""
+    logger = std_logging.getLogger("oslo_db.sqlalchemy.exc_filters")
+    if logger.isEnabledFor(std_logging.DEBUG):
+        yield
+        return
+    drop = _DropWrapped()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 class EmbeddedPlacement:
     """Placement's WSGI app, built once, called under one lock.
 
     :param connection: SQLAlchemy URL: ``sqlite://`` (memory) or
         ``sqlite:////abs/path``. File databases are created (with their
-        directory) and migrated to the current schema.
+        directory, mode 0700) mode 0600, and migrated to the current schema;
+        an existing database file that group or others can read is
+        tightened to 0600.
     """
 
     def __init__(self, connection: str = "sqlite://") -> None:
@@ -147,7 +177,8 @@ class EmbeddedPlacement:
                     "process; close it first" % _BOUND.connection
                 )
             try:
-                self.app = self._build()
+                with _quiet_db_errors():
+                    self.app = self._build()
             except Exception as err:
                 if self._unbind is not None:
                     self._unbind()
@@ -207,8 +238,11 @@ class EmbeddedPlacement:
 
         url = self.connection
         if url.startswith("sqlite:///"):
-            os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".",
-                        exist_ok=True)
+            # NOTE: created readable by the owner only (0700, 0600) before
+            # SQLite opens it: SQLite gives its journal the database's mode.
+            path = url[len("sqlite:///"):]
+            files.ensure_private_dir(os.path.dirname(path) or ".")
+            files.create_private_file(path)
         if not db_api.configure.called:
             # The global factory must exist before an engine is patched in;
             # give it a throwaway in-memory database, never ours.
@@ -230,6 +264,10 @@ class EmbeddedPlacement:
         trait._TRAITS_SYNCED = False
         resource_class._RESOURCE_CLASSES_SYNCED = False
         app = deploy.loadapp(conf)
+        if url.startswith("sqlite:///"):
+            # NOTE: only once it proved to be Placement's database: a file
+            # named by mistake (--db notes.txt) keeps its mode.
+            files.tighten_private_file(url[len("sqlite:///"):])
         LOG.debug("embedded Placement on %s", url)
         return app
 

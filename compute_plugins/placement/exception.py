@@ -54,6 +54,12 @@ class PlacementUnreachable(PlacementError):
     """No HTTP response: Placement is down, or the URL is wrong."""
 
 
+class PlacementBadAnswer(PlacementError):
+    """A success status with a body Placement never sends: none where
+    Placement answers a JSON object (every 200), a body that is not JSON,
+    or JSON that is not an object. A proxy or another service answered."""
+
+
 class PlacementVersionTooOld(PlacementError):
     """Placement does not support the microversion the features need."""
 

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from compute_plugins import exception
+from compute_plugins.request.types import thaw_json
+from compute_plugins.text import printable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +43,23 @@ class Problem:
     plugin: str = "framework"
 
     def __str__(self) -> str:
+        """One line: the key, the value (as JSON would have it) and the
+        rule, with every non-printable character escaped."""
+        key, rule = printable(self.key), printable(self.rule)
         if self.value is None:
-            return "%s %s: %s" % (self.source, self.key, self.rule)
-        return "%s %s=%r: %s" % (self.source, self.key, self.value, self.rule)
+            return "%s %s: %s" % (self.source, key, rule)
+        # NOTE: repr escapes what is not printable; a frozen object or list
+        # shows as the dict or list it was given as.
+        return "%s %s=%s: %s" % (self.source, key,
+                                 printable(repr(thaw_json(self.value))), rule)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """JSON-serialisable: the key and value exactly as given (frozen
+        objects and lists thawed), the rule escaped like the text."""
+        data = dataclasses.asdict(self)
+        data["value"] = thaw_json(self.value)
+        data["rule"] = printable(self.rule)
+        return data
 
 
 class RequestValidationError(exception.ComputePluginsError):
@@ -72,7 +85,7 @@ class RequestValidationError(exception.ComputePluginsError):
         return {"problems": [p.to_dict() for p in self.problems]}
 
 
-class RequestInputError(exception.ComputePluginsError):
+class RequestInputError(exception.InputError):
     """An input document cannot be used at all (the CLI's exit code 2)."""
 
 

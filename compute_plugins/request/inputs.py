@@ -21,6 +21,7 @@ from compute_plugins.request.types import (
     enum_field,
     freeze_json,
     min_field,
+    thaw_json,
 )
 
 #: Vnic types as neutron names them.
@@ -97,7 +98,10 @@ class Flavor:
                     "flavor extra spec %r must be a string, got %r" % (key, value))
             extra_specs[str(key)] = str(value)
         name = doc.get("name") or ""
-        return cls(name=str(name), extra_specs=FrozenMap(extra_specs), **sizes)
+        if not isinstance(name, str):
+            raise RequestInputError("flavor 'name' must be a string, got %r"
+                                    % (thaw_json(name),))
+        return cls(name=name, extra_specs=FrozenMap(extra_specs), **sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +199,19 @@ class RequestInput:
         properties: Any = image or {}
         if not isinstance(properties, Mapping):
             raise RequestInputError("an image must be a JSON object")
-        if isinstance(properties.get("properties"), Mapping):
-            image_name = str(properties.get("name") or "")
+        if "properties" in properties:
+            # NOTE: an image document (glance's ``image show``); a
+            # "properties" that is not an object would otherwise be taken
+            # as one more property and the real ones silently ignored.
+            if not isinstance(properties["properties"], Mapping):
+                raise RequestInputError(
+                    "image 'properties' must be a JSON object, got %r"
+                    % (thaw_json(properties["properties"]),))
+            name = properties.get("name") or ""
+            if not isinstance(name, str):
+                raise RequestInputError("image 'name' must be a string, got %r"
+                                        % (thaw_json(name),))
+            image_name = name
             properties = properties["properties"]
         if hints is not None and not isinstance(hints, Mapping):
             raise RequestInputError("scheduler hints must be a JSON object")

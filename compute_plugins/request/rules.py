@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.text import ascii_int
 
 _TRUE = ("1", "t", "true", "on", "y", "yes")
 _FALSE = ("0", "f", "false", "off", "n", "no")
@@ -39,7 +40,8 @@ def check_enum(ri: RequestInput, key: str, value: Any, allowed: Sequence[str],
 
 def check_int(ri: RequestInput, key: str, value: Any, minimum: Optional[int] = None,
               maximum: Optional[int] = None, source: str = "flavor") -> Optional[int]:
-    """nova's ``_validate_int``; accepts ints and integer strings."""
+    """nova's ``_validate_int``; accepts ints and integer strings (ASCII
+    digits only: :func:`compute_plugins.text.ascii_int`)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -48,7 +50,7 @@ def check_int(ri: RequestInput, key: str, value: Any, minimum: Optional[int] = N
         number = value
     else:
         try:
-            number = int(str(value).strip())
+            number = ascii_int(str(value))
         except ValueError:
             number = None
     if number is None:
@@ -93,7 +95,9 @@ def check_pattern(ri: RequestInput, key: str, value: Any, pattern: str,
                   source: str = "flavor") -> Optional[str]:
     if value is None:
         return None
-    if not isinstance(value, str) or not re.fullmatch(pattern, value):
+    # NOTE: re.ASCII: nova's patterns say \d, which would match "\u0663" or
+    # "\uff11" (read by int() as 3 and 1); only ASCII digits are accepted.
+    if not isinstance(value, str) or not re.fullmatch(pattern, value, re.ASCII):
         ri.report(key, value, "Validation failed; '%s' is not of the format "
                   "'%s'." % (value, pattern), source)
         return None

@@ -58,6 +58,11 @@ class FrozenMap(Mapping[K, V]):
     def __repr__(self) -> str:
         return "FrozenMap(%r)" % (self._data,)
 
+    def __str__(self) -> str:
+        # NOTE: what a rule text shows of an object value: the object as it
+        # was given (``{'a': 1}``), not this class.
+        return repr(thaw_json(self))
+
 
 def freeze_json(value: Any) -> Any:
     """A JSON-like value with lists as tuples and objects as FrozenMaps."""
@@ -452,7 +457,7 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
 
 def _decode_key(hint: Any, key: str, where: str) -> Any:
     if hint is int:
-        if not (key.isdigit() and len(key) <= 10):
+        if not (key.isascii() and key.isdigit() and len(key) <= 10):
             raise CodecError("%s: key %r is not an integer" % (where, key))
         return decode(int, int(key), where)
     return key

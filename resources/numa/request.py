@@ -89,8 +89,8 @@ MAX_GUEST_CPUS = MAX_CPU_ID + 1
 
 # Node ids are below NUMA_NODES_MAX (128): three digits at most; a longer
 # key is not one of these (and is reported as an unknown ``hw:`` key).
-_CELL_KEY = re.compile(r"^hw:numa_(cpus|mem)\.(\d{1,3})$")
-_IMAGE_CELL_KEY = re.compile(r"^hw_numa_(cpus|mem)\.(\d{1,3})$")
+_CELL_KEY = re.compile(r"^hw:numa_(cpus|mem)\.([0-9]{1,3})$")
+_IMAGE_CELL_KEY = re.compile(r"^hw_numa_(cpus|mem)\.([0-9]{1,3})$")
 _CPU_RC_KEY = granular_key_re("resources", "(VCPU|PCPU|MEMORY_MB)")
 _HT_KEY = granular_key_re("trait", os_traits.HW_CPU_HYPERTHREADING)
 
@@ -187,6 +187,18 @@ class NUMAAssignment(PluginAssignment):
 # parsing
 
 
+#: Where a problem is: ``(key, source)``, e.g. ``("hw_numa_nodes", "image")``.
+Where = tuple[str, str]
+
+
+def _where(flavor_key: str, from_image: bool) -> Where:
+    """``hw:<x>`` in the flavor, or ``hw_<x>`` in the image when the value
+    a problem is about came from the image (nova's twin keys)."""
+    if from_image:
+        return "hw_" + flavor_key.removeprefix("hw:"), "image"
+    return flavor_key, "flavor"
+
+
 def _policy(ri: RequestInput, key: str, allowed: tuple[str, ...], what: str
             ) -> tuple[Optional[str], Optional[str]]:
     """Flavor and image values of ``hw:<key>``, each validated (nova's
@@ -215,39 +227,41 @@ def _cpu_policy(ri: RequestInput) -> Optional[str]:
     return image_policy
 
 
-def _thread_policy(ri: RequestInput) -> Optional[str]:
-    """nova's ``get_cpu_thread_policy_constraint``."""
+def _thread_policy(ri: RequestInput) -> tuple[Optional[str], bool]:
+    """nova's ``get_cpu_thread_policy_constraint``: ``(policy, from image)``."""
     flavor_policy, image_policy = _policy(
         ri, "cpu_thread_policy", THREAD_POLICIES, "CPU thread policy")
     if flavor_policy in (None, "prefer"):
-        return flavor_policy or image_policy
+        return flavor_policy or image_policy, not flavor_policy and bool(image_policy)
     if image_policy and image_policy != flavor_policy:
         ri.report("hw_cpu_thread_policy", image_policy,
                   "Image property 'hw_cpu_thread_policy' is not permitted to "
                   "override CPU thread pinning policy set against the flavor",
                   source="image")
-    return flavor_policy
+    return flavor_policy, False
 
 
-def _mask(ri: RequestInput, key: str, mask: str, vcpus: int) -> Optional[frozenset[int]]:
-    if not _cpus_numbered(ri, key, mask, vcpus):
+def _mask(ri: RequestInput, key: str, mask: str, vcpus: int,
+          source: str = "flavor") -> Optional[frozenset[int]]:
+    if not _cpus_numbered(ri, key, mask, vcpus, source):
         return None
     try:
         if mask.strip().startswith("^"):
             return parse_cpu_spec("0-%d,%s" % (vcpus - 1, mask))
         return parse_cpu_spec(mask)
     except InvalidCPUSpec as err:
-        ri.report(key, mask, str(err))
+        ri.report(key, mask, str(err), source)
         return None
 
 
-def _cpus_numbered(ri: RequestInput, key: str, value: object, vcpus: int) -> bool:
+def _cpus_numbered(ri: RequestInput, key: str, value: object, vcpus: int,
+                   source: str = "flavor") -> bool:
     """False (and a problem) when ``vcpus`` is too many to number guest CPUs."""
     if vcpus <= MAX_GUEST_CPUS:
         return True
     ri.report(key, value, "a guest with pinned, realtime or NUMA-placed CPUs "
               "may have at most %d vCPUs (flavor vcpus: %d)"
-              % (MAX_GUEST_CPUS, vcpus))
+              % (MAX_GUEST_CPUS, vcpus), source)
     return False
 
 
@@ -265,22 +279,24 @@ def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
     if not enabled:
         return None
     mask = image_mask or flavor_mask
-    key = "hw_cpu_realtime_mask" if image_mask else "hw:cpu_realtime_mask"
-    if not _cpus_numbered(ri, key, mask or "true", vcpus):
+    key, source = _where("hw:cpu_realtime_mask", bool(image_mask))
+    if not _cpus_numbered(ri, key if mask else "hw:cpu_realtime", mask or "true",
+                          vcpus, source if mask else "flavor"):
         return None
     all_cpus = frozenset(range(vcpus))
-    rt = _mask(ri, key, mask, vcpus) if mask else all_cpus
+    rt = _mask(ri, key, mask, vcpus, source) if mask else all_cpus
     if rt is None:
         return None
     invalid = ("Use of realtime CPUs requires either one or more non-realtime "
                "CPU(s) or offloaded emulator threads.")
     if not rt or (rt == all_cpus and not emulator):
-        ri.report(key if mask else "hw:cpu_realtime", mask or "true", invalid)
+        ri.report(key if mask else "hw:cpu_realtime", mask or "true", invalid,
+                  source if mask else "flavor")
         return None
     if not rt <= all_cpus:
         ri.report(key, mask, "Realtime policy vCPU(s) mask is configured with "
                   "RT vCPUs that are not a subset of the vCPUs in the flavor. "
-                  "See hw:cpu_realtime_mask or hw_cpu_realtime_mask")
+                  "See hw:cpu_realtime_mask or hw_cpu_realtime_mask", source)
         return None
     return rt
 
@@ -307,8 +323,9 @@ def _dedicated_cpus(ri: RequestInput, vcpus: int) -> Optional[frozenset[int]]:
     return pcpus
 
 
-def _page_size(ri: RequestInput) -> tuple[Optional[str], Optional[int], bool]:
-    """nova's ``_get_numa_pagesize_constraint``: ``(alias, size_kb, asked)``."""
+def _page_size(ri: RequestInput) -> tuple[Optional[str], Optional[int], bool, bool]:
+    """nova's ``_get_numa_pagesize_constraint``: ``(alias, size_kb, asked,
+    from image)``."""
     flavor_request, image_request = ri.flavor_image("mem_page_size")
     flavor_request = rules.check_pattern(ri, "hw:mem_page_size", flavor_request,
                                          PAGE_SIZE_PATTERN)
@@ -318,18 +335,18 @@ def _page_size(ri: RequestInput) -> tuple[Optional[str], Optional[int], bool]:
     if not flavor_request and image_request:
         ri.report("hw_mem_page_size", image_request, "Page size %s forbidden "
                   "against '<empty>'" % (image_request,), source="image")
-        return None, None, False
+        return None, None, False, False
     if not flavor_request:
-        return None, None, False
+        return None, None, False, False
     alias, size = _page_value(ri, "hw:mem_page_size", flavor_request, "flavor")
     if image_request and alias in ("any", "large"):
         image_alias, image_size = _page_value(ri, "hw_mem_page_size", image_request,
                                               "image")
-        return image_alias, image_size, True
+        return image_alias, image_size, True, True
     if image_request:
         ri.report("hw_mem_page_size", image_request, "Page size %s forbidden "
                   "against '%s'" % (image_request, flavor_request), source="image")
-    return alias, size, asked
+    return alias, size, asked, False
 
 
 def _page_value(ri: RequestInput, key: str, request: str, source: str
@@ -337,7 +354,10 @@ def _page_value(ri: RequestInput, key: str, request: str, source: str
     """nova's ``check_and_return_pages_size``: ``(alias, size in KiB)``."""
     if request in PAGE_ALIASES:
         return request, None
-    if request.isdigit():
+    if not request.isascii():
+        # NOTE: int() and strutils read "\uff12\uff10\uff14\uff18" as 2048.
+        size_kb = 0
+    elif request.isdigit():
         size_kb = int(request)
     else:
         try:
@@ -352,8 +372,8 @@ def _page_value(ri: RequestInput, key: str, request: str, source: str
     return None, size_kb
 
 
-def _numa_nodes(ri: RequestInput) -> Optional[int]:
-    """nova's ``_get_numa_node_count_constraint``."""
+def _numa_nodes(ri: RequestInput) -> tuple[Optional[int], bool]:
+    """nova's ``_get_numa_node_count_constraint``: ``(count, from image)``."""
     flavor_nodes, image_nodes = ri.flavor_image("numa_nodes")
     nodes = rules.check_int(ri, "hw:numa_nodes", flavor_nodes, minimum=1,
                             maximum=NUMA_NODES_MAX)
@@ -362,21 +382,22 @@ def _numa_nodes(ri: RequestInput) -> Optional[int]:
             ri.report("hw_numa_nodes", image_nodes, "Image property "
                       "'hw_numa_nodes' is not permitted to override NUMA "
                       "configuration set against the flavor", source="image")
-            return nodes
+            return nodes, False
         value = rules.check_int(ri, "hw_numa_nodes", image_nodes,
                                 maximum=NUMA_NODES_MAX, source="image")
         if value is not None and value < 1:
             ri.report("hw_numa_nodes", image_nodes, "The property 'numa_nodes' "
                       "cannot be '%s'. It must be a number greater than 0"
                       % (image_nodes,), source="image")
-            return None
-        return value
-    return nodes
+            return None, False
+        return value, value is not None
+    return nodes, False
 
 
 def _cell_maps(ri: RequestInput, vcpus: int
-               ) -> tuple[Optional[list[frozenset[int]]], Optional[list[int]], bool]:
-    """``hw:numa_cpus.N`` / ``hw:numa_mem.N`` (or the image's), validated."""
+               ) -> tuple[Optional[list[frozenset[int]]], Optional[list[int]], bool, bool]:
+    """``hw:numa_cpus.N`` / ``hw:numa_mem.N`` (or the image's), validated:
+    ``(cpus, mem, ok, from image)``."""
     ok = True
     found: dict[str, dict[str, dict[int, str]]] = {"flavor": {"cpus": {}, "mem": {}},
                                                    "image": {"cpus": {}, "mem": {}}}
@@ -409,7 +430,7 @@ def _cell_maps(ri: RequestInput, vcpus: int
         for index in sorted(found[source]["cpus"]):
             key = "hw%snuma_cpus.%d" % (sep, index)
             text = str(found[source]["cpus"][index])
-            if not re.fullmatch(CPU_MASK_PATTERN, text):
+            if not re.fullmatch(CPU_MASK_PATTERN, text, re.ASCII):
                 ri.report(key, text, "Validation failed; '%s' is not of the "
                           "format '%s'." % (text, CPU_MASK_PATTERN), source)
                 ok = False
@@ -437,7 +458,7 @@ def _cell_maps(ri: RequestInput, vcpus: int
                       "(node ids must be 0..N-1, got %s)"
                       % ", ".join(map(str, indexes)), source)
             ok = False
-    return cpus_list, mem_list, ok
+    return cpus_list, mem_list, ok, source == "image"
 
 
 def parse(ri: RequestInput) -> NUMARequest:
@@ -445,7 +466,9 @@ def parse(ri: RequestInput) -> NUMARequest:
     flavor = ri.flavor
     vcpus, memory_mb = flavor.vcpus, flavor.memory_mb
     cpu_policy = _cpu_policy(ri)
-    thread_policy = _thread_policy(ri)
+    thread_policy, thread_from_image = _thread_policy(ri)
+    thread_where = _where("hw:cpu_thread_policy", thread_from_image)
+    thread_given: Optional[str] = thread_policy
     ri.claim("hw:emulator_threads_policy")
     emulator = rules.check_enum(ri, "hw:emulator_threads_policy",
                                 ri.extra_specs.get("hw:emulator_threads_policy"),
@@ -512,29 +535,38 @@ def parse(ri: RequestInput) -> NUMARequest:
         cpu_policy = "shared"
 
     ht_value = None
+    ht_where: Where = ("trait:HW_CPU_HYPERTHREADING", "flavor")
     for key, value in sorted(ri.extra_specs.items()):
         if _HT_KEY.match(key):
             ri.claim(key)
+            ht_where = (key, "flavor")
             ht_value = rules.check_enum(ri, key, value, ("required", "forbidden"))
     image_traits = ri.image_properties.get("traits_required")
     if (ht_value is None and isinstance(image_traits, tuple)
             and os_traits.HW_CPU_HYPERTHREADING in image_traits):
         ht_value = "required"
+        ht_where = ("traits_required", "image")
+    # NOTE: the image's traits_required names the trait; a flavor's
+    # trait:HW_CPU_HYPERTHREADING has required/forbidden.
+    ht_given = (os_traits.HW_CPU_HYPERTHREADING if ht_where[1] == "image"
+                else ht_value)
     if thread_policy and ht_value:
-        ri.report("trait:HW_CPU_HYPERTHREADING", ht_value, "It is not possible "
+        key, source = ht_where
+        ri.report(key, ht_given, "It is not possible "
                   "to use the 'trait:HW_CPU_HYPERTHREADING' extra spec in "
                   "combination with the 'hw:cpu_thread_policy' extra spec or "
                   "'hw_cpu_thread_policy' image metadata property; use one or "
-                  "the other")
+                  "the other", source)
     elif ht_value == "forbidden":
-        thread_policy = "isolate"
+        thread_policy, thread_where, thread_given = "isolate", ht_where, ht_given
     elif ht_value == "required":
-        thread_policy = "require"
+        thread_policy, thread_where, thread_given = "require", ht_where, ht_given
 
     if cpu_policy in ("shared", None):
         if thread_policy:
-            ri.report("hw:cpu_thread_policy", thread_policy, "Cannot set cpu "
-                      "thread pinning policy in a non dedicated cpu pinning policy")
+            key, source = thread_where
+            ri.report(key, thread_given, "Cannot set cpu thread pinning "
+                      "policy in a non dedicated cpu pinning policy", source)
         if emulator == "isolate":
             ri.report("hw:emulator_threads_policy", emulator, "An isolated CPU "
                       "emulator threads option requires a dedicated CPU policy "
@@ -562,25 +594,30 @@ def parse(ri: RequestInput) -> NUMARequest:
                 "or be specified with none of them.")
         dedicated_cpus = dedicated_cpus or realtime_cpus
 
-    nodes = _numa_nodes(ri)
-    page_alias, page_kb, page_asked = _page_size(ri)
-    cpu_list, mem_list, maps_ok = _cell_maps(ri, vcpus)
+    nodes, nodes_from_image = _numa_nodes(ri)
+    page_alias, page_kb, page_asked, page_from_image = _page_size(ri)
+    cpu_list, mem_list, maps_ok, maps_from_image = _cell_maps(ri, vcpus)
     extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
     # nova's four triggers (less vPMEM); hw:numa_cpus.N / hw:numa_mem.N alone
     # are not one of them.
     wants_topology = bool(nodes or page_asked
                           or cpu_policy in ("dedicated", "mixed"))
     if not wants_topology and (cpu_list is not None or mem_list is not None):
-        ri.report("hw:numa_cpus.N", None, "hw:numa_cpus.N and hw:numa_mem.N "
-                  "describe guest NUMA nodes: set hw:numa_nodes too (nova "
-                  "ignores them without a NUMA topology)")
+        key, source = _where("hw:numa_cpus.N", maps_from_image)
+        sep = "_" if maps_from_image else ":"
+        ri.report(key, None, "hw%snuma_cpus.N and hw%snuma_mem.N describe guest "
+                  "NUMA nodes: set hw%snuma_nodes too (nova ignores them without "
+                  "a NUMA topology)" % (sep, sep, sep), source)
     cells: list[GuestCell] = []
     if (wants_topology and not ri.has_problems()
             and _cpus_numbered(ri, "vcpus", vcpus, vcpus)):
         cells = _cells(ri, vcpus, memory_mb, nodes or 1, cpu_policy,
-                       dedicated_cpus, cpu_list, mem_list, maps_ok)
+                       dedicated_cpus, cpu_list, mem_list, maps_ok,
+                       _where("hw:numa_nodes", nodes_from_image),
+                       maps_from_image)
     for cell in cells:
-        _check_memory_choices(ri, cell, page_alias, page_kb)
+        _check_memory_choices(ri, cell, page_alias, page_kb,
+                              _where("hw:mem_page_size", page_from_image))
     return NUMARequest(
         vcpus=vcpus, memory_mb=memory_mb, cpu_policy=cpu_policy,
         cpu_thread_policy=thread_policy, emulator_threads_policy=emulator,
@@ -591,18 +628,22 @@ def parse(ri: RequestInput) -> NUMARequest:
 def _cells(ri: RequestInput, vcpus: int, memory_mb: int, count: int,
            cpu_policy: Optional[str], dedicated_cpus: Optional[frozenset[int]],
            cpu_list: Optional[list[frozenset[int]]], mem_list: Optional[list[int]],
-           maps_ok: bool) -> list[GuestCell]:
+           maps_ok: bool, nodes_where: Where = ("hw:numa_nodes", "flavor"),
+           maps_from_image: bool = False) -> list[GuestCell]:
     """The guest NUMA nodes, as nova's ``numa_get_constraints`` builds them:
-    ``count`` nodes (``hw:numa_nodes``, else 1), split evenly or as mapped."""
+    ``count`` nodes (``hw:numa_nodes``, else 1), split evenly or as mapped.
+    Problems name the key the value came from (``nodes_where``; the image's
+    ``hw_numa_*.N`` when ``maps_from_image``)."""
+    nodes_key, nodes_source = nodes_where
     pcpus = frozenset(range(vcpus)) if cpu_policy == "dedicated" else (
         dedicated_cpus or frozenset())
     shared = frozenset(range(vcpus)) - pcpus
     if cpu_list is None and mem_list is None:
         if vcpus % count or memory_mb % count:
-            ri.report("hw:numa_nodes", count, "Instance CPUs and/or memory "
+            ri.report(nodes_key, count, "Instance CPUs and/or memory "
                       "cannot be evenly distributed across instance NUMA "
                       "nodes. Explicit assignment of CPUs and memory to "
-                      "nodes is required")
+                      "nodes is required", nodes_source)
             return []
         ncpus, mem = vcpus // count, memory_mb // count
         cells = []
@@ -613,60 +654,66 @@ def _cells(ri: RequestInput, vcpus: int, memory_mb: int, count: int,
     if (cpu_list is None or mem_list is None or len(cpu_list) != count
             or len(mem_list) != count):
         if maps_ok:
-            ri.report("hw:numa_nodes", count, "CPU and memory allocation "
-                      "must be provided for all NUMA nodes")
+            ri.report(nodes_key, count, "CPU and memory allocation "
+                      "must be provided for all NUMA nodes", nodes_source)
         return []
     if not maps_ok:
         return []
-    return _manual_cells(ri, vcpus, memory_mb, shared, pcpus, cpu_list, mem_list)
+    return _manual_cells(ri, vcpus, memory_mb, shared, pcpus, cpu_list, mem_list,
+                         maps_from_image)
 
 
 def _check_memory_choices(ri: RequestInput, cell: GuestCell,
-                          page_alias: Optional[str], page_kb: Optional[int]) -> None:
+                          page_alias: Optional[str], page_kb: Optional[int],
+                          where: Where = ("hw:mem_page_size", "flavor")) -> None:
     """A problem when no page size the request allows divides the cell's
     memory: the cell would otherwise ask Placement for no memory at all."""
     if memory_choices(page_alias, page_kb, cell.memory_mb):
         return
+    key, source = where
     if page_kb:
-        ri.report("hw:mem_page_size", page_kb, "guest NUMA node %d memory "
+        ri.report(key, page_kb, "guest NUMA node %d memory "
                   "(%d MiB) is not a multiple of the page size (%d KiB)"
-                  % (cell.id, cell.memory_mb, page_kb))
+                  % (cell.id, cell.memory_mb, page_kb), source)
     else:
-        ri.report("hw:mem_page_size", page_alias, "guest NUMA node %d memory "
+        ri.report(key, page_alias, "guest NUMA node %d memory "
                   "(%d MiB) is not a multiple of any page size %s allows (%s KiB)"
                   % (cell.id, cell.memory_mb, page_alias,
-                     ", ".join(map(str, LARGE_PAGE_SIZES_KB))))
+                     ", ".join(map(str, LARGE_PAGE_SIZES_KB))), source)
 
 
 def _manual_cells(ri: RequestInput, vcpus: int, memory_mb: int,
                   shared: frozenset[int], pcpus: frozenset[int],
-                  cpu_list: list[frozenset[int]], mem_list: list[int]
-                  ) -> list[GuestCell]:
-    """nova's ``_get_numa_topology_manual``, every problem reported."""
+                  cpu_list: list[frozenset[int]], mem_list: list[int],
+                  from_image: bool = False) -> list[GuestCell]:
+    """nova's ``_get_numa_topology_manual``, every problem reported (on the
+    image's ``hw_numa_*`` keys when ``from_image``)."""
+    sep, source = ("_", "image") if from_image else (":", "flavor")
     cells = []
     available = set(range(vcpus))
     ok = True
     for node, (cpus, mem) in enumerate(zip(cpu_list, mem_list, strict=True)):
         for cpu in sorted(cpus):
             if cpu > vcpus - 1:
-                ri.report("hw:numa_cpus.%d" % node, None, "CPU number %d is "
-                          "larger than max %d" % (cpu, vcpus - 1))
+                ri.report("hw%snuma_cpus.%d" % (sep, node), None, "CPU number "
+                          "%d is larger than max %d" % (cpu, vcpus - 1), source)
                 ok = False
             elif cpu not in available:
-                ri.report("hw:numa_cpus.%d" % node, None, "CPU number %d is "
-                          "assigned to two nodes" % cpu)
+                ri.report("hw%snuma_cpus.%d" % (sep, node), None, "CPU number "
+                          "%d is assigned to two nodes" % cpu, source)
                 ok = False
             else:
                 available.remove(cpu)
         cells.append(GuestCell(node, cpus & shared, cpus & pcpus, mem))
     if available:
-        ri.report("hw:numa_cpus.N", None, "CPU number %s is not assigned to "
-                  "any node" % ",".join(map(str, sorted(available))))
+        ri.report("hw%snuma_cpus.N" % sep, None, "CPU number %s is not "
+                  "assigned to any node" % ",".join(map(str, sorted(available))),
+                  source)
         ok = False
     total = sum(mem_list)
     if total != memory_mb:
-        ri.report("hw:numa_mem.N", total, "%d MB of memory assigned, but "
-                  "expected %d MB" % (total, memory_mb))
+        ri.report("hw%snuma_mem.N" % sep, total, "%d MB of memory assigned, but "
+                  "expected %d MB" % (total, memory_mb), source)
         ok = False
     return cells if ok else []
 

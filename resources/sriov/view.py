@@ -61,6 +61,7 @@ from compute_plugins.devices import (
 )
 from compute_plugins.host.model import HostInfo, PCIDevice
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.text import ascii_int
 from resources.sriov import alias as alias_rules
 
 LOG = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def _rate(entry: str, text: str) -> Optional[int]:
     if not text:
         return None
     try:
-        value = int(text)
+        value = ascii_int(text)
     except ValueError:
         value = -1
     if value < 0:

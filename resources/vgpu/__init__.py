@@ -44,8 +44,9 @@ __all__ = ["InvalidMdevConfig", "VGPUAssignment", "VGPUPlugin", "VGPURequest",
 class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment]):
     """One ``VGPU`` provider per physical GPU offering an enabled mdev type.
 
-    :param conf: the service configuration; ``[vgpu]`` is registered on it,
-        the ``[mdev_<type>]`` groups at the first discovery.
+    :param conf: the service configuration, loaded; ``[vgpu]`` and the
+        ``[mdev_<type>]`` groups of ``enabled_mdev_types`` are registered
+        on it.
     """
 
     name = "vgpu"
@@ -53,6 +54,14 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     version = "1.1"
     #: NUMA affinity needs the host cells of the guest's NUMA nodes.
     fit_after = ("numa",)
+
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        # NOTE: the configuration is loaded when plugins are built: the
+        # [mdev_<type>] groups are registered now, so that the command
+        # line's check of every option at start finds a bad max_instances
+        # or mdev_class (exit 2) instead of each periodic failing on it.
+        register_dynamic_opts(conf)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:

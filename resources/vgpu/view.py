@@ -7,8 +7,9 @@ Configuration is nova's ``[devices]``, moved to ``[vgpu]``:
   ``<type>``; ``[mdev_<type>] mdev_class``: the resource class of its
   inventory (``VGPU`` by default, or ``CUSTOM_*``); ``[mdev_<type>]
   max_instances``: how many mdevs of the type the host may offer in all.
-  These groups are registered when the host is first discovered, after the
-  configuration is loaded (nova's ``register_dynamic_opts``).
+  These groups are registered when the plugin is built, after the
+  configuration is loaded (nova's ``register_dynamic_opts``), so a bad value
+  in them is refused when the service starts.
 
 Type of a GPU (nova's rules): the type whose ``device_addresses`` lists it;
 else the *default type*, the first enabled type without ``device_addresses``.

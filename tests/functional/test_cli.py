@@ -154,3 +154,149 @@ def test_output_to_a_closed_pipe_is_quiet():
     proc.stdout.close()
     proc.wait(timeout=120)
     assert "Traceback" not in proc.stderr.read()
+
+
+# ------------------------------------------- unusable configuration: one line
+
+
+def _one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The command's only stderr line, which is its error; no traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
+    config = tmp_path / "latin1.conf"
+    config.write_bytes(b"[compute]\n# caf\xe9\ncpu_allocation_ratio = 2\n")
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: --config-file %s: cannot "
+        "read: not UTF-8 text (byte 0xe9 at offset 15)" % config)
+    assert result.stdout == ""
+
+
+def test_a_config_file_that_is_a_directory_is_one_line(tmp_path):
+    result = cli("--config-file", str(tmp_path), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: --config-file %s: cannot "
+        "read: a directory, not a regular file" % tmp_path)
+
+
+def test_a_config_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "pipe.conf"
+    os.mkfifo(fifo)
+    result = cli("--config-file", str(fifo), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert "a FIFO, not a regular file" in _one_error_line(result)
+
+
+def test_a_config_dir_with_a_file_that_is_not_utf8_names_the_file(tmp_path):
+    (tmp_path / "10-ok.conf").write_text("[compute]\n")
+    (tmp_path / "20-bad.conf").write_bytes(b"\xff\n")
+    result = cli("--config-dir", str(tmp_path), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: --config-dir %s: %s: cannot "
+        "read: not UTF-8 text (byte 0xff at offset 0)"
+        % (tmp_path, tmp_path / "20-bad.conf"))
+
+
+def test_a_config_dir_that_is_a_file_is_one_line(tmp_path):
+    config = tmp_path / "a.conf"
+    config.write_text("[compute]\n")
+    result = cli("--config-dir", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: --config-dir %s: not a "
+        "directory" % config)
+
+
+def test_a_log_file_in_a_missing_directory_is_one_line(tmp_path):
+    log_file = tmp_path / "missing" / "cp.log"
+    result = cli("--log-file", str(log_file), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: --log-file %s: cannot open "
+        "the log file: No such file or directory" % log_file)
+    assert result.stdout == ""
+
+
+# ------------------------ option values Placement or nova refuse: at start
+
+
+@pytest.mark.parametrize("option, value, rule", [
+    ("max_instances", "-1", "Should be greater than or equal to 1"),
+    ("max_instances", "0", "Should be greater than or equal to 1"),
+    ("mdev_class", "VCPU",
+     "Value 'VCPU' doesn't match regex '^(VGPU|CUSTOM_[A-Z0-9_]+)$'"),
+])
+def test_a_bad_mdev_type_option_fails_at_start_naming_group_and_option(
+        tmp_path, option, value, rule):
+    """``[mdev_<type>]`` groups exist only once ``[vgpu] enabled_mdev_types``
+    is read; a bad value in them is still refused before anything runs
+    (no degraded host, no traceback at every periodic, no Placement)."""
+    config = tmp_path / "vgpu.conf"
+    config.write_text("[vgpu]\nenabled_mdev_types = nvidia-35\n"
+                      "[mdev_nvidia-35]\n%s = %s\n" % (option, value))
+    state = tmp_path / "state"
+    result = subprocess.run(
+        COMMAND + ["--config-file", str(config), "--libvirt-uri",
+                   "test:///default", "report", "--periodic", "1"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore",
+             "XDG_STATE_HOME": str(state)})
+    assert result.returncode == 2, result.stderr
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: [mdev_nvidia-35] %s: %s (in %s)"
+        % (option, rule, config))
+    assert result.stdout == ""
+    assert not state.exists()  # no checkpoint, no embedded Placement
+
+
+@pytest.mark.parametrize("option", ["cpu_allocation_ratio",
+                                    "ram_allocation_ratio"])
+def test_an_allocation_ratio_placement_refuses_fails_at_start(tmp_path, option):
+    """Placement stores ratios as single-precision floats and refuses one
+    above 3.40282e+38 (every inventory PUT would fail)."""
+    config = tmp_path / "ratio.conf"
+    config.write_text("[compute]\n%s = 1e308\n" % option)
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: [compute] %s: Should be less "
+        "than or equal to 3.40282e+38 (in %s)" % (option, config))
+
+
+def test_the_largest_ratio_placement_takes_is_accepted(tmp_path):
+    config = tmp_path / "ratio.conf"
+    config.write_text("[compute]\ncpu_allocation_ratio = 3.40282e+38\n")
+    providers = json.loads(cli("--config-file", str(config), "inventory",
+                               "--libvirt-uri", "test:///default",
+                               "--format", "json").stdout)["providers"]
+    ratios = {p["inventories"]["VCPU"]["allocation_ratio"]
+              for p in providers if "VCPU" in p["inventories"]}
+    assert ratios == {3.40282e38}
+
+
+def test_a_host_name_with_a_newline_is_drawn_on_one_line(tmp_path):
+    """Placement takes ``a\\nb`` as a provider name; the text tree shows it
+    escaped, and the checkpoint-free inventory of the host is unchanged."""
+    import shutil
+
+    snap = tmp_path / "snap"
+    shutil.copytree(FIXTURES / "sriov", snap)
+    doc = json.loads((snap / "host.json").read_text())
+    (snap / "host.json").write_text(json.dumps({**doc, "hostname": "evil\nroot \x1b[2J"}))
+    result = cli("inventory", "--host-snapshot", str(snap))
+    assert "\x1b" not in result.stdout
+    assert result.stdout.splitlines()[0].startswith("evil\\nroot \\x1b[2J (")
+    providers = json.loads(cli("inventory", "--host-snapshot", str(snap),
+                               "--format", "json").stdout)["providers"]
+    assert providers[0]["name"] == "evil\nroot \x1b[2J"
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"

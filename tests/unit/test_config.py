@@ -50,3 +50,11 @@ def test_two_configs_do_not_share_overrides():
     first.set_override("enabled_plugins", ["numa"], "compute_plugins")
     assert second.compute.cpu_allocation_ratio == 4.0
     assert second.compute_plugins.enabled_plugins == ["numa", "vgpu", "sriov", "disk"]
+
+
+def test_the_ratio_limit_is_placements():
+    from placement.db import constants
+
+    from compute_plugins.conf import MAX_ALLOCATION_RATIO
+
+    assert MAX_ALLOCATION_RATIO == constants.SQL_SP_FLOAT_MAX

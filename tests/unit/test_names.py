@@ -40,3 +40,56 @@ def test_provider_uuids_are_stable_and_distinct():
 def test_provider_names_follow_nova():
     assert names.device_provider_name("cn1", "pci", "0000:3b:00.0") == "cn1_pci_0000_3b_00_0"
     assert names.numa_provider_name("cn1", 1) == "cn1_NUMA1"
+
+
+# -------------------------------------------- provider names, file names
+
+
+def test_the_provider_name_limit_is_placements():
+    from placement.schemas import resource_provider
+
+    schema = resource_provider.POST_RP_SCHEMA_V1_14["properties"]["name"]
+    assert names.MAX_PROVIDER_NAME == schema["maxLength"] == 200
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("", "must not be empty"),
+    ("x" * 201, "is 201 characters long; Placement allows at most 200"),
+    ("a\x00", "contains a NUL character (at position 1), which Placement on "
+     "PostgreSQL cannot store"),
+    ("\udcff", "is not valid Unicode (a lone surrogate at position 0), which "
+     "Placement cannot store"),
+    (None, "must be a string, not NoneType"),
+])
+def test_names_placement_refuses(name, problem):
+    assert names.provider_name_problem(name) == problem
+
+
+@pytest.mark.parametrize("name", [
+    "x" * 200, "é" * 200, "../../x", "/etc/passwd", "a b\tc\n", "host:agent",
+])
+def test_names_placement_takes(name):
+    assert names.provider_name_problem(name) is None
+
+
+SAMPLES = ["compute-1.example.org", "../../x", "/abs/path", ".", "..", ".hidden",
+           "a%2Fb", "a/b", "é" * 200, "x" * 200, "x" * 201, "x" * 300,
+           "x" * 300 + "y", "%_" + "0" * 32, "\U0001f600" * 60, "a\x00b", ""]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_a_safe_file_name_stays_in_its_directory(tmp_path, name):
+    stem = names.safe_file_name(name)
+    assert "/" not in stem and "\x00" not in stem
+    assert not stem.startswith(".")
+    assert 0 < len(stem.encode()) <= names.MAX_FILE_STEM
+    # The file can be created, in the directory itself.
+    path = tmp_path / (stem + ".contributions.json")
+    path.write_text("{}")
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_safe_file_names_are_distinct_and_ordinary_names_unchanged():
+    assert len({names.safe_file_name(n) for n in SAMPLES}) == len(SAMPLES)
+    assert names.safe_file_name("compute-1.example.org") == "compute-1.example.org"
+    assert names.safe_file_name("cmp_1~x") == "cmp_1~x"

@@ -293,3 +293,183 @@ def test_garbage_umockdev_names_its_path(tmp_path):
     assert "umockdev-run exited" in str(err.value)
     # Without udev the same snapshot still loads.
     assert snapshot.load_snapshot(str(snap), use_udev=False).pci_devices
+
+
+# ------------------------------------------------ recording into a used dir
+
+
+def _victim(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
+    victim = tmp_path / "outside" / name
+    victim.parent.mkdir(exist_ok=True)
+    victim.write_text("precious\n")
+    return victim
+
+
+def test_record_replaces_planted_symlinks_never_writes_through_them(tmp_path):
+    out = tmp_path / "snap"
+    (out / "nodedev").mkdir(parents=True)
+    caps_victim = _victim(tmp_path, "caps")
+    json_victim = _victim(tmp_path, "json")
+    dev_victim = _victim(tmp_path, "dev")
+    (out / "capabilities.xml").symlink_to(caps_victim)
+    (out / "host.json").symlink_to(json_victim)
+    (out / "nodedev" / "computer.xml").symlink_to(dev_victim)
+
+    snapshot.record_host("test:///default", str(out))
+
+    for victim in (caps_victim, json_victim, dev_victim):
+        assert victim.read_text() == "precious\n"
+    for path in (out / "capabilities.xml", out / "host.json",
+                 out / "nodedev" / "computer.xml"):
+        assert path.is_file() and not path.is_symlink(), path
+    assert "<capabilities>" in (out / "capabilities.xml").read_text()
+    assert json.loads((out / "host.json").read_text())["hostname"] == "vm"
+    assert snapshot.load_snapshot(str(out)).hostname == "vm"
+    # No temporary file is left behind.
+    assert sorted(p.name for p in out.iterdir()) == [
+        "capabilities.xml", "host.json", "nodedev"]
+
+
+def test_record_replaces_a_planted_nodedev_symlink(tmp_path):
+    """``nodedev`` itself a symlink to another directory: the recording
+    gets a directory of its own and the other directory is untouched."""
+    out = tmp_path / "snap"
+    out.mkdir()
+    elsewhere = tmp_path / "outside"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("precious\n")
+    (out / "nodedev").symlink_to(elsewhere, target_is_directory=True)
+
+    snapshot.record_host("test:///default", str(out))
+
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
+    assert (elsewhere / "keep.txt").read_text() == "precious\n"
+    assert not (out / "nodedev").is_symlink()
+    assert sorted(os.listdir(out / "nodedev")) == [
+        "computer.xml", "scsi_host1.xml", "scsi_host11.xml", "scsi_host2.xml"]
+
+
+def test_record_over_an_earlier_recording_leaves_nothing_stale(tmp_path):
+    """A second recording into the same directory replays the second host
+    only: no node device file and no sysfs.umockdev of the first stays."""
+    out = tmp_path / "snap"
+    snapshot.record_host(CUSTOM_URI, str(out))
+    assert (out / "nodedev" / "pci_0000_3b_00_0.xml").exists()
+    (out / "sysfs.umockdev").write_text("P: /devices/of/another/host\n")
+    (out / "notes.txt").write_text("mine\n")
+
+    snapshot.record_host("test:///default", str(out))
+
+    assert sorted(os.listdir(out / "nodedev")) == [
+        "computer.xml", "scsi_host1.xml", "scsi_host11.xml", "scsi_host2.xml"]
+    assert not (out / "sysfs.umockdev").exists()
+    assert (out / "notes.txt").read_text() == "mine\n"  # not ours: kept
+    assert snapshot.load_snapshot(str(out)).pci_devices == ()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_record_host_command_does_not_write_through_a_symlink(tmp_path):
+    out = tmp_path / "snap"
+    out.mkdir()
+    victim = _victim(tmp_path, "json")
+    (out / "host.json").symlink_to(victim)
+    done = subprocess.run(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "record-host",
+         "--libvirt-uri", "test:///default", "--output", str(out)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious\n"
+    assert not (out / "host.json").is_symlink()
+
+
+# ------------------------------------------ node-device files that cannot be read
+
+
+@pytest.mark.parametrize("kind", ["not-utf8", "directory", "fifo"])
+def test_unreadable_node_device_is_skipped_with_a_warning(tmp_path, caplog, kind):
+    """A FIFO is never opened for reading (it would block discovery for
+    good); it, a directory named ``*.xml`` and a file that is not UTF-8 are
+    skipped with a warning naming them, like a node device that does not
+    parse; the rest of the host loads."""
+    snap = _copy("numa4", tmp_path)
+    target = snap / "nodedev" / "pci_0000_02_00_0.xml"
+    target.unlink()
+    if kind == "not-utf8":
+        target.write_bytes(b"<device><name>\xff</name></device>")
+        reason = "not UTF-8 text (byte 0xff at offset 14)"
+    elif kind == "directory":
+        target.mkdir()
+        reason = "a directory, not a regular file"
+    else:
+        os.mkfifo(target)
+        reason = "a FIFO, not a regular file"
+    host = snapshot.load_snapshot(str(snap))
+    assert len(host.cells) == 4
+    assert [d.address for d in host.pci_devices] == ["0000:42:00.0"]
+    assert f"{target}: cannot read: {reason}; node device skipped" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["capabilities.xml", "host.json"])
+def test_a_fifo_instead_of_a_snapshot_file_is_an_error_not_a_hang(tmp_path, name):
+    snap = _copy("sriov", tmp_path)
+    (snap / name).unlink()
+    os.mkfifo(snap / name)
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(err.value) == (
+        f"{snap / name}: cannot read: a FIFO, not a regular file")
+
+
+def test_inventory_on_a_snapshot_with_a_fifo_node_device(tmp_path):
+    """The command a user runs: exit 0, the warning, the host's tree."""
+    snap = _copy("numa4", tmp_path)
+    fifo = snap / "nodedev" / "zz_fifo.xml"
+    os.mkfifo(fifo)
+    done = subprocess.run(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "inventory",
+         "--host-snapshot", str(snap), "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr
+    assert f"{fifo}: cannot read: a FIFO, not a regular file; node device " \
+        "skipped" in done.stderr
+    names = [p["name"] for p in json.loads(done.stdout)["providers"]]
+    assert "numa4_NUMA3" in names
+
+
+# ------------------------------------------------------- host.json limits
+
+
+@pytest.mark.parametrize("depth", [500, 1200])
+def test_deeply_nested_host_json_is_one_clear_error(tmp_path, depth):
+    snap = _copy("sriov", tmp_path)
+    (snap / "host.json").write_text("[" * depth + "]" * depth)
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(err.value) == (
+        f"{snap / 'host.json'}: not valid JSON: arrays and objects nested "
+        "more than 32 deep (at character 32)")
+
+
+def test_a_cpu_count_beyond_the_cpu_id_limit_is_refused(tmp_path):
+    """Without cells the NUMA plugin counts CPUs 0..cpu_count-1: 10**20
+    would never finish."""
+    snap = _copy("sriov", tmp_path)
+    doc = json.loads((snap / "host.json").read_text())
+    (snap / "host.json").write_text(json.dumps({**doc, "cpu_count": 10**20}))
+    with pytest.raises(HostDataError, match="cpu_count must be an integer "
+                       "from 0 to 65536, not 100000000000000000000"):
+        snapshot.load_snapshot(str(snap))
+
+
+def test_a_snapshot_directory_name_placement_refuses_names_the_directory(tmp_path):
+    """Without host.json the host is named after its directory."""
+    snap = tmp_path / ("d" * 201)
+    shutil.copytree(FIXTURES / "numa4", snap)
+    with pytest.raises(HostDataError) as err:
+        snapshot.load_snapshot(str(snap))
+    assert str(err.value) == (
+        "%s: host name %r cannot be the compute node's Placement provider "
+        "name: it is 201 characters long; Placement allows at most 200"
+        % (snap, "d" * 201))

@@ -265,3 +265,316 @@ def test_a_renamed_host_keeps_reporting_under_its_first_name(tmp_path):
     assert second["total_calls"] == 0, second
     assert ("the host's name changed from sriov-compute-01 to renamed-compute"
             in stderr)
+
+
+# ----------------------------------------- the agent's files stay its own
+
+SRIOV = __import__("pathlib").Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov"
+
+
+def _snapshot_named(tmp_path, hostname):
+    """The sriov fixture host under another name (host.json ``hostname``)."""
+    import shutil
+
+    snap = tmp_path / "host"
+    shutil.copytree(SRIOV, snap)
+    document = json.loads((snap / "host.json").read_text())
+    document["hostname"] = hostname
+    (snap / "host.json").write_text(json.dumps(document))
+    return snap
+
+
+def _report(snap, state, *extra, periodic="1"):
+    return subprocess.run(
+        CLI + ["--host-snapshot", str(snap), "--format", "json", *extra,
+               "report", "--periodic", periodic, "--interval", "0"],
+        capture_output=True, text=True, timeout=120,
+        env=cli_env(XDG_STATE_HOME=str(state)))
+
+
+def _files_under(path):
+    import os
+
+    return sorted(os.path.relpath(os.path.join(d, f), path)
+                  for d, _, fs in os.walk(path) for f in fs)
+
+
+@pytest.mark.parametrize("hostname, stem", [
+    ("../../escaped", "%2E.%2F..%2Fescaped"),
+    ("/tmp/escaped", "%2Ftmp%2Fescaped"),
+    ("..", "%2E."),
+])
+def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
+        tmp_path, served, hostname, stem):
+    """Placement takes ``../../escaped`` as a provider name; the checkpoint
+    file gets a percent-encoded name in the state directory, and the next
+    start reads it back."""
+    import uuid
+
+    hostname += "-" + uuid.uuid4().hex[:6]  # the served Placement is shared
+    stem += hostname[-7:]
+    snap = _snapshot_named(tmp_path, hostname)
+    state = tmp_path / "xdg" / "state"
+    first = _report(snap, state, "--placement-url", served.url)
+    assert first.returncode == 0, first.stderr
+    assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
+    assert _files_under(tmp_path / "xdg") == [
+        "state/compute-plugins/%s.contributions.json" % stem]
+    assert not (tmp_path / ("escaped" + hostname[-7:] + ".contributions.json")).exists()
+    checkpoint = json.loads((state / "compute-plugins" / (
+        stem + ".contributions.json")).read_text())
+    assert checkpoint["nodename"] == hostname
+    # A restart uses it (a device removed meanwhile is deleted).
+    (snap / "nodedev" / "pci_0000_02_10_7.xml").unlink()
+    second = _report(snap, state, "--placement-url", served.url)
+    assert second.returncode == 0, second.stderr
+    assert json_lines(second.stdout)[0]["changed"] == [
+        "delete %s_pf_0000_02_10_7" % hostname]
+    assert "ignoring the plugin checkpoint" not in second.stderr
+
+
+@pytest.mark.parametrize("hostname, rule", [
+    ("h" * 201, "is 201 characters long; Placement allows at most 200"),
+    ("a\u0000b", "contains a NUL character (at position 1), which Placement "
+     "on PostgreSQL cannot store"),
+    ("x\ud800", "is not valid Unicode (a lone surrogate at position 1), "
+     "which Placement cannot store"),
+])
+def test_a_host_name_placement_refuses_is_one_line_before_any_call(
+        tmp_path, hostname, rule):
+    snap = _snapshot_named(tmp_path, hostname)
+    state = tmp_path / "state"
+    proc = _report(snap, state)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "compute-plugins: error: %s: host name %r cannot be the compute "
+        "node's Placement provider name: it %s"
+        % (snap / "host.json", hostname, rule)]
+    assert proc.stdout == ""
+    assert not state.exists()  # no Placement database, no checkpoint
+
+
+def test_child_names_over_placements_limit_degrade_only_their_plugin(tmp_path):
+    """A 195-character node name fits, ``<name>_NUMA0`` does not: the numa
+    plugin fails with the rule (exit 1, host degraded), nothing is sent
+    for it, the other plugins' providers are created."""
+    hostname = "h" * 195
+    snap = _snapshot_named(tmp_path, hostname)
+    proc = _report(snap, tmp_path / "state")
+    assert proc.returncode == 1, proc.stderr
+    assert ("host degraded: plugin numa failed to contribute: plugin 'numa': "
+            "provider name '%s_NUMA0' is 201 characters long; Placement "
+            "allows at most 200" % hostname) in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (result,) = json_lines(proc.stdout)
+    assert result["changed"][0] == "create %s" % hostname
+    assert not any("_NUMA" in change for change in result["changed"])
+
+
+def _embedded_client(db):
+    from compute_plugins.placement import embedded
+
+    service = embedded.EmbeddedPlacement(embedded.sqlite_url(str(db)))
+    return service, service.start().client()
+
+
+def test_a_checkpoint_naming_another_services_provider_is_ignored(tmp_path):
+    """neutron's ``<host>:<agent>:<iface>`` provider in the compute node's
+    tree, named in a tampered checkpoint as a plugin's: the checkpoint is
+    refused (one warning) and the provider stays in Placement."""
+    import uuid
+
+    snap = _snapshot_named(tmp_path, "cmp1")
+    state = tmp_path / "state"
+    first = _report(snap, state)
+    assert first.returncode == 0, first.stderr
+    db = state / "compute-plugins" / "placement.sqlite"
+    service, client = _embedded_client(db)
+    try:
+        root = client.get("/resource_providers?name=cmp1")[
+            "resource_providers"][0]["uuid"]
+        neutron = str(uuid.uuid4())
+        client.post("/resource_providers", {
+            "name": "cmp1:NIC Switch agent:ens1f0", "uuid": neutron,
+            "parent_provider_uuid": root})
+    finally:
+        service.close()
+    path = state / "compute-plugins" / "cmp1.contributions.json"
+    checkpoint = json.loads(path.read_text())
+    checkpoint["plugins"]["sriov"].append({
+        "name": "cmp1:NIC Switch agent:ens1f0", "uuid": neutron,
+        "parent": None, "inventory": {}, "traits": [], "aggregates": []})
+    path.write_text(json.dumps(checkpoint))
+
+    second = _report(snap, state)
+    assert second.returncode == 0, second.stderr
+    assert ("ignoring the plugin checkpoint %s (plugin 'sriov': provider "
+            "'cmp1:NIC Switch agent:ens1f0' is not the compute node 'cmp1' "
+            "nor named cmp1_*: it may belong to another service): adopting "
+            "the provider tree instead" % path) in second.stderr
+    assert json_lines(second.stdout)[0]["changed"] == []
+    service, client = _embedded_client(db)
+    try:
+        assert client.get("/resource_providers/%s" % neutron)["name"] == (
+            "cmp1:NIC Switch agent:ens1f0")
+    finally:
+        service.close()
+
+
+@pytest.mark.parametrize("content", [
+    "[" * 1200 + "]" * 1200,
+    '{"format_version": 1, "plugins": ' + "[" * 500 + "]" * 500 + "}",
+    "fifo",
+])
+def test_a_bad_checkpoint_is_ignored_with_a_warning_every_periodic_works(
+        tmp_path, content):
+    """Deep nesting used to raise RecursionError in every periodic (the
+    checkpoint is read until one succeeds); a FIFO would block the agent."""
+    import os
+
+    snap = _snapshot_named(tmp_path, "cmp2")
+    state = tmp_path / "state"
+    path = state / "compute-plugins" / "cmp2.contributions.json"
+    path.parent.mkdir(parents=True)
+    if content == "fifo":
+        os.mkfifo(path)
+        reason = "cannot read: a FIFO, not a regular file"
+    else:
+        path.write_text(content)
+        reason = "arrays and objects nested more than 32 deep"
+    proc = _report(snap, state, periodic="2")
+    assert proc.returncode == 0, proc.stderr
+    first, second = json_lines(proc.stdout)
+    assert "create cmp2" in first["changed"] and "error" not in first
+    assert second["total_calls"] == 0
+    warnings = [ln for ln in proc.stderr.splitlines()
+                if "ignoring the plugin checkpoint" in ln]
+    assert len(warnings) == 1 and reason in warnings[0], proc.stderr
+    # The good checkpoint of this run replaced the bad one.
+    assert json.loads(path.read_text())["nodename"] == "cmp2"
+
+
+def test_the_state_is_private_to_the_agents_user(tmp_path):
+    """New state directory 0700, database and checkpoint 0600; an existing
+    database readable by others is tightened; an existing directory is
+    left as it is (it may be shared: README)."""
+    import os
+    import stat
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    snap = _snapshot_named(tmp_path, "cmp3")
+    state = tmp_path / "fresh"
+    assert _report(snap, state).returncode == 0
+    ours = state / "compute-plugins"
+    assert mode(ours) == 0o700
+    assert mode(ours / "placement.sqlite") == 0o600
+    assert mode(ours / "cmp3.contributions.json") == 0o600
+
+    old = tmp_path / "old"
+    shutil_copy = __import__("shutil").copytree
+    shutil_copy(ours, old / "compute-plugins")
+    os.chmod(old / "compute-plugins", 0o755)
+    os.chmod(old / "compute-plugins" / "placement.sqlite", 0o644)
+    os.chmod(old / "compute-plugins" / "cmp3.contributions.json", 0o644)
+    (snap / "nodedev" / "pci_0000_02_10_7.xml").unlink()  # a change to save
+    proc = _report(snap, old)
+    assert proc.returncode == 0, proc.stderr
+    assert mode(old / "compute-plugins") == 0o755
+    assert mode(old / "compute-plugins" / "placement.sqlite") == 0o600
+    assert mode(old / "compute-plugins" / "cmp3.contributions.json") == 0o600
+
+
+def test_placement_serve_on_a_file_that_is_not_a_database_is_only_the_line(
+        tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    notes.chmod(0o644)
+    proc = subprocess.run(
+        CLI + ["placement", "serve", "--port", str(free_port()), "--db",
+               str(notes)],
+        capture_output=True, text=True, timeout=120, env=cli_env())
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "compute-plugins: configuration error: --db %s: cannot open the "
+        "embedded Placement database sqlite:///%s: DBError: "
+        "(sqlite3.DatabaseError) file is not a database" % (notes, notes)]
+    assert notes.read_text() == "my notes\n"
+    assert notes.stat().st_mode & 0o777 == 0o644
+
+
+# ------------------------------- an answer Placement never gives: named error
+
+
+class _Proxy:
+    """A real HTTP proxy in front of the served Placement that answers
+    ``PUT .../inventories`` itself with ``body`` (status 200), as a broken
+    proxy or another service on the URL would; the rest is forwarded."""
+
+    def __init__(self, upstream: str, body: bytes) -> None:
+        import http.server
+        import threading
+
+        import requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(length) if length else None
+                if self.command == "PUT" and self.path.endswith("/inventories"):
+                    status, headers, content = 200, {}, body
+                else:
+                    resp = requests.request(
+                        self.command, upstream + self.path, data=data,
+                        headers={k: v for k, v in self.headers.items()
+                                 if k.lower() != "host"}, timeout=60)
+                    status, content = resp.status_code, resp.content
+                    headers = {k: v for k, v in resp.headers.items()
+                               if k.lower() not in ("content-length", "connection",
+                                                    "transfer-encoding")}
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            do_GET = do_PUT = do_POST = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("body, what", [
+    (b"", "with status 200 and no body; a JSON document was expected"),
+    (b"null", "with status 200 and a JSON null where Placement sends an object"),
+])
+def test_an_answer_without_the_body_placement_sends_is_a_named_error(
+        tmp_path, served, body, what):
+    import uuid
+
+    hostname = "proxied-" + uuid.uuid4().hex[:6]
+    snap = _snapshot_named(tmp_path, hostname)
+    proxy = _Proxy(served.url, body)
+    try:
+        proc = _report(snap, tmp_path / "state", "--placement-url", proxy.url)
+    finally:
+        proxy.close()
+    assert proc.returncode == 1, proc.stderr
+    (result,) = json_lines(proc.stdout)
+    assert result["error"].startswith(
+        "%s answered PUT /resource_providers/{uuid}/inventories %s"
+        % (proxy.url, what)), result["error"]
+    assert "TypeError" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    # Nothing of this node was recorded as contributed: no checkpoint.
+    assert not list((tmp_path / "state").rglob("*.contributions.json"))

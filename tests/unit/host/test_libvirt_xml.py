@@ -618,9 +618,10 @@ def test_mdevs_with_one_uuid_on_two_parents_are_two():
 @pytest.mark.parametrize(
     "cell,reason",
     [
-        ("<cell id='-1'><cpus num='0'/></cell>", "negative cell id"),
+        ("<cell id='-1'><cpus num='0'/></cell>",
+         "<cell> attribute id '-1' is out of range 0..1023"),
         ("<cell id='0'><cpus num='1'><cpu id='-2'/></cpus></cell>",
-         "negative CPU id"),
+         "cell 0 <cpu> id '-2' is out of range 0..65535"),
         ("<cell id='0'><pages size='0'>1</pages></cell>",
          "size must be at least 1 KiB"),
         ("<cell id='0'><pages size='4'>-1</pages></cell>",
@@ -647,3 +648,137 @@ def test_odd_capabilities_values_are_refused(cell, reason):
 def test_base_page_size(cpu, expected):
     doc = f"<capabilities><host>{cpu}</host></capabilities>"
     assert libvirt_xml.parse_base_page_kb(doc, "caps.xml") == expected
+
+
+# ------------------------------------------- ids bounded by the kernel's limits
+
+
+@pytest.mark.parametrize(
+    "cell,reason",
+    [
+        ("<cell id='100000000000000000000'><cpus num='0'/></cell>",
+         "<cell> attribute id '100000000000000000000' is out of range 0..1023"),
+        ("<cell id='1024'><cpus num='0'/></cell>",
+         "<cell> attribute id '1024' is out of range 0..1023"),
+        # Python's int() reads these as 1024 and 3.
+        ("<cell id='\uff11\uff10\uff12\uff14'><cpus num='0'/></cell>",
+         "<cell> attribute id is not an integer: '\uff11\uff10\uff12\uff14'"
+         " (ASCII digits only)"),
+        ("<cell id='0'><cpus num='1'><cpu id='\u0663'/></cpus></cell>",
+         "cell 0 <cpu> id is not an integer: '\u0663'"),
+        ("<cell id='0'><cpus num='1'><cpu id='100000000000000000000'/>"
+         "</cpus></cell>", "cell 0 <cpu> id '100000000000000000000' is out of "
+         "range 0..65535"),
+        ("<cell id='0'><cpus num='1'><cpu id='1_0'/></cpus></cell>",
+         "cell 0 <cpu> id is not an integer: '1_0'"),
+        # \u0660-\u0663 is what int() and str.isdigit read as 0-3.
+        ("<cell id='0'><cpus num='1'><cpu id='0' "
+         "siblings='\u0660-\u0663'/></cpus></cell>", "bad CPU list"),
+        ("<cell id='0'><distances><sibling id='5000' value='10'/></distances>"
+         "</cell>", "distance sibling id '5000' is out of range 0..1023"),
+    ],
+)
+def test_cell_and_cpu_ids_beyond_the_kernels_limits_are_refused(cell, reason):
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_capabilities(_caps_doc(cell), "caps.xml")
+    assert reason in str(err.value)
+
+
+def test_the_highest_ids_the_kernel_allows_are_accepted():
+    (cell,) = libvirt_xml.parse_capabilities(_caps_doc(
+        "<cell id='1023'><cpus num='1'><cpu id='65535'/></cpus></cell>"),
+        "caps.xml")
+    assert cell.id == 1023 and cell.cpu_ids == {65535}
+
+
+def _pci_at(domain: str, bus: str, slot: str, function: str, extra: str = "") -> str:
+    return _pci(f"<domain>{domain}</domain><bus>{bus}</bus><slot>{slot}</slot>"
+                f"<function>{function}</function>{extra}")
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        (_pci_at("0", "-2", "0", "0"), "<bus> '-2' is out of range 0..255"),
+        (_pci_at("0", "0x100", "0", "0"), "<bus> '0x100' is out of range 0..255"),
+        (_pci_at("0", "0", "0x20", "0"), "<slot> '0x20' is out of range 0..31"),
+        (_pci_at("0", "0", "0", "99"), "<function> '99' is out of range 0..7"),
+        (_pci_at("1" * 30, "0", "0", "0"),
+         "<domain> '%s' is out of range 0..65535" % ("1" * 30)),
+        (_pci_at("0x10000", "0", "0", "0"),
+         "<domain> '0x10000' is out of range 0..65535"),
+        (_pci_at("0", "\uff12", "0", "0"), "<bus> is not an integer"),
+        (_pci_at("0", "0", "0", "0", "<numa node='100000000000000000000'/>"),
+         "<numa> node '100000000000000000000' is out of range ..1023"),
+        (_pci_at("0", "0", "0", "0",
+                 "<capability type='virt_functions'><address domain='0' "
+                 "bus='0x2' slot='0' function='9'/></capability>"),
+         "virt_functions address function '9' is out of range 0..7"),
+        (_pci_at("0", "0", "0", "0",
+                 "<capability type='virt_functions' maxCount='70000'/>"),
+         "maxCount '70000' is out of range 0..65535"),
+        (_pci_at("0", "0", "0", "0", "<vendor id='0x18086'/>"),
+         "<vendor> id '0x18086' is out of range 0..65535"),
+    ],
+)
+def test_pci_addresses_beyond_pcis_limits_are_refused(text, reason):
+    with pytest.raises(HostDataError) as err:
+        libvirt_xml.parse_node_device(text, "/snap/nodedev/x.xml")
+    assert reason in str(err.value)
+
+
+def test_the_highest_pci_address_is_accepted():
+    device = libvirt_xml.parse_node_device(
+        _pci_at("0xffff", "0xff", "0x1f", "7", "<numa node='1023'/>"))
+    assert device.address == "ffff:ff:1f.7"
+    assert device.numa_node == 1023
+
+
+def test_a_device_out_of_range_is_skipped_and_never_becomes_a_provider(caplog):
+    """A node device with function 99 is skipped with a warning, as any bad
+    device; the host's other devices stay."""
+    host = libvirt_xml.host_info_from_xml(
+        hostname="h", source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"),
+        nodedev_xmls={"bad": _pci_at("0", "0x3b", "0", "99"),
+                      "good": _pci_at("0", "0x3c", "0", "0")})
+    assert [d.address for d in host.pci_devices] == ["0000:3c:00.0"]
+    assert "bad (pci_x): <function> '99' is out of range 0..7; node device skipped" \
+        in caplog.text
+
+
+# ------------------------------------------------- the host's name, checked
+
+
+@pytest.mark.parametrize("hostname, rule", [
+    ("", "must not be empty"),
+    ("h" * 201, "is 201 characters long; Placement allows at most 200"),
+    ("a\x00b", "contains a NUL character"),
+    ("\udcc3", "is not valid Unicode (a lone surrogate at position 0)"),
+])
+def test_a_libvirt_host_name_placement_refuses_is_an_input_error(hostname, rule):
+    """getHostname's answer becomes the root provider's name: one Placement
+    refuses is refused at discovery, naming the URI it came from."""
+    from compute_plugins.exception import InputError
+    from compute_plugins.host import libvirt_host
+
+    raw = libvirt_host.RawHost(
+        uri="qemu:///system", hostname=hostname, memory_kb=1024,
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"), nodedevs={})
+    with pytest.raises(InputError) as err:
+        libvirt_host.host_info_from_raw(raw)
+    assert str(err.value).startswith(
+        "qemu:///system: host name %r cannot be the compute node's Placement "
+        "provider name: it %s" % (hostname, rule))
+
+
+def test_a_host_name_that_is_a_path_is_a_valid_provider_name():
+    host = libvirt_xml.host_info_from_xml(
+        hostname="../../etc/x", source="s",
+        capabilities_xml=_caps("vircaps-x86_64-basic.xml"), nodedev_xmls={})
+    assert host.hostname == "../../etc/x"
+
+
+def test_pci_names_with_a_slot_beyond_0x1f_name_no_parent():
+    assert libvirt_xml.address_from_name("pci_0000_3b_1f_7") == "0000:3b:1f.7"
+    assert libvirt_xml.address_from_name("pci_0000_3b_20_0") is None

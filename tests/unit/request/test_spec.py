@@ -243,3 +243,10 @@ def test_tampered_payloads_reviewer_cases(manager, mutate):
     mutate(doc)
     with pytest.raises(RequestFormatError):
         RequestSpec.from_json(json.dumps(doc), manager)
+
+
+def test_a_deeply_nested_payload_is_a_format_error(manager):
+    from compute_plugins.request.errors import RequestFormatError
+
+    with pytest.raises(RequestFormatError, match="nested more than 32 deep"):
+        RequestSpec.from_json("[" * 1200 + "]" * 1200, manager)

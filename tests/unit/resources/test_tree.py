@@ -134,6 +134,9 @@ def test_pci_address_normalization():
     assert normalize_pci_address("3b:0.1") == "0000:3b:00.1"
     assert normalize_pci_address("ens1f0") is None
     assert normalize_pci_address("0000:3b:00.8") is None
+    # PCI's slot (device) field has 5 bits: 0x1f is the last.
+    assert normalize_pci_address("0000:3b:1f.7") == "0000:3b:1f.7"
+    assert normalize_pci_address("0000:3b:20.0") is None
 
 
 def test_numa_parents_rule(conf):
