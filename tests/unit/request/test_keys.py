@@ -109,8 +109,15 @@ def test_unknown_vnic_type(manager, vnic):
 
 
 def test_other_namespaces_are_left_alone(manager):
-    build(manager, {"quota:cpu_shares": "10", "aggregate_instance_extra_specs:ssd": "true",
-                    "capabilities:cpu_info": "x"})
+    """Keys of other services' namespaces are kept in the flavor, unjudged,
+    and change nothing the scheduler asks for."""
+    others = {"quota:cpu_shares": "10", "aggregate_instance_extra_specs:ssd": "true",
+              "capabilities:cpu_info": "x"}
+    spec = build(manager, others)
+    plain = build(manager, {})
+    assert dict(spec.flavor.extra_specs) == others
+    assert spec.requests == plain.requests
+    assert spec.placement_query() == plain.placement_query()
 
 
 # -- vgpu ---------------------------------------------------------------------------

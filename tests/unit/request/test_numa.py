@@ -114,7 +114,17 @@ def test_realtime_with_mask(manager):
 
 
 def test_nova_keys_no_plugin_schedules_are_accepted(manager):
-    build(manager, {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"})
+    """nova's guest-shape keys that do not affect scheduling are kept for
+    the driver and change neither the NUMA request nor the query; a key
+    nova does not know in the same namespace is refused."""
+    keys = {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"}
+    spec = build(manager, keys)
+    plain = build(manager, {})
+    assert dict(spec.flavor.extra_specs) == keys
+    assert numa(spec) == numa(plain)
+    assert spec.placement_query() == plain.placement_query()
+    assert_problem(problems(manager, {"hw:cpu_sokets": "2"}), "hw:cpu_sokets",
+                   "does not appear to be a valid extra spec")
 
 
 # -- invalid --------------------------------------------------------------------
