@@ -266,3 +266,27 @@ def test_a_renamed_host_keeps_reporting_under_its_first_name(tmp_path):
     assert second["total_calls"] == 0, second
     assert ("the host's name changed from sriov-compute-01 to renamed-compute"
             in stderr)
+
+
+def test_the_readme_example_is_what_report_prints(tmp_path):
+    """README's ``report`` example: the calls of the first two periodics on
+    the libvirt test driver with the embedded Placement, as they are."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    example = readme.split("periodics (forever without N)", 1)[1]
+    example = [ln for ln in example.split("```", 2)[1].splitlines() if ln.strip()]
+    proc = subprocess.run(
+        CLI + HOST + ["report", "--periodic", "2", "--interval", "0"],
+        capture_output=True, text=True, timeout=120,
+        env=cli_env(XDG_STATE_HOME=str(tmp_path)))
+    succeeded(proc.returncode, proc.stderr)
+    printed = [ln for ln in proc.stdout.splitlines()
+               if ln.startswith(("periodic ", "     "))]
+
+    def calls(lines):
+        # NOTE: the root's name is the machine's; the calls are not.
+        return [re.sub(r", changed: .*", "", ln.strip()) for ln in lines]
+
+    assert calls(printed) == calls(example)
