@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from oslo_config import cfg
 from oslo_config import fixture as config_fixture
@@ -189,8 +191,6 @@ class _NoPlacement:
 
 
 def _loop(step, interval=0.0, count=None):
-    import io
-
     from compute_plugins.cmd import report as report_cmd
 
     rc = report.ReportClient(_NoPlacement(), refresh_interval=0)
@@ -222,29 +222,56 @@ def test_signal_handlers_take_no_lock(monkeypatch):
     assert loop.client._clear_requested is True
 
 
-def test_stop_during_the_wait_between_periodics_ends_it_quickly():
+def test_stop_during_the_wait_between_periodics_ends_it():
+    """SIGTERM while the loop waits for the next periodic (here a wait that
+    would never end by itself) ends the loop: no further periodic, exit 0."""
     import os
     import signal
-    import time
+    import threading
+
+    from compute_plugins.cmd import report as report_cmd
+
+    waiting = threading.Event()
+
+    class Loop(report_cmd.Loop):
+        def _wait(self, seconds):
+            waiting.set()
+            super()._wait(seconds)
 
     results = []
 
     def step():
         results.append(report.PeriodicResult(len(results) + 1, {}, []))
-        os.kill(os.getpid(), signal.SIGTERM)
         return results[-1]
 
-    loop = _loop(step, interval=60.0)
-    sigs = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
+    def stop_once_waiting():
+        waiting.wait()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def hung(signum, frame):
+        raise AssertionError("the loop kept waiting after SIGTERM")
+
+    loop = Loop(report.ReportClient(_NoPlacement(), refresh_interval=0), step,
+                interval=1e9, count=None, out=io.StringIO())
+    sigs = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
     old = {s: signal.getsignal(s) for s in sigs}
-    start = time.monotonic()
+    sender = threading.Thread(target=stop_once_waiting)
     try:
         loop.install_signals()
+        # NOTE: a guard, not a measure: a loop that ignores the stop would
+        # otherwise hang the test run.
+        signal.signal(signal.SIGALRM, hung)
+        signal.alarm(60)
+        sender.start()
         assert loop.run() == 0
     finally:
+        signal.alarm(0)
         for s, handler in old.items():
             signal.signal(s, handler)
-    assert len(results) == 1 and time.monotonic() - start < 5
+        waiting.set()
+        sender.join()
+    assert [r.periodic for r in results] == [1]
+    assert loop.stop_requested
 
 
 @pytest.mark.parametrize("text", [

@@ -44,6 +44,13 @@ def test_generic_resources_and_traits(manager):
     assert "member_of1=in%3A" in qs and "member_of=%21in%3A" in qs
 
 
+def test_unsuffixed_traits_are_root_traits(manager):
+    alt = build(manager, {"trait:CUSTOM_X": "required",
+                          "trait:CUSTOM_Y": "forbidden"}).placement_query().alternatives[-1]
+    assert "CUSTOM_X" in alt.root_required and "CUSTOM_Y" in alt.root_forbidden
+    assert not any(g.required_traits for g in alt.groups if not g.requester_id)
+
+
 def test_image_traits_required(manager):
     spec = build(manager, image={"traits_required": ["HW_CPU_X86_AVX2"]})
     assert "HW_CPU_X86_AVX2" in spec.placement_query().alternatives[0].root_required
@@ -97,6 +104,17 @@ def test_group_policy_none_is_accepted_with_guest_nodes(manager):
     assert alt.group_policy == "none" and alt.distinct == ("_NUMA0", "_NUMA1")
 
 
+def test_user_group_policy_is_honoured(manager):
+    spec = build(manager, {"hw:numa_nodes": "2", "group_policy": "isolate"})
+    assert spec.placement_query().alternatives[0].group_policy == "isolate"
+
+
+@pytest.mark.parametrize("key", ["resources1:CUSTOM_X", "resources:VGPU",
+                                 "resources:DISK_GB", "resources:PCPU"])
+def test_resource_amounts_bounded(manager, key):
+    assert_problem(problems(manager, {key: str(2**31)}), key, "greater than the max")
+
+
 def test_member_of_is_normalised(manager):
     spec = build(manager, {"member_of": "in:" + AGG.upper()})
     assert groups(spec)[""].member_of == ((AGG,),)
@@ -109,8 +127,15 @@ def test_unknown_vnic_type(manager, vnic):
 
 
 def test_other_namespaces_are_left_alone(manager):
-    build(manager, {"quota:cpu_shares": "10", "aggregate_instance_extra_specs:ssd": "true",
-                    "capabilities:cpu_info": "x"})
+    """Keys of other services' namespaces are kept in the flavor, unjudged,
+    and change nothing the scheduler asks for."""
+    others = {"quota:cpu_shares": "10", "aggregate_instance_extra_specs:ssd": "true",
+              "capabilities:cpu_info": "x"}
+    spec = build(manager, others)
+    plain = build(manager, {})
+    assert dict(spec.flavor.extra_specs) == others
+    assert spec.requests == plain.requests
+    assert spec.placement_query() == plain.placement_query()
 
 
 # -- vgpu ---------------------------------------------------------------------------
@@ -141,6 +166,13 @@ def test_vgpu_unsuffixed_and_numbered(manager):
 ])
 def test_vgpu_invalid(manager, specs, key, text):
     assert_problem(problems(manager, specs), key, text)
+
+
+def test_vgpu_socket_affinity_adds_the_root_trait(manager):
+    spec = build(manager, {"resources:VGPU": "1", "hw:numa_nodes": "1",
+                           "hw:pci_numa_affinity_policy": "socket"})
+    assert "COMPUTE_SOCKET_PCI_NUMA_AFFINITY" in (
+        spec.placement_query().alternatives[0].root_required)
 
 
 # -- sriov ----------------------------------------------------------------------------
@@ -205,6 +237,17 @@ def test_sriov_invalid(manager, specs, image, ports, key, text):
     assert_problem(problems(manager, specs, image=image, ports=ports), key, text)
 
 
+def test_one_problem_for_a_policy_two_plugins_read(manager):
+    found = problems(manager, {"resources:VGPU": "1", "hw:pci_numa_affinity_policy": "x"},
+                     ports=[{"vnic_type": "direct", "physnet": "p"}])
+    assert len([p for p in found if p.key == "hw:pci_numa_affinity_policy"]) == 1
+
+
+def test_thousands_of_digits_in_an_alias_count_are_a_problem(manager):
+    assert_problem(problems(manager, {"pci_passthrough:alias": "qat:" + "1" * 5000}),
+                   "pci_passthrough:alias", "")
+
+
 @pytest.mark.parametrize("alias,text", [
     ('{"name": "x"}', "does not have vendor_id and product_id"),
     ('{"name": "x", "vendor_id": "zz"}', "does not match"),
@@ -252,3 +295,10 @@ def test_shared_storage_aggregate():
 def test_unusable_flavor(manager, doc, text):
     with pytest.raises(RequestInputError, match=text):
         build_request_spec(manager, doc)
+
+
+@pytest.mark.parametrize("field", ["vcpus", "memory_mb", "root_gb", "swap"])
+def test_amounts_above_placement_max_are_unusable_input(manager, field):
+    kwargs = {"vcpus": 2, "memory_mb": 2048, field: 2**31}
+    with pytest.raises(RequestInputError, match="2147483647"):
+        build(manager, {}, **kwargs)

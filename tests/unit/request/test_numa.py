@@ -102,6 +102,17 @@ def test_image_page_size_allowed_against_large(manager):
     assert req.page_size_kb == 2048
 
 
+@pytest.mark.parametrize("size,order", [
+    ("large", ["CUSTOM_MEMORY_PAGE_1048576KB", "CUSTOM_MEMORY_PAGE_2048KB"]),
+    ("any", ["CUSTOM_MEMORY_PAGE_1048576KB", "CUSTOM_MEMORY_PAGE_2048KB", "MEMORY_MB"]),
+])
+def test_largest_page_size_first(manager, size, order):
+    spec = build(manager, {"hw:mem_page_size": size}, vcpus=2, memory_mb=2048)
+    got = [next(rc for rc in a.group("_NUMA0").resources if "MEM" in rc)
+           for a in spec.placement_query().alternatives]
+    assert got == order
+
+
 def test_pcpu_resources_means_dedicated(manager):
     req = numa(build(manager, {"resources:PCPU": "4"}))
     assert req.cpu_policy == "dedicated"
@@ -114,7 +125,37 @@ def test_realtime_with_mask(manager):
 
 
 def test_nova_keys_no_plugin_schedules_are_accepted(manager):
-    build(manager, {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"})
+    """nova's guest-shape keys that do not affect scheduling are kept for
+    the driver and change neither the NUMA request nor the query; a key
+    nova does not know in the same namespace is refused."""
+    keys = {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"}
+    spec = build(manager, keys)
+    plain = build(manager, {})
+    assert dict(spec.flavor.extra_specs) == keys
+    assert numa(spec) == numa(plain)
+    assert spec.placement_query() == plain.placement_query()
+    assert_problem(problems(manager, {"hw:cpu_sokets": "2"}), "hw:cpu_sokets",
+                   "does not appear to be a valid extra spec")
+
+
+def test_a_huge_vcpu_count_stays_a_count(manager):
+    """10^8 vCPUs without pinning is a number in the spec and in the query,
+    never a set of numbered guest CPUs; numbering that many is refused."""
+    spec = build(manager, {}, vcpus=100000000, memory_mb=4096)
+    assert [[dict(g.resources) for g in alt.groups]
+            for alt in spec.placement_query().alternatives] == [
+        [{"VCPU": 100000000, "MEMORY_MB": 4096}],
+        [{"VCPU": 50000000, "MEMORY_MB": 2048}, {"VCPU": 50000000, "MEMORY_MB": 2048}]]
+    req = numa(spec)
+    assert (req.vcpus, req.cells, req.realtime_cpus) == (100000000, (), frozenset())
+    # what travels to the host is a count, not 10^8 CPU ids
+    assert len(spec.to_json()) < 4096
+    for specs, key in [({"hw:cpu_policy": "dedicated"}, "vcpus"),
+                       ({"hw:numa_nodes": "2"}, "vcpus"),
+                       ({"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes"},
+                        "hw:cpu_realtime_mask")]:
+        assert_problem(problems(manager, specs, vcpus=100000000), key,
+                       "at most 65536 vCPUs")
 
 
 # -- invalid --------------------------------------------------------------------
@@ -180,6 +221,48 @@ def test_memory_not_a_multiple_of_the_page_size(manager):
     found = problems(manager, {"hw:mem_page_size": "1GB", "hw:numa_nodes": "2"},
                      memory_mb=3072)
     assert_problem(found, "hw:mem_page_size", "not a multiple of the page size")
+
+
+@pytest.mark.parametrize("specs,memory", [
+    ({"hw:mem_page_size": "large"}, 513),
+    ({"hw:mem_page_size": "large", "hw:numa_nodes": "2"}, 1026),
+    ({"hw:mem_page_size": "1GB"}, 1536),
+])
+def test_memory_no_page_size_divides_is_a_problem(manager, specs, memory):
+    assert_problem(problems(manager, specs, vcpus=2, memory_mb=memory),
+                   "hw:mem_page_size", "is not a multiple of")
+
+
+def test_numa_nodes_bounded(manager):
+    assert_problem(problems(manager, {"hw:numa_nodes": "129"}),
+                   "hw:numa_nodes", "max value of '128'")
+
+
+@pytest.mark.parametrize("specs,key", [
+    ({"hw:numa_cpus." + "1" * 5000: "0"}, "hw:numa_cpus." + "1" * 5000),
+    ({"hw:mem_page_size": "1" * 5000}, "hw:mem_page_size"),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "1" * 5000},
+     "hw:cpu_dedicated_mask"),
+    ({"hw:numa_nodes": "1" * 5000}, "hw:numa_nodes"),
+])
+def test_thousands_of_digits_are_problems(manager, specs, key):
+    assert_problem(problems(manager, specs), key, "")
+
+
+def test_cell_maps_without_numa_nodes(manager):
+    assert_problem(problems(manager, {
+        "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3", "hw:numa_mem.0": "2048",
+        "hw:numa_mem.1": "2048"}), "hw:numa_cpus.N", "set hw:numa_nodes")
+    # dedicated: one node (nova's nodes = nodes or 1), so two maps are wrong
+    assert_problem(problems(manager, {
+        "hw:cpu_policy": "dedicated", "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3",
+        "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2048"}), "hw:numa_nodes",
+        "must be provided for all NUMA nodes")
+
+
+def test_resources_vcpu_zero_is_refused(manager):
+    assert_problem(problems(manager, {"resources:VCPU": "0"}), "resources:VCPU",
+                   "not supported")
 
 
 @pytest.mark.parametrize("specs,image,key,text", [
