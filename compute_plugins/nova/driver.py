@@ -1,0 +1,134 @@
+"""``PluginProviderTreeMixin``: a nova virt driver's provider tree, by the plugins.
+
+Put it first in a driver's bases::
+
+    class Driver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+        pass
+
+``update_provider_tree(provider_tree, nodename, allocations=None)`` then
+discovers the host (:meth:`PluginProviderTreeMixin.plugin_host_info`: by
+default the driver's own libvirt connection, ``self._host``, read with
+the same parsers as a host snapshot) and lets the
+:class:`~compute_plugins.manager.PluginManager` update nova's own
+``ProviderTree``: the tree is copied into ours (same uuids, generations,
+inventories, traits, aggregates), every plugin contributes, and only what
+changed is written back into nova's tree with nova's own methods. When
+inventory must move between providers and ``allocations`` is None, nova's
+``ReshapeNeeded`` is raised, as nova's resource tracker expects: it calls
+again with the allocations, which are moved in place
+(:mod:`compute_plugins.reshape`).
+
+The plugins' configuration comes from nova's ``[compute_plugins]
+config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
+``plugin_manager`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from nova import exception as nova_exception
+
+from compute_plugins import exception
+from compute_plugins.host.model import HostInfo
+from compute_plugins.manager import PluginManager
+from compute_plugins.provider_tree import ProviderTree
+
+__all__ = ["PluginProviderTreeMixin", "copy_tree", "write_back"]
+
+
+def copy_tree(nova_tree: Any) -> ProviderTree:
+    """Our ProviderTree holding exactly what nova's holds."""
+    ours = ProviderTree()
+    ours.restore([nova_tree.data(u) for u in nova_tree.get_provider_uuids()])
+    return ours
+
+
+def _depth(tree: ProviderTree, uuid: str) -> int:
+    depth, data = 0, tree.data(uuid)
+    while data.parent_uuid is not None:
+        depth, data = depth + 1, tree.data(data.parent_uuid)
+    return depth
+
+
+def write_back(ours: ProviderTree, nova_tree: Any) -> None:
+    """Change ``nova_tree`` into ``ours`` with nova's own methods, touching
+    only what differs (a provider that changes parent is removed and made
+    again with its uuid, as Placement re-parents)."""
+    wanted = {u: ours.data(u) for u in ours.get_provider_uuids()}
+    have = {u: nova_tree.data(u) for u in nova_tree.get_provider_uuids()}
+    gone = [u for u in have if u not in wanted
+            or wanted[u].parent_uuid != have[u].parent_uuid]
+    for uuid in sorted(gone, key=lambda u: -len(list(_ancestors(have, u)))):
+        if nova_tree.exists(uuid):
+            nova_tree.remove(uuid)
+    for uuid in sorted(wanted, key=lambda u: _depth(ours, u)):
+        data = wanted[uuid]
+        if not nova_tree.exists(uuid):
+            if data.parent_uuid is None:
+                nova_tree.new_root(data.name, uuid, generation=data.generation)
+            else:
+                nova_tree.new_child(data.name, data.parent_uuid, uuid=uuid,
+                                    generation=data.generation)
+        inventory = {rc: dict(rec) for rc, rec in data.inventory.items()}
+        if nova_tree.has_inventory_changed(uuid, inventory):
+            nova_tree.update_inventory(uuid, inventory)
+        if nova_tree.have_traits_changed(uuid, data.traits):
+            nova_tree.update_traits(uuid, data.traits)
+        if nova_tree.have_aggregates_changed(uuid, data.aggregates):
+            nova_tree.update_aggregates(uuid, data.aggregates)
+
+
+def _ancestors(have: dict[str, Any], uuid: str) -> Any:
+    parent = have[uuid].parent_uuid
+    while parent is not None and parent in have:
+        yield parent
+        parent = have[parent].parent_uuid
+
+
+class PluginProviderTreeMixin:
+    """``update_provider_tree`` done by the resource plugins (see the
+    module docstring)."""
+
+    #: The plugins (built on first use from nova's configuration).
+    plugin_manager: Optional[PluginManager] = None
+
+    def get_plugin_manager(self) -> PluginManager:
+        if self.plugin_manager is None:
+            from compute_plugins.nova import conf as nova_conf
+            self.plugin_manager = PluginManager(nova_conf.plugin_conf())
+        return self.plugin_manager
+
+    def plugin_host_info(self, nodename: str) -> HostInfo:
+        """The host as the plugins see it: by default from the driver's
+        libvirt connection (``self._host.get_connection()``), read with the
+        parsers a host snapshot uses."""
+        from compute_plugins.host import libvirt_xml
+        conn = self._host.get_connection()  # type: ignore[attr-defined]
+        info = conn.getInfo()
+        nodedevs = {}
+        for device in conn.listAllDevices(0):
+            nodedevs["nova libvirt nodedev %s" % device.name()] = device.XMLDesc(0)
+        return libvirt_xml.host_info_from_xml(
+            hostname=nodename, source="nova libvirt driver",
+            capabilities_xml=conn.getCapabilities(),
+            capabilities_source="nova libvirt capabilities",
+            nodedev_xmls=nodedevs, memory_kb=int(info[1]) * 1024,
+            online_cpus=None, cpu_count=int(info[2]))
+
+    def update_provider_tree(self, provider_tree: Any, nodename: str,
+                             allocations: Optional[dict[str, Any]] = None) -> None:
+        """nova's virt driver API: update nova's ``provider_tree`` for
+        ``nodename`` with every plugin's contribution.
+
+        :raises nova.exception.ReshapeNeeded: inventory moves between
+            providers and ``allocations`` is None.
+        """
+        manager = self.get_plugin_manager()
+        manager.discover(self.plugin_host_info(nodename))
+        ours = copy_tree(provider_tree)
+        try:
+            manager.update_provider_tree(ours, nodename, allocations)
+        except exception.ReshapeNeeded as err:
+            raise nova_exception.ReshapeNeeded() from err
+        write_back(ours, provider_tree)

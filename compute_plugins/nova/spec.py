@@ -1,0 +1,188 @@
+"""Our RequestSpec from nova's, and the decision carried in nova's spec.
+
+:func:`request_input` reads what a request is built from out of nova's
+``objects.RequestSpec``: the flavor (sizes and extra specs), the image's
+properties (``ImageMetaProps`` back to glance's names: ``hw_numa_cpus`` as
+``hw_numa_cpus.N``, ``traits_required`` as a list), the ports (neutron
+ports nova turned into PCI requests: ``requester_id`` is the port,
+``physical_network`` its physnet, ``dev_type`` its vnic type; and the
+bandwidth request groups nova made per port) and the scheduler hints.
+:func:`from_nova` parses it once with every plugin
+(:meth:`~compute_plugins.request_spec.RequestSpec.build`).
+
+The decision travels in nova's spec as one scheduler hint, :data:`HINT`,
+whose single value is our spec's JSON (``RequestSpec.to_json``, decision
+included). ``scheduler_hints`` is a versioned field of nova's RequestSpec
+(``DictOfListOfStringsField``) that every RPC version since 1.0 carries and
+the database keeps, so the hint survives ``obj_to_primitive`` /
+``obj_from_primitive`` unchanged. :func:`from_nova` returns the recorded
+spec when the hint is there: the compute side reads the decision back and
+never re-parses the flavor (it would not even see a changed flavor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from compute_plugins.request.groups import Decision
+from compute_plugins.request.inputs import Flavor, Port, RequestInput
+from compute_plugins.request_spec import RequestSpec
+
+__all__ = ["HINT", "from_nova", "image_properties", "ports", "record",
+           "recorded", "request_input"]
+
+#: The scheduler hint carrying our spec (with the decision) in nova's spec.
+HINT = "compute_plugins:spec"
+
+#: nova's ``dev_type`` of a port's PCI request -> neutron's vnic type
+#: (``nova.pci.request.DEVICE_TYPE_FOR_VNIC_TYPE`` read backwards; a port
+#: without one is a VF: ``direct``, or ``macvtap``, which nova treats alike).
+_VNIC_OF_DEV_TYPE = {"type-PF": "direct-physical", "vdpa": "vdpa"}
+#: Bandwidth resource classes of a port's request group.
+_EGRESS = "NET_BW_EGR_KILOBIT_PER_SEC"
+_INGRESS = "NET_BW_IGR_KILOBIT_PER_SEC"
+#: Hints nova adds for itself (not the user's).
+_NOVA_HINTS = ("_nova_check_type",)
+
+
+def _is_set(obj: Any, field: str) -> bool:
+    return obj is not None and obj.obj_attr_is_set(field)
+
+
+def _get(obj: Any, field: str, default: Any = None) -> Any:
+    return getattr(obj, field) if _is_set(obj, field) else default
+
+
+def _cpus(cpus: Any) -> str:
+    return ",".join(str(cpu) for cpu in sorted(cpus))
+
+
+def image_properties(image: Any) -> dict[str, Any]:
+    """nova's ``ImageMeta`` properties with glance's names and JSON values.
+
+    ``hw_numa_cpus`` / ``hw_numa_mem`` (lists per guest node in nova's
+    object) become ``hw_numa_cpus.N`` / ``hw_numa_mem.N`` again; sets and
+    tuples become lists; every other value is kept as nova typed it (our
+    parsers accept glance's strings and typed values alike).
+    """
+    props = _get(image, "properties")
+    if props is None:
+        return {}
+    out: dict[str, Any] = {}
+    for field in props.fields:
+        if not props.obj_attr_is_set(field):
+            continue
+        value = getattr(props, field)
+        if field == "hw_numa_cpus":
+            out.update(("hw_numa_cpus.%d" % i, _cpus(c)) for i, c in enumerate(value))
+        elif field == "hw_numa_mem":
+            out.update(("hw_numa_mem.%d" % i, str(m)) for i, m in enumerate(value))
+        elif isinstance(value, (set, frozenset, tuple, list)):
+            out[field] = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+        else:
+            out[field] = value
+    return out
+
+
+def ports(spec_obj: Any) -> list[Port]:
+    """The ports of nova's spec that ask anything of a host.
+
+    A neutron port of an SR-IOV vnic type is one PCI request of nova's
+    (``requester_id`` the port id, ``spec[0]`` its physnet and device
+    type); a port with a minimum bandwidth rule is a request group of
+    nova's (``requester_id`` the port id). Other requested networks ask
+    nothing of the host and are left out.
+    """
+    bandwidth: dict[str, dict[str, int]] = {}
+    for group in _get(spec_obj, "requested_resources") or ():
+        resources = dict(_get(group, "resources") or {})
+        if _EGRESS in resources or _INGRESS in resources:
+            bandwidth[str(group.requester_id)] = resources
+    found: dict[str, dict[str, Any]] = {}
+    pci = _get(spec_obj, "pci_requests")
+    for req in (_get(pci, "requests") or ()):
+        if _get(req, "alias_name") is not None:
+            continue  # a flavor alias: our sriov plugin parses the flavor's key
+        tags = (_get(req, "spec") or [{}])[0]
+        port_id = str(_get(req, "requester_id") or _get(req, "request_id"))
+        found[port_id] = {
+            "id": port_id,
+            "vnic_type": _VNIC_OF_DEV_TYPE.get(tags.get("dev_type") or "", "direct"),
+            "physnet": tags.get("physical_network")}
+    for port_id in bandwidth:
+        found.setdefault(port_id, {"id": port_id, "vnic_type": "normal"})
+    result = []
+    for index, (port_id, doc) in enumerate(sorted(found.items())):
+        rates = bandwidth.get(port_id, {})
+        doc.update(min_kbps_egress=rates.get(_EGRESS, 0),
+                   min_kbps_ingress=rates.get(_INGRESS, 0))
+        result.append(Port.from_dict(doc, index))
+    return result
+
+
+def _hints(spec_obj: Any) -> dict[str, Any]:
+    hints = dict(_get(spec_obj, "scheduler_hints") or {})
+    for key in (HINT, *_NOVA_HINTS):
+        hints.pop(key, None)
+    return {k: list(v) for k, v in hints.items()}
+
+
+def request_input(spec_obj: Any) -> RequestInput:
+    """What our spec is built from, read from nova's ``RequestSpec``.
+
+    :raises RequestInputError: the flavor or a port cannot be used.
+    """
+    flavor = spec_obj.flavor
+    doc = {"name": _get(flavor, "name") or "", "vcpus": flavor.vcpus,
+           "memory_mb": flavor.memory_mb,
+           "root_gb": _get(flavor, "root_gb", 0),
+           "ephemeral_gb": _get(flavor, "ephemeral_gb", 0),
+           "swap": _get(flavor, "swap", 0),
+           "extra_specs": dict(_get(flavor, "extra_specs") or {})}
+    image = _get(spec_obj, "image")
+    return RequestInput.from_dicts(
+        Flavor.from_dict(doc),
+        {"name": _get(image, "name") or "", "properties": image_properties(image)},
+        ports(spec_obj), _hints(spec_obj))
+
+
+def recorded(spec_obj: Any, plugins: Any) -> Optional[RequestSpec]:
+    """Our spec recorded in nova's spec (:func:`record`), or None.
+
+    :raises RequestFormatError: the hint is there but cannot be read (a
+        newer format, a plugin not loaded...): never silently re-derived.
+    """
+    hints = _get(spec_obj, "scheduler_hints") or {}
+    values = hints.get(HINT)
+    if not values:
+        return None
+    return RequestSpec.from_json(values[0], plugins)
+
+
+def from_nova(spec_obj: Any, plugins: Any) -> RequestSpec:
+    """Our spec for nova's ``spec_obj``: the one recorded in it (with the
+    scheduler's decision) when there is one, else parsed once now.
+
+    :raises RequestValidationError: every problem of every plugin.
+    :raises RequestInputError: the flavor or a port cannot be used.
+    :raises RequestFormatError: a recorded spec that cannot be read.
+    """
+    spec = recorded(spec_obj, plugins)
+    if spec is not None:
+        return spec
+    return RequestSpec.build(plugins, request_input(spec_obj))
+
+
+def record(spec_obj: Any, spec: RequestSpec,
+           decision: Optional[Decision] = None) -> None:
+    """Carry ``spec`` (with ``decision`` when given) in nova's ``spec_obj``.
+
+    Replaces an earlier record (a reschedule records the new host's).
+    """
+    if decision is not None:
+        spec = spec.with_decision(decision)
+    hints: Mapping[str, Any] = _get(spec_obj, "scheduler_hints") or {}
+    updated = dict(hints)
+    updated[HINT] = [spec.to_json()]
+    spec_obj.scheduler_hints = updated

@@ -1,0 +1,109 @@
+"""PluginProviderTreeMixin on nova's own ProviderTree.
+
+A driver with the mixin updates ``nova.compute.provider_tree.ProviderTree``
+as nova's resource tracker calls it: a host that nova's libvirt driver
+reported flat (VCPU and MEMORY_MB on the root, with a guest's allocation
+on them) becomes NUMA cells; the first call raises nova's
+``ReshapeNeeded``, the second (with the allocations) moves the guest's
+allocation to a cell; operator traits on the root stay; the next periodic
+changes nothing.
+
+Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
+    import nova.compute.provider_tree as nova_pt
+else:
+    nova_pt = pytest.importorskip("nova.compute.provider_tree")
+
+from nova import exception as nova_exception  # noqa: E402
+
+from compute_plugins.nova.driver import PluginProviderTreeMixin  # noqa: E402
+from tests.unit.resources import helpers  # noqa: E402
+
+NODE = helpers.NODE
+ROOT = "c0000000-0000-0000-0000-000000000001"
+GUEST = "90000000-0000-0000-0000-000000000001"
+
+
+class Driver(PluginProviderTreeMixin):
+    def __init__(self, manager, host):
+        self.plugin_manager = manager
+        self.host = host
+
+    def plugin_host_info(self, nodename):
+        assert nodename == NODE
+        return self.host
+
+
+def state(tree):
+    return {tree.data(u).name: (tree.data(u).parent_uuid,
+                                dict(tree.data(u).inventory),
+                                set(tree.data(u).traits), tree.data(u).generation)
+            for u in tree.get_provider_uuids()}
+
+
+@pytest.fixture
+def driver(conf):
+    host = helpers.host([helpers.cell(0, [0, 1], memory_gb=4),
+                         helpers.cell(1, [2, 3], memory_gb=4)])
+    return Driver(helpers.manager(conf, ("numa",)), host)
+
+
+def nova_flat_tree():
+    tree = nova_pt.ProviderTree()
+    tree.new_root(NODE, ROOT, generation=3)
+    tree.update_inventory(ROOT, {
+        "VCPU": {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4,
+                 "step_size": 1, "allocation_ratio": 4.0},
+        "MEMORY_MB": {"total": 8192, "reserved": 512, "min_unit": 1,
+                      "max_unit": 8192, "step_size": 1, "allocation_ratio": 1.0},
+        "DISK_GB": {"total": 100, "reserved": 0, "min_unit": 1, "max_unit": 100,
+                    "step_size": 1, "allocation_ratio": 1.0}})
+    tree.update_traits(ROOT, ["CUSTOM_OPERATOR", "COMPUTE_NODE"])
+    return tree
+
+
+def test_reshape_as_nova_resource_tracker_does(driver):
+    tree = nova_flat_tree()
+    with pytest.raises(nova_exception.ReshapeNeeded):
+        driver.update_provider_tree(tree, NODE)
+    allocations = {GUEST: {"allocations": {ROOT: {"resources": {
+        "VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10}}}}}
+    driver.update_provider_tree(tree, NODE, allocations=allocations)
+    got = state(tree)
+    assert sorted(got) == [NODE, NODE + "_NUMA0", NODE + "_NUMA1"]
+    root = got[NODE]
+    assert "VCPU" not in root[1] and "MEMORY_MB" not in root[1]
+    assert {"CUSTOM_OPERATOR", "COMPUTE_NODE"} <= root[2]
+    assert got[NODE + "_NUMA0"][0] == ROOT
+    assert got[NODE + "_NUMA0"][1]["VCPU"]["total"] == 2
+    moved = allocations[GUEST]["allocations"]
+    assert moved[ROOT]["resources"] == {"DISK_GB": 10}
+    cell = [u for u in moved if u != ROOT]
+    assert len(cell) == 1
+    assert moved[cell[0]]["resources"] == {"VCPU": 2, "MEMORY_MB": 1024}
+    assert tree.data(cell[0]).name.startswith(NODE + "_NUMA")
+
+
+def test_a_second_periodic_changes_nothing(driver):
+    tree = nova_flat_tree()
+    driver.update_provider_tree(tree, NODE, allocations={})
+    before = state(tree)
+    driver.update_provider_tree(tree, NODE)
+    assert state(tree) == before
+
+
+def test_a_removed_cell_is_removed_from_nova_tree(driver, conf):
+    tree = nova_flat_tree()
+    driver.update_provider_tree(tree, NODE, allocations={})
+    driver.host = helpers.host([helpers.cell(0, [0, 1, 2, 3], memory_gb=8)])
+    driver.update_provider_tree(tree, NODE)
+    assert sorted(state(tree)) == [NODE, NODE + "_NUMA0"]
+    assert tree.data(NODE + "_NUMA0").inventory["VCPU"]["total"] == 4

@@ -1,0 +1,334 @@
+"""PluginFitFilter and RequestSpec.from_nova inside nova's own scheduler code.
+
+The filter is loaded by class path through nova's ``HostFilterHandler`` (as
+``[filter_scheduler] available_filters`` does), constructed without
+arguments (its configuration comes from nova's ``[compute_plugins]
+config_file``), and filters nova ``HostState`` objects whose states were
+published to a real host-state store (SQLite). The decision it keeps
+travels in nova's ``RequestSpec`` through ``obj_to_primitive`` /
+``obj_from_primitive`` and the compute side reads it back and verifies it
+with the same code, without the flavor.
+
+Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set (see
+test_nova_compat).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
+    import nova.conf  # noqa: F401
+else:
+    pytest.importorskip("nova.scheduler.filters")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import nova.conf as nova_conf_mod
+    from nova import objects
+    from nova.scheduler import filters as nova_filters
+    from nova.scheduler import host_manager
+
+from compute_plugins import names  # noqa: E402
+from compute_plugins.fit import encode_state, verify_all  # noqa: E402
+from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
+from compute_plugins.nova import filters as plugin_filters  # noqa: E402
+from compute_plugins.nova import spec as nova_spec  # noqa: E402
+from compute_plugins.request.errors import RequestValidationError  # noqa: E402
+from compute_plugins.request_spec import RequestSpec  # noqa: E402
+from resources.numa.request import NUMAAssignment  # noqa: E402
+from tests.unit.resources import helpers  # noqa: E402
+
+objects.register_all()
+
+FILTER = "compute_plugins.nova.filters.PluginFitFilter"
+NAMES = ("numa", "sriov")
+
+
+def host_info(name, cells, devices=()):
+    return helpers.HostInfo(hostname=name, source="/snapshots/" + name,
+                            cells=tuple(cells), pci_devices=tuple(devices))
+
+
+def two_cells(size):
+    return [helpers.cell(0, range(0, size), memory_gb=4),
+            helpers.cell(1, range(size, 2 * size), memory_gb=4)]
+
+
+PF = helpers.pf("0000:5e:00.0", vfs=4, numa_node=1, netdev="ens1f0")
+#: host -> (cells, [compute] cpu_dedicated_set, cpu_shared_set, devices):
+#: 2, 8 and 4 dedicated CPUs per cell, one shared CPU per cell.
+HOSTS = {
+    "small": (two_cells(3), "0-1,3-4", "2,5", []),
+    "big": (two_cells(9), "0-7,9-16", "8,17", []),
+    "sriov": (two_cells(5), "0-3,5-8", "4,9", [PF]),
+}
+
+
+def host_conf(name):
+    """The configuration of host ``name``'s agent (and its fixture)."""
+    conf, fixture = helpers.make_conf()
+    _cells, dedicated, shared, _devices = HOSTS[name]
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    conf.set_override("cpu_dedicated_set", dedicated, "compute")
+    conf.set_override("cpu_shared_set", shared, "compute")
+    return conf, fixture
+
+
+def host_states(name, usage=()):
+    """Host ``name``'s plugin states (under ``usage``: numa assignments)."""
+    conf, fixture = host_conf(name)
+    try:
+        manager = helpers.manager(conf, NAMES)
+        cells, _, _, devices = HOSTS[name]
+        manager.discover(host_info(name, cells, devices))
+        return {n: p.host_state(manager.views[n], name,
+                                tuple(usage) if n == "numa" else ())
+                for n, p in manager.plugins.items()}, manager
+    finally:
+        fixture.cleanUp()
+
+
+@pytest.fixture
+def conf():
+    conf, fixture = helpers.make_conf()
+    yield conf
+    fixture.cleanUp()
+
+
+@pytest.fixture
+def store(tmp_path):
+    url = "sqlite:///%s" % (tmp_path / "hs.sqlite")
+    with HostStateStore(url) as store:
+        for name in HOSTS:
+            states, manager = host_states(name)
+            store.publish(name, {n: encode_state(manager.plugins[n], s)
+                                 for n, s in states.items()}, 0, nodename=name)
+        yield store
+
+
+def nova_spec_obj(vcpus=2, memory_mb=1024, extra_specs=None, image=None,
+                  hints=None, pci_requests=()):
+    spec = objects.RequestSpec(
+        flavor=objects.Flavor(name="m1", vcpus=vcpus, memory_mb=memory_mb,
+                              root_gb=0, ephemeral_gb=0, swap=0,
+                              extra_specs=extra_specs or {}),
+        image=objects.ImageMeta.from_dict({"name": "img",
+                                           "properties": image or {}}),
+        scheduler_hints=hints or {},
+        pci_requests=objects.InstancePCIRequests(requests=list(pci_requests)),
+        requested_resources=[], num_instances=1,
+        instance_uuid="22222222-2222-2222-2222-222222222222")
+    return spec
+
+
+def nova_candidate(name):
+    """nova's candidate for a host: its guest CPUs and memory are one
+    unsuffixed group, served by the host's NUMA cell providers."""
+    cells = [c.provider_uuid for c in host_states(name)[0]["numa"].cells]
+    return {"allocations": {u: {"resources": {"MEMORY_MB": 512}} for u in cells},
+            "mappings": {"": cells}}
+
+
+def nova_hosts():
+    hosts = []
+    for name in HOSTS:
+        state = host_manager.HostState(name, name, None)
+        state.uuid = names.provider_uuid(name)
+        state.allocation_candidates = [nova_candidate(name)]
+        hosts.append(state)
+    return hosts
+
+
+@pytest.fixture
+def nova_conf(tmp_path, store):
+    path = tmp_path / "compute-plugins.conf"
+    path.write_text("[compute_plugins]\nenabled_plugins = numa,sriov\n"
+                    "[host_state]\nconnection = %s\n" % store.url)
+    conf = nova_conf_mod.CONF
+    from compute_plugins.nova import conf as adapter_conf
+    adapter_conf.register_nova_opts(conf)
+    conf.set_override("config_file", [str(path)], "compute_plugins")
+    yield conf
+    conf.clear_override("config_file", "compute_plugins")
+
+
+def loaded_filter():
+    handler = nova_filters.HostFilterHandler()
+    classes = handler.get_matching_classes([FILTER])
+    assert classes == [plugin_filters.PluginFitFilter]
+    return handler, classes[0]()
+
+
+def run(handler, filt, hosts, spec_obj):
+    return [h.host for h in handler.get_filtered_objects([filt], hosts, spec_obj)]
+
+
+def test_filter_loads_from_nova_config_and_filters_host_states(nova_conf):
+    handler, filt = loaded_filter()
+    assert sorted(filt.plugins) == ["numa", "sriov"]
+    pinned = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    assert run(handler, filt, nova_hosts(), pinned) == ["big"]
+    floating = nova_spec_obj(vcpus=2)
+    assert run(handler, filt, nova_hosts(), floating) == ["small", "big", "sriov"]
+    two = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated",
+                                              "hw:numa_nodes": "2"})
+    assert run(handler, filt, nova_hosts(), two) == ["big", "sriov"]
+
+
+def test_rejections_and_decisions_are_kept_on_the_host(nova_conf):
+    handler, filt = loaded_filter()
+    hosts = nova_hosts()
+    spec_obj = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    run(handler, filt, hosts, spec_obj)
+    small, big = hosts[0], hosts[1]
+    assert small.allocation_candidates == []
+    assert small.plugin_decisions == {}
+    assert [r.plugin for r in small.plugin_rejections] == ["numa"]
+    assert "6" in small.plugin_rejections[0].reason
+    (decision,) = big.plugin_decisions.values()
+    numa = decision.assignments["numa"]
+    assert isinstance(numa, NUMAAssignment)
+    assert len(numa.cells[0].pinning) == 6
+    assert decision.host == "big"
+
+
+def test_a_host_without_published_state_fails(nova_conf):
+    handler, filt = loaded_filter()
+    ghost = host_manager.HostState("ghost", "ghost", None)
+    ghost.allocation_candidates = [{"allocations": {}, "mappings": {}}]
+    spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
+    assert run(handler, filt, [ghost], spec_obj) == []
+    assert "published no state" in ghost.plugin_rejections[0].reason
+
+
+def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
+    manager = helpers.manager(conf, NAMES)
+    filt = plugin_filters.PluginFitFilter(
+        manager, plugin_filters.StoreStates(store, manager.plugins))
+    cells = [c.provider_uuid for c in host_states("big")[0]["numa"].cells]
+    spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"})
+    big = nova_hosts()[1]
+    big.allocation_candidates = [
+        {"allocations": {cells[0]: {"resources": {"PCPU": 2}}},
+         "mappings": {"_NUMA0": [cells[0]]}},
+        {"allocations": {cells[1]: {"resources": {"PCPU": 2}}},
+         "mappings": {"_NUMA0": [cells[1]]}},
+    ]
+    assert filt.filter_all([big], spec_obj) == [big]
+    assert len(big.allocation_candidates) == 2
+    for candidate in big.allocation_candidates:
+        decision = big.plugin_decisions[plugin_filters.candidate_key(candidate)]
+        (placed,) = decision.assignments["numa"].cells
+        assert [placed.provider_uuid] == candidate["mappings"]["_NUMA0"]
+
+
+def test_a_candidate_on_a_full_cell_is_dropped(conf, store):
+    manager = helpers.manager(conf, NAMES)
+    filt = plugin_filters.PluginFitFilter(
+        manager, plugin_filters.StoreStates(store, manager.plugins))
+    cells = [c.provider_uuid for c in host_states("small")[0]["numa"].cells]
+    spec_obj = nova_spec_obj(vcpus=2, memory_mb=5000,
+                             extra_specs={"hw:cpu_policy": "dedicated"})
+    small = nova_hosts()[0]
+    small.allocation_candidates = [
+        {"allocations": {}, "mappings": {"_NUMA0": [cells[0]]}}]
+    assert filt.filter_all([small], spec_obj) == []
+    assert small.allocation_candidates == []
+    assert "MiB" in small.plugin_rejections[0].reason
+
+
+def test_rebuild_is_not_filtered(nova_conf):
+    handler, filt = loaded_filter()
+    spec_obj = nova_spec_obj(vcpus=64, extra_specs={"hw:cpu_policy": "dedicated"},
+                             hints={"_nova_check_type": ["rebuild"]})
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
+
+
+def test_an_invalid_request_is_an_error_naming_the_key(nova_conf):
+    handler, filt = loaded_filter()
+    spec_obj = nova_spec_obj(extra_specs={"hw:cpu_policy": "pinned"})
+    with pytest.raises(RequestValidationError, match="hw:cpu_policy"):
+        run(handler, filt, nova_hosts(), spec_obj)
+
+
+def test_from_nova_reads_flavor_image_ports_and_hints(conf):
+    manager = helpers.manager(conf, ("numa", "sriov"))
+    port = objects.InstancePCIRequest(
+        count=1, spec=[{"physical_network": "physnet1", "remote_managed": "False"}],
+        request_id="11111111-1111-1111-1111-111111111111",
+        requester_id="port-a")
+    spec_obj = nova_spec_obj(
+        vcpus=4, memory_mb=2048,
+        extra_specs={"hw:cpu_policy": "dedicated"},
+        image={"hw_numa_nodes": "2", "hw_numa_cpus.0": "0,1",
+               "hw_numa_cpus.1": "2-3", "hw_numa_mem.0": "1024",
+               "hw_numa_mem.1": "1024"},
+        hints={"group": ["g1"]}, pci_requests=[port])
+    spec_obj.requested_resources = [objects.RequestGroup(
+        requester_id="port-a", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 1000})]
+    ours = RequestSpec.from_nova(spec_obj, manager)
+    direct = RequestSpec.build(manager, helpers.RequestInput.from_dicts(
+        {"name": "m1", "vcpus": 4, "memory_mb": 2048,
+         "extra_specs": {"hw:cpu_policy": "dedicated"}},
+        {"name": "img", "properties": {
+            "hw_numa_nodes": 2, "hw_numa_cpus.0": "0,1", "hw_numa_cpus.1": "2,3",
+            "hw_numa_mem.0": "1024", "hw_numa_mem.1": "1024"}},
+        [{"id": "port-a", "vnic_type": "direct", "physnet": "physnet1",
+          "min_kbps_egress": 1000}],
+        {"group": ["g1"]}))
+    assert ours.requests == direct.requests
+    assert ours.groups == direct.groups
+    assert ours.ports == direct.ports
+    assert dict(ours.hints) == {"group": ("g1",)}
+    assert [c.pcpus for c in ours.requests["numa"].cells] == [
+        frozenset({0, 1}), frozenset({2, 3})]
+
+
+def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
+        nova_conf, conf, store):
+    handler, filt = loaded_filter()
+    hosts = nova_hosts()
+    spec_obj = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated",
+                                                   "hw:numa_nodes": "2"})
+    passed = handler.get_filtered_objects([filt], hosts, spec_obj)
+    chosen = [h for h in passed if h.host == "sriov"][0]
+    decision = plugin_filters.record_selection(spec_obj, chosen)
+    wire = spec_obj.obj_to_primitive()
+    received = objects.RequestSpec.obj_from_primitive(wire)
+    assert received.scheduler_hints[nova_spec.HINT] == \
+        spec_obj.scheduler_hints[nova_spec.HINT]
+    # the compute: no flavor extra specs, another configuration
+    received.flavor.extra_specs = {}
+    received.image = objects.ImageMeta.from_dict({"properties": {}})
+    # another configuration than the scheduler's: the compute never parses
+    compute_conf, fixture = helpers.make_conf()
+    try:
+        compute_conf.set_override("cpu_allocation_ratio", 1.0, "compute")
+        compute = helpers.manager(compute_conf, NAMES)
+        got = RequestSpec.from_nova(received, compute)
+        assert got.decision == decision
+        assert got.requests["numa"].cpu_policy == "dedicated"
+        assert got.decision.host == "sriov"
+        live, _ = host_states("sriov")
+        assert verify_all(compute, live, got) == ()
+        # the same decision once another guest took those CPUs
+        taken, _ = host_states("sriov", [decision.assignments["numa"]])
+        problems = verify_all(compute, taken, got)
+        assert [p.plugin for p in problems] == ["numa"]
+    finally:
+        fixture.cleanUp()
+
+
+def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=1)
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    text = spec_obj.scheduler_hints[nova_spec.HINT][0].replace(
+        '"version": "1.0"', '"version": "1.9"', 1)
+    spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
+    with pytest.raises(Exception, match="newer"):
+        RequestSpec.from_nova(spec_obj, manager)
