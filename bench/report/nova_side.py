@@ -1,12 +1,16 @@
 """nova's side of ``python -m bench.report``, run by nova's Python.
 
-Reads one JSON object from argv[1] (``url``, ``node``, ``size``,
-``steady``), runs nova 34's compute periodic against that Placement as
+A worker: reads one JSON object per line on stdin and answers one JSON line
+on stdout. The first line is ``{"url": ...}``; then ``{"node": N, "size":
+S, "do": "periodic"}`` runs nova 34's compute periodic for the root ``N``
+(a tree of ``S`` providers) against that Placement as
 ``ResourceTracker._update_to_placement`` does
 (``get_provider_subtree_and_ensure_root``,
 ``get_allocations_for_provider_tree``, ``update_provider_tree``,
 ``update_from_provider_tree``) with nova's ``SchedulerReportClient`` and
-``ProviderTree``, and prints one JSON object: calls and seconds per phase.
+``ProviderTree``, and answers ``[calls, seconds]``; ``"do": "change"``
+changes one provider's inventory of that tree for the next periodic.
+A worker, so that the driver can interleave nova's periodics with ours.
 """
 
 import collections
@@ -37,31 +41,33 @@ class CountingAdapter(adapter.Adapter):
 
 
 def main():
-    args = json.loads(sys.argv[1])
-    sess = session.Session(auth=token_endpoint.Token(args["url"], "admin"))
+    url = json.loads(sys.stdin.readline())["url"]
+    sess = session.Session(auth=token_endpoint.Token(url, "admin"))
     client = report.SchedulerReportClient(adapter=CountingAdapter(
         sess, service_type="placement", raise_exc=False))
     ctx = nova_context.get_admin_context()
-    node = args["node"]
-    root = shapes.provider_uuid(node)
-    shape = shapes.Shape(args["size"])
+    trees = {}
 
-    def periodic():
+    def periodic(node, shape):
         COUNTS.clear()
         start = time.perf_counter()
-        tree = client.get_provider_subtree_and_ensure_root(ctx, root,
-                                                           name=node)
+        tree = client.get_provider_subtree_and_ensure_root(
+            ctx, shapes.provider_uuid(node), name=node)
         client.get_allocations_for_provider_tree(ctx, node)
         shape(tree, node)
         client.update_from_provider_tree(ctx, tree)
-        return dict(COUNTS), time.perf_counter() - start
+        return [dict(COUNTS), time.perf_counter() - start]
 
-    out = {"first": [periodic()], "steady": [], "change": []}
-    for _ in range(args["steady"]):
-        out["steady"].append(periodic())
-    shape.change()
-    out["change"].append(periodic())
-    print(json.dumps(out))
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        order = json.loads(line)
+        shape = trees.setdefault(order["node"], shapes.Shape(order["size"]))
+        if order["do"] == "change":
+            shape.change()
+            answer = {"ok": True}
+        else:
+            answer = periodic(order["node"], shape)
+        print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":
