@@ -153,7 +153,7 @@ def test_a_huge_vcpu_count_stays_a_count(manager):
     for specs, key in [({"hw:cpu_policy": "dedicated"}, "vcpus"),
                        ({"hw:numa_nodes": "2"}, "vcpus"),
                        ({"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes"},
-                        "hw:cpu_realtime_mask")]:
+                        "hw:cpu_realtime")]:
         assert_problem(problems(manager, specs, vcpus=100000000), key,
                        "at most 65536 vCPUs")
 
