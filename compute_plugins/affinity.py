@@ -18,8 +18,8 @@ instance's cells); then, by policy:
 - ``None`` (no policy; nova has no mdev affinity, see
   :mod:`resources.vgpu.request`): any device, affine ones first.
 
-A guest without NUMA topology (no ``numa`` assignment, or one without
-cells) has no affinity constraint, as in nova.
+A guest without NUMA topology (no ``numa`` assignment, one without cells,
+or one whose ``floating`` is set) has no affinity constraint, as in nova.
 
 Affine devices always rank first (nova takes them whenever there are
 enough), so :meth:`Affinity.rank` orders a plugin's offline choice, and
@@ -53,6 +53,7 @@ class _CellPlacement(Protocol):
 
 class _NUMAAssignment(Protocol):
     cells: tuple[_CellPlacement, ...]
+    floating: bool
 
 
 def cell_sockets(cells: Iterable[NUMACell]) -> FrozenMap[int, Optional[int]]:
@@ -69,9 +70,12 @@ def cell_sockets(cells: Iterable[NUMACell]) -> FrozenMap[int, Optional[int]]:
 def guest_host_cells(earlier: Mapping[str, object]) -> frozenset[int]:
     """The host cells the guest's NUMA nodes were placed on by the ``numa``
     plugin's ``fit`` (``earlier["numa"].cells[i].host_cell``); empty for a
-    guest without NUMA topology (no ``numa`` assignment, or no cells)."""
+    guest without NUMA topology: no ``numa`` assignment, one without cells,
+    or one that says the guest floats (its cells then only say where its
+    vCPUs and memory are kept; nova filters no device by NUMA for such a
+    guest)."""
     numa: Optional[_NUMAAssignment] = earlier.get(NUMA_PLUGIN)  # type: ignore[assignment]
-    if numa is None:
+    if numa is None or getattr(numa, "floating", False):
         return frozenset()
     return frozenset(cell.host_cell for cell in getattr(numa, "cells", ()))
 

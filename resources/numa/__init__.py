@@ -51,7 +51,8 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     """
 
     name = "numa"
-    version = "1.0"
+    #: 1.1: ``NUMAAssignment.floating``.
+    version = "1.1"
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""

@@ -207,6 +207,9 @@ def fit(state: Optional[NUMAState], request: NUMARequest,
 def _verify_topology(state: NUMAState, request: NUMARequest,
                      assignment: NUMAAssignment) -> Optional[Rejection]:
     demands = node_demands(request)
+    if assignment.floating:
+        return Rejection("the decision places the guest as one without NUMA "
+                         "topology; it has %d NUMA nodes" % len(demands))
     by_node = {cell.guest_cell: cell for cell in assignment.cells}
     if (len(by_node) != len(assignment.cells)
             or sorted(by_node) != [d.node for d in demands]):

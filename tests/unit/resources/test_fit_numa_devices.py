@@ -1,0 +1,108 @@
+"""The real ``numa`` plugin's decision with the device plugins after it.
+
+A device's NUMA affinity follows where the ``numa`` plugin put the guest
+(``earlier["numa"]``): a guest without NUMA topology floats (no affinity,
+as in nova), and when the packing choice of host cells leaves a device
+out of reach, ``fit_all`` tries the numa plugin's other cell choices.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compute_plugins.fit import decode_state, encode_state, fit_all, verify_all
+from compute_plugins.request.groups import Decision
+from compute_plugins.request_spec import RequestSpec, build_request_spec
+from resources.numa import NUMAPlugin
+from resources.sriov import SRIOVPlugin
+from resources.vgpu import VGPUPlugin
+from tests.unit.resources.helpers import NODE, cell, gpu, host, pf
+
+GPU = "0000:85:00.0"
+PF = "0000:af:00.0"
+
+
+@pytest.fixture
+def plugins(conf):
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
+    conf.set_override("physical_device_mappings", ["physnet1:%s" % PF], "sriov")
+    return {"numa": NUMAPlugin(conf), "sriov": SRIOVPlugin(conf),
+            "vgpu": VGPUPlugin(conf)}
+
+
+def states(plugins, info):
+    """Every plugin's state through its published JSON."""
+    result = {}
+    for name, plugin in plugins.items():
+        built = plugin.host_state(plugin.discover(info), NODE, ())
+        result[name] = decode_state(plugin, json.loads(json.dumps(
+            encode_state(plugin, built))))
+    return result
+
+
+def decide(plugins, info, flavor, ports=()):
+    spec = build_request_spec(plugins, flavor, ports=list(ports))
+    result = fit_all(plugins, states(plugins, info), spec)
+    return spec, result
+
+
+def verified(plugins, info, spec, result):
+    """The decision through the spec's JSON, verified on the same host."""
+    decided = spec.with_decision(Decision(host=NODE, nodename=NODE,
+                                          assignments=result.assignments))
+    again = RequestSpec.from_json(decided.to_json(), plugins)
+    return verify_all(plugins, states(plugins, info), again)
+
+
+# Cell 0 is the only one with room for the whole guest; the device is on
+# cell 1.
+SMALL_CELL_1 = host([cell(0, range(4)), cell(1, range(4, 6), memory_gb=1)],
+                    [gpu(GPU, 1, nvidia_35=2), pf(PF, 4, 1)])
+PORT = [{"id": "p1", "vnic_type": "direct", "physnet": "physnet1"}]
+
+
+@pytest.mark.parametrize("policy", [None, "legacy", "required"])
+def test_floating_guest_gets_a_vf_on_any_cell(plugins, policy):
+    specs = {} if policy is None else {"hw:pci_numa_affinity_policy": policy}
+    flavor = {"name": "f", "vcpus": 4, "memory_mb": 2048, "extra_specs": specs}
+    spec, result = decide(plugins, SMALL_CELL_1, flavor, PORT)
+    assert result.fits, result.rejections
+    numa = result.assignments["numa"]
+    assert numa.floating
+    assert [c.host_cell for c in numa.cells] == [0]
+    assert result.assignments["sriov"].vfs[0].pf_address == PF
+    assert result.assignments["sriov"].host_cells == ()
+    assert verified(plugins, SMALL_CELL_1, spec, result) == ()
+
+
+def test_floating_guest_gets_a_vgpu_on_any_cell(plugins):
+    flavor = {"name": "f", "vcpus": 4, "memory_mb": 2048, "extra_specs": {
+        "resources:VGPU": "1", "hw:pci_numa_affinity_policy": "required"}}
+    spec, result = decide(plugins, SMALL_CELL_1, flavor)
+    assert result.fits, result.rejections
+    assert result.assignments["vgpu"].devices[0].parent_address == GPU
+    assert verified(plugins, SMALL_CELL_1, spec, result) == ()
+
+
+def test_guest_with_topology_is_still_held_to_its_cell(plugins):
+    flavor = {"name": "f", "vcpus": 4, "memory_mb": 2048, "extra_specs": {
+        "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "required"}}
+    _, result = decide(plugins, SMALL_CELL_1, flavor, PORT)
+    assert not result.fits
+    assert [r.plugin for r in result.rejections] == ["sriov"]
+    assert "needs a device on one of the guest's host cells (0)" in (
+        result.rejections[0].reason)
+
+
+def test_an_older_numa_assignment_without_floating_still_reads(plugins):
+    flavor = {"name": "f", "vcpus": 4, "memory_mb": 2048, "extra_specs": {}}
+    spec, result = decide(plugins, SMALL_CELL_1, flavor, PORT)
+    decided = json.loads(spec.with_decision(Decision(
+        host=NODE, nodename=NODE, assignments=result.assignments)).to_json())
+    decided["plugins"]["numa"] = "1.0"
+    numa = decided["decision"]["assignments"]["numa"]
+    numa.pop("floating")
+    again = RequestSpec.from_json(json.dumps(decided), plugins)
+    assert again.decision.assignments["numa"].cells == result.assignments["numa"].cells
