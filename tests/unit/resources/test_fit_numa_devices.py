@@ -106,3 +106,81 @@ def test_an_older_numa_assignment_without_floating_still_reads(plugins):
     numa.pop("floating")
     again = RequestSpec.from_json(json.dumps(decided), plugins)
     assert again.decision.assignments["numa"].cells == result.assignments["numa"].cells
+
+
+# Cell 0 is the packing choice for a 1-node guest (the lower id, both
+# empty); the only free VF and pGPU are on cell 1.
+DEVICES_ON_CELL_1 = host([cell(0, range(4)), cell(1, range(4, 8))],
+                         [gpu(GPU, 1, nvidia_35=2), pf(PF, 4, 1)])
+
+
+@pytest.fixture
+def pinning(conf, plugins):
+    """Plugins on a host whose CPUs are all dedicated (``PCPU``)."""
+    conf.set_override("cpu_dedicated_set", "0-7", "compute")
+    return plugins
+
+
+PINNED = {"name": "f", "vcpus": 2, "memory_mb": 1024, "extra_specs": {
+    "hw:numa_nodes": "1", "hw:cpu_policy": "dedicated",
+    "hw:pci_numa_affinity_policy": "required"}}
+
+
+def test_numa_first_choice_is_cell_0(pinning):
+    plugins = pinning
+    _, result = decide(plugins, DEVICES_ON_CELL_1, PINNED)
+    assert result.fits
+    assert [c.host_cell for c in result.assignments["numa"].cells] == [0]
+
+
+@pytest.mark.parametrize("extra,ports", [
+    ({}, PORT), ({"resources:VGPU": "1"}, ()),
+    ({"resources:VGPU": "1"}, PORT)])
+def test_a_device_off_the_first_cell_choice_moves_the_guest(pinning, extra, ports):
+    plugins = pinning
+    flavor = {**PINNED, "extra_specs": {**PINNED["extra_specs"], **extra}}
+    spec, result = decide(plugins, DEVICES_ON_CELL_1, flavor, ports)
+    assert result.fits, result.rejections
+    numa = result.assignments["numa"]
+    assert [c.host_cell for c in numa.cells] == [1]
+    assert sorted(numa.cells[0].pinning.values()) == [4, 5]
+    for name in ("sriov", "vgpu"):
+        if name in result.assignments:
+            assert result.assignments[name].host_cells == (1,)
+    assert verified(plugins, DEVICES_ON_CELL_1, spec, result) == ()
+
+
+def test_an_exhausted_budget_says_so(pinning):
+    plugins = pinning
+    spec = build_request_spec(plugins, PINNED, ports=PORT)
+    result = fit_all(plugins, states(plugins, DEVICES_ON_CELL_1), spec, budget=2)
+    assert not result.fits
+    assert [(r.plugin, r.reason) for r in result.rejections][-1] == (
+        "numa", "stopped after trying 2 decisions (fit_all's budget) of numa "
+        "and the plugins after it without one every plugin accepts; the host "
+        "may still fit with another")
+
+
+def test_no_fit_anywhere_still_gives_the_first_reasons(pinning):
+    plugins = pinning
+    flavor = {**PINNED, "extra_specs": {**PINNED["extra_specs"],
+                                        "resources:VGPU": "3"}}
+    _, result = decide(plugins, DEVICES_ON_CELL_1, flavor)
+    assert [(r.plugin, r.reason) for r in result.rejections] == [
+        ("vgpu", "no pGPU can serve group _VGPU: pGPU %s has 2 of 2 mdevs of "
+         "type nvidia-35 free, group _VGPU needs 3" % GPU)]
+
+
+def test_numa_alternatives_are_distinct_cell_sets_one_per_cell(pinning):
+    plugins = pinning
+    info = host([cell(i, range(2 * i, 2 * i + 2)) for i in range(4)])
+    numa = plugins["numa"]
+    state = numa.host_state(numa.discover(info), NODE, ())
+    flavor = {"name": "f", "vcpus": 2, "memory_mb": 2048, "extra_specs": {
+        "hw:numa_nodes": "2", "hw:cpu_policy": "dedicated"}}
+    request = build_request_spec(plugins, flavor).requests["numa"]
+    got = [frozenset(c.host_cell for c in a.cells)
+           for a in numa.alternatives(state, request, None, {})]
+    assert got[0] == frozenset({0, 1})
+    assert len(got) == len(set(got)) <= 4
+    assert frozenset().union(*got) == frozenset(range(4))
