@@ -261,11 +261,33 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
             break
 
 
+#: nova's ``RealtimeMaskNotFoundOrInvalid``.
+REALTIME_INVALID = ("Use of realtime CPUs requires either one or more "
+                    "non-realtime CPU(s) or offloaded emulator threads.")
+
+
+def host_problem(state: NUMAState, request: NUMARequest) -> Optional[Rejection]:
+    """What the host's configuration refuses whatever the cells: nova's
+    libvirt driver (``_get_guest_memory_backing_config``) fails a realtime
+    guest with ``hw:emulator_threads_policy=share`` on a host without
+    ``[compute] cpu_shared_set`` (its emulator threads would have nowhere
+    apart from the realtime vCPUs to run)."""
+    if (request.realtime_cpus and request.emulator_threads_policy == "share"
+            and not state.emulator_share_cpus):
+        return Rejection("hw:emulator_threads_policy=share with realtime vCPUs "
+                         "needs [compute] cpu_shared_set for the emulator "
+                         "threads, and this host sets none: " + REALTIME_INVALID)
+    return None
+
+
 def fit(state: Optional[NUMAState], request: NUMARequest,
         placement: Placement) -> Union[NUMAAssignment, Rejection]:
     """The guest's CPUs and memory on the host in ``state``, or why not."""
     if state is None:
         return Rejection(NO_STATE)
+    problem = host_problem(state, request)
+    if problem is not None:
+        return problem
     if request.cells:
         return fit_topology(state, request, placement)
     return floating.fit(state, request, placement)
@@ -316,6 +338,9 @@ def verify(state: Optional[NUMAState], request: NUMARequest,
     """None when ``assignment`` still holds on ``state``, else why not."""
     if state is None:
         return Rejection(NO_STATE)
+    problem = host_problem(state, request)
+    if problem is not None:
+        return problem
     if request.cells:
         return _verify_topology(state, request, assignment)
     return floating.verify(state, request, assignment)
