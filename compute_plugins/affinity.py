@@ -37,7 +37,7 @@ from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.types import FrozenMap, enum_field
 
 __all__ = ["AFFINE", "Affinity", "NUMA_PLUGIN", "cell_sockets",
-           "guest_host_cells"]
+           "guest_host_cells", "recorded_cells_problem"]
 
 #: The plugin whose assignment says where the guest's NUMA nodes run.
 NUMA_PLUGIN = "numa"
@@ -78,6 +78,23 @@ def guest_host_cells(earlier: Mapping[str, object]) -> frozenset[int]:
     if numa is None or getattr(numa, "floating", False):
         return frozenset()
     return frozenset(cell.host_cell for cell in getattr(numa, "cells", ()))
+
+
+def recorded_cells_problem(earlier: Mapping[str, object],
+                           assignment: object) -> Optional[str]:
+    """Why a device assignment's recorded ``host_cells`` (the guest's host
+    cells its affinity was checked against) are not where the ``numa``
+    decision in ``earlier`` puts the guest; None when they are, or when the
+    assignment records none (:func:`compute_plugins.fit.verify_all`)."""
+    recorded = getattr(assignment, "host_cells", None)
+    if recorded is None:
+        return None
+    actual = guest_host_cells(earlier)
+    if frozenset(recorded) == actual:
+        return None
+    return ("the decision was made for the guest on host cells %s; the numa "
+            "decision puts it on host cells %s"
+            % (_cells_text(recorded) or "(none)", _cells_text(actual) or "(none)"))
 
 
 def _cells_text(cells: Iterable[int]) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Optional
 
 from compute_plugins import exception
+from compute_plugins.affinity import NUMA_PLUGIN, recorded_cells_problem
 from compute_plugins.plugin import Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.types import CodecError, FrozenMap, decode, encode
@@ -290,7 +291,9 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
 
     A plugin with a request but no recorded assignment is verified by its
     ``fit`` on the decision's mappings (it had nothing to decide then, and
-    must still have nothing to refuse now).
+    must still have nothing to refuse now). A device that runs after
+    ``numa`` and records the guest's host cells it checked its affinity
+    against must record those the numa decision gives.
 
     :returns: every rejection (empty: the decision holds on ``states``).
     """
@@ -311,6 +314,9 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
             problem = outcome if isinstance(outcome, Rejection) else None
         else:
             problem = loaded[name].verify(states.get(name), request, assignment)
+            if problem is None and NUMA_PLUGIN in loaded[name].fit_after:
+                mismatch = recorded_cells_problem(earlier, assignment)
+                problem = None if mismatch is None else Rejection(mismatch)
             earlier[name] = assignment
         if problem is not None:
             rejections.append(_named(problem, name))

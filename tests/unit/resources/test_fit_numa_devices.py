@@ -184,3 +184,36 @@ def test_numa_alternatives_are_distinct_cell_sets_one_per_cell(pinning):
     assert got[0] == frozenset({0, 1})
     assert len(got) == len(set(got)) <= 4
     assert frozenset().union(*got) == frozenset(range(4))
+
+
+def test_verify_after_the_host_lost_a_cpu_names_it(pinning, conf):
+    """The decision (moved to cell 1 for its VF) verifies on the host it was
+    made on; once CPU 4 is no longer a dedicated CPU there, the claim's
+    verify says which CPU and which cell."""
+    spec, result = decide(pinning, DEVICES_ON_CELL_1, PINNED, PORT)
+    assert result.fits
+    assert verified(pinning, DEVICES_ON_CELL_1, spec, result) == ()
+    pinned = sorted(result.assignments["numa"].cells[0].pinning.values())
+    assert pinned == [4, 5]
+    conf.set_override("cpu_dedicated_set", "0-3,5-7", "compute")
+    rejections = verified(pinning, DEVICES_ON_CELL_1, spec, result)
+    assert [(r.plugin, r.reason) for r in rejections] == [
+        ("numa", "CPU(s) 4 are not dedicated CPUs of host cell 1 (dedicated: 5-7)")]
+
+
+def test_verify_refuses_a_device_decision_made_for_other_host_cells(pinning):
+    """A device's affinity was checked against the host cells it recorded;
+    they must be where the numa decision puts the guest."""
+    plugins = pinning
+    spec, result = decide(plugins, DEVICES_ON_CELL_1, PINNED, PORT)
+    numa = result.assignments["numa"]
+    on_cell_0 = fit_all({"numa": plugins["numa"]}, states(plugins, DEVICES_ON_CELL_1),
+                        spec).assignments["numa"]
+    assert [c.host_cell for c in on_cell_0.cells] == [0] != [
+        c.host_cell for c in numa.cells]
+    mixed = spec.with_decision(Decision(host=NODE, nodename=NODE, assignments={
+        **result.assignments, "numa": on_cell_0}))
+    rejections = verify_all(plugins, states(plugins, DEVICES_ON_CELL_1), mixed)
+    assert [(r.plugin, r.reason) for r in rejections] == [
+        ("sriov", "the decision was made for the guest on host cells 1; the numa "
+         "decision puts it on host cells 0")]
