@@ -192,7 +192,7 @@ def _retry_helps(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
     """Another decision of an earlier plugin may change a rejection: a
     rejecting plugin runs after (``fit_after``) one that decided."""
     return any(after in assignments
-               for rejection in rejections
+               for rejection in rejections if rejection.plugin in loaded
                for after in loaded[rejection.plugin].fit_after)
 
 
@@ -273,6 +273,7 @@ def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
             found, _ = _search(loaded, order, states, spec, placement, budget)
         except _Exhausted:
             tried = sorted({after for rejection in rejections
+                            if rejection.plugin in loaded
                             for after in loaded[rejection.plugin].fit_after
                             if after in assignments})
             rejections.append(Rejection(
