@@ -13,6 +13,7 @@ import json
 import pytest
 
 from compute_plugins.fit import decode_state, encode_state, fit_all, verify_all
+from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import RequestSpec, build_request_spec
 from resources.numa import NUMAPlugin
@@ -217,3 +218,17 @@ def test_verify_refuses_a_device_decision_made_for_other_host_cells(pinning):
     assert [(r.plugin, r.reason) for r in rejections] == [
         ("sriov", "the decision was made for the guest on host cells 1; the numa "
          "decision puts it on host cells 0")]
+
+
+class NamesAnother(SRIOVPlugin):
+    """An sriov plugin whose rejection names another plugin (one it wraps)."""
+
+    def fit(self, state, request, placement, earlier):
+        return Rejection("the wrapped plugin refuses", plugin="wrapped")
+
+
+def test_a_rejection_naming_another_plugin_is_reported(pinning, conf):
+    plugins = {**pinning, "sriov": NamesAnother(conf)}
+    _, result = decide(plugins, DEVICES_ON_CELL_1, PINNED, PORT)
+    assert [(r.plugin, r.reason) for r in result.rejections] == [
+        ("wrapped", "the wrapped plugin refuses")]
