@@ -160,8 +160,11 @@ def _named(rejection: Rejection, plugin: str) -> Rejection:
 
 
 #: At most this many plugin decisions (``fit`` answers and alternatives)
-#: :func:`fit_all`'s retry over alternatives tries on one host.
-FIT_BUDGET = 64
+#: :func:`fit_all`'s retry over alternatives tries on one host: the numa
+#: plugin offers at most one placement per host cell, each followed by the
+#: device plugins' fits, so a host of 64 cells with three device plugins
+#: is still searched whole.
+FIT_BUDGET = 256
 
 
 class _Exhausted(Exception):

@@ -232,3 +232,13 @@ def test_a_rejection_naming_another_plugin_is_reported(pinning, conf):
     _, result = decide(plugins, DEVICES_ON_CELL_1, PINNED, PORT)
     assert [(r.plugin, r.reason) for r in result.rejections] == [
         ("wrapped", "the wrapped plugin refuses")]
+
+
+def test_a_device_on_the_last_of_many_cells_is_found(pinning, conf):
+    conf.set_override("cpu_dedicated_set", "0-63", "compute")
+    info = host([cell(i, range(2 * i, 2 * i + 2), memory_gb=2) for i in range(32)],
+                [pf(PF, 4, 31)])
+    spec, result = decide(pinning, info, PINNED, PORT)
+    assert result.fits, result.rejections
+    assert [c.host_cell for c in result.assignments["numa"].cells] == [31]
+    assert verified(pinning, info, spec, result) == ()
