@@ -441,12 +441,12 @@ def summary(xml: str) -> str:
     cells = domain.findall("cpu/numa/cell")
     memnodes = {m.get("cellid"): m.get("nodeset")
                 for m in domain.findall("numatune/memnode")}
-    pages = {}
-    for page in domain.findall("memoryBacking/hugepages/page"):
-        size = "%s %s" % (page.get("size"), page.get("unit", "KiB"))
-        nodeset = page.get("nodeset")
-        for cell in (parse_cpu_spec(nodeset) if nodeset else [None]):
-            pages[None if cell is None else str(cell)] = size
+    pages: dict[Optional[str], str] = {}
+    for page_el in domain.findall("memoryBacking/hugepages/page"):
+        size = "%s %s" % (page_el.get("size"), page_el.get("unit", "KiB"))
+        nodeset = page_el.get("nodeset")
+        for node in (parse_cpu_spec(nodeset) if nodeset else [None]):
+            pages[None if node is None else str(node)] = size
     for cell in cells:
         cell_id = cell.get("id")
         memory = _memory_mib_attr(cell)
