@@ -335,7 +335,8 @@ def _check_guest_cells(cpu: Optional[_Merged], vcpus: int, memory_mb: int) -> No
 
 def _plugins_of(plugins: Any) -> Mapping[str, Any]:
     """``PluginManager`` or ``{name: plugin}``."""
-    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
+    loaded: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
+    return loaded
 
 
 def domain_xml(spec: Any, assignments: Mapping[str, Any], plugins: Any, *,

@@ -92,6 +92,9 @@ class PluginProviderTreeMixin:
 
     #: The plugins (built on first use from nova's configuration).
     plugin_manager: Optional[PluginManager] = None
+    #: nova's libvirt ``Host``, set by the LibvirtDriver this is mixed into
+    #: (nova is untyped).
+    _host: Any
 
     def get_plugin_manager(self) -> PluginManager:
         if self.plugin_manager is None:
@@ -104,7 +107,7 @@ class PluginProviderTreeMixin:
         libvirt connection (``self._host.get_connection()``), read with the
         parsers a host snapshot uses."""
         from compute_plugins.host import libvirt_xml
-        conn = self._host.get_connection()  # type: ignore[attr-defined]
+        conn = self._host.get_connection()
         info = conn.getInfo()
         nodedevs = {}
         for device in conn.listAllDevices(0):
