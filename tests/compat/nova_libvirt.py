@@ -27,19 +27,20 @@ from typing import Any
 import fixtures
 
 
-def _import_without_monkey_patching() -> tuple[Any, Any]:
+def _import_without_monkey_patching() -> tuple[Any, Any, Any]:
     from nova import monkey_patch
     saved = monkey_patch.patch
     monkey_patch.patch = lambda *args, **kwargs: None
     try:
         from nova.tests import fixtures as nova_fixtures
         from nova.tests.fixtures import libvirt as fakelibvirt
+        from nova.tests.functional import fixtures as functional_fixtures
     finally:
         monkey_patch.patch = saved
-    return nova_fixtures, fakelibvirt
+    return nova_fixtures, fakelibvirt, functional_fixtures
 
 
-nova_fixtures, fakelibvirt = _import_without_monkey_patching()
+nova_fixtures, fakelibvirt, functional_fixtures = _import_without_monkey_patching()
 
 #: What ``_get_local_gb_info`` answers (nova's functional tests use the same).
 LOCAL_GB = {"total": 128, "used": 44, "free": 84}

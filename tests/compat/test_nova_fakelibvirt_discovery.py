@@ -29,8 +29,11 @@ if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
 else:
     nova_pt = pytest.importorskip("nova.compute.provider_tree")
 
+from nova.virt.libvirt import driver as libvirt_driver  # noqa: E402
+
 from compute_plugins.host.model import HostInfo  # noqa: E402
 from compute_plugins.host.snapshot import load_snapshot  # noqa: E402
+from compute_plugins.nova.driver import PluginProviderTreeMixin  # noqa: E402
 from compute_plugins.provider_tree import ProviderTree  # noqa: E402
 from tests.compat.nova_libvirt import LOCAL_GB, NovaLibvirt, fakelibvirt  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
@@ -71,7 +74,22 @@ def _four_cells_huge_pages() -> dict[str, Any]:
     }
 
 
-HOSTS = {"two_cells": _two_cells, "four_cells_huge_pages": _four_cells_huge_pages}
+def _offline_cpu() -> dict[str, Any]:
+    """One cell of 4 CPUs, CPU 2 offline. nova's fake ``Connection`` has
+    every CPU online, so its ``getCPUMap`` is replaced on the connection
+    (see ``both``): libvirt's answer for a host with ``cpu2/online = 0``."""
+    return {
+        "host_info": fakelibvirt.HostInfo(
+            cpu_nodes=1, cpu_sockets=1, cpu_cores=4, cpu_threads=1),
+        "pci_info": fakelibvirt.HostPCIDevicesInfo(
+            num_pci=0, num_pfs=0, num_vfs=0, num_mdevcap=1),
+        "mdev_info": None,
+        "offline": {2},
+    }
+
+
+HOSTS = {"two_cells": _two_cells, "four_cells_huge_pages": _four_cells_huge_pages,
+         "offline_cpu": _offline_cpu}
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +123,23 @@ def write_snapshot(driver: Any, directory: str) -> None:
 @pytest.fixture(scope="module", params=sorted(HOSTS))
 def both(request, nova_libvirt, tmp_path_factory):
     """(nova's driver, our HostInfo) on one fake host."""
-    nova_libvirt.connect(NODE, **HOSTS[request.param]())
-    driver = nova_libvirt.driver()
+    host = HOSTS[request.param]()
+    offline = host.pop("offline", set())
+    conn = nova_libvirt.connect(NODE, **host)
+    if offline:
+        cpus = conn.host_info.cpus
+        conn.getCPUMap = lambda: (
+            cpus, [cpu not in offline for cpu in range(cpus)],
+            cpus - len(offline))
+    driver = nova_libvirt.driver(PluginLibvirtDriver)
     directory = str(tmp_path_factory.mktemp(request.param) / "snapshot")
     write_snapshot(driver, directory)
     return driver, load_snapshot(directory, use_udev=False)
+
+
+class PluginLibvirtDriver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+    """nova's libvirt driver with the mixin: nova's own methods answer as
+    nova's, the mixin adds ``plugin_host_info``."""
 
 
 def test_same_cpus_per_cell(both):
@@ -119,7 +149,8 @@ def test_same_cpus_per_cell(both):
         c.id: set(c.cpu_ids & ours.online_cpus) for c in ours.cells}
     assert ours.online_cpus == driver._host.get_online_cpus()
     assert {c.id: sorted(tuple(sorted(s)) for s in c.siblings) for c in nova_cells} == {
-        c.id: sorted({tuple(sorted(cpu.siblings)) for cpu in c.cpus})
+        c.id: sorted({tuple(sorted(cpu.siblings & ours.online_cpus))
+                      for cpu in c.cpus if cpu.id in ours.online_cpus})
         for c in ours.cells}
     assert sum(len(c.cpu_ids & ours.online_cpus) for c in ours.cells) == (
         driver.get_available_resource(NODE)["vcpus"])
@@ -135,6 +166,19 @@ def test_same_memory_and_page_pools_per_cell(both):
         c.id: sorted((p.size_kb, p.count) for p in c.pages) for c in ours.cells}
     if len(nova_cells) == 4:
         assert {2048, 1048576} <= {p.size_kb for c in ours.cells for p in c.pages}
+
+
+def test_the_mixin_sees_what_the_snapshot_sees(both):
+    """The driver mixin reads the live host through nova's ``Host`` (online
+    CPUs from ``getCPUMap``, the devices nova lists, the disk of
+    ``_get_local_gb_info``) and must see what the snapshot of it gives."""
+    driver, ours = both
+    live = driver.plugin_host_info(NODE)
+    for field in ("cells", "pci_devices", "mdevs", "online_cpus", "cpu_count",
+                  "base_page_kb"):
+        assert getattr(live, field) == getattr(ours, field), field
+    assert (live.disk.total_gb, live.disk.free_gb) == (
+        LOCAL_GB["total"], LOCAL_GB["free"])
 
 
 def _our_dev_type(device) -> str:
@@ -156,7 +200,6 @@ def test_same_pci_devices(both):
                     d.product_id.lower().removeprefix("0x"), d.numa_node,
                     _our_dev_type(d), d.phys_function)
         for d in ours.pci_devices}
-    assert {"type-PF", "type-VF"} <= {v[3] for v in nova_devices.values()}
 
 
 def test_same_mdev_types_and_mediated_devices(both):
@@ -186,7 +229,8 @@ def test_our_vgpu_providers_are_novas_pgpu_providers(both, conf):
     driver, ours = both
     nova_tree = nova_pt.ProviderTree()
     nova_tree.new_root(NODE, ROOT)
-    driver.update_provider_tree(nova_tree, NODE)
+    # nova's own update_provider_tree (the mixin overrides it on this class)
+    libvirt_driver.LibvirtDriver.update_provider_tree(driver, nova_tree, NODE)
     expected = vgpu_providers(nova_tree)
     assert expected, "nova reports pGPU providers on this host"
 
