@@ -18,9 +18,9 @@ allocation there. The driver is then replaced by one with the mixin:
   not reshape): Placement is untouched;
 - at service start (``startup=True``) the tracker calls again with the
   allocations, the mixin moves the guest's VCPU and MEMORY_MB to a NUMA
-  cell provider, and the tracker sends both through Placement's
-  ``POST /reshaper``: the cells exist in Placement and the guest's
-  allocation is on one;
+  cell provider (and adds a VGPU provider per GPU under its cell), and
+  the tracker sends both through Placement's ``POST /reshaper``: the
+  cells exist in Placement and the guest's allocation is on one;
 - the next periodic changes nothing in Placement (no generation moves);
 - nova's own traits on the compute node (``COMPUTE_NODE`` and the
   driver's capability traits, added by the tracker) stay.
@@ -60,6 +60,9 @@ NODE = "compute1"
 GUEST = "90000000-0000-0000-0000-000000000001"
 PROJECT = "a0000000-0000-0000-0000-000000000001"
 USER = "b0000000-0000-0000-0000-000000000001"
+#: nova's fake mdev-capable GPUs and the cell each is on.
+GPUS = {NODE + "_pci_0000_81_00_0": NODE + "_NUMA0",
+        NODE + "_pci_0000_81_01_0": NODE + "_NUMA1"}
 GUEST_RESOURCES = {"VCPU": 2, "MEMORY_MB": 1024, "DISK_GB": 10}
 
 
@@ -124,7 +127,9 @@ def world():
         nova.useFixture(nova_fixtures.OpenStackSDKFixture())
         placement = nova.useFixture(functional_fixtures.PlacementFixture())
         nova.connect(NODE, host_info=fakelibvirt.HostInfo(
-            cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
+            cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2),
+            pci_info=fakelibvirt.HostPCIDevicesInfo(
+                num_pci=0, num_pfs=0, num_vfs=0, num_mdevcap=2))
         yield World(nova, placement)
     finally:
         nova.cleanUp()
@@ -148,7 +153,8 @@ def flat(world):
 def plugin_driver(world):
     conf, fixture = helpers.make_conf()
     driver = world.nova.driver(PluginLibvirtDriver)
-    driver.plugin_manager = helpers.manager(conf, ("numa", "disk"))
+    conf.set_override("enabled_mdev_types", ["nvidia-11"], group="vgpu")
+    driver.plugin_manager = helpers.manager(conf, ("numa", "vgpu", "disk"))
     yield driver
     fixture.cleanUp()
 
@@ -188,13 +194,23 @@ def test_startup_reshapes_into_numa_cells(world, flat, reshaped):
     providers = reshaped["providers"]
     root = providers[NODE]
     assert root["uuid"] == flat["root"]
-    assert sorted(providers) == [NODE, NODE + "_NUMA0", NODE + "_NUMA1"]
-    for cell in (NODE + "_NUMA0", NODE + "_NUMA1"):
+    cells = [NODE + "_NUMA0", NODE + "_NUMA1"]
+    assert sorted(providers) == sorted([NODE, *cells, *GPUS])
+    for cell in cells:
         assert providers[cell]["parent"] == root["uuid"]
         assert providers[cell]["totals"]["VCPU"] == 4
         # nova's fake cell: 8390000 KiB
         assert providers[cell]["totals"]["MEMORY_MB"] == 8390000 // 1024
     assert root["totals"] == {"DISK_GB": LOCAL_GB["total"]}
+
+
+def test_the_gpus_nova_lists_are_vgpu_providers_under_their_cells(reshaped):
+    """nova's fake GPUs (``Host.list_pci_devices``): one on each cell, 16
+    nvidia-11 instances each, parented under their NUMA cell."""
+    providers = reshaped["providers"]
+    for name, cell in GPUS.items():
+        assert providers[name]["totals"] == {"VGPU": 16}
+        assert providers[name]["parent"] == providers[cell]["uuid"]
 
 
 def test_the_guests_allocation_moved_to_a_cell(world, flat, reshaped):
