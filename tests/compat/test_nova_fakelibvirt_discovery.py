@@ -11,7 +11,10 @@ CPUs (per cell, online, thread siblings), memory per cell, page pools, PCI
 devices (address, ids, NUMA node, PF/VF/plain and the VF's parent), mdev
 types (available instances, name, device API) and mediated devices, and
 our vgpu plugin's providers must be nova's pGPU providers (names, VGPU
-totals).
+totals). A third host has an offline CPU (nova's fake ``getCPUMap`` has
+none, so that one answer is replaced). The driver mixin's live reading of
+each host (``plugin_host_info``, through nova's ``Host``) must equal the
+snapshot's.
 
 Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
 """
