@@ -51,11 +51,6 @@ class _CellPlacement(Protocol):
     host_cell: int
 
 
-class _NUMAAssignment(Protocol):
-    cells: tuple[_CellPlacement, ...]
-    floating: bool
-
-
 def cell_sockets(cells: Iterable[NUMACell]) -> FrozenMap[int, Optional[int]]:
     """Host cell id -> its socket, as nova's libvirt driver sets
     ``NUMACell.socket``: the one ``socket_id`` of the cell's CPUs, ``None``
@@ -74,10 +69,11 @@ def guest_host_cells(earlier: Mapping[str, object]) -> frozenset[int]:
     or one that says the guest floats (its cells then only say where its
     vCPUs and memory are kept; nova filters no device by NUMA for such a
     guest)."""
-    numa: Optional[_NUMAAssignment] = earlier.get(NUMA_PLUGIN)  # type: ignore[assignment]
+    numa = earlier.get(NUMA_PLUGIN)
     if numa is None or getattr(numa, "floating", False):
         return frozenset()
-    return frozenset(cell.host_cell for cell in getattr(numa, "cells", ()))
+    cells: Iterable[_CellPlacement] = getattr(numa, "cells", ())
+    return frozenset(cell.host_cell for cell in cells)
 
 
 def recorded_cells_problem(earlier: Mapping[str, object],
