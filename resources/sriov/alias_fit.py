@@ -42,6 +42,11 @@ Choice = list[tuple[AliasRequest, tuple[DeviceState, ...]]]
 Problem = Callable[[DeviceState, AliasRequest, frozenset[str]], Optional[str]]
 
 
+#: A search state: the addresses taken, and the candidate position after
+#: the device the current alias's previous slot got.
+_SlotUsage = tuple[frozenset[str], int]
+
+
 class Stopped(Exception):
     """The budget ran out (the message is the budget's sentence)."""
 
@@ -89,6 +94,13 @@ def _flow(aliases: Sequence[AliasRequest],
     return given
 
 
+def _in_order(given: Sequence[DeviceState], candidates: Sequence[DeviceState]
+              ) -> tuple[DeviceState, ...]:
+    """``given`` in candidate (preference) order."""
+    addresses = {d.address for d in given}
+    return tuple(d for d in candidates if d.address in addresses)
+
+
 def _related_pair(state: SRIOVState, chosen: Sequence[DeviceState]) -> bool:
     addresses = {d.address for d in chosen}
     return any(other in addresses for d in chosen for other in state.related(d))
@@ -99,11 +111,8 @@ def _search(state: SRIOVState, aliases: Sequence[AliasRequest],
             budget: Budget) -> Optional[Choice]:
     """Depth first over device slots (module doc, stage 3)."""
     slots = [(alias, k) for alias in aliases for k in range(alias.count)]
-    # usage: (taken addresses, candidate position after the slot's alias's
-    # previous device)
-    Usage = tuple[frozenset[str], int]
 
-    def options(slot: tuple[AliasRequest, int], usage: Usage
+    def options(slot: tuple[AliasRequest, int], usage: _SlotUsage
                 ) -> list[tuple[int, DeviceState]]:
         alias, k = slot
         taken, after = usage
@@ -117,11 +126,12 @@ def _search(state: SRIOVState, aliases: Sequence[AliasRequest],
         return result
 
     def take(slot: tuple[AliasRequest, int], choice: tuple[int, DeviceState],
-             usage: Usage) -> Usage:
+             usage: _SlotUsage) -> _SlotUsage:
         position, device = choice
         return usage[0] | {device.address}, position + 1
 
-    outcome, _ = first_fit(slots, (frozenset(), 0), options, take, budget)
+    start: _SlotUsage = (frozenset(), 0)
+    outcome, _ = first_fit(slots, start, options, take, budget)
     if outcome.exhausted:
         raise Stopped(budget.stopped("the devices of the aliases"))
     if outcome.choices is None:
@@ -155,10 +165,7 @@ def choose(state: SRIOVState, aliases: Sequence[AliasRequest],
             return first
         chosen = [d for devices in flow.values() for d in devices]
         if not _related_pair(state, chosen):
-            order = {a.requester_id: {d.address: i for i, d in enumerate(
-                candidates[a.requester_id])} for a in aliases}
-            return [(a, tuple(sorted(flow[a.requester_id],
-                                     key=lambda d, a=a: order[a.requester_id][d.address])))
+            return [(a, _in_order(flow[a.requester_id], candidates[a.requester_id]))
                     for a in aliases]
         found = _search(state, aliases, candidates, problem, budget)
     except Stopped as stopped:
