@@ -1,0 +1,243 @@
+"""The scheduler against real Placement (embedded) and a real host-state
+store (SQLite): hosts reported and published by the real plugins; their
+answers come from :class:`~tests.functional.scheduler.cloud.StandInAgent`,
+which stands in for the compute agent landing separately."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from compute_plugins.fit import decode_state, fit_all
+from compute_plugins.placement import embedded
+from tests.functional.request.hosts import Placement, cell
+from tests.functional.scheduler.cloud import Cloud, StandInAgent
+from tests.unit.request.conftest import build
+
+
+@pytest.fixture(scope="module")
+def placement():
+    emb = embedded.EmbeddedPlacement("sqlite://").start()
+    yield Placement(emb)
+    emb.close()
+
+
+@pytest.fixture
+def cloud(placement, tmp_path):
+    # NOTE: a store per test: hosts of other tests stay in Placement but are
+    # no host of this store, so the scheduler never considers them.
+    cloud = Cloud(placement, str(tmp_path / "host_state.sqlite"))
+    yield cloud
+    cloud.store.close()
+
+
+def new_consumer() -> str:
+    return str(uuid.uuid4())
+
+
+def pinned(nodes: int, vcpus: int, memory_mb: int, **more):
+    return {"hw:numa_nodes": str(nodes), "hw:cpu_policy": "dedicated", **more}, vcpus, memory_mb
+
+
+def spec_of(sched, extra_specs, vcpus, memory_mb, **flavor):
+    return build(sched.plugins, extra_specs, vcpus=vcpus, memory_mb=memory_mb, **flavor)
+
+
+def expected_allocation(decision):
+    """What the assignments take, provider by provider, computed from the
+    assignments themselves (not from the scheduler's allocation code)."""
+    total: dict[str, dict[str, int]] = {}
+
+    def add(rp, rc, n):
+        if n:
+            total.setdefault(rp, {})
+            total[rp][rc] = total[rp].get(rc, 0) + n
+
+    for name, assignment in decision.assignments.items():
+        if name == "numa":
+            for part in assignment.cells:
+                add(part.provider_uuid, "PCPU", len(part.pinning))
+                add(part.provider_uuid, "VCPU", part.shared_vcpus)
+                add(part.provider_uuid, "MEMORY_MB", part.memory_mb)
+        elif name == "vgpu":
+            for device in assignment.devices:
+                add(device.provider_uuid, "VGPU", len(device.mdev_uuids) or 1)
+        elif name == "disk":
+            add(assignment.provider_uuid, "DISK_GB", assignment.disk_gb)
+    return total
+
+
+def test_eight_node_pinned_guest_is_placed_on_the_eight_cell_host(cloud):
+    big = cloud.add_host("cells8", [cell(4, 4096)] * 8, dedicated="0-31")
+    four = cloud.add_host("cells4", [cell(8, 8192)] * 4, dedicated="0-31")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(8, 32, 16384))
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed, result.reasons
+    assert result.host == big.name
+    numa = result.decision.assignments["numa"]
+    assert sorted(c.host_cell for c in numa.cells) == list(range(8))
+    # Placement was asked which providers have room: the root, and one
+    # query for the 8 identical guest nodes; then the allocation was written.
+    assert result.placement_calls == {"GET /resource_providers": 2,
+                                      "PUT /allocations/{consumer}": 1}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.allocations(consumer) == {
+        rp: dict(res) for rp, res in result.decision.allocations.items()}
+    assert all(res == {"PCPU": 4, "MEMORY_MB": 2048}
+               for res in cloud.allocations(consumer).values())
+    # The 4-cell host had room per cell but cannot hold 8 guest nodes.
+    assert any(r.plugin == "numa" and "8 NUMA nodes" in r.reason
+               for r in result.verdicts[four.name])
+    assert cloud.store.active_decision(consumer).status == "claimed"
+
+
+def test_floating_guest_with_vgpu_and_disk_allocation_is_the_sum_of_assignments(cloud):
+    gpu = cloud.add_host("gpu", [cell(4, 4096), cell(4, 4096)],
+                         gpus=((1, "nvidia-35", 4),), disk_gb=100)
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"resources:VGPU": "1"}, 2, 2048, root_gb=10)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed, result.reasons
+    written = cloud.allocations(consumer)
+    assert written == expected_allocation(result.decision)
+    assert written[gpu.root] == {"DISK_GB": 10}
+    assert sorted(rc for res in written.values() for rc in res) == [
+        "DISK_GB", "MEMORY_MB", "VCPU", "VGPU"]
+    assert cloud.usage(gpu) == written
+
+
+def test_no_host_fits_reasons_per_host_and_plugin(cloud):
+    small = cloud.add_host("small", [cell(4, 4096)] * 2, dedicated="0-7")
+    four = cloud.add_host("four", [cell(4, 4096)] * 4, dedicated="0-15")
+    sched = cloud.scheduler()
+    # 8 nodes of 1 CPU: every cell has room (Placement), no host has 8 cells.
+    result = sched.schedule(spec_of(sched, *pinned(8, 8, 8192)), new_consumer(),
+                            "project", "user")
+    assert not result.placed and result.attempts == ()
+    assert result.candidates == 2 and result.fitting == 0
+    by_host = {h.host: h.reasons for h in result.reasons}
+    assert set(by_host) == {small.name, four.name}
+    assert [r.plugin for r in by_host[four.name]] == ["numa"]
+    assert "8 NUMA nodes, the host only 4" in by_host[four.name][0].reason
+    # 2 nodes of 8 CPUs: no cell has 8 CPUs: Placement excludes both hosts,
+    # and says which group of which plugin found no room.
+    result = sched.schedule(spec_of(sched, *pinned(2, 16, 4096)), new_consumer(),
+                            "project", "user")
+    assert not result.placed and result.candidates == 0
+    for host in (small.name, four.name):
+        reasons = result.verdicts[host]
+        assert {r.plugin for r in reasons} == {"numa"}
+        assert any("_NUMA0" in r.reason and "PCPU:8" in r.reason for r in reasons)
+    assert len(result.reasons) == 2
+
+
+class FirstPutRaces:
+    """The real Placement client, except that another scheduler runs just
+    before this one's first ``PUT /allocations``: the race between reading
+    which providers have room and writing the allocation, made
+    deterministic."""
+
+    def __init__(self, client, before_first_put):
+        self._client = client
+        self._before = before_first_put
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def put(self, path, body=None, **kw):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._client.put(path, body, **kw)
+
+
+def test_placement_conflict_moves_to_the_next_host(cloud):
+    a = cloud.add_host("aa", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("bb", [cell(4, 4096)], dedicated="0-3")
+    one_slot = pinned(1, 4, 2048)
+    first = cloud.scheduler()
+    results = {}
+
+    def first_places():
+        results["first"] = first.schedule(spec_of(first, *one_slot),
+                                          new_consumer(), "p", "u")
+
+    second = cloud.scheduler()
+    second.placement = FirstPutRaces(second.placement, first_places)
+    with StandInAgent(cloud):
+        results["second"] = second.schedule(spec_of(second, *one_slot),
+                                            new_consumer(), "p", "u")
+        results["third"] = second.schedule(spec_of(second, *one_slot),
+                                           new_consumer(), "p", "u")
+    assert results["first"].host == a.name
+    # Both saw room on aa (spread: a tie, by name); Placement refused the
+    # second allocation there atomically, and the next host took it.
+    assert [(t.host, t.outcome) for t in results["second"].attempts] == [
+        (a.name, "conflict"), (b.name, "claimed")]
+    assert "409" in results["second"].attempts[0].reasons[0].reason
+    third = results["third"]
+    assert not third.placed and third.candidates == 0
+    assert {h.host for h in third.reasons} == {a.name, b.name}
+    for host in (a, b):
+        assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 2048}]
+
+
+def test_concurrent_schedulers_one_slot_exactly_one_places(cloud):
+    host = cloud.add_host("one", [cell(4, 4096)], dedicated="0-3")
+    results = []
+    with StandInAgent(cloud):
+        def run():
+            sched = cloud.scheduler()
+            results.append(sched.schedule(spec_of(sched, *pinned(1, 4, 1024)),
+                                          new_consumer(), "p", "u"))
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert sorted(r.placed for r in results) == [False, False, False, True]
+    assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 1024}]
+
+
+def test_rejected_decision_frees_the_allocation_and_tries_the_next_host(cloud):
+    a = cloud.add_host("aa", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    b = cloud.add_host("bb", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(2, 8, 4096))
+    # Another claim landed on host aa after it published: its live state
+    # has every CPU pinned, the store (and Placement) do not show it yet.
+    plugin = a.manager.plugins["numa"]
+    state = decode_state(plugin, a.states()["numa"])
+    taken = fit_all({"numa": plugin}, {"numa": state}, spec).assignments["numa"]
+    a.assignments["numa"] = [taken]
+    consumer = new_consumer()
+    with StandInAgent(cloud) as agent:
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == b.name
+    assert [(t.host, t.outcome) for t in result.attempts] == [
+        (a.name, "rejected"), (b.name, "claimed")]
+    assert {r.plugin for r in result.attempts[0].reasons} == {"numa"}
+    assert (a.name, consumer, "rejected") in agent.answered
+    assert cloud.usage(a) == {}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert set(cloud.allocations(consumer)) <= set(b.providers)
+
+
+def test_no_agent_is_a_timeout_naming_the_host(cloud):
+    host = cloud.add_host("silent", [cell(4, 4096)])
+    sched = cloud.scheduler(max_attempts=1)
+    consumer = new_consumer()
+    result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u",
+                            timeout=0.3)
+    assert not result.placed
+    assert [(t.host, t.outcome) for t in result.attempts] == [(host.name, "timeout")]
+    assert host.name in result.reasons[0].reasons[0].reason
+    assert cloud.usage(host) == {}
+    assert cloud.store.active_decision(consumer) is None
