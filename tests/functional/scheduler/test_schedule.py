@@ -5,11 +5,13 @@ which stands in for the compute agent landing separately."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
 import pytest
 
+from compute_plugins.cmd import main
 from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.placement import embedded
 from tests.functional.request.hosts import Placement, cell
@@ -241,3 +243,56 @@ def test_no_agent_is_a_timeout_naming_the_host(cloud):
     assert host.name in result.reasons[0].reasons[0].reason
     assert cloud.usage(host) == {}
     assert cloud.store.active_decision(consumer) is None
+
+
+@pytest.fixture(scope="module")
+def placement_url(placement):
+    server = placement.emb.make_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.url
+
+
+def write_json(path, doc):
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
+                                                         tmp_path, capsys):
+    host = cloud.add_host("cli", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    config = tmp_path / "compute-plugins.conf"
+    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    fits = write_json(tmp_path / "fits.json", {
+        "name": "pinned", "vcpus": 4, "memory_mb": 2048, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
+    too_big = write_json(tmp_path / "big.json", {
+        "name": "big", "vcpus": 16, "memory_mb": 2048,
+        "extra_specs": {"hw:cpu_policy": "dedicated"}})
+    common = ["--config-file", str(config), "--placement-url", placement_url]
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer,
+                                   "--format", "json", "--timeout", "10"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0
+        [instance] = out["instances"]
+        assert out["reasons"] == []
+        assert set(instance) == {"consumer", "host", "nodename", "allocations",
+                                 "assignments"}
+        assert (instance["consumer"], instance["host"]) == (consumer, host.name)
+        assert instance["allocations"] == cloud.allocations(consumer)
+        assert sorted(instance["assignments"]) == ["numa"]
+
+        code = main.main(common + ["schedule", "--flavor", fits, "--timeout", "10"])
+        text = capsys.readouterr().out
+        assert code == 0 and "host %s" % host.name in text and "numa:" in text
+
+        code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
+        captured = capsys.readouterr()
+        assert code == 1
+        assert "not placed" in captured.out
+        assert "host %s:" % host.name in captured.out and "numa: " in captured.out
+
+    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
+    assert code == 2
+    assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
