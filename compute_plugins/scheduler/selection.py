@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -132,6 +132,24 @@ class ScheduleResult:
         return sum(self.placement_calls.values())
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Candidates, fits and order of one request (:meth:`Scheduler.plan`).
+
+    :param found: Placement's answer by host.
+    :param fits: candidate host -> its fit.
+    :param verdicts: every known host -> its rejections (empty: fits).
+    :param ordered: ``(weight, fit)`` of the hosts that fit, best first.
+    :param timings: seconds: ``placement``, ``store``, ``fit``.
+    """
+
+    found: providers.ProviderCandidates
+    fits: Mapping[str, fitting.HostFit]
+    verdicts: Mapping[str, tuple[Rejection, ...]]
+    ordered: tuple[tuple[float, fitting.HostFit], ...]
+    timings: Mapping[str, float]
+
+
 class Scheduler:
     """Chooses a host for a RequestSpec and has its agent claim it.
 
@@ -185,28 +203,12 @@ class Scheduler:
 
     # -- scheduling -------------------------------------------------------
 
-    def schedule(self, spec: Any, consumer: str, project_id: str,
-                 user_id: str, timeout: Optional[float] = None) -> ScheduleResult:
-        """Place ``spec`` for ``consumer`` (see the module doc).
-
-        :param timeout: seconds to wait for each host's answer (default
-            ``[scheduler] answer_timeout``).
-        :raises ConsumerInUse: the consumer has a decision in force.
-        :raises PlacementError: Placement unreachable or refusing a query
-            (anything but a 409 on the allocation).
-        :raises StoreUnavailable: the host-state store cannot be reached.
-        """
-        group = self.conf.scheduler
-        wait = group.answer_timeout if timeout is None else timeout
-        active = self.store.active_decision(consumer)
-        if active is not None:
-            raise ConsumerInUse(consumer, active.host, active.status.value)
+    def plan(self, spec: Any) -> Plan:
+        """Steps 1 to 3 (module doc): candidates, fit, order; no writes."""
         timings: dict[str, float] = {}
-        calls: dict[str, int] = {}
         start = time.monotonic()
         known = sorted(self.store.generations())
         found = providers.find(self.placement, self.store, spec.groups, hosts=known)
-        calls["GET /resource_providers"] = found.calls
         timings["placement"] = time.monotonic() - start
         start = time.monotonic()
         snapshots = self.store.get_hosts(found.hosts) if found.hosts else {}
@@ -223,6 +225,37 @@ class Scheduler:
         ordered = weighers.weigh(self.plugins, [f for f in fits.values() if f.result.fits],
                                  self.factors)
         timings["fit"] = time.monotonic() - start
+        return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
+                    ordered=tuple(ordered), timings=FrozenMap(timings))
+
+    def decide(self, spec: Any, planned: Plan, index: int = 0) -> Union[Decision, Rejection]:
+        """The decision for the ``index``-th best host of ``planned``
+        (its allocation built from the assignments); nothing written."""
+        fit = planned.ordered[index][1]
+        return allocation.build_decision(self.plugins, spec, fit,
+                                         planned.found.room[fit.host])
+
+    def schedule(self, spec: Any, consumer: str, project_id: str,
+                 user_id: str, timeout: Optional[float] = None) -> ScheduleResult:
+        """Place ``spec`` for ``consumer`` (see the module doc).
+
+        :param timeout: seconds to wait for each host's answer (default
+            ``[scheduler] answer_timeout``).
+        :raises ConsumerInUse: the consumer has a decision in force.
+        :raises PlacementError: Placement unreachable or refusing a query
+            (anything but a 409 on the allocation).
+        :raises StoreUnavailable: the host-state store cannot be reached.
+        """
+        group = self.conf.scheduler
+        wait = group.answer_timeout if timeout is None else timeout
+        active = self.store.active_decision(consumer)
+        if active is not None:
+            raise ConsumerInUse(consumer, active.host, active.status.value)
+        calls: dict[str, int] = {}
+        planned = self.plan(spec)
+        found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
+        timings = dict(planned.timings)
+        calls["GET /resource_providers"] = found.calls
         start = time.monotonic()
         attempts: list[Attempt] = []
         tried = 0
@@ -265,6 +298,21 @@ class Scheduler:
             attempts=tuple(attempts), reasons=reasons, queries=found.queries,
             placement_calls=FrozenMap(sorted(calls.items())),
             timings=FrozenMap(timings))
+
+    def release(self, consumer: str) -> Optional[str]:
+        """Ask for ``consumer`` to be freed; returns the decision's status now.
+
+        A claimed decision becomes ``releasing``: the host's agent frees its
+        ledger entry, its state and the Placement allocation, and marks it
+        released. A pending one (never claimed) is released here and its
+        allocation deleted. None: the consumer has no decision in force.
+        """
+        decision = self.store.request_release(consumer)
+        if decision is None:
+            return None
+        if decision.status == DecisionStatus.RELEASED:
+            self._free(consumer, {})
+        return decision.status.value
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int]) -> Attempt:
