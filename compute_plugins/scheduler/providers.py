@@ -183,6 +183,27 @@ def _owner_plugin(owner: str) -> str:
     return owner.split("+")[0] if owner else ""
 
 
+def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]]:
+    """The root requirements as small answers: the roots with every
+    required trait and aggregate (None: no such requirement), and per
+    forbidden trait or aggregate the providers that have it (to exclude
+    their hosts). Asking "providers without trait X" would list nearly
+    every provider of the cloud."""
+    positive = None
+    if root.required or root.member_of:
+        positive = Shape(required=root.required, member_of=root.member_of)
+    negatives = []
+    for trait in sorted(root.forbidden):
+        why = ("the host is disabled (%s)" % trait if trait == query_mod.DISABLED_TRAIT
+               else "its root has the forbidden trait %s" % trait)
+        negatives.append((Shape(required=frozenset({trait})), why))
+    if root.forbidden_aggregates:
+        aggs = tuple(sorted(root.forbidden_aggregates))
+        negatives.append((Shape(member_of=(aggs,)),
+                          "its root is in a forbidden aggregate (%s)" % ", ".join(aggs)))
+    return positive, negatives
+
+
 def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
          hosts: Optional[Sequence[str]] = None) -> ProviderCandidates:
     """Ask Placement which hosts have room for ``groups`` (module doc).
@@ -192,7 +213,9 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
     """
     root_shape, wanted = needs(groups)
     shapes: dict[Shape, list[dict[str, Any]]] = {}
-    ordered = [root_shape] + [s for need in wanted for s in need.shapes]
+    positive, negatives = _root_filters(root_shape)
+    ordered = ([positive] if positive is not None else []) + [
+        shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
     for shape in ordered:
         if shape not in shapes:
             answer = client.get(shape.path())
@@ -208,10 +231,22 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
     def host_of(rp: Mapping[str, Any]) -> Optional[str]:
         return owner_of.get(rp["uuid"]) or owner_of.get(rp.get("root_provider_uuid") or "")
 
-    roots_ok = {host_of(rp) for rp in shapes[root_shape]
+    def roots(shape: Shape) -> set[Optional[str]]:
+        return {host_of(rp) for rp in shapes[shape]
                 if rp["uuid"] == rp.get("root_provider_uuid", rp["uuid"])}
-    roots_ok.discard(None)
+
     known = sorted(store.generations()) if hosts is None else sorted(hosts)
+    root_reasons: dict[str, list[str]] = {}
+    if positive is not None:
+        passing = roots(positive)
+        for host in known:
+            if host not in passing:
+                root_reasons.setdefault(host, []).append(
+                    "its root does not match %s" % positive.short())
+    for shape, why in negatives:
+        for host in roots(shape):
+            if host is not None:
+                root_reasons.setdefault(host, []).append(why)
     room: dict[str, dict[NeedKey, list[str]]] = {h: {} for h in known}
     shared: dict[NeedKey, list[str]] = {}
     for need in wanted:
@@ -228,11 +263,8 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
     excluded: dict[str, tuple[Rejection, ...]] = {}
     for host in known:
         reasons = []
-        if host not in roots_ok:
-            reasons.append(Rejection(
-                "Placement: the host's root does not pass %s (disabled, a "
-                "root trait or aggregate missing)" % root_shape.short(),
-                plugin=PLACEMENT))
+        for why in root_reasons.get(host, ()):
+            reasons.append(Rejection("Placement: %s" % why, plugin=PLACEMENT))
         for need in wanted:
             if not room[host].get(need.key) and not shared.get(need.key):
                 reasons.append(Rejection(

@@ -81,6 +81,15 @@ class Cloud:
             host.name, host.states(), host.generation, nodename=host.name,
             providers=host.providers).generation
 
+    def set_root_traits(self, host: Host, *traits: str) -> None:
+        """An operator's (or nova's) traits on the host's root."""
+        session, url = self.placement.session, self.placement.emb_url(
+            "/resource_providers/%s/traits" % host.root)
+        have = session.request(url, "GET", headers=HEADERS).json()
+        session.request(url, "PUT", headers=HEADERS, json={
+            "resource_provider_generation": have["resource_provider_generation"],
+            "traits": sorted(set(have["traits"]) | set(traits))})
+
     def scheduler(self, **overrides: Any) -> Scheduler:
         conf = cfg.ConfigOpts()
         conf_areas.register_all(conf)

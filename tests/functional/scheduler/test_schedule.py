@@ -140,6 +140,24 @@ def test_no_host_fits_reasons_per_host_and_plugin(cloud):
     assert len(result.reasons) == 2
 
 
+def test_disabled_and_trait_less_hosts_are_excluded_with_the_reason(cloud):
+    disabled = cloud.add_host("disabled", [cell(4, 4096)])
+    plain = cloud.add_host("plain", [cell(4, 4096)])
+    avx = cloud.add_host("avx", [cell(4, 4096)])
+    cloud.set_root_traits(disabled, "COMPUTE_STATUS_DISABLED", "HW_CPU_X86_AVX2")
+    cloud.set_root_traits(avx, "HW_CPU_X86_AVX2")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"trait:HW_CPU_X86_AVX2": "required"}, 2, 1024)
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, new_consumer(), "p", "u")
+    assert result.placed and result.host == avx.name and result.candidates == 1
+    [why] = result.verdicts[disabled.name]
+    assert (why.plugin, why.reason) == (
+        "placement", "Placement: the host is disabled (COMPUTE_STATUS_DISABLED)")
+    [why] = result.verdicts[plain.name]
+    assert "HW_CPU_X86_AVX2" in why.reason and why.plugin == "placement"
+
+
 class FirstPutRaces:
     """The real Placement client, except that another scheduler runs just
     before this one's first ``PUT /allocations``: the race between reading
@@ -296,3 +314,18 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
     code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
     assert code == 2
     assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
+
+
+def test_weighers_spread_by_default_and_pack_when_configured(cloud):
+    busy = cloud.add_host("busy", [cell(4, 4096)], dedicated="0-3")
+    idle = cloud.add_host("idle", [cell(4, 4096)], dedicated="0-3")
+    one_cpu = pinned(1, 1, 512)
+    with StandInAgent(cloud):
+        sched = cloud.scheduler()
+        first = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+        packing = cloud.scheduler(default_weigher_multiplier=1.0)
+        packed = packing.schedule(spec_of(packing, *one_cpu), new_consumer(), "p", "u")
+        spread = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+    assert first.host == busy.name  # a tie: by name
+    assert packed.host == busy.name  # the fuller host
+    assert spread.host == idle.name  # the emptier host
