@@ -66,6 +66,11 @@ def expected_allocation(decision):
         elif name == "vgpu":
             for device in assignment.devices:
                 add(device.provider_uuid, "VGPU", len(device.mdev_uuids) or 1)
+        elif name == "sriov":
+            for vf in assignment.vfs:
+                add(vf.provider_uuid, "SRIOV_NET_VF", 1)
+                add(vf.provider_uuid, "NET_BW_EGR_KILOBIT_PER_SEC", vf.egress_kbps)
+                add(vf.provider_uuid, "NET_BW_IGR_KILOBIT_PER_SEC", vf.ingress_kbps)
         elif name == "disk":
             add(assignment.provider_uuid, "DISK_GB", assignment.disk_gb)
     return total
@@ -113,6 +118,29 @@ def test_floating_guest_with_vgpu_and_disk_allocation_is_the_sum_of_assignments(
     assert sorted(rc for res in written.values() for rc in res) == [
         "DISK_GB", "MEMORY_MB", "VCPU", "VGPU"]
     assert cloud.usage(gpu) == written
+
+
+def test_port_with_bandwidth_lands_where_its_pf_is_near_the_guest(cloud):
+    cells = [cell(4, 4096), cell(1, 1024)]
+    near = cloud.add_host("pf-cell0", cells, pfs=((0, 4),))
+    far = cloud.add_host("pf-cell1", cells, pfs=((1, 4),))
+    sched = cloud.scheduler()
+    spec = build(sched.plugins, {"hw:numa_nodes": "1",
+                                 "hw:pci_numa_affinity_policy": "required"},
+                 vcpus=2, memory_mb=2048,
+                 ports=[{"vnic_type": "direct", "physnet": "physnet1",
+                         "min_kbps_egress": 1000}])
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == near.name, result.reasons
+    written = cloud.allocations(consumer)
+    assert written == expected_allocation(result.decision)
+    [vf] = result.decision.assignments["sriov"].vfs
+    assert written[vf.provider_uuid] == {"SRIOV_NET_VF": 1,
+                                         "NET_BW_EGR_KILOBIT_PER_SEC": 1000}
+    assert {r.plugin for r in result.verdicts[far.name]} == {"sriov"}
+    assert cloud.usage(near) == written
 
 
 def test_no_host_fits_reasons_per_host_and_plugin(cloud):
