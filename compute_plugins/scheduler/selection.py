@@ -172,6 +172,8 @@ class Scheduler:
         self.placement = placement_client
         self.store = store
         self.poll_interval = poll_interval
+        #: Decoded host states, kept per host generation.
+        self.states = fitting.StateCache()
         loaded = getattr(plugins, "plugins", plugins)
         self.factors = weighers.multipliers(conf, sorted(loaded))
 
@@ -207,14 +209,15 @@ class Scheduler:
         """Steps 1 to 3 (module doc): candidates, fit, order; no writes."""
         timings: dict[str, float] = {}
         start = time.monotonic()
-        known = sorted(self.store.generations())
-        found = providers.find(self.placement, self.store, spec.groups, hosts=known)
+        generations = self.store.generations()
+        found = providers.find(self.placement, self.store, spec.groups,
+                               hosts=sorted(generations))
         timings["placement"] = time.monotonic() - start
         start = time.monotonic()
-        snapshots = self.store.get_hosts(found.hosts) if found.hosts else {}
+        decoded = self.states.get(self.plugins, self.store, found.hosts, generations)
         timings["store"] = time.monotonic() - start
         start = time.monotonic()
-        fits = fitting.fit_hosts(self.plugins, spec, snapshots)
+        fits = fitting.fit_hosts(self.plugins, spec, decoded)
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         for host in found.hosts:
             if host not in fits:
