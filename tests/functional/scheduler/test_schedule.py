@@ -143,6 +143,25 @@ def test_port_with_bandwidth_lands_where_its_pf_is_near_the_guest(cloud):
     assert cloud.usage(near) == written
 
 
+def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
+    # The guest's two nodes need cells 0 and 1 of the 3-cell hosts (cell 2
+    # is too small); the vGPU must sit under one of them.
+    cells = [cell(4, 4096), cell(4, 4096), cell(1, 512)]
+    under_guest = cloud.add_host("gpu-cell1", cells, gpus=((1, "nvidia-35", 4),))
+    elsewhere = cloud.add_host("gpu-cell2", cells, gpus=((2, "nvidia-35", 4),))
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"hw:numa_nodes": "2", "resources:VGPU": "1",
+                           "hw:pci_numa_affinity_policy": "required"}, 4, 4096)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == under_guest.name, result.reasons
+    assert {r.plugin for r in result.verdicts[elsewhere.name]} == {"vgpu"}
+    [device] = result.decision.assignments["vgpu"].devices
+    assert cloud.allocations(consumer)[device.provider_uuid] == {"VGPU": 1}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+
+
 def test_no_host_fits_reasons_per_host_and_plugin(cloud):
     small = cloud.add_host("small", [cell(4, 4096)] * 2, dedicated="0-7")
     four = cloud.add_host("four", [cell(4, 4096)] * 4, dedicated="0-15")
