@@ -18,7 +18,10 @@
    Rejected (the host changed since it published), or no answer in
    ``[scheduler] answer_timeout`` (the decision is withdrawn first): the
    allocation is freed and the next host tried, up to ``[scheduler]
-   max_attempts`` hosts.
+   max_attempts`` hosts. After a rejection the candidates are planned
+   again on fresh states: the host that rejected is tried again only when
+   it published a new state since (another claim landed there first; the
+   fit may now choose other CPUs or devices).
 
 When nothing is placed, :class:`ScheduleResult` says why per host and per
 plugin, the best few hosts first (those where the fewest plugins refused).
@@ -263,15 +266,24 @@ class Scheduler:
         attempts: list[Attempt] = []
         tried = 0
         placed: Optional[Any] = None
-        for _weight, fit in ordered:
-            if tried >= group.max_attempts:
-                break
+        # NOTE: a host given up (409, timeout...) is not tried again; a host
+        # that rejected is, once it published a new state (another
+        # generation): its agent had claimed for someone else since, and
+        # the fit on its new state may choose other CPUs or devices.
+        given_up: set[str] = set()
+        rejected_at: dict[str, int] = {}
+        queue = list(ordered)
+        while queue and tried < group.max_attempts:
+            _weight, fit = queue.pop(0)
+            if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
+                continue
             began = time.monotonic()
             decision = allocation.build_decision(self.plugins, spec, fit,
                                                  found.room[fit.host])
             if isinstance(decision, Rejection):
                 attempts.append(Attempt(fit.host, "unbuildable", (decision,)))
                 verdicts[fit.host] = (decision,)
+                given_up.add(fit.host)
                 continue
             try:
                 self._put_allocation(consumer, decision, project_id, user_id, calls)
@@ -280,6 +292,7 @@ class Scheduler:
                     "Placement refused the allocation (409 %s): %s"
                     % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
                     time.monotonic() - began))
+                given_up.add(fit.host)
                 continue
             decided = spec.with_decision(decision)
             outcome = self._claim(consumer, fit.host, decided, wait, calls)
@@ -288,6 +301,17 @@ class Scheduler:
             if outcome.outcome == "claimed":
                 placed = decided
                 break
+            if outcome.outcome != "rejected":
+                given_up.add(fit.host)
+                continue
+            rejected_at[fit.host] = fit.generation
+            if tried < group.max_attempts:
+                replanned = self.plan(spec)
+                calls["GET /resource_providers"] += replanned.found.calls
+                found = replanned.found
+                verdicts.update(replanned.verdicts)
+                queue = list(replanned.ordered)
+                ordered = replanned.ordered
         timings["claim"] = time.monotonic() - start
         reasons: tuple[HostReasons, ...] = ()
         if placed is None:

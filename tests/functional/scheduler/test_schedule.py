@@ -273,6 +273,40 @@ def test_concurrent_schedulers_one_slot_exactly_one_places(cloud):
     assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 1024}]
 
 
+def test_twenty_concurrent_schedulers_room_for_five(cloud):
+    host = cloud.add_host("five", [cell(10, 10240)], dedicated="0-9")
+    results = []
+    with StandInAgent(cloud):
+        def run():
+            sched = cloud.scheduler(max_attempts=5)
+            results.append(sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                          new_consumer(), "p", "u"))
+        threads = [threading.Thread(target=run) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    placed = [r for r in results if r.placed]
+    assert len(results) == 20 and len(placed) == 5
+    cpus = [cpu for r in placed for c in r.decision.assignments["numa"].cells
+            for cpu in c.pinning.values()]
+    assert sorted(cpus) == list(range(10))  # no CPU given twice
+    claimed = host.assignments["numa"]  # what the stand-in agent holds
+    assert len(claimed) == 5
+    usage = cloud.usage(host)
+    assert list(usage.values()) == [{"PCPU": 10, "MEMORY_MB": 5120}]
+    total: dict = {}
+    for r in placed:
+        for rp, res in expected_allocation(r.decision).items():
+            for rc, n in res.items():
+                total.setdefault(rp, {}).setdefault(rc, 0)
+                total[rp][rc] += n
+    assert total == usage
+    for r in results:
+        if not r.placed:
+            assert r.reasons and cloud.store.active_decision(r.consumer) is None
+
+
 def test_rejected_decision_frees_the_allocation_and_tries_the_next_host(cloud):
     a = cloud.add_host("aa", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
     b = cloud.add_host("bb", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
