@@ -105,12 +105,12 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
         return disk_state.verify(state, request, assignment)
 
     def group_providers(self, request: DiskRequest, assignment: DiskAssignment,
-                        state: DiskState) -> Mapping[str, str]:
-        """Local disk on the root; shared storage: the provider the
-        scheduler finds in the aggregate (the assignment names none
-        offline)."""
+                        state: DiskState) -> Optional[Mapping[str, str]]:
+        """Local disk on the root; shared storage: None, the scheduler
+        takes a sharing provider Placement found in the aggregate (offline
+        the assignment names none)."""
         if assignment.shared and not assignment.provider_uuid:
-            return {}
+            return None
         return {group.requester_id: assignment.provider_uuid
                 for group in self.request_groups(request)}
 

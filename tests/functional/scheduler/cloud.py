@@ -60,10 +60,13 @@ class Cloud:
         self.hosts: dict[str, Host] = {}
 
     def add_host(self, label: str, cells: list[dict], dedicated: Optional[str] = None,
-                 pfs: tuple = (), gpus: tuple = (), disk_gb: int = 100) -> Host:
+                 pfs: tuple = (), gpus: tuple = (), disk_gb: int = 100,
+                 disk_aggregate: Optional[str] = None) -> Host:
         name = "%s-%s" % (label, uuid.uuid4().hex[:6])
         manager = make_agent_manager(mdev_types=tuple(g[1] for g in gpus),
                                      dedicated=dedicated)
+        if disk_aggregate:
+            manager.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
         manager.discover(host_info(name, cells, pfs, gpus, disk_gb))
         reporter = self.placement.reporter
         result = reporter.periodic(manager.update_provider_tree, name)
@@ -90,14 +93,38 @@ class Cloud:
             "resource_provider_generation": have["resource_provider_generation"],
             "traits": sorted(set(have["traits"]) | set(traits))})
 
-    def scheduler(self, **overrides: Any) -> Scheduler:
+    def scheduler(self, disk_aggregate: Optional[str] = None,
+                  **overrides: Any) -> Scheduler:
+        """A scheduler; ``overrides`` are ``[scheduler]`` options."""
         conf = cfg.ConfigOpts()
         conf_areas.register_all(conf)
         conf([], default_config_files=[], default_config_dirs=[])
         for name, value in overrides.items():
             conf.set_override(name, value, "scheduler")
-        return Scheduler(conf, make_agent_manager(), self.placement.emb.client(),
-                         self.store)
+        plugins = make_agent_manager()
+        if disk_aggregate:
+            plugins.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
+        return Scheduler(conf, plugins, self.placement.emb.client(), self.store)
+
+    def sharing_provider(self, aggregate: str, disk_gb: int) -> str:
+        """Shared storage: a provider outside every host's tree with
+        ``DISK_GB``, ``MISC_SHARES_VIA_AGGREGATE``, in ``aggregate``."""
+        session, url = self.placement.session, self.placement.emb_url
+        rp = str(uuid.uuid4())
+        resp = session.request(url("/resource_providers"), "POST", headers=HEADERS,
+                               json={"name": "shared-%s" % rp[:8], "uuid": rp})
+        assert resp.status_code == 200, resp.text
+        session.request(url("/resource_providers/%s/inventories" % rp), "PUT",
+                        headers=HEADERS, json={"resource_provider_generation": 0,
+                                               "inventories": {"DISK_GB": {"total": disk_gb}}})
+        session.request(url("/resource_providers/%s/traits" % rp), "PUT", headers=HEADERS,
+                        json={"resource_provider_generation": 1,
+                              "traits": ["MISC_SHARES_VIA_AGGREGATE"]})
+        resp = session.request(url("/resource_providers/%s/aggregates" % rp), "PUT",
+                               headers=HEADERS, json={"resource_provider_generation": 2,
+                                                      "aggregates": [aggregate]})
+        assert resp.status_code == 200, resp.text
+        return rp
 
     def allocations(self, consumer: str) -> dict[str, dict[str, int]]:
         """Placement's allocation of ``consumer``: provider -> resources."""

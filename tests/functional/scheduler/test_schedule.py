@@ -162,6 +162,24 @@ def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
 
 
+def test_shared_storage_disk_goes_to_the_sharing_provider(cloud):
+    agg = str(uuid.uuid4())
+    shared = cloud.sharing_provider(agg, 500)
+    host = cloud.add_host("shared-disk", [cell(4, 4096)], disk_aggregate=agg)
+    local = cloud.add_host("local-disk", [cell(4, 4096)])
+    sched = cloud.scheduler(disk_aggregate=agg)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec_of(sched, {}, 2, 1024, root_gb=20), consumer,
+                                "project", "user")
+    assert result.placed and result.host == host.name, result.reasons
+    assert result.decision.mappings["_DISK"] == (shared,)
+    written = cloud.allocations(consumer)
+    assert written[shared] == {"DISK_GB": 20}
+    assert sum(res.get("VCPU", 0) for res in written.values()) == 2
+    assert {r.plugin for r in result.verdicts[local.name]} == {"disk"}
+
+
 def test_no_host_fits_reasons_per_host_and_plugin(cloud):
     small = cloud.add_host("small", [cell(4, 4096)] * 2, dedicated="0-7")
     four = cloud.add_host("four", [cell(4, 4096)] * 4, dedicated="0-15")
