@@ -33,7 +33,7 @@ EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
 DEFAULT_PROJECT = "compute-plugins"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "schedule", help="place a flavor (and image, ports) on a host: "
         "Placement, every plugin's fit, the host's agent claims it")
@@ -108,8 +108,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
 def to_json(results: list[ScheduleResult]) -> dict[str, Any]:
     """``{"instances": [...], "reasons": [...]}`` (the command's JSON)."""
-    instances = []
-    reasons = []
+    instances: list[dict[str, Any]] = []
+    reasons: list[dict[str, Any]] = []
     for result in results:
         if result.placed:
             decision = result.spec.decision

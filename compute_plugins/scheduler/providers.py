@@ -244,21 +244,21 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
                 root_reasons.setdefault(host, []).append(
                     "its root does not match %s" % positive.short())
     for shape, why in negatives:
-        for host in roots(shape):
-            if host is not None:
-                root_reasons.setdefault(host, []).append(why)
+        for bad in roots(shape):
+            if bad is not None:
+                root_reasons.setdefault(bad, []).append(why)
     room: dict[str, dict[NeedKey, list[str]]] = {h: {} for h in known}
     shared: dict[NeedKey, list[str]] = {}
     for need in wanted:
         for shape in need.shapes:
             for rp in shapes[shape]:
-                host = host_of(rp)
-                if host is None:
+                owner = host_of(rp)
+                if owner is None:
                     if need.shared_ok:
                         shared.setdefault(need.key, []).append(rp["uuid"])
                     continue
-                if host in room:
-                    room[host].setdefault(need.key, []).append(rp["uuid"])
+                if owner in room:
+                    room[owner].setdefault(need.key, []).append(rp["uuid"])
     candidates: list[str] = []
     excluded: dict[str, tuple[Rejection, ...]] = {}
     for host in known:
