@@ -380,7 +380,7 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
     config = tmp_path / "compute-plugins.conf"
     config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
     fits = write_json(tmp_path / "fits.json", {
-        "name": "pinned", "vcpus": 4, "memory_mb": 2048, "root_gb": 0,
+        "name": "pinned", "vcpus": 2, "memory_mb": 2048, "root_gb": 0,
         "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
     too_big = write_json(tmp_path / "big.json", {
         "name": "big", "vcpus": 16, "memory_mb": 2048,
@@ -404,6 +404,12 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
         text = capsys.readouterr().out
         assert code == 0 and "host %s" % host.name in text and "numa:" in text
 
+        code = main.main(common + ["schedule", "--flavor", fits, "--count", "2",
+                                   "--format", "json"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and len(out["instances"]) == 2
+        assert len({i["consumer"] for i in out["instances"]}) == 2
+
         code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
         captured = capsys.readouterr()
         assert code == 1
@@ -413,6 +419,10 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
     code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
     assert code == 2
     assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
+    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer])
+    assert code == 2
+    assert "consumer %s already has a decision on host %s (claimed)" % (
+        consumer, host.name) in capsys.readouterr().err
 
 
 def test_weighers_spread_by_default_and_pack_when_configured(cloud):
