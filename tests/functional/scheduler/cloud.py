@@ -184,6 +184,7 @@ class StandInAgent:
             self.cloud.store.mark_rejected(decision.id, reasons)
             self.answered.append((host.name, decision.consumer, "rejected"))
             return
+        assert spec.decision is not None  # verify_all refuses a spec without one
         for name, assignment in spec.decision.assignments.items():
             host.assignments.setdefault(name, []).append(assignment)
         if self.publish:
