@@ -103,6 +103,21 @@ def test_eight_node_pinned_guest_is_placed_on_the_eight_cell_host(cloud):
     assert cloud.store.active_decision(consumer).status == "claimed"
 
 
+def test_eight_node_guest_among_many_hosts_finds_the_only_one(cloud):
+    for i in range(6):
+        cloud.add_host("four%d" % i, [cell(4, 4096)] * 4, dedicated="0-15")
+    for i in range(3):
+        cloud.add_host("tiny%d" % i, [cell(1, 1024)] * 8, dedicated="0-7")
+    only = cloud.add_host("only", [cell(4, 4096)] * 8, dedicated="0-31")
+    sched = cloud.scheduler()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec_of(sched, *pinned(8, 16, 8192)), new_consumer(),
+                                "project", "user")
+    assert result.placed and result.host == only.name
+    assert result.candidates == 7 and result.fitting == 1  # tiny: no room per cell
+    assert result.placement_calls["GET /resource_providers"] == 2
+
+
 def test_floating_guest_with_vgpu_and_disk_allocation_is_the_sum_of_assignments(cloud):
     gpu = cloud.add_host("gpu", [cell(4, 4096), cell(4, 4096)],
                          gpus=((1, "nvidia-35", 4),), disk_gb=100)
