@@ -104,12 +104,15 @@ class ReleaseResult:
 
 
 def host_states(manager: Any, nodename: str,
-                usage: Mapping[str, Sequence[PluginAssignment]]
-                ) -> tuple[dict[str, Any], list[Rejection]]:
+                usage: Mapping[str, Sequence[PluginAssignment]],
+                strict: bool = False) -> tuple[dict[str, Any], list[Rejection]]:
     """Every discovered plugin's host state under ``usage``.
 
     :param manager: the PluginManager (its views of the last discovery).
     :param usage: plugin -> the assignments in force.
+    :param strict: raise :class:`AssignmentConflict` when the assignments
+        in force do not hold on the host (``compute-plugins fit --usage``:
+        the user's input is wrong) instead of a rejection of that plugin.
     :returns: the states, and a rejection per plugin that has none: it
         failed to discover the host, its ``host_state`` failed, or the
         assignments in force do not hold on the host (an
@@ -129,6 +132,8 @@ def host_states(manager: Any, nodename: str,
             states[name] = plugin.host_state(views[name], nodename,
                                              tuple(usage.get(name, ())))
         except AssignmentConflict as err:
+            if strict:
+                raise
             broken.append(Rejection("the claims in force do not hold on the "
                                     "host: %s" % err.reason, plugin=name))
         except Exception as err:  # noqa: BLE001 - one plugin, named

@@ -601,7 +601,7 @@ def test_the_readme_example_is_what_report_prints(tmp_path):
         env=cli_env(XDG_STATE_HOME=str(tmp_path)))
     succeeded(proc.returncode, proc.stderr)
     printed = [ln for ln in proc.stdout.splitlines()
-               if ln.startswith(("periodic ", "     "))]
+               if ln.startswith(("periodic ", "     ", "  claims: "))]
 
     def calls(lines):
         # NOTE: the root's name is the machine's; the calls are not.
