@@ -34,7 +34,8 @@ from compute_plugins.request_spec import build_request_spec
 from compute_plugins.scheduler import candidates
 from tests.functional.placement.conftest import CLI, cli_env
 
-NUMA4 = Path(__file__).parents[2] / "fixtures" / "hosts" / "numa4"
+HOSTS = Path(__file__).parents[2] / "fixtures" / "hosts"
+NUMA4 = HOSTS / "numa4"
 
 #: 2 dedicated CPUs on one guest node, in 2 MiB pages: one whole host
 #: cell holds two.
@@ -56,7 +57,13 @@ reserved_host_memory_mb = 0
 """
 
 
-def make_conf(state_dir: Path) -> cfg.ConfigOpts:
+#: The mdev host (a pGPU offering 2 foo2 instances) with the vgpu plugin.
+MDEV_OVERRIDES = (("enabled_plugins", ["numa", "vgpu"], "compute_plugins"),
+                  ("cpu_dedicated_set", None, "compute"),
+                  ("enabled_mdev_types", ["foo2"], "vgpu"))
+
+
+def make_conf(state_dir: Path, overrides: tuple = ()) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     conf_areas.register_all(conf)
     conf([], project="compute-plugins-tests", default_config_files=[],
@@ -65,6 +72,11 @@ def make_conf(state_dir: Path) -> cfg.ConfigOpts:
     conf.set_override("state_dir", str(state_dir), "compute_plugins")
     conf.set_override("cpu_dedicated_set", "0-15", "compute")
     conf.set_override("reserved_host_memory_mb", 0, "compute")
+    # NOTE: the plugins' groups exist once a manager loaded them.
+    for name, value, group in sorted(overrides, key=lambda o: o[2] != "compute_plugins"):
+        if group not in conf:
+            PluginManager(conf)
+        conf.set_override(name, value, group)
     return conf
 
 
@@ -78,22 +90,24 @@ def placement():
 class Host:
     """One compute host (a copy of numa4 under a fresh name) and its agent."""
 
-    def __init__(self, tmp_path: Path, placement: embedded.EmbeddedPlacement) -> None:
-        self.name = "numa4-%s" % uuid.uuid4().hex[:8]
+    def __init__(self, tmp_path: Path, placement: embedded.EmbeddedPlacement,
+                 source: Path = NUMA4, overrides: tuple = ()) -> None:
+        self.name = "%s-%s" % (source.name, uuid.uuid4().hex[:8])
         self.snapshot = tmp_path / self.name
-        shutil.copytree(NUMA4, self.snapshot)
+        self.overrides = overrides
+        shutil.copytree(source, self.snapshot)
         self.state_dir = tmp_path / "state"
         self.store_url = "sqlite:///%s" % (tmp_path / "host_state.sqlite")
         self.store = HostStateStore(self.store_url)
         self.placement = placement
-        self.scheduler_conf = make_conf(tmp_path / "scheduler")
+        self.scheduler_conf = make_conf(tmp_path / "scheduler", overrides)
         self.scheduler_plugins = PluginManager(self.scheduler_conf)
         self.agent = self.start_agent()
 
     def start_agent(self) -> ComputeAgent:
         """A new agent process, as after a restart: its own plugins, report
         client and ledger read from disk."""
-        conf = make_conf(self.state_dir)
+        conf = make_conf(self.state_dir, self.overrides)
         manager = PluginManager(conf, auto_commit=False,
                                 checkpoint_dir=str(self.state_dir))
         client = preport.ReportClient(self.placement.client(), refresh_interval=0)
@@ -101,11 +115,11 @@ class Host:
         return ComputeAgent(manager, client, self.store, ledger,
                             lambda: discover_host(host_snapshot=str(self.snapshot)))
 
-    def published(self) -> dict:
-        """The numa state the agent published, decoded."""
+    def published(self, plugin: str = "numa"):
+        """The state of ``plugin`` the agent published, decoded."""
         snapshot = self.store.get_host(self.name)
-        plugin = self.scheduler_plugins.plugins["numa"]
-        return decode_state(plugin, snapshot.states["numa"])
+        return decode_state(self.scheduler_plugins.plugins[plugin],
+                            snapshot.states[plugin])
 
     def decide(self, flavor: dict = PINNED, near: str | None = None) -> str:
         """What the scheduler does: spec once, fit on the published state,
@@ -207,6 +221,64 @@ def test_a_claim_uses_the_cpus_and_pages_in_the_next_published_state(host):
     (second,) = host.agent.poll().claims
     assert second.claimed and second.consumer == other
     assert len(pinned_cpus(host.published())) == 8
+
+
+def test_a_vgpu_claim_shows_the_device_used_and_its_release_frees_it(
+        tmp_path, placement):
+    host = Host(tmp_path, placement, HOSTS / "mdev", MDEV_OVERRIDES)
+    try:
+        host.agent.run_once()
+        (gpu,) = host.published("vgpu").pgpus
+        assert (gpu.total, gpu.used) == (2, 0)
+        # NOTE: the capture has 8 MiB of small pages: the guest takes 2 MiB ones.
+        consumer = host.decide({"name": "gpu", "vcpus": 1, "memory_mb": 256,
+                                "extra_specs": {"resources:VGPU": "1",
+                                                "hw:mem_page_size": "2048"}})
+        (claim,) = host.agent.poll().claims
+        assert claim.claimed, claim.reasons
+        (gpu,) = host.published("vgpu").pgpus
+        assert gpu.used == 1 and gpu.address == "0000:02:10.7"
+        assert "<hostdev" in claim.guest_xml and "mdev" in claim.guest_xml
+        host.store.request_release(consumer)
+        assert host.agent.poll().releases[0].allocations_deleted
+        (gpu,) = host.published("vgpu").pgpus
+        assert gpu.used == 0
+    finally:
+        host.store.close()
+
+
+def test_a_decision_for_another_host_is_rejected(host):
+    host.agent.run_once()
+    consumer = host.decide()
+    decision = host.store.active_decision(consumer)
+    doc = json.loads(decision.spec)
+    doc["decision"]["host"] = "elsewhere"
+    host.store.withdraw(decision.id)
+    host.store.submit_decision(consumer, host.name, json.dumps(doc))
+    (claim,) = host.agent.poll().claims
+    assert not claim.claimed
+    (reason,) = claim.reasons
+    assert reason.plugin == "framework"
+    assert reason.reason == ("the decision is for host 'elsewhere' node %r; "
+                             "this is host %r node %r"
+                             % (host.name, host.name, host.name))
+    assert pinned_cpus(host.published()) == set()
+
+
+def test_a_claim_released_behind_the_agents_back_is_freed(host):
+    """The ledger holds a claim whose decision the store no longer has in
+    force (released by another path): the next periodic frees it."""
+    host.agent.run_once()
+    consumer = host.decide()
+    host.agent.poll()
+    decision = host.store.active_decision(consumer)
+    host.store.mark_released(decision.id)
+    result = host.agent.run_once()
+    (freed,) = result.releases
+    assert freed.consumer == consumer and freed.ledger
+    assert freed.allocations_deleted and host.allocations(consumer) == {}
+    assert consumer not in host.agent.ledger
+    assert pinned_cpus(host.published()) == set()
 
 
 def test_a_stale_decision_is_rejected_with_the_plugins_reasons(host):
