@@ -431,3 +431,64 @@ def test_a_corrupt_ledger_is_one_line_and_exit_2(host, tmp_path):
     # nothing was touched: the claim is still on disk as it was
     assert (state / "compute-plugins" / path.name).read_text() == text[: len(text) // 2]
     assert consumer in text
+
+
+def test_a_decision_withdrawn_before_the_answer_is_not_kept(host):
+    """The scheduler gave up waiting (withdraw) after the agent read the
+    decision: the claim is undone, nothing stays in force."""
+    from compute_plugins.compute.claims import Claims
+
+    host.agent.run_once()
+    consumer = host.decide()
+    (decision,) = host.store.list_decisions(host.name)
+    host.store.withdraw(decision.id)
+    claims = Claims(host.name, host.name, host.agent.manager, host.agent.ledger,
+                    host.store)
+    result = claims.claim(decision)
+    assert not result.claimed and result.note == "released before it was claimed"
+    assert consumer not in host.agent.ledger
+    assert host.store.latest_decision(consumer).status == DecisionStatus.RELEASED
+
+
+def test_release_without_a_running_agent(host, tmp_path, capsys):
+    """--no-wait returns once requested; a wait that times out is exit 1,
+    one line, and the release stays requested for the agent."""
+    from compute_plugins.cmd.main import main
+
+    host.agent.run_once()
+    consumer = host.decide()
+    host.agent.poll()
+    conf_file = tmp_path / "release.conf"
+    conf_file.write_text("[host_state]\nconnection = %s\n" % host.store_url)
+    decision_id = host.store.active_decision(consumer).id
+    base = ["--config-file", str(conf_file), "release", "--consumer", consumer]
+    assert main(base + ["--no-wait"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ("consumer %s: release of decision %d requested; host %s's "
+                   "agent frees it at its next poll\n"
+                   % (consumer, decision_id, host.name))
+    assert main(base + ["--timeout", "0"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("compute-plugins: error: consumer %s: host %s's agent did not "
+                   "free decision %d within 0s; the release stays requested "
+                   "(is the agent running?)\n" % (consumer, host.name, decision_id))
+    assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
+    assert host.agent.poll().releases[0].consumer == consumer
+    # a pending decision is released at once (never claimed)
+    pending = host.decide()
+    assert main(["--config-file", str(conf_file), "release", "--consumer",
+                 pending]) == 0
+    out, err = capsys.readouterr()
+    assert out.endswith("was pending: released (never claimed)\n"), out
+    # a consumer the store never saw
+    unknown = str(uuid.uuid4())
+    assert main(["--config-file", str(conf_file), "release", "--consumer",
+                 unknown]) == 1
+    assert capsys.readouterr().err == (
+        "compute-plugins: error: consumer %s: no decision was ever made for it\n"
+        % unknown)
+    # not a uuid: usage error
+    with pytest.raises(SystemExit) as info:
+        main(["release", "--consumer", "nope"])
+    assert info.value.code == 2
