@@ -194,6 +194,9 @@ class ComputeAgent:
         self._published: Optional[tuple[dict[str, Any], str, Optional[dict[str, str]]]] = None
         self._providers: Optional[dict[str, str]] = None
         self._claims: Optional[Claims] = None
+        self._broken: frozenset[Any] = frozenset()
+        #: True until a publish got through, and after one that failed.
+        self._unpublished = True
         self._lock = threading.Lock()
 
     # -- identity -----------------------------------------------------------
@@ -276,7 +279,10 @@ class ComputeAgent:
         try:
             if reconcile:
                 self._reconcile(result)
-            self._publish(result)
+            # NOTE: a poll builds the states only when the last publish did
+            # not get through; claims and releases publish on their own.
+            if reconcile or self._unpublished:
+                self._publish(result)
             self._execute(result)
         except LedgerError:
             raise
@@ -294,17 +300,22 @@ class ComputeAgent:
         """Every plugin's host state under the claims in force, as the store
         holds them (``encode_state``)."""
         states, broken = self._claims_for_host().states()
-        for rejection in broken:
-            LOG.warning("host %s: no host state for plugin %s: %s", self.host,
-                        rejection.plugin, rejection.reason)
+        # NOTE: said when it changes, not every periodic.
+        said = frozenset(broken)
+        for rejection in sorted(said - self._broken, key=lambda r: r.plugin):
+            LOG.error("host %s: plugin %s publishes no host state: %s", self.host,
+                      rejection.plugin, rejection.reason)
+        self._broken = said
         return {name: encode_state(self.manager.plugins[name], state)
                 for name, state in states.items()}
 
     def _publish(self, result: AgentResult) -> None:
         """Publish the host state when it differs from what was published."""
+        self._unpublished = True
         documents = self.states_documents()
         wanted = (documents, self.nodename, self._providers)
         if self._published == wanted:
+            self._unpublished = False
             return
         for _ in range(3):
             if self._generation is None:
@@ -321,6 +332,7 @@ class ComputeAgent:
                 continue
             self._generation = done.generation
             self._published = wanted
+            self._unpublished = False
             if done.written:
                 result.store_writes += 1
             return
