@@ -1,8 +1,10 @@
 """``compute-plugins release --consumer UUID``: free a consumer's claim.
 
 Asks the host-state store to release the consumer's decision in force
-(:meth:`HostStateStore.request_release`): a pending decision is released at
-once (it was never claimed); a claimed one becomes ``releasing`` and the
+(:func:`compute_plugins.compute.claims.request_release`): a pending decision
+is released at once (it was never claimed) and its allocations deleted in
+Placement (``--placement-url``, ``[placement]`` or the embedded one); a
+claimed one becomes ``releasing`` and the
 host's agent frees it (ledger, Placement allocations) at its next poll. The
 command waits for that up to ``--timeout`` (default ``[compute]
 release_timeout``), or returns at once with ``--no-wait``.
@@ -17,9 +19,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 from oslo_config import cfg
 
@@ -60,76 +61,61 @@ def _seconds(text: str) -> float:
     return value
 
 
-def wait_released(store: Any, decision_id: int, timeout: float,
-                  poll_interval: float = 0.05, max_poll_interval: float = 1.0) -> Any:
-    """The decision once released, or as it is after ``timeout`` seconds
-    (polls with back-off from ``poll_interval`` to ``max_poll_interval``)."""
-    from compute_plugins.hoststate.store import DecisionStatus
-
-    deadline = time.monotonic() + timeout
-    delay = poll_interval
-    decision = store.get_decision(decision_id)
-    while decision.status != DecisionStatus.RELEASED:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, max_poll_interval)
-        decision = store.get_decision(decision_id)
-    return decision
-
-
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
-    from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
+    from compute_plugins.compute.claims import request_release
+    from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.placement import connect
 
     consumer = args.consumer
     timeout = conf.compute.release_timeout if args.timeout is None else args.timeout
     with HostStateStore.from_config(conf) as store:
-        before = store.active_decision(consumer)
-        decision = store.request_release(consumer)
-        if decision is None:
-            latest = store.latest_decision(consumer)
-            if latest is None:
-                return _say(args, consumer, None, "unknown",
-                            "consumer %s: no decision was ever made for it" % consumer,
-                            EXIT_FAILED)
-            return _say(args, consumer, latest, "nothing-in-force",
-                        "consumer %s: nothing in force to release (its last "
-                        "decision %d on host %s is %s)"
-                        % (consumer, latest.id, latest.host, latest.status.value),
-                        EXIT_OK)
-        if decision.status == DecisionStatus.RELEASED:
-            # NOTE: it was pending: never claimed, released at once.
-            was = before.status.value if before is not None else "pending"
-            return _say(args, consumer, decision, "released",
-                        "consumer %s: decision %d on host %s was %s: released "
-                        "(never claimed)" % (consumer, decision.id, decision.host, was),
-                        EXIT_OK)
-        if args.no_wait:
-            return _say(args, consumer, decision, "releasing",
-                        "consumer %s: release of decision %d requested; host "
-                        "%s's agent frees it at its next poll"
-                        % (consumer, decision.id, decision.host), EXIT_OK)
-        done = wait_released(store, decision.id, timeout)
-    if done.status == DecisionStatus.RELEASED:
-        return _say(args, consumer, done, "released",
-                    "consumer %s: released by host %s (decision %d): its "
-                    "resources and Placement allocations are free"
-                    % (consumer, done.host, done.id), EXIT_OK)
-    return _say(args, consumer, done, "releasing",
-                "consumer %s: host %s's agent did not free decision %d within "
-                "%gs; the release stays requested (is the agent running?)"
-                % (consumer, done.host, done.id, timeout), EXIT_FAILED)
+        active = store.active_decision(consumer)
+        if active is not None and active.status.value == "pending":
+            # NOTE: no agent claimed it: its allocation is freed here.
+            with connect.placement_client(conf, args.placement_url) as placement:
+                done = request_release(store, consumer, placement)
+        else:
+            done = request_release(store, consumer,
+                                   timeout=0.0 if args.no_wait else timeout)
+    decision = done.decision
+    if done.outcome == "unknown":
+        return _say(args, done, "consumer %s: no decision was ever made for it"
+                    % consumer, EXIT_FAILED)
+    assert decision is not None
+    if done.outcome == "nothing-in-force":
+        return _say(args, done, "consumer %s: nothing in force to release (its "
+                    "last decision %d on host %s is %s)"
+                    % (consumer, decision.id, decision.host, decision.status.value),
+                    EXIT_OK)
+    if done.outcome == "released" and done.was is not None \
+            and done.was.value == "pending":
+        return _say(args, done, "consumer %s: decision %d on host %s was pending: "
+                    "released (never claimed)%s"
+                    % (consumer, decision.id, decision.host,
+                       "; its allocations deleted" if done.allocations_deleted
+                       else ""), EXIT_OK)
+    if done.outcome == "released":
+        return _say(args, done, "consumer %s: released by host %s (decision %d): "
+                    "its resources and Placement allocations are free"
+                    % (consumer, decision.host, decision.id), EXIT_OK)
+    if args.no_wait:
+        return _say(args, done, "consumer %s: release of decision %d requested; "
+                    "host %s's agent frees it at its next poll"
+                    % (consumer, decision.id, decision.host), EXIT_OK)
+    return _say(args, done, "consumer %s: host %s's agent did not free decision "
+                "%d within %gs; the release stays requested (is the agent "
+                "running?)" % (consumer, decision.host, decision.id, timeout),
+                EXIT_FAILED)
 
 
-def _say(args: argparse.Namespace, consumer: str, decision: Optional[Any],
-         outcome: str, line: str, code: int) -> int:
+def _say(args: argparse.Namespace, done: Any, line: str, code: int) -> int:
     from compute_plugins.cmd import common
     from compute_plugins.text import printable
 
+    decision = done.decision
     if args.format == "json":
         common.print_json({
-            "consumer": consumer, "outcome": outcome,
+            "consumer": done.consumer, "outcome": done.outcome,
             "decision": None if decision is None else decision.id,
             "host": None if decision is None else decision.host,
             "status": None if decision is None else decision.status.value,

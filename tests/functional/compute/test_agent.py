@@ -450,6 +450,12 @@ def test_a_decision_withdrawn_before_the_answer_is_not_kept(host):
     assert host.store.latest_decision(consumer).status == DecisionStatus.RELEASED
 
 
+def said(stderr: str) -> str:
+    """The command's own lines on stderr (the in-process log shares it)."""
+    return "".join(ln + "\n" for ln in stderr.splitlines()
+                   if ln.startswith("compute-plugins:"))
+
+
 def test_release_without_a_running_agent(host, tmp_path, capsys):
     """--no-wait returns once requested; a wait that times out is exit 1,
     one line, and the release stays requested for the agent."""
@@ -470,22 +476,27 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     assert main(base + ["--timeout", "0"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == ("compute-plugins: error: consumer %s: host %s's agent did not "
+    assert said(err) == ("compute-plugins: error: consumer %s: host %s's agent did not "
                    "free decision %d within 0s; the release stays requested "
                    "(is the agent running?)\n" % (consumer, host.name, decision_id))
     assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
     assert host.agent.poll().releases[0].consumer == consumer
-    # a pending decision is released at once (never claimed)
+    # a pending decision is released at once (never claimed), with its
+    # allocation (NOTE: the library call: the command would open its own
+    # embedded Placement, and one runs in this process already)
+    from compute_plugins.compute.claims import request_release
+
     pending = host.decide()
-    assert main(["--config-file", str(conf_file), "release", "--consumer",
-                 pending]) == 0
-    out, err = capsys.readouterr()
-    assert out.endswith("was pending: released (never claimed)\n"), out
+    assert host.allocations(pending)
+    done = request_release(host.store, pending, host.placement.client())
+    assert (done.outcome, done.was) == ("released", DecisionStatus.PENDING)
+    assert done.allocations_deleted and host.allocations(pending) == {}
+    assert host.agent.poll().claims == []
     # a consumer the store never saw
     unknown = str(uuid.uuid4())
     assert main(["--config-file", str(conf_file), "release", "--consumer",
                  unknown]) == 1
-    assert capsys.readouterr().err == (
+    assert said(capsys.readouterr().err) == (
         "compute-plugins: error: consumer %s: no decision was ever made for it\n"
         % unknown)
     # not a uuid: usage error
