@@ -231,9 +231,11 @@ class ProviderTree:
     # --- private helpers; the caller holds self._lock -------------------
 
     def _find_with_lock(self, name_or_uuid: str | None) -> _Provider:
-        found = self._by_uuid.get(name_or_uuid)  # type: ignore[arg-type]
-        if found is None:
-            found = self._by_name.get(name_or_uuid)  # type: ignore[arg-type]
+        found: _Provider | None = None
+        if name_or_uuid is not None:
+            found = self._by_uuid.get(name_or_uuid)
+            if found is None:
+                found = self._by_name.get(name_or_uuid)
         if found is None:
             raise ProviderNotFound(name_or_uuid)
         return found
@@ -388,10 +390,10 @@ class ProviderTree:
             # NOTE: a parent that is only in a replaced subtree would vanish
             # before its child is added; nova fails half-way there.
             kept = set(self._by_uuid) - replaced
-            missing = {pd.get("parent_provider_uuid") for pd in to_add.values()
-                       } - set(to_add) - kept - {None}
+            parents = {pd.get("parent_provider_uuid") for pd in to_add.values()}
+            missing = {p for p in parents if p is not None} - set(to_add) - kept
             if missing:
-                raise MissingParents(missing)  # type: ignore[arg-type]
+                raise MissingParents(missing)
             self._check_populate_names_with_lock(to_add, replaced)
 
             # Insert parents before children; among the providers ready to
@@ -603,6 +605,24 @@ class ProviderTree:
             provider.resources = copy.deepcopy(dict(resources))
             return True
 
+    # --- change detection (not in nova) ---------------------------------
+
+    def change_token(self) -> tuple[Any, ...]:
+        """A token that stays equal (:func:`same_token`) while the tree does.
+
+        Every provider's name, uuid, parent and generation and the very
+        objects holding its inventory, traits, aggregates and resources:
+        the tree replaces those objects instead of changing them, so an
+        identity check tells an untouched tree in microseconds. The token
+        holds the objects, so their identities cannot be reused while it
+        lives.
+        """
+        with self._lock:
+            return tuple((n.uuid, n.name, n.parent_uuid, n.generation,
+                          n.inventory, n.traits, n.aggregates, n.resources)
+                         for root in self.roots_by_uuid.values()
+                         for n in root.walk())
+
     # --- snapshot and rollback (not in nova) ----------------------------
 
     def snapshot(self) -> tuple[ProviderData, ...]:
@@ -695,3 +715,11 @@ class ProviderSubTree(ProviderTree):
     def scope_rp_uuid(self) -> str:
         """UUID of the root this subtree was copied from."""
         return self._scope_rp_uuid
+
+
+def same_token(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two :meth:`ProviderTree.change_token` results describe the
+    same, untouched tree (values equal, containers identical)."""
+    return len(a) == len(b) and all(
+        x[:4] == y[:4] and all(u is v for u, v in zip(x[4:], y[4:], strict=True))
+        for x, y in zip(a, b, strict=True))

@@ -27,7 +27,7 @@ from oslo_config import cfg
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "release", help="release a consumer's claim: the host's agent frees "
         "its resources and its Placement allocations")

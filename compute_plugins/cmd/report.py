@@ -36,7 +36,7 @@ from compute_plugins.text import printable
 LOG = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "report",
         help="run the compute periodic: discover, update the provider tree, "
