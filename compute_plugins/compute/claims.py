@@ -347,6 +347,10 @@ class ReleaseOutcome:
     allocations_deleted: bool = False
 
 
+def _released(decision: HostDecision) -> bool:
+    return decision.status == DecisionStatus.RELEASED
+
+
 def request_release(store: HostStateStore, consumer: str,
                     placement: Optional[pclient.PlacementClient] = None,
                     timeout: float = 0.0,
@@ -367,7 +371,7 @@ def request_release(store: HostStateStore, consumer: str,
         return ReleaseOutcome(consumer, "unknown" if latest is None
                               else "nothing-in-force", latest)
     was = before.status if before is not None else None
-    if decision.status == DecisionStatus.RELEASED:
+    if _released(decision):
         deleted = False
         if placement is not None:
             try:
@@ -378,7 +382,7 @@ def request_release(store: HostStateStore, consumer: str,
         return ReleaseOutcome(consumer, "released", decision, was, deleted)
     deadline = time.monotonic() + timeout
     delay = poll_interval
-    while decision.status != DecisionStatus.RELEASED:
+    while not _released(decision):
         left = deadline - time.monotonic()
         if left <= 0:
             return ReleaseOutcome(consumer, "releasing", decision, was)

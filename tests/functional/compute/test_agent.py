@@ -118,6 +118,7 @@ class Host:
     def published(self, plugin: str = "numa"):
         """The state of ``plugin`` the agent published, decoded."""
         snapshot = self.store.get_host(self.name)
+        assert snapshot is not None, "the agent never published"
         return decode_state(self.scheduler_plugins.plugins[plugin],
                             snapshot.states[plugin])
 
@@ -133,6 +134,7 @@ class Host:
         plugins = self.scheduler_plugins
         spec = build_request_spec(plugins, flavor)
         snapshot = self.store.get_host(self.name)
+        assert snapshot is not None, "the agent never published"
         states = {name: decode_state(plugins.plugins[name], doc)
                   for name, doc in snapshot.states.items()}
         client = self.placement.client()
