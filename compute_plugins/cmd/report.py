@@ -222,28 +222,19 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # Imported here so that `compute-plugins --help` stays fast.
     from compute_plugins.cmd import common
     from compute_plugins.compute import agent as compute_agent
-    from compute_plugins.compute.ledger import Ledger
-    from compute_plugins.conf import plugins as plugins_conf
     from compute_plugins.hoststate.store import HostStateStore
-    from compute_plugins.manager import PluginManager
 
     quiet_placement_logs(conf.debug)
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or
-    # while the agent was down still has its providers deleted.
-    state_dir = plugins_conf.state_dir(conf)
-    manager = PluginManager(conf, auto_commit=False, checkpoint_dir=state_dir)
-    common.check_values(conf)
-
-    # NOTE: the first discovery runs before Placement is contacted, so a
-    # host or plugin option error fails fast; the first periodic uses it.
-    first = common.discover(conf, args)
-    manager.discover(first)
-    manager.raise_config_errors()
-    # NOTE: the claims in force, before anything is published: a ledger
-    # that cannot be read stops the agent (exit 2), it is never discarded.
-    ledger = Ledger.load(state_dir, first.hostname, manager)
+    # while the agent was down still has its providers deleted. The first
+    # discovery runs before Placement is contacted, so a host or plugin
+    # option error fails fast, and so does a ledger that cannot be read
+    # (exit 2: it holds the claims, it is never discarded); the first
+    # periodic uses that discovery.
+    manager, first, ledger = compute_agent.load_host(
+        conf, lambda: common.discover(conf, args), check=common.check_values)
     with connect.placement_client(conf, args.placement_url) as placement, \
             HostStateStore.from_config(conf) as store:
         # NOTE: fail fast, as one line, when Placement cannot be reached or

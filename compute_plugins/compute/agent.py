@@ -148,6 +148,33 @@ def domain_type(host: HostInfo) -> str:
     return "test" if host.source.startswith("test:") else "kvm"
 
 
+def load_host(conf: Any, discover: Callable[[], HostInfo],
+              check: Optional[Callable[[Any], None]] = None
+              ) -> tuple[Any, HostInfo, Ledger]:
+    """What an agent starts from, before Placement is contacted: the
+    enabled plugins (``PluginManager(auto_commit=False)``, contributions
+    checkpointed in ``[compute_plugins] state_dir``), the host discovered
+    once into them, and the host's ledger from the state directory.
+
+    :param check: called with ``conf`` once the plugins registered their
+        options, before the discovery (the command line reads every value
+        there, so that a bad one is named before anything runs).
+    :raises ConfigError: a plugin's options are wrong.
+    :raises LedgerError: the ledger cannot be read.
+    """
+    from compute_plugins.conf import plugins as plugins_conf
+    from compute_plugins.manager import PluginManager
+
+    state_dir = plugins_conf.state_dir(conf)
+    manager = PluginManager(conf, auto_commit=False, checkpoint_dir=state_dir)
+    if check is not None:
+        check(conf)
+    first = discover()
+    manager.discover(first)
+    manager.raise_config_errors()
+    return manager, first, Ledger.load(state_dir, first.hostname, manager)
+
+
 class ComputeAgent:
     """One compute host's agent (see the module docstring).
 
@@ -198,6 +225,26 @@ class ComputeAgent:
         #: True until a publish got through, and after one that failed.
         self._unpublished = True
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, conf: Any, placement: Any, store: HostStateStore,
+                    discover: Callable[[], HostInfo]) -> ComputeAgent:
+        """An agent as ``compute-plugins report`` builds it: the enabled
+        plugins (contributions checkpointed in ``[compute_plugins]
+        state_dir``), the host discovered once, the ledger read from the
+        state directory, a report client on ``placement``.
+
+        :param conf: a ConfigOpts with the framework's options registered.
+        :param placement: a :class:`~compute_plugins.placement.client.
+            PlacementClient`.
+        :raises LedgerError: the ledger cannot be read.
+        :raises ConfigError: a plugin's options are wrong.
+        """
+        manager, first, ledger = load_host(conf, discover)
+        client = preport.ReportClient(
+            placement, conf.compute.resource_provider_association_refresh)
+        return cls(manager, client, store, ledger, discover, first=first,
+                   claim_poll_interval=conf.compute.claim_poll_interval)
 
     # -- identity -----------------------------------------------------------
 

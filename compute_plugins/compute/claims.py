@@ -46,6 +46,8 @@ LOG = logging.getLogger(__name__)
 
 #: The ``plugin`` of a rejection that is the framework's, not a plugin's.
 FRAMEWORK = "framework"
+#: :attr:`ClaimResult.note` of a claim answered from the ledger.
+RECORDED_EARLIER = "recorded in the ledger earlier, answered now"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +63,10 @@ class ClaimResult:
         started), None when rejected.
     :param spec: the spec read from the decision (None when unreadable).
     :param note: how it was answered when not executed now
-        (``"claimed before the agent restarted"``, ``"withdrawn by the
-        scheduler"``), else "".
+        (``"recorded in the ledger earlier, answered now"``: the agent
+        stopped, or the store was unreachable, between the two;
+        ``"released before it was claimed"``: withdrawn by the scheduler
+        meanwhile), else "".
     """
 
     decision_id: int
@@ -236,10 +240,11 @@ class Claims:
         """
         held = self.ledger.get(decision.consumer)
         if held is not None and held.decision_id == decision.id:
-            # NOTE: recorded, then the agent stopped before answering: the
-            # claim was executed; answer it, never execute it again.
+            # NOTE: recorded, then the agent stopped (or the store was
+            # unreachable) before answering: the claim was executed; answer
+            # it, never execute it again.
             return self._answer_claimed(decision, held.spec, None,
-                                        "claimed before the agent restarted")
+                                        RECORDED_EARLIER)
         if held is not None:
             reasons = [Rejection("consumer %s already holds the claim of "
                                  "decision %d on this host"

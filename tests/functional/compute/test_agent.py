@@ -22,13 +22,13 @@ from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins.compute.agent import ComputeAgent
-from compute_plugins.compute.ledger import Ledger, LedgerError
+from compute_plugins.compute.claims import RECORDED_EARLIER
+from compute_plugins.compute.ledger import LedgerError
 from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.host import discover_host
 from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
 from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded
-from compute_plugins.placement import report as preport
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import build_request_spec
 from compute_plugins.scheduler import candidates
@@ -108,12 +108,9 @@ class Host:
         """A new agent process, as after a restart: its own plugins, report
         client and ledger read from disk."""
         conf = make_conf(self.state_dir, self.overrides)
-        manager = PluginManager(conf, auto_commit=False,
-                                checkpoint_dir=str(self.state_dir))
-        client = preport.ReportClient(self.placement.client(), refresh_interval=0)
-        ledger = Ledger.load(str(self.state_dir), self.name, manager)
-        return ComputeAgent(manager, client, self.store, ledger,
-                            lambda: discover_host(host_snapshot=str(self.snapshot)))
+        return ComputeAgent.from_config(
+            conf, self.placement.client(), self.store,
+            lambda: discover_host(host_snapshot=str(self.snapshot)))
 
     def published(self, plugin: str = "numa"):
         """The state of ``plugin`` the agent published, decoded."""
@@ -343,7 +340,7 @@ def test_restart_between_record_and_answer_answers_without_executing(host):
     restarted = host.start_agent()
     result = restarted.run_once()
     (claim,) = result.claims
-    assert claim.claimed and claim.note == "claimed before the agent restarted"
+    assert claim.claimed and claim.note == RECORDED_EARLIER
     assert host.store.active_decision(consumer).status == DecisionStatus.CLAIMED
     # verified once, against a state that already counted it: executing it
     # again would have found its own CPUs taken
