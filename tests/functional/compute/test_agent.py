@@ -26,7 +26,7 @@ from compute_plugins.compute.claims import RECORDED_EARLIER
 from compute_plugins.compute.ledger import LedgerError
 from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.host import discover_host
-from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
+from compute_plugins.hoststate.store import DecisionStatus, HostSnapshot, HostStateStore
 from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded
 from compute_plugins.request.groups import Decision
@@ -126,12 +126,17 @@ class Host:
         :param near: a consumer whose providers are tried first (two
             schedulers that decided on the same state chose the same cell).
         """
+        snapshot = self.store.get_host(self.name)
+        assert snapshot is not None, "the agent never published"
+        return self.decide_on(snapshot, flavor, near)
+
+    def decide_on(self, snapshot: HostSnapshot, flavor: dict = PINNED,
+                  near: str | None = None) -> str:
+        """:meth:`decide` on the states of ``snapshot``."""
         consumer = str(uuid.uuid4())
         preferred = set(self.allocations(near)) if near else set()
         plugins = self.scheduler_plugins
         spec = build_request_spec(plugins, flavor)
-        snapshot = self.store.get_host(self.name)
-        assert snapshot is not None, "the agent never published"
         states = {name: decode_state(plugins.plugins[name], doc)
                   for name, doc in snapshot.states.items()}
         client = self.placement.client()
@@ -301,8 +306,13 @@ def test_a_stale_decision_is_rejected_with_the_plugins_reasons(host):
     assert decision.reasons == rejected.reasons
     (reason,) = decision.reasons
     assert reason.plugin == "numa"
-    # the numbers: which CPUs are taken already
-    assert any(ch.isdigit() for ch in reason.reason), reason.reason
+    # the numbers: which CPUs of which cell are taken already
+    pinning = chosen[1]["cells"][0]["pinning"]
+    cpus = sorted(int(c) for c in pinning.values())
+    cell = chosen[1]["cells"][0]["host_cell"]
+    assert reason.reason == ("CPU(s) %d-%d of host cell %d are taken by other "
+                             "guests" % (cpus[0], cpus[-1], cell)), reason.reason
+    assert reason.provider == chosen[1]["cells"][0]["provider_uuid"]
     assert stale not in host.agent.ledger
     assert len(pinned_cpus(host.published())) == 2
     # the scheduler frees the allocation and tries again on the new state
@@ -502,3 +512,18 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["release", "--consumer", "nope"])
     assert info.value.code == 2
+
+
+def test_another_writer_bumps_the_generation_the_agent_reads_again(host):
+    """Compare-and-swap: the agent keeps the generation in memory; when
+    another writer moved it, the next publish reads it again and wins."""
+    host.agent.run_once()
+    snapshot = host.store.get_host(host.name)
+    assert snapshot is not None
+    host.store.publish(host.name, {}, snapshot.generation)   # a foreign write
+    consumer = host.decide_on(snapshot)
+    result = host.agent.poll()
+    assert result.claimed[0].consumer == consumer
+    after = host.store.get_host(host.name)
+    assert after is not None and after.generation == snapshot.generation + 2
+    assert len(pinned_cpus(host.published())) == 4
