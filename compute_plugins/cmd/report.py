@@ -80,25 +80,28 @@ def format_text(result: Any) -> str:
     a ``claims:`` line too (a poll between periodics: that line alone)."""
     periodic = getattr(result, "periodic", result)
     if hasattr(result, "claims_dict"):
-        lines = [] if periodic is None else [_format_periodic(periodic)]
-        lines.append(_format_claims(result))
-        return "\n".join(lines)
+        if periodic is None:
+            return _format_claims(result, "claims between periodics: ")
+        return "\n".join([_format_periodic(periodic),
+                          _format_claims(result, "  claims: ")])
     return _format_periodic(result)
 
 
-def _format_claims(result: Any) -> str:
+def _format_claims(result: Any, head: str) -> str:
     """``  claims: 1 claimed (c1), 1 rejected (c2: numa: ...), 0 released;
     2 host-state writes``."""
-    def listed(count: int, names: list[str]) -> str:
-        return "%d%s" % (count, " (%s)" % printable(", ".join(names)) if names else "")
+    def listed(word: str, names: list[str]) -> str:
+        return "%d %s%s" % (len(names), word,
+                            " (%s)" % printable(", ".join(names)) if names else "")
 
     rejected = ["%s: %s" % (c.consumer, "; ".join(
         "%s: %s" % (r.plugin, r.reason) for r in c.reasons) or c.note)
         for c in result.rejected]
-    line = "  claims: %s claimed, %s rejected, %s released; %d host-state write%s" % (
-        listed(len(result.claimed), [c.consumer for c in result.claimed]),
-        listed(len(result.rejected), rejected),
-        listed(len(result.releases), [r.consumer for r in result.releases]),
+    line = "%s%s, %s, %s; %d host-state write%s" % (
+        head,
+        listed("claimed", [c.consumer for c in result.claimed]),
+        listed("rejected", rejected),
+        listed("released", [r.consumer for r in result.releases]),
         result.store_writes, "" if result.store_writes == 1 else "s")
     if result.error:
         line += ", FAILED: %s" % printable(result.error)
