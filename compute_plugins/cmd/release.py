@@ -1,7 +1,7 @@
 """``compute-plugins release --consumer UUID``: free a consumer's claim.
 
 Asks the host-state store to release the consumer's decision in force
-(:func:`compute_plugins.compute.claims.request_release`): a pending decision
+(:func:`compute_plugins.compute.release.request_release`): a pending decision
 is released at once (it was never claimed) and its allocations deleted in
 Placement (``--placement-url``, ``[placement]`` or the embedded one); a
 claimed one becomes ``releasing`` and the
@@ -62,7 +62,7 @@ def _seconds(text: str) -> float:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
-    from compute_plugins.compute.claims import request_release
+    from compute_plugins.compute.release import request_release
     from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.placement import connect
 

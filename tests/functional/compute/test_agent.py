@@ -493,7 +493,7 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     # a pending decision is released at once (never claimed), with its
     # allocation (NOTE: the library call: the command would open its own
     # embedded Placement, and one runs in this process already)
-    from compute_plugins.compute.claims import request_release
+    from compute_plugins.compute.release import request_release
 
     pending = host.decide()
     assert host.allocations(pending)
