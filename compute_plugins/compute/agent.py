@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Optional
 
 from oslo_log import log as logging
@@ -459,8 +459,3 @@ class ComputeAgent:
                 if on_result is not None and polled.active:
                     on_result(polled)
 
-
-def published_states(store: HostStateStore, host: str) -> Mapping[str, Any]:
-    """The documents ``host`` published (empty when it never did)."""
-    snapshot = store.get_host(host)
-    return {} if snapshot is None else dict(snapshot.states)
