@@ -59,8 +59,10 @@ class AgentResult:
     :param releases: the consumers freed.
     :param calls: Placement calls by template, the periodic's and the
         releases' together.
-    :param error: a failure of the claims side (store unreachable, ledger
-        unwritable), one line; the periodic's own is ``periodic.error``.
+    :param error: a failure of the claims side (store unreachable, a
+        release's Placement call failing), one line; the periodic's own is
+        ``periodic.error``. A ledger that cannot be written is raised
+        (LedgerError), not reported here.
     """
 
     periodic: Optional[preport.PeriodicResult] = None
