@@ -25,7 +25,12 @@ from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import connect
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request_spec import RequestSpec
-from compute_plugins.scheduler.selection import ConsumerInUse, Scheduler, ScheduleResult
+from compute_plugins.scheduler.selection import (
+    ConsumerAllocated,
+    ConsumerInUse,
+    Scheduler,
+    ScheduleResult,
+)
 from compute_plugins.text import printable
 
 EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
@@ -97,7 +102,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             try:
                 results.append(scheduler.schedule(spec, consumer, args.project_id,
                                                   args.user_id, timeout=args.timeout))
-            except ConsumerInUse as err:
+            except (ConsumerInUse, ConsumerAllocated) as err:
                 return _bad(str(err))
     if args.format == "json":
         common.print_json(to_json(results))

@@ -30,6 +30,7 @@ plugin, the best few hosts first (those where the fewest plugins refused).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Optional, Union
@@ -62,6 +63,36 @@ class ConsumerInUse(exception.ComputePluginsError):
         self.status = status
         super().__init__("consumer %s already has a decision on host %s (%s); "
                          "release it first" % (consumer, host, status))
+
+
+class ConsumerAllocated(exception.ComputePluginsError):
+    """The consumer has allocations in Placement but no decision in force.
+
+    Placement refused ``PUT /allocations/{consumer}`` with a *consumer*
+    generation conflict: the consumer exists there already. That is the same
+    on every host, so no other host is tried, and the allocations (written
+    by another scheduler of this consumer that is between its PUT and its
+    decision, or by one that stopped there) are left alone.
+    """
+
+    def __init__(self, consumer: str, providers: list[str], detail: str) -> None:
+        self.consumer = consumer
+        self.providers = providers
+        super().__init__(
+            "consumer %s already has allocations in Placement (on %s) but no "
+            "decision in force: another schedule of it is running, or one "
+            "stopped between writing its allocation and addressing the host; "
+            "once none runs, free them (DELETE /allocations/%s) and schedule "
+            "again (Placement: %s)"
+            % (consumer, ", ".join(providers) or "no provider", consumer, detail))
+
+
+#: Placement's words for a consumer generation conflict (its code,
+#: ``placement.concurrent_update``, is also that of a provider race).
+CONSUMER_CONFLICT = "consumer generation conflict"
+#: Placement's words (a 400) for an allocation on a provider deleted since
+#: the query.
+PROVIDER_GONE = "that does not exist"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,16 +218,58 @@ class Scheduler:
         calls[key] = calls.get(key, 0) + 1
 
     def _put_allocation(self, consumer: str, decision: Decision, project_id: str,
-                        user_id: str, calls: dict[str, int]) -> None:
+                        user_id: str, calls: dict[str, int],
+                        generation: Optional[int] = None) -> None:
         body: dict[str, Any] = {
             "allocations": {rp: {"resources": dict(res)}
                             for rp, res in decision.allocations.items()},
             "project_id": project_id, "user_id": user_id,
-            "consumer_generation": None}
+            "consumer_generation": generation}
         if self.placement.microversion >= CONSUMER_TYPE_VERSION:
             body["consumer_type"] = CONSUMER_TYPE
         self._count(calls, "PUT", "/allocations/{consumer}")
         self.placement.put("/allocations/%s" % consumer, body)
+
+    def _allocate(self, consumer: str, decision: Decision, project_id: str,
+                  user_id: str, calls: dict[str, int]) -> None:
+        """Write the allocation of a new consumer.
+
+        :raises ConsumerAllocated: the consumer has allocations already.
+        :raises Conflict: Placement refused it for this host (capacity,
+            a provider race).
+        """
+        try:
+            self._put_allocation(consumer, decision, project_id, user_id, calls)
+            return
+        except pexc.Conflict as err:
+            if CONSUMER_CONFLICT not in (err.detail or str(err)):
+                raise
+            first = err
+        # NOTE: Placement creates the consumer before it checks the
+        # providers, and a PUT it refuses with a 400 (a provider deleted
+        # since the query) leaves that consumer behind with no allocation
+        # (generation 0): every later PUT "expecting null" is refused. An
+        # empty consumer is nobody's: write with its generation, once.
+        held = self._held(consumer)
+        if held:
+            raise ConsumerAllocated(consumer, held, first.detail or str(first))
+        found = re.search(r"expected (\d+) but got", first.detail or str(first))
+        try:
+            self._put_allocation(consumer, decision, project_id, user_id, calls,
+                                 generation=int(found.group(1)) if found else 0)
+        except pexc.Conflict as err:
+            if CONSUMER_CONFLICT not in (err.detail or str(err)):
+                raise
+            raise ConsumerAllocated(consumer, self._held(consumer),
+                                    err.detail or str(err)) from None
+
+    def _held(self, consumer: str) -> list[str]:
+        """The providers the consumer has allocations on in Placement."""
+        try:
+            return sorted(self.placement.get("/allocations/%s" % consumer)
+                          .get("allocations", {}))
+        except pexc.NotFound:
+            return []
 
     def _free(self, consumer: str, calls: dict[str, int]) -> None:
         """Delete the consumer's allocation (gone already is fine)."""
@@ -286,12 +359,23 @@ class Scheduler:
                 given_up.add(fit.host)
                 continue
             try:
-                self._put_allocation(consumer, decision, project_id, user_id, calls)
+                self._allocate(consumer, decision, project_id, user_id, calls)
             except pexc.Conflict as err:
                 attempts.append(Attempt(fit.host, "conflict", (Rejection(
                     "Placement refused the allocation (409 %s): %s"
                     % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
                     time.monotonic() - began))
+                given_up.add(fit.host)
+                continue
+            except pexc.PlacementHTTPError as err:
+                # NOTE: a 400 naming a provider that does not exist: one of
+                # this host's providers was deleted since the query (a
+                # device removed, the host decommissioned): the next host.
+                if err.status != 400 or PROVIDER_GONE not in (err.detail or ""):
+                    raise
+                attempts.append(Attempt(fit.host, "conflict", (Rejection(
+                    "Placement refused the allocation (400): %s" % err,
+                    plugin=providers.PLACEMENT),), time.monotonic() - began))
                 given_up.add(fit.host)
                 continue
             decided = spec.with_decision(decision)

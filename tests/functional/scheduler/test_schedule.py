@@ -14,6 +14,7 @@ import pytest
 from compute_plugins.cmd import main
 from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.placement import embedded
+from compute_plugins.scheduler.selection import ConsumerAllocated
 from tests.functional.request.hosts import Placement, cell
 from tests.functional.scheduler.cloud import Cloud, StandInAgent
 from tests.unit.request.conftest import build
@@ -453,3 +454,76 @@ def test_weighers_spread_by_default_and_pack_when_configured(cloud):
     assert first.host == busy.name  # a tie: by name
     assert packed.host == busy.name  # the fuller host
     assert spread.host == idle.name  # the emptier host
+
+
+class CountingPuts:
+    """The real Placement client, counting the allocation PUTs it sends."""
+
+    def __init__(self, client):
+        self._client = client
+        self.puts = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def put(self, path, body=None, **kw):
+        if path.startswith("/allocations/"):
+            self.puts += 1
+        return self._client.put(path, body, **kw)
+
+
+def test_an_orphaned_allocation_of_the_consumer_stops_at_once_and_stays(cloud):
+    """A scheduler stopped between its PUT /allocations and addressing the
+    host: the consumer has allocations in Placement and no decision. A new
+    schedule of that consumer gets a consumer-generation 409 on every host:
+    it must say so at once (not PUT on each of many hosts and blame their
+    capacity), and never delete allocations it did not write."""
+    hosts = [cloud.add_host("or%d" % i, [cell(4, 4096)], dedicated="0-3")
+             for i in range(4)]
+    consumer = new_consumer()
+    (numa0,) = [rp for rp, name in hosts[0].providers.items() if name.endswith("_NUMA0")]
+    orphan = {numa0: {"resources": {"MEMORY_MB": 512}}}
+    cloud.placement.emb.client().put("/allocations/%s" % consumer, {
+        "allocations": orphan, "project_id": "p", "user_id": "u",
+        "consumer_generation": None, "consumer_type": "INSTANCE"})
+    sched = cloud.scheduler(max_attempts=10)
+    sched.placement = counting = CountingPuts(sched.placement)
+    with pytest.raises(ConsumerAllocated) as caught:
+        sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), consumer, "p", "u")
+    assert counting.puts == 1
+    message = str(caught.value)
+    assert consumer in message and "no decision" in message
+    assert numa0 in message
+    # the allocation someone else wrote is still there
+    assert cloud.allocations(consumer) == {numa0: {"MEMORY_MB": 512}}
+    assert cloud.store.active_decision(consumer) is None
+
+
+class FirstPutAfterProviderDeleted(FirstPutRaces):
+    """The chosen host's NUMA provider is deleted from Placement between
+    the query and the PUT (its agent removed it, or the host was
+    decommissioned)."""
+
+
+def test_a_provider_deleted_before_the_put_moves_to_the_next_host(cloud):
+    a = cloud.add_host("ga", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("gb", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    numa_a = [rp for rp, name in a.providers.items() if name != a.name]
+
+    def delete_a():
+        for rp in numa_a:
+            resp = cloud.placement.session.request(
+                cloud.placement.emb_url("/resource_providers/%s" % rp), "DELETE",
+                headers={"OpenStack-API-Version": "placement 1.39"}, raise_exc=False)
+            assert resp.status_code == 204, resp.text
+
+    sched.placement = FirstPutAfterProviderDeleted(sched.placement, delete_a)
+    with StandInAgent(cloud):
+        result = sched.schedule(spec_of(sched, *pinned(1, 4, 2048)),
+                                new_consumer(), "p", "u")
+    assert result.placed and result.host == b.name
+    (first, second) = result.attempts
+    assert (first.host, first.outcome) == (a.name, "conflict")
+    assert "does not exist" in first.reasons[0].reason
+    assert second.outcome == "claimed"
