@@ -36,7 +36,7 @@ from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
-from compute_plugins.compute.ledger import Ledger, LedgerError
+from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError
 from compute_plugins.fit import encode_state
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
@@ -431,10 +431,30 @@ class ComputeAgent:
             LOG.warning("consumer %s: its decision %d is not in force in the "
                         "store any more: freeing its claim", consumer,
                         entry.decision_id)
-            # NOTE: a newer decision of the consumer (pending) has its own
-            # allocation in Placement: only the stale claim goes.
             self._release(result, consumer, None,
-                          delete_allocations=current is None)
+                          delete_allocations=self._allocation_is_ours(consumer, entry))
+
+    def _allocation_is_ours(self, consumer: str, entry: LedgerEntry) -> bool:
+        """Whether the consumer's Placement allocation belongs to this
+        host's stale claim, so that freeing the claim deletes it.
+
+        NOTE: a decision withdrawn or released while pending had its
+        allocation freed by whoever released it, and the consumer may be
+        placed elsewhere since (a newer decision in force, or a scheduler
+        between its PUT and its decision): that allocation is not this
+        claim's. Only an allocation wholly on this host's providers, of a
+        consumer with no decision in force anywhere, is.
+        """
+        if self.store.active_decision(consumer) is not None:
+            return False
+        try:
+            held = self.client.placement.get("/allocations/%s" % consumer)
+        except pexc.NotFound:
+            return False
+        providers = set(held.get("allocations") or {})
+        assert entry.spec.decision is not None
+        mine = set(self._providers or {}) | set(entry.spec.decision.allocations)
+        return bool(providers) and providers <= mine
 
     # -- the loop -----------------------------------------------------------
 

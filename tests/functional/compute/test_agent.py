@@ -119,7 +119,8 @@ class Host:
         return decode_state(self.scheduler_plugins.plugins[plugin],
                             snapshot.states[plugin])
 
-    def decide(self, flavor: dict = PINNED, near: str | None = None) -> str:
+    def decide(self, flavor: dict = PINNED, near: str | None = None,
+               consumer: str | None = None) -> str:
         """What the scheduler does: spec once, fit on the published state,
         allocation PUT to Placement, decision submitted. Returns the consumer.
 
@@ -128,12 +129,12 @@ class Host:
         """
         snapshot = self.store.get_host(self.name)
         assert snapshot is not None, "the agent never published"
-        return self.decide_on(snapshot, flavor, near)
+        return self.decide_on(snapshot, flavor, near, consumer)
 
     def decide_on(self, snapshot: HostSnapshot, flavor: dict = PINNED,
-                  near: str | None = None) -> str:
+                  near: str | None = None, consumer: str | None = None) -> str:
         """:meth:`decide` on the states of ``snapshot``."""
-        consumer = str(uuid.uuid4())
+        consumer = consumer or str(uuid.uuid4())
         preferred = set(self.allocations(near)) if near else set()
         plugins = self.scheduler_plugins
         spec = build_request_spec(plugins, flavor)
@@ -527,3 +528,41 @@ def test_another_writer_bumps_the_generation_the_agent_reads_again(host):
     after = host.store.get_host(host.name)
     assert after is not None and after.generation == snapshot.generation + 2
     assert len(pinned_cpus(host.published())) == 4
+
+
+def test_a_stale_claim_never_frees_the_consumers_allocation_elsewhere(tmp_path, placement):
+    """Agent A recorded a claim and stopped before answering; the scheduler
+    gave up waiting (withdrawn, its allocation freed) and placed the
+    consumer on host B. A's restart forgets its stale claim, and must leave
+    the consumer's allocation alone: it is B's now."""
+    a = Host(tmp_path / "a", placement)
+    b = Host(tmp_path / "b", placement)
+    # NOTE: one store for both hosts, as in a cloud.
+    b.store.close()
+    b.store = a.store
+    b.agent = b.start_agent()
+    a.agent.run_once()
+    b.agent.run_once()
+    consumer = a.decide()
+    pending = a.store.active_decision(consumer)
+    from compute_plugins.request_spec import RequestSpec
+
+    spec = RequestSpec.from_json(pending.spec, a.agent.manager)
+    a.agent.ledger.record(consumer, pending.id, spec, pending.spec)
+    # the scheduler's answer timeout: withdrawn, freed, the next host
+    a.store.withdraw(pending.id)
+    placement.client().delete("/allocations/%s" % consumer)
+    b.decide(consumer=consumer)
+    (claim,) = b.agent.poll().claims
+    assert claim.claimed
+    on_b = b.allocations(consumer)
+    assert set(on_b) <= set(b.store.get_host(b.name).providers)
+    restarted = a.start_agent()
+    result = restarted.run_once()
+    (freed,) = result.releases
+    assert freed.consumer == consumer and freed.ledger
+    assert not freed.allocations_deleted
+    assert consumer not in restarted.ledger
+    assert b.allocations(consumer) == on_b
+    assert pinned_cpus(a.published()) == set()
+    a.store.close()
