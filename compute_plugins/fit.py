@@ -314,15 +314,22 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
         if request is None:
             continue
         assignment = decision.assignments.get(name)
-        if assignment is None:
-            outcome = loaded[name].fit(states.get(name), request,
-                                       decision.mappings, FrozenMap(earlier))
-            problem = outcome if isinstance(outcome, Rejection) else None
-        else:
-            problem = loaded[name].verify(states.get(name), request, assignment)
-            if problem is None and NUMA_PLUGIN in loaded[name].fit_after:
-                mismatch = recorded_cells_problem(earlier, assignment)
-                problem = None if mismatch is None else Rejection(mismatch)
+        try:
+            if assignment is None:
+                outcome = loaded[name].fit(states.get(name), request,
+                                           decision.mappings, FrozenMap(earlier))
+                problem = outcome if isinstance(outcome, Rejection) else None
+            else:
+                problem = loaded[name].verify(states.get(name), request, assignment)
+                if problem is None and NUMA_PLUGIN in loaded[name].fit_after:
+                    mismatch = recorded_cells_problem(earlier, assignment)
+                    problem = None if mismatch is None else Rejection(mismatch)
+        except Exception as err:  # noqa: BLE001 - a plugin's bug: its rejection
+            # NOTE: raised, it would stop the compute agent, and the decision
+            # (still pending) would stop it again at every restart.
+            problem = Rejection("the plugin failed while verifying the decision: "
+                                "%s: %s" % (type(err).__name__, err))
+        if assignment is not None:
             earlier[name] = assignment
         if problem is not None:
             rejections.append(_named(problem, name))

@@ -225,6 +225,11 @@ class Claims:
             xml = self.guest_xml(decision.consumer, spec)
         except guest.GuestConfigError as err:
             return spec, [Rejection(err.reason, plugin=err.plugin)], None
+        except Exception as err:  # noqa: BLE001 - a plugin's bug: a rejection
+            LOG.exception("consumer %s: the guest XML failed", decision.consumer)
+            return spec, [Rejection("the guest configuration failed: %s: %s"
+                                    % (type(err).__name__, err),
+                                    plugin=FRAMEWORK)], None
         return spec, [], xml
 
     def claim(self, decision: HostDecision) -> ClaimResult:
@@ -273,7 +278,8 @@ class Claims:
         if xml is None and note:
             try:
                 xml = self.guest_xml(decision.consumer, spec)
-            except guest.GuestConfigError:
+            except Exception:  # noqa: BLE001 - claimed already; XML optional
+                LOG.exception("consumer %s: the guest XML failed", decision.consumer)
                 xml = None
         LOG.info("consumer %s: decision %d claimed on %s", decision.consumer,
                  decision.id, self.host)

@@ -566,3 +566,29 @@ def test_a_stale_claim_never_frees_the_consumers_allocation_elsewhere(tmp_path, 
     assert b.allocations(consumer) == on_b
     assert pinned_cpus(a.published()) == set()
     a.store.close()
+
+
+def test_a_plugin_failing_during_a_claim_rejects_it_and_the_agent_goes_on(host, monkeypatch):
+    """A plugin's bug (its verify raises) is that plugin's rejection of the
+    decision: the agent answers, holds nothing and keeps running; a
+    pending decision that crashed the agent would crash it again at every
+    restart. NOTE: the failure is injected (no real plugin has this bug)."""
+    host.agent.run_once()
+    consumer = host.decide()
+    numa = host.agent.manager.plugins["numa"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(numa, "verify", broken)
+    result = host.agent.poll()
+    (claim,) = result.claims
+    assert not claim.claimed
+    (reason,) = claim.reasons
+    assert reason.plugin == "numa" and "RuntimeError: boom" in reason.reason
+    assert host.store.latest_decision(consumer).status == DecisionStatus.REJECTED
+    assert consumer not in host.agent.ledger
+    monkeypatch.undo()
+    again = host.decide()
+    (claim,) = host.agent.poll().claims
+    assert claim.claimed and claim.consumer == again
