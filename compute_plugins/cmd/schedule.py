@@ -14,6 +14,7 @@ per host and plugin), 2 bad input.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import uuid
 from typing import Any
@@ -80,8 +81,17 @@ def _consumers(args: argparse.Namespace) -> list[str]:
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     try:
         consumers = _consumers(args)
-        if args.timeout is not None and not args.timeout >= 0:
-            raise ValueError("--timeout %r: expected seconds >= 0" % args.timeout)
+        if args.timeout is not None and not (math.isfinite(args.timeout)
+                                             and args.timeout >= 0):
+            # NOTE: inf would wait forever for a host with no agent.
+            raise ValueError("--timeout %r: expected a finite number of "
+                             "seconds >= 0" % args.timeout)
+        for option, value in (("--project-id", args.project_id),
+                              ("--user-id", args.user_id)):
+            # NOTE: Placement's limits, checked before its 400 (exit 1).
+            if not 1 <= len(value) <= 255:
+                raise ValueError("%s %r: expected 1 to 255 characters"
+                                 % (option, value))
         inputs = validate.request_input(args)
     except (ValueError, RequestInputError) as err:
         return _bad(str(err))

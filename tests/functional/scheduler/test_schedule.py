@@ -527,3 +527,23 @@ def test_a_provider_deleted_before_the_put_moves_to_the_next_host(cloud):
     assert (first.host, first.outcome) == (a.name, "conflict")
     assert "does not exist" in first.reasons[0].reason
     assert second.outcome == "claimed"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--timeout", "inf"], "--timeout inf: expected a finite number of seconds >= 0"),
+    (["--timeout", "nan"], "--timeout nan: expected a finite number of seconds >= 0"),
+    (["--timeout", "-1"], "--timeout -1.0: expected a finite number of seconds >= 0"),
+    (["--project-id", ""], "--project-id '': expected 1 to 255 characters"),
+    (["--user-id", "u" * 256], "--user-id 'uuu"),
+    (["--count", "0"], "--count 0: expected 1 or more"),
+])
+def test_cli_schedule_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
+    """Refused before anything is asked of Placement or the store: an
+    infinite timeout would wait forever for a host with no agent, an empty
+    project would be Placement's 400 after the query (exit 1)."""
+    flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 1, "memory_mb": 512})
+    code = main.main(["schedule", "--flavor", flavor] + args)
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("compute-plugins: error: ") and says in line
