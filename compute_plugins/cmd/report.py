@@ -105,6 +105,9 @@ def _format_claims(result: Any, head: str) -> str:
         result.store_writes, "" if result.store_writes == 1 else "s")
     if result.error:
         line += ", FAILED: %s" % printable(result.error)
+    for mismatch in getattr(result, "mismatches", ()):
+        line += "\n  mismatch: consumer %s: %s" % (mismatch.consumer,
+                                                  printable(mismatch.reason))
     return line
 
 

@@ -48,6 +48,22 @@ from compute_plugins.placement.report.periodic import calls_between
 LOG = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """Placement and the ledger disagree about one consumer (checked once
+    per start, :meth:`ComputeAgent.run_once`). Reported, never resolved by
+    deleting: see :meth:`ComputeAgent._check_placement`.
+
+    :param consumer: the consumer.
+    :param reason: what disagrees, and what was done (nothing).
+    :param providers: this host's providers it has allocations on.
+    """
+
+    consumer: str
+    reason: str
+    providers: tuple[str, ...] = ()
+
+
 @dataclasses.dataclass
 class AgentResult:
     """What one periodic (or one poll between periodics) did.
@@ -59,6 +75,8 @@ class AgentResult:
     :param releases: the consumers freed.
     :param calls: Placement calls by template, the periodic's and the
         releases' together.
+    :param mismatches: Placement's allocations on the host and the ledger
+        disagreeing (the first periodic that reaches Placement only).
     :param error: a failure of the claims side (store unreachable, a
         release's Placement call failing), one line; the periodic's own is
         ``periodic.error``. A ledger that cannot be written is raised
@@ -70,6 +88,7 @@ class AgentResult:
     claims: list[ClaimResult] = dataclasses.field(default_factory=list)
     releases: list[ReleaseResult] = dataclasses.field(default_factory=list)
     calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    mismatches: list[Mismatch] = dataclasses.field(default_factory=list)
     error: Optional[str] = None
 
     @property
@@ -101,6 +120,8 @@ class AgentResult:
             "released": [r.consumer for r in self.releases],
             "store_writes": self.store_writes,
         }
+        if self.mismatches:
+            out["mismatches"] = [dataclasses.asdict(m) for m in self.mismatches]
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -226,6 +247,9 @@ class ComputeAgent:
         self._broken: frozenset[Any] = frozenset()
         #: True until a publish got through, and after one that failed.
         self._unpublished = True
+        #: True once Placement's allocations on the tree were compared with
+        #: the ledger (once per start).
+        self._placement_checked = False
         self._lock = threading.Lock()
 
     @classmethod
@@ -328,6 +352,9 @@ class ComputeAgent:
         try:
             if reconcile:
                 self._reconcile(result)
+                if not self._placement_checked and self._providers:
+                    self._check_placement(result)
+                    self._placement_checked = True
             # NOTE: a poll builds the states only when the last publish did
             # not get through; claims and releases publish on their own.
             if reconcile or self._unpublished:
@@ -433,6 +460,52 @@ class ComputeAgent:
                         entry.decision_id)
             self._release(result, consumer, None,
                           delete_allocations=self._allocation_is_ours(consumer, entry))
+
+    def _check_placement(self, result: AgentResult) -> None:
+        """Compare Placement's allocations on this host's providers with
+        the ledger (one ``GET /resource_providers/{uuid}/allocations`` per
+        provider, on start) and report every disagreement.
+
+        The rule: reported (a warning and :attr:`AgentResult.mismatches`),
+        nothing deleted nor re-written. An allocation without a claim here
+        may be a schedule in flight (between its PUT and its decision), a
+        schedule that stopped there, or a consumer compute-plugins does not
+        manage (nova's); only an operator can tell (``DELETE
+        /allocations/{consumer}`` frees an orphan). A claim without an
+        allocation still holds the host's CPUs and devices (the guest may
+        run): it is kept until released. A decision pending for this host
+        is in flight: not a mismatch.
+        """
+        on_host: dict[str, set[str]] = {}
+        for rp in sorted(self._providers or {}):
+            body = self.client.placement.get("/resource_providers/%s/allocations" % rp)
+            for consumer in body.get("allocations") or {}:
+                on_host.setdefault(consumer, set()).add(rp)
+        held = self.ledger.entries()
+        pending = {d.consumer for d in self.store.list_decisions(
+            self.host, DecisionStatus.PENDING)}
+        found: list[Mismatch] = []
+        for consumer, rps in sorted(on_host.items()):
+            if consumer in held or consumer in pending:
+                continue
+            found.append(Mismatch(consumer, (
+                "Placement has allocations on this host's providers but there "
+                "is no claim on this host (a schedule stopped between its "
+                "allocation and its decision, or a consumer compute-plugins "
+                "does not manage): left in place; DELETE /allocations/%s "
+                "frees it if it is an orphan" % consumer), tuple(sorted(rps))))
+        for consumer, entry in sorted(held.items()):
+            if consumer in on_host:
+                continue
+            found.append(Mismatch(consumer, (
+                "its claim (decision %d) holds this host's resources but has "
+                "no allocation in Placement on this host: kept until it is "
+                "released (Placement may place others on what it holds)"
+                % entry.decision_id)))
+        for mismatch in found:
+            LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
+                        mismatch.reason)
+        result.mismatches.extend(found)
 
     def _allocation_is_ours(self, consumer: str, entry: LedgerEntry) -> bool:
         """Whether the consumer's Placement allocation belongs to this

@@ -592,3 +592,39 @@ def test_a_plugin_failing_during_a_claim_rejects_it_and_the_agent_goes_on(host, 
     again = host.decide()
     (claim,) = host.agent.poll().claims
     assert claim.claimed and claim.consumer == again
+
+
+def test_start_reports_placement_allocations_and_ledger_claims_that_disagree(host):
+    """On start the agent compares Placement's allocations on its tree with
+    its ledger, once, and reports each mismatch (documented rule: reported,
+    never deleted: an allocation without a claim may be a schedule in
+    flight or a consumer compute-plugins does not manage; a claim without
+    an allocation still holds the host's resources)."""
+    host.agent.run_once()
+    claimed = host.decide()
+    host.agent.poll()
+    orphan = str(uuid.uuid4())
+    snapshot = host.store.get_host(host.name)
+    numa3 = next(rp for rp, name in sorted(snapshot.providers.items())
+                 if "_NUMA" in name and rp not in host.allocations(claimed))
+    client = host.placement.client()
+    client.put("/allocations/%s" % orphan, {
+        "allocations": {numa3: {"resources": {"PCPU": 1}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    # the claimed consumer's allocation lost behind the agent's back
+    client.delete("/allocations/%s" % claimed)
+    restarted = host.start_agent()
+    first = restarted.run_once()
+    assert first.ok
+    by_consumer = {m.consumer: m for m in first.mismatches}
+    assert set(by_consumer) == {orphan, claimed}
+    assert "no claim on this host" in by_consumer[orphan].reason
+    assert "no allocation in Placement" in by_consumer[claimed].reason
+    # reported, not resolved by deleting anything
+    assert host.allocations(orphan)[numa3]["resources"] == {"PCPU": 1}
+    assert claimed in restarted.ledger
+    # once per start: the next periodic is silent again
+    second = restarted.run_once()
+    assert second.mismatches == [] and second.placement_calls == 0
+    client.delete("/allocations/%s" % orphan)
