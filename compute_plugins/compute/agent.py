@@ -247,6 +247,8 @@ class ComputeAgent:
         self._broken: frozenset[Any] = frozenset()
         #: True until a publish got through, and after one that failed.
         self._unpublished = True
+        #: What stopped :meth:`run` (a LedgerError...), None while it runs.
+        self.failure: Optional[BaseException] = None
         #: True once Placement's allocations on the tree were compared with
         #: the ledger (once per start).
         self._placement_checked = False
@@ -538,7 +540,20 @@ class ComputeAgent:
 
         :param on_result: called with every periodic's result and every
             poll's that did something.
+        :raises LedgerError: the ledger cannot be written: the agent stops
+            (logged as an error, and kept in :attr:`failure` for whoever
+            runs the thread: a thread's exception is otherwise only its
+            traceback on stderr).
         """
+        try:
+            self._run(stop_event, interval, on_result)
+        except Exception as err:
+            self.failure = err
+            LOG.error("host %s: the compute agent stopped: %s", self.host, err)
+            raise
+
+    def _run(self, stop_event: threading.Event, interval: float,
+             on_result: Optional[Callable[[AgentResult], None]]) -> None:
         while not stop_event.is_set():
             outcome = self.run_once()
             if on_result is not None:

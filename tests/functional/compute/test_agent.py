@@ -628,3 +628,38 @@ def test_start_reports_placement_allocations_and_ledger_claims_that_disagree(hos
     second = restarted.run_once()
     assert second.mismatches == [] and second.placement_calls == 0
     client.delete("/allocations/%s" % orphan)
+
+
+def test_a_ledger_that_cannot_be_written_stops_the_agent_loudly(host, caplog):
+    """ComputeAgent.run (an agent in a thread): a ledger it cannot write
+    stops it (the claims must not be lost), and says so: an error in the
+    log naming the ledger, and ``failure`` for whoever runs the thread;
+    the decision stays pending (the scheduler times out and moves on)."""
+    import threading
+
+    host.agent.run_once()
+    ledger = Path(host.agent.ledger.path)
+    ledger.mkdir()
+    (ledger / "in-the-way").write_text("")
+    consumer = host.decide()
+    stop = threading.Event()
+    raised = []
+
+    def agent_thread():
+        try:
+            host.agent.run(stop, 3600.0)
+        except LedgerError as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=agent_thread)
+    host.agent.claim_poll_interval = 0.05
+    with caplog.at_level("ERROR"):
+        thread.start()
+        thread.join(20)
+    alive = thread.is_alive()
+    stop.set()
+    assert not alive
+    assert raised == [host.agent.failure] and isinstance(raised[0], LedgerError)
+    assert any("stopped" in r.getMessage() and str(ledger) in r.getMessage()
+               for r in caplog.records)
+    assert host.store.active_decision(consumer).status == DecisionStatus.PENDING
