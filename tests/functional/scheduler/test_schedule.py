@@ -547,3 +547,36 @@ def test_cli_schedule_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, s
     assert code == 2 and captured.out == ""
     (line,) = captured.err.splitlines()
     assert line.startswith("compute-plugins: error: ") and says in line
+
+
+class ClaimLandsAtTheDeadline:
+    """The real store, except that the host's agent claims the decision
+    just before the scheduler's withdrawal (the race at the deadline, made
+    deterministic)."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def withdraw(self, decision_id):
+        self._store.mark_claimed(decision_id)
+        return self._store.withdraw(decision_id)
+
+    def wait_for_answer(self, consumer, timeout, **kw):
+        # NOTE: the real wait, calling this object's withdraw
+        return type(self._store).wait_for_answer(self, consumer, timeout, **kw)
+
+
+def test_a_claim_landing_at_the_deadline_keeps_its_allocation(cloud):
+    host = cloud.add_host("late", [cell(4, 4096)])
+    sched = cloud.scheduler(max_attempts=1)
+    sched.store = ClaimLandsAtTheDeadline(sched.store)
+    consumer = new_consumer()
+    result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u",
+                            timeout=0.1)
+    assert result.placed and result.host == host.name
+    assert [(t.host, t.outcome) for t in result.attempts] == [(host.name, "claimed")]
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.store.active_decision(consumer).status.value == "claimed"
