@@ -250,11 +250,16 @@ class Claims:
             return self._answer_claimed(decision, held.spec, None,
                                         RECORDED_EARLIER)
         if held is not None:
-            reasons = [Rejection("consumer %s already holds the claim of "
-                                 "decision %d on this host"
-                                 % (decision.consumer, held.decision_id),
-                                 plugin=FRAMEWORK)]
-            return self._answer_rejected(decision, None, reasons)
+            # NOTE: a consumer has one decision in force, and this one is
+            # pending: the claim held is of a decision withdrawn or released
+            # since (recorded, never answered). Its allocation was freed by
+            # whoever released it, and the consumer's allocation now is this
+            # decision's: only the stale claim goes, before the verify
+            # counts its resources as used.
+            LOG.warning("consumer %s: its claim of decision %d is not in force "
+                        "(decision %d is): forgetting it", decision.consumer,
+                        held.decision_id, decision.id)
+            self.ledger.remove(decision.consumer)
         spec, reasons, xml = self._problems(decision)
         if reasons:
             return self._answer_rejected(decision, spec, reasons)

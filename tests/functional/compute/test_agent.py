@@ -663,3 +663,30 @@ def test_a_ledger_that_cannot_be_written_stops_the_agent_loudly(host, caplog):
     assert any("stopped" in r.getMessage() and str(ledger) in r.getMessage()
                for r in caplog.records)
     assert host.store.active_decision(consumer).status == DecisionStatus.PENDING
+
+
+def test_a_new_decision_replaces_the_stale_claim_of_its_consumer(host):
+    """The agent recorded decision 1 and could not answer it (the store
+    was unreachable); the scheduler withdrew it, freed its allocation, and
+    later decided the same consumer on this host again. Only one decision
+    of a consumer is in force, so the held claim is stale: the new decision
+    is claimed (not refused as "already holds a claim"), and its
+    allocation stays."""
+    host.agent.run_once()
+    consumer = host.decide()
+    first = host.store.active_decision(consumer)
+    from compute_plugins.request_spec import RequestSpec
+
+    spec = RequestSpec.from_json(first.spec, host.agent.manager)
+    host.agent.ledger.record(consumer, first.id, spec, first.spec)
+    host.store.withdraw(first.id)
+    placement_client = host.placement.client()
+    placement_client.delete("/allocations/%s" % consumer)
+    host.decide(consumer=consumer)
+    second = host.store.active_decision(consumer)
+    (claim,) = host.agent.poll().claims
+    assert claim.claimed, claim.reasons
+    assert host.agent.ledger.get(consumer).decision_id == second.id
+    assert host.store.active_decision(consumer).status == DecisionStatus.CLAIMED
+    assert host.allocations(consumer)
+    assert len(pinned_cpus(host.published())) == 4
