@@ -435,6 +435,11 @@ class Scheduler:
             raise ConsumerInUse(consumer, err.decision.host,
                                 err.decision.status.value) from None
         except BaseException:
+            if self._submitted_in_doubt(consumer, host):
+                # NOTE: the decision may be in the store (the failure came
+                # after its commit) and could not be withdrawn: its host
+                # may claim it, so the allocation stays.
+                raise
             self._free(consumer, calls)
             raise
         try:
@@ -457,6 +462,30 @@ class Scheduler:
                 Rejection("the host rejected the decision without a reason"),))
         return Attempt(host, "withdrawn", (Rejection(
             "the decision was released before host %s answered" % host),))
+
+    def _submitted_in_doubt(self, consumer: str, host: str) -> bool:
+        """After a failed submit: whether a decision of ``consumer`` for
+        ``host`` may still be claimed. One that went in anyway (its commit
+        landed, its answer was lost) is withdrawn; True when that failed
+        (claimed meanwhile, or the store cannot be read)."""
+        try:
+            active = self.store.active_decision(consumer)
+            if active is None or active.host != host:
+                return False
+            self.store.withdraw(active.id)
+            return False
+        except store_errors.DecisionStatusConflict as err:
+            LOG.warning("consumer %s: its decision on %s was %s before it "
+                        "could be withdrawn", consumer, host,
+                        err.decision.status.value)
+            # NOTE: rejected or released: nobody holds it, free it;
+            # claimed (or releasing: its agent frees it): it stays.
+            return err.decision.status in (DecisionStatus.CLAIMED,
+                                           DecisionStatus.RELEASING)
+        except store_errors.HostStateError as err:
+            LOG.warning("consumer %s: cannot tell whether host %s got its "
+                        "decision (%s): its allocation stays", consumer, host, err)
+            return True
 
     def _best_reasons(self, verdicts: Mapping[str, tuple[Rejection, ...]],
                       attempts: list[Attempt], fitting_hosts: list[str]

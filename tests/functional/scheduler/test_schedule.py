@@ -580,3 +580,51 @@ def test_a_claim_landing_at_the_deadline_keeps_its_allocation(cloud):
     assert [(t.host, t.outcome) for t in result.attempts] == [(host.name, "claimed")]
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
     assert cloud.store.active_decision(consumer).status.value == "claimed"
+
+
+class SubmitAnswerLost:
+    """The real store, except that the connection fails after the decision
+    was committed (the database's answer to the INSERT is lost): the
+    scheduler cannot tell whether the host will see it."""
+
+    def __init__(self, store, after):
+        self._store = store
+        self._after = after
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def submit_decision(self, consumer, host, spec):
+        from compute_plugins.hoststate.errors import StoreUnavailable
+
+        self._store.submit_decision(consumer, host, spec)
+        self._after()
+        raise StoreUnavailable(self._store.url, "server closed the connection")
+
+
+def test_a_decision_submitted_but_unacknowledged_keeps_or_withdraws_safely(cloud):
+    """The submit failed after its commit. Freeing the allocation blindly
+    would let the host claim a decision Placement no longer accounts for.
+    The scheduler withdraws the decision first: withdrawn, the allocation
+    is freed; claimed by the host meanwhile, it stays."""
+    from compute_plugins.hoststate.errors import StoreUnavailable
+
+    host = cloud.add_host("ack", [cell(4, 4096)])
+    sched = cloud.scheduler(max_attempts=1)
+    sched.store = SubmitAnswerLost(sched.store, lambda: None)
+    withdrawn = new_consumer()
+    with pytest.raises(StoreUnavailable):
+        sched.schedule(spec_of(sched, {}, 2, 1024), withdrawn, "p", "u")
+    assert cloud.store.latest_decision(withdrawn).status.value == "released"
+    assert cloud.usage(host) == {}
+
+    def agent_claims_at_once():
+        decision = cloud.store.list_decisions(host.name)[0]
+        cloud.store.mark_claimed(decision.id)
+
+    sched.store = SubmitAnswerLost(cloud.store, agent_claims_at_once)
+    claimed = new_consumer()
+    with pytest.raises(StoreUnavailable):
+        sched.schedule(spec_of(sched, {}, 2, 1024), claimed, "p", "u")
+    assert cloud.store.active_decision(claimed).status.value == "claimed"
+    assert cloud.allocations(claimed), "the claimed decision lost its allocation"
