@@ -21,6 +21,7 @@ from typing import Any
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins.cmd import common, validate
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import connect
@@ -114,11 +115,23 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                                                   args.user_id, timeout=args.timeout))
             except (ConsumerInUse, ConsumerAllocated) as err:
                 return _bad(str(err))
+            except exception.ComputePluginsError:
+                # NOTE: the instances placed before hold resources: their
+                # consumers are printed, or nobody could release them.
+                _print(manager, args, results)
+                raise
+    _print(manager, args, results)
+    return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
+
+
+def _print(manager: Any, args: argparse.Namespace,
+           results: list[ScheduleResult]) -> None:
+    if not results:
+        return
     if args.format == "json":
         common.print_json(to_json(results))
     else:
         _print_text(manager, results)
-    return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
 
 
 def to_json(results: list[ScheduleResult]) -> dict[str, Any]:

@@ -628,3 +628,40 @@ def test_a_decision_submitted_but_unacknowledged_keeps_or_withdraws_safely(cloud
         sched.schedule(spec_of(sched, {}, 2, 1024), claimed, "p", "u")
     assert cloud.store.active_decision(claimed).status.value == "claimed"
     assert cloud.allocations(claimed), "the claimed decision lost its allocation"
+
+
+def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
+        cloud, placement_url, tmp_path, capsys, monkeypatch):
+    """--count 3 and the store fails at the second instance: the first is
+    placed and claimed, so its consumer is printed (or nobody could release
+    it), then one error line, exit 1. NOTE: the store's failure is injected
+    (a database going away mid-run cannot be produced on cue here)."""
+    from compute_plugins.hoststate.errors import StoreUnavailable
+    from compute_plugins.hoststate.store import HostStateStore
+
+    host = cloud.add_host("mid", [cell(4, 4096)])
+    config = tmp_path / "compute-plugins.conf"
+    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 1, "memory_mb": 512})
+    real = HostStateStore.submit_decision
+    submitted = []
+
+    def fails_second(self, consumer, host_name, spec):
+        submitted.append(consumer)
+        if len(submitted) == 2:
+            raise StoreUnavailable(self.url, "server closed the connection")
+        return real(self, consumer, host_name, spec)
+
+    monkeypatch.setattr(HostStateStore, "submit_decision", fails_second)
+    with StandInAgent(cloud):
+        code = main.main(["--config-file", str(config), "--placement-url", placement_url,
+                          "schedule", "--flavor", flavor, "--count", "3",
+                          "--format", "json", "--timeout", "10"])
+    captured = capsys.readouterr()
+    assert code == 1
+    [instance] = json.loads(captured.out)["instances"]
+    assert (instance["consumer"], instance["host"]) == (submitted[0], host.name)
+    # NOTE: the in-process Placement server's request log shares stderr
+    (line,) = [x for x in captured.err.splitlines() if x.startswith("compute-plugins")]
+    assert "server closed the connection" in line
+    assert cloud.allocations(submitted[1]) == {}
