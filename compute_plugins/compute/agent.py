@@ -21,7 +21,12 @@ Between periodics :meth:`ComputeAgent.run` polls the store for new
 decisions every ``[compute] claim_poll_interval`` seconds (two indexed
 reads, no write). A restarted agent reads its ledger, publishes the state
 it implies and answers a decision it had recorded but not answered without
-executing it again.
+executing it again. Once per start it compares Placement's allocations on
+its tree with the ledger and reports every mismatch
+(:meth:`ComputeAgent._check_placement`: reported, nothing deleted); a
+ledger claim whose decision is no longer in force is forgotten, and its
+allocation deleted only when it is still that claim's
+(:meth:`ComputeAgent._allocation_is_ours`).
 """
 
 from __future__ import annotations
