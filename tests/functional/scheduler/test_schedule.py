@@ -665,3 +665,25 @@ def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
     (line,) = [x for x in captured.err.splitlines() if x.startswith("compute-plugins")]
     assert "server closed the connection" in line
     assert cloud.allocations(submitted[1]) == {}
+
+
+def test_floating_guest_with_an_sriov_port_end_to_end(cloud):
+    """No NUMA topology, one direct port: the host with the physnet's PF is
+    chosen, the VF comes from its PF provider, and Placement holds exactly
+    what the assignments take."""
+    plain = cloud.add_host("novf", [cell(4, 4096), cell(4, 4096)])
+    with_pf = cloud.add_host("vf", [cell(4, 4096), cell(4, 4096)], pfs=((1, 4),))
+    sched = cloud.scheduler()
+    spec = build(sched.plugins, {}, vcpus=2, memory_mb=1024,
+                 ports=[{"vnic_type": "direct", "physnet": "physnet1"}])
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "p", "u")
+    assert result.placed and result.host == with_pf.name, result.reasons
+    written = cloud.allocations(consumer)
+    assert written == expected_allocation(result.decision)
+    [vf] = result.decision.assignments["sriov"].vfs
+    assert written[vf.provider_uuid] == {"SRIOV_NET_VF": 1}
+    assert with_pf.providers[vf.provider_uuid].startswith(with_pf.name + "_pf_")
+    assert sum(r.get("VCPU", 0) for r in written.values()) == 2
+    assert {r.plugin for r in result.verdicts[plain.name]} == {"sriov"}
