@@ -176,3 +176,20 @@ def test_impossible_request_has_a_reason_from_every_plugin_it_asks(capsys, tmp_p
         expected = {"numa", "vgpu", "sriov", "disk"} - ({"disk"} if host == "shared"
                                                         else set())
         assert plugins == expected, (host, out)
+
+
+def test_the_demo_data_ships_in_the_package(tmp_path):
+    """``setup.py build_py`` (what a wheel is built from; pbr takes the
+    files git tracks) copies every snapshot file and the request list."""
+    result = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "-d",
+                             str(tmp_path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    source = Path(demo.data_dir())
+    shipped = {p.relative_to(source) for p in source.rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    built = tmp_path / "compute_plugins" / "demo"
+    missing = [str(p) for p in shipped if not (built / p).is_file()]
+    assert not missing
+    assert Path("requests.json") in shipped
+    assert len([p for p in shipped if p.name == "capabilities.xml"]) == len(demo.HOST_DIRS)
