@@ -18,7 +18,7 @@ genconfig: $(STAMP)
 	$(VENV)/bin/oslo-config-generator --config-file etc/compute-plugins/compute-plugins-config-generator.conf
 
 pep8: $(STAMP)
-	$(VENV)/bin/ruff check compute_plugins resources tests bench
+	$(VENV)/bin/ruff check compute_plugins resources tests bench examples tools
 
 bootstrap: $(STAMP)
 
