@@ -25,7 +25,7 @@ from compute_plugins import checkpoint, contribution, exception, names
 from compute_plugins import conf as conf_areas
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import ResourcePlugin
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.provider_tree import ProviderTree, same_token
 from compute_plugins.text import printable
 
 LOG = logging.getLogger(__name__)
@@ -123,6 +123,14 @@ class PluginManager:
         self._root_uuid = ""
         #: The checkpoint text last written (not rewritten when unchanged).
         self._saved: Optional[str] = None
+        #: The host facts the views were built from (see :meth:`discover`).
+        self._host: Optional[HostInfo] = None
+        #: Plugin name -> (view, nodename, contribution made from them).
+        self._made: dict[str, tuple[Any, str, tuple[contribution.ProviderContribution, ...]]] = {}
+        #: After the last update: (the tree's change token, the previous
+        #: contributions it was diffed against, what it staged).
+        self._last_update: Optional[tuple[tuple[Any, ...], Contributions,
+                                          Contributions]] = None
         if extension_manager is None:
             wanted = list(names if names is not None
                           else conf.compute_plugins.enabled_plugins)
@@ -210,16 +218,36 @@ class PluginManager:
             del self.failures[name]
 
     def discover(self, host: HostInfo) -> None:
-        """Let every plugin build its view of ``host`` (failures isolated)."""
+        """Let every plugin build its view of ``host`` (failures isolated).
+
+        Views are pure functions of the host facts and the plugins'
+        options, which cannot change while the service runs (none is
+        mutable): facts equal to the last ones keep the views (the steady
+        periodic of a host that did not change).
+        """
         LOG.debug("host %s from %s: %d NUMA cells, %d PCI devices",
                   host.hostname, host.source, len(host.cells), len(host.pci_devices))
+        same_facts = self._host is not None and host == self._host
+        self._host = host
         for name, plugin in self.plugins.items():
+            if (same_facts and plugin.pure and name in self._views
+                    and name not in self.failures):
+                continue
             try:
                 self._views[name] = plugin.discover(host)
             except Exception as err:  # noqa: BLE001 - isolation is the point
                 self._fail(name, "discover", err)
             else:
                 self._clear_failure(name, ("discover",))
+
+    def forget_views(self) -> None:
+        """Rebuild every view and contribution at the next periodic.
+
+        For a caller that changed plugin options in place (tests; a service
+        cannot: no plugin option is mutable).
+        """
+        self._host = None
+        self._made.clear()
 
     @property
     def views(self) -> Mapping[str, Any]:
@@ -249,6 +277,11 @@ class PluginManager:
         if not provider_tree.exists(nodename):
             provider_tree.new_root(nodename, names.provider_uuid(nodename))
         previous = self._previous(provider_tree, nodename)
+        if allocations is None and self._unchanged(provider_tree, nodename, previous):
+            self._staged = previous
+            if self.auto_commit:
+                self.commit()
+            return
         current: Contributions = {}
         claimed: dict[tuple[str, str], str] = {}
         fresh: set[str] = set()
@@ -278,8 +311,28 @@ class PluginManager:
             provider_tree.restore(snapshot)
             raise
         self._staged = current
+        self._last_update = (provider_tree.change_token(), previous, current)
         if self.auto_commit:
             self.commit()
+
+    def _unchanged(self, tree: ProviderTree, nodename: str,
+                   previous: Contributions) -> bool:
+        """Whether an update would change nothing: the tree is as the last
+        update left it, that update's contributions are the ones in force,
+        and every plugin's view (so its contribution) is the one it had.
+        """
+        if self._last_update is None or self.failures:
+            return False
+        token, _, staged = self._last_update
+        if staged is not previous or not same_token(token, tree.change_token()):
+            return False
+        for name in self.enabled:
+            made = self._made.get(name)
+            plugin = self.plugins.get(name)
+            if (plugin is None or not plugin.pure or made is None or made[1] != nodename
+                    or made[0] is not self._views.get(name)):
+                return False
+        return True
 
     def _previous(self, tree: ProviderTree, nodename: str) -> Contributions:
         """The last committed contributions; at start the checkpoint or the tree."""
@@ -297,6 +350,9 @@ class PluginManager:
     def commit(self) -> None:
         """The last update reached Placement: it is what plugins own now."""
         if self._staged is None:
+            return
+        if self._staged is self._applied:
+            self._staged = None
             return
         self._applied, self._staged = self._staged, None
         if self.checkpoint_dir and self._nodename:
@@ -346,11 +402,18 @@ class PluginManager:
         """The plugin's contribution now, or its last good one on failure."""
         if name not in self._views:
             return previous.get(name)
+        view = self._views[name]
+        made = self._made.get(name)
+        if (plugin.pure and made is not None and made[0] is view
+                and made[1] == nodename):
+            return made[2]
         try:
-            items = tuple(plugin.provider_contributions(self._views[name], nodename))
+            items = tuple(plugin.provider_contributions(view, nodename))
             contribution.validate(name, nodename, items)
         except Exception as err:  # noqa: BLE001 - isolation is the point
             self._fail(name, "contribute", err)
+            self._made.pop(name, None)
             return previous.get(name)
         self._clear_failure(name, ("contribute", "conflict"))
+        self._made[name] = (view, nodename, items)
         return items

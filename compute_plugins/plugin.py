@@ -145,6 +145,13 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     #: reach this one's ``fit`` as ``earlier``), e.g. a device after
     #: ``numa`` for NUMA affinity.
     fit_after: ClassVar[tuple[str, ...]] = ()
+    #: Whether ``discover`` and ``provider_contributions`` depend on their
+    #: arguments alone (and on options, which cannot change while the
+    #: service runs). The manager then keeps the view while the host facts
+    #: are equal and the contribution while the view is the same object,
+    #: so a steady periodic rebuilds nothing. Set it False when either
+    #: reads anything else (a device file, the clock, a mutable attribute).
+    pure: ClassVar[bool] = True
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         # NOTE: plugins read framework options ([compute], [compute_plugins]).

@@ -603,6 +603,24 @@ class ProviderTree:
             provider.resources = copy.deepcopy(dict(resources))
             return True
 
+    # --- change detection (not in nova) ---------------------------------
+
+    def change_token(self) -> tuple[Any, ...]:
+        """A token that stays equal (:func:`same_token`) while the tree does.
+
+        Every provider's name, uuid, parent and generation and the very
+        objects holding its inventory, traits, aggregates and resources:
+        the tree replaces those objects instead of changing them, so an
+        identity check tells an untouched tree in microseconds. The token
+        holds the objects, so their identities cannot be reused while it
+        lives.
+        """
+        with self._lock:
+            return tuple((n.uuid, n.name, n.parent_uuid, n.generation,
+                          n.inventory, n.traits, n.aggregates, n.resources)
+                         for root in self.roots_by_uuid.values()
+                         for n in root.walk())
+
     # --- snapshot and rollback (not in nova) ----------------------------
 
     def snapshot(self) -> tuple[ProviderData, ...]:
@@ -695,3 +713,11 @@ class ProviderSubTree(ProviderTree):
     def scope_rp_uuid(self) -> str:
         """UUID of the root this subtree was copied from."""
         return self._scope_rp_uuid
+
+
+def same_token(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two :meth:`ProviderTree.change_token` results describe the
+    same, untouched tree (values equal, containers identical)."""
+    return len(a) == len(b) and all(
+        x[:4] == y[:4] and all(u is v for u, v in zip(x[4:], y[4:], strict=True))
+        for x, y in zip(a, b, strict=True))

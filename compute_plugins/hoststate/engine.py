@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -128,7 +130,24 @@ def _server_events(engine: Engine, kind: str, lock_timeout: float) -> None:
         dbapi_connection.commit()
 
 
-def _sqlite_events(engine: Engine, wal: bool) -> None:
+def _set_wal(cursor: Any, lock_timeout: float) -> None:
+    """Switch the database to WAL, waiting while another connection holds
+    the lock: SQLite answers a journal-mode change "database is locked" at
+    once, without its busy handler (a new file opened by several agents)."""
+    deadline = time.monotonic() + lock_timeout
+    delay = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def _sqlite_events(engine: Engine, wal: bool, lock_timeout: float) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, record: Any) -> None:
         # NOTE: None: the driver never opens transactions; _begin does.
@@ -136,7 +155,7 @@ def _sqlite_events(engine: Engine, wal: bool) -> None:
         cursor = dbapi_connection.cursor()
         try:
             if wal:
-                cursor.execute("PRAGMA journal_mode=WAL")
+                _set_wal(cursor, lock_timeout)
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
             cursor.close()
@@ -171,7 +190,7 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0) -> Engine:
         if memory:
             kwargs["poolclass"] = pool.StaticPool
         engine = sa.create_engine(parsed, **kwargs)
-        _sqlite_events(engine, wal=not memory)
+        _sqlite_events(engine, wal=not memory, lock_timeout=lock_timeout)
         return engine
     kind = "mysql" if name in ("mysql", "mariadb") else name
     driver = parsed.get_driver_name()

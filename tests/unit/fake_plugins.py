@@ -63,6 +63,8 @@ class Flaky(ResourcePlugin):
 
     name = "flaky"
     fail = False
+    # NOTE: what it does depends on ``fail``, set by tests, not on its view.
+    pure = False
 
     def discover(self, host):
         return host.hostname
@@ -130,6 +132,8 @@ class Parented(ResourcePlugin):
 
     name = "parented"
     under_cell = True
+    # NOTE: what it does depends on ``under_cell``, set by tests.
+    pure = False
 
     def discover(self, host):
         return host.hostname

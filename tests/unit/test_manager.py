@@ -244,3 +244,64 @@ def test_views_are_a_read_only_copy_without_failed_plugins(conf):
     manager.discover(HOST)
     assert dict(manager.views) == {"widgets": 64, "failsdiscovery": "node1"}
     assert dict(views) == {"widgets": 64}
+
+
+class CountingWidgets(fake_plugins.Widgets):
+    """Widgets that count how often the manager asks for views and parts."""
+
+    name = "countingwidgets"
+
+    def __init__(self, conf):
+        super().__init__(conf)
+        self.calls = {"discover": 0, "provider_contributions": 0}
+
+    def discover(self, host):
+        self.calls["discover"] += 1
+        return super().discover(host)
+
+    def provider_contributions(self, view, nodename):
+        self.calls["provider_contributions"] += 1
+        return super().provider_contributions(view, nodename)
+
+
+def test_steady_periodic_rebuilds_nothing_for_equal_host_facts(conf):
+    manager = make_manager(conf, CountingWidgets, fake_plugins.RootDisk)
+    plugin = manager.plugins["countingwidgets"]
+    tree = run(manager)
+    before = tree.snapshot()
+    # NOTE: equal facts in new objects, as discovery returns every periodic.
+    again = HostInfo(hostname="node1", source="test", memory_kb=64,
+                     disk=DiskInfo(total_gb=100, free_gb=50))
+    run(manager, tree, again)
+    run(manager, tree, again)
+    assert plugin.calls == {"discover": 1, "provider_contributions": 1}
+    assert tree.snapshot() == before
+
+
+def test_a_tree_changed_behind_the_manager_is_updated_again(conf):
+    manager = make_manager(conf, CountingWidgets, fake_plugins.RootDisk)
+    tree = run(manager)
+    # NOTE: e.g. the report client refreshed the provider from Placement,
+    # where someone removed the plugin's trait.
+    tree.remove_traits("node1_widgets", "CUSTOM_SHINY")
+    run(manager, tree)
+    assert tree.data("node1_widgets").traits == {"CUSTOM_SHINY"}
+    # NOTE: the view did not change, so its contribution was reused.
+    assert manager.plugins["countingwidgets"].calls["provider_contributions"] == 1
+
+
+def test_new_host_facts_rebuild_the_views(conf):
+    manager = make_manager(conf, CountingWidgets)
+    tree = run(manager)
+    run(manager, tree, HostInfo(hostname="node1", source="test", memory_kb=96))
+    assert tree.data("node1_widgets").inventory["CUSTOM_WIDGET"]["total"] == 96
+    assert manager.plugins["countingwidgets"].calls == {
+        "discover": 2, "provider_contributions": 2}
+
+
+def test_impure_plugins_are_asked_every_periodic(conf):
+    manager = make_manager(conf, fake_plugins.Flaky)
+    tree = run(manager)
+    manager.plugins["flaky"].fail = True
+    run(manager, tree)
+    assert manager.failures["flaky"].stage == "contribute"

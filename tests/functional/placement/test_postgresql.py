@@ -160,6 +160,9 @@ class Agent:
         # NOTE: a new reserved memory every periodic: an inventory write
         # that races with the operator's trait writes on the same provider.
         self.conf.set_override("reserved_host_memory_mb", reserved_mb, "compute")
+        # NOTE: a service cannot change this option while it runs, so the
+        # manager keeps views built under the old value: forget them.
+        self.manager.forget_views()
         self.manager.discover(self.host)
         result = report_cmd.run_periodic(self.client, self.manager, self.node)
         self.results.append(result)

@@ -184,3 +184,26 @@ def test_wait_refuses_a_busy_loop_and_an_endless_timeout(store, monkeypatch):
             store.wait_for_answer("c1", **kwargs)
     assert polls == []
     assert store.active_decision("c1").status == "pending"
+
+
+def test_a_new_file_locked_by_another_connection_is_waited_for(tmp_path):
+    """Switching a file to WAL while another connection writes it waits
+    (SQLite answers "database is locked" at once, without its busy
+    handler), instead of failing the agent that opened it second."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "hs.sqlite"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE t (x)")  # a write lock (RESERVED), as ensure_schema holds
+    timer = threading.Timer(0.3, other.commit)
+    timer.start()
+    try:
+        with hoststate.HostStateStore("sqlite:///%s" % path, lock_timeout=10) as store:
+            assert store.generations() == {}
+    finally:
+        timer.join()
+        other.close()
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
