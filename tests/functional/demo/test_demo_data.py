@@ -149,6 +149,19 @@ def test_fits_on_lists_every_request():
     assert set(FITS_ON) == set(BY_NAME)
 
 
+def test_each_requests_expectation_names_the_host_it_fits_on():
+    """``expect`` (what ``compute-plugins demo`` checks) agrees with the
+    hosts each request fits on here."""
+    names = {d: json.loads((Path(demo.host_dir(d)) / "host.json").read_text())["hostname"]
+             for d in demo.HOST_DIRS}
+    for name, dirs in FITS_ON.items():
+        expected = {None: set(), "any": set(demo.HOST_DIRS)}.get(
+            BY_NAME[name]["expect"], None)
+        if expected is None:
+            expected = {d for d in demo.HOST_DIRS if names[d] == BY_NAME[name]["expect"]}
+        assert expected == dirs, name
+
+
 @pytest.mark.parametrize("host", demo.HOST_DIRS)
 @pytest.mark.parametrize("name", sorted(FITS_ON))
 def test_request_fits_where_it_should(capsys, tmp_path, name, host, request):
