@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Optional, TextIO
+from typing import Optional, TextIO
 
 from oslo_config import cfg
 
@@ -92,15 +92,6 @@ class Progress:
             self.stream.flush()
 
 
-def checks(report: dict[str, Any]) -> list[str]:
-    """What a correct run shows; each failure is one line."""
-    problems = []
-    if report["final_periodic_calls"] != 0:
-        problems.append("the last periodic made %d Placement calls, expected 0"
-                        % report["final_periodic_calls"])
-    return problems
-
-
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.cmd.report import quiet_placement_logs
     from compute_plugins.demo import render
@@ -121,7 +112,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         common.print_json(render.to_json(report))
     else:
         print(render.text(report))
-    problems = checks(report)
+    problems = render.checks(report)
     for problem in problems:
         print("compute-plugins: demo check failed: %s" % problem, file=sys.stderr)
     return EXIT_FAILED if problems else EXIT_OK

@@ -93,7 +93,8 @@ def _explain(cluster: Cluster, manager: PluginManager,
     snapshots = cluster.store.get_hosts()
     reasons = []
     for host, fit in sorted(fitting.fit_hosts(manager, spec, snapshots).items()):
-        reasons.extend(_reasons(fit.result.rejections, host))
+        reasons.extend({**r, "source": "fit"}
+                       for r in _reasons(fit.result.rejections, host))
     return reasons
 
 
@@ -214,6 +215,7 @@ def run_demo(state_dir: str, progress: Progress,
                 result = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
                 entry: dict[str, Any] = {
                     "name": request["name"], "about": request.get("about", ""),
+                    "expect": request.get("expect", "any"),
                     "placed": result.placed, "consumer": consumer,
                     "host": result.host,
                     "query": list(result.queries),
@@ -234,7 +236,8 @@ def run_demo(state_dir: str, progress: Progress,
                     progress("explaining %s: every plugin's fit on every host"
                              % request["name"])
                     entry["reasons"] = [
-                        {"host": h.host, "plugin": r.plugin, "reason": r.reason}
+                        {"host": h.host, "plugin": r.plugin, "reason": r.reason,
+                         "source": "scheduler"}
                         for h in result.reasons for r in h.reasons
                     ] + _explain(cluster, manager, spec)
                 results.append(entry)

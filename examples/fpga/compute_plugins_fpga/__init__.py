@@ -10,6 +10,8 @@ Everything a resource plugin does, in one small package:
   ``accel:fpga_model``) in flavor extra specs (:mod:`.request`);
 - ``host_state``, ``fit``, ``verify``: which free card, NUMA-affine to where
   the ``numa`` plugin put the guest (:mod:`.fit`);
+- ``group_providers``, ``utilization``: which card's provider serves each
+  request group (the allocation the scheduler writes), how full the host is;
 - ``guest_config``: a PCI ``<hostdev>`` per card (:mod:`.guest`).
 
 Registered in ``pyproject.toml`` under the ``compute_plugins.resources``
@@ -18,7 +20,7 @@ entry-point namespace as ``fpga``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional, Union
 
 from oslo_config import cfg
@@ -90,6 +92,18 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
     def verify(self, state: FPGAState, plugin_request: FPGARequest,
                assignment: FPGAAssignment) -> Optional[Rejection]:
         return fpga_fit.verify(state, plugin_request, assignment)
+
+    def group_providers(self, plugin_request: FPGARequest, assignment: FPGAAssignment,
+                        state: FPGAState) -> Mapping[str, str]:
+        """Each ``_FPGA<i>`` group on its card's provider: the scheduler
+        writes the allocation of exactly the cards ``fit`` chose."""
+        return {card.requester_id: card.provider_uuid for card in assignment.cards}
+
+    def utilization(self, state: FPGAState) -> Optional[float]:
+        """The share of the host's cards in use (the scheduler's weighers)."""
+        if not state.cards:
+            return None
+        return sum(card.used for card in state.cards) / len(state.cards)
 
     def guest_config(self, plugin_request: FPGARequest,
                      assignment: FPGAAssignment) -> Sequence[GuestFragment]:
