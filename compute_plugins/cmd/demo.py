@@ -98,6 +98,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.demo.run import run_demo
 
     quiet_placement_logs(conf.debug)
+    if not conf.debug:
+        # NOTE: the agents log each claim at INFO; the report says it.
+        import logging as std_logging
+
+        std_logging.getLogger("compute_plugins").setLevel(std_logging.WARNING)
     progress = Progress(sys.stderr)
     try:
         if args.state_dir:

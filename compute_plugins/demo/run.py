@@ -40,10 +40,11 @@ from compute_plugins.demo.cluster import (
     merge_calls,
     scheduler_conf,
 )
+from compute_plugins.fit import StateFormatError, decode_state, fit_all
 from compute_plugins.manager import PluginManager
+from compute_plugins.plugin import Rejection
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
-from compute_plugins.scheduler import fitting
 from compute_plugins.scheduler.selection import Scheduler, ScheduleResult
 
 #: The file in the state directory that lists the instances a run placed.
@@ -87,14 +88,25 @@ def _verdicts(result: ScheduleResult, spec: RequestSpec) -> dict[str, dict[str, 
 
 def _explain(cluster: Cluster, manager: PluginManager,
              spec: RequestSpec) -> list[dict[str, str]]:
-    """Every plugin's reason on every host: its ``fit`` on each host's
-    published state (no Placement)."""
+    """Every plugin's reason on every host: every requested plugin's ``fit``
+    on each host's published state (offline, as ``compute-plugins fit``),
+    whether Placement already left the host out or not."""
     assert cluster.store is not None
-    snapshots = cluster.store.get_hosts()
     reasons = []
-    for host, fit in sorted(fitting.fit_hosts(manager, spec, snapshots).items()):
-        reasons.extend({**r, "source": "fit"}
-                       for r in _reasons(fit.result.rejections, host))
+    for host, snapshot in sorted(cluster.store.get_hosts().items()):
+        states = {}
+        rejections = []
+        for name in spec.requests:
+            try:
+                states[name] = decode_state(manager.plugins[name],
+                                            snapshot.states[name])
+            except (KeyError, StateFormatError) as err:
+                rejections.append(Rejection("no usable published state: %s" % err,
+                                            plugin=name))
+        if not rejections:
+            rejections = list(fit_all(manager, states, spec).rejections)
+        reasons.extend({"host": host, "plugin": r.plugin, "reason": r.reason,
+                        "source": "fit"} for r in rejections)
     return reasons
 
 
