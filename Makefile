@@ -19,6 +19,7 @@ genconfig: $(STAMP)
 
 pep8: $(STAMP)
 	$(VENV)/bin/ruff check compute_plugins resources tests bench examples tools
+	$(VENV)/bin/mypy
 
 bootstrap: $(STAMP)
 

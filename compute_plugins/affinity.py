@@ -51,10 +51,6 @@ class _CellPlacement(Protocol):
     host_cell: int
 
 
-class _NUMAAssignment(Protocol):
-    cells: tuple[_CellPlacement, ...]
-
-
 def cell_sockets(cells: Iterable[NUMACell]) -> FrozenMap[int, Optional[int]]:
     """Host cell id -> its socket, as nova's libvirt driver sets
     ``NUMACell.socket``: the one ``socket_id`` of the cell's CPUs, ``None``
@@ -70,10 +66,11 @@ def guest_host_cells(earlier: Mapping[str, object]) -> frozenset[int]:
     """The host cells the guest's NUMA nodes were placed on by the ``numa``
     plugin's ``fit`` (``earlier["numa"].cells[i].host_cell``); empty for a
     guest without NUMA topology (no ``numa`` assignment, or no cells)."""
-    numa: Optional[_NUMAAssignment] = earlier.get(NUMA_PLUGIN)  # type: ignore[assignment]
+    numa = earlier.get(NUMA_PLUGIN)
     if numa is None:
         return frozenset()
-    return frozenset(cell.host_cell for cell in getattr(numa, "cells", ()))
+    cells: Iterable[_CellPlacement] = getattr(numa, "cells", ())
+    return frozenset(cell.host_cell for cell in cells)
 
 
 def _cells_text(cells: Iterable[int]) -> str:

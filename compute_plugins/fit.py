@@ -113,7 +113,9 @@ def decode_state(plugin: ResourcePlugin[Any, Any, Any, Any], doc: Any) -> Any:
 
 def _plugins_of(plugins: Any) -> Mapping[str, ResourcePlugin[Any, Any, Any, Any]]:
     """``PluginManager`` or ``{name: plugin}``."""
-    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
+    loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]] = getattr(
+        plugins, "plugins", plugins)
+    return loaded
 
 
 def fit_order(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]]) -> list[str]:

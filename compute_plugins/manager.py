@@ -28,6 +28,10 @@ from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.provider_tree import ProviderTree, same_token
 from compute_plugins.text import printable
 
+#: A loaded plugin of any kind: the manager keeps them side by side and never
+#: looks inside their views, requests, states or assignments.
+AnyPlugin = ResourcePlugin[Any, Any, Any, Any]
+
 LOG = logging.getLogger(__name__)
 
 NAMESPACE = "compute_plugins.resources"
@@ -106,7 +110,7 @@ class PluginManager:
         self,
         conf: cfg.ConfigOpts,
         names: Optional[Sequence[str]] = None,
-        extension_manager: Optional[extension.ExtensionManager] = None,
+        extension_manager: Optional[extension.ExtensionManager[AnyPlugin]] = None,
         auto_commit: bool = True,
         checkpoint_dir: Optional[str] = None,
     ) -> None:
@@ -141,13 +145,13 @@ class PluginManager:
         #: to load keeps its last contribution, like one that fails to run).
         self.enabled: list[str] = wanted
         self._extensions = list(extension_manager)
-        self.plugins: dict[str, ResourcePlugin] = {
+        self.plugins: dict[str, AnyPlugin] = {
             ext.name: ext.obj for ext in self._extensions if ext.obj is not None}
         self._entry_points = {ext.name: getattr(ext.entry_point, "value", "") or ""
                               for ext in self._extensions}
         LOG.debug("resource plugins loaded: %s", ", ".join(self.plugins) or "none")
 
-    def _load(self, wanted: list[str]) -> extension.ExtensionManager:
+    def _load(self, wanted: list[str]) -> extension.ExtensionManager[AnyPlugin]:
         unknown = set(wanted) - set(available_plugins())
         if unknown:
             raise exception.UnknownPluginError(list(unknown), available_plugins())
@@ -397,7 +401,7 @@ class PluginManager:
         return result
 
     def _contributions(
-        self, name: str, plugin: ResourcePlugin, nodename: str, previous: Contributions
+        self, name: str, plugin: AnyPlugin, nodename: str, previous: Contributions
     ) -> Optional[tuple[contribution.ProviderContribution, ...]]:
         """The plugin's contribution now, or its last good one on failure."""
         if name not in self._views:

@@ -116,8 +116,8 @@ def describe_fields(assignment: PluginAssignment) -> list[str]:
                                     else json.dumps(value, sort_keys=True))
                          for key, value in fields.items())
 
-    plain = {}
-    lines = []
+    plain: dict[str, Any] = {}
+    lines: list[str] = []
     for key, value in doc.items():
         if (isinstance(value, list) and value
                 and all(isinstance(item, Mapping) for item in value)):

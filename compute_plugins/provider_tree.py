@@ -231,9 +231,11 @@ class ProviderTree:
     # --- private helpers; the caller holds self._lock -------------------
 
     def _find_with_lock(self, name_or_uuid: str | None) -> _Provider:
-        found = self._by_uuid.get(name_or_uuid)  # type: ignore[arg-type]
-        if found is None:
-            found = self._by_name.get(name_or_uuid)  # type: ignore[arg-type]
+        found: _Provider | None = None
+        if name_or_uuid is not None:
+            found = self._by_uuid.get(name_or_uuid)
+            if found is None:
+                found = self._by_name.get(name_or_uuid)
         if found is None:
             raise ProviderNotFound(name_or_uuid)
         return found
@@ -388,10 +390,10 @@ class ProviderTree:
             # NOTE: a parent that is only in a replaced subtree would vanish
             # before its child is added; nova fails half-way there.
             kept = set(self._by_uuid) - replaced
-            missing = {pd.get("parent_provider_uuid") for pd in to_add.values()
-                       } - set(to_add) - kept - {None}
+            parents = {pd.get("parent_provider_uuid") for pd in to_add.values()}
+            missing = {p for p in parents if p is not None} - set(to_add) - kept
             if missing:
-                raise MissingParents(missing)  # type: ignore[arg-type]
+                raise MissingParents(missing)
             self._check_populate_names_with_lock(to_add, replaced)
 
             # Insert parents before children; among the providers ready to

@@ -112,7 +112,8 @@ def _newer(payload: tuple[int, int], reader: tuple[int, int]) -> bool:
 
 def _plugins_of(plugins: Any) -> Mapping[str, Any]:
     """``PluginManager`` or ``{name: plugin}``."""
-    return getattr(plugins, "plugins", plugins)
+    loaded: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
+    return loaded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,7 +448,7 @@ def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[D
     body = dict(_expect(doc, Mapping, "decision"))
     assignments_doc = _expect(body.pop("assignments", {}), Mapping,
                               "decision.assignments")
-    decision = decode(Decision, body, "decision")
+    decision: Decision = decode(Decision, body, "decision")
     assignments = {}
     for name, adoc in assignments_doc.items():
         kind = assignment_type(name)

@@ -67,6 +67,7 @@ def serve(db: str) -> tuple[subprocess.Popen, str]:
         [sys.executable, "-c", SERVE, "sqlite:///" + db],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.stdout is not None  # stdout=PIPE
     port = int(proc.stdout.readline())
     return proc, "http://127.0.0.1:%d" % port
 

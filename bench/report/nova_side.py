@@ -31,7 +31,7 @@ from nova.scheduler.client import report  # noqa: E402
 from bench.report import shape as shapes  # noqa: E402
 from compute_plugins.placement.client import path_template  # noqa: E402
 
-COUNTS = collections.Counter()
+COUNTS: collections.Counter[str] = collections.Counter()
 
 
 class CountingAdapter(adapter.Adapter):

@@ -68,7 +68,7 @@ class BadInput(Exception):
         super().__init__("; ".join(lines))
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "fit", help="would a request fit on this host, and how? (every "
         "plugin's decision and the guest XML; no Placement)")

@@ -15,7 +15,7 @@ from compute_plugins.cmd import common
 from compute_plugins.provider_tree import ProviderTree
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "inventory", help="print the host's provider tree (no Placement)")
     parser.set_defaults(func=run)

@@ -28,7 +28,7 @@ from compute_plugins.placement import server as pserver
 LOG = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "placement", help="run the embedded Placement as a service")
     sub = parser.add_subparsers(dest="placement_command", metavar="ACTION")

@@ -14,7 +14,7 @@ from oslo_config import cfg
 from compute_plugins.host import snapshot
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "record-host", help="save a snapshot of a libvirt host")
     parser.add_argument("--output", required=True, metavar="DIR",

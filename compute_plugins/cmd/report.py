@@ -32,7 +32,7 @@ from compute_plugins.text import printable
 LOG = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "report",
         help="run the compute periodic: discover, update the provider tree, "
@@ -256,7 +256,7 @@ def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
     started with and says, once, that a restart is needed (nova's compute
     refuses a renamed node too).
     """
-    nodename = state.setdefault("nodename", hostname)
+    nodename: str = state.setdefault("nodename", hostname)
     if hostname != nodename and state.get("renamed") != hostname:
         state["renamed"] = hostname
         LOG.error("the host's name changed from %s to %s: still reporting as %s; "

@@ -24,7 +24,7 @@ from compute_plugins.text import printable
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "validate", help="check a flavor (and image, ports) against every "
         "plugin's rules; print the Placement query")

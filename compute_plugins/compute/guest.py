@@ -335,7 +335,8 @@ def _check_guest_cells(cpu: Optional[_Merged], vcpus: int, memory_mb: int) -> No
 
 def _plugins_of(plugins: Any) -> Mapping[str, Any]:
     """``PluginManager`` or ``{name: plugin}``."""
-    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
+    loaded: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
+    return loaded
 
 
 def domain_xml(spec: Any, assignments: Mapping[str, Any], plugins: Any, *,
@@ -441,12 +442,12 @@ def summary(xml: str) -> str:
     cells = domain.findall("cpu/numa/cell")
     memnodes = {m.get("cellid"): m.get("nodeset")
                 for m in domain.findall("numatune/memnode")}
-    pages = {}
-    for page in domain.findall("memoryBacking/hugepages/page"):
-        size = "%s %s" % (page.get("size"), page.get("unit", "KiB"))
-        nodeset = page.get("nodeset")
-        for cell in (parse_cpu_spec(nodeset) if nodeset else [None]):
-            pages[None if cell is None else str(cell)] = size
+    pages: dict[Optional[str], str] = {}
+    for page_el in domain.findall("memoryBacking/hugepages/page"):
+        size = "%s %s" % (page_el.get("size"), page_el.get("unit", "KiB"))
+        nodeset = page_el.get("nodeset")
+        for node in (parse_cpu_spec(nodeset) if nodeset else [None]):
+            pages[None if node is None else str(node)] = size
     for cell in cells:
         cell_id = cell.get("id")
         memory = _memory_mib_attr(cell)

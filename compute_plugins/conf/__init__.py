@@ -22,7 +22,12 @@ class FiniteFloat(types.Float):
     """A float option that refuses ``nan`` and ``inf`` (``min``/``max`` do not)."""
 
     def __call__(self, value: object) -> float:
-        number = float(super().__call__(value))
+        parsed = super().__call__(value)
+        if parsed is None:
+            # types.Float turns an empty value into None; a ratio has no
+            # "unset", and float(None) was a TypeError (a traceback).
+            raise ValueError("Should be a finite number, got %r" % value)
+        number = float(parsed)
         if not math.isfinite(number):
             raise ValueError("Should be a finite number, got %r" % value)
         return number

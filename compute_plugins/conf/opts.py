@@ -11,14 +11,14 @@ from oslo_config import cfg
 from stevedore import extension
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.manager import NAMESPACE
+from compute_plugins.manager import NAMESPACE, AnyPlugin
 
 
 def list_opts() -> list[tuple[cfg.OptGroup | str, list[cfg.Opt]]]:
     result: list[tuple[cfg.OptGroup | str, list[cfg.Opt]]] = []
     for module in conf_areas.area_modules():
         result.extend(module.list_opts())
-    plugins: extension.ExtensionManager = extension.ExtensionManager(
+    plugins: extension.ExtensionManager[AnyPlugin] = extension.ExtensionManager(
         NAMESPACE, invoke_on_load=False)
     for ext in sorted(plugins, key=lambda e: e.name):
         result.extend(ext.plugin.list_opts())

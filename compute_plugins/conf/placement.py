@@ -9,8 +9,10 @@ the command line runs an embedded Placement on SQLite instead; the
 
 from __future__ import annotations
 
+from typing import cast
+
 from keystoneauth1 import loading as ks_loading
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 from compute_plugins.conf import register_group_opts
 
@@ -27,7 +29,7 @@ SERVICE_TYPE = "placement"
 #: needs, the operator does not choose them (nova removes them too).
 _ADAPTER_VERSION_OPTS = ("version", "min_version", "max_version")
 
-EMBEDDED_OPTS = [
+EMBEDDED_OPTS: list[cfg.Opt] = [
     cfg.StrOpt(
         "embedded_state_dir",
         help="Directory of the embedded Placement's SQLite database "
@@ -62,7 +64,11 @@ def _ignored(value: str) -> None:
 
 # NOTE: module-level objects, so registering twice is a no-op as for every
 # other option (a new Opt with an equal name would be a duplicate).
-_DUMMY_OPTS = [cfg.Opt(name, type=_ignored) for name in _ADAPTER_VERSION_OPTS]
+# oslo.config accepts any callable as ``type`` but annotates it as a
+# ConfigType; it casts its own plain functions the same way (cfg.ConfigOpt).
+_DUMMY_OPTS = [
+    cfg.Opt(name, type=cast(types.ConfigType, _ignored)) for name in _ADAPTER_VERSION_OPTS
+]
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -20,7 +20,7 @@ from compute_plugins.host.model import HostInfo
 LOG = logging.getLogger(__name__)
 
 
-def _silence(_ctx, _error) -> None:
+def _silence(_ctx: object, _error: object) -> None:
     """Drop libvirt's default print-to-stderr; errors come as exceptions."""
 
 
@@ -89,7 +89,7 @@ def fetch_libvirt(uri: str) -> RawHost:
     )
 
 
-def _online_cpus(conn, uri: str, cpu_count: int) -> Optional[frozenset[int]]:
+def _online_cpus(conn: libvirt.virConnect, uri: str, cpu_count: int) -> Optional[frozenset[int]]:
     """``getCPUMap()``'s online CPUs (nova's ``get_online_cpus``).
 
     ``None`` where the driver lacks the call, or where the map covers fewer

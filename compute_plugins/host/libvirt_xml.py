@@ -97,7 +97,7 @@ _MDEV_NAME = re.compile(
 # --------------------------------------------------------------- helpers
 
 
-def _parse_document(text: Union[str, bytes], source: str, root: str):
+def _parse_document(text: Union[str, bytes], source: str, root: str) -> ET.Element:
     if not text or not str(text).strip():
         raise HostDataError(source, "empty document")
     try:
@@ -202,7 +202,7 @@ def address_from_name(name: Optional[str]) -> Optional[str]:
     return f"{domain}:{bus}:{slot}.{function}".lower()
 
 
-def _address_element(element, source: str, what: str) -> str:
+def _address_element(element: ET.Element, source: str, what: str) -> str:
     # <address domain='0x0000' bus='0x02' slot='0x00' function='0x2'/>
     parts = []
     for attr, limit in PCI_LIMITS:
@@ -220,7 +220,7 @@ def _hex_id(
     return f"{number:0{width}x}"
 
 
-def _text(element) -> Optional[str]:
+def _text(element: Optional[ET.Element]) -> Optional[str]:
     if element is None or element.text is None:
         return None
     text = element.text.strip()
@@ -271,7 +271,7 @@ def parse_capabilities(
 
 
 def _parse_cell(
-    cell_el, cell_id: int, source: str, seen_cpus: dict[int, int]
+    cell_el: ET.Element, cell_id: int, source: str, seen_cpus: dict[int, int]
 ) -> NUMACell:
     where = f"cell {cell_id}"
     memory_kb = None
@@ -391,7 +391,7 @@ def parse_node_device(
     return None
 
 
-def _parse_pci(name: str, cap, source: str) -> PCIDevice:
+def _parse_pci(name: str, cap: ET.Element, source: str) -> PCIDevice:
     parts = []
     for field, limit in PCI_LIMITS:
         element = cap.find(field)
@@ -476,7 +476,7 @@ def _parse_pci(name: str, cap, source: str) -> PCIDevice:
     )
 
 
-def _parse_mdev_types(cap, source: str) -> Iterable[MdevType]:
+def _parse_mdev_types(cap: ET.Element, source: str) -> Iterable[MdevType]:
     for type_el in cap.findall("type"):
         type_id = type_el.get("id")
         if not type_id:
@@ -496,7 +496,7 @@ def _parse_mdev_types(cap, source: str) -> Iterable[MdevType]:
         )
 
 
-def _parse_mdev(name: str, parent: Optional[str], cap, source: str) -> Mdev:
+def _parse_mdev(name: str, parent: Optional[str], cap: ET.Element, source: str) -> Mdev:
     type_el = cap.find("type")
     type_id = None if type_el is None else type_el.get("id")
     if not type_id:
@@ -592,7 +592,7 @@ def host_info_from_xml(
     mdevs: dict[tuple[Optional[str], str], Mdev] = {}
     netdevs: dict[str, list[str]] = {}
     for label, text in sorted(nodedev_xmls.items()):
-        problem = None
+        bad: Optional[HostDataError] = None
         try:
             device = parse_node_device(text, label)
             if isinstance(device, PCIDevice) and device.address in pci:
@@ -604,11 +604,11 @@ def host_info_from_xml(
         except HostDataError as exc:
             if not skip_bad_devices:
                 raise
-            problem = exc
-        if problem is not None:
+            bad = exc
+        if bad is not None:
             # NOTE: logged outside the except block: oslo.log would append
             # the exception a second time.
-            LOG.warning("%s; node device skipped", printable(problem))
+            LOG.warning("%s; node device skipped", printable(bad))
             continue
         if isinstance(device, PCIDevice):
             pci[device.address] = device

@@ -13,6 +13,8 @@ are naive UTC with microseconds (``DATETIME(6)`` on MySQL).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
@@ -23,8 +25,9 @@ SCHEMA_VERSION = 2
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 # NOTE: utf8mb4 for every MySQL table: MariaDB's default utf8 is 3 bytes.
-_MYSQL = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB",
-          "mariadb_charset": "utf8mb4", "mariadb_engine": "InnoDB"}
+# (dict[str, Any]: Table takes dialect options as **kw: Any.)
+_MYSQL: dict[str, Any] = {"mysql_charset": "utf8mb4", "mysql_engine": "InnoDB",
+                          "mariadb_charset": "utf8mb4", "mariadb_engine": "InnoDB"}
 
 metadata = sa.MetaData()
 

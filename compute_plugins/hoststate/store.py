@@ -237,7 +237,7 @@ def _is_deadlock(err: sa.exc.DBAPIError) -> bool:
     code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     if code in ("40P01", "40001"):
         return True
-    args = getattr(orig, "args", ())
+    args: Sequence[Any] = getattr(orig, "args", ())
     return bool(args) and args[0] == 1213  # MySQL ER_LOCK_DEADLOCK
 
 
@@ -343,7 +343,9 @@ class HostStateStore:
             filters: list[Any] = [None]
         else:
             filters = [list(chunk) for chunk in _chunks(sorted(set(hosts)))]
-        host_rows, state_rows, provider_rows = [], [], []
+        host_rows: list[sa.Row[Any]] = []
+        state_rows: list[sa.Row[Any]] = []
+        provider_rows: list[sa.Row[Any]] = []
         for chunk in filters:
             def where(query: Any, column: Any, chunk: Any = chunk) -> Any:
                 return query if chunk is None else query.where(column.in_(chunk))
@@ -568,8 +570,11 @@ class HostStateStore:
 
         def insert() -> HostDecision:
             with self._write() as conn:
-                new_id = conn.execute(sa.insert(t_decisions).values(**values)
-                                      ).inserted_primary_key[0]
+                key = conn.execute(sa.insert(t_decisions).values(**values)
+                                   ).inserted_primary_key
+                # None only for an executemany or a statement that is no INSERT.
+                assert key is not None
+                new_id = key[0]
             return HostDecision(id=int(new_id), consumer=consumer, host=host,
                                 spec=spec, status=DecisionStatus.PENDING,
                                 reasons=(), created_at=now, updated_at=now)

@@ -30,7 +30,7 @@ from typing import Any, Optional
 from nova import exception as nova_exception
 
 from compute_plugins import exception
-from compute_plugins.host.model import HostInfo
+from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.manager import PluginManager
 from compute_plugins.provider_tree import ProviderTree
 
@@ -92,6 +92,9 @@ class PluginProviderTreeMixin:
 
     #: The plugins (built on first use from nova's configuration).
     plugin_manager: Optional[PluginManager] = None
+    #: nova's libvirt ``Host``, set by the LibvirtDriver this is mixed into
+    #: (nova is untyped).
+    _host: Any
 
     def get_plugin_manager(self) -> PluginManager:
         if self.plugin_manager is None:
@@ -100,21 +103,50 @@ class PluginProviderTreeMixin:
         return self.plugin_manager
 
     def plugin_host_info(self, nodename: str) -> HostInfo:
-        """The host as the plugins see it: by default from the driver's
-        libvirt connection (``self._host.get_connection()``), read with the
-        parsers a host snapshot uses."""
+        """The host as the plugins see it, read through nova's own libvirt
+        ``Host`` (``self._host``) with the parsers a host snapshot uses:
+
+        - the capabilities XML (cells, CPUs, page pools);
+        - the online CPUs from ``getCPUMap`` (``Host.get_online_cpus``), as
+          nova's driver counts them, so an offline CPU is never offered;
+        - the node devices nova lists itself (``Host.list_pci_devices``,
+          ``Host.list_mediated_devices``), each dumped with
+          ``Host.device_lookup_by_name``: the same devices nova's PCI and
+          vGPU code see;
+        - the memory (``Host.get_memory_mb_total``) and CPU count;
+        - the disk from the driver's ``_get_local_gb_info`` (nova's
+          ``[libvirt] images_type`` aware measure), so DISK_GB is what
+          nova's own driver would report.
+        """
         from compute_plugins.host import libvirt_xml
-        conn = self._host.get_connection()  # type: ignore[attr-defined]
-        info = conn.getInfo()
-        nodedevs = {}
-        for device in conn.listAllDevices(0):
-            nodedevs["nova libvirt nodedev %s" % device.name()] = device.XMLDesc(0)
+        host = self._host
+        conn = host.get_connection()
+        names = list(host.list_pci_devices()) + list(host.list_mediated_devices())
+        nodedevs = {
+            "nova libvirt nodedev %s" % name:
+                host.device_lookup_by_name(name).XMLDesc(0)
+            for name in names}
         return libvirt_xml.host_info_from_xml(
             hostname=nodename, source="nova libvirt driver",
             capabilities_xml=conn.getCapabilities(),
             capabilities_source="nova libvirt capabilities",
-            nodedev_xmls=nodedevs, memory_kb=int(info[1]) * 1024,
-            online_cpus=None, cpu_count=int(info[2]))
+            nodedev_xmls=nodedevs,
+            memory_kb=int(host.get_memory_mb_total()) * 1024,
+            disk=self._plugin_disk_info(),
+            online_cpus=frozenset(host.get_online_cpus()),
+            cpu_count=int(conn.getInfo()[2]))
+
+    def _plugin_disk_info(self) -> Optional[DiskInfo]:
+        """DISK_GB as nova's libvirt driver measures it (``_get_local_gb_info``:
+        the instances path, or the RBD/LVM pool), ``None`` for a driver
+        without it."""
+        local_gb_info = getattr(self, "_get_local_gb_info", None)
+        if local_gb_info is None:
+            return None
+        info = local_gb_info()
+        return DiskInfo(total_gb=int(info["total"]),
+                        free_gb=max(0, min(int(info["free"]), int(info["total"]))),
+                        path="nova libvirt driver")
 
     def update_provider_tree(self, provider_tree: Any, nodename: str,
                              allocations: Optional[dict[str, Any]] = None) -> None:

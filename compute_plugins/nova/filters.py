@@ -130,7 +130,7 @@ def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Placement:
     return None
 
 
-class PluginFitFilter(filters.BaseHostFilter):
+class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is untyped
     """Pass the hosts where every plugin's ``fit`` succeeds on at least one
     allocation candidate; keep only those candidates and their decisions.
 
@@ -262,6 +262,6 @@ def record_selection(spec_obj: Any, host_state: Any,
     if key not in decisions:
         raise LookupError("PluginFitFilter kept no decision for host %s and "
                           "this candidate" % host_state.host)
-    decision = decisions[key]
+    decision: Decision = decisions[key]
     nova_spec.record(spec_obj, host_state.plugin_spec, decision)
     return decision

@@ -263,7 +263,7 @@ class EmbeddedPlacement:
         # database must be synced again.
         trait._TRAITS_SYNCED = False
         resource_class._RESOURCE_CLASSES_SYNCED = False
-        app = deploy.loadapp(conf)
+        app: WSGIApp = deploy.loadapp(conf)
         if url.startswith("sqlite:///"):
             # NOTE: only once it proved to be Placement's database: a file
             # named by mistake (--db notes.txt) keeps its mode.
@@ -373,7 +373,7 @@ class WSGITransport(rq_adapters.BaseAdapter):
         super().__init__()
         self.app = app
 
-    def send(  # type: ignore[override]
+    def send(
         self,
         request: requests.PreparedRequest,
         stream: bool = False,
@@ -390,6 +390,11 @@ class WSGITransport(rq_adapters.BaseAdapter):
         body = request.body or b""
         if isinstance(body, str):
             body = body.encode("utf-8")
+        if not isinstance(body, (bytes, bytearray)):
+            # keystoneauth sends bytes or str; a streamed body (a file, an
+            # iterator) has no length to put in CONTENT_LENGTH.
+            raise TypeError("embedded Placement takes a bytes or str body, got %s"
+                            % type(body).__name__)
         environ: dict[str, Any] = {
             "REQUEST_METHOD": request.method,
             "SCRIPT_NAME": "",

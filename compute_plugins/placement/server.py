@@ -21,13 +21,34 @@ one at a time (see :meth:`EmbeddedPlacement.__call__
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from oslo_log import log as logging
 from waitress import server as waitress_server
 from waitress import wasyncore
+from waitress.task import ThreadedTaskDispatcher
 
 LOG = logging.getLogger(__name__)
+
+
+class _Trigger(Protocol):
+    def pull_trigger(self, thunk: Callable[[], object] | None = None) -> None: ...
+
+
+class _Server(Protocol):
+    """What this module uses of waitress's ``TcpWSGIServer`` (the server
+    ``create_server`` builds for one host and port). types-waitress lacks
+    ``effective_host``/``effective_port``, types ``trigger`` as an ``int``
+    and gives ``pull_trigger`` a thunk that takes an argument (waitress
+    calls it with none)."""
+
+    effective_host: str
+    effective_port: int
+    trigger: _Trigger
+    task_dispatcher: ThreadedTaskDispatcher
+
+    def run(self) -> None: ...
 
 #: Worker threads that run the app (the embedded Placement serialises them,
 #: so more only helps requests that wait for a slow reader of a large answer).
@@ -67,7 +88,7 @@ class PlacementHTTPServer:
             raise ValueError("channel_timeout must be 1 second or more, "
                              "got %r" % channel_timeout)
         self._map: dict[int, Any] = {}
-        self._server = waitress_server.create_server(
+        self._server = cast(_Server, waitress_server.create_server(
             app,
             map=self._map,
             host=host,
@@ -82,7 +103,7 @@ class PlacementHTTPServer:
             ident="compute-plugins placement",
             # Tracebacks stay in the server's log, never in answers.
             expose_tracebacks=False,
-        )
+        ))
         self.host: str = str(self._server.effective_host)
         self.port: int = int(self._server.effective_port)
 

@@ -106,7 +106,7 @@ def min_field(minimum: int, **kwargs: Any) -> Any:
     return dataclasses.field(metadata={"minimum": minimum}, **kwargs)
 
 
-def _check_field(f: dataclasses.Field, value: Any, where: str) -> None:
+def _check_field(f: dataclasses.Field[Any], value: Any, where: str) -> None:
     allowed = f.metadata.get("enum")
     if allowed is not None and value is not None and value not in allowed:
         raise CodecError("%s: %r is not one of %s" % (where, value, ", ".join(allowed)))

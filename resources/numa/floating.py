@@ -162,7 +162,7 @@ def _placed(state: NUMAState, request: NUMARequest, placement: Placement
         return NUMAAssignment(cells=(placed[0],))
     cpu = _part(0, "the guest's vCPUs", request.vcpus, 0)
     memory = _part(1, "the guest's memory", 0, request.memory_mb)
-    reasons = []
+    reasons: list[str] = []
     for first, second in (cells, cells[::-1]):
         result = _match(state, [cpu, memory], [[first], [second]])
         if isinstance(result, NUMAAssignment):

@@ -55,7 +55,7 @@ from compute_plugins.cpuset import (
 )
 from compute_plugins.devices import InvalidOptionValue
 from compute_plugins.host.model import CPU, HostInfo, NUMACell
-from compute_plugins.names import page_resource_class  # noqa: F401 (API)
+from compute_plugins.names import page_resource_class as page_resource_class  # API
 
 LOG = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ import dataclasses
 import logging
 from typing import Optional
 
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 from compute_plugins.affinity import cell_sockets
 from compute_plugins.devices import (
@@ -68,7 +68,7 @@ def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
         opt = cfg.ListOpt(
             "device_addresses",
             default=[],
-            item_type=cfg.types.String(),
+            item_type=types.String(),
             help="PCI addresses of the physical GPUs that offer mdev "
             f"type {mdev_type!r}.",
         )
@@ -170,8 +170,8 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> VGPUView:
     # NOTE: as nova, the existing mdevs of a type count against its
     # max_instances before any GPU's available instances.
     used: dict[str, int] = {}
-    for (_parent, mdev_type), count in existing.items():
-        used[mdev_type] = used.get(mdev_type, 0) + count
+    for (_parent, type_id), count in existing.items():
+        used[type_id] = used.get(type_id, 0) + count
     gpus = []
     capable = [d for d in host.pci_devices if d.mdev_types]
     for device in sorted(capable, key=lambda d: d.address):

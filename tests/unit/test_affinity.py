@@ -15,7 +15,7 @@ from compute_plugins.request.types import FrozenMap
 from tests.unit.resources.helpers import on_cells, socket_cell
 
 #: Host cells 0, 1 on socket 0; 2, 3 on socket 1.
-TWO_SOCKETS = FrozenMap({0: 0, 1: 0, 2: 1, 3: 1})
+TWO_SOCKETS: FrozenMap[int, int] = FrozenMap({0: 0, 1: 0, 2: 1, 3: 1})
 
 
 def affinity(policy, *guest_cells, sockets=TWO_SOCKETS):

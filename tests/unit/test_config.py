@@ -58,3 +58,17 @@ def test_the_ratio_limit_is_placements():
     from compute_plugins.conf import MAX_ALLOCATION_RATIO
 
     assert MAX_ALLOCATION_RATIO == constants.SQL_SP_FLOAT_MAX
+
+
+def test_an_empty_ratio_is_a_bad_value_not_a_crash(tmp_path):
+    """``cpu_allocation_ratio =`` in a file: oslo's Float reads it as None,
+    which used to reach ``float(None)`` (a TypeError, i.e. a traceback)."""
+    import pytest
+
+    path = tmp_path / "empty.conf"
+    path.write_text("[compute]\ncpu_allocation_ratio =\n")
+    conf = cfg.ConfigOpts()
+    register_all(conf)
+    conf(["--config-file", str(path)], default_config_files=[], default_config_dirs=[])
+    with pytest.raises(cfg.ConfigFileValueError, match="cpu_allocation_ratio.*finite number"):
+        _ = conf.compute.cpu_allocation_ratio

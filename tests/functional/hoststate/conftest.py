@@ -63,11 +63,11 @@ def create_database(backend: str):
     with admin.cursor() as cur:
         cur.execute("CREATE DATABASE %s CHARACTER SET utf8mb4" % name)
 
-    def drop():
+    def drop_mysql():
         with admin.cursor() as cur:
             cur.execute("DROP DATABASE IF EXISTS %s" % name)
         admin.close()
-    return "mysql+pymysql://root@127.0.0.1:3306/%s" % name, drop
+    return "mysql+pymysql://root@127.0.0.1:3306/%s" % name, drop_mysql
 
 
 def empty_database(url: str) -> None:

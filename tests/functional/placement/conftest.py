@@ -63,6 +63,7 @@ class ServedPlacement:
                        "--db", self.db] + self.args,
                 stdout=subprocess.PIPE, stderr=log_file, text=True,
                 env=cli_env())
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline()
         if not line.startswith("Placement listening on "):
             self.proc.kill()

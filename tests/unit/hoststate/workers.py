@@ -21,6 +21,7 @@ def increment(url: str, host: str, times: int) -> int:
         for _ in range(times):
             while True:
                 snap = store.get_host(host)
+                assert snap is not None, host
                 count = snap.states["counter"]["state"]["n"]
                 try:
                     store.publish(host, {"counter": doc("counter", n=count + 1)},
@@ -71,10 +72,11 @@ def read_rounds(url: str, host: str, until: int) -> int:
     """Read ``host`` until it reaches generation ``until``, checking every
     read; tells :func:`publish_rounds` (a decision addressed to ``host``)
     once it reads. Returns how many generations it saw."""
-    seen = set()
+    seen: set[int] = set()
     with hoststate.HostStateStore(url) as store:
         while True:
             snap = store.get_host(host)
+            assert snap is not None, host
             check_round(snap)
             if not seen:
                 store.submit_decision(_ready_marker(host), host, "{}")

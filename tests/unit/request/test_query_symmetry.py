@@ -10,18 +10,18 @@ from compute_plugins.request.groups import (
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.scheduler.query import derive_from_groups
 
-PAGES = (FrozenMap({"CUSTOM_MEMORY_PAGE_2048KB": 512}),
+PAGES: tuple[FrozenMap[str, int], ...] = (FrozenMap({"CUSTOM_MEMORY_PAGE_2048KB": 512}),
          FrozenMap({"CUSTOM_MEMORY_PAGE_1048576KB": 1}))
 
 
 def cell(node: int, pcpus: int = 2, choices=PAGES) -> RequestGroup:
-    return RequestGroup("_NUMA%d" % node, resources={"PCPU": pcpus},
+    return RequestGroup("_NUMA%d" % node, resources=FrozenMap({"PCPU": pcpus}),
                         required_traits=frozenset({"HW_NUMA_ROOT"}),
                         kind=KIND_NUMA_CELL, numa_node=node, choices=choices)
 
 
 def port(index: int) -> RequestGroup:
-    return RequestGroup("_PORT%d" % index, resources={"SRIOV_NET_VF": 1},
+    return RequestGroup("_PORT%d" % index, resources=FrozenMap({"SRIOV_NET_VF": 1}),
                         kind=KIND_DEVICE, affinity="required")
 
 

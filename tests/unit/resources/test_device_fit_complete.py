@@ -22,7 +22,7 @@ from resources.vgpu.state import PGPUState, VGPUState
 from tests.unit.resources.helpers import on_cells
 
 CASES = 400
-SOCKETS = FrozenMap({0: 0, 1: 0, 2: 1})
+SOCKETS: FrozenMap[int, int] = FrozenMap({0: 0, 1: 0, 2: 1})
 
 
 def random_gpus(rng):
