@@ -33,7 +33,7 @@ from compute_plugins.text import printable
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo", help="the whole flow on bundled hosts: report, schedule, "
         "claim, guest XML (embedded Placement, no set-up)")

@@ -101,7 +101,7 @@ class DemoHost:
 
     @property
     def name(self) -> str:
-        return self.agent.host
+        return str(self.agent.host)
 
 
 class Cluster:

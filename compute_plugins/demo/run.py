@@ -92,10 +92,10 @@ def _explain(cluster: Cluster, manager: PluginManager,
     on each host's published state (offline, as ``compute-plugins fit``),
     whether Placement already left the host out or not."""
     assert cluster.store is not None
-    reasons = []
+    reasons: list[dict[str, str]] = []
     for host, snapshot in sorted(cluster.store.get_hosts().items()):
-        states = {}
-        rejections = []
+        states: dict[str, Any] = {}
+        rejections: list[Rejection] = []
         for name in spec.requests:
             try:
                 states[name] = decode_state(manager.plugins[name],
@@ -188,12 +188,12 @@ def run_demo(state_dir: str, progress: Progress,
     with Cluster(state_dir, progress) as cluster:
         assert cluster.store is not None and cluster.service is not None
         # -- 1. every host reports ------------------------------------------
-        hosts = []
-        for host in cluster.hosts:
+        hosts: list[dict[str, Any]] = []
+        for demo_host in cluster.hosts:
             progress("host %s: first periodic (discover, provider tree, "
-                     "Placement, host state)" % host.name)
-            result = cluster.report(host)
-            hosts.append({"name": host.name, "snapshot": host.dirname,
+                     "Placement, host state)" % demo_host.name)
+            result = cluster.report(demo_host)
+            hosts.append({"name": demo_host.name, "snapshot": demo_host.dirname,
                           "placement_calls": result.placement_calls,
                           "calls": dict(sorted(result.calls.items())),
                           "store_writes": result.store_writes})
@@ -262,16 +262,15 @@ def run_demo(state_dir: str, progress: Progress,
         progress("final state: usage from Placement, one more periodic per host")
         report["usage"] = _usage(cluster)
         final = {}
-        for host in cluster.hosts:
-            result = cluster.report(host)
-            final[host.name] = result.placement_calls
+        for demo_host in cluster.hosts:
+            final[demo_host.name] = cluster.report(demo_host).placement_calls
         report["final_periodic"] = final
         report["final_periodic_calls"] = sum(final.values())
         report["agents"] = {
-            host.name: {"claimed": sum(len(r.claimed) for r in host.results),
-                        "rejected": sum(len(r.rejected) for r in host.results),
-                        "released": sum(len(r.releases) for r in host.results)}
-            for host in cluster.hosts}
+            h.name: {"claimed": sum(len(r.claimed) for r in h.results),
+                     "rejected": sum(len(r.rejected) for r in h.results),
+                     "released": sum(len(r.releases) for r in h.results)}
+            for h in cluster.hosts}
         report["placement_calls"] = merge_calls(
             [h.placement.calls.snapshot() for h in cluster.hosts])
     report["seconds"] = round(time.monotonic() - started, 2)

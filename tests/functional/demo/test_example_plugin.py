@@ -15,6 +15,7 @@ Host: the demo's ``gpu`` snapshot, which has two Intel PAC Arria 10 cards
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -37,9 +38,7 @@ enabled_plugins = numa,vgpu,sriov,disk,fpga
 
 
 def can_build_wheels_offline() -> bool:
-    import setuptools
-
-    major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
+    major, minor = (int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
     return importlib.util.find_spec("wheel") is not None or (major, minor) >= (70, 1)
 
 
