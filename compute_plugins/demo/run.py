@@ -224,25 +224,25 @@ def run_demo(state_dir: str, progress: Progress,
                     request["flavor"], request.get("image"), request.get("ports", ())))
                 consumer = str(uuid.uuid4())
                 began = time.monotonic()
-                result = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
+                scheduled = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
                 entry: dict[str, Any] = {
                     "name": request["name"], "about": request.get("about", ""),
                     "expect": request.get("expect", "any"),
-                    "placed": result.placed, "consumer": consumer,
-                    "host": result.host,
-                    "query": list(result.queries),
-                    "candidates": result.candidates, "fitting": result.fitting,
-                    "verdicts": _verdicts(result, spec),
+                    "placed": scheduled.placed, "consumer": consumer,
+                    "host": scheduled.host,
+                    "query": list(scheduled.queries),
+                    "candidates": scheduled.candidates, "fitting": scheduled.fitting,
+                    "verdicts": _verdicts(scheduled, spec),
                     "attempts": [{"host": a.host, "outcome": a.outcome,
                                   "reasons": _reasons(a.reasons)}
-                                 for a in result.attempts],
-                    "placement_calls": result.placement_call_count,
-                    "calls": dict(result.placement_calls),
+                                 for a in scheduled.attempts],
+                    "placement_calls": scheduled.placement_call_count,
+                    "calls": dict(scheduled.placement_calls),
                     "seconds": round(time.monotonic() - began, 3),
                     "assignments": {}, "allocations": {}, "reasons": [],
                 }
-                if result.placed:
-                    entry.update(_placed(result, manager, request["name"]))
+                if scheduled.placed:
+                    entry.update(_placed(scheduled, manager, request["name"]))
                     placed_consumers.append(consumer)
                 else:
                     progress("explaining %s: every plugin's fit on every host"
@@ -250,7 +250,7 @@ def run_demo(state_dir: str, progress: Progress,
                     entry["reasons"] = [
                         {"host": h.host, "plugin": r.plugin, "reason": r.reason,
                          "source": "scheduler"}
-                        for h in result.reasons for r in h.reasons
+                        for h in scheduled.reasons for r in h.reasons
                     ] + _explain(cluster, manager, spec)
                 results.append(entry)
             _save_instances(cluster, placed_consumers)
