@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from compute_plugins import demo
+from compute_plugins import demo, exception, files, jsonload
 from compute_plugins.compute import guest
 from compute_plugins.demo.cluster import (
     SHARED_STORAGE_NAME,
@@ -128,13 +128,32 @@ def _placed(result: ScheduleResult, manager: PluginManager,
     }
 
 
+class DemoStateError(exception.InputError):
+    """The state directory holds something the demo did not write."""
+
+
+def earlier_instances(state_dir: str) -> list[str]:
+    """The consumers ``demo.json`` in ``state_dir`` lists (none without it).
+
+    :raises DemoStateError: the file is not the demo's.
+    """
+    path = os.path.join(state_dir, INSTANCES_FILE)
+    if not os.path.lexists(path):
+        return []
+    try:
+        doc = jsonload.loads(files.read_text(path))
+        consumers = [str(uuid.UUID(c)) for c in doc["consumers"]]
+    except (files.UnreadableFile, jsonload.JSONInputError, KeyError, TypeError,
+            ValueError, AttributeError) as err:
+        raise DemoStateError(
+            "%s: not the demo's list of instances ({\"consumers\": [uuid, ...]}): "
+            "%s; remove it, or use another --state-dir" % (path, err)) from None
+    return consumers
+
+
 def _release_earlier(cluster: Cluster, scheduler: Scheduler,
                      progress: Progress) -> list[str]:
-    path = os.path.join(cluster.state_dir, INSTANCES_FILE)
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as handle:
-        consumers = [str(uuid.UUID(c)) for c in json.load(handle).get("consumers", [])]
+    consumers = earlier_instances(cluster.state_dir)
     assert cluster.store is not None
     released = []
     for consumer in consumers:
@@ -185,6 +204,13 @@ def run_demo(state_dir: str, progress: Progress,
     started = time.monotonic()
     requests = load_requests() if requests is None else requests
     report: dict[str, Any] = {"state_dir": os.path.abspath(state_dir)}
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except OSError as err:
+        raise DemoStateError("--state-dir %s: cannot create it: %s"
+                             % (state_dir, err.strerror or err)) from None
+    # NOTE: read before anything starts: a bad file stops the demo at once.
+    earlier_instances(state_dir)
     with Cluster(state_dir, progress) as cluster:
         assert cluster.store is not None and cluster.service is not None
         # -- 1. every host reports ------------------------------------------
