@@ -18,8 +18,8 @@ instance's cells); then, by policy:
 - ``None`` (no policy; nova has no mdev affinity, see
   :mod:`resources.vgpu.request`): any device, affine ones first.
 
-A guest without NUMA topology (no ``numa`` assignment, or one without
-cells) has no affinity constraint, as in nova.
+A guest without NUMA topology (no ``numa`` assignment, one without cells,
+or one whose ``floating`` is set) has no affinity constraint, as in nova.
 
 Affine devices always rank first (nova takes them whenever there are
 enough), so :meth:`Affinity.rank` orders a plugin's offline choice, and
@@ -37,7 +37,7 @@ from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.types import FrozenMap, enum_field
 
 __all__ = ["AFFINE", "Affinity", "NUMA_PLUGIN", "cell_sockets",
-           "guest_host_cells"]
+           "guest_host_cells", "recorded_cells_problem"]
 
 #: The plugin whose assignment says where the guest's NUMA nodes run.
 NUMA_PLUGIN = "numa"
@@ -65,12 +65,32 @@ def cell_sockets(cells: Iterable[NUMACell]) -> FrozenMap[int, Optional[int]]:
 def guest_host_cells(earlier: Mapping[str, object]) -> frozenset[int]:
     """The host cells the guest's NUMA nodes were placed on by the ``numa``
     plugin's ``fit`` (``earlier["numa"].cells[i].host_cell``); empty for a
-    guest without NUMA topology (no ``numa`` assignment, or no cells)."""
+    guest without NUMA topology: no ``numa`` assignment, one without cells,
+    or one that says the guest floats (its cells then only say where its
+    vCPUs and memory are kept; nova filters no device by NUMA for such a
+    guest)."""
     numa = earlier.get(NUMA_PLUGIN)
-    if numa is None:
+    if numa is None or getattr(numa, "floating", False):
         return frozenset()
     cells: Iterable[_CellPlacement] = getattr(numa, "cells", ())
     return frozenset(cell.host_cell for cell in cells)
+
+
+def recorded_cells_problem(earlier: Mapping[str, object],
+                           assignment: object) -> Optional[str]:
+    """Why a device assignment's recorded ``host_cells`` (the guest's host
+    cells its affinity was checked against) are not where the ``numa``
+    decision in ``earlier`` puts the guest; None when they are, or when the
+    assignment records none (:func:`compute_plugins.fit.verify_all`)."""
+    recorded = getattr(assignment, "host_cells", None)
+    if recorded is None:
+        return None
+    actual = guest_host_cells(earlier)
+    if frozenset(recorded) == actual:
+        return None
+    return ("the decision was made for the guest on host cells %s; the numa "
+            "decision puts it on host cells %s"
+            % (_cells_text(recorded) or "(none)", _cells_text(actual) or "(none)"))
 
 
 def _cells_text(cells: Iterable[int]) -> str:

@@ -15,16 +15,18 @@ with the plugin's data version (:func:`encode_state` / :func:`decode_state`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Optional
 
 from compute_plugins import exception
+from compute_plugins.affinity import NUMA_PLUGIN, recorded_cells_problem
 from compute_plugins.plugin import Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.types import CodecError, FrozenMap, decode, encode
 
 __all__ = ["AssignmentConflict", "FitResult", "PluginState", "Rejection",
-           "StateFormatError", "decode_state", "encode_state", "fit_all",
+           "FIT_BUDGET", "StateFormatError", "decode_state", "encode_state", "fit_all",
            "fit_order", "state_type", "verify_all"]
 
 _STATE_TYPES: dict[str, type[PluginState]] = {}
@@ -159,33 +161,135 @@ def _named(rejection: Rejection, plugin: str) -> Rejection:
         rejection, plugin=plugin)
 
 
+#: At most this many plugin decisions (``fit`` answers and alternatives)
+#: :func:`fit_all`'s retry over alternatives tries on one host: the numa
+#: plugin offers at most one placement per host cell, each followed by the
+#: device plugins' fits, so a host of 64 cells with three device plugins
+#: is still searched whole.
+FIT_BUDGET = 256
+
+
+class _Exhausted(Exception):
+    """The retry's step budget ran out."""
+
+
+def _straight(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
+              order: Sequence[str], states: Mapping[str, Any], spec: Any,
+              placement: Placement
+              ) -> tuple[dict[str, PluginAssignment], list[Rejection]]:
+    """Every plugin's ``fit`` once, in order: the assignments and every
+    rejection (plugins after a rejecting one still run, to say theirs)."""
+    assignments: dict[str, PluginAssignment] = {}
+    rejections: list[Rejection] = []
+    for name in order:
+        outcome = loaded[name].fit(states.get(name), spec.requests[name],
+                                   placement, FrozenMap(assignments))
+        if isinstance(outcome, Rejection):
+            rejections.append(_named(outcome, name))
+        elif outcome is not None:
+            assignments[name] = outcome
+    return assignments, rejections
+
+
+def _retry_helps(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
+                 assignments: Mapping[str, PluginAssignment],
+                 rejections: Sequence[Rejection]) -> bool:
+    """Another decision of an earlier plugin may change a rejection: a
+    rejecting plugin runs after (``fit_after``) one that decided."""
+    return any(after in assignments
+               for rejection in rejections if rejection.plugin in loaded
+               for after in loaded[rejection.plugin].fit_after)
+
+
+def _search(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
+            order: Sequence[str], states: Mapping[str, Any], spec: Any,
+            placement: Placement, budget: int
+            ) -> tuple[Optional[dict[str, PluginAssignment]], int]:
+    """Depth first over the plugins' decisions: each plugin's ``fit``
+    answer, then (when a later plugin runs after it and nothing fits) its
+    ``alternatives``, best first. Each decision counts one step.
+
+    :returns: the first assignments every plugin accepts (None: none
+        found) and the steps taken.
+    :raises _Exhausted: more than ``budget`` steps.
+    """
+    steps = 0
+
+    def step() -> None:
+        nonlocal steps
+        steps += 1
+        if steps > budget:
+            raise _Exhausted()
+
+    def search(index: int, earlier: dict[str, PluginAssignment]
+               ) -> Optional[dict[str, PluginAssignment]]:
+        if index == len(order):
+            return earlier
+        name = order[index]
+        plugin, request, state = loaded[name], spec.requests[name], states.get(name)
+        step()
+        outcome = plugin.fit(state, request, placement, FrozenMap(earlier))
+        if isinstance(outcome, Rejection):
+            return None
+        if outcome is None:
+            return search(index + 1, earlier)
+        found = search(index + 1, {**earlier, name: outcome})
+        if found is not None or not any(
+                name in loaded[later].fit_after for later in order[index + 1:]):
+            return found
+        others = plugin.alternatives(state, request, placement, FrozenMap(earlier))
+        for alternative in itertools.islice(others, 1, None):
+            step()
+            found = search(index + 1, {**earlier, name: alternative})
+            if found is not None:
+                return found
+        return None
+
+    return search(0, {}), steps
+
+
 def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
-            placement: Placement = None) -> FitResult:
+            placement: Placement = None, budget: int = FIT_BUDGET) -> FitResult:
     """Run every plugin that has a request in ``spec`` on one host.
+
+    Each plugin's ``fit`` runs once, in :func:`fit_order`. When a plugin
+    rejects and it runs after (``fit_after``) a plugin that decided, the
+    earlier plugins' ``alternatives`` are tried in turn (depth first, at
+    most ``budget`` decisions): a device off the NUMA plugin's first choice
+    of host cells still finds the guest on another choice that reaches it.
 
     :param plugins: a PluginManager or ``{name: plugin}``.
     :param states: plugin name -> its host state on this host.
     :param spec: the :class:`~compute_plugins.request_spec.RequestSpec`.
     :param placement: the candidate's ``mappings`` (None offline).
+    :param budget: the most decisions the retry may try.
     :returns: all assignments when every plugin fits, else every rejection
-        (plugins after a rejecting one still run, to say their reasons).
+        of the first pass (plugins after a rejecting one still run, to say
+        their reasons), and one saying so when the retry ran out of budget.
     """
     loaded = _plugins_of(plugins)
-    assignments: dict[str, PluginAssignment] = {}
-    rejections: list[Rejection] = []
-    for name in fit_order(loaded):
-        request = spec.requests.get(name)
-        if request is None:
-            continue
-        outcome = loaded[name].fit(states.get(name), request, placement,
-                                   FrozenMap(assignments))
-        if isinstance(outcome, Rejection):
-            rejections.append(_named(outcome, name))
-        elif outcome is not None:
-            assignments[name] = outcome
-    if rejections:
-        return FitResult(rejections=tuple(rejections))
-    return FitResult(assignments=FrozenMap(assignments))
+    order = [name for name in fit_order(loaded)
+             if spec.requests.get(name) is not None]
+    assignments, rejections = _straight(loaded, order, states, spec, placement)
+    if not rejections:
+        return FitResult(assignments=FrozenMap(assignments))
+    if _retry_helps(loaded, assignments, rejections):
+        try:
+            found, _ = _search(loaded, order, states, spec, placement, budget)
+        except _Exhausted:
+            tried = sorted({after for rejection in rejections
+                            if rejection.plugin in loaded
+                            for after in loaded[rejection.plugin].fit_after
+                            if after in assignments})
+            rejections.append(Rejection(
+                "stopped after trying %d decisions (fit_all's budget) of %s "
+                "and the plugins after it without one every plugin accepts; "
+                "the host may still fit with another" % (budget, ", ".join(tried)),
+                plugin=", ".join(tried)))
+        else:
+            if found is not None:
+                return FitResult(assignments=FrozenMap(found))
+    return FitResult(rejections=tuple(rejections))
 
 
 def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Rejection, ...]:
@@ -193,7 +297,9 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
 
     A plugin with a request but no recorded assignment is verified by its
     ``fit`` on the decision's mappings (it had nothing to decide then, and
-    must still have nothing to refuse now).
+    must still have nothing to refuse now). A device that runs after
+    ``numa`` and records the guest's host cells it checked its affinity
+    against must record those the numa decision gives.
 
     :returns: every rejection (empty: the decision holds on ``states``).
     """
@@ -214,6 +320,9 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
             problem = outcome if isinstance(outcome, Rejection) else None
         else:
             problem = loaded[name].verify(states.get(name), request, assignment)
+            if problem is None and NUMA_PLUGIN in loaded[name].fit_after:
+                mismatch = recorded_cells_problem(earlier, assignment)
+                problem = None if mismatch is None else Rejection(mismatch)
             earlier[name] = assignment
         if problem is not None:
             rejections.append(_named(problem, name))

@@ -25,6 +25,8 @@ The request side (all optional; defaults suit a plugin without keys):
    holds it in another process);
 5. ``fit(state, request, placement, earlier)`` decides exactly what the guest
    gets (pure, deterministic, no I/O) or says why not (a :class:`Rejection`);
+   ``alternatives(state, request, placement, earlier)`` offers other valid
+   decisions, best first, for when a later plugin rejects the first;
    ``verify(state, request, assignment)`` tests a recorded decision with the
    same code; ``guest_config(request, assignment)`` turns the decision into
    libvirt domain XML fragments; ``describe(request, assignment)`` says it
@@ -36,7 +38,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 
 from oslo_config import cfg
@@ -234,6 +236,20 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         to decide beyond Placement's allocation.
         """
         return None
+
+    def alternatives(self, state: StateT, request: RequestT,
+                     placement: Placement, earlier: Earlier
+                     ) -> Iterator[AssignmentT]:
+        """Valid assignments of ``request``, best first: ``fit``'s answer
+        first, then others that differ in what a later plugin may care
+        about (e.g. another set of host cells, for a device's NUMA
+        affinity). :func:`compute_plugins.fit.fit_all` tries a later
+        plugin that rejects over these. Keep them few and distinct (no
+        permutations of equivalent choices). The default: ``fit``'s answer
+        alone (nothing when it is a rejection or None)."""
+        outcome = self.fit(state, request, placement, earlier)
+        if outcome is not None and not isinstance(outcome, Rejection):
+            yield outcome
 
     def verify(self, state: StateT, request: RequestT,
                assignment: AssignmentT) -> Optional[Rejection]:

@@ -196,7 +196,7 @@ class RequestInput:
         if not isinstance(flavor, Flavor):
             flavor = Flavor.from_dict(flavor)
         image_name = ""
-        properties: Any = image or {}
+        properties: Any = {} if image is None else image
         if not isinstance(properties, Mapping):
             raise RequestInputError("an image must be a JSON object")
         if "properties" in properties:

@@ -101,8 +101,9 @@ def enum_field(allowed: tuple[str, ...], default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"enum": allowed})
 
 
-def min_field(minimum: int, **kwargs: Any) -> Any:
-    """An ``int`` field that :func:`decode` accepts only from ``minimum``."""
+def min_field(minimum: float, **kwargs: Any) -> Any:
+    """A number field that :func:`decode` accepts only from ``minimum``
+    (an allocation ratio: ``min_field(0, default=1.0)``)."""
     return dataclasses.field(metadata={"minimum": minimum}, **kwargs)
 
 
@@ -442,8 +443,7 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
                              % (where, MAX_INT, doc))
         return doc
     if hint is float:
-        if isinstance(doc, bool) or not isinstance(doc, (int, float)):
-            raise CodecError("%s: expected a number, got %r" % (where, doc))
+        _check_float(doc, where)
         return float(doc)
     if hint is str:
         _expect(doc, str, where)

@@ -26,6 +26,7 @@ from typing import Optional, Union
 from compute_plugins import names
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.request.types import min_field
 from resources.disk.request import (
     PLUGIN,
     SHARED_GROUP,
@@ -52,7 +53,7 @@ class DiskState(PluginState):
     provider_uuid: str
     total_gb: Optional[int] = None
     reserved_gb: int = 0
-    allocation_ratio: float = 1.0
+    allocation_ratio: float = min_field(0, default=1.0)
     used_gb: int = 0
     shared_aggregate: Optional[str] = None
 

@@ -15,7 +15,7 @@ per-cell checks, :mod:`resources.numa.cell`) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
 from compute_plugins.contribution import ProviderContribution
@@ -51,7 +51,8 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     """
 
     name = "numa"
-    version = "1.0"
+    #: 1.1: ``NUMAAssignment.floating``.
+    version = "1.1"
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""
@@ -85,6 +86,14 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
         """Host cell, CPUs and page size of every guest node (or why not);
         a host without NUMA state (discovery failed) is a rejection."""
         return numa_fit.fit(state, request, placement)
+
+    def alternatives(self, state: Optional[NUMAState], request: NUMARequest,
+                     placement: Placement, earlier: Earlier
+                     ) -> Iterator[NUMAAssignment]:
+        """``fit``'s answer, then placements on other sets of host cells
+        (for a device's NUMA affinity), best first; at most one per host
+        cell (:func:`resources.numa.fit.alternatives`)."""
+        return numa_fit.alternatives(state, request, placement)
 
     def verify(self, state: Optional[NUMAState], request: NUMARequest,
                assignment: NUMAAssignment) -> Optional[Rejection]:

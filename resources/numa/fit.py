@@ -20,7 +20,7 @@ choice through.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
 from compute_plugins.cpuset import format_cpu_spec
@@ -150,9 +150,11 @@ def _explain(state: NUMAState, demands: Sequence[NodeDemand],
                                                format_cpu_spec(failure.room))))
 
 
-def fit_topology(state: NUMAState, request: NUMARequest,
-                 placement: Placement) -> Union[NUMAAssignment, Rejection]:
-    """Place every guest node of ``request`` on a distinct host cell."""
+def _preferences(state: NUMAState, request: NUMARequest, placement: Placement
+                 ) -> Union[tuple[list[NodeDemand], list[list[CellState]],
+                                  list[list[int]]], Rejection]:
+    """Per guest node, its demand, the cells it may go on and, of those, the
+    ones it fits in packing order (the matching's preferences)."""
     demands = node_demands(request)
     if len(demands) > len(state.cells):
         return Rejection("the guest has %d NUMA nodes, the host only %d NUMA "
@@ -176,9 +178,13 @@ def fit_topology(state: NUMAState, request: NUMARequest,
         ids = {cell.id for cell in cells}
         prefs.append([cell.id for cell in order
                       if cell.id in ids and fits(demand, cell)])
-    matched = preferred_matching(prefs)
-    if isinstance(matched, NoMatching):
-        return _explain(state, demands, allowed, placement, matched)
+    return demands, allowed, prefs
+
+
+def _assignment(state: NUMAState, request: NUMARequest,
+                demands: Sequence[NodeDemand], matched: Sequence[int]
+                ) -> Union[NUMAAssignment, Rejection]:
+    """The CPUs and memory of each node on its matched cell."""
     placed_cells = []
     isolated: frozenset[int] = frozenset()
     for demand, cell_id in zip(demands, matched, strict=True):
@@ -194,11 +200,94 @@ def fit_topology(state: NUMAState, request: NUMARequest,
         emulator_threads=emulator_threads(state, request, placed_cells, isolated))
 
 
+def fit_topology(state: NUMAState, request: NUMARequest,
+                 placement: Placement) -> Union[NUMAAssignment, Rejection]:
+    """Place every guest node of ``request`` on a distinct host cell."""
+    prepared = _preferences(state, request, placement)
+    if isinstance(prepared, Rejection):
+        return prepared
+    demands, allowed, prefs = prepared
+    matched = preferred_matching(prefs)
+    if isinstance(matched, NoMatching):
+        return _explain(state, demands, allowed, placement, matched)
+    return _assignment(state, request, demands, matched)
+
+
+def _host_cells(assignment: NUMAAssignment) -> frozenset[int]:
+    return frozenset(cell.host_cell for cell in assignment.cells)
+
+
+def alternatives(state: Optional[NUMAState], request: NUMARequest,
+                 placement: Placement) -> Iterator[NUMAAssignment]:
+    """``fit``'s answer, then other placements whose host cells differ in
+    what a device's NUMA affinity can see, best first.
+
+    A device is affine when its cell is one of the guest's host cells, so
+    what matters to the devices is the *set* of host cells. After ``fit``'s
+    answer, for each host cell in packing order that no placement yielded
+    so far uses: the preferred placement with some guest node on that cell
+    (the matching with node ``i`` held to it, nodes in order), if any. At
+    most one placement per host cell, each one polynomial (one matching
+    per guest node): no search over permutations. A guest without NUMA
+    topology has no alternatives (devices ignore where it floats).
+    """
+    first = fit(state, request, placement)
+    if isinstance(first, Rejection):
+        return
+    yield first
+    if state is None or not request.cells:
+        return
+    prepared = _preferences(state, request, placement)
+    if isinstance(prepared, Rejection):  # NOTE: fit passed the same checks
+        return
+    demands, _, prefs = prepared
+    covered = set(_host_cells(first))
+    for cell in cell_order(state, len(demands), pins(request)):
+        if cell.id in covered:
+            continue
+        for node, cells in enumerate(prefs):
+            if cell.id not in cells:
+                continue
+            held = [[cell.id] if other == node
+                    else [c for c in choices if c != cell.id]
+                    for other, choices in enumerate(prefs)]
+            matched = preferred_matching(held)
+            if isinstance(matched, NoMatching):
+                continue
+            placed = _assignment(state, request, demands, matched)
+            if isinstance(placed, NUMAAssignment):
+                covered |= _host_cells(placed)
+                yield placed
+            break
+
+
+#: nova's ``RealtimeMaskNotFoundOrInvalid``.
+REALTIME_INVALID = ("Use of realtime CPUs requires either one or more "
+                    "non-realtime CPU(s) or offloaded emulator threads.")
+
+
+def host_problem(state: NUMAState, request: NUMARequest) -> Optional[Rejection]:
+    """What the host's configuration refuses whatever the cells: nova's
+    libvirt driver (``_get_guest_memory_backing_config``) fails a realtime
+    guest with ``hw:emulator_threads_policy=share`` on a host without
+    ``[compute] cpu_shared_set`` (its emulator threads would have nowhere
+    apart from the realtime vCPUs to run)."""
+    if (request.realtime_cpus and request.emulator_threads_policy == "share"
+            and not state.emulator_share_cpus):
+        return Rejection("hw:emulator_threads_policy=share with realtime vCPUs "
+                         "needs [compute] cpu_shared_set for the emulator "
+                         "threads, and this host sets none: " + REALTIME_INVALID)
+    return None
+
+
 def fit(state: Optional[NUMAState], request: NUMARequest,
         placement: Placement) -> Union[NUMAAssignment, Rejection]:
     """The guest's CPUs and memory on the host in ``state``, or why not."""
     if state is None:
         return Rejection(NO_STATE)
+    problem = host_problem(state, request)
+    if problem is not None:
+        return problem
     if request.cells:
         return fit_topology(state, request, placement)
     return floating.fit(state, request, placement)
@@ -207,6 +296,9 @@ def fit(state: Optional[NUMAState], request: NUMARequest,
 def _verify_topology(state: NUMAState, request: NUMARequest,
                      assignment: NUMAAssignment) -> Optional[Rejection]:
     demands = node_demands(request)
+    if assignment.floating:
+        return Rejection("the decision places the guest as one without NUMA "
+                         "topology; it has %d NUMA nodes" % len(demands))
     by_node = {cell.guest_cell: cell for cell in assignment.cells}
     if (len(by_node) != len(assignment.cells)
             or sorted(by_node) != [d.node for d in demands]):
@@ -246,6 +338,9 @@ def verify(state: Optional[NUMAState], request: NUMARequest,
     """None when ``assignment`` still holds on ``state``, else why not."""
     if state is None:
         return Rejection(NO_STATE)
+    problem = host_problem(state, request)
+    if problem is not None:
+        return problem
     if request.cells:
         return _verify_topology(state, request, assignment)
     return floating.verify(state, request, assignment)

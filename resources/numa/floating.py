@@ -75,7 +75,7 @@ def _match(state: NUMAState, parts: Sequence[NodeDemand],
         result = cellfit.place(state, state.by_id[cell_id], part)
         assert not isinstance(result, str)
         placed.append(result[0])
-    return NUMAAssignment(cells=tuple(placed))
+    return NUMAAssignment(cells=tuple(placed), floating=True)
 
 
 def _whole_reasons(state: NUMAState, whole: NodeDemand,
@@ -99,7 +99,7 @@ def _offline(state: NUMAState, request: NUMARequest
     for cell in order:
         placed = cellfit.place(state, cell, whole)
         if not isinstance(placed, str):
-            return NUMAAssignment(cells=(placed[0],))
+            return NUMAAssignment(cells=(placed[0],), floating=True)
     shapes = [[_part(0, "the guest's vCPUs", request.vcpus, 0),
                _part(1, "the guest's memory", 0, request.memory_mb)]]
     for count in range(2, FLOATING_SPLIT + 1):
@@ -159,7 +159,7 @@ def _placed(state: NUMAState, request: NUMARequest, placement: Placement
         placed = cellfit.place(state, cells[0], whole)
         if isinstance(placed, str):
             return Rejection(placed, provider=cells[0].provider_uuid)
-        return NUMAAssignment(cells=(placed[0],))
+        return NUMAAssignment(cells=(placed[0],), floating=True)
     cpu = _part(0, "the guest's vCPUs", request.vcpus, 0)
     memory = _part(1, "the guest's memory", 0, request.memory_mb)
     reasons: list[str] = []

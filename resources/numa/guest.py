@@ -10,8 +10,10 @@ One fragment per top-level element under ``<domain>``
   ``<memnode>`` per guest node;
 - ``<cpu><numa>``: a ``<cell>`` per guest node (its CPUs and memory;
   ``memAccess='shared'`` with huge pages, as nova);
-- ``<memoryBacking><hugepages>``: a ``<page>`` per page size with the guest
-  nodes using it.
+- ``<memoryBacking>``: ``<hugepages>`` with a ``<page>`` per page size and
+  the guest nodes using it; ``<nosharepages/>`` and ``<locked/>`` for a
+  realtime guest (nova's ``_get_guest_memory_backing_config``;
+  ``hw:locked_memory`` is accepted but not interpreted here).
 
 A guest without NUMA topology gets no guest NUMA cells: its vCPUs are pinned
 to the shared CPUs of the cells holding them and its memory is kept on the
@@ -21,6 +23,7 @@ cells holding it, so the host's accounting holds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Optional
 from xml.etree import ElementTree as ET
 
 from compute_plugins.cpuset import format_cpu_spec
@@ -90,16 +93,25 @@ def _cpu_numa(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
     return cpu
 
 
-def _memory_backing(assignment: NUMAAssignment) -> ET.Element:
+def _memory_backing(request: NUMARequest, assignment: NUMAAssignment
+                    ) -> Optional[ET.Element]:
+    """nova's ``_get_guest_memory_backing_config``: the huge pages, and for
+    a realtime guest locked, unshared memory (in nova's element order)."""
     sizes: dict[int, list[int]] = {}
     for cell in assignment.cells:
         if cell.page_size_kb:
             sizes.setdefault(cell.page_size_kb, []).append(cell.guest_cell)
+    if not sizes and not request.realtime_cpus:
+        return None
     backing = ET.Element("memoryBacking")
-    pages = ET.SubElement(backing, "hugepages")
-    for size in sorted(sizes):
-        ET.SubElement(pages, "page", size=str(size), unit="KiB",
-                      nodeset=format_cpu_spec(sizes[size]))
+    if sizes:
+        pages = ET.SubElement(backing, "hugepages")
+        for size in sorted(sizes):
+            ET.SubElement(pages, "page", size=str(size), unit="KiB",
+                          nodeset=format_cpu_spec(sizes[size]))
+    if request.realtime_cpus:
+        ET.SubElement(backing, "nosharepages")
+        ET.SubElement(backing, "locked")
     return backing
 
 
@@ -111,6 +123,7 @@ def fragments(request: NUMARequest, assignment: NUMAAssignment
     elements = [_cputune(request, assignment), _numatune(request, assignment)]
     if request.cells:
         elements.append(_cpu_numa(request, assignment))
-    if any(c.page_size_kb for c in assignment.cells):
-        elements.append(_memory_backing(assignment))
+    backing = _memory_backing(request, assignment)
+    if backing is not None:
+        elements.append(backing)
     return tuple(_fragment(e) for e in elements)

@@ -175,12 +175,17 @@ class NUMAAssignment(PluginAssignment):
         by ``guest_cell``.
     :param emulator_threads: host CPUs the emulator threads are pinned to
         (``<emulatorpin>``); empty when they float.
+    :param floating: the guest has no NUMA topology (``cells`` are the
+        parts of it each host cell holds, not guest nodes): devices then
+        have no NUMA affinity to honour, as in nova (data version 1.1; a
+        1.0 payload reads as False).
     """
 
     plugin = PLUGIN
 
     cells: tuple[CellAssignment, ...] = ()
     emulator_threads: frozenset[int] = frozenset()
+    floating: bool = False
 
 
 # --------------------------------------------------------------------------

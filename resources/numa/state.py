@@ -12,7 +12,7 @@ applies (allocation ratios, the packing strategy, where emulator threads
 assignment is self-contained (see :class:`~resources.numa.request.CellAssignment`):
 the host CPUs it pins or holds, the shared vCPUs and the memory it takes on
 each host cell. A CPU pinned twice, a CPU that is not a dedicated CPU of its
-cell, a cell or a page size the host lacks is an
+cell, a shared or emulator CPU, a cell or a page size the host lacks is an
 :class:`~compute_plugins.fit.AssignmentConflict` naming it; memory or load
 above the totals is not (the host may have shrunk): the cell just has no
 room left.
@@ -28,6 +28,7 @@ from typing import Optional
 from compute_plugins import names
 from compute_plugins.cpuset import format_cpu_spec
 from compute_plugins.fit import AssignmentConflict, PluginState
+from compute_plugins.request.types import min_field
 from resources.numa.request import PLUGIN, NUMAAssignment
 from resources.numa.view import CellView, NUMAView
 
@@ -142,8 +143,8 @@ class NUMAState(PluginState):
     plugin = PLUGIN
 
     cells: tuple[CellState, ...] = ()
-    cpu_allocation_ratio: float = 1.0
-    ram_allocation_ratio: float = 1.0
+    cpu_allocation_ratio: float = min_field(0, default=1.0)
+    ram_allocation_ratio: float = min_field(0, default=1.0)
     pack: bool = True
     emulator_share_cpus: frozenset[int] = frozenset()
 
@@ -198,6 +199,12 @@ def _add(usage: dict[int, _Usage], view_cells: dict[int, CellView],
                 raise _conflict("CPU %d of host cell %d is pinned twice (%s)"
                                 % (cpu, cell.host_cell, where))
             used.pinned.add(cpu)
+        lacking = sorted(cell.shared_cpus - host.vcpus - pcpus)
+        if lacking:
+            raise _conflict("%s floats on CPU %s, which host cell %d lacks "
+                            "(its CPUs: %s)"
+                            % (where, format_cpu_spec(lacking), cell.host_cell,
+                               format_cpu_spec(host.vcpus | pcpus) or "none"))
         used.shared_load += cell.shared_vcpus
         if cell.page_size_kb is None:
             used.memory_mb += cell.memory_mb
@@ -225,8 +232,15 @@ def build_state(view: NUMAView, nodename: str,
     """
     view_cells = {cell.id: cell for cell in view.cells}
     usage = {cell_id: _Usage() for cell_id in view_cells}
+    every_cpu = frozenset().union(*(c.pcpus | c.vcpus for c in view.cells))
     for index, assignment in enumerate(assignments):
         _add(usage, view_cells, assignment, index)
+        lacking = sorted(assignment.emulator_threads - every_cpu)
+        if lacking:
+            raise _conflict("assignment %d pins emulator threads to CPU %s, "
+                            "which the host lacks (its CPUs: %s)"
+                            % (index, format_cpu_spec(lacking),
+                               format_cpu_spec(every_cpu) or "none"))
     cells = []
     for cell in view.cells:
         used = usage[cell.id]

@@ -18,7 +18,12 @@ first, then by address, never a PF together with one of its VFs (a PF
 whose VFs are alias devices too comes after the other devices); the
 policy is the request's, else the alias's ``numa_policy``. When the
 allocation maps the alias's group (``_PCI<N>``) to providers, only their
-devices are used.
+devices are used. Each alias in turn takes its best devices; when that
+leaves one short, :mod:`resources.sriov.alias_fit` finds a choice that
+serves every alias if there is one (a flow, bounded).
+
+Every search runs on a :class:`~compute_plugins.search.Budget` of steps;
+when it runs out the rejection says the search stopped.
 
 ``fit`` builds the assignment, then returns :func:`verify` of it: the claim
 runs exactly the checks the scheduler ran.
@@ -33,8 +38,9 @@ from compute_plugins.affinity import Affinity, guest_host_cells
 from compute_plugins.devices import summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.search import first_fit
+from compute_plugins.search import Budget, first_fit
 from resources.sriov import alias as alias_rules
+from resources.sriov import alias_fit
 from resources.sriov.request import (
     AliasRequest,
     DeviceAssignment,
@@ -211,14 +217,7 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
                     ) -> Union[tuple[DeviceState, ...], Rejection]:
     """``alias.count`` devices for ``alias``, best first (module doc)."""
     mapped = None if placement is None else placement.get(alias.requester_id)
-    matching = [d for d in state.devices
-                if (mapped is None or d.provider_uuid in mapped)
-                and alias_rules.mismatch(alias, d.vendor_id, d.product_id,
-                                         d.device_type) is None]
-    # NOTE: a PF last: taking it makes its VFs unavailable.
-    matching.sort(key=lambda d: (_rank(affinity, d.cell),
-                                 d.parent is None and bool(state.related(d)),
-                                 d.address))
+    matching = _matching(state, alias, affinity, placement)
     chosen: list[DeviceState] = []
     problems: list[str] = []
     for device in matching:
@@ -247,16 +246,66 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
                      provider)
 
 
+def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
+              placement: Placement) -> list[DeviceState]:
+    """The devices of ``alias``'s mapped providers (all offline) that match
+    it, best first: NUMA-affine, a PF with VFs last, then by address."""
+    mapped = None if placement is None else placement.get(alias.requester_id)
+    matching = [d for d in state.devices
+                if (mapped is None or d.provider_uuid in mapped)
+                and alias_rules.mismatch(alias, d.vendor_id, d.product_id,
+                                         d.device_type) is None]
+    # NOTE: a PF last: taking it makes its VFs unavailable.
+    matching.sort(key=lambda d: (_rank(affinity, d.cell),
+                                 d.parent is None and bool(state.related(d)),
+                                 d.address))
+    return matching
+
+
+def _alias_devices(state: SRIOVState, request: SRIOVRequest,
+                   affinity: dict[str, Affinity], placement: Placement,
+                   budget: Budget) -> Union[alias_fit.Choice, Rejection]:
+    """The devices of every alias (:mod:`resources.sriov.alias_fit`)."""
+    aliases = request.aliases
+
+    def greedy() -> Union[alias_fit.Choice, Rejection]:
+        taken: set[str] = set()
+        result: alias_fit.Choice = []
+        for alias in aliases:
+            chosen = _choose_devices(state, alias, affinity[alias.requester_id],
+                                     placement, taken)
+            if isinstance(chosen, Rejection):
+                return chosen
+            taken.update(d.address for d in chosen)
+            result.append((alias, chosen))
+        return result
+
+    def problem(device: DeviceState, alias: AliasRequest,
+                taken: frozenset[str]) -> Optional[str]:
+        return device_problem(state, device, alias,
+                              affinity[alias.requester_id], taken)
+
+    candidates = {alias.requester_id: [
+        d for d in _matching(state, alias, affinity[alias.requester_id], placement)
+        if problem(d, alias, frozenset()) is None] for alias in aliases}
+    return alias_fit.choose(state, aliases, candidates, greedy, problem, budget)
+
+
 def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
-        earlier: Earlier) -> Union[SRIOVAssignment, Rejection]:
-    """The VF of every port and the devices of every alias (module doc)."""
+        earlier: Earlier, budget: Optional[Budget] = None
+        ) -> Union[SRIOVAssignment, Rejection]:
+    """The VF of every port and the devices of every alias (module doc);
+    the searches run on ``budget`` (a default :class:`Budget`)."""
+    budget = budget if budget is not None else Budget()
     host_cells = guest_host_cells(earlier)
     port_affinity, alias_affinity = _affinities(request, host_cells, state)
     outcome, usage = first_fit(
         request.ports, _PortUsage(),
         lambda port, used: _pf_candidates(state, port, port_affinity, placement,
                                           used)[0],
-        lambda port, pf, used: used.taking(pf, port))
+        lambda port, pf, used: used.taking(pf, port), budget)
+    if outcome.exhausted:
+        return Rejection(budget.stopped("PFs for %d ports" % len(request.ports)))
     if outcome.choices is None:
         port = request.ports[outcome.failed_at]
         rejection = _pf_candidates(state, port, port_affinity, placement, usage)[1]
@@ -272,18 +321,13 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
             physnet=port.physnet, egress_kbps=port.min_kbps_egress,
             ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
-    taken_devices: set[str] = set()
-    devices = []
-    for alias in request.aliases:
-        chosen = _choose_devices(state, alias, alias_affinity[alias.requester_id],
-                                 placement, taken_devices)
-        if isinstance(chosen, Rejection):
-            return chosen
-        for device in chosen:
-            taken_devices.add(device.address)
-            devices.append(DeviceAssignment(
-                requester_id=alias.requester_id, alias=alias.name,
-                address=device.address, provider_uuid=device.provider_uuid))
+    chosen = _alias_devices(state, request, alias_affinity, placement, budget)
+    if isinstance(chosen, Rejection):
+        return chosen
+    devices = [DeviceAssignment(requester_id=alias.requester_id, alias=alias.name,
+                                address=device.address,
+                                provider_uuid=device.provider_uuid)
+               for alias, given in chosen for device in given]
     assignment = SRIOVAssignment(vfs=tuple(vfs), devices=tuple(devices),
                                  host_cells=tuple(sorted(host_cells)))
     return verify(state, request, assignment) or assignment

@@ -30,7 +30,7 @@ from typing import Optional, Union
 from compute_plugins.affinity import Affinity, guest_host_cells
 from compute_plugins.devices import summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
-from compute_plugins.search import first_fit
+from compute_plugins.search import Budget, first_fit
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
     MdevAssignment,
@@ -158,8 +158,11 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
 
 
 def fit(state: VGPUState, request: VGPURequest, placement: Placement,
-        earlier: Earlier) -> Union[VGPUAssignment, Rejection]:
-    """The pGPU and mdevs of every VGPU group of ``request`` (module doc)."""
+        earlier: Earlier, budget: Optional[Budget] = None
+        ) -> Union[VGPUAssignment, Rejection]:
+    """The pGPU and mdevs of every VGPU group of ``request`` (module doc);
+    the search for pGPUs runs on ``budget`` (a default :class:`Budget`)."""
+    budget = budget if budget is not None else Budget()
     affinity = _affinity(request, guest_host_cells(earlier), state)
     index = {gpu.address: i for i, gpu in enumerate(state.pgpus)}
 
@@ -172,7 +175,10 @@ def fit(state: VGPUState, request: VGPURequest, placement: Placement,
         return tuple(counts)
 
     outcome, usage = first_fit(request.groups, (0,) * len(state.pgpus),
-                               options, take)
+                               options, take, budget)
+    if outcome.exhausted:
+        return Rejection(budget.stopped("pGPUs for %d VGPU groups"
+                                        % len(request.groups)))
     if outcome.choices is None:
         group = request.groups[outcome.failed_at]
         rejection = _candidates(state, group, affinity, placement, usage)[1]

@@ -320,3 +320,50 @@ physical_device_mappings = physnet1:ens1f0
     assert addresses == sorted(vf["vf_address"] for vf in vfs)
     doc = host.fit(flavor, *(a for p in ports for a in ("--port", p)), code=1)
     assert "sriov" in {r["plugin"] for r in doc["reasons"]}
+
+
+# -- bad input: one line, exit 2 ---------------------------------------------------
+
+NAN_FLAVOR = '{"name": "f", "vcpus": NaN, "memory_mb": 512}'
+SHARED_99 = [{"numa": {"cells": [{"guest_cell": 0, "host_cell": 0,
+                                  "shared_cpus": [99], "shared_vcpus": 1}]}}]
+EMULATOR_99 = [{"numa": {"cells": [], "emulator_threads": [99]}}]
+
+
+@pytest.mark.parametrize("option,doc,expected", [
+    ("--flavor", "{not json", r"the flavor file \S+ is not JSON"),
+    ("--flavor", NAN_FLAVOR, r"the flavor file \S+ is not JSON: NaN is not a JSON number"),
+    ("--flavor", {"name": "f", "vcpus": -2, "memory_mb": 512},
+     r"flavor 'vcpus' must be an integer from 1 to 2147483647, got -2"),
+    ("--flavor", {"name": "f", "vcpus": 2, "memory_mb": 10 ** 30},
+     r"flavor 'memory_mb' must be an integer from 1 to 2147483647"),
+    ("--image", [], r"an image must be a JSON object"),
+    ("--port", {"id": "p", "vnic_type": "direct", "min_kbps_egress": -1},
+     r"port 0 field 'min_kbps_egress' must be an integer from 0"),
+    ("--usage", '[{"numa": {"cells": [{"guest_cell": 0, "host_cell": Infinity}]}}]',
+     r"the usage file \S+ is not JSON: Infinity is not a JSON number"),
+    ("--usage", SHARED_99, r"usage file \S+ does not hold on host numa4: numa: "
+     r"assignment 0, guest node 0 floats on CPU 99, which host cell 0 lacks"),
+    ("--usage", EMULATOR_99, r"numa: assignment 0 pins emulator threads to CPU "
+     r"99, which the host lacks \(its CPUs: 0-15\)"),
+])
+def test_bad_input_is_one_line_and_exit_2(numa4, option, doc, expected):
+    files = {"--flavor": ONE_CELL}
+    files[option] = doc
+    args = ["fit", *numa4.args, "--format", "json"]
+    for flag, content in files.items():
+        args += [flag, write(numa4.tmp_path, flag.strip("-") + ".json", content)]
+    result = cli(*args, code=2)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("compute-plugins: error: ")
+    assert re.search(expected, lines[0]), lines[0]
+
+
+def test_a_missing_file_is_named(numa4):
+    missing = str(numa4.tmp_path / "nope.json")
+    result = cli("fit", *numa4.args, "--flavor", missing, code=2)
+    assert result.stderr.splitlines() == [
+        "compute-plugins: error: cannot read the flavor file %s: No such file "
+        "or directory" % missing]

@@ -1,4 +1,4 @@
-"""Device fits are complete: whenever the groups (ports) fit the host
+"""Device fits are complete: whenever the groups (ports, aliases) fit the host
 offline, ``fit`` finds where; checked against an exhaustive reference
 (independent code: every choice of device per group) on random small hosts.
 """
@@ -13,8 +13,8 @@ import pytest
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.types import FrozenMap
 from resources.sriov import fit as sriov_fit
-from resources.sriov.request import PortRequest, SRIOVRequest
-from resources.sriov.state import PFState, SRIOVState
+from resources.sriov.request import AliasRequest, PortRequest, SRIOVRequest
+from resources.sriov.state import DeviceState, PFState, SRIOVState
 from resources.sriov.view import VFView
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu.request import VGPUGroup, VGPURequest
@@ -137,3 +137,75 @@ def test_port_fit_is_complete(seed):
         if expected:
             assert sriov_fit.verify(state, request, got) is None
             assert len({vf.vf_address for vf in got.vfs}) == len(ports)
+
+
+# -- PCI aliases ---------------------------------------------------------------------
+
+#: alias -> (product, device type or None): what each matches.
+ALIAS_RULES = {"qat": ("0443", "type-PCI"), "byclass": ("0443", None),
+               "c8": ("37c8", None), "qatvf": ("37c9", "type-VF")}
+
+
+def random_devices(rng):
+    """Plain QATs, and PFs (0443 or 37c8) with a VF or two (37c9)."""
+    devices = []
+    for i in range(rng.randint(0, 3)):
+        devices.append(DeviceState("0000:%02x:00.0" % (0x40 + i), "u", "type-PCI",
+                                   "8086", "0443", used=rng.random() < 0.15))
+    for i in range(rng.randint(0, 2)):
+        pf = "0000:%02x:00.0" % (0x60 + i)
+        devices.append(DeviceState(pf, "u", "type-PF", "8086",
+                                   rng.choice(["0443", "37c8"])))
+        for j in range(rng.randint(1, 2)):
+            devices.append(DeviceState("0000:%02x:01.%d" % (0x60 + i, j), "u",
+                                       "type-VF", "8086", "37c9", parent=pf,
+                                       used=rng.random() < 0.15))
+    return tuple(devices)
+
+
+def alias_reference(devices, wanted):
+    """Every choice of distinct free devices per alias, no PF with its VF."""
+    def matches(name, d):
+        product, kind = ALIAS_RULES[name]
+        return d.product_id == product and (kind is None or d.device_type == kind)
+    used = {d.address for d in devices if d.used}
+
+    def blocked(d):
+        """Used, or its PF is, or (a PF) one of its VFs is."""
+        return (d.address in used or d.parent in used
+                or any(v.parent == d.address for v in devices if v.used))
+
+    options = [list(itertools.combinations(
+        [d for d in devices if matches(name, d) and not blocked(d)], count))
+        for name, count in wanted]
+    for choice in itertools.product(*options):
+        chosen = [d for group in choice for d in group]
+        addresses = {d.address for d in chosen}
+        if len(addresses) != len(chosen):
+            continue
+        if any(d.parent in addresses for d in chosen):
+            continue
+        return True
+    return False
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_alias_fit_is_complete(seed):
+    rng = random.Random(200 + seed)
+    for _ in range(CASES // 4):
+        devices = random_devices(rng)
+        names = rng.sample(sorted(ALIAS_RULES), rng.randint(1, 3))
+        wanted = [(name, rng.randint(1, 2)) for name in names]
+        aliases = tuple(AliasRequest(name, i, count, "CUSTOM_X", vendor_id="8086",
+                                     product_id=ALIAS_RULES[name][0],
+                                     device_type=ALIAS_RULES[name][1])
+                        for i, (name, count) in enumerate(wanted))
+        request = SRIOVRequest(aliases=aliases)
+        state = SRIOVState(devices=devices)
+        got = sriov_fit.fit(state, request, None, {})
+        expected = alias_reference(devices, wanted)
+        assert (not isinstance(got, Rejection)) == expected, (devices, wanted, got)
+        if expected:
+            assert sriov_fit.verify(state, request, got) is None
+            assert [sum(1 for d in got.devices if d.alias == name)
+                    for name, _ in wanted] == [c for _, c in wanted]

@@ -11,7 +11,9 @@ from compute_plugins import names
 from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
 from compute_plugins.host.model import MdevType, PCIDevice
 from compute_plugins.plugin import Rejection
+from compute_plugins.search import Budget
 from resources.sriov import SRIOVPlugin
+from resources.sriov import fit as sriov_fit
 from resources.sriov.request import (
     DeviceAssignment,
     SRIOVAssignment,
@@ -470,3 +472,68 @@ def test_a_malformed_alias_leaves_the_pfs_alone(conf, caplog):
     assert [p.address for p in view.pfs] == [PF_A]
     assert view.devices == ()
     assert "no PCI device is offered for aliases" in caplog.text
+
+
+# -- PCI aliases: a complete, bounded choice -------------------------------------
+
+QAT_0443_PF = "0000:8a:00.0"   # 8086:0443 type-PF, cell 0 (byclass, not qat)
+
+
+def qat_0443_pf():
+    vfs = ("0000:8a:01.0",)
+    return [qat(QAT_0443_PF, 0, virt_functions=vfs, max_vfs=16),
+            qat(vfs[0], 0, "37c9", phys_function=QAT_0443_PF)]
+
+
+def many_qats(count, extra=()):
+    return host(CELLS, [qat("0000:%02x:00.0" % (0x40 + i), i % 2)
+                        for i in range(count)] + list(extra))
+
+
+def test_a_broad_alias_first_leaves_the_narrow_one_its_device(plugin):
+    info = host(CELLS, [qat(QAT_A, 0)] + qat_0443_pf())
+    # byclass (any 0443) alone would take QAT_A first (a PF with VFs last);
+    # qat (0443 type-PCI) can only have QAT_A.
+    got = plugin.fit(state(plugin, info), alias_request(plugin, "byclass:1, qat:1"),
+                     None, {})
+    assert isinstance(got, SRIOVAssignment), got
+    assert [(d.alias, d.address) for d in got.devices] == [
+        ("byclass", QAT_0443_PF), ("qat", QAT_A)]
+
+
+def test_aliases_that_cannot_fit_64_devices_answer_in_few_steps(plugin):
+    now = state(plugin, many_qats(64, qat_pf_with_vfs(2)))
+    # qat and byclass need 63 + 2 of the 64 type-PCI QATs (Hall's condition
+    # fails on them), though all three aliases together have as many
+    # candidates (66) as they need.
+    budget = Budget()
+    got = sriov_fit.fit(now, alias_request(plugin, "qat:63, byclass:2, qatvf:1"),
+                        None, {}, budget)
+    assert got.reason.startswith("alias byclass needs 2 device(s), 1 of the 64 "
+                                 "matching on this host can be given")
+    assert 0 < budget.used <= 66 * 3 * 66
+    # More than every candidate together: refused before any search.
+    budget = Budget()
+    got = sriov_fit.fit(now, alias_request(plugin, "qat:63, byclass:4"), None,
+                        {}, budget)
+    assert isinstance(got, Rejection) and budget.used == 0
+
+
+def test_an_exhausted_search_says_it_stopped(plugin):
+    info = host(CELLS, [qat(QAT_A, 0)] + qat_0443_pf())
+    got = sriov_fit.fit(state(plugin, info), alias_request(plugin, "byclass:1, qat:1"),
+                        None, {}, Budget(limit=1))
+    assert got == Rejection(
+        "the search for the devices of the aliases stopped after 1 steps (its "
+        "budget) without an answer; the host may still fit")
+
+
+def test_the_search_for_pfs_has_a_budget_and_says_when_it_ran_out(plugin):
+    now = state(plugin, nic_host(vfs=1))
+    request = ports_request(plugin, port("p1"), port("p2"))
+    budget = Budget()
+    assert isinstance(sriov_fit.fit(now, request, None, {}, budget), SRIOVAssignment)
+    got = sriov_fit.fit(now, request, None, {}, Budget(budget.used - 1))
+    assert got == Rejection(
+        "the search for PFs for 2 ports stopped after %d steps (its budget) "
+        "without an answer; the host may still fit" % (budget.used - 1))

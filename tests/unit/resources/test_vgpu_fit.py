@@ -10,7 +10,9 @@ import pytest
 from compute_plugins import names
 from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
 from compute_plugins.plugin import Rejection
+from compute_plugins.search import Budget
 from resources.vgpu import VGPUPlugin
+from resources.vgpu import fit as vgpu_fit
 from resources.vgpu.request import MdevAssignment, VGPUAssignment
 from resources.vgpu.state import new_mdev_uuid
 from tests.unit.resources.helpers import (
@@ -184,6 +186,20 @@ def test_offline_finds_the_fit_the_best_first_choice_misses(plugin):
         "no pGPU can serve group 2: pGPU 0000:84:00.0 has 1 of 2 mdevs of type "
         "nvidia-35 free, group 2 needs 2; pGPU 0000:85:00.0 has 0 of 1 mdevs "
         "of type nvidia-35 free, group 2 needs 2")
+
+
+def test_the_search_for_pgpus_has_a_budget_and_says_when_it_ran_out(plugin):
+    info = two_gpus(a=2, b=1)
+    request = parse(plugin, {"resources1:VGPU": "1", "resources2:VGPU": "2"})
+    budget = Budget()
+    assert isinstance(vgpu_fit.fit(state(plugin, info), request, None, {}, budget),
+                      VGPUAssignment)
+    used = budget.used
+    assert 0 < used <= 12
+    got = vgpu_fit.fit(state(plugin, info), request, None, {}, Budget(used - 1))
+    assert got == Rejection(
+        "the search for pGPUs for 2 VGPU groups stopped after %d steps (its "
+        "budget) without an answer; the host may still fit" % (used - 1))
 
 
 def test_mdev_type_traits_choose_the_pgpu(conf):

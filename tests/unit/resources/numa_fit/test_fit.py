@@ -366,3 +366,31 @@ def test_wide_hosts_with_identical_cells(cells, first):
     assert len({c.host_cell for c in got.cells}) == 8
     # Packing (only with more cells than nodes): the used cells first.
     assert got.cells[0].host_cell == first
+
+
+REALTIME_NOVA = ("Use of realtime CPUs requires either one or more non-realtime "
+                 "CPU(s) or offloaded emulator threads.")
+
+
+@pytest.mark.parametrize("realtime", [[1], [0, 1]])
+def test_realtime_with_shared_emulator_threads_needs_cpu_shared_set(realtime):
+    """nova's libvirt driver (``_get_guest_memory_backing_config``) refuses
+    a realtime guest with ``hw:emulator_threads_policy=share`` on a host
+    without ``[compute] cpu_shared_set``, mask or not."""
+    req = request([(2, 256)], emulator="share", realtime=realtime)
+    got = rejects(state(cell(0, range(4))), req)
+    assert got.reason == (
+        "hw:emulator_threads_policy=share with realtime vCPUs needs [compute] "
+        "cpu_shared_set for the emulator threads, and this host sets none: "
+        + REALTIME_NOVA)
+    # With it, the emulator threads run there, even when every vCPU is realtime.
+    got = fits(state(cell(0, range(4), shared=[8]), share=[8]), req)
+    assert got.emulator_threads == {8}
+
+
+def test_verify_applies_the_realtime_share_rule():
+    req = request([(2, 256)], emulator="share", realtime=[0, 1])
+    got = fits(state(cell(0, range(4), shared=[8]), share=[8]), req)
+    assert verify(state(cell(0, range(4), shared=[8]), share=[8]), req, got) is None
+    assert verify(state(cell(0, range(4), shared=[8])), req, got).reason.endswith(
+        REALTIME_NOVA)

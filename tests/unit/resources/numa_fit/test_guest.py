@@ -103,3 +103,36 @@ def test_libvirt_accepts_the_domain():
         *got.emulator_threads)
     assert [c.get("cpus") for c in back.iter("cell")] == ["0-1", "2-3"]
     assert back.find("numatune/memory").get("nodeset") == "0-1"
+
+
+@pytest.mark.parametrize("page,expected", [
+    # nova's LibvirtConfigGuestMemoryBacking for a realtime guest: locked
+    # and unshared memory, after the huge pages when there are some.
+    (None, ["nosharepages", "locked"]),
+    ("large", ["hugepages", "nosharepages", "locked"]),
+])
+def test_realtime_memory_is_locked_and_not_shared(page, expected):
+    req = request([(2, 512)], page=page, realtime=[1])
+    xml = elements(req, decide(host(), req))
+    assert [e.tag for e in xml["memoryBacking"]] == expected
+    assert all(not len(e) and not e.attrib for e in xml["memoryBacking"]
+               if e.tag != "hugepages")
+    # libvirt keeps them.
+    body = "".join(f.xml for f in fragments(req, decide(host(), req)))
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(
+            "<domain type='test'><name>rt-backing</name><memory unit='KiB'>"
+            "524288</memory><vcpu>2</vcpu><os><type>hvm</type></os>%s"
+            "</domain>" % body)
+        back = ET.fromstring(dom.XMLDesc(0))
+        dom.undefine()
+    finally:
+        conn.close()
+    assert [e.tag for e in back.find("memoryBacking")] == expected
+
+
+def test_a_guest_that_is_not_realtime_keeps_shared_pages():
+    req = request([(2, 512)], page="large")
+    xml = elements(req, decide(host(), req))
+    assert [e.tag for e in xml["memoryBacking"]] == ["hugepages"]

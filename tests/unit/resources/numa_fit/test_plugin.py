@@ -69,7 +69,7 @@ def test_flavor_to_decision_to_claim(conf):
                                           assignments={"numa": numa}))
     # The decision travels as JSON; the compute host reads it back.
     doc = json.loads(decided.to_json())["decision"]["assignments"]["numa"]
-    assert set(doc) == {"cells", "emulator_threads"}
+    assert set(doc) == {"cells", "emulator_threads", "floating"}
     assert set(doc["cells"][0]) == {
         "guest_cell", "host_cell", "provider_uuid", "pinning", "shared_cpus",
         "page_size_kb", "memory_mb", "shared_vcpus", "held_cpus"}

@@ -1,0 +1,52 @@
+"""Host states with numbers no host has are refused when read back.
+
+The scheduler reads the states hosts publish (JSON, another process):
+a NaN, an infinity or a negative allocation ratio there would turn every
+capacity the fit computes into nonsense (or an exception), so
+:func:`compute_plugins.fit.decode_state` refuses it, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from compute_plugins.fit import StateFormatError, decode_state, encode_state
+from resources.disk import DiskPlugin
+from resources.numa import NUMAPlugin
+from tests.unit.resources.helpers import NODE, DiskInfo, cell, host
+
+INFO = host([cell(0, range(4))], disk=DiskInfo(total_gb=100, free_gb=100))
+
+
+def published(plugin):
+    doc = encode_state(plugin, plugin.host_state(plugin.discover(INFO), NODE, ()))
+    # NOTE: Python's json keeps NaN and Infinity (as the scheduler's
+    # reader might): the check must not rely on the loader.
+    return json.loads(json.dumps(doc))
+
+
+@pytest.mark.parametrize("plugin_class,field", [
+    (NUMAPlugin, "cpu_allocation_ratio"), (NUMAPlugin, "ram_allocation_ratio"),
+    (DiskPlugin, "allocation_ratio")])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0])
+def test_bad_ratios_are_refused(conf, plugin_class, field, value):
+    plugin = plugin_class(conf)
+    doc = published(plugin)
+    assert decode_state(plugin, doc) is not None
+    doc["state"][field] = value
+    with pytest.raises(StateFormatError) as err:
+        decode_state(plugin, doc)
+    assert "%s.state.%s" % (plugin.name, field) in str(err.value)
+    assert str(err.value).count("\n") == 0
+
+
+@pytest.mark.parametrize("value", [-1, 2 ** 63, 1.5, math.nan])
+def test_bad_capacities_are_refused(conf, value):
+    plugin = DiskPlugin(conf)
+    doc = published(plugin)
+    doc["state"]["total_gb"] = value
+    with pytest.raises(StateFormatError, match="disk.state.total_gb"):
+        decode_state(plugin, doc)
