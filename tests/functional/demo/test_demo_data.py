@@ -36,12 +36,6 @@ FITS_ON = {
     "wide-8node": {"numa8"},
     "impossible": set(),
 }
-#: Requests the offline ``fit`` of this tree cannot place where they fit:
-#: the numa plugin picks host cell 0 before the device plugins run, so a
-#: device on cell 1 is refused (a floating guest with an SR-IOV port under
-#: ``legacy`` affinity; a 1-node guest whose required vGPU is on cell 1).
-#: Fixed on the ``fitfix`` branch; strict, so that the fix shows here.
-FIT_BUGS = {("sriov-physnet2", "sriov"), ("vgpu-affine", "gpu")}
 
 
 def run(capsys, *args):
@@ -164,11 +158,7 @@ def test_each_requests_expectation_names_the_host_it_fits_on():
 
 @pytest.mark.parametrize("host", demo.HOST_DIRS)
 @pytest.mark.parametrize("name", sorted(FITS_ON))
-def test_request_fits_where_it_should(capsys, tmp_path, name, host, request):
-    if (name, host) in FIT_BUGS:
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="offline fit: the numa plugin picks host cell 0 "
-            "before the device on cell 1 is considered (fixed on branch fitfix)"))
+def test_request_fits_where_it_should(capsys, tmp_path, name, host):
     code, out, err = run(capsys, *host_args(host), "--format", "json", "fit",
                          *request_args(BY_NAME[name], tmp_path))
     result = json.loads(out)
