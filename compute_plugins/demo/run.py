@@ -104,7 +104,11 @@ def _explain(cluster: Cluster, manager: PluginManager,
                 rejections.append(Rejection("no usable published state: %s" % err,
                                             plugin=name))
         if not rejections:
-            rejections = list(fit_all(manager, states, spec).rejections)
+            try:
+                rejections = list(fit_all(manager, states, spec).rejections)
+            except Exception as err:  # noqa: BLE001 - a plugin's bug, one host
+                rejections = [Rejection("a plugin failed while fitting: %s: %s"
+                                        % (type(err).__name__, err))]
         reasons.extend({"host": host, "plugin": r.plugin, "reason": r.reason,
                         "source": "fit"} for r in rejections)
     return reasons
