@@ -156,3 +156,22 @@ def test_a_bad_key_is_one_line_naming_it(target, conf_file, tmp_path):
     assert result.returncode == 1
     assert "accel:fpga_model" in result.stdout + result.stderr
     assert "xilinx_u250" in result.stdout + result.stderr
+
+
+def test_a_guest_moves_to_the_cell_of_the_free_card(target, conf_file, tmp_path):
+    """With the card of cell 0 taken, a one-node guest that requires NUMA
+    affinity is put on cell 1, next to the free card (the framework tries
+    the numa plugin's other cells when a device plugin refuses)."""
+    specs = {"accel:fpga": "1", "hw:numa_nodes": "1",
+             "hw:pci_numa_affinity_policy": "required"}
+    first = json.loads(cli(target, conf_file, "fit", "--flavor", flavor(tmp_path, **specs)))
+    (taken,) = first["assignments"]["fpga"]["cards"]
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps([first["assignments"]]))
+    second = json.loads(cli(target, conf_file, "fit", "--flavor", flavor(tmp_path, **specs),
+                            "--usage", str(usage)))
+    assert second["fits"], second["reasons"]
+    (card,) = second["assignments"]["fpga"]["cards"]
+    (cell,) = second["assignments"]["numa"]["cells"]
+    assert card["address"] != taken["address"]
+    assert CARDS[card["address"]] == cell["host_cell"]
