@@ -79,6 +79,44 @@ class Rejection:
     plugin: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class GroupAllocation:
+    """What one request group of a plugin takes on one provider.
+
+    The scheduler builds the allocation it writes to Placement (``PUT
+    /allocations``) and the decision's ``mappings`` from these: the
+    allocation is every group's resources on its provider.
+
+    :param suffix: the request group suffix (``""``: the unsuffixed group).
+    :param provider_uuid: the provider that serves it.
+    :param resources: resource class -> amount taken there.
+    """
+
+    suffix: str
+    provider_uuid: str
+    resources: Mapping[str, int]
+
+
+def providers_by_suffix(items: Sequence[Any]) -> dict[str, str]:
+    """``{requester_id: provider_uuid}`` of assigned devices (objects with
+    both attributes), for :meth:`ResourcePlugin.group_providers`.
+
+    :raises ValueError: one group on two providers (a granular group is
+        served by one provider), or a device without its provider.
+    """
+    result: dict[str, str] = {}
+    for item in items:
+        suffix, provider = item.requester_id, item.provider_uuid
+        if not provider:
+            raise ValueError("group %r: the assignment names no provider"
+                             % suffix)
+        if result.setdefault(suffix, provider) != provider:
+            raise ValueError("group %r is assigned providers %s and %s; one "
+                             "group is served by one provider"
+                             % (suffix, result[suffix], provider))
+    return result
+
+
 #: Where a guest XML fragment goes: directly under ``<domain>`` or under
 #: ``<domain><devices>``.
 FRAGMENT_PARENTS = ("domain", "devices")
@@ -255,6 +293,45 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
                assignment: AssignmentT) -> Optional[Rejection]:
         """``None`` when the recorded ``assignment`` is still valid on
         ``state``, else why not. Built from the same checks as ``fit``."""
+        return None
+
+    def group_providers(self, request: RequestT, assignment: AssignmentT,
+                        state: StateT) -> Optional[Mapping[str, str]]:
+        """Request group suffix -> the provider ``assignment`` uses for it.
+
+        Offline fits (``placement=None``) choose providers themselves; the
+        scheduler turns this into the allocation it writes (each of the
+        plugin's groups whole on its provider). ``None``: the plugin does
+        not say, and the scheduler picks, for each of its groups, a provider
+        Placement said has room (the root first).
+        """
+        return None
+
+    def allocations(self, request: RequestT, assignment: AssignmentT,
+                    state: StateT) -> Optional[Sequence[GroupAllocation]]:
+        """What each of the plugin's request groups takes on which provider.
+
+        The default puts each group of ``request_groups(request)`` whole on
+        the provider :meth:`group_providers` names; override it where a
+        group has *choices* (the assignment says which one) or is spread
+        over several providers. ``None``: the plugin does not say (see
+        :meth:`group_providers`).
+        """
+        providers = self.group_providers(request, assignment, state)
+        if providers is None:
+            return None
+        result = []
+        for group in self.request_groups(request):
+            if not group.resources or group.requester_id not in providers:
+                continue
+            result.append(GroupAllocation(group.requester_id,
+                                          providers[group.requester_id],
+                                          dict(group.resources)))
+        return result
+
+    def utilization(self, state: StateT) -> Optional[float]:
+        """How full the host is for this plugin, 0.0 (idle) to 1.0 (full),
+        for the scheduler's weighers (pack or spread); None: no opinion."""
         return None
 
     def guest_config(self, request: RequestT,

@@ -140,28 +140,13 @@ def host_states(manager: PluginManager, host: HostInfo,
     :raises BadInput: the usage does not hold on the host
         (:class:`AssignmentConflict`).
     """
-    views = manager.views
-    states: dict[str, Any] = {}
-    broken: list[Rejection] = []
-    for name, plugin in manager.plugins.items():
-        if name not in views:
-            failure = manager.failures.get(name)
-            broken.append(Rejection(
-                "the plugin could not discover the host: %s"
-                % (failure.reason if failure else "no view"), plugin=name))
-            continue
-        try:
-            states[name] = plugin.host_state(views[name], host.hostname,
-                                             tuple(usage.get(name, ())))
-        except AssignmentConflict as err:
-            raise BadInput("usage file %s does not hold on host %s: %s"
-                           % (path, host.hostname, err)) from None
-        except Exception as err:  # noqa: BLE001 - one plugin, named
-            LOG.debug("plugin %s: host_state failed", name, exc_info=True)
-            broken.append(Rejection("the plugin could not build its host "
-                                    "state: %s: %s" % (type(err).__name__, err),
-                                    plugin=name))
-    return states, broken
+    from compute_plugins.compute.claims import host_states as live_states
+
+    try:
+        return live_states(manager, host.hostname, usage, strict=True)
+    except AssignmentConflict as err:
+        raise BadInput("usage file %s does not hold on host %s: %s"
+                       % (path, host.hostname, err)) from None
 
 
 def _domain_type(host: HostInfo) -> str:

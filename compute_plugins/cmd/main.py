@@ -29,7 +29,8 @@ from compute_plugins.text import printable
 LOG = logging.getLogger(__name__)
 
 #: Subcommand modules in ``compute_plugins.cmd``, in help order.
-SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "placement")
+SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "schedule",
+               "release", "placement")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -1,8 +1,12 @@
 """``compute-plugins report``: the compute agent's periodic.
 
-Each periodic discovers the host, lets the plugins update the provider tree
-(nova's ``update_provider_tree``) and sends Placement what changed; it
-prints the Placement calls it made by method and path template. SIGHUP
+Runs the compute agent (:class:`compute_plugins.compute.agent.ComputeAgent`):
+each periodic discovers the host, lets the plugins update the provider tree
+(nova's ``update_provider_tree``), sends Placement what changed, publishes
+the host state when it changed and executes the decisions addressed to the
+host (claims, releases); between periodics it polls for decisions every
+``[compute] claim_poll_interval``. It prints the Placement calls of each
+periodic by method and path template and a ``claims:`` line. SIGHUP
 clears the provider cache (the next periodic re-reads the tree from
 Placement); SIGTERM and SIGINT stop after the current periodic (a second
 SIGINT stops at once, exit 130). What the plugins contributed is committed
@@ -70,8 +74,41 @@ def _interval(text: str) -> float:
     return value
 
 
-def format_text(result: preport.PeriodicResult) -> str:
-    """``periodic 2: 1 Placement call`` and one line per call template."""
+def format_text(result: Any) -> str:
+    """``periodic 2: 1 Placement call`` and one line per call template; for
+    an agent's result (:class:`~compute_plugins.compute.agent.AgentResult`)
+    a ``claims:`` line too (a poll between periodics: that line alone)."""
+    periodic = getattr(result, "periodic", result)
+    if hasattr(result, "claims_dict"):
+        if periodic is None:
+            return _format_claims(result, "claims between periodics: ")
+        return "\n".join([_format_periodic(periodic),
+                          _format_claims(result, "  claims: ")])
+    return _format_periodic(result)
+
+
+def _format_claims(result: Any, head: str) -> str:
+    """``  claims: 1 claimed (c1), 1 rejected (c2: numa: ...), 0 released;
+    2 host-state writes``."""
+    def listed(word: str, names: list[str]) -> str:
+        return "%d %s%s" % (len(names), word,
+                            " (%s)" % printable(", ".join(names)) if names else "")
+
+    rejected = ["%s: %s" % (c.consumer, "; ".join(
+        "%s: %s" % (r.plugin, r.reason) for r in c.reasons) or c.note)
+        for c in result.rejected]
+    line = "%s%s, %s, %s; %d host-state write%s" % (
+        head,
+        listed("claimed", [c.consumer for c in result.claimed]),
+        listed("rejected", rejected),
+        listed("released", [r.consumer for r in result.releases]),
+        result.store_writes, "" if result.store_writes == 1 else "s")
+    if result.error:
+        line += ", FAILED: %s" % printable(result.error)
+    return line
+
+
+def _format_periodic(result: preport.PeriodicResult) -> str:
     head = "periodic %d: %d Placement call%s" % (
         result.periodic, result.total_calls,
         "" if result.total_calls == 1 else "s")
@@ -85,7 +122,7 @@ def format_text(result: preport.PeriodicResult) -> str:
     return "\n".join(lines)
 
 
-def format_json(result: preport.PeriodicResult) -> str:
+def format_json(result: Any) -> str:
     return json.dumps(result.to_dict(), sort_keys=False)
 
 
@@ -98,13 +135,21 @@ class Loop:
     :param count: number of periodics, None for forever.
     :param out: where results are printed, one per periodic.
     :param fmt: ``text`` or ``json``.
+    :param poll: called every ``poll_interval`` seconds while the loop
+        waits between periodics (the agent's poll for decisions); what it
+        returns is printed when it did something (``.active``).
+    :param poll_interval: seconds between polls.
     """
 
     def __init__(self, client: preport.ReportClient,
-                 step: Callable[[], preport.PeriodicResult],
+                 step: Callable[[], Any],
                  interval: float, count: Optional[int],
-                 out: TextIO = sys.stdout, fmt: str = "text") -> None:
+                 out: TextIO = sys.stdout, fmt: str = "text",
+                 poll: Optional[Callable[[], Any]] = None,
+                 poll_interval: float = 1.0) -> None:
         self.client = client
+        self.poll = poll
+        self.poll_interval = poll_interval
         self.step = step
         self.interval = interval
         self.count = count
@@ -114,7 +159,7 @@ class Loop:
         #: attributes: a handler runs in the main thread, which may hold a
         #: lock (threading.Event's) at that moment.
         self.stop_requested = False
-        self.results: list[preport.PeriodicResult] = []
+        self.results: list[Any] = []
         #: Set by SIGHUP: re-read the mutable options before the next
         #: periodic.
         self.reload_requested = False
@@ -139,14 +184,28 @@ class Loop:
         signal.signal(signal.SIGTERM, self.on_stop)
         signal.signal(signal.SIGINT, self.on_stop)
 
+    def _print(self, result: Any) -> None:
+        print(format_json(result) if self.fmt == "json"
+              else format_text(result), file=self.out, flush=True)
+
     def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` in short steps, returning early on a stop."""
+        """Sleep ``seconds`` in short steps, returning early on a stop;
+        :attr:`poll` every :attr:`poll_interval` meanwhile."""
         end = time.monotonic() + seconds
+        next_poll = time.monotonic() + self.poll_interval
         while not self.stop_requested:
-            left = end - time.monotonic()
+            now = time.monotonic()
+            left = end - now
             if left <= 0:
                 return
-            time.sleep(min(0.2, left))
+            if self.poll is not None and now >= next_poll:
+                polled = self.poll()
+                next_poll = time.monotonic() + self.poll_interval
+                if getattr(polled, "active", False):
+                    self._print(polled)
+                continue
+            wake = min(end, next_poll) if self.poll is not None else end
+            time.sleep(max(0.0, min(0.2, wake - now)))
 
     def run(self) -> int:
         """:returns: 0 when the last periodic succeeded, else 1."""
@@ -154,8 +213,7 @@ class Loop:
         while not self.stop_requested:
             result = self.step()
             self.results.append(result)
-            print(format_json(result) if self.fmt == "json"
-                  else format_text(result), file=self.out, flush=True)
+            self._print(result)
             done += 1
             if self.count is not None and done >= self.count:
                 break
@@ -166,49 +224,41 @@ class Loop:
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # Imported here so that `compute-plugins --help` stays fast.
     from compute_plugins.cmd import common
-    from compute_plugins.conf import plugins as plugins_conf
-    from compute_plugins.manager import PluginManager
+    from compute_plugins.compute import agent as compute_agent
+    from compute_plugins.hoststate.store import HostStateStore
 
     quiet_placement_logs(conf.debug)
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or
-    # while the agent was down still has its providers deleted.
-    manager = PluginManager(conf, auto_commit=False,
-                            checkpoint_dir=plugins_conf.state_dir(conf))
-    common.check_values(conf)
-    state: dict[str, Any] = {}
-
-    def discover() -> Any:
-        try:
-            state["host"] = common.discover(conf, args)
-            manager.discover(state["host"])
-        except exception.ComputePluginsError as err:
-            if "host" not in state:
-                raise
-            LOG.error("host discovery failed, keeping the last view: %s", err)
-        return state["host"]
-
-    # NOTE: the first discovery runs before Placement is contacted, so a
-    # host or plugin option error fails fast; the first periodic uses it.
-    state["first"] = discover()
-    manager.raise_config_errors()
-    with connect.placement_client(conf, args.placement_url) as placement:
+    # while the agent was down still has its providers deleted. The first
+    # discovery runs before Placement is contacted, so a host or plugin
+    # option error fails fast, and so does a ledger that cannot be read
+    # (exit 2: it holds the claims, it is never discarded); the first
+    # periodic uses that discovery.
+    manager, first, ledger = compute_agent.load_host(
+        conf, lambda: common.discover(conf, args), check=common.check_values)
+    with connect.placement_client(conf, args.placement_url) as placement, \
+            HostStateStore.from_config(conf) as store:
         # NOTE: fail fast, as one line, when Placement cannot be reached or
         # is too old; later outages fail single periodics instead.
         placement.negotiate()
         client = preport.ReportClient(
             placement, conf.compute.resource_provider_association_refresh)
+        agent = compute_agent.ComputeAgent(
+            manager, client, store, ledger,
+            lambda: common.discover(conf, args), first=first,
+            claim_poll_interval=conf.compute.claim_poll_interval)
 
-        def step() -> preport.PeriodicResult:
+        def step() -> compute_agent.AgentResult:
             if loop.reload_requested:
                 loop.reload_requested = False
                 reload_mutable(conf, client)
-            host = state.pop("first", None) or discover()
-            return run_periodic(client, manager, pinned_nodename(state, host.hostname))
+            return agent.run_once()
 
         loop = Loop(client, step, args.interval, args.periodic,
-                    fmt=args.format)
+                    fmt=args.format, poll=agent.poll,
+                    poll_interval=conf.compute.claim_poll_interval)
         loop.install_signals()
         rc = loop.run()
     degraded = common.report_degraded(manager)
@@ -247,36 +297,17 @@ def reload_mutable(conf: cfg.ConfigOpts,
     return False
 
 
-def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
-    """The nodename of the first periodic, for as long as the agent runs.
-
-    A hostname that changes under a running agent (DHCP, a rename) would
-    otherwise register a second compute node and leave the first one's
-    inventory advertised: the agent keeps reporting under the name it
-    started with and says, once, that a restart is needed (nova's compute
-    refuses a renamed node too).
-    """
-    nodename: str = state.setdefault("nodename", hostname)
-    if hostname != nodename and state.get("renamed") != hostname:
-        state["renamed"] = hostname
-        LOG.error("the host's name changed from %s to %s: still reporting as %s; "
-                  "restart the agent to register it under the new name (and "
-                  "remove the old compute node)", nodename, hostname, nodename)
-    return nodename
-
-
 def run_periodic(client: preport.ReportClient, manager: Any,
                  nodename: str) -> preport.PeriodicResult:
-    """One periodic with a ``PluginManager(auto_commit=False)``: the
-    plugins' contributions are committed when the sync reached Placement,
-    discarded when it failed (the next periodic diffs against what
-    Placement last accepted)."""
-    result = client.periodic(manager.update_provider_tree, nodename)
-    if result.ok:
-        manager.commit()
-    else:
-        manager.discard()
-    return result
+    """:func:`compute_plugins.compute.agent.run_periodic` (its old home)."""
+    from compute_plugins.compute import agent
+    return agent.run_periodic(client, manager, nodename)
+
+
+def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
+    """:func:`compute_plugins.compute.agent.pinned_nodename` (its old home)."""
+    from compute_plugins.compute import agent
+    return agent.pinned_nodename(state, hostname)
 
 
 def quiet_placement_logs(debug: bool) -> None:

@@ -15,7 +15,8 @@ from types import ModuleType
 from oslo_config import cfg, types
 
 #: Framework areas, in the order they appear in the sample config.
-AREAS = ("plugins", "compute", "libvirt", "placement", "pci", "host_state")
+AREAS = ("plugins", "compute", "libvirt", "placement", "pci", "host_state",
+         "scheduler")
 
 
 class FiniteFloat(types.Float):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins.conf import ratio_opt, register_group_opts
+from compute_plugins.conf import FiniteFloat, ratio_opt, register_group_opts
 
 GROUP = cfg.OptGroup(
     "compute",
@@ -57,6 +57,22 @@ OPTS = [
         "Placement. 0 disables the periodic refresh: the cache is then "
         "refreshed only at start-up, after a local change, after a failed "
         "update and on SIGHUP (which clears it).",
+    ),
+    cfg.Opt(
+        "claim_poll_interval",
+        type=FiniteFloat(min=0.05, max=3600.0),
+        default=1.0,
+        help="Seconds between the agent's polls of the host-state store for "
+        "decisions addressed to its host (claims and releases), between "
+        "periodics. Each poll is two indexed reads and no write.",
+    ),
+    cfg.Opt(
+        "release_timeout",
+        type=FiniteFloat(min=0.0, max=86400.0),
+        default=60.0,
+        help="Seconds ``compute-plugins release`` waits for the host's agent "
+        "to free the consumer before it gives up (the release stays "
+        "requested: the agent frees it when it runs).",
     ),
 ]
 

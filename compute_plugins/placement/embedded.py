@@ -144,6 +144,11 @@ def _quiet_db_errors() -> Iterator[None]:
         logger.removeFilter(drop)
 
 
+#: ``[placement] max_allocation_candidates`` of the embedded Placement
+#: (Placement's advice for wide trees: at most 1000; -1: unbounded).
+MAX_ALLOCATION_CANDIDATES = 1000
+
+
 class EmbeddedPlacement:
     """Placement's WSGI app, built once, called under one lock.
 
@@ -152,10 +157,18 @@ class EmbeddedPlacement:
         directory, mode 0700) mode 0600, and migrated to the current schema;
         an existing database file that group or others can read is
         tightened to 0600.
+    :param max_allocation_candidates: Placement's ``[placement]
+        max_allocation_candidates`` (generated breadth-first when > 0).
+    :param optimize_for_wide_trees: Placement's ``[workarounds]
+        optimize_for_wide_provider_trees``.
     """
 
-    def __init__(self, connection: str = "sqlite://") -> None:
+    def __init__(self, connection: str = "sqlite://",
+                 max_allocation_candidates: int = MAX_ALLOCATION_CANDIDATES,
+                 optimize_for_wide_trees: bool = True) -> None:
         self.connection = connection
+        self.max_allocation_candidates = max_allocation_candidates
+        self.optimize_for_wide_trees = optimize_for_wide_trees
         self.lock = threading.RLock()
         self.app: Optional[WSGIApp] = None
         self.running = False
@@ -230,6 +243,19 @@ class EmbeddedPlacement:
         conf.set_override("auth_strategy", "noauth2", group="api")
         conf.set_override("connection", self.connection,
                           group="placement_database")
+        # NOTE: wide trees (8 NUMA cells, 8 GPUs under one root) make
+        # GET /allocation_candidates combinatorial (Placement bug 2126751):
+        # an 8-node guest on an 8-cell host got no answer in 120 s. Placement's
+        # advice: cap the candidates, generate them breadth-first (balanced
+        # over roots) and turn on its wide-tree optimisation. The scheduler
+        # itself does not depend on it (compute_plugins.scheduler.providers).
+        conf.set_override("max_allocation_candidates",
+                          self.max_allocation_candidates, group="placement")
+        if self.max_allocation_candidates > 0:
+            conf.set_override("allocation_candidates_generation_strategy",
+                              "breadth-first", group="placement")
+        conf.set_override("optimize_for_wide_provider_trees",
+                          self.optimize_for_wide_trees, group="workarounds")
         # NOTE: same policy defaults as the placement service itself (and
         # its PlacementFixture); noauth2's admin token passes either way.
         policy_opts.set_defaults(conf, enforce_new_defaults=False)

@@ -304,6 +304,13 @@ def derive(spec: RequestSpec, limit: Optional[int] = None) -> PlacementQuery:
     return derive_from_groups(spec.groups, spec.generic.group_policy, limit)
 
 
+def root_traits(groups: Sequence[RequestGroup]) -> tuple[frozenset[str], frozenset[str]]:
+    """The root's required and forbidden traits of ``groups`` (those of
+    ``root`` groups and the unsuffixed group's; ``COMPUTE_STATUS_DISABLED``
+    always forbidden)."""
+    return _root_traits(groups)
+
+
 def _root_traits(groups: Sequence[RequestGroup]) -> tuple[frozenset[str], frozenset[str]]:
     """``root_required`` and root-forbidden traits: those of ``root`` groups
     and the unsuffixed group's (see the module docstring)."""

@@ -7,7 +7,7 @@ the decision (which provider serves ``DISK_GB``) in :mod:`resources.disk.state`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 from oslo_config import cfg
@@ -103,6 +103,22 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
                assignment: DiskAssignment) -> Optional[Rejection]:
         """The checks of ``fit`` on a recorded assignment."""
         return disk_state.verify(state, request, assignment)
+
+    def group_providers(self, request: DiskRequest, assignment: DiskAssignment,
+                        state: DiskState) -> Optional[Mapping[str, str]]:
+        """Local disk on the root; shared storage: None, the scheduler
+        takes a sharing provider Placement found in the aggregate (offline
+        the assignment names none)."""
+        if assignment.shared and not assignment.provider_uuid:
+            return None
+        return {group.requester_id: assignment.provider_uuid
+                for group in self.request_groups(request)}
+
+    def utilization(self, state: DiskState) -> Optional[float]:
+        """Taken share of the root's DISK_GB (None on shared storage)."""
+        if not state.capacity_gb:
+            return None
+        return min(max(state.used_gb / state.capacity_gb, 0.0), 1.0)
 
     def describe(self, request: DiskRequest, assignment: DiskAssignment) -> list[str]:
         """Where DISK_GB comes from."""

@@ -22,12 +22,14 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
     Earlier,
+    GroupAllocation,
     GuestFragment,
     Placement,
     Rejection,
     ResourcePlugin,
 )
 from compute_plugins.request.groups import RequestGroup
+from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
 from resources.numa import guest, provider, summary
 from resources.numa import request as numa_request
@@ -99,6 +101,16 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
                assignment: NUMAAssignment) -> Optional[Rejection]:
         """The recorded assignment, checked with the fit's per-cell checks."""
         return numa_fit.verify(state, request, assignment)
+
+    def allocations(self, request: NUMARequest, assignment: NUMAAssignment,
+                    state: NUMAState) -> Sequence[GroupAllocation]:
+        """Each guest node's group on its host cell, in the chosen page size
+        (:mod:`resources.numa.allocation`)."""
+        return numa_allocation.allocations(request, assignment, state)
+
+    def utilization(self, state: NUMAState) -> float:
+        """Taken share of the cells' CPUs and memory."""
+        return numa_allocation.utilization(state)
 
     def guest_config(self, request: NUMARequest,
                      assignment: NUMAAssignment) -> Sequence[GuestFragment]:

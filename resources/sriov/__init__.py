@@ -9,7 +9,7 @@ matching :mod:`resources.sriov.alias`), guest XML :mod:`resources.sriov.guest`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 from oslo_config import cfg
@@ -24,6 +24,7 @@ from compute_plugins.plugin import (
     Placement,
     Rejection,
     ResourcePlugin,
+    providers_by_suffix,
 )
 from compute_plugins.request.groups import RequestGroup
 from resources.sriov import fit as sriov_fit
@@ -113,6 +114,18 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
                assignment: SRIOVAssignment) -> Optional[Rejection]:
         """The checks of ``fit`` on a recorded assignment."""
         return sriov_fit.verify(state, request, assignment)
+
+    def group_providers(self, request: SRIOVRequest, assignment: SRIOVAssignment,
+                        state: SRIOVState) -> Mapping[str, str]:
+        """Each port's group on its VF's PF, each alias group on its device."""
+        return providers_by_suffix(tuple(assignment.vfs) + tuple(assignment.devices))
+
+    def utilization(self, state: SRIOVState) -> Optional[float]:
+        """Taken share of the VFs and passthrough devices."""
+        total = sum(pf.total_vfs for pf in state.pfs) + len(state.devices)
+        used = (sum(len(pf.used_vfs) for pf in state.pfs)
+                + sum(1 for d in state.devices if d.used))
+        return min(used / total, 1.0) if total else None
 
     def guest_config(self, request: SRIOVRequest,
                      assignment: SRIOVAssignment) -> Sequence[GuestFragment]:

@@ -9,7 +9,7 @@ Decision: host state :mod:`resources.vgpu.state`, fit/verify
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 from oslo_config import cfg
@@ -22,6 +22,7 @@ from compute_plugins.plugin import (
     Placement,
     Rejection,
     ResourcePlugin,
+    providers_by_suffix,
 )
 from compute_plugins.request.groups import RequestGroup
 from resources.vgpu import fit as vgpu_fit
@@ -113,6 +114,17 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
                assignment: VGPUAssignment) -> Optional[Rejection]:
         """The checks of ``fit`` on a recorded assignment."""
         return vgpu_fit.verify(state, request, assignment)
+
+    def group_providers(self, request: VGPURequest, assignment: VGPUAssignment,
+                        state: VGPUState) -> Mapping[str, str]:
+        """Each VGPU group on the pGPU its mdevs are on."""
+        return providers_by_suffix(assignment.devices)
+
+    def utilization(self, state: VGPUState) -> Optional[float]:
+        """Taken share of the pGPUs' mdevs."""
+        total = sum(g.total for g in state.pgpus)
+        used = sum(len(g.used_mdevs) + len(g.planned_mdevs) for g in state.pgpus)
+        return min(used / total, 1.0) if total else None
 
     def guest_config(self, request: VGPURequest,
                      assignment: VGPUAssignment) -> Sequence[GuestFragment]:

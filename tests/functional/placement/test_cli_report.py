@@ -66,7 +66,10 @@ def test_report_json_against_placement_serve(served):
     assert first["calls"]["POST /resource_providers"] >= 1
     assert first["total_calls"] == sum(first["calls"].values())
     assert second == {"periodic": 2, "calls": {}, "total_calls": 0,
-                      "changed": []}
+                      "changed": [],
+                      "claims": {"claimed": [], "rejected": [], "released": [],
+                                 "store_writes": 0}}
+    assert first["claims"]["store_writes"] == 1   # the host state, published
     # the tree is in the served Placement, for every other client to see
     names = {rp["name"] for rp in served.client().get(
         "/resource_providers")["resource_providers"]}
@@ -319,8 +322,10 @@ def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
     first = _report(snap, state, "--placement-url", served.url)
     assert first.returncode == 0, first.stderr
     assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
+    # NOTE: and the host-state store's default database, by its fixed name.
     assert _files_under(tmp_path / "xdg") == [
-        "state/compute-plugins/%s.contributions.json" % stem]
+        "state/compute-plugins/%s.contributions.json" % stem,
+        "state/compute-plugins/host_state.sqlite"]
     assert not (tmp_path / ("escaped" + hostname[-7:] + ".contributions.json")).exists()
     checkpoint = json.loads((state / "compute-plugins" / (
         stem + ".contributions.json")).read_text())
@@ -596,7 +601,7 @@ def test_the_readme_example_is_what_report_prints(tmp_path):
         env=cli_env(XDG_STATE_HOME=str(tmp_path)))
     succeeded(proc.returncode, proc.stderr)
     printed = [ln for ln in proc.stdout.splitlines()
-               if ln.startswith(("periodic ", "     "))]
+               if ln.startswith(("periodic ", "     ", "  claims: "))]
 
     def calls(lines):
         # NOTE: the root's name is the machine's; the calls are not.

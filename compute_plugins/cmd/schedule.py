@@ -1,0 +1,157 @@
+"""``compute-plugins schedule``: place a request on a host and have the
+host's agent claim it.
+
+Against the configured Placement (``--placement-url``, ``[placement]``, or
+the embedded one) and host-state store (``[host_state] connection``, else
+the SQLite file in the state directory), where the compute agents
+(``compute-plugins report``) publish their hosts and answer decisions. See
+:mod:`compute_plugins.scheduler.selection`.
+
+Exit codes: 0 every instance placed, 1 some not (the reasons are printed:
+per host and plugin), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from typing import Any
+
+from oslo_config import cfg
+
+from compute_plugins.cmd import common, validate
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import connect
+from compute_plugins.request.errors import RequestInputError, RequestValidationError
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.scheduler.selection import ConsumerInUse, Scheduler, ScheduleResult
+from compute_plugins.text import printable
+
+EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
+#: ``project_id``/``user_id`` of the allocations when not given.
+DEFAULT_PROJECT = "compute-plugins"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "schedule", help="place a flavor (and image, ports) on a host: "
+        "Placement, every plugin's fit, the host's agent claims it")
+    validate.add_request_arguments(parser)
+    parser.add_argument("--count", type=int, default=1, metavar="N",
+                        help="instances to place (each its own consumer)")
+    parser.add_argument("--consumer", metavar="UUID",
+                        help="the consumer (instance) uuid; default: a new "
+                        "one (only with --count 1)")
+    parser.add_argument("--timeout", type=float, metavar="S",
+                        help="seconds to wait for each host's answer "
+                        "(default [scheduler] answer_timeout)")
+    parser.add_argument("--project-id", default=DEFAULT_PROJECT,
+                        help="project of the allocations")
+    parser.add_argument("--user-id", default=DEFAULT_PROJECT,
+                        help="user of the allocations")
+    parser.set_defaults(func=run)
+
+
+def _bad(line: str) -> int:
+    print("compute-plugins: error: %s" % printable(line), file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _consumers(args: argparse.Namespace) -> list[str]:
+    if args.count < 1:
+        raise ValueError("--count %d: expected 1 or more" % args.count)
+    if args.consumer is not None:
+        if args.count != 1:
+            raise ValueError("--consumer names one instance; --count is %d"
+                             % args.count)
+        try:
+            return [str(uuid.UUID(args.consumer))]
+        except ValueError:
+            raise ValueError("--consumer %r is not a uuid" % args.consumer) from None
+    return [str(uuid.uuid4()) for _ in range(args.count)]
+
+
+def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    try:
+        consumers = _consumers(args)
+        if args.timeout is not None and not args.timeout >= 0:
+            raise ValueError("--timeout %r: expected seconds >= 0" % args.timeout)
+        inputs = validate.request_input(args)
+    except (ValueError, RequestInputError) as err:
+        return _bad(str(err))
+    manager = common.plugin_manager(conf)
+    try:
+        spec = RequestSpec.build(manager, inputs)
+    except RequestValidationError as err:
+        print("compute-plugins: error: invalid request: %d problem(s)"
+              % len(err.problems), file=sys.stderr)
+        for problem in err.problems:
+            print("  %s" % problem, file=sys.stderr)
+        return EXIT_USAGE
+    results: list[ScheduleResult] = []
+    with connect.placement_client(conf, args.placement_url) as client, \
+            HostStateStore.from_config(conf) as store:
+        scheduler = Scheduler(conf, manager, client, store)
+        for consumer in consumers:
+            try:
+                results.append(scheduler.schedule(spec, consumer, args.project_id,
+                                                  args.user_id, timeout=args.timeout))
+            except ConsumerInUse as err:
+                return _bad(str(err))
+    if args.format == "json":
+        common.print_json(to_json(results))
+    else:
+        _print_text(manager, results)
+    return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
+
+
+def to_json(results: list[ScheduleResult]) -> dict[str, Any]:
+    """``{"instances": [...], "reasons": [...]}`` (the command's JSON)."""
+    instances: list[dict[str, Any]] = []
+    reasons: list[dict[str, Any]] = []
+    for result in results:
+        if result.placed:
+            decision = result.spec.decision
+            instances.append({
+                "consumer": result.consumer, "host": decision.host,
+                "nodename": decision.nodename,
+                "allocations": {rp: dict(res) for rp, res in decision.allocations.items()},
+                "assignments": result.spec.to_dict()["decision"]["assignments"]})
+            continue
+        for host in result.reasons:
+            reasons.extend({"consumer": result.consumer, "host": host.host,
+                            "plugin": r.plugin, "provider": r.provider,
+                            "reason": r.reason} for r in host.reasons)
+        if not result.reasons:
+            reasons.append({"consumer": result.consumer, "host": None, "plugin": "",
+                            "provider": "", "reason": "no host in the host-state "
+                            "store (is any compute agent publishing?)"})
+    return {"instances": instances, "reasons": reasons}
+
+
+def _print_text(manager: Any, results: list[ScheduleResult]) -> None:
+    for result in results:
+        if result.placed:
+            decision = result.spec.decision
+            parts = []
+            for name, assignment in decision.assignments.items():
+                lines = manager.plugins[name].describe(result.spec.requests[name],
+                                                       assignment)
+                parts.append("%s: %s" % (name, "; ".join(lines)))
+            print("%s: host %s (%d candidate(s), %d fit, %d Placement call(s)): %s"
+                  % (result.consumer, decision.host, result.candidates,
+                     result.fitting, result.placement_call_count,
+                     printable(" | ".join(parts))))
+            continue
+        print("%s: not placed (%d candidate(s) from Placement, %d fit, %d tried)"
+              % (result.consumer, result.candidates, result.fitting,
+                 len(result.attempts)))
+        if not result.reasons:
+            print("  no host in the host-state store (is any compute agent "
+                  "publishing?)")
+        for host in result.reasons:
+            print("  host %s:" % host.host)
+            for r in host.reasons:
+                print("    %s%s" % ("%s: " % r.plugin if r.plugin else "",
+                                    printable(r.reason)))

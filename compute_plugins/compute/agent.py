@@ -1,0 +1,463 @@
+"""The compute agent: the periodic, the published host state and the claims.
+
+"The scheduler decides, the compute executes." Each periodic
+(:meth:`ComputeAgent.run_once`):
+
+1. discovers the host (a failed discovery keeps the last view);
+2. lets the plugins update the provider tree and sends Placement what
+   changed (:class:`~compute_plugins.placement.report.ReportClient`), then
+   commits the plugins' contributions (discards them when Placement was not
+   reached);
+3. publishes every plugin's host state, built under the claims in force
+   (the ledger's assignments), to the host-state store, only when it
+   changed: in steady state a periodic makes no Placement call and no store
+   write. The store generation is kept in memory and read again only on a
+   compare-and-swap conflict;
+4. executes the decisions addressed to the host (claims, then releases,
+   :mod:`compute_plugins.compute.claims`) and publishes the state again
+   after each change.
+
+Between periodics :meth:`ComputeAgent.run` polls the store for new
+decisions every ``[compute] claim_poll_interval`` seconds (two indexed
+reads, no write). A restarted agent reads its ledger, publishes the state
+it implies and answers a decision it had recorded but not answered without
+executing it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+from oslo_log import log as logging
+
+from compute_plugins import exception
+from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
+from compute_plugins.compute.ledger import Ledger, LedgerError
+from compute_plugins.fit import encode_state
+from compute_plugins.host.model import HostInfo
+from compute_plugins.hoststate import errors as store_errors
+from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.placement import exception as pexc
+from compute_plugins.placement import report as preport
+from compute_plugins.placement.report.periodic import calls_between
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class AgentResult:
+    """What one periodic (or one poll between periodics) did.
+
+    :param periodic: the Placement periodic's result (None for a poll).
+    :param store_writes: host-state store writes (publishes that wrote,
+        decisions answered).
+    :param claims: the decisions answered, claimed or rejected.
+    :param releases: the consumers freed.
+    :param calls: Placement calls by template, the periodic's and the
+        releases' together.
+    :param error: a failure of the claims side (store unreachable, a
+        release's Placement call failing), one line; the periodic's own is
+        ``periodic.error``. A ledger that cannot be written is raised
+        (LedgerError), not reported here.
+    """
+
+    periodic: Optional[preport.PeriodicResult] = None
+    store_writes: int = 0
+    claims: list[ClaimResult] = dataclasses.field(default_factory=list)
+    releases: list[ReleaseResult] = dataclasses.field(default_factory=list)
+    calls: dict[str, int] = dataclasses.field(default_factory=dict)
+    error: Optional[str] = None
+
+    @property
+    def claimed(self) -> list[ClaimResult]:
+        return [c for c in self.claims if c.claimed]
+
+    @property
+    def rejected(self) -> list[ClaimResult]:
+        return [c for c in self.claims if not c.claimed]
+
+    @property
+    def placement_calls(self) -> int:
+        """Every Placement call of this run."""
+        return sum(self.calls.values())
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and (self.periodic is None or self.periodic.ok)
+
+    @property
+    def active(self) -> bool:
+        """Whether it did anything worth telling (a poll usually does not)."""
+        return bool(self.claims or self.releases or self.store_writes or self.error)
+
+    def claims_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "claimed": [c.consumer for c in self.claimed],
+            "rejected": [c.to_dict() for c in self.rejected],
+            "released": [r.consumer for r in self.releases],
+            "store_writes": self.store_writes,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The periodic's ``to_dict()`` with ``claims`` added (a poll: only
+        ``claims``)."""
+        out = self.periodic.to_dict() if self.periodic is not None else {}
+        out["claims"] = self.claims_dict()
+        return out
+
+
+def run_periodic(client: preport.ReportClient, manager: Any,
+                 nodename: str) -> preport.PeriodicResult:
+    """One Placement periodic with a ``PluginManager(auto_commit=False)``:
+    the plugins' contributions are committed when the sync reached
+    Placement, discarded when it failed (the next periodic diffs against
+    what Placement last accepted)."""
+    result = client.periodic(manager.update_provider_tree, nodename)
+    if result.ok:
+        manager.commit()
+    else:
+        manager.discard()
+    return result
+
+
+def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
+    """The nodename of the first periodic, for as long as the agent runs.
+
+    A hostname that changes under a running agent (DHCP, a rename) would
+    otherwise register a second compute node and leave the first one's
+    inventory advertised: the agent keeps reporting under the name it
+    started with and says, once, that a restart is needed (nova's compute
+    refuses a renamed node too).
+    """
+    nodename = str(state.setdefault("nodename", hostname))
+    if hostname != nodename and state.get("renamed") != hostname:
+        state["renamed"] = hostname
+        LOG.error("the host's name changed from %s to %s: still reporting as %s; "
+                  "restart the agent to register it under the new name (and "
+                  "remove the old compute node)", nodename, hostname, nodename)
+    return nodename
+
+
+def domain_type(host: HostInfo) -> str:
+    """libvirt's test driver only defines ``test`` domains; real hosts kvm."""
+    return "test" if host.source.startswith("test:") else "kvm"
+
+
+def load_host(conf: Any, discover: Callable[[], HostInfo],
+              check: Optional[Callable[[Any], None]] = None
+              ) -> tuple[Any, HostInfo, Ledger]:
+    """What an agent starts from, before Placement is contacted: the
+    enabled plugins (``PluginManager(auto_commit=False)``, contributions
+    checkpointed in ``[compute_plugins] state_dir``), the host discovered
+    once into them, and the host's ledger from the state directory.
+
+    :param check: called with ``conf`` once the plugins registered their
+        options, before the discovery (the command line reads every value
+        there, so that a bad one is named before anything runs).
+    :raises ConfigError: a plugin's options are wrong.
+    :raises LedgerError: the ledger cannot be read.
+    """
+    from compute_plugins.conf import plugins as plugins_conf
+    from compute_plugins.manager import PluginManager
+
+    state_dir = plugins_conf.state_dir(conf)
+    manager = PluginManager(conf, auto_commit=False, checkpoint_dir=state_dir)
+    if check is not None:
+        check(conf)
+    first = discover()
+    manager.discover(first)
+    manager.raise_config_errors()
+    return manager, first, Ledger.load(state_dir, first.hostname, manager)
+
+
+class ComputeAgent:
+    """One compute host's agent (see the module docstring).
+
+    :param manager: a ``PluginManager(auto_commit=False)``.
+    :param client: the report client (its Placement client deletes the
+        allocations of released consumers).
+    :param store: the host-state store.
+    :param ledger: the host's claims (:meth:`Ledger.load`).
+    :param discover: returns the host as it is now (libvirt or snapshot);
+        a :class:`~compute_plugins.exception.ComputePluginsError` keeps the
+        last view.
+    :param first: the host already discovered into ``manager`` (the command
+        line discovers it before Placement, to fail fast): the first
+        periodic uses it instead of discovering again.
+    :param host: the host's name in the store (default: its node name, the
+        first discovery's host name).
+    :param claim_poll_interval: seconds between polls for decisions in
+        :meth:`run`.
+    """
+
+    def __init__(self, manager: Any, client: preport.ReportClient,
+                 store: HostStateStore, ledger: Ledger,
+                 discover: Callable[[], HostInfo], *,
+                 first: Optional[HostInfo] = None, host: Optional[str] = None,
+                 claim_poll_interval: float = 1.0) -> None:
+        if not claim_poll_interval > 0:
+            raise ValueError("claim_poll_interval %r: expected seconds > 0"
+                             % (claim_poll_interval,))
+        self.manager = manager
+        self.client = client
+        self.store = store
+        self.ledger = ledger
+        self._discover = discover
+        self._first = first
+        self._names: dict[str, Any] = {}
+        self._host_info: Optional[HostInfo] = first
+        if first is not None:
+            pinned_nodename(self._names, first.hostname)
+        self._host = host
+        self.claim_poll_interval = claim_poll_interval
+        #: The store generation last written or read (None: not read yet).
+        self._generation: Optional[int] = None
+        #: What was last published: (states, nodename, providers).
+        self._published: Optional[tuple[dict[str, Any], str, Optional[dict[str, str]]]] = None
+        self._providers: Optional[dict[str, str]] = None
+        self._claims: Optional[Claims] = None
+        self._broken: frozenset[Any] = frozenset()
+        #: True until a publish got through, and after one that failed.
+        self._unpublished = True
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, conf: Any, placement: Any, store: HostStateStore,
+                    discover: Callable[[], HostInfo]) -> ComputeAgent:
+        """An agent as ``compute-plugins report`` builds it: the enabled
+        plugins (contributions checkpointed in ``[compute_plugins]
+        state_dir``), the host discovered once, the ledger read from the
+        state directory, a report client on ``placement``.
+
+        :param conf: a ConfigOpts with the framework's options registered.
+        :param placement: a :class:`~compute_plugins.placement.client.
+            PlacementClient`.
+        :raises LedgerError: the ledger cannot be read.
+        :raises ConfigError: a plugin's options are wrong.
+        """
+        manager, first, ledger = load_host(conf, discover)
+        client = preport.ReportClient(
+            placement, conf.compute.resource_provider_association_refresh)
+        return cls(manager, client, store, ledger, discover, first=first,
+                   claim_poll_interval=conf.compute.claim_poll_interval)
+
+    # -- identity -----------------------------------------------------------
+
+    @property
+    def nodename(self) -> str:
+        """The node name (the first discovery's host name, kept)."""
+        return str(self._names.get("nodename", ""))
+
+    @property
+    def host(self) -> str:
+        """The host's name in the store."""
+        return self._host or self.nodename
+
+    def _claims_for_host(self) -> Claims:
+        if self._claims is None:
+            self._claims = Claims(self.host, self.nodename, self.manager,
+                                  self.ledger, self.store)
+        if self._host_info is not None:
+            self._claims.domain_type = domain_type(self._host_info)
+        return self._claims
+
+    # -- discovery ----------------------------------------------------------
+
+    def _discover_now(self) -> None:
+        if self._first is not None:
+            self._first = None
+            return
+        try:
+            host = self._discover()
+            self.manager.discover(host)
+        except exception.ComputePluginsError as err:
+            if self._host_info is None:
+                raise
+            LOG.error("host discovery failed, keeping the last view: %s", err)
+            return
+        self._host_info = host
+        pinned_nodename(self._names, host.hostname)
+
+    # -- the periodic -------------------------------------------------------
+
+    def run_once(self) -> AgentResult:
+        """One periodic: discover, update the tree, sync to Placement,
+        commit, publish the host state when it changed, then execute the
+        pending decisions and the releases.
+
+        Never raises for Placement or store failures: they are in the
+        result (``periodic.error``, ``error``). Raises LedgerError when the
+        ledger cannot be written (the host's claims must not be lost).
+        """
+        with self._lock:
+            self._discover_now()
+            periodic = run_periodic(self.client, self.manager, self.nodename)
+            result = AgentResult(periodic=periodic, calls=dict(periodic.calls))
+            if periodic.ok:
+                self._providers = self._tree_providers()
+            self._claims_side(result, reconcile=True)
+            return result
+
+    def poll(self) -> AgentResult:
+        """Between periodics: execute new decisions and releases (no
+        discovery, no Placement sync; two store reads when there is none)."""
+        with self._lock:
+            result = AgentResult()
+            if self._host_info is None:
+                return result
+            self._claims_side(result, reconcile=False)
+            return result
+
+    def _tree_providers(self) -> dict[str, str]:
+        """uuid -> name of the node's providers as Placement has them."""
+        tree = self.client.provider_tree()
+        if not tree.exists(self.nodename):
+            return {}
+        return {u: tree.data(u).name
+                for u in tree.get_provider_uuids_in_tree(self.nodename)}
+
+    def _claims_side(self, result: AgentResult, reconcile: bool) -> None:
+        before = self.client.placement.calls.snapshot()
+        try:
+            if reconcile:
+                self._reconcile(result)
+            # NOTE: a poll builds the states only when the last publish did
+            # not get through; claims and releases publish on their own.
+            if reconcile or self._unpublished:
+                self._publish(result)
+            self._execute(result)
+        except LedgerError:
+            raise
+        except (store_errors.HostStateError, pexc.PlacementError) as err:
+            result.error = str(err)
+            LOG.error("host %s: claims: %s", self.host, err)
+        finally:
+            for call, count in calls_between(
+                    before, self.client.placement.calls.snapshot()).items():
+                result.calls[call] = result.calls.get(call, 0) + count
+
+    # -- publishing ---------------------------------------------------------
+
+    def states_documents(self) -> dict[str, dict[str, Any]]:
+        """Every plugin's host state under the claims in force, as the store
+        holds them (``encode_state``)."""
+        states, broken = self._claims_for_host().states()
+        # NOTE: said when it changes, not every periodic.
+        said = frozenset(broken)
+        for rejection in sorted(said - self._broken, key=lambda r: r.plugin):
+            LOG.error("host %s: plugin %s publishes no host state: %s", self.host,
+                      rejection.plugin, rejection.reason)
+        self._broken = said
+        return {name: encode_state(self.manager.plugins[name], state)
+                for name, state in states.items()}
+
+    def _publish(self, result: AgentResult) -> None:
+        """Publish the host state when it differs from what was published."""
+        self._unpublished = True
+        documents = self.states_documents()
+        wanted = (documents, self.nodename, self._providers)
+        if self._published == wanted:
+            self._unpublished = False
+            return
+        for _ in range(3):
+            if self._generation is None:
+                snapshot = self.store.get_host(self.host)
+                self._generation = 0 if snapshot is None else snapshot.generation
+            try:
+                done = self.store.publish(self.host, documents, self._generation,
+                                          nodename=self.nodename,
+                                          providers=self._providers)
+            except store_errors.GenerationConflict as err:
+                LOG.info("host %s: store generation %d, expected %d: read again",
+                         self.host, err.actual, err.expected)
+                self._generation = None
+                continue
+            self._generation = done.generation
+            self._published = wanted
+            self._unpublished = False
+            if done.written:
+                result.store_writes += 1
+            return
+        raise store_errors.HostStateError(
+            "host %s: its published state keeps changing under this agent "
+            "(another agent publishing as this host?)" % self.host)
+
+    # -- decisions ----------------------------------------------------------
+
+    def _execute(self, result: AgentResult) -> None:
+        claims = self._claims_for_host()
+        for decision in self.store.list_decisions(self.host, DecisionStatus.PENDING):
+            outcome = claims.claim(decision)
+            result.claims.append(outcome)
+            if outcome.note == "" or outcome.claimed:
+                result.store_writes += 1
+            if outcome.claimed:
+                self._publish(result)
+        for decision in self.store.list_decisions(self.host, DecisionStatus.RELEASING):
+            self._release(result, decision.consumer, decision)
+
+    def _release(self, result: AgentResult, consumer: str,
+                 decision: Optional[HostDecision],
+                 delete_allocations: bool = True) -> None:
+        freed = self._claims_for_host().release(
+            consumer, decision,
+            self.client.placement if delete_allocations else None)
+        result.releases.append(freed)
+        if decision is not None:
+            result.store_writes += 1
+        self._publish(result)
+
+    def _reconcile(self, result: AgentResult) -> None:
+        """Free the ledger's claims whose decision is no longer in force in
+        the store (released by another path, or purged)."""
+        held = self.ledger.entries()
+        if not held:
+            return
+        in_force = {d.consumer: d for status in (DecisionStatus.CLAIMED,
+                                                 DecisionStatus.RELEASING,
+                                                 DecisionStatus.PENDING)
+                    for d in self.store.list_decisions(self.host, status)}
+        for consumer, entry in held.items():
+            current = in_force.get(consumer)
+            if current is not None and current.id == entry.decision_id:
+                continue
+            LOG.warning("consumer %s: its decision %d is not in force in the "
+                        "store any more: freeing its claim", consumer,
+                        entry.decision_id)
+            # NOTE: a newer decision of the consumer (pending) has its own
+            # allocation in Placement: only the stale claim goes.
+            self._release(result, consumer, None,
+                          delete_allocations=current is None)
+
+    # -- the loop -----------------------------------------------------------
+
+    def run(self, stop_event: threading.Event, interval: float,
+            on_result: Optional[Callable[[AgentResult], None]] = None) -> None:
+        """Periodics every ``interval`` seconds until ``stop_event`` is set,
+        polling for decisions every ``claim_poll_interval`` in between.
+
+        :param on_result: called with every periodic's result and every
+            poll's that did something.
+        """
+        while not stop_event.is_set():
+            outcome = self.run_once()
+            if on_result is not None:
+                on_result(outcome)
+            deadline = time.monotonic() + interval
+            while not stop_event.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if stop_event.wait(min(self.claim_poll_interval, left)):
+                    return
+                polled = self.poll()
+                if on_result is not None and polled.active:
+                    on_result(polled)
+

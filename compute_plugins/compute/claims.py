@@ -1,0 +1,332 @@
+"""Executing the scheduler's decisions on this host: claim and release.
+
+A decision addressed to the host carries the RequestSpec the scheduler
+serialised, with its decision (host, node, allocation, mappings and every
+plugin's assignment). The compute side reads that spec back
+(:meth:`RequestSpec.from_json`: the typed requests and the decision, never
+the flavor's extra specs or the image's properties), builds each plugin's
+live host state under the claims already in force (the ledger's
+assignments) and runs :func:`compute_plugins.fit.verify_all`, the same code
+the scheduler's ``fit_all`` is built from. So a claim fails only when the
+host changed since the state the scheduler decided on: then every plugin's
+rejection goes back to the scheduler (``mark_rejected``), which frees the
+allocation and tries another host. A claim that holds is recorded in the
+ledger first, then answered (``mark_claimed``): a crash in between leaves a
+claim the restarted agent finds in its ledger and answers without
+executing it again.
+
+Release undoes a claim: the ledger forgets it, the consumer's allocations
+are deleted in Placement (``DELETE /allocations/{consumer}``, a 404 is
+fine: already gone) and the decision is marked released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from oslo_log import log as logging
+
+from compute_plugins.compute import guest
+from compute_plugins.compute.ledger import Ledger
+from compute_plugins.fit import AssignmentConflict, verify_all
+from compute_plugins.hoststate import errors as store_errors
+from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.placement import client as pclient
+from compute_plugins.placement import exception as pexc
+from compute_plugins.plugin import Rejection
+from compute_plugins.request.errors import RequestFormatError
+from compute_plugins.request.groups import PluginAssignment
+from compute_plugins.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
+
+#: The ``plugin`` of a rejection that is the framework's, not a plugin's.
+FRAMEWORK = "framework"
+#: :attr:`ClaimResult.note` of a claim answered from the ledger.
+RECORDED_EARLIER = "recorded in the ledger earlier, answered now"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    """How the host answered one decision.
+
+    :param decision_id: the store decision.
+    :param consumer: its consumer.
+    :param claimed: True when the claim holds (recorded and answered).
+    :param reasons: every rejection when it does not (plugin, provider,
+        reason), as the store records them.
+    :param guest_xml: the libvirt domain of the claimed decision (not
+        started), None when rejected.
+    :param spec: the spec read from the decision (None when unreadable).
+    :param note: how it was answered when not executed now
+        (``"recorded in the ledger earlier, answered now"``: the agent
+        stopped, or the store was unreachable, between the two;
+        ``"released before it was claimed"``: withdrawn by the scheduler
+        meanwhile), else "".
+    """
+
+    decision_id: int
+    consumer: str
+    claimed: bool
+    reasons: tuple[Rejection, ...] = ()
+    guest_xml: Optional[str] = None
+    spec: Optional[RequestSpec] = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"decision": self.decision_id, "consumer": self.consumer,
+                               "claimed": self.claimed}
+        if self.reasons:
+            out["reasons"] = [dataclasses.asdict(r) for r in self.reasons]
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseResult:
+    """What one release freed.
+
+    :param consumer: the consumer.
+    :param decision_id: its store decision (None: a ledger claim whose
+        decision is gone from the store).
+    :param ledger: whether the ledger held a claim for it.
+    :param allocations_deleted: whether Placement held allocations (False:
+        404, already gone).
+    """
+
+    consumer: str
+    decision_id: Optional[int]
+    ledger: bool
+    allocations_deleted: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def host_states(manager: Any, nodename: str,
+                usage: Mapping[str, Sequence[PluginAssignment]],
+                strict: bool = False) -> tuple[dict[str, Any], list[Rejection]]:
+    """Every discovered plugin's host state under ``usage``.
+
+    :param manager: the PluginManager (its views of the last discovery).
+    :param usage: plugin -> the assignments in force.
+    :param strict: raise :class:`AssignmentConflict` when the assignments
+        in force do not hold on the host (``compute-plugins fit --usage``:
+        the user's input is wrong) instead of a rejection of that plugin.
+    :returns: the states, and a rejection per plugin that has none: it
+        failed to discover the host, its ``host_state`` failed, or the
+        assignments in force do not hold on the host (an
+        :class:`AssignmentConflict`, named).
+    """
+    views = manager.views
+    states: dict[str, Any] = {}
+    broken: list[Rejection] = []
+    for name, plugin in manager.plugins.items():
+        if name not in views:
+            failure = manager.failures.get(name)
+            broken.append(Rejection(
+                "the plugin could not discover the host: %s"
+                % (failure.reason if failure else "no view"), plugin=name))
+            continue
+        try:
+            states[name] = plugin.host_state(views[name], nodename,
+                                             tuple(usage.get(name, ())))
+        except AssignmentConflict as err:
+            if strict:
+                raise
+            broken.append(Rejection("the claims in force do not hold on the "
+                                    "host: %s" % err.reason, plugin=name))
+        except Exception as err:  # noqa: BLE001 - one plugin, named
+            LOG.debug("plugin %s: host_state failed", name, exc_info=True)
+            broken.append(Rejection("the plugin could not build its host "
+                                    "state: %s: %s" % (type(err).__name__, err),
+                                    plugin=name))
+    return states, broken
+
+
+def _uuid_or_none(text: str) -> Optional[str]:
+    try:
+        return str(uuidlib.UUID(text))
+    except ValueError:
+        return None
+
+
+class Claims:
+    """Claims and releases on one host.
+
+    :param host: the host's name in the store (decisions addressed to it).
+    :param nodename: its node name (the root provider's name).
+    :param manager: the PluginManager, after a discovery.
+    :param ledger: the claims in force.
+    :param store: the host-state store.
+    :param domain_type: libvirt domain type of the guest XML (``kvm``,
+        ``test`` on libvirt's test driver).
+    """
+
+    def __init__(self, host: str, nodename: str, manager: Any, ledger: Ledger,
+                 store: HostStateStore, domain_type: str = "kvm") -> None:
+        self.host = host
+        self.nodename = nodename
+        self.manager = manager
+        self.ledger = ledger
+        self.store = store
+        self.domain_type = domain_type
+
+    def states(self) -> tuple[dict[str, Any], list[Rejection]]:
+        """The live host states under the ledger's assignments."""
+        return host_states(self.manager, self.nodename, self.ledger.assignments())
+
+    def guest_xml(self, consumer: str, spec: RequestSpec) -> str:
+        """The libvirt domain of ``consumer``'s claimed ``spec`` (named
+        ``instance-<consumer>``; not defined nor started here).
+
+        :raises GuestConfigError: a plugin's fragment cannot be merged.
+        """
+        assert spec.decision is not None
+        return guest.domain_xml(spec, spec.decision.assignments, self.manager,
+                                name="instance-%s" % consumer,
+                                domain_type=self.domain_type,
+                                uuid=_uuid_or_none(consumer))
+
+    # -- claim --------------------------------------------------------------
+
+    def _problems(self, decision: HostDecision
+                  ) -> tuple[Optional[RequestSpec], list[Rejection], Optional[str]]:
+        """The spec, every reason not to claim it, and its guest XML."""
+        try:
+            spec = RequestSpec.from_json(decision.spec, self.manager)
+        except RequestFormatError as err:
+            return None, [Rejection("the spec cannot be read: %s" % err,
+                                    plugin=FRAMEWORK)], None
+        chosen = spec.decision
+        if chosen is None:
+            return spec, [Rejection("the spec carries no decision",
+                                    plugin=FRAMEWORK)], None
+        if chosen.host != self.host or (chosen.nodename
+                                        and chosen.nodename != self.nodename):
+            return spec, [Rejection(
+                "the decision is for host %r node %r; this is host %r node %r"
+                % (chosen.host, chosen.nodename, self.host, self.nodename),
+                plugin=FRAMEWORK)], None
+        states, broken = self.states()
+        broken = [r for r in broken if r.plugin in spec.requests]
+        loaded = {n: p for n, p in self.manager.plugins.items() if n in states}
+        missing = [Rejection("the plugin is not loaded on this host",
+                             plugin=n) for n in spec.requests
+                   if n not in self.manager.plugins]
+        reasons = missing + broken + list(verify_all(loaded, states, spec))
+        if reasons:
+            return spec, reasons, None
+        try:
+            xml = self.guest_xml(decision.consumer, spec)
+        except guest.GuestConfigError as err:
+            return spec, [Rejection(err.reason, plugin=err.plugin)], None
+        return spec, [], xml
+
+    def claim(self, decision: HostDecision) -> ClaimResult:
+        """Execute one pending decision addressed to this host.
+
+        :returns: claimed (recorded in the ledger, then ``mark_claimed``)
+            or rejected (``mark_rejected`` with every reason).
+        :raises LedgerError: the ledger cannot be written (the decision
+            stays pending).
+        :raises StoreUnavailable: the store cannot be reached (a claim
+            recorded meanwhile is answered on the next try).
+        """
+        held = self.ledger.get(decision.consumer)
+        if held is not None and held.decision_id == decision.id:
+            # NOTE: recorded, then the agent stopped (or the store was
+            # unreachable) before answering: the claim was executed; answer
+            # it, never execute it again.
+            return self._answer_claimed(decision, held.spec, None,
+                                        RECORDED_EARLIER)
+        if held is not None:
+            reasons = [Rejection("consumer %s already holds the claim of "
+                                 "decision %d on this host"
+                                 % (decision.consumer, held.decision_id),
+                                 plugin=FRAMEWORK)]
+            return self._answer_rejected(decision, None, reasons)
+        spec, reasons, xml = self._problems(decision)
+        if reasons:
+            return self._answer_rejected(decision, spec, reasons)
+        assert spec is not None
+        self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
+        return self._answer_claimed(decision, spec, xml, "")
+
+    def _answer_claimed(self, decision: HostDecision, spec: RequestSpec,
+                        xml: Optional[str], note: str) -> ClaimResult:
+        try:
+            self.store.mark_claimed(decision.id)
+        except store_errors.DecisionStatusConflict as err:
+            # NOTE: withdrawn (the scheduler stopped waiting) or released
+            # meanwhile: the claim must not stay in force.
+            self.ledger.remove(decision.consumer)
+            LOG.warning("decision %d of consumer %s was %s before the claim "
+                        "was answered: claim undone", decision.id,
+                        decision.consumer, err.decision.status)
+            return ClaimResult(decision.id, decision.consumer, False, (), None, spec,
+                               "%s before it was claimed" % err.decision.status)
+        if xml is None and note:
+            try:
+                xml = self.guest_xml(decision.consumer, spec)
+            except guest.GuestConfigError:
+                xml = None
+        LOG.info("consumer %s: decision %d claimed on %s", decision.consumer,
+                 decision.id, self.host)
+        return ClaimResult(decision.id, decision.consumer, True, (), xml, spec, note)
+
+    def _answer_rejected(self, decision: HostDecision, spec: Optional[RequestSpec],
+                         reasons: Sequence[Rejection]) -> ClaimResult:
+        try:
+            self.store.mark_rejected(decision.id, reasons)
+        except store_errors.DecisionStatusConflict as err:
+            return ClaimResult(decision.id, decision.consumer, False, tuple(reasons),
+                               None, spec, "%s before it was answered"
+                               % err.decision.status)
+        LOG.info("consumer %s: decision %d rejected on %s: %s", decision.consumer,
+                 decision.id, self.host,
+                 "; ".join("%s: %s" % (r.plugin, r.reason) for r in reasons))
+        return ClaimResult(decision.id, decision.consumer, False, tuple(reasons),
+                           None, spec)
+
+    # -- release ------------------------------------------------------------
+
+    def release(self, consumer: str, decision: Optional[HostDecision],
+                placement: Optional[pclient.PlacementClient]) -> ReleaseResult:
+        """Free ``consumer``: forget its claim, delete its allocations in
+        Placement, mark ``decision`` released (when it is claimed or
+        releasing). Safe to repeat after a failure half-way.
+
+        :param placement: None leaves the allocations alone (they belong to
+            a newer decision of the consumer).
+
+        :raises PlacementError: Placement failed (other than 404); the
+            decision stays releasing and is retried.
+        """
+        removed = self.ledger.remove(consumer) is not None
+        deleted = False
+        if placement is not None:
+            try:
+                placement.delete("/allocations/%s" % consumer)
+                deleted = True
+            except pexc.NotFound:
+                pass
+        decision_id = None
+        if decision is not None:
+            decision_id = decision.id
+            if decision.status in (DecisionStatus.CLAIMED, DecisionStatus.RELEASING):
+                try:
+                    self.store.mark_released(decision.id)
+                except store_errors.DecisionStatusConflict:
+                    pass  # NOTE: released meanwhile by another path
+        LOG.info("consumer %s released on %s (ledger: %s, allocations: %s)",
+                 consumer, self.host, removed, "deleted" if deleted else "none")
+        return ReleaseResult(consumer, decision_id, removed, deleted)
+
+
+__all__ = ["FRAMEWORK", "RECORDED_EARLIER", "ClaimResult", "Claims", "ReleaseResult",
+           "host_states"]

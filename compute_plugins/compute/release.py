@@ -1,0 +1,87 @@
+"""Asking for a consumer's release, and waiting for it.
+
+The requester's side of a release (``compute-plugins release``, an
+operator's tool): a pending decision is released in the store at once (no
+agent claimed it, so its allocations are deleted here); a claimed one is
+marked ``releasing`` and its host's agent frees it
+(:meth:`compute_plugins.compute.claims.Claims.release`), which this waits
+for, up to a timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.placement import client as pclient
+from compute_plugins.placement import exception as pexc
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseOutcome:
+    """What :func:`request_release` did for a consumer.
+
+    :param consumer: the consumer.
+    :param outcome: ``released`` (by the agent, or at once when it was
+        pending), ``releasing`` (requested, the agent has not freed it yet),
+        ``nothing-in-force`` (its last decision was answered already) or
+        ``unknown`` (no decision was ever made for it).
+    :param decision: its decision as it is now (None when unknown).
+    :param was: the decision's status before the request (None when none
+        was in force).
+    :param allocations_deleted: a pending decision's allocations were
+        deleted in Placement here (its agent never claimed it).
+    """
+
+    consumer: str
+    outcome: str
+    decision: Optional[HostDecision]
+    was: Optional[DecisionStatus] = None
+    allocations_deleted: bool = False
+
+
+def _released(decision: HostDecision) -> bool:
+    return decision.status == DecisionStatus.RELEASED
+
+
+def request_release(store: HostStateStore, consumer: str,
+                    placement: Optional[pclient.PlacementClient] = None,
+                    timeout: float = 0.0,
+                    poll_interval: float = 0.05,
+                    max_poll_interval: float = 1.0) -> ReleaseOutcome:
+    """Release ``consumer``: a pending decision at once (and its
+    allocations in Placement, when ``placement`` is given: no agent claimed
+    it), a claimed one by its host's agent, waited for up to ``timeout``
+    seconds (0: return once requested).
+
+    :raises PlacementError: deleting a pending decision's allocations
+        failed (other than 404; the decision is released).
+    """
+    before = store.active_decision(consumer)
+    decision = store.request_release(consumer)
+    if decision is None:
+        latest = store.latest_decision(consumer)
+        return ReleaseOutcome(consumer, "unknown" if latest is None
+                              else "nothing-in-force", latest)
+    was = before.status if before is not None else None
+    if _released(decision):
+        deleted = False
+        if placement is not None:
+            try:
+                placement.delete("/allocations/%s" % consumer)
+                deleted = True
+            except pexc.NotFound:
+                pass
+        return ReleaseOutcome(consumer, "released", decision, was, deleted)
+    deadline = time.monotonic() + timeout
+    delay = poll_interval
+    while not _released(decision):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ReleaseOutcome(consumer, "releasing", decision, was)
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, max_poll_interval)
+        decision = store.get_decision(decision.id)
+    return ReleaseOutcome(consumer, "released", decision, was)

@@ -1,0 +1,71 @@
+"""``[scheduler]``: how ``compute-plugins schedule`` chooses and claims.
+
+The scheduler asks Placement which providers have room, runs every plugin's
+``fit`` on the candidate hosts' published states, orders the hosts that fit
+by weight, writes the allocation of the best to Placement and waits for the
+host's agent to claim it (see :mod:`compute_plugins.scheduler.selection`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from oslo_config import cfg
+
+from compute_plugins.conf import register_group_opts
+
+GROUP = cfg.OptGroup(
+    "scheduler",
+    title="Scheduler",
+    help="Choosing a host for a request and having its agent claim it.",
+)
+
+OPTS = [
+    cfg.DictOpt(
+        "weigher_multipliers",
+        default={},
+        help="Per plugin, how its host utilization weighs: ``plugin:multiplier`` "
+        "pairs, e.g. ``numa:2.0,vgpu:-1.0``. A positive multiplier packs "
+        "(fuller hosts first), a negative one spreads (emptier hosts first), "
+        "0 ignores the plugin. Plugins not listed get "
+        "``default_weigher_multiplier``.",
+    ),
+    cfg.FloatOpt(
+        "default_weigher_multiplier",
+        default=-1.0,
+        help="Multiplier of the plugins ``weigher_multipliers`` does not list. "
+        "The default spreads guests over hosts, as nova's weighers do.",
+    ),
+    cfg.IntOpt(
+        "max_attempts",
+        default=3,
+        min=1,
+        help="Hosts tried per request: a host whose agent rejects the "
+        "decision (its state changed since it published it) or does not "
+        "answer in time counts as one attempt; a Placement conflict when the "
+        "allocation is written does not.",
+    ),
+    cfg.FloatOpt(
+        "answer_timeout",
+        default=60.0,
+        min=0.0,
+        help="Seconds to wait for the chosen host's agent to claim or reject "
+        "a decision. Then the decision is withdrawn, its allocation freed, "
+        "and the next host tried.",
+    ),
+    cfg.IntOpt(
+        "max_reported_hosts",
+        default=3,
+        min=1,
+        help="When nothing fits, how many hosts' reasons (per plugin) the "
+        "answer lists: the hosts where the fewest plugins refused first.",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    register_group_opts(conf, GROUP, OPTS)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
+    return [(GROUP, OPTS)]

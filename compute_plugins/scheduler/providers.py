@@ -1,0 +1,283 @@
+"""Which hosts have room: Placement asked what it answers linearly.
+
+``GET /allocation_candidates`` enumerates every combination of providers
+for the request's groups, and on wide trees the combinations explode (8
+guest NUMA nodes over 8 host cells: 8^8; Placement bug 2126751). Whether a
+provider has room for one group is linear, so the scheduler asks only that:
+one ``GET /resource_providers?resources=...&required=...&member_of=...`` per
+*distinct* group shape of the request (8 identical guest nodes: one call),
+plus one call for the roots (root traits, the unsuffixed group's
+aggregates, never ``COMPUTE_STATUS_DISABLED``). The combinatorics (which
+guest node on which cell) are the plugins' ``fit`` on the host's state
+(:mod:`compute_plugins.scheduler.fitting`), and Placement checks the
+capacity atomically when the allocation is written.
+
+A host is a candidate when its root passes the root query and, for every
+requirement, some provider of its tree has room (a necessary condition):
+
+- a numbered group (``_NUMA0``, a port, ``resources1:``): its resources,
+  traits and aggregates on one provider; with *choices* (page sizes), any
+  one of them;
+- the unsuffixed group: each resource class on some provider of the tree
+  (Placement takes each class of the unsuffixed group from one provider,
+  classes from different ones); a guest without NUMA topology that may be
+  split over ``split`` cells needs ``ceil(n / split)`` of each class on
+  one provider;
+- a group with ``member_of`` may be served by a sharing provider outside
+  every host's tree (shared storage): such providers count for every host
+  (the plugin's ``fit`` checks the host's own aggregate).
+
+Providers are mapped to hosts through the host-state store (the providers
+each agent published) or their root. ``GET /resource_providers`` is not
+paginated: one call returns every match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.plugin import Rejection
+from compute_plugins.request.groups import KIND_FLOATING, KIND_ROOT, RequestGroup
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.scheduler import query as query_mod
+
+#: The plugin name of rejections made at the Placement stage for the root.
+PLACEMENT = "placement"
+
+#: A requirement's key: ``(suffix, resource class)``; the class is ``""``
+#: for a numbered group (one provider for all its classes).
+NeedKey = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One ``GET /resource_providers`` filter."""
+
+    resources: FrozenMap[str, int] = dataclasses.field(default_factory=FrozenMap)
+    required: frozenset[str] = frozenset()
+    forbidden: frozenset[str] = frozenset()
+    member_of: tuple[tuple[str, ...], ...] = ()
+    forbidden_aggregates: frozenset[str] = frozenset()
+
+    def params(self) -> list[tuple[str, str]]:
+        params = []
+        if self.resources:
+            params.append(("resources", ",".join(
+                "%s:%d" % (rc, n) for rc, n in sorted(self.resources.items()))))
+        traits = sorted(self.required) + ["!" + t for t in sorted(self.forbidden)]
+        if traits:
+            params.append(("required", ",".join(traits)))
+        for aggs in self.member_of:
+            params.append(("member_of", "in:" + ",".join(sorted(aggs))))
+        if self.forbidden_aggregates:
+            params.append(("member_of", "!in:" + ",".join(
+                sorted(self.forbidden_aggregates))))
+        return params
+
+    def path(self) -> str:
+        return "/resource_providers?" + urllib.parse.urlencode(self.params())
+
+    def short(self) -> str:
+        """``GET /resource_providers?resources=PCPU:4,...`` decoded (for people)."""
+        return "GET /resource_providers?" + "&".join(
+            "%s=%s" % pair for pair in self.params())
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """One thing some provider of a host's tree must have room for.
+
+    :param key: ``(suffix, resource class or "")``.
+    :param shapes: any one of them will do (a group's choices).
+    :param owner: the plugin(s) that asked for it (``framework``: generic keys).
+    """
+
+    key: NeedKey
+    shapes: tuple[Shape, ...]
+    owner: str
+    shared_ok: bool = False
+
+    def describe(self) -> str:
+        suffix, rc = self.key
+        what = ("group %s" % suffix) if suffix else (
+            "%s of the unsuffixed group" % rc)
+        return "%s (%s)" % (what, " or ".join(
+            "&".join("%s=%s" % p for p in s.params()) for s in self.shapes))
+
+
+def _merged(groups: Sequence[RequestGroup]) -> dict[str, RequestGroup]:
+    merged: dict[str, RequestGroup] = {}
+    for group in groups:
+        if group.kind == KIND_ROOT or not group.requester_id:
+            continue
+        current = merged.get(group.requester_id)
+        merged[group.requester_id] = group if current is None else current.merged_with(group)
+    return merged
+
+
+def needs(groups: Sequence[RequestGroup]) -> tuple[Shape, tuple[Need, ...]]:
+    """The root filter and every requirement of ``groups`` (module doc)."""
+    root_required, root_forbidden = query_mod.root_traits(groups)
+    member_of: list[tuple[str, ...]] = []
+    forbidden_aggs: set[str] = set()
+    unsuffixed: dict[str, int] = {}
+    owners: dict[str, set[str]] = {}
+    result: list[Need] = []
+    for group in groups:
+        if group.requester_id or group.kind == KIND_ROOT:
+            continue
+        member_of.extend(m for m in group.member_of if m not in member_of)
+        forbidden_aggs |= group.forbidden_aggregates
+        split = group.split if group.kind == KIND_FLOATING else 1
+        for rc, amount in group.resources.items():
+            unsuffixed[rc] = unsuffixed.get(rc, 0) + math.ceil(amount / split)
+            owners.setdefault(rc, set()).add(group.owner)
+        if group.choices:
+            result.append(Need(("", "choices:%s" % group.owner), tuple(
+                Shape(FrozenMap(choice)) for choice in group.choices), group.owner))
+    for rc, amount in sorted(unsuffixed.items()):
+        result.append(Need(("", rc), (Shape(FrozenMap({rc: amount})),),
+                           "+".join(sorted(owners[rc]))))
+    for suffix, group in sorted(_merged(groups).items()):
+        if not group.resources and not group.choices:
+            continue
+        base = dict(group.resources)
+        variants = [dict(base, **choice) for choice in group.choices] or [base]
+        shapes = tuple(Shape(FrozenMap(v), group.required_traits,
+                             group.forbidden_traits, group.member_of,
+                             group.forbidden_aggregates) for v in variants)
+        result.append(Need((suffix, ""), shapes, group.owner,
+                           shared_ok=bool(group.member_of)))
+    root = Shape(required=frozenset(root_required - root_forbidden),
+                 forbidden=frozenset(root_forbidden), member_of=tuple(member_of),
+                 forbidden_aggregates=frozenset(forbidden_aggs))
+    return root, tuple(result)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderCandidates:
+    """Placement's answer, by host.
+
+    :param hosts: candidate hosts (sorted).
+    :param room: host -> requirement key -> providers with room (the
+        host's own, then sharing providers), for every candidate host.
+    :param excluded: every other host the store knows -> why (a
+        rejection per requirement no provider of its tree has room for).
+    :param queries: the calls, decoded (``GET /resource_providers?...``).
+    :param calls: how many requests were sent to Placement.
+    """
+
+    hosts: tuple[str, ...]
+    room: Mapping[str, Mapping[NeedKey, tuple[str, ...]]]
+    excluded: Mapping[str, tuple[Rejection, ...]]
+    queries: tuple[str, ...]
+    calls: int
+
+
+def _owner_plugin(owner: str) -> str:
+    return owner.split("+")[0] if owner else ""
+
+
+def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]]:
+    """The root requirements as small answers: the roots with every
+    required trait and aggregate (None: no such requirement), and per
+    forbidden trait or aggregate the providers that have it (to exclude
+    their hosts). Asking "providers without trait X" would list nearly
+    every provider of the cloud."""
+    positive = None
+    if root.required or root.member_of:
+        positive = Shape(required=root.required, member_of=root.member_of)
+    negatives = []
+    for trait in sorted(root.forbidden):
+        why = ("the host is disabled (%s)" % trait if trait == query_mod.DISABLED_TRAIT
+               else "its root has the forbidden trait %s" % trait)
+        negatives.append((Shape(required=frozenset({trait})), why))
+    if root.forbidden_aggregates:
+        aggs = tuple(sorted(root.forbidden_aggregates))
+        negatives.append((Shape(member_of=(aggs,)),
+                          "its root is in a forbidden aggregate (%s)" % ", ".join(aggs)))
+    return positive, negatives
+
+
+def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
+         hosts: Optional[Sequence[str]] = None) -> ProviderCandidates:
+    """Ask Placement which hosts have room for ``groups`` (module doc).
+
+    :param client: a :class:`~compute_plugins.placement.client.PlacementClient`.
+    :param hosts: the hosts the store knows (None: read them from it).
+    """
+    root_shape, wanted = needs(groups)
+    shapes: dict[Shape, list[dict[str, Any]]] = {}
+    positive, negatives = _root_filters(root_shape)
+    ordered = ([positive] if positive is not None else []) + [
+        shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
+    for shape in ordered:
+        if shape not in shapes:
+            answer = client.get(shape.path())
+            shapes[shape] = list(answer.get("resource_providers", ()))
+    uuids: set[str] = set()
+    for providers in shapes.values():
+        for rp in providers:
+            uuids.add(rp["uuid"])
+            if rp.get("root_provider_uuid"):
+                uuids.add(rp["root_provider_uuid"])
+    owner_of = store.hosts_for_providers(sorted(uuids)) if uuids else {}
+
+    def host_of(rp: Mapping[str, Any]) -> Optional[str]:
+        return owner_of.get(rp["uuid"]) or owner_of.get(rp.get("root_provider_uuid") or "")
+
+    def roots(shape: Shape) -> set[Optional[str]]:
+        return {host_of(rp) for rp in shapes[shape]
+                if rp["uuid"] == rp.get("root_provider_uuid", rp["uuid"])}
+
+    known = sorted(store.generations()) if hosts is None else sorted(hosts)
+    root_reasons: dict[str, list[str]] = {}
+    if positive is not None:
+        passing = roots(positive)
+        for host in known:
+            if host not in passing:
+                root_reasons.setdefault(host, []).append(
+                    "its root does not match %s" % positive.short())
+    for shape, why in negatives:
+        for bad in roots(shape):
+            if bad is not None:
+                root_reasons.setdefault(bad, []).append(why)
+    room: dict[str, dict[NeedKey, list[str]]] = {h: {} for h in known}
+    shared: dict[NeedKey, list[str]] = {}
+    for need in wanted:
+        for shape in need.shapes:
+            for rp in shapes[shape]:
+                owner = host_of(rp)
+                if owner is None:
+                    if need.shared_ok:
+                        shared.setdefault(need.key, []).append(rp["uuid"])
+                    continue
+                if owner in room:
+                    room[owner].setdefault(need.key, []).append(rp["uuid"])
+    candidates: list[str] = []
+    excluded: dict[str, tuple[Rejection, ...]] = {}
+    for host in known:
+        reasons = []
+        for why in root_reasons.get(host, ()):
+            reasons.append(Rejection("Placement: %s" % why, plugin=PLACEMENT))
+        for need in wanted:
+            if not room[host].get(need.key) and not shared.get(need.key):
+                reasons.append(Rejection(
+                    "Placement: no provider of this host has room for %s"
+                    % need.describe(), plugin=_owner_plugin(need.owner)))
+        if reasons:
+            excluded[host] = tuple(reasons)
+        else:
+            candidates.append(host)
+    final = {host: {key: tuple(dict.fromkeys(room[host].get(key, [])
+                                              + shared.get(key, [])))
+                    for key in {n.key for n in wanted}}
+             for host in candidates}
+    return ProviderCandidates(
+        hosts=tuple(candidates), room=final, excluded=excluded,
+        queries=tuple(s.short() for s in shapes), calls=len(shapes))

@@ -1,0 +1,395 @@
+"""The scheduler: a RequestSpec in, a host that claimed it out (or why not).
+
+:meth:`Scheduler.schedule`:
+
+1. Placement says which hosts have room (:mod:`.providers`: one
+   ``GET /resource_providers`` per distinct group shape, never
+   ``/allocation_candidates``, whose combinations explode on wide trees);
+2. the candidates' published states, in one read of the host-state store,
+   and every plugin's ``fit`` on each (:mod:`.fitting`);
+3. the hosts that fit, by weight (:mod:`.weighers`);
+4. for the best: the allocation its assignments take (:mod:`.allocation`)
+   written with ``PUT /allocations/{consumer}`` (``consumer_generation``
+   null: a new consumer; ``consumer_type`` INSTANCE). Placement checks the
+   capacity atomically: on a 409 (another scheduler took the room since the
+   host published its state) the next host is tried;
+5. the decision recorded in the spec and addressed to the host in the
+   store; the scheduler waits for the host's agent. Claimed: done.
+   Rejected (the host changed since it published), or no answer in
+   ``[scheduler] answer_timeout`` (the decision is withdrawn first): the
+   allocation is freed and the next host tried, up to ``[scheduler]
+   max_attempts`` hosts. After a rejection the candidates are planned
+   again on fresh states: the host that rejected is tried again only when
+   it published a new state since (another claim landed there first; the
+   fit may now choose other CPUs or devices).
+
+When nothing is placed, :class:`ScheduleResult` says why per host and per
+plugin, the best few hosts first (those where the fewest plugins refused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from compute_plugins import exception
+from compute_plugins.hoststate import errors as store_errors
+from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
+from compute_plugins.placement import exception as pexc
+from compute_plugins.plugin import Rejection
+from compute_plugins.request.groups import Decision
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.scheduler import allocation, fitting, providers, weighers
+
+LOG = logging.getLogger(__name__)
+
+#: Placement microversion of ``consumer_type`` in ``PUT /allocations``.
+CONSUMER_TYPE_VERSION = (1, 38)
+CONSUMER_TYPE = "INSTANCE"
+
+
+class ConsumerInUse(exception.ComputePluginsError):
+    """The consumer already has a decision in force (scheduled before)."""
+
+    def __init__(self, consumer: str, host: str, status: str) -> None:
+        self.consumer = consumer
+        self.host = host
+        self.status = status
+        super().__init__("consumer %s already has a decision on host %s (%s); "
+                         "release it first" % (consumer, host, status))
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One host tried after the fit.
+
+    :param host: the host.
+    :param outcome: ``claimed``, ``conflict`` (Placement refused the
+        allocation: 409), ``rejected`` (the agent refused: see reasons),
+        ``timeout`` (no answer; withdrawn and freed), ``withdrawn`` (released
+        by someone else before an answer), ``unbuildable`` (no allocation
+        could be built from the assignments).
+    :param reasons: why, per plugin.
+    :param seconds: how long the attempt took.
+    """
+
+    host: str
+    outcome: str
+    reasons: tuple[Rejection, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class HostReasons:
+    """Why one host got nothing: every plugin's rejection (or the attempt's)."""
+
+    host: str
+    reasons: tuple[Rejection, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleResult:
+    """What :meth:`Scheduler.schedule` did.
+
+    :param placed: a host claimed the decision.
+    :param consumer: the consumer (instance) uuid.
+    :param host: the host that claimed it (None when not placed).
+    :param spec: the spec, with its decision when placed.
+    :param candidates: hosts Placement said have room.
+    :param fitting: of those, hosts where every plugin fits.
+    :param verdicts: host -> every plugin's rejection (empty: it fits), for
+        every host the store knows.
+    :param attempts: the hosts tried, in order.
+    :param reasons: when not placed, the best few hosts' reasons.
+    :param queries: the Placement queries, decoded.
+    :param placement_calls: requests sent to Placement, by ``METHOD path``
+        template.
+    :param timings: seconds per phase (``placement``, ``store``, ``fit``,
+        ``claim``).
+    """
+
+    placed: bool
+    consumer: str
+    host: Optional[str]
+    spec: Any
+    candidates: int
+    fitting: int
+    verdicts: Mapping[str, tuple[Rejection, ...]]
+    attempts: tuple[Attempt, ...]
+    reasons: tuple[HostReasons, ...]
+    queries: tuple[str, ...]
+    placement_calls: Mapping[str, int]
+    timings: Mapping[str, float]
+
+    @property
+    def decision(self) -> Optional[Decision]:
+        return self.spec.decision if self.placed else None
+
+    @property
+    def placement_call_count(self) -> int:
+        return sum(self.placement_calls.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Candidates, fits and order of one request (:meth:`Scheduler.plan`).
+
+    :param found: Placement's answer by host.
+    :param fits: candidate host -> its fit.
+    :param verdicts: every known host -> its rejections (empty: fits).
+    :param ordered: ``(weight, fit)`` of the hosts that fit, best first.
+    :param timings: seconds: ``placement``, ``store``, ``fit``.
+    """
+
+    found: providers.ProviderCandidates
+    fits: Mapping[str, fitting.HostFit]
+    verdicts: Mapping[str, tuple[Rejection, ...]]
+    ordered: tuple[tuple[float, fitting.HostFit], ...]
+    timings: Mapping[str, float]
+
+
+class Scheduler:
+    """Chooses a host for a RequestSpec and has its agent claim it.
+
+    :param conf: the service configuration (``[scheduler]`` is registered).
+    :param plugins: a PluginManager or ``{name: plugin}`` (the plugins the
+        specs were built with).
+    :param placement_client: a
+        :class:`~compute_plugins.placement.client.PlacementClient`.
+    :param store: the host-state store the agents publish to.
+    :param poll_interval: first delay between polls of the host's answer.
+    """
+
+    def __init__(self, conf: cfg.ConfigOpts, plugins: Any, placement_client: Any,
+                 store: HostStateStore, poll_interval: float = 0.02) -> None:
+        from compute_plugins.conf import scheduler as scheduler_conf
+
+        scheduler_conf.register_opts(conf)
+        self.conf = conf
+        self.plugins = plugins
+        self.placement = placement_client
+        self.store = store
+        self.poll_interval = poll_interval
+        #: Decoded host states, kept per host generation.
+        self.states = fitting.StateCache()
+        loaded = getattr(plugins, "plugins", plugins)
+        self.factors = weighers.multipliers(conf, sorted(loaded))
+
+    # -- Placement --------------------------------------------------------
+
+    def _count(self, calls: dict[str, int], method: str, path: str) -> None:
+        key = "%s %s" % (method, path.split("?")[0])
+        calls[key] = calls.get(key, 0) + 1
+
+    def _put_allocation(self, consumer: str, decision: Decision, project_id: str,
+                        user_id: str, calls: dict[str, int]) -> None:
+        body: dict[str, Any] = {
+            "allocations": {rp: {"resources": dict(res)}
+                            for rp, res in decision.allocations.items()},
+            "project_id": project_id, "user_id": user_id,
+            "consumer_generation": None}
+        if self.placement.microversion >= CONSUMER_TYPE_VERSION:
+            body["consumer_type"] = CONSUMER_TYPE
+        self._count(calls, "PUT", "/allocations/{consumer}")
+        self.placement.put("/allocations/%s" % consumer, body)
+
+    def _free(self, consumer: str, calls: dict[str, int]) -> None:
+        """Delete the consumer's allocation (gone already is fine)."""
+        self._count(calls, "DELETE", "/allocations/{consumer}")
+        try:
+            self.placement.delete("/allocations/%s" % consumer)
+        except pexc.NotFound:
+            pass
+
+    # -- scheduling -------------------------------------------------------
+
+    def plan(self, spec: Any) -> Plan:
+        """Steps 1 to 3 (module doc): candidates, fit, order; no writes."""
+        timings: dict[str, float] = {}
+        start = time.monotonic()
+        generations = self.store.generations()
+        found = providers.find(self.placement, self.store, spec.groups,
+                               hosts=sorted(generations))
+        timings["placement"] = time.monotonic() - start
+        start = time.monotonic()
+        decoded = self.states.get(self.plugins, self.store, found.hosts, generations)
+        timings["store"] = time.monotonic() - start
+        start = time.monotonic()
+        fits = fitting.fit_hosts(self.plugins, spec, decoded)
+        verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
+        for host in found.hosts:
+            if host not in fits:
+                verdicts[host] = (Rejection(
+                    "the host published no state (it left the store)"),)
+        for host, fit in fits.items():
+            verdicts[host] = fit.result.rejections
+        ordered = weighers.weigh(self.plugins, [f for f in fits.values() if f.result.fits],
+                                 self.factors)
+        timings["fit"] = time.monotonic() - start
+        return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
+                    ordered=tuple(ordered), timings=FrozenMap(timings))
+
+    def decide(self, spec: Any, planned: Plan, index: int = 0) -> Union[Decision, Rejection]:
+        """The decision for the ``index``-th best host of ``planned``
+        (its allocation built from the assignments); nothing written."""
+        fit = planned.ordered[index][1]
+        return allocation.build_decision(self.plugins, spec, fit,
+                                         planned.found.room[fit.host])
+
+    def schedule(self, spec: Any, consumer: str, project_id: str,
+                 user_id: str, timeout: Optional[float] = None) -> ScheduleResult:
+        """Place ``spec`` for ``consumer`` (see the module doc).
+
+        :param timeout: seconds to wait for each host's answer (default
+            ``[scheduler] answer_timeout``).
+        :raises ConsumerInUse: the consumer has a decision in force.
+        :raises PlacementError: Placement unreachable or refusing a query
+            (anything but a 409 on the allocation).
+        :raises StoreUnavailable: the host-state store cannot be reached.
+        """
+        group = self.conf.scheduler
+        wait = group.answer_timeout if timeout is None else timeout
+        active = self.store.active_decision(consumer)
+        if active is not None:
+            raise ConsumerInUse(consumer, active.host, active.status.value)
+        calls: dict[str, int] = {}
+        planned = self.plan(spec)
+        found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
+        timings = dict(planned.timings)
+        calls["GET /resource_providers"] = found.calls
+        start = time.monotonic()
+        attempts: list[Attempt] = []
+        tried = 0
+        placed: Optional[Any] = None
+        # NOTE: a host given up (409, timeout...) is not tried again; a host
+        # that rejected is, once it published a new state (another
+        # generation): its agent had claimed for someone else since, and
+        # the fit on its new state may choose other CPUs or devices.
+        given_up: set[str] = set()
+        rejected_at: dict[str, int] = {}
+        queue = list(ordered)
+        while queue and tried < group.max_attempts:
+            _weight, fit = queue.pop(0)
+            if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
+                continue
+            began = time.monotonic()
+            decision = allocation.build_decision(self.plugins, spec, fit,
+                                                 found.room[fit.host])
+            if isinstance(decision, Rejection):
+                attempts.append(Attempt(fit.host, "unbuildable", (decision,)))
+                verdicts[fit.host] = (decision,)
+                given_up.add(fit.host)
+                continue
+            try:
+                self._put_allocation(consumer, decision, project_id, user_id, calls)
+            except pexc.Conflict as err:
+                attempts.append(Attempt(fit.host, "conflict", (Rejection(
+                    "Placement refused the allocation (409 %s): %s"
+                    % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
+                    time.monotonic() - began))
+                given_up.add(fit.host)
+                continue
+            decided = spec.with_decision(decision)
+            outcome = self._claim(consumer, fit.host, decided, wait, calls)
+            tried += 1
+            attempts.append(dataclasses.replace(outcome, seconds=time.monotonic() - began))
+            if outcome.outcome == "claimed":
+                placed = decided
+                break
+            if outcome.outcome != "rejected":
+                given_up.add(fit.host)
+                continue
+            rejected_at[fit.host] = fit.generation
+            if tried < group.max_attempts:
+                replanned = self.plan(spec)
+                calls["GET /resource_providers"] += replanned.found.calls
+                found = replanned.found
+                verdicts.update(replanned.verdicts)
+                queue = list(replanned.ordered)
+                ordered = replanned.ordered
+        timings["claim"] = time.monotonic() - start
+        reasons: tuple[HostReasons, ...] = ()
+        if placed is None:
+            reasons = self._best_reasons(verdicts, attempts, [f.host for _, f in ordered])
+        return ScheduleResult(
+            placed=placed is not None, consumer=consumer,
+            host=placed.decision.host if placed is not None else None,
+            spec=placed if placed is not None else spec,
+            candidates=len(found.hosts), fitting=len(ordered),
+            verdicts=FrozenMap(sorted(verdicts.items())),
+            attempts=tuple(attempts), reasons=reasons, queries=found.queries,
+            placement_calls=FrozenMap(sorted(calls.items())),
+            timings=FrozenMap(timings))
+
+    def release(self, consumer: str) -> Optional[str]:
+        """Ask for ``consumer`` to be freed; returns the decision's status now.
+
+        A claimed decision becomes ``releasing``: the host's agent frees its
+        ledger entry, its state and the Placement allocation, and marks it
+        released. A pending one (never claimed) is released here and its
+        allocation deleted. None: the consumer has no decision in force.
+        """
+        decision = self.store.request_release(consumer)
+        if decision is None:
+            return None
+        if decision.status == DecisionStatus.RELEASED:
+            self._free(consumer, {})
+        return decision.status.value
+
+    def _claim(self, consumer: str, host: str, decided: Any, wait: float,
+               calls: dict[str, int]) -> Attempt:
+        """Address the decision to ``host`` and wait for its agent."""
+        try:
+            self.store.submit_decision(consumer, host, decided.to_json())
+        except store_errors.DecisionExists as err:
+            self._free(consumer, calls)
+            raise ConsumerInUse(consumer, err.decision.host,
+                                err.decision.status.value) from None
+        except BaseException:
+            self._free(consumer, calls)
+            raise
+        try:
+            answer = self.store.wait_for_answer(consumer, wait,
+                                                poll_interval=self.poll_interval)
+        except store_errors.AnswerTimeout as err:
+            if not err.withdrawn:
+                # NOTE: the host may still claim it: the allocation stays.
+                raise
+            self._free(consumer, calls)
+            return Attempt(host, "timeout", (Rejection(
+                "host %s did not answer within %g s (is its agent running?); "
+                "the decision was withdrawn and its allocation freed"
+                % (host, wait)),))
+        if answer.status == DecisionStatus.CLAIMED:
+            return Attempt(host, "claimed")
+        self._free(consumer, calls)
+        if answer.status == DecisionStatus.REJECTED:
+            return Attempt(host, "rejected", answer.reasons or (
+                Rejection("the host rejected the decision without a reason"),))
+        return Attempt(host, "withdrawn", (Rejection(
+            "the decision was released before host %s answered" % host),))
+
+    def _best_reasons(self, verdicts: Mapping[str, tuple[Rejection, ...]],
+                      attempts: list[Attempt], fitting_hosts: list[str]
+                      ) -> tuple[HostReasons, ...]:
+        """The hosts closest to fitting first: those tried (with what went
+        wrong), then by how few plugins refused."""
+        by_host: dict[str, tuple[Rejection, ...]] = {}
+        for attempt in attempts:
+            by_host[attempt.host] = by_host.get(attempt.host, ()) + attempt.reasons
+        rest = sorted((h for h, r in verdicts.items() if h not in by_host and r),
+                      key=lambda h: (len({r.plugin for r in verdicts[h]}),
+                                     len(verdicts[h]), h))
+        for host in fitting_hosts:
+            if host not in by_host:
+                by_host[host] = (Rejection(
+                    "fits, not tried: [scheduler] max_attempts (%d) hosts "
+                    "were tried first" % self.conf.scheduler.max_attempts),)
+        ordered = list(by_host.items()) + [(h, verdicts[h]) for h in rest]
+        limit = self.conf.scheduler.max_reported_hosts
+        return tuple(HostReasons(h, r) for h, r in ordered[:limit])

@@ -1,0 +1,455 @@
+"""The scheduler against real Placement (embedded) and a real host-state
+store (SQLite): hosts reported and published by the real plugins; their
+answers come from :class:`~tests.functional.scheduler.cloud.StandInAgent`,
+which stands in for the compute agent landing separately."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+
+from compute_plugins.cmd import main
+from compute_plugins.fit import decode_state, fit_all
+from compute_plugins.placement import embedded
+from tests.functional.request.hosts import Placement, cell
+from tests.functional.scheduler.cloud import Cloud, StandInAgent
+from tests.unit.request.conftest import build
+
+
+@pytest.fixture(scope="module")
+def placement():
+    emb = embedded.EmbeddedPlacement("sqlite://").start()
+    yield Placement(emb)
+    emb.close()
+
+
+@pytest.fixture
+def cloud(placement, tmp_path):
+    # NOTE: a store per test: hosts of other tests stay in Placement but are
+    # no host of this store, so the scheduler never considers them.
+    cloud = Cloud(placement, str(tmp_path / "host_state.sqlite"))
+    yield cloud
+    cloud.store.close()
+
+
+def new_consumer() -> str:
+    return str(uuid.uuid4())
+
+
+def pinned(nodes: int, vcpus: int, memory_mb: int, **more):
+    return {"hw:numa_nodes": str(nodes), "hw:cpu_policy": "dedicated", **more}, vcpus, memory_mb
+
+
+def spec_of(sched, extra_specs, vcpus, memory_mb, **flavor):
+    return build(sched.plugins, extra_specs, vcpus=vcpus, memory_mb=memory_mb, **flavor)
+
+
+def expected_allocation(decision):
+    """What the assignments take, provider by provider, computed from the
+    assignments themselves (not from the scheduler's allocation code)."""
+    total: dict[str, dict[str, int]] = {}
+
+    def add(rp, rc, n):
+        if n:
+            total.setdefault(rp, {})
+            total[rp][rc] = total[rp].get(rc, 0) + n
+
+    for name, assignment in decision.assignments.items():
+        if name == "numa":
+            for part in assignment.cells:
+                add(part.provider_uuid, "PCPU", len(part.pinning))
+                add(part.provider_uuid, "VCPU", part.shared_vcpus)
+                add(part.provider_uuid, "MEMORY_MB", part.memory_mb)
+        elif name == "vgpu":
+            for device in assignment.devices:
+                add(device.provider_uuid, "VGPU", len(device.mdev_uuids) or 1)
+        elif name == "sriov":
+            for vf in assignment.vfs:
+                add(vf.provider_uuid, "SRIOV_NET_VF", 1)
+                add(vf.provider_uuid, "NET_BW_EGR_KILOBIT_PER_SEC", vf.egress_kbps)
+                add(vf.provider_uuid, "NET_BW_IGR_KILOBIT_PER_SEC", vf.ingress_kbps)
+        elif name == "disk":
+            add(assignment.provider_uuid, "DISK_GB", assignment.disk_gb)
+    return total
+
+
+def test_eight_node_pinned_guest_is_placed_on_the_eight_cell_host(cloud):
+    big = cloud.add_host("cells8", [cell(4, 4096)] * 8, dedicated="0-31")
+    four = cloud.add_host("cells4", [cell(8, 8192)] * 4, dedicated="0-31")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(8, 32, 16384))
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed, result.reasons
+    assert result.host == big.name
+    numa = result.decision.assignments["numa"]
+    assert sorted(c.host_cell for c in numa.cells) == list(range(8))
+    # Placement was asked which providers have room: the root, and one
+    # query for the 8 identical guest nodes; then the allocation was written.
+    assert result.placement_calls == {"GET /resource_providers": 2,
+                                      "PUT /allocations/{consumer}": 1}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.allocations(consumer) == {
+        rp: dict(res) for rp, res in result.decision.allocations.items()}
+    assert all(res == {"PCPU": 4, "MEMORY_MB": 2048}
+               for res in cloud.allocations(consumer).values())
+    # The 4-cell host had room per cell but cannot hold 8 guest nodes.
+    assert any(r.plugin == "numa" and "8 NUMA nodes" in r.reason
+               for r in result.verdicts[four.name])
+    assert cloud.store.active_decision(consumer).status == "claimed"
+
+
+def test_eight_node_guest_among_many_hosts_finds_the_only_one(cloud):
+    for i in range(6):
+        cloud.add_host("four%d" % i, [cell(4, 4096)] * 4, dedicated="0-15")
+    for i in range(3):
+        cloud.add_host("tiny%d" % i, [cell(1, 1024)] * 8, dedicated="0-7")
+    only = cloud.add_host("only", [cell(4, 4096)] * 8, dedicated="0-31")
+    sched = cloud.scheduler()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec_of(sched, *pinned(8, 16, 8192)), new_consumer(),
+                                "project", "user")
+    assert result.placed and result.host == only.name
+    assert result.candidates == 7 and result.fitting == 1  # tiny: no room per cell
+    assert result.placement_calls["GET /resource_providers"] == 2
+
+
+def test_floating_guest_with_vgpu_and_disk_allocation_is_the_sum_of_assignments(cloud):
+    gpu = cloud.add_host("gpu", [cell(4, 4096), cell(4, 4096)],
+                         gpus=((1, "nvidia-35", 4),), disk_gb=100)
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"resources:VGPU": "1"}, 2, 2048, root_gb=10)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed, result.reasons
+    written = cloud.allocations(consumer)
+    assert written == expected_allocation(result.decision)
+    assert written[gpu.root] == {"DISK_GB": 10}
+    assert sorted(rc for res in written.values() for rc in res) == [
+        "DISK_GB", "MEMORY_MB", "VCPU", "VGPU"]
+    assert cloud.usage(gpu) == written
+
+
+def test_port_with_bandwidth_lands_where_its_pf_is_near_the_guest(cloud):
+    cells = [cell(4, 4096), cell(1, 1024)]
+    near = cloud.add_host("pf-cell0", cells, pfs=((0, 4),))
+    far = cloud.add_host("pf-cell1", cells, pfs=((1, 4),))
+    sched = cloud.scheduler()
+    spec = build(sched.plugins, {"hw:numa_nodes": "1",
+                                 "hw:pci_numa_affinity_policy": "required"},
+                 vcpus=2, memory_mb=2048,
+                 ports=[{"vnic_type": "direct", "physnet": "physnet1",
+                         "min_kbps_egress": 1000}])
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == near.name, result.reasons
+    written = cloud.allocations(consumer)
+    assert written == expected_allocation(result.decision)
+    [vf] = result.decision.assignments["sriov"].vfs
+    assert written[vf.provider_uuid] == {"SRIOV_NET_VF": 1,
+                                         "NET_BW_EGR_KILOBIT_PER_SEC": 1000}
+    assert {r.plugin for r in result.verdicts[far.name]} == {"sriov"}
+    assert cloud.usage(near) == written
+
+
+def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
+    # The guest's two nodes need cells 0 and 1 of the 3-cell hosts (cell 2
+    # is too small); the vGPU must sit under one of them.
+    cells = [cell(4, 4096), cell(4, 4096), cell(1, 512)]
+    under_guest = cloud.add_host("gpu-cell1", cells, gpus=((1, "nvidia-35", 4),))
+    elsewhere = cloud.add_host("gpu-cell2", cells, gpus=((2, "nvidia-35", 4),))
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"hw:numa_nodes": "2", "resources:VGPU": "1",
+                           "hw:pci_numa_affinity_policy": "required"}, 4, 4096)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == under_guest.name, result.reasons
+    assert {r.plugin for r in result.verdicts[elsewhere.name]} == {"vgpu"}
+    [device] = result.decision.assignments["vgpu"].devices
+    assert cloud.allocations(consumer)[device.provider_uuid] == {"VGPU": 1}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+
+
+def test_shared_storage_disk_goes_to_the_sharing_provider(cloud):
+    agg = str(uuid.uuid4())
+    shared = cloud.sharing_provider(agg, 500)
+    host = cloud.add_host("shared-disk", [cell(4, 4096)], disk_aggregate=agg)
+    local = cloud.add_host("local-disk", [cell(4, 4096)])
+    sched = cloud.scheduler(disk_aggregate=agg)
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        result = sched.schedule(spec_of(sched, {}, 2, 1024, root_gb=20), consumer,
+                                "project", "user")
+    assert result.placed and result.host == host.name, result.reasons
+    assert result.decision.mappings["_DISK"] == (shared,)
+    written = cloud.allocations(consumer)
+    assert written[shared] == {"DISK_GB": 20}
+    assert sum(res.get("VCPU", 0) for res in written.values()) == 2
+    assert {r.plugin for r in result.verdicts[local.name]} == {"disk"}
+
+
+def test_no_host_fits_reasons_per_host_and_plugin(cloud):
+    small = cloud.add_host("small", [cell(4, 4096)] * 2, dedicated="0-7")
+    four = cloud.add_host("four", [cell(4, 4096)] * 4, dedicated="0-15")
+    sched = cloud.scheduler()
+    # 8 nodes of 1 CPU: every cell has room (Placement), no host has 8 cells.
+    result = sched.schedule(spec_of(sched, *pinned(8, 8, 8192)), new_consumer(),
+                            "project", "user")
+    assert not result.placed and result.attempts == ()
+    assert result.candidates == 2 and result.fitting == 0
+    by_host = {h.host: h.reasons for h in result.reasons}
+    assert set(by_host) == {small.name, four.name}
+    assert [r.plugin for r in by_host[four.name]] == ["numa"]
+    assert "8 NUMA nodes, the host only 4" in by_host[four.name][0].reason
+    # 2 nodes of 8 CPUs: no cell has 8 CPUs: Placement excludes both hosts,
+    # and says which group of which plugin found no room.
+    result = sched.schedule(spec_of(sched, *pinned(2, 16, 4096)), new_consumer(),
+                            "project", "user")
+    assert not result.placed and result.candidates == 0
+    for host in (small.name, four.name):
+        reasons = result.verdicts[host]
+        assert {r.plugin for r in reasons} == {"numa"}
+        assert any("_NUMA0" in r.reason and "PCPU:8" in r.reason for r in reasons)
+    assert len(result.reasons) == 2
+
+
+def test_disabled_and_trait_less_hosts_are_excluded_with_the_reason(cloud):
+    disabled = cloud.add_host("disabled", [cell(4, 4096)])
+    plain = cloud.add_host("plain", [cell(4, 4096)])
+    avx = cloud.add_host("avx", [cell(4, 4096)])
+    cloud.set_root_traits(disabled, "COMPUTE_STATUS_DISABLED", "HW_CPU_X86_AVX2")
+    cloud.set_root_traits(avx, "HW_CPU_X86_AVX2")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {"trait:HW_CPU_X86_AVX2": "required"}, 2, 1024)
+    with StandInAgent(cloud):
+        result = sched.schedule(spec, new_consumer(), "p", "u")
+    assert result.placed and result.host == avx.name and result.candidates == 1
+    [why] = result.verdicts[disabled.name]
+    assert (why.plugin, why.reason) == (
+        "placement", "Placement: the host is disabled (COMPUTE_STATUS_DISABLED)")
+    [why] = result.verdicts[plain.name]
+    assert "HW_CPU_X86_AVX2" in why.reason and why.plugin == "placement"
+
+
+class FirstPutRaces:
+    """The real Placement client, except that another scheduler runs just
+    before this one's first ``PUT /allocations``: the race between reading
+    which providers have room and writing the allocation, made
+    deterministic."""
+
+    def __init__(self, client, before_first_put):
+        self._client = client
+        self._before = before_first_put
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def put(self, path, body=None, **kw):
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._client.put(path, body, **kw)
+
+
+def test_placement_conflict_moves_to_the_next_host(cloud):
+    a = cloud.add_host("aa", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("bb", [cell(4, 4096)], dedicated="0-3")
+    one_slot = pinned(1, 4, 2048)
+    first = cloud.scheduler()
+    results = {}
+
+    def first_places():
+        results["first"] = first.schedule(spec_of(first, *one_slot),
+                                          new_consumer(), "p", "u")
+
+    second = cloud.scheduler()
+    second.placement = FirstPutRaces(second.placement, first_places)
+    with StandInAgent(cloud):
+        results["second"] = second.schedule(spec_of(second, *one_slot),
+                                            new_consumer(), "p", "u")
+        results["third"] = second.schedule(spec_of(second, *one_slot),
+                                           new_consumer(), "p", "u")
+    assert results["first"].host == a.name
+    # Both saw room on aa (spread: a tie, by name); Placement refused the
+    # second allocation there atomically, and the next host took it.
+    assert [(t.host, t.outcome) for t in results["second"].attempts] == [
+        (a.name, "conflict"), (b.name, "claimed")]
+    assert "409" in results["second"].attempts[0].reasons[0].reason
+    third = results["third"]
+    assert not third.placed and third.candidates == 0
+    assert {h.host for h in third.reasons} == {a.name, b.name}
+    for host in (a, b):
+        assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 2048}]
+
+
+def test_concurrent_schedulers_one_slot_exactly_one_places(cloud):
+    host = cloud.add_host("one", [cell(4, 4096)], dedicated="0-3")
+    results = []
+    with StandInAgent(cloud):
+        def run():
+            sched = cloud.scheduler()
+            results.append(sched.schedule(spec_of(sched, *pinned(1, 4, 1024)),
+                                          new_consumer(), "p", "u"))
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert sorted(r.placed for r in results) == [False, False, False, True]
+    assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 1024}]
+
+
+def test_twenty_concurrent_schedulers_room_for_five(cloud):
+    host = cloud.add_host("five", [cell(10, 10240)], dedicated="0-9")
+    results = []
+    with StandInAgent(cloud):
+        def run():
+            sched = cloud.scheduler(max_attempts=5)
+            results.append(sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                          new_consumer(), "p", "u"))
+        threads = [threading.Thread(target=run) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    placed = [r for r in results if r.placed]
+    assert len(results) == 20 and len(placed) == 5
+    cpus = [cpu for r in placed for c in r.decision.assignments["numa"].cells
+            for cpu in c.pinning.values()]
+    assert sorted(cpus) == list(range(10))  # no CPU given twice
+    claimed = host.assignments["numa"]  # what the stand-in agent holds
+    assert len(claimed) == 5
+    usage = cloud.usage(host)
+    assert list(usage.values()) == [{"PCPU": 10, "MEMORY_MB": 5120}]
+    total: dict = {}
+    for r in placed:
+        for rp, res in expected_allocation(r.decision).items():
+            for rc, n in res.items():
+                total.setdefault(rp, {}).setdefault(rc, 0)
+                total[rp][rc] += n
+    assert total == usage
+    for r in results:
+        if not r.placed:
+            assert r.reasons and cloud.store.active_decision(r.consumer) is None
+
+
+def test_rejected_decision_frees_the_allocation_and_tries_the_next_host(cloud):
+    a = cloud.add_host("aa", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    b = cloud.add_host("bb", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(2, 8, 4096))
+    # Another claim landed on host aa after it published: its live state
+    # has every CPU pinned, the store (and Placement) do not show it yet.
+    plugin = a.manager.plugins["numa"]
+    state = decode_state(plugin, a.states()["numa"])
+    taken = fit_all({"numa": plugin}, {"numa": state}, spec).assignments["numa"]
+    a.assignments["numa"] = [taken]
+    consumer = new_consumer()
+    with StandInAgent(cloud) as agent:
+        result = sched.schedule(spec, consumer, "project", "user")
+    assert result.placed and result.host == b.name
+    assert [(t.host, t.outcome) for t in result.attempts] == [
+        (a.name, "rejected"), (b.name, "claimed")]
+    assert {r.plugin for r in result.attempts[0].reasons} == {"numa"}
+    assert (a.name, consumer, "rejected") in agent.answered
+    assert cloud.usage(a) == {}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert set(cloud.allocations(consumer)) <= set(b.providers)
+
+
+def test_no_agent_is_a_timeout_naming_the_host(cloud):
+    host = cloud.add_host("silent", [cell(4, 4096)])
+    sched = cloud.scheduler(max_attempts=1)
+    consumer = new_consumer()
+    result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u",
+                            timeout=0.3)
+    assert not result.placed
+    assert [(t.host, t.outcome) for t in result.attempts] == [(host.name, "timeout")]
+    assert host.name in result.reasons[0].reasons[0].reason
+    assert cloud.usage(host) == {}
+    assert cloud.store.active_decision(consumer) is None
+
+
+@pytest.fixture(scope="module")
+def placement_url(placement):
+    server = placement.emb.make_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.url
+
+
+def write_json(path, doc):
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
+                                                         tmp_path, capsys):
+    host = cloud.add_host("cli", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    config = tmp_path / "compute-plugins.conf"
+    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    fits = write_json(tmp_path / "fits.json", {
+        "name": "pinned", "vcpus": 2, "memory_mb": 2048, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
+    too_big = write_json(tmp_path / "big.json", {
+        "name": "big", "vcpus": 16, "memory_mb": 2048,
+        "extra_specs": {"hw:cpu_policy": "dedicated"}})
+    common = ["--config-file", str(config), "--placement-url", placement_url]
+    consumer = new_consumer()
+    with StandInAgent(cloud):
+        code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer,
+                                   "--format", "json", "--timeout", "10"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0
+        [instance] = out["instances"]
+        assert out["reasons"] == []
+        assert set(instance) == {"consumer", "host", "nodename", "allocations",
+                                 "assignments"}
+        assert (instance["consumer"], instance["host"]) == (consumer, host.name)
+        assert instance["allocations"] == cloud.allocations(consumer)
+        assert sorted(instance["assignments"]) == ["numa"]
+
+        code = main.main(common + ["schedule", "--flavor", fits, "--timeout", "10"])
+        text = capsys.readouterr().out
+        assert code == 0 and "host %s" % host.name in text and "numa:" in text
+
+        code = main.main(common + ["schedule", "--flavor", fits, "--count", "2",
+                                   "--format", "json"])
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and len(out["instances"]) == 2
+        assert len({i["consumer"] for i in out["instances"]}) == 2
+
+        code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
+        captured = capsys.readouterr()
+        assert code == 1
+        assert "not placed" in captured.out
+        assert "host %s:" % host.name in captured.out and "numa: " in captured.out
+
+    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
+    assert code == 2
+    assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
+    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer])
+    assert code == 2
+    assert "consumer %s already has a decision on host %s (claimed)" % (
+        consumer, host.name) in capsys.readouterr().err
+
+
+def test_weighers_spread_by_default_and_pack_when_configured(cloud):
+    busy = cloud.add_host("busy", [cell(4, 4096)], dedicated="0-3")
+    idle = cloud.add_host("idle", [cell(4, 4096)], dedicated="0-3")
+    one_cpu = pinned(1, 1, 512)
+    with StandInAgent(cloud):
+        sched = cloud.scheduler()
+        first = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+        packing = cloud.scheduler(default_weigher_multiplier=1.0)
+        packed = packing.schedule(spec_of(packing, *one_cpu), new_consumer(), "p", "u")
+        spread = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+    assert first.host == busy.name  # a tie: by name
+    assert packed.host == busy.name  # the fuller host
+    assert spread.host == idle.name  # the emptier host
