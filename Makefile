@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test bench genconfig pep8 bootstrap
 
 run: $(STAMP)
-	$(VENV)/bin/compute-plugins inventory --libvirt-uri test:///default
+	$(VENV)/bin/compute-plugins demo
 
 test: $(STAMP)
 	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q tests
