@@ -184,18 +184,35 @@ def _request(request: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _table(usage: Mapping[str, Any]) -> list[str]:
-    rows = [("provider", "resource class", "used", "of")]
+def _table(report: Mapping[str, Any]) -> list[str]:
+    """Per host (its whole tree) and the shared storage: used/offered of
+    every resource class."""
+    usage = report["usage"]
+    owners = [h["name"] for h in report["hosts"]] + [SHARED]
+    classes: list[str] = []
+    sums: dict[tuple[str, str], list[int]] = {}
     for name, doc in usage.items():
+        owner = SHARED if name == SHARED else doc["host"]
         for rc, inv in doc["inventories"].items():
-            used = doc["usages"].get(rc, 0)
-            if used:
-                rows.append((name, _rc(rc), str(used), str(inv["total"] - inv["reserved"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+            if rc not in classes:
+                classes.append(rc)
+            used_offered = sums.setdefault((owner, rc), [0, 0])
+            used_offered[0] += doc["usages"].get(rc, 0)
+            used_offered[1] += inv["total"] - inv["reserved"]
+    order = ["PCPU", "VCPU", "MEMORY_MB", "CUSTOM_MEMORY_PAGE_2048KB",
+             "CUSTOM_MEMORY_PAGE_1048576KB", "DISK_GB", "VGPU", "SRIOV_NET_VF",
+             "NET_BW_EGR_KILOBIT_PER_SEC", "NET_BW_IGR_KILOBIT_PER_SEC"]
+    classes.sort(key=lambda rc: (order.index(rc) if rc in order else len(order), rc))
+    rows = [["host"] + [_rc(rc) for rc in classes]]
+    for owner in owners:
+        rows.append([owner] + ["%d/%d" % tuple(sums[(owner, rc)])
+                               if (owner, rc) in sums else "-" for rc in classes])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = []
     for index, row in enumerate(rows):
-        out.append("  %-*s  %-*s  %*s  %*s" % (widths[0], row[0], widths[1], row[1],
-                                               widths[2], row[2], widths[3], row[3]))
+        out.append("  " + "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+            for i, cell in enumerate(row)).rstrip())
         if index == 0:
             out.append("  " + "  ".join("-" * w for w in widths))
     return out
@@ -222,7 +239,8 @@ def text(report: Mapping[str, Any]) -> str:
     for host in report["hosts"]:
         out += tree(usage, host["name"], usage=True)
     out += tree(usage, SHARED, usage=True) + [""]
-    out += _table(usage) + [""]
+    out.append("Summary (used/offered over each host's tree):")
+    out += _table(report) + [""]
     out.append("Placement calls per step:")
     for host in report["hosts"]:
         out.append("  first periodic of %-15s %3d" % (host["name"], host["placement_calls"]))
