@@ -76,19 +76,8 @@ def test_the_json_has_the_documented_keys(first):
     assert {h["name"] for h in first["hosts"]} == HOSTS
 
 
-#: Requests that do not land where they must, and why: a bug each.
-KNOWN_BUGS = {
-    "large-disk": "the disk plugin asks DISK_GB on shared storage only when the "
-    "scheduler's own [disk] shared_storage_aggregate is set, so a cloud with "
-    "local-disk and shared-storage hosts never places DISK_GB on the sharing "
-    "provider (the scheduler leaves demo-shared-01 out for DISK_GB)",
-}
-
-
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_each_request_lands_where_it_only_can(first, name, request):
-    if name in KNOWN_BUGS:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[name]))
+def test_each_request_lands_where_it_only_can(first, name):
     entry = by_name(first)[name]
     expected = EXPECTED[name]
     if expected is None:
