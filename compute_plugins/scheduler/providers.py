@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
@@ -47,6 +48,7 @@ from typing import Any, Optional
 import os_traits
 
 from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import KIND_FLOATING, KIND_ROOT, RequestGroup
 from compute_plugins.request.types import FrozenMap
@@ -224,8 +226,7 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
         shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
     for shape in ordered:
         if shape not in shapes:
-            answer = client.get(shape.path())
-            shapes[shape] = list(answer.get("resource_providers", ()))
+            shapes[shape] = _providers(client, shape)
     uuids: set[str] = set()
     for providers in shapes.values():
         for rp in providers:
@@ -296,6 +297,33 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
         hosts=tuple(candidates), room=final, excluded=excluded,
         queries=tuple(s.short() for s in shapes) + tuple(extra_queries),
         calls=len(shapes) + len(extra_queries))
+
+
+_UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ([A-Za-z0-9_, ]+)")
+
+
+def _providers(client: Any, shape: Shape) -> list[dict[str, Any]]:
+    """Placement's providers matching ``shape``.
+
+    A trait Placement has never heard of is a 400 there ("No such
+    trait(s)"), not an empty answer: no provider has it, so a shape that
+    requires it matches none, and forbidding it excludes none (the shape
+    is asked again without it).
+    """
+    while True:
+        try:
+            answer = client.get(shape.path())
+        except pexc.PlacementHTTPError as err:
+            found = _UNKNOWN_TRAITS.search(err.detail or "") if err.status == 400 else None
+            unknown = ({t.strip() for t in found.group(1).split(",") if t.strip()}
+                       if found else set())
+            if not unknown or not unknown <= shape.required | shape.forbidden:
+                raise
+            if unknown & shape.required:
+                return []
+            shape = dataclasses.replace(shape, forbidden=shape.forbidden - unknown)
+            continue
+        return list(answer.get("resource_providers", ()))
 
 
 def _sharing_hosts(client: Any, store: HostStateStore,

@@ -463,3 +463,21 @@ def test_weighers_spread_by_default_and_pack_when_configured(cloud):
     assert first.host == busy.name  # a tie: by name
     assert packed.host == busy.name  # the fuller host
     assert spread.host == idle.name  # the emptier host
+
+
+def test_a_trait_placement_never_heard_of_is_no_room_not_an_error(cloud):
+    """Placement answers 400 "No such trait(s)" for a trait it does not
+    know: requiring one means no host has it; forbidding one excludes
+    nobody."""
+    host = cloud.add_host("plain", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    required = sched.schedule(spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_A": "required"},
+                                      1, 512), new_consumer(), "project", "user")
+    assert not required.placed and required.candidates == 0
+    assert any("CUSTOM_NEVER_SEEN_A" in r.reason
+               for r in required.verdicts[host.name]), required.verdicts[host.name]
+    with StandInAgent(cloud):
+        forbidden = sched.schedule(
+            spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_B": "forbidden"}, 1, 512),
+            new_consumer(), "project", "user")
+    assert forbidden.placed, forbidden.reasons
