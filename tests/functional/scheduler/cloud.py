@@ -71,6 +71,26 @@ def expected_allocation(decision: Any) -> dict[str, dict[str, int]]:
     return total
 
 
+class FirstPutRaces:
+    """The real Placement client, except that another scheduler runs just
+    before this one's first ``PUT /allocations``: the race between reading
+    which providers have room and writing the allocation, made
+    deterministic."""
+
+    def __init__(self, client: Any, before_first_put: Any) -> None:
+        self._client = client
+        self._before = before_first_put
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._client.put(path, body, **kw)
+
+
 class Host:
     """One compute host and its running agent."""
 

@@ -14,7 +14,7 @@ import pytest
 from compute_plugins.cmd import main
 from compute_plugins.placement import embedded
 from tests.functional.request.hosts import Placement, cell
-from tests.functional.scheduler.cloud import Cloud, expected_allocation
+from tests.functional.scheduler.cloud import Cloud, FirstPutRaces, expected_allocation
 from tests.unit.request.conftest import build
 
 
@@ -199,26 +199,6 @@ def test_disabled_and_trait_less_hosts_are_excluded_with_the_reason(cloud):
         "placement", "Placement: the host is disabled (COMPUTE_STATUS_DISABLED)")
     [why] = result.verdicts[plain.name]
     assert "HW_CPU_X86_AVX2" in why.reason and why.plugin == "placement"
-
-
-class FirstPutRaces:
-    """The real Placement client, except that another scheduler runs just
-    before this one's first ``PUT /allocations``: the race between reading
-    which providers have room and writing the allocation, made
-    deterministic."""
-
-    def __init__(self, client, before_first_put):
-        self._client = client
-        self._before = before_first_put
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
-
-    def put(self, path, body=None, **kw):
-        before, self._before = self._before, None
-        if before is not None:
-            before()
-        return self._client.put(path, body, **kw)
 
 
 def test_placement_conflict_moves_to_the_next_host(cloud):
