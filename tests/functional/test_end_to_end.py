@@ -18,6 +18,8 @@ import uuid
 
 import pytest
 
+from compute_plugins.compute.agent import ComputeAgent
+from compute_plugins.compute.claims import RECORDED_EARLIER
 from compute_plugins.fit import decode_state
 from compute_plugins.hoststate.store import DecisionStatus
 from compute_plugins.placement import embedded
@@ -158,6 +160,60 @@ def test_restarted_agent_keeps_its_claims(cloud):
     assert second.placed
     assert pinned_cpus(second.decision) == {2, 3}  # not 0-1: still claimed
     assert not schedule(sched).placed
+    consistent(cloud)
+
+
+class AgentKilled(BaseException):
+    """The agent's process dies (nothing of the agent catches it)."""
+
+
+class DiesBeforeAnswering:
+    """The agent's host-state store, except that the agent dies when it
+    answers a claim: after the claim is in its ledger and its state
+    published, before the scheduler hears ``claimed``."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def mark_claimed(self, decision_id):
+        raise AgentKilled(decision_id)
+
+
+def test_agent_killed_mid_claim_answers_it_from_its_ledger_after_restart(cloud):
+    host = cloud.add_host("midclaim", [cell(4, 4096)], dedicated="0-3", start=False)
+    host.agent = ComputeAgent.from_config(host.conf, cloud.placement.emb.client(),
+                                          DiesBeforeAnswering(cloud.store),
+                                          host.discover)
+    assert host.agent.run_once().ok
+    sched = cloud.scheduler()
+    who, results = consumer(), []
+    waiting = threading.Thread(target=lambda: results.append(
+        sched.schedule(build(sched.plugins, TWO_PINNED[0], vcpus=2, memory_mb=1024),
+                       who, "p", "u", timeout=60)))
+    waiting.start()
+    for _ in range(600):
+        if cloud.store.active_decision(who) is not None:
+            break
+        threading.Event().wait(0.01)
+    with pytest.raises(AgentKilled):
+        host.agent.poll()
+    assert cloud.store.active_decision(who).status == DecisionStatus.PENDING
+    restarted = cloud.restart(host)  # its ledger, read from disk
+    waiting.join(60)
+    [claim] = restarted.claims
+    assert (claim.consumer, claim.claimed, claim.note) == (who, True, RECORDED_EARLIER)
+    [result] = results
+    assert result.placed and [(a.host, a.outcome) for a in result.attempts] == [
+        (host.name, "claimed")]
+    assert list(host.agent.ledger.entries()) == [who]
+    assert published_pinned(cloud, host) == pinned_cpus(result.decision)
+    consistent(cloud)
+    # executed once: the next guest gets the other CPUs
+    second = schedule(sched)
+    assert pinned_cpus(second.decision) == {0, 1, 2, 3} - pinned_cpus(result.decision)
     consistent(cloud)
 
 
