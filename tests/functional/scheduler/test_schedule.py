@@ -142,21 +142,31 @@ def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
 
 
-def test_shared_storage_disk_goes_to_the_sharing_provider(cloud):
-    agg = str(uuid.uuid4())
+def test_shared_storage_disk_goes_to_the_sharing_provider_of_its_aggregate(cloud):
+    """Hosts on local disk and on two shared storages in one cloud: the
+    scheduler's configuration says nothing of it (nova's query, DISK_GB in
+    the unsuffixed group); a sharing provider counts only for the hosts in
+    its aggregate."""
+    agg, small_agg = str(uuid.uuid4()), str(uuid.uuid4())
     shared = cloud.sharing_provider(agg, 500)
+    small = cloud.sharing_provider(small_agg, 5)
     host = cloud.add_host("shared-disk", [cell(4, 4096)], disk_aggregate=agg)
-    local = cloud.add_host("local-disk", [cell(4, 4096)])
-    sched = cloud.scheduler(disk_aggregate=agg)
+    on_small = cloud.add_host("small-shared-disk", [cell(4, 4096)],
+                              disk_aggregate=small_agg)
+    local = cloud.add_host("local-disk", [cell(4, 4096)], disk_gb=10)
+    sched = cloud.scheduler()
     consumer = new_consumer()
     result = sched.schedule(spec_of(sched, {}, 2, 1024, root_gb=20), consumer,
                             "project", "user")
     assert result.placed and result.host == host.name, result.reasons
-    assert result.decision.mappings["_DISK"] == (shared,)
+    assert shared in result.decision.mappings[""]
+    assert small not in result.decision.allocations
     written = cloud.allocations(consumer)
     assert written[shared] == {"DISK_GB": 20}
     assert sum(res.get("VCPU", 0) for res in written.values()) == 2
-    assert {r.plugin for r in result.verdicts[local.name]} == {"disk"}
+    for other in (local.name, on_small.name):
+        assert any("DISK_GB" in r.reason and "sharing provider" in r.reason
+                   for r in result.verdicts[other]), result.verdicts[other]
 
 
 def test_no_host_fits_reasons_per_host_and_plugin(cloud):
@@ -402,3 +412,21 @@ def test_weighers_spread_by_default_and_pack_when_configured(cloud):
     assert first.host == busy.name  # a tie: by name
     assert packed.host == busy.name  # the fuller host
     assert spread.host == idle.name  # the emptier host
+
+
+def test_a_trait_placement_never_heard_of_is_no_room_not_an_error(cloud):
+    """Placement answers 400 "No such trait(s)" for a trait it does not
+    know: requiring one means no host has it; forbidding one excludes
+    nobody."""
+    host = cloud.add_host("plain", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    required = sched.schedule(spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_A": "required"},
+                                      1, 512), new_consumer(), "project", "user")
+    assert not required.placed and required.candidates == 0
+    assert any("CUSTOM_NEVER_SEEN_A" in r.reason
+               for r in required.verdicts[host.name]), required.verdicts[host.name]
+    with StandInAgent(cloud):
+        forbidden = sched.schedule(
+            spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_B": "forbidden"}, 1, 512),
+            new_consumer(), "project", "user")
+    assert forbidden.placed, forbidden.reasons
