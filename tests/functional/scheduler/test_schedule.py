@@ -425,8 +425,7 @@ def test_a_trait_placement_never_heard_of_is_no_room_not_an_error(cloud):
     assert not required.placed and required.candidates == 0
     assert any("CUSTOM_NEVER_SEEN_A" in r.reason
                for r in required.verdicts[host.name]), required.verdicts[host.name]
-    with StandInAgent(cloud):
-        forbidden = sched.schedule(
-            spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_B": "forbidden"}, 1, 512),
-            new_consumer(), "project", "user")
+    forbidden = sched.schedule(
+        spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_B": "forbidden"}, 1, 512),
+        new_consumer(), "project", "user")
     assert forbidden.placed, forbidden.reasons
