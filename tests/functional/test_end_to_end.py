@@ -69,6 +69,7 @@ def published_pinned(cloud: Cloud, host: Host) -> set[int]:
     """The CPUs the host's last PUBLISHED numa state (what every scheduler
     reads) says are pinned."""
     snapshot = cloud.store.get_host(host.name)
+    assert snapshot is not None, "the agent never published"
     state = decode_state(host.manager.plugins["numa"], snapshot.states["numa"])
     return {cpu for c in state.cells for cpu in c.pinned}
 

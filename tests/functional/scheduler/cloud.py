@@ -193,7 +193,7 @@ class Cloud:
         agent = ComputeAgent.from_config(conf, self.placement.emb.client(),
                                          self.store, lambda: info)
         result = agent.run_once()
-        assert result.ok, (result.error, result.periodic.error)
+        assert result.ok, result.to_dict()
         assert result.store_writes == 1  # the state, published
         tree = agent.client.provider_tree()
         providers = {u: tree.data(u).name for u in tree.get_provider_uuids_in_tree(name)}
