@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test bench genconfig pep8 bootstrap
 
 run: $(STAMP)
-	$(VENV)/bin/compute-plugins inventory --libvirt-uri test:///default
+	$(VENV)/bin/compute-plugins demo
 
 test: $(STAMP)
 	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q tests
@@ -18,7 +18,7 @@ genconfig: $(STAMP)
 	$(VENV)/bin/oslo-config-generator --config-file etc/compute-plugins/compute-plugins-config-generator.conf
 
 pep8: $(STAMP)
-	$(VENV)/bin/ruff check compute_plugins resources tests bench
+	$(VENV)/bin/ruff check compute_plugins resources tests bench examples tools
 	$(VENV)/bin/mypy
 
 bootstrap: $(STAMP)

@@ -68,15 +68,17 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
     consumer = args.consumer
     timeout = conf.compute.release_timeout if args.timeout is None else args.timeout
+    wait = 0.0 if args.no_wait else timeout
     with HostStateStore.from_config(conf) as store:
         active = store.active_decision(consumer)
         if active is not None and active.status.value == "pending":
-            # NOTE: no agent claimed it: its allocation is freed here.
+            # NOTE: no agent claimed it: its allocation is freed here (and
+            # should the agent claim it meanwhile, its release is waited
+            # for as for any claimed decision).
             with connect.placement_client(conf, args.placement_url) as placement:
-                done = request_release(store, consumer, placement)
+                done = request_release(store, consumer, placement, timeout=wait)
         else:
-            done = request_release(store, consumer,
-                                   timeout=0.0 if args.no_wait else timeout)
+            done = request_release(store, consumer, timeout=wait)
     decision = done.decision
     if done.outcome == "unknown":
         return _say(args, done, "consumer %s: no decision was ever made for it"

@@ -15,7 +15,7 @@
    compare-and-swap conflict;
 4. executes the decisions addressed to the host (claims, then releases,
    :mod:`compute_plugins.compute.claims`) and publishes the state again
-   after each change.
+   after each change (a claim's before it is answered).
 
 Between periodics :meth:`ComputeAgent.run` polls the store for new
 decisions every ``[compute] claim_poll_interval`` seconds (two indexed
@@ -428,12 +428,15 @@ class ComputeAgent:
     def _execute(self, result: AgentResult) -> None:
         claims = self._claims_for_host()
         for decision in self.store.list_decisions(self.host, DecisionStatus.PENDING):
-            outcome = claims.claim(decision)
+            # NOTE: the new state is published before the claim is
+            # answered, so that the scheduler's next read shows it; and
+            # again after (a claim undone because the decision was
+            # withdrawn meanwhile; no write when nothing changed).
+            outcome = claims.claim(decision, before_answer=lambda: self._publish(result))
             result.claims.append(outcome)
             if outcome.note == "" or outcome.claimed:
                 result.store_writes += 1
-            if outcome.claimed:
-                self._publish(result)
+            self._publish(result)
         for decision in self.store.list_decisions(self.host, DecisionStatus.RELEASING):
             self._release(result, decision.consumer, decision)
 

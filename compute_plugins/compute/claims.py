@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from oslo_log import log as logging
@@ -232,9 +232,13 @@ class Claims:
                                     plugin=FRAMEWORK)], None
         return spec, [], xml
 
-    def claim(self, decision: HostDecision) -> ClaimResult:
+    def claim(self, decision: HostDecision,
+              before_answer: Optional[Callable[[], None]] = None) -> ClaimResult:
         """Execute one pending decision addressed to this host.
 
+        :param before_answer: called once the claim is in the ledger and
+            before it is answered (the agent publishes the new state there:
+            a scheduler that hears "claimed" reads a state that shows it).
         :returns: claimed (recorded in the ledger, then ``mark_claimed``)
             or rejected (``mark_rejected`` with every reason).
         :raises LedgerError: the ledger cannot be written (the decision
@@ -265,6 +269,8 @@ class Claims:
             return self._answer_rejected(decision, spec, reasons)
         assert spec is not None
         self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
+        if before_answer is not None:
+            before_answer()
         return self._answer_claimed(decision, spec, xml, "")
 
     def _answer_claimed(self, decision: HostDecision, spec: RequestSpec,

@@ -23,9 +23,13 @@ requirement, some provider of its tree has room (a necessary condition):
   classes from different ones); a guest without NUMA topology that may be
   split over ``split`` cells needs ``ceil(n / split)`` of each class on
   one provider;
-- a group with ``member_of`` may be served by a sharing provider outside
-  every host's tree (shared storage): such providers count for every host
-  (the plugin's ``fit`` checks the host's own aggregate).
+- the unsuffixed group, and a group with ``member_of``, may be served by a
+  sharing provider outside every host's tree (shared storage, trait
+  ``MISC_SHARES_VIA_AGGREGATE``), as Placement's allocation candidates
+  allow: such a provider counts for the hosts with a provider in one of
+  its aggregates. Found with one call for the sharing providers, one per
+  sharing provider with room (its aggregates) and one per such aggregate
+  (its members): a handful, whatever the number of hosts.
 
 Providers are mapped to hosts through the host-state store (the providers
 each agent published) or their root. ``GET /resource_providers`` is not
@@ -36,11 +40,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+import os_traits
+
 from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import KIND_FLOATING, KIND_ROOT, RequestGroup
 from compute_plugins.request.types import FrozenMap
@@ -142,7 +150,7 @@ def needs(groups: Sequence[RequestGroup]) -> tuple[Shape, tuple[Need, ...]]:
                 Shape(FrozenMap(choice)) for choice in group.choices), group.owner))
     for rc, amount in sorted(unsuffixed.items()):
         result.append(Need(("", rc), (Shape(FrozenMap({rc: amount})),),
-                           "+".join(sorted(owners[rc]))))
+                           "+".join(sorted(owners[rc])), shared_ok=True))
     for suffix, group in sorted(_merged(groups).items()):
         if not group.resources and not group.choices:
             continue
@@ -218,8 +226,7 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
         shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
     for shape in ordered:
         if shape not in shapes:
-            answer = client.get(shape.path())
-            shapes[shape] = list(answer.get("resource_providers", ()))
+            shapes[shape] = _providers(client, shape)
     uuids: set[str] = set()
     for providers in shapes.values():
         for rp in providers:
@@ -248,17 +255,24 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
             if bad is not None:
                 root_reasons.setdefault(bad, []).append(why)
     room: dict[str, dict[NeedKey, list[str]]] = {h: {} for h in known}
-    shared: dict[NeedKey, list[str]] = {}
+    unowned: dict[NeedKey, list[str]] = {}
     for need in wanted:
         for shape in need.shapes:
             for rp in shapes[shape]:
                 owner = host_of(rp)
                 if owner is None:
                     if need.shared_ok:
-                        shared.setdefault(need.key, []).append(rp["uuid"])
+                        unowned.setdefault(need.key, []).append(rp["uuid"])
                     continue
                 if owner in room:
                     room[owner].setdefault(need.key, []).append(rp["uuid"])
+    extra_queries: list[str] = []
+    sharing = _sharing_hosts(client, store, unowned, extra_queries)
+    for key, shared_uuids in unowned.items():
+        for uuid in shared_uuids:
+            for owner in sharing.get(uuid, ()):
+                if owner in room:
+                    room[owner].setdefault(key, []).append(uuid)
     candidates: list[str] = []
     excluded: dict[str, tuple[Rejection, ...]] = {}
     for host in known:
@@ -266,18 +280,91 @@ def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
         for why in root_reasons.get(host, ()):
             reasons.append(Rejection("Placement: %s" % why, plugin=PLACEMENT))
         for need in wanted:
-            if not room[host].get(need.key) and not shared.get(need.key):
+            if not room[host].get(need.key):
                 reasons.append(Rejection(
-                    "Placement: no provider of this host has room for %s"
-                    % need.describe(), plugin=_owner_plugin(need.owner)))
+                    "Placement: no provider of this host%s has room for %s"
+                    % (" (nor a sharing provider in its aggregates)"
+                       if need.shared_ok else "", need.describe()),
+                    plugin=_owner_plugin(need.owner)))
         if reasons:
             excluded[host] = tuple(reasons)
         else:
             candidates.append(host)
-    final = {host: {key: tuple(dict.fromkeys(room[host].get(key, [])
-                                              + shared.get(key, [])))
+    final = {host: {key: tuple(dict.fromkeys(room[host].get(key, [])))
                     for key in {n.key for n in wanted}}
              for host in candidates}
     return ProviderCandidates(
         hosts=tuple(candidates), room=final, excluded=excluded,
-        queries=tuple(s.short() for s in shapes), calls=len(shapes))
+        queries=tuple(s.short() for s in shapes) + tuple(extra_queries),
+        calls=len(shapes) + len(extra_queries))
+
+
+_UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ([A-Za-z0-9_, ]+)")
+
+
+def _providers(client: Any, shape: Shape) -> list[dict[str, Any]]:
+    """Placement's providers matching ``shape``.
+
+    A trait Placement has never heard of is a 400 there ("No such
+    trait(s)"), not an empty answer: no provider has it, so a shape that
+    requires it matches none, and forbidding it excludes none (the shape
+    is asked again without it).
+    """
+    while True:
+        try:
+            answer = client.get(shape.path())
+        except pexc.PlacementHTTPError as err:
+            found = _UNKNOWN_TRAITS.search(err.detail or "") if err.status == 400 else None
+            unknown = ({t.strip() for t in found.group(1).split(",") if t.strip()}
+                       if found else set())
+            if not unknown or not unknown <= shape.required | shape.forbidden:
+                raise
+            if unknown & shape.required:
+                return []
+            shape = dataclasses.replace(shape, forbidden=shape.forbidden - unknown)
+            continue
+        return list(answer.get("resource_providers", ()))
+
+
+def _sharing_hosts(client: Any, store: HostStateStore,
+                   unowned: Mapping[NeedKey, Sequence[str]],
+                   queries: list[str]) -> dict[str, set[str]]:
+    """Sharing provider uuid -> the hosts it shares with (module doc).
+
+    Of the providers outside every host's tree that have room, only those
+    with ``MISC_SHARES_VIA_AGGREGATE`` share; each shares with the hosts
+    that have a provider in one of its aggregates. Every call made is
+    appended to ``queries``.
+    """
+    candidates = sorted({uuid for uuids in unowned.values() for uuid in uuids})
+    if not candidates:
+        return {}
+
+    def get(path: str) -> Any:
+        queries.append("GET " + urllib.parse.unquote(path))
+        return client.get(path)
+
+    flagged = get("/resource_providers?" + urllib.parse.urlencode(
+        [("required", os_traits.MISC_SHARES_VIA_AGGREGATE)]))
+    sharing = {rp["uuid"] for rp in flagged.get("resource_providers", ())}
+    aggregates = {uuid: set(get("/resource_providers/%s/aggregates" % uuid)
+                            .get("aggregates", ()))
+                  for uuid in candidates if uuid in sharing}
+    members: dict[str, list[Mapping[str, Any]]] = {}
+    for agg in sorted(set().union(*aggregates.values()) if aggregates else ()):
+        answer = get("/resource_providers?" + urllib.parse.urlencode(
+            [("member_of", agg)]))
+        members[agg] = list(answer.get("resource_providers", ()))
+    uuids = sorted({uuid for rps in members.values() for rp in rps
+                    for uuid in (rp["uuid"], rp.get("root_provider_uuid") or "")
+                    if uuid})
+    owner_of = store.hosts_for_providers(uuids) if uuids else {}
+    result: dict[str, set[str]] = {}
+    for uuid, aggs in aggregates.items():
+        for agg in aggs:
+            for rp in members[agg]:
+                host = (owner_of.get(rp["uuid"])
+                        or owner_of.get(rp.get("root_provider_uuid") or ""))
+                if host is not None:
+                    result.setdefault(uuid, set()).add(host)
+    return result

@@ -39,6 +39,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
+from compute_plugins.compute.release import ReleaseOutcome, request_release
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
 from compute_plugins.placement import exception as pexc
@@ -410,20 +411,17 @@ class Scheduler:
             placement_calls=FrozenMap(sorted(calls.items())),
             timings=FrozenMap(timings))
 
-    def release(self, consumer: str) -> Optional[str]:
-        """Ask for ``consumer`` to be freed; returns the decision's status now.
-
-        A claimed decision becomes ``releasing``: the host's agent frees its
-        ledger entry, its state and the Placement allocation, and marks it
-        released. A pending one (never claimed) is released here and its
-        allocation deleted. None: the consumer has no decision in force.
+    def release(self, consumer: str, timeout: float = 0.0) -> ReleaseOutcome:
+        """Free ``consumer``, as ``compute-plugins release`` does
+        (:func:`compute_plugins.compute.release.request_release`, the one
+        implementation): a pending decision (never claimed) is released at
+        once and its allocation deleted here; a claimed one becomes
+        ``releasing`` and its host's agent frees its ledger entry, its state
+        and the Placement allocation, waited for up to ``timeout`` seconds
+        (0: return once requested).
         """
-        decision = self.store.request_release(consumer)
-        if decision is None:
-            return None
-        if decision.status == DecisionStatus.RELEASED:
-            self._free(consumer, {})
-        return decision.status.value
+        return request_release(self.store, consumer, self.placement,
+                               timeout=timeout, poll_interval=self.poll_interval)
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int]) -> Attempt:

@@ -80,13 +80,12 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
 
     def parse_request(self, request_input: Any) -> Optional[disk_request.DiskRequest]:
         """``root_gb + ephemeral_gb + swap`` (or ``resources:DISK_GB``)."""
-        return disk_request.parse(
-            request_input, self.conf[self.name].shared_storage_aggregate)
+        return disk_request.parse(request_input)
 
     def request_groups(
         self, plugin_request: disk_request.DiskRequest
     ) -> list[RequestGroup]:
-        """``DISK_GB`` in the unsuffixed group, or ``_DISK`` for shared storage."""
+        """``DISK_GB`` in the unsuffixed group (the root or a sharing provider)."""
         return disk_request.request_groups(plugin_request)
 
     def host_state(self, view: DiskView, nodename: str,

@@ -3,9 +3,15 @@
 ``root_gb + ephemeral_gb + ceil(swap MiB / 1024)`` (nova's
 ``resources_from_flavor`` with ``convert_mb_to_ceil_gb``), unless the flavor
 overrides it with ``resources:DISK_GB`` (e.g. ``0`` for boot-from-volume).
-With ``[disk] shared_storage_aggregate`` set, ``DISK_GB`` is asked in its own
-``_DISK`` group restricted to that aggregate (``member_of``): the sharing
-provider serves it. Otherwise it is in the unsuffixed group (the root).
+``DISK_GB`` is asked in the unsuffixed group, as nova asks it: the compute
+root serves it (local disk) or a sharing provider in one of the root's
+aggregates (shared storage). Which of the two is the host's to say (its
+``[disk] shared_storage_aggregate``, in its host state), not the
+scheduler's configuration: one cloud has hosts of both kinds.
+
+Requests recorded by version 1.0 may name ``shared_aggregate``: they asked
+``DISK_GB`` in a ``_DISK`` group restricted to that aggregate, and are still
+read and verified that way.
 """
 
 from __future__ import annotations
@@ -66,8 +72,7 @@ def convert_mb_to_ceil_gb(mb_value: int) -> int:
     return int(math.ceil(mb_value / 1024.0)) if mb_value else 0
 
 
-def parse(ri: RequestInput, shared_aggregate: Optional[str] = None
-          ) -> Optional[DiskRequest]:
+def parse(ri: RequestInput) -> Optional[DiskRequest]:
     flavor = ri.flavor
     total = flavor.root_gb + flavor.ephemeral_gb + convert_mb_to_ceil_gb(flavor.swap)
     override = False
@@ -79,7 +84,7 @@ def parse(ri: RequestInput, shared_aggregate: Optional[str] = None
             total, override = value, True
     return DiskRequest(disk_gb=total, root_gb=flavor.root_gb,
                        ephemeral_gb=flavor.ephemeral_gb, swap_mb=flavor.swap,
-                       override=override, shared_aggregate=shared_aggregate)
+                       override=override)
 
 
 def request_groups(req: DiskRequest) -> list[RequestGroup]:

@@ -7,11 +7,13 @@
   reserved) * ratio`` and ``disk_gb <= total`` (``max_unit``). Checked offline
   and with an allocation alike: the allocation must name the root in the
   unsuffixed group, where the request asks ``DISK_GB``.
-- **Shared storage**: the host is in the sharing provider's aggregate and
-  the request asks ``DISK_GB`` in group ``_DISK``: the provider is the one
-  Placement allocated ``_DISK`` from. Its capacity is not the host's to
-  know: offline the host's membership of the request's aggregate is all
-  that is checked, and the assignment names no provider.
+- **Shared storage** (the host's ``[disk] shared_storage_aggregate``): the
+  root reports no ``DISK_GB``; a sharing provider in the host's aggregate
+  serves the unsuffixed group's ``DISK_GB``. Its capacity is not the host's
+  to know (Placement checks it when the allocation is written): the
+  assignment says ``shared`` and names no provider; the allocation records
+  which sharing provider serves it. A request recorded by version 1.0 with
+  ``shared_aggregate`` (group ``_DISK``) needs the host in that aggregate.
 
 A request of 0 GB (boot from volume) has nothing to decide (``fit`` returns
 None). ``fit`` builds the assignment and returns :func:`verify` of it.
@@ -118,6 +120,13 @@ def fit(state: DiskState, request: DiskRequest, placement: Placement,
             provider = mapped[0]
         assignment = DiskAssignment(provider_uuid=provider, shared=True,
                                     disk_gb=request.disk_gb)
+    elif state.shared_aggregate:
+        if placement is not None and not any(
+                rp != state.provider_uuid for rp in placement.get(LOCAL_GROUP, ())):
+            return Rejection("this host's disk is on shared storage aggregate %s; "
+                             "the allocation takes DISK_GB from no sharing provider"
+                             % state.shared_aggregate, state.provider_uuid)
+        assignment = DiskAssignment(shared=True, disk_gb=request.disk_gb)
     else:
         if placement is not None:
             mapped = tuple(placement.get(LOCAL_GROUP, ()))
@@ -150,8 +159,10 @@ def verify(state: DiskState, request: DiskRequest,
                                 else "local", request.shared_aggregate))
         return None
     if assignment.shared:
-        return Rejection("the assignment puts the disk on shared storage, the "
-                         "request asks local disk")
+        if not state.shared_aggregate:
+            return Rejection("the assignment puts the disk on shared storage; "
+                             "this host's disk is local", state.provider_uuid)
+        return None
     if assignment.provider_uuid != state.provider_uuid:
         return Rejection("the disk is assigned to provider %s, this host's root "
                          "is %s" % (assignment.provider_uuid, state.provider_uuid),

@@ -68,25 +68,36 @@ def host_info(name: str, cells: list[dict], pfs: tuple = (), gpus: tuple = (),
                     pci_devices=tuple(devices), disk=DiskInfo(disk_gb, disk_gb))
 
 
-def make_agent_manager(physnet: str = "physnet1", mdev_types: tuple = (),
-                       dedicated: Optional[str] = None) -> PluginManager:
-    """The plugins as a compute node configures them (no reserved memory)."""
+def agent_conf(physnet: str = "physnet1", mdev_types: tuple = (),
+               dedicated: Optional[str] = None,
+               state_dir: Optional[str] = None) -> cfg.ConfigOpts:
+    """A compute node's configuration (no reserved memory), every plugin's
+    options registered; ``state_dir``: its ``[compute_plugins] state_dir``
+    (contributions checkpoint, claims ledger)."""
     conf = cfg.ConfigOpts()
     conf_areas.register_all(conf)
     conf([], project="compute-plugins-tests", default_config_files=[],
          default_config_dirs=[])
-    manager = PluginManager(conf)
+    PluginManager(conf)  # NOTE: registers the plugins' option groups
     conf.set_override("reserved_host_memory_mb", 0, "compute")
     conf.set_override("cpu_allocation_ratio", 1.0, "compute")
     if dedicated:
         conf.set_override("cpu_dedicated_set", dedicated, "compute")
+    if state_dir:
+        conf.set_override("state_dir", state_dir, "compute_plugins")
     conf.set_override("physical_device_mappings",
                       ["%s:0000:5e:00.%d" % (physnet, i) for i in range(2)], "sriov")
     conf.set_override("bandwidth", ["0000:5e:00.%d:10000:10000" % i
                                     for i in range(2)], "sriov")
     conf.set_override("enabled_mdev_types", list(mdev_types), "vgpu")
     conf.set_override("alias", [json.dumps(a) for a in ALIASES], group="pci")
-    return manager
+    return conf
+
+
+def make_agent_manager(physnet: str = "physnet1", mdev_types: tuple = (),
+                       dedicated: Optional[str] = None) -> PluginManager:
+    """The plugins as a compute node configures them (:func:`agent_conf`)."""
+    return PluginManager(agent_conf(physnet, mdev_types, dedicated))
 
 
 class Placement:

@@ -207,9 +207,12 @@ def test_shared_storage_aggregate(placement):
                 "resource_provider_generation": gen["resource_provider_generation"],
                 "aggregates": [aggregate]})
         roots[root] = name
+    # NOTE: DISK_GB in the unsuffixed group, as nova asks it, whatever the
+    # scheduler's own [disk] option: each root in an aggregate with a
+    # sharing provider gets its DISK_GB from that provider.
     spec = build(make_manager(shared_aggregate=agg), {}, vcpus=2, memory_mb=2048,
                  root_gb=20)
-    assert placement.candidates(spec, roots) == {"in-aggregate"}
+    assert placement.candidates(spec, roots) == {"in-aggregate", "other-aggregate"}
 
 
 # -- every alternative of random valid requests is a query Placement accepts --

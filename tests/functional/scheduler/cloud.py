@@ -1,21 +1,22 @@
-"""A small cloud for scheduler tests: real Placement, a real store, hosts
-built by the real plugins.
+"""A small cloud for scheduler tests: real Placement, a real store, and a
+real compute agent per host.
 
-Each host is discovered by the REAL plugins from a described host
-(:func:`tests.functional.request.hosts.host_info`), its tree reported to the
-embedded Placement by the report client, and every plugin's ``host_state``
-published to an SQLite host-state store, as a compute agent does.
-
-:class:`StandInAgent` answers the decisions addressed to the hosts: it
-stands in for the compute agent (``compute_plugins.compute.agent``), which
-lands separately. It does what the claim contract says: every plugin's
-``verify`` on the host's live state against the recorded assignment
-(:func:`compute_plugins.fit.verify_all`), then claimed (and the new state
-published) or rejected with every reason.
+Each host is described in a few words
+(:func:`tests.functional.request.hosts.host_info`) and run by a REAL
+:class:`~compute_plugins.compute.agent.ComputeAgent` built as
+``compute-plugins report`` builds it (:meth:`ComputeAgent.from_config`:
+the enabled plugins, a claims ledger in the host's own state directory, a
+report client on the embedded Placement). Its first periodic reports the
+tree to Placement and publishes every plugin's ``host_state`` to the
+cloud's SQLite host-state store; then the agent runs in a thread
+(:meth:`ComputeAgent.run`), polling the store for the decisions addressed
+to its host every ``[compute] claim_poll_interval`` (its minimum, 0.05 s)
+and claiming, rejecting and releasing them as on a compute node.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from typing import Any, Optional
@@ -23,66 +24,193 @@ from typing import Any, Optional
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.fit import encode_state, verify_all
+from compute_plugins.compute.agent import AgentResult, ComputeAgent
 from compute_plugins.hoststate.store import HostStateStore
-from compute_plugins.request_spec import RequestSpec
 from compute_plugins.scheduler.selection import Scheduler
-from tests.functional.request.hosts import HEADERS, Placement, host_info, make_agent_manager
+from tests.functional.request.hosts import (
+    HEADERS,
+    Placement,
+    agent_conf,
+    host_info,
+    make_agent_manager,
+)
+
+#: The agents' ``[compute] claim_poll_interval`` (the option's minimum).
+CLAIM_POLL_INTERVAL = 0.05
+#: The agents' periodic interval: one periodic when started, the rest of a
+#: test is claims (a test that wants a periodic calls ``run_once``).
+PERIODIC_INTERVAL = 3600.0
+
+
+def expected_allocation(decision: Any) -> dict[str, dict[str, int]]:
+    """What the assignments take, provider by provider, computed from the
+    assignments themselves (not from the scheduler's allocation code)."""
+    total: dict[str, dict[str, int]] = {}
+
+    def add(rp, rc, n):
+        if n:
+            total.setdefault(rp, {})
+            total[rp][rc] = total[rp].get(rc, 0) + n
+
+    for name, assignment in decision.assignments.items():
+        if name == "numa":
+            for part in assignment.cells:
+                add(part.provider_uuid, "PCPU", len(part.pinning))
+                add(part.provider_uuid, "VCPU", part.shared_vcpus)
+                add(part.provider_uuid, "MEMORY_MB", part.memory_mb)
+        elif name == "vgpu":
+            for device in assignment.devices:
+                add(device.provider_uuid, "VGPU", len(device.mdev_uuids) or 1)
+        elif name == "sriov":
+            for vf in assignment.vfs:
+                add(vf.provider_uuid, "SRIOV_NET_VF", 1)
+                add(vf.provider_uuid, "NET_BW_EGR_KILOBIT_PER_SEC", vf.egress_kbps)
+                add(vf.provider_uuid, "NET_BW_IGR_KILOBIT_PER_SEC", vf.ingress_kbps)
+        elif name == "disk":
+            add(assignment.provider_uuid, "DISK_GB", assignment.disk_gb)
+    return total
+
+
+class FirstPutRaces:
+    """The real Placement client, except that another scheduler runs just
+    before this one's first ``PUT /allocations``: the race between reading
+    which providers have room and writing the allocation, made
+    deterministic."""
+
+    def __init__(self, client: Any, before_first_put: Any) -> None:
+        self._client = client
+        self._before = before_first_put
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+        before, self._before = self._before, None
+        if before is not None:
+            before()
+        return self._client.put(path, body, **kw)
 
 
 class Host:
-    """One compute host: its plugins (as its agent configures them), what
-    they discovered, the assignments in force."""
+    """One compute host and its running agent."""
 
-    def __init__(self, name: str, manager: Any, root: str,
-                 providers: dict[str, str]) -> None:
+    def __init__(self, name: str, agent: ComputeAgent, root: str,
+                 providers: dict[str, str], conf: cfg.ConfigOpts,
+                 discover: Any) -> None:
         self.name = name
-        self.manager = manager
+        self.agent = agent
         self.root = root
         self.providers = providers
-        self.assignments: dict[str, list[Any]] = {}
-        self.generation = 0
+        self.conf = conf
+        self.discover = discover
+        self.results: list[AgentResult] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def manager(self) -> Any:
+        return self.agent.manager
+
+    @property
+    def assignments(self) -> dict[str, list[Any]]:
+        """The assignments in force: the agent's claims ledger."""
+        return self.agent.ledger.assignments()
 
     def states(self) -> dict[str, dict[str, Any]]:
-        """Every plugin's encoded host state under the assignments in force."""
-        views = self.manager.views
-        return {name: encode_state(plugin, plugin.host_state(
-                    views[name], self.name, tuple(self.assignments.get(name, ()))))
-                for name, plugin in self.manager.plugins.items() if name in views}
+        """Every plugin's encoded host state, as the agent publishes it."""
+        return self.agent.states_documents()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Run the agent in a thread (as ``compute-plugins report`` does)."""
+        assert self._thread is None
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self.agent.run, args=(self._stop, PERIODIC_INTERVAL),
+            kwargs={"on_result": self.results.append}, daemon=True,
+            name="agent-%s" % self.name)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the agent's thread (the agent process stops)."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(30)
+            assert not self._thread.is_alive(), "agent %s did not stop" % self.name
+            self._thread = None
 
 
 class Cloud:
-    """Embedded Placement (shared), a host-state store (own) and hosts."""
+    """Embedded Placement (shared), a host-state store (own) and hosts,
+    each with its agent.
 
-    def __init__(self, placement: Placement, store_path: str) -> None:
+    :param directory: the store's SQLite file and the hosts' state
+        directories go there.
+    """
+
+    def __init__(self, placement: Placement, directory: str) -> None:
         self.placement = placement
-        self.store = HostStateStore("sqlite:///%s" % store_path)
+        self.directory = directory
+        self.store = HostStateStore("sqlite:///%s" % os.path.join(
+            directory, "host_state.sqlite"))
         self.hosts: dict[str, Host] = {}
+
+    def close(self) -> None:
+        """Stop every agent, close the store."""
+        for host in self.hosts.values():
+            host.stop()
+        self.store.close()
+
+    def agent_conf(self, name: str, gpus: tuple = (), dedicated: Optional[str] = None,
+                   disk_aggregate: Optional[str] = None) -> cfg.ConfigOpts:
+        """The configuration of host ``name``'s agent."""
+        conf = agent_conf(mdev_types=tuple(g[1] for g in gpus), dedicated=dedicated,
+                          state_dir=os.path.join(self.directory, "state", name))
+        conf.set_override("claim_poll_interval", CLAIM_POLL_INTERVAL, "compute")
+        if disk_aggregate:
+            conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
+        return conf
+
+    def new_agent(self, host: Host) -> ComputeAgent:
+        """A new agent for ``host``, as after a restart of its process: its
+        own plugins and report client, its ledger read from disk."""
+        return ComputeAgent.from_config(host.conf, self.placement.emb.client(),
+                                        self.store, host.discover)
 
     def add_host(self, label: str, cells: list[dict], dedicated: Optional[str] = None,
                  pfs: tuple = (), gpus: tuple = (), disk_gb: int = 100,
-                 disk_aggregate: Optional[str] = None) -> Host:
+                 disk_aggregate: Optional[str] = None, start: bool = True) -> Host:
+        """A host whose agent reported it and published its state.
+
+        :param start: run its agent (a host without one: False).
+        """
         name = "%s-%s" % (label, uuid.uuid4().hex[:6])
-        manager = make_agent_manager(mdev_types=tuple(g[1] for g in gpus),
-                                     dedicated=dedicated)
-        if disk_aggregate:
-            manager.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
-        manager.discover(host_info(name, cells, pfs, gpus, disk_gb))
-        reporter = self.placement.reporter
-        result = reporter.periodic(manager.update_provider_tree, name)
-        assert result.ok, result.error
-        tree = reporter.provider_tree()
+        info = host_info(name, cells, pfs, gpus, disk_gb)
+        conf = self.agent_conf(name, gpus, dedicated, disk_aggregate)
+        agent = ComputeAgent.from_config(conf, self.placement.emb.client(),
+                                         self.store, lambda: info)
+        result = agent.run_once()
+        assert result.ok, result.to_dict()
+        assert result.store_writes == 1  # the state, published
+        tree = agent.client.provider_tree()
         providers = {u: tree.data(u).name for u in tree.get_provider_uuids_in_tree(name)}
-        host = Host(name, manager, tree.data(name).uuid, providers)
+        host = Host(name, agent, tree.data(name).uuid, providers, conf, lambda: info)
         self.hosts[name] = host
-        self.publish(host)
+        if start:
+            host.start()
         return host
 
-    def publish(self, host: Host) -> None:
-        """What the agent does after every change: its states, CAS."""
-        host.generation = self.store.publish(
-            host.name, host.states(), host.generation, nodename=host.name,
-            providers=host.providers).generation
+    def restart(self, host: Host) -> AgentResult:
+        """Stop ``host``'s agent, start a new one (its ledger read from
+        disk); the new agent's first periodic's result."""
+        host.stop()
+        host.agent = self.new_agent(host)
+        result = host.agent.run_once()
+        host.start()
+        return result
 
     def set_root_traits(self, host: Host, *traits: str) -> None:
         """An operator's (or nova's) traits on the host's root."""
@@ -144,50 +272,13 @@ class Cloud:
                 result[rp] = used
         return result
 
-
-class StandInAgent:
-    """Answers the decisions addressed to ``cloud``'s hosts (module doc).
-
-    :param publish: publish the new state after a claim (an agent does; a
-        test of a stale view turns it off).
-    """
-
-    def __init__(self, cloud: Cloud, publish: bool = True) -> None:
-        self.cloud = cloud
-        self.publish = publish
-        self.answered: list[tuple[str, str, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> StandInAgent:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            for host in list(self.cloud.hosts.values()):
-                for decision in self.cloud.store.list_decisions(host.name):
-                    self.answer(host, decision)
-
-    def answer(self, host: Host, decision: Any) -> None:
-        spec = RequestSpec.from_json(decision.spec, host.manager)
-        views = host.manager.views
-        states = {name: plugin.host_state(views[name], host.name,
-                                          tuple(host.assignments.get(name, ())))
-                  for name, plugin in host.manager.plugins.items() if name in views}
-        reasons = verify_all(host.manager.plugins, states, spec)
-        if reasons:
-            self.cloud.store.mark_rejected(decision.id, reasons)
-            self.answered.append((host.name, decision.consumer, "rejected"))
-            return
-        assert spec.decision is not None  # verify_all refuses a spec without one
-        for name, assignment in spec.decision.assignments.items():
-            host.assignments.setdefault(name, []).append(assignment)
-        if self.publish:
-            self.cloud.publish(host)
-        self.cloud.store.mark_claimed(decision.id)
-        self.answered.append((host.name, decision.consumer, "claimed"))
+    def ledger_usage(self, host: Host) -> dict[str, dict[str, int]]:
+        """What the claims in ``host``'s ledger take, provider by provider,
+        summed from their assignments (:func:`expected_allocation`)."""
+        total: dict[str, dict[str, int]] = {}
+        for entry in host.agent.ledger.entries().values():
+            for rp, res in expected_allocation(entry.spec.decision).items():
+                for rc, n in res.items():
+                    total.setdefault(rp, {})
+                    total[rp][rc] = total[rp].get(rc, 0) + n
+        return total

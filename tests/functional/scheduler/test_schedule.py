@@ -1,7 +1,7 @@
 """The scheduler against real Placement (embedded) and a real host-state
 store (SQLite): hosts reported and published by the real plugins; their
-answers come from :class:`~tests.functional.scheduler.cloud.StandInAgent`,
-which stands in for the compute agent landing separately."""
+answers come from each host's real compute agent, running in a thread
+(:mod:`tests.functional.scheduler.cloud`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import uuid
 import pytest
 
 from compute_plugins.cmd import main
-from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.placement import embedded
 from compute_plugins.scheduler.selection import ConsumerAllocated
 from tests.functional.request.hosts import Placement, cell
-from tests.functional.scheduler.cloud import Cloud, StandInAgent
+from tests.functional.scheduler.cloud import Cloud, FirstPutRaces, expected_allocation
 from tests.unit.request.conftest import build
 
 
@@ -31,9 +30,9 @@ def placement():
 def cloud(placement, tmp_path):
     # NOTE: a store per test: hosts of other tests stay in Placement but are
     # no host of this store, so the scheduler never considers them.
-    cloud = Cloud(placement, str(tmp_path / "host_state.sqlite"))
+    cloud = Cloud(placement, str(tmp_path))
     yield cloud
-    cloud.store.close()
+    cloud.close()
 
 
 def new_consumer() -> str:
@@ -48,43 +47,13 @@ def spec_of(sched, extra_specs, vcpus, memory_mb, **flavor):
     return build(sched.plugins, extra_specs, vcpus=vcpus, memory_mb=memory_mb, **flavor)
 
 
-def expected_allocation(decision):
-    """What the assignments take, provider by provider, computed from the
-    assignments themselves (not from the scheduler's allocation code)."""
-    total: dict[str, dict[str, int]] = {}
-
-    def add(rp, rc, n):
-        if n:
-            total.setdefault(rp, {})
-            total[rp][rc] = total[rp].get(rc, 0) + n
-
-    for name, assignment in decision.assignments.items():
-        if name == "numa":
-            for part in assignment.cells:
-                add(part.provider_uuid, "PCPU", len(part.pinning))
-                add(part.provider_uuid, "VCPU", part.shared_vcpus)
-                add(part.provider_uuid, "MEMORY_MB", part.memory_mb)
-        elif name == "vgpu":
-            for device in assignment.devices:
-                add(device.provider_uuid, "VGPU", len(device.mdev_uuids) or 1)
-        elif name == "sriov":
-            for vf in assignment.vfs:
-                add(vf.provider_uuid, "SRIOV_NET_VF", 1)
-                add(vf.provider_uuid, "NET_BW_EGR_KILOBIT_PER_SEC", vf.egress_kbps)
-                add(vf.provider_uuid, "NET_BW_IGR_KILOBIT_PER_SEC", vf.ingress_kbps)
-        elif name == "disk":
-            add(assignment.provider_uuid, "DISK_GB", assignment.disk_gb)
-    return total
-
-
 def test_eight_node_pinned_guest_is_placed_on_the_eight_cell_host(cloud):
     big = cloud.add_host("cells8", [cell(4, 4096)] * 8, dedicated="0-31")
     four = cloud.add_host("cells4", [cell(8, 8192)] * 4, dedicated="0-31")
     sched = cloud.scheduler()
     spec = spec_of(sched, *pinned(8, 32, 16384))
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, consumer, "project", "user")
+    result = sched.schedule(spec, consumer, "project", "user")
     assert result.placed, result.reasons
     assert result.host == big.name
     numa = result.decision.assignments["numa"]
@@ -111,9 +80,8 @@ def test_eight_node_guest_among_many_hosts_finds_the_only_one(cloud):
         cloud.add_host("tiny%d" % i, [cell(1, 1024)] * 8, dedicated="0-7")
     only = cloud.add_host("only", [cell(4, 4096)] * 8, dedicated="0-31")
     sched = cloud.scheduler()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec_of(sched, *pinned(8, 16, 8192)), new_consumer(),
-                                "project", "user")
+    result = sched.schedule(spec_of(sched, *pinned(8, 16, 8192)), new_consumer(),
+                            "project", "user")
     assert result.placed and result.host == only.name
     assert result.candidates == 7 and result.fitting == 1  # tiny: no room per cell
     assert result.placement_calls["GET /resource_providers"] == 2
@@ -125,8 +93,7 @@ def test_floating_guest_with_vgpu_and_disk_allocation_is_the_sum_of_assignments(
     sched = cloud.scheduler()
     spec = spec_of(sched, {"resources:VGPU": "1"}, 2, 2048, root_gb=10)
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, consumer, "project", "user")
+    result = sched.schedule(spec, consumer, "project", "user")
     assert result.placed, result.reasons
     written = cloud.allocations(consumer)
     assert written == expected_allocation(result.decision)
@@ -147,8 +114,7 @@ def test_port_with_bandwidth_lands_where_its_pf_is_near_the_guest(cloud):
                  ports=[{"vnic_type": "direct", "physnet": "physnet1",
                          "min_kbps_egress": 1000}])
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, consumer, "project", "user")
+    result = sched.schedule(spec, consumer, "project", "user")
     assert result.placed and result.host == near.name, result.reasons
     written = cloud.allocations(consumer)
     assert written == expected_allocation(result.decision)
@@ -169,8 +135,7 @@ def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
     spec = spec_of(sched, {"hw:numa_nodes": "2", "resources:VGPU": "1",
                            "hw:pci_numa_affinity_policy": "required"}, 4, 4096)
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, consumer, "project", "user")
+    result = sched.schedule(spec, consumer, "project", "user")
     assert result.placed and result.host == under_guest.name, result.reasons
     assert {r.plugin for r in result.verdicts[elsewhere.name]} == {"vgpu"}
     [device] = result.decision.assignments["vgpu"].devices
@@ -178,22 +143,31 @@ def test_two_node_guest_with_an_affine_vgpu_lands_only_where_it_can(cloud):
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
 
 
-def test_shared_storage_disk_goes_to_the_sharing_provider(cloud):
-    agg = str(uuid.uuid4())
+def test_shared_storage_disk_goes_to_the_sharing_provider_of_its_aggregate(cloud):
+    """Hosts on local disk and on two shared storages in one cloud: the
+    scheduler's configuration says nothing of it (nova's query, DISK_GB in
+    the unsuffixed group); a sharing provider counts only for the hosts in
+    its aggregate."""
+    agg, small_agg = str(uuid.uuid4()), str(uuid.uuid4())
     shared = cloud.sharing_provider(agg, 500)
+    small = cloud.sharing_provider(small_agg, 5)
     host = cloud.add_host("shared-disk", [cell(4, 4096)], disk_aggregate=agg)
-    local = cloud.add_host("local-disk", [cell(4, 4096)])
-    sched = cloud.scheduler(disk_aggregate=agg)
+    on_small = cloud.add_host("small-shared-disk", [cell(4, 4096)],
+                              disk_aggregate=small_agg)
+    local = cloud.add_host("local-disk", [cell(4, 4096)], disk_gb=10)
+    sched = cloud.scheduler()
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec_of(sched, {}, 2, 1024, root_gb=20), consumer,
-                                "project", "user")
+    result = sched.schedule(spec_of(sched, {}, 2, 1024, root_gb=20), consumer,
+                            "project", "user")
     assert result.placed and result.host == host.name, result.reasons
-    assert result.decision.mappings["_DISK"] == (shared,)
+    assert shared in result.decision.mappings[""]
+    assert small not in result.decision.allocations
     written = cloud.allocations(consumer)
     assert written[shared] == {"DISK_GB": 20}
     assert sum(res.get("VCPU", 0) for res in written.values()) == 2
-    assert {r.plugin for r in result.verdicts[local.name]} == {"disk"}
+    for other in (local.name, on_small.name):
+        assert any("DISK_GB" in r.reason and "sharing provider" in r.reason
+                   for r in result.verdicts[other]), result.verdicts[other]
 
 
 def test_no_host_fits_reasons_per_host_and_plugin(cloud):
@@ -229,34 +203,13 @@ def test_disabled_and_trait_less_hosts_are_excluded_with_the_reason(cloud):
     cloud.set_root_traits(avx, "HW_CPU_X86_AVX2")
     sched = cloud.scheduler()
     spec = spec_of(sched, {"trait:HW_CPU_X86_AVX2": "required"}, 2, 1024)
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, new_consumer(), "p", "u")
+    result = sched.schedule(spec, new_consumer(), "p", "u")
     assert result.placed and result.host == avx.name and result.candidates == 1
     [why] = result.verdicts[disabled.name]
     assert (why.plugin, why.reason) == (
         "placement", "Placement: the host is disabled (COMPUTE_STATUS_DISABLED)")
     [why] = result.verdicts[plain.name]
     assert "HW_CPU_X86_AVX2" in why.reason and why.plugin == "placement"
-
-
-class FirstPutRaces:
-    """The real Placement client, except that another scheduler runs just
-    before this one's first ``PUT /allocations``: the race between reading
-    which providers have room and writing the allocation, made
-    deterministic."""
-
-    def __init__(self, client, before_first_put):
-        self._client = client
-        self._before = before_first_put
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
-
-    def put(self, path, body=None, **kw):
-        before, self._before = self._before, None
-        if before is not None:
-            before()
-        return self._client.put(path, body, **kw)
 
 
 def test_placement_conflict_moves_to_the_next_host(cloud):
@@ -272,11 +225,10 @@ def test_placement_conflict_moves_to_the_next_host(cloud):
 
     second = cloud.scheduler()
     second.placement = FirstPutRaces(second.placement, first_places)
-    with StandInAgent(cloud):
-        results["second"] = second.schedule(spec_of(second, *one_slot),
-                                            new_consumer(), "p", "u")
-        results["third"] = second.schedule(spec_of(second, *one_slot),
-                                           new_consumer(), "p", "u")
+    results["second"] = second.schedule(spec_of(second, *one_slot),
+                                        new_consumer(), "p", "u")
+    results["third"] = second.schedule(spec_of(second, *one_slot),
+                                       new_consumer(), "p", "u")
     assert results["first"].host == a.name
     # Both saw room on aa (spread: a tie, by name); Placement refused the
     # second allocation there atomically, and the next host took it.
@@ -293,16 +245,16 @@ def test_placement_conflict_moves_to_the_next_host(cloud):
 def test_concurrent_schedulers_one_slot_exactly_one_places(cloud):
     host = cloud.add_host("one", [cell(4, 4096)], dedicated="0-3")
     results = []
-    with StandInAgent(cloud):
-        def run():
-            sched = cloud.scheduler()
-            results.append(sched.schedule(spec_of(sched, *pinned(1, 4, 1024)),
-                                          new_consumer(), "p", "u"))
-        threads = [threading.Thread(target=run) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+
+    def run():
+        sched = cloud.scheduler()
+        results.append(sched.schedule(spec_of(sched, *pinned(1, 4, 1024)),
+                                      new_consumer(), "p", "u"))
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
     assert sorted(r.placed for r in results) == [False, False, False, True]
     assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 1024}]
 
@@ -310,23 +262,23 @@ def test_concurrent_schedulers_one_slot_exactly_one_places(cloud):
 def test_twenty_concurrent_schedulers_room_for_five(cloud):
     host = cloud.add_host("five", [cell(10, 10240)], dedicated="0-9")
     results = []
-    with StandInAgent(cloud):
-        def run():
-            sched = cloud.scheduler(max_attempts=5)
-            results.append(sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
-                                          new_consumer(), "p", "u"))
-        threads = [threading.Thread(target=run) for _ in range(20)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+
+    def run():
+        sched = cloud.scheduler(max_attempts=5)
+        results.append(sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                      new_consumer(), "p", "u"))
+    threads = [threading.Thread(target=run) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
     placed = [r for r in results if r.placed]
     assert len(results) == 20 and len(placed) == 5
     cpus = [cpu for r in placed for c in r.decision.assignments["numa"].cells
             for cpu in c.pinning.values()]
     assert sorted(cpus) == list(range(10))  # no CPU given twice
-    claimed = host.assignments["numa"]  # what the stand-in agent holds
-    assert len(claimed) == 5
+    assert len(host.assignments["numa"]) == 5  # the agent's ledger
+    assert cloud.ledger_usage(host) == cloud.usage(host)
     usage = cloud.usage(host)
     assert list(usage.values()) == [{"PCPU": 10, "MEMORY_MB": 5120}]
     total: dict = {}
@@ -342,31 +294,40 @@ def test_twenty_concurrent_schedulers_room_for_five(cloud):
 
 
 def test_rejected_decision_frees_the_allocation_and_tries_the_next_host(cloud):
-    a = cloud.add_host("aa", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
-    b = cloud.add_host("bb", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
+    a = cloud.add_host("aa", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("bb", [cell(4, 4096)], dedicated="0-3")
+    two_cpus = pinned(1, 2, 1024)
+    other = cloud.scheduler()
+    first: dict = {}
+
+    def another_claim_lands_first():
+        first["result"] = other.schedule(spec_of(other, *two_cpus), new_consumer(),
+                                         "p", "u")
+
+    # Both schedulers read the same states (a tie: aa, by name; CPUs 0-1).
+    # The other one's claim lands on aa between this one's read and its
+    # allocation: Placement still has room on aa (2 of 4 PCPU), aa's agent
+    # has CPUs 0-1 pinned and rejects the stale decision.
     sched = cloud.scheduler()
-    spec = spec_of(sched, *pinned(2, 8, 4096))
-    # Another claim landed on host aa after it published: its live state
-    # has every CPU pinned, the store (and Placement) do not show it yet.
-    plugin = a.manager.plugins["numa"]
-    state = decode_state(plugin, a.states()["numa"])
-    taken = fit_all({"numa": plugin}, {"numa": state}, spec).assignments["numa"]
-    a.assignments["numa"] = [taken]
+    sched.placement = FirstPutRaces(sched.placement, another_claim_lands_first)
     consumer = new_consumer()
-    with StandInAgent(cloud) as agent:
-        result = sched.schedule(spec, consumer, "project", "user")
-    assert result.placed and result.host == b.name
+    result = sched.schedule(spec_of(sched, *two_cpus), consumer, "project", "user")
+    assert first["result"].host == a.name
+    assert result.placed and result.host == b.name, result.attempts
     assert [(t.host, t.outcome) for t in result.attempts] == [
         (a.name, "rejected"), (b.name, "claimed")]
     assert {r.plugin for r in result.attempts[0].reasons} == {"numa"}
-    assert (a.name, consumer, "rejected") in agent.answered
-    assert cloud.usage(a) == {}
+    # aa holds only the other claim, in its ledger and in Placement
+    assert list(a.agent.ledger.entries()) == [first["result"].consumer]
+    assert cloud.usage(a) == cloud.ledger_usage(a) == expected_allocation(
+        first["result"].decision)
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
     assert set(cloud.allocations(consumer)) <= set(b.providers)
+    assert cloud.usage(b) == cloud.ledger_usage(b)
 
 
 def test_no_agent_is_a_timeout_naming_the_host(cloud):
-    host = cloud.add_host("silent", [cell(4, 4096)])
+    host = cloud.add_host("silent", [cell(4, 4096)], start=False)  # no agent runs
     sched = cloud.scheduler(max_attempts=1)
     consumer = new_consumer()
     result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u",
@@ -403,34 +364,33 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
         "extra_specs": {"hw:cpu_policy": "dedicated"}})
     common = ["--config-file", str(config), "--placement-url", placement_url]
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer,
-                                   "--format", "json", "--timeout", "10"])
-        out = json.loads(capsys.readouterr().out)
-        assert code == 0
-        [instance] = out["instances"]
-        assert out["reasons"] == []
-        assert set(instance) == {"consumer", "host", "nodename", "allocations",
-                                 "assignments"}
-        assert (instance["consumer"], instance["host"]) == (consumer, host.name)
-        assert instance["allocations"] == cloud.allocations(consumer)
-        assert sorted(instance["assignments"]) == ["numa"]
+    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer,
+                               "--format", "json", "--timeout", "10"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    [instance] = out["instances"]
+    assert out["reasons"] == []
+    assert set(instance) == {"consumer", "host", "nodename", "allocations",
+                             "assignments"}
+    assert (instance["consumer"], instance["host"]) == (consumer, host.name)
+    assert instance["allocations"] == cloud.allocations(consumer)
+    assert sorted(instance["assignments"]) == ["numa"]
 
-        code = main.main(common + ["schedule", "--flavor", fits, "--timeout", "10"])
-        text = capsys.readouterr().out
-        assert code == 0 and "host %s" % host.name in text and "numa:" in text
+    code = main.main(common + ["schedule", "--flavor", fits, "--timeout", "10"])
+    text = capsys.readouterr().out
+    assert code == 0 and "host %s" % host.name in text and "numa:" in text
 
-        code = main.main(common + ["schedule", "--flavor", fits, "--count", "2",
-                                   "--format", "json"])
-        out = json.loads(capsys.readouterr().out)
-        assert code == 0 and len(out["instances"]) == 2
-        assert len({i["consumer"] for i in out["instances"]}) == 2
+    code = main.main(common + ["schedule", "--flavor", fits, "--count", "2",
+                               "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(out["instances"]) == 2
+    assert len({i["consumer"] for i in out["instances"]}) == 2
 
-        code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
-        captured = capsys.readouterr()
-        assert code == 1
-        assert "not placed" in captured.out
-        assert "host %s:" % host.name in captured.out and "numa: " in captured.out
+    code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "not placed" in captured.out
+    assert "host %s:" % host.name in captured.out and "numa: " in captured.out
 
     code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
     assert code == 2
@@ -445,15 +405,31 @@ def test_weighers_spread_by_default_and_pack_when_configured(cloud):
     busy = cloud.add_host("busy", [cell(4, 4096)], dedicated="0-3")
     idle = cloud.add_host("idle", [cell(4, 4096)], dedicated="0-3")
     one_cpu = pinned(1, 1, 512)
-    with StandInAgent(cloud):
-        sched = cloud.scheduler()
-        first = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
-        packing = cloud.scheduler(default_weigher_multiplier=1.0)
-        packed = packing.schedule(spec_of(packing, *one_cpu), new_consumer(), "p", "u")
-        spread = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+    sched = cloud.scheduler()
+    first = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
+    packing = cloud.scheduler(default_weigher_multiplier=1.0)
+    packed = packing.schedule(spec_of(packing, *one_cpu), new_consumer(), "p", "u")
+    spread = sched.schedule(spec_of(sched, *one_cpu), new_consumer(), "p", "u")
     assert first.host == busy.name  # a tie: by name
     assert packed.host == busy.name  # the fuller host
     assert spread.host == idle.name  # the emptier host
+
+
+def test_a_trait_placement_never_heard_of_is_no_room_not_an_error(cloud):
+    """Placement answers 400 "No such trait(s)" for a trait it does not
+    know: requiring one means no host has it; forbidding one excludes
+    nobody."""
+    host = cloud.add_host("plain", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    required = sched.schedule(spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_A": "required"},
+                                      1, 512), new_consumer(), "project", "user")
+    assert not required.placed and required.candidates == 0
+    assert any("CUSTOM_NEVER_SEEN_A" in r.reason
+               for r in required.verdicts[host.name]), required.verdicts[host.name]
+    forbidden = sched.schedule(
+        spec_of(sched, {"trait:CUSTOM_NEVER_SEEN_B": "forbidden"}, 1, 512),
+        new_consumer(), "project", "user")
+    assert forbidden.placed, forbidden.reasons
 
 
 class CountingPuts:
@@ -478,7 +454,7 @@ def test_an_orphaned_allocation_of_the_consumer_stops_at_once_and_stays(cloud):
     schedule of that consumer gets a consumer-generation 409 on every host:
     it must say so at once (not PUT on each of many hosts and blame their
     capacity), and never delete allocations it did not write."""
-    hosts = [cloud.add_host("or%d" % i, [cell(4, 4096)], dedicated="0-3")
+    hosts = [cloud.add_host("or%d" % i, [cell(4, 4096)], dedicated="0-3", start=False)
              for i in range(4)]
     consumer = new_consumer()
     (numa0,) = [rp for rp, name in hosts[0].providers.items() if name.endswith("_NUMA0")]
@@ -519,9 +495,8 @@ def test_a_provider_deleted_before_the_put_moves_to_the_next_host(cloud):
             assert resp.status_code == 204, resp.text
 
     sched.placement = FirstPutAfterProviderDeleted(sched.placement, delete_a)
-    with StandInAgent(cloud):
-        result = sched.schedule(spec_of(sched, *pinned(1, 4, 2048)),
-                                new_consumer(), "p", "u")
+    result = sched.schedule(spec_of(sched, *pinned(1, 4, 2048)),
+                            new_consumer(), "p", "u")
     assert result.placed and result.host == b.name
     (first, second) = result.attempts
     assert (first.host, first.outcome) == (a.name, "conflict")
@@ -570,7 +545,7 @@ class ClaimLandsAtTheDeadline:
 
 
 def test_a_claim_landing_at_the_deadline_keeps_its_allocation(cloud):
-    host = cloud.add_host("late", [cell(4, 4096)])
+    host = cloud.add_host("late", [cell(4, 4096)], start=False)
     sched = cloud.scheduler(max_attempts=1)
     sched.store = ClaimLandsAtTheDeadline(sched.store)
     consumer = new_consumer()
@@ -609,7 +584,7 @@ def test_a_decision_submitted_but_unacknowledged_keeps_or_withdraws_safely(cloud
     is freed; claimed by the host meanwhile, it stays."""
     from compute_plugins.hoststate.errors import StoreUnavailable
 
-    host = cloud.add_host("ack", [cell(4, 4096)])
+    host = cloud.add_host("ack", [cell(4, 4096)], start=False)
     sched = cloud.scheduler(max_attempts=1)
     sched.store = SubmitAnswerLost(sched.store, lambda: None)
     withdrawn = new_consumer()
@@ -653,10 +628,9 @@ def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
         return real(self, consumer, host_name, spec)
 
     monkeypatch.setattr(HostStateStore, "submit_decision", fails_second)
-    with StandInAgent(cloud):
-        code = main.main(["--config-file", str(config), "--placement-url", placement_url,
-                          "schedule", "--flavor", flavor, "--count", "3",
-                          "--format", "json", "--timeout", "10"])
+    code = main.main(["--config-file", str(config), "--placement-url", placement_url,
+                      "schedule", "--flavor", flavor, "--count", "3",
+                      "--format", "json", "--timeout", "10"])
     captured = capsys.readouterr()
     assert code == 1
     [instance] = json.loads(captured.out)["instances"]
@@ -677,8 +651,7 @@ def test_floating_guest_with_an_sriov_port_end_to_end(cloud):
     spec = build(sched.plugins, {}, vcpus=2, memory_mb=1024,
                  ports=[{"vnic_type": "direct", "physnet": "physnet1"}])
     consumer = new_consumer()
-    with StandInAgent(cloud):
-        result = sched.schedule(spec, consumer, "p", "u")
+    result = sched.schedule(spec, consumer, "p", "u")
     assert result.placed and result.host == with_pf.name, result.reasons
     written = cloud.allocations(consumer)
     assert written == expected_allocation(result.decision)

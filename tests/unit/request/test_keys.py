@@ -276,11 +276,14 @@ def test_disk_override_and_zero(manager):
     assert "DISK_GB" not in groups(spec)[""].resources
 
 
-def test_shared_storage_aggregate():
+def test_shared_storage_aggregate_asks_disk_gb_as_nova_does():
+    """The scheduler's own [disk] shared_storage_aggregate does not change
+    the query: DISK_GB stays in the unsuffixed group, which a sharing
+    provider may serve (hosts of both kinds share one cloud)."""
     manager = make_manager(shared_aggregate=AGG)
     spec = build(manager, root_gb=10)
-    group = groups(spec)["_DISK"]
-    assert group.resources == {"DISK_GB": 10} and group.member_of == ((AGG,),)
+    assert "_DISK" not in groups(spec)
+    assert groups(spec)[""].resources["DISK_GB"] == 10
 
 
 # -- inputs ---------------------------------------------------------------------------------

@@ -105,38 +105,57 @@ def test_the_allocation_must_take_disk_from_the_root(conf):
 
 
 def test_shared_storage(conf):
+    """A host on shared storage: the request is the same as for local disk
+    (DISK_GB in the unsuffixed group, nova's query); the host's state says
+    a sharing provider serves it."""
+    local_request = disk(DiskPlugin(conf), 30)
     conf.set_override("shared_storage_aggregate", AGG, "disk")
     plugin = DiskPlugin(conf)
     now = state(plugin, host())
     request = disk(plugin, 30)
-    assert request.shared_aggregate == AGG
-    assert plugin.fit(now, request, None, {}) == DiskAssignment(
-        provider_uuid="", shared=True, disk_gb=30)
-    mapped = plugin.fit(now, request, {"_DISK": [SHARING], "": [ROOT]}, {})
-    assert mapped == DiskAssignment(provider_uuid=SHARING, shared=True, disk_gb=30)
-    assert plugin.verify(now, request, mapped) is None
+    assert request == local_request and request.shared_aggregate is None
+    shared = DiskAssignment(provider_uuid="", shared=True, disk_gb=30)
+    assert plugin.fit(now, request, None, {}) == shared
+    assert plugin.fit(now, request, {"": [ROOT, SHARING]}, {}) == shared
+    assert plugin.verify(now, request, shared) is None
     # a shared guest uses nothing of the root
-    assert state(plugin, host(), mapped).used_gb == 0
+    assert state(plugin, host(), shared).used_gb == 0
     assert plugin.fit(now, request, {"": [ROOT]}, {}) == Rejection(
-        "the allocation maps no provider to DISK_GB group _DISK")
+        "this host's disk is on shared storage aggregate %s; the allocation "
+        "takes DISK_GB from no sharing provider" % AGG, ROOT)
 
 
-def test_shared_request_on_a_local_host_and_back(conf):
-    conf.set_override("shared_storage_aggregate", AGG, "disk")
-    shared_plugin = DiskPlugin(conf)
-    shared_request = disk(shared_plugin, 30)
-    conf.clear_override("shared_storage_aggregate", "disk")
+def test_shared_and_local_assignments_hold_only_on_their_kind_of_host(conf):
     local_plugin = DiskPlugin(conf)
     local_state = state(local_plugin, host(disk=DiskInfo(100, 100)))
-    local_request = disk(local_plugin, 30)
-    assert local_plugin.fit(local_state, shared_request, None, {}) == Rejection(
-        "this host's disk is local, the request asks shared storage aggregate %s"
-        % AGG)
+    request = disk(local_plugin, 30)
+    shared = DiskAssignment(provider_uuid="", shared=True, disk_gb=30)
+    assert local_plugin.verify(local_state, request, shared) == Rejection(
+        "the assignment puts the disk on shared storage; this host's disk is "
+        "local", ROOT)
     conf.set_override("shared_storage_aggregate", AGG, "disk")
+    shared_plugin = DiskPlugin(conf)
     shared_state = state(shared_plugin, host())
-    assert shared_plugin.fit(shared_state, local_request, None, {}) == Rejection(
+    assert shared_plugin.verify(shared_state, request, local(30)) == Rejection(
         "this host reports no local DISK_GB (its disk is on shared storage "
         "aggregate %s); the guest needs 30 GB" % AGG, ROOT)
+
+
+def test_a_request_recorded_by_version_1_0_for_an_aggregate(conf):
+    """Version 1.0 asked DISK_GB in group _DISK of the scheduler's
+    aggregate; such a recorded request is still verified that way."""
+    import dataclasses
+    conf.set_override("shared_storage_aggregate", AGG, "disk")
+    plugin = DiskPlugin(conf)
+    old = dataclasses.replace(disk(plugin, 30), shared_aggregate=AGG)
+    mapped = plugin.fit(state(plugin, host()), old, {"_DISK": [SHARING], "": [ROOT]}, {})
+    assert mapped == DiskAssignment(provider_uuid=SHARING, shared=True, disk_gb=30)
+    conf.clear_override("shared_storage_aggregate", "disk")
+    local_plugin = DiskPlugin(conf)
+    assert local_plugin.fit(state(local_plugin, host(disk=DiskInfo(100, 100))), old,
+                            None, {}) == Rejection(
+        "this host's disk is local, the request asks shared storage aggregate %s"
+        % AGG)
 
 
 def test_verify_local_disk(conf):

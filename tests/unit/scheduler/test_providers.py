@@ -59,6 +59,6 @@ def test_shared_storage_group_may_be_served_outside_the_tree():
     spec = build(make_manager(shared_aggregate=agg), {}, vcpus=2, memory_mb=1024,
                  root_gb=20)
     _, needs, _ = shapes(spec)
-    [disk] = [n for n in needs if n.key[0] == "_DISK"]
+    [disk] = [n for n in needs if n.key == ("", "DISK_GB")]
     assert disk.shared_ok
-    assert disk.shapes[0].member_of == ((agg,),)
+    assert disk.shapes[0].member_of == ()

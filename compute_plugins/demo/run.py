@@ -1,0 +1,307 @@
+"""The demo's steps, as data (:func:`run_demo`); :mod:`.render` prints them.
+
+1. **Report every host**: one periodic of each agent (discover the
+   snapshot, the plugins' provider tree, sync to Placement, publish the host
+   state); the operator adds the shared storage's sharing provider. The
+   trees are read back from Placement.
+2. **Boot the requests** (``requests.json``): each is parsed once into a
+   RequestSpec and scheduled (Placement's linear queries, every plugin's
+   ``fit`` on each candidate's published state, the best host's agent
+   verifies and claims the recorded decision, in its own thread).
+3. **The request that fits nowhere**: the scheduler's answer, and every
+   plugin's reason on every host (its ``fit`` on each host's published
+   state, whether Placement already excluded the host or not).
+4. **The final state**: each provider's usage from Placement, and one more
+   periodic of every agent, which makes no Placement call.
+
+A second run in the same state directory releases the instances the
+previous run placed (``demo.json``: each agent frees its claim and the
+Placement allocation, as ``compute-plugins release`` does), then boots the
+list again: the same requests land on the same hosts, and Placement keeps
+one provider per device (the uuids are derived from host and device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from typing import Any, Optional
+
+from compute_plugins import demo, exception, files, jsonload
+from compute_plugins.compute import guest
+from compute_plugins.demo.cluster import (
+    SHARED_STORAGE_NAME,
+    SHARED_STORAGE_UUID,
+    Cluster,
+    Progress,
+    calls_total,
+    merge_calls,
+    scheduler_conf,
+)
+from compute_plugins.fit import StateFormatError, decode_state, fit_all
+from compute_plugins.manager import PluginManager
+from compute_plugins.plugin import Rejection
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.scheduler.selection import Scheduler, ScheduleResult
+
+#: The file in the state directory that lists the instances a run placed.
+INSTANCES_FILE = "demo.json"
+PROJECT = "compute-plugins-demo"
+#: Seconds to wait for an agent to free an earlier run's instance.
+RELEASE_TIMEOUT = 30.0
+
+
+def load_requests(path: Optional[str] = None) -> list[dict[str, Any]]:
+    with open(path or demo.requests_file(), encoding="utf-8") as handle:
+        return list(json.load(handle))
+
+
+def _reasons(rejections: Any, host: Optional[str] = None) -> list[dict[str, str]]:
+    out = []
+    for rejection in rejections:
+        item = {"plugin": rejection.plugin, "reason": rejection.reason}
+        if host is not None:
+            item = {"host": host, **item}
+        out.append(item)
+    return out
+
+
+def _verdicts(result: ScheduleResult, spec: RequestSpec) -> dict[str, dict[str, str]]:
+    """host -> plugin -> ``ok`` or its reason; a host Placement left out has
+    only Placement's reason (the plugins did not run there)."""
+    verdicts: dict[str, dict[str, str]] = {}
+    for host, rejections in result.verdicts.items():
+        by_plugin: dict[str, str] = {}
+        for rejection in rejections:
+            key = rejection.plugin or "host"
+            by_plugin[key] = ("%s; %s" % (by_plugin[key], rejection.reason)
+                              if key in by_plugin else rejection.reason)
+        if "placement" not in by_plugin:
+            for plugin in spec.requests:
+                by_plugin.setdefault(plugin, "ok")
+        verdicts[host] = dict(sorted(by_plugin.items()))
+    return verdicts
+
+
+def _explain(cluster: Cluster, manager: PluginManager,
+             spec: RequestSpec) -> list[dict[str, str]]:
+    """Every plugin's reason on every host: every requested plugin's ``fit``
+    on each host's published state (offline, as ``compute-plugins fit``),
+    whether Placement already left the host out or not."""
+    assert cluster.store is not None
+    reasons: list[dict[str, str]] = []
+    for host, snapshot in sorted(cluster.store.get_hosts().items()):
+        states: dict[str, Any] = {}
+        rejections: list[Rejection] = []
+        for name in spec.requests:
+            try:
+                states[name] = decode_state(manager.plugins[name],
+                                            snapshot.states[name])
+            except (KeyError, StateFormatError) as err:
+                rejections.append(Rejection("no usable published state: %s" % err,
+                                            plugin=name))
+        if not rejections:
+            try:
+                rejections = list(fit_all(manager, states, spec).rejections)
+            except Exception as err:  # noqa: BLE001 - a plugin's bug, one host
+                rejections = [Rejection("a plugin failed while fitting: %s: %s"
+                                        % (type(err).__name__, err))]
+        reasons.extend({"host": host, "plugin": r.plugin, "reason": r.reason,
+                        "source": "fit"} for r in rejections)
+    return reasons
+
+
+def _placed(result: ScheduleResult, manager: PluginManager,
+            name: str) -> dict[str, Any]:
+    decision = result.spec.decision
+    assignments = result.spec.to_dict()["decision"]["assignments"]
+    describe = {}
+    for plugin, assignment in decision.assignments.items():
+        describe[plugin] = list(manager.plugins[plugin].describe(
+            result.spec.requests[plugin], assignment))
+    xml = guest.domain_xml(result.spec, decision.assignments, manager, name=name)
+    return {
+        "host": decision.host,
+        "assignments": assignments,
+        "allocations": {rp: dict(res) for rp, res in decision.allocations.items()},
+        "describe": describe,
+        "guest_xml": guest.summary(xml).splitlines(),
+    }
+
+
+class DemoStateError(exception.InputError):
+    """The state directory holds something the demo did not write."""
+
+
+def earlier_instances(state_dir: str) -> list[str]:
+    """The consumers ``demo.json`` in ``state_dir`` lists (none without it).
+
+    :raises DemoStateError: the file is not the demo's.
+    """
+    path = os.path.join(state_dir, INSTANCES_FILE)
+    if not os.path.lexists(path):
+        return []
+    try:
+        doc = jsonload.loads(files.read_text(path))
+        consumers = [str(uuid.UUID(c)) for c in doc["consumers"]]
+    except (files.UnreadableFile, jsonload.JSONInputError, KeyError, TypeError,
+            ValueError, AttributeError) as err:
+        raise DemoStateError(
+            "%s: not the demo's list of instances ({\"consumers\": [uuid, ...]}): "
+            "%s; remove it, or use another --state-dir" % (path, err)) from None
+    return consumers
+
+
+def _release_earlier(cluster: Cluster, scheduler: Scheduler,
+                     progress: Progress) -> list[str]:
+    consumers = earlier_instances(cluster.state_dir)
+    assert cluster.store is not None
+    released = []
+    for consumer in consumers:
+        if scheduler.release(consumer) is None:
+            continue
+        progress("releasing instance %s of the previous run" % consumer)
+        deadline = time.monotonic() + RELEASE_TIMEOUT
+        while cluster.store.active_decision(consumer) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("instance %s of the previous run was not "
+                                   "released within %g s" % (consumer, RELEASE_TIMEOUT))
+            time.sleep(0.05)
+        released.append(consumer)
+    return released
+
+
+def _save_instances(cluster: Cluster, consumers: list[str]) -> None:
+    path = os.path.join(cluster.state_dir, INSTANCES_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump({"consumers": consumers}, handle, indent=2)
+        handle.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def _usage(cluster: Cluster) -> dict[str, Any]:
+    """provider name -> its host (its root's name; ``null`` for the shared
+    storage), inventories, usages, traits and aggregates, from Placement."""
+    providers = list(cluster.providers())
+    roots = {p["uuid"]: p["name"] for p in providers if not p["parent_provider_uuid"]}
+    usage = {}
+    for provider in providers:
+        usage[provider["name"]] = {
+            "uuid": provider["uuid"],
+            "host": (None if provider["uuid"] == SHARED_STORAGE_UUID
+                     else roots.get(provider["root_provider_uuid"])),
+            "parent_provider_uuid": provider["parent_provider_uuid"],
+            "inventories": provider["inventories"],
+            "usages": {rc: used for rc, used in provider["usages"].items()},
+            "traits": provider["traits"],
+            "aggregates": provider["aggregates"],
+        }
+    return dict(sorted(usage.items()))
+
+
+def run_demo(state_dir: str, progress: Progress,
+             requests: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+    """Run the demo in ``state_dir``; returns the report (see the module)."""
+    started = time.monotonic()
+    requests = load_requests() if requests is None else requests
+    report: dict[str, Any] = {"state_dir": os.path.abspath(state_dir)}
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except OSError as err:
+        raise DemoStateError("--state-dir %s: cannot create it: %s"
+                             % (state_dir, err.strerror or err)) from None
+    # NOTE: read before anything starts: a bad file stops the demo at once.
+    earlier_instances(state_dir)
+    with Cluster(state_dir, progress) as cluster:
+        assert cluster.store is not None and cluster.service is not None
+        # -- 1. every host reports ------------------------------------------
+        hosts: list[dict[str, Any]] = []
+        for demo_host in cluster.hosts:
+            progress("host %s: first periodic (discover, provider tree, "
+                     "Placement, host state)" % demo_host.name)
+            result = cluster.report(demo_host)
+            hosts.append({"name": demo_host.name, "snapshot": demo_host.dirname,
+                          "placement_calls": result.placement_calls,
+                          "calls": dict(sorted(result.calls.items())),
+                          "store_writes": result.store_writes})
+        progress("operator: shared storage provider")
+        operator_calls = cluster.ensure_shared_storage()
+        usage_before = _usage(cluster)
+        for host in hosts:
+            host["providers"] = [
+                {"name": name, **{k: v for k, v in doc.items() if k != "host"}}
+                for name, doc in usage_before.items() if doc["host"] == host["name"]]
+        report["hosts"] = hosts
+        report["operator"] = {"placement_calls": calls_total(operator_calls),
+                              "calls": operator_calls,
+                              "shared_storage": usage_before[SHARED_STORAGE_NAME]}
+
+        # -- 2. and 3. boot the requests --------------------------------------
+        conf = scheduler_conf(cluster.store_url)
+        manager = PluginManager(conf)
+        scheduler = Scheduler(conf, manager, cluster.service.client(), cluster.store)
+        cluster.start_agents()
+        try:
+            report["released_earlier"] = _release_earlier(cluster, scheduler, progress)
+            placed_consumers: list[str] = []
+            results = []
+            for request in requests:
+                progress("scheduling %s" % request["name"])
+                spec = RequestSpec.build(manager, RequestInput.from_dicts(
+                    request["flavor"], request.get("image"), request.get("ports", ())))
+                consumer = str(uuid.uuid4())
+                began = time.monotonic()
+                scheduled = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
+                entry: dict[str, Any] = {
+                    "name": request["name"], "about": request.get("about", ""),
+                    "expect": request.get("expect", "any"),
+                    "placed": scheduled.placed, "consumer": consumer,
+                    "host": scheduled.host,
+                    "query": list(scheduled.queries),
+                    "candidates": scheduled.candidates, "fitting": scheduled.fitting,
+                    "verdicts": _verdicts(scheduled, spec),
+                    "attempts": [{"host": a.host, "outcome": a.outcome,
+                                  "reasons": _reasons(a.reasons)}
+                                 for a in scheduled.attempts],
+                    "placement_calls": scheduled.placement_call_count,
+                    "calls": dict(scheduled.placement_calls),
+                    "seconds": round(time.monotonic() - began, 3),
+                    "assignments": {}, "allocations": {}, "reasons": [],
+                }
+                if scheduled.placed:
+                    entry.update(_placed(scheduled, manager, request["name"]))
+                    placed_consumers.append(consumer)
+                else:
+                    progress("explaining %s: every plugin's fit on every host"
+                             % request["name"])
+                    entry["reasons"] = [
+                        {"host": h.host, "plugin": r.plugin, "reason": r.reason,
+                         "source": "scheduler"}
+                        for h in scheduled.reasons for r in h.reasons
+                    ] + _explain(cluster, manager, spec)
+                results.append(entry)
+            _save_instances(cluster, placed_consumers)
+        finally:
+            cluster.stop_agents()
+        report["requests"] = results
+
+        # -- 4. the final state ------------------------------------------------
+        progress("final state: usage from Placement, one more periodic per host")
+        report["usage"] = _usage(cluster)
+        final = {}
+        for demo_host in cluster.hosts:
+            final[demo_host.name] = cluster.report(demo_host).placement_calls
+        report["final_periodic"] = final
+        report["final_periodic_calls"] = sum(final.values())
+        report["agents"] = {
+            h.name: {"claimed": sum(len(r.claimed) for r in h.results),
+                     "rejected": sum(len(r.rejected) for r in h.results),
+                     "released": sum(len(r.releases) for r in h.results)}
+            for h in cluster.hosts}
+        report["placement_calls"] = merge_calls(
+            [h.placement.calls.snapshot() for h in cluster.hosts])
+    report["seconds"] = round(time.monotonic() - started, 2)
+    return report
