@@ -17,12 +17,13 @@ usage.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import uuid
 from typing import Any
 
 from oslo_config import cfg
+
+from compute_plugins.cmd import arguments
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "its resources and its Placement allocations")
     parser.add_argument("--consumer", required=True, type=_consumer, metavar="UUID",
                         help="the consumer (instance) uuid")
-    parser.add_argument("--timeout", type=_seconds, metavar="S",
+    parser.add_argument("--timeout", type=arguments.seconds, metavar="S",
                         help="seconds to wait for the host's agent (default: "
                         "[compute] release_timeout)")
     parser.add_argument("--no-wait", action="store_true",
@@ -49,16 +50,6 @@ def _consumer(text: str) -> str:
             "invalid consumer %r: must be a uuid" % text) from None
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            "invalid value %r: must be a number of seconds" % text) from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(
-            "invalid value %r: must be a finite number of seconds >= 0" % text)
-    return value
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 import time
@@ -29,6 +28,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
+from compute_plugins.cmd import arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
 from compute_plugins.text import printable
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sync to Placement; print the Placement calls of each periodic")
     parser.add_argument("--periodic", type=_positive_int, metavar="N",
                         help="run N periodics, then exit (default: forever)")
-    parser.add_argument("--interval", type=_interval, default=60.0,
+    parser.add_argument("--interval", type=arguments.seconds, default=60.0,
                         metavar="S",
                         help="seconds between periodics, >= 0 (default: 60)")
     parser.set_defaults(func=run)
@@ -61,17 +61,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            "invalid value %r: must be a number of seconds" % text) from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(
-            "invalid value %r: must be a finite number of seconds >= 0"
-            % text)
-    return value
 
 
 def format_text(result: Any) -> str:
