@@ -42,6 +42,7 @@ from compute_plugins.demo.cluster import (
 )
 from compute_plugins.fit import StateFormatError, decode_state, fit_all
 from compute_plugins.manager import PluginManager
+from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
@@ -84,6 +85,21 @@ def _verdicts(result: ScheduleResult, spec: RequestSpec) -> dict[str, dict[str, 
                 by_plugin.setdefault(plugin, "ok")
         verdicts[host] = dict(sorted(by_plugin.items()))
     return verdicts
+
+
+def _scheduler_reasons(result: ScheduleResult) -> list[dict[str, str]]:
+    """The scheduler's reasons on every host: what went wrong where a host
+    was tried, and every host's verdict (Placement's, or its plugins' fit).
+    Not ``result.reasons``: that is the best ``[scheduler]
+    max_reported_hosts`` hosts only, and the demo shows every host."""
+    reasons = []
+    for attempt in result.attempts:
+        reasons += [{"host": attempt.host, "plugin": r.plugin, "reason": r.reason,
+                     "source": "scheduler"} for r in attempt.reasons]
+    for host, rejections in sorted(result.verdicts.items()):
+        reasons += [{"host": host, "plugin": r.plugin, "reason": r.reason,
+                     "source": "scheduler"} for r in rejections]
+    return reasons
 
 
 def _explain(cluster: Cluster, manager: PluginManager,
@@ -157,24 +173,40 @@ def earlier_instances(state_dir: str) -> list[str]:
 
 def _release_earlier(cluster: Cluster, scheduler: Scheduler,
                      progress: Progress) -> list[str]:
+    """Free the instances ``demo.json`` lists; returns those that were in
+    force (an instance an interrupted run recorded but never placed has
+    nothing to free). Each one freed is struck off ``demo.json`` at once,
+    so that an interruption here loses none of the others."""
     consumers = earlier_instances(cluster.state_dir)
-    assert cluster.store is not None
+    assert cluster.store is not None and cluster.operator is not None
     released = []
+    left = list(consumers)
     for consumer in consumers:
-        if scheduler.release(consumer) is None:
-            continue
-        progress("releasing instance %s of the previous run" % consumer)
-        deadline = time.monotonic() + RELEASE_TIMEOUT
-        while cluster.store.active_decision(consumer) is not None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("instance %s of the previous run was not "
-                                   "released within %g s" % (consumer, RELEASE_TIMEOUT))
-            time.sleep(0.05)
-        released.append(consumer)
+        outcome = scheduler.release(consumer)
+        if outcome.outcome in ("unknown", "nothing-in-force"):
+            # NOTE: a run interrupted between writing the allocation and
+            # submitting the decision leaves an allocation with no decision.
+            try:
+                cluster.operator.delete("/allocations/%s" % consumer)
+            except pexc.NotFound:
+                pass
+        else:
+            progress("releasing instance %s of the previous run" % consumer)
+            deadline = time.monotonic() + RELEASE_TIMEOUT
+            while cluster.store.active_decision(consumer) is not None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("instance %s of the previous run was not "
+                                       "released within %g s"
+                                       % (consumer, RELEASE_TIMEOUT))
+                time.sleep(0.05)
+            released.append(consumer)
+        left.remove(consumer)
+        _save_instances(cluster, left)
     return released
 
 
 def _save_instances(cluster: Cluster, consumers: list[str]) -> None:
+    """Write ``demo.json`` (atomically): the instances to free next time."""
     path = os.path.join(cluster.state_dir, INSTANCES_FILE)
     with open(path + ".tmp", "w", encoding="utf-8") as handle:
         json.dump({"consumers": consumers}, handle, indent=2)
@@ -253,6 +285,10 @@ def run_demo(state_dir: str, progress: Progress,
                 spec = RequestSpec.build(manager, RequestInput.from_dicts(
                     request["flavor"], request.get("image"), request.get("ports", ())))
                 consumer = str(uuid.uuid4())
+                # NOTE: recorded before it is scheduled: a run interrupted
+                # (Ctrl-C) while the instance is being placed leaves it for
+                # the next run to free.
+                _save_instances(cluster, placed_consumers + [consumer])
                 began = time.monotonic()
                 scheduled = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
                 entry: dict[str, Any] = {
@@ -277,11 +313,8 @@ def run_demo(state_dir: str, progress: Progress,
                 else:
                     progress("explaining %s: every plugin's fit on every host"
                              % request["name"])
-                    entry["reasons"] = [
-                        {"host": h.host, "plugin": r.plugin, "reason": r.reason,
-                         "source": "scheduler"}
-                        for h in scheduled.reasons for r in h.reasons
-                    ] + _explain(cluster, manager, spec)
+                    entry["reasons"] = _scheduler_reasons(scheduled) + _explain(
+                        cluster, manager, spec)
                 results.append(entry)
             _save_instances(cluster, placed_consumers)
         finally:
