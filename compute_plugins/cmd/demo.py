@@ -105,7 +105,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         std_logging.getLogger("compute_plugins").setLevel(std_logging.WARNING)
     progress = Progress(sys.stderr)
     try:
-        if args.state_dir:
+        if args.state_dir is not None:
             report = run_demo(args.state_dir, progress)
         else:
             with tempfile.TemporaryDirectory(prefix="compute-plugins-demo-") as tmp:

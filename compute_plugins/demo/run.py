@@ -240,6 +240,14 @@ def run_demo(state_dir: str, progress: Progress,
     started = time.monotonic()
     requests = load_requests() if requests is None else requests
     report: dict[str, Any] = {"state_dir": os.path.abspath(state_dir)}
+    if not state_dir:
+        raise DemoStateError("--state-dir '': an empty path; name a directory, or "
+                             "leave the option out for a temporary one")
+    if os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+        what = ("a symbolic link to %s, which does not exist" % os.readlink(state_dir)
+                if os.path.islink(state_dir) and not os.path.exists(state_dir)
+                else "not a directory")
+        raise DemoStateError("--state-dir %s: %s" % (state_dir, what))
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
     except OSError as err:

@@ -271,7 +271,9 @@ class HostStateStore:
         try:
             with self._serial:
                 engines.ensure_schema(self._engine)
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+        except (sa.exc.OperationalError, sa.exc.InterfaceError,
+                sa.exc.DatabaseError) as err:
+            # NOTE: DatabaseError: SQLite's "file is not a database".
             self._engine.dispose()
             raise errors.StoreUnavailable(self.url, str(err.orig)) from err
         except BaseException:

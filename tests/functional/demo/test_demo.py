@@ -263,6 +263,39 @@ def test_a_state_dir_that_is_a_file_is_one_line(tmp_path):
     assert "--state-dir %s" % path in line
 
 
+def test_a_state_dir_that_is_a_file_says_so(tmp_path):
+    (tmp_path / "file").write_text("x")
+    line = run_bad("--state-dir", str(tmp_path / "file"))
+    assert line.endswith("--state-dir %s: not a directory" % (tmp_path / "file"))
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_a_dangling_symlink_as_state_dir_names_its_target(tmp_path):
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    line = run_bad("--state-dir", str(tmp_path / "link"))
+    assert "a symbolic link to %s, which does not exist" % (tmp_path / "gone") in line
+
+
+def test_an_empty_state_dir_is_refused_not_a_temporary_one():
+    line = run_bad("--state-dir", "")
+    assert "--state-dir '': an empty path" in line
+
+
+def test_a_state_dir_whose_store_is_not_a_database_is_one_line(tmp_path):
+    (tmp_path / "host_state.sqlite").write_text("garbage")
+    result = subprocess.run(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "demo",
+         "--state-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == 1 and result.stdout == ""
+    lines = [line for line in result.stderr.splitlines()
+             if line.startswith("compute-plugins")]
+    assert len(lines) == 1 and "not a database" in lines[0], result.stderr
+    assert "a bug" not in lines[0]
+    assert (tmp_path / "host_state.sqlite").read_text() == "garbage"
+
+
 def test_a_foreign_instances_file_is_one_line_and_is_kept(tmp_path):
     (tmp_path / "demo.json").write_text("[1, 2]")
     line = run_bad("--state-dir", str(tmp_path))

@@ -207,3 +207,15 @@ def test_a_new_file_locked_by_another_connection_is_waited_for(tmp_path):
         other.close()
     mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def test_a_file_that_is_not_a_database_is_the_stores_error(tmp_path):
+    """A file that is not SQLite (``file is not a database``) is one of the
+    store's errors naming the database, not a bare SQLAlchemy error (which
+    the command line reports as a bug); the file is left as it was."""
+    path = tmp_path / "hs.sqlite"
+    path.write_text("not a database\n")
+    with pytest.raises(hoststate.HostStateError) as info:
+        hoststate.HostStateStore("sqlite:///%s" % path)
+    assert str(path) in str(info.value) and "not a database" in str(info.value)
+    assert path.read_text() == "not a database\n"
