@@ -175,3 +175,81 @@ def test_a_guest_moves_to_the_cell_of_the_free_card(target, conf_file, tmp_path)
     (cell,) = second["assignments"]["numa"]["cells"]
     assert card["address"] != taken["address"]
     assert CARDS[card["address"]] == cell["host_cell"]
+
+
+#: Scheduled for real, in a subprocess that sees the installed package: the
+#: demo's cloud (real Placement in-process, the store on SQLite, the
+#: ``gpu`` host's agent in a thread) with fpga enabled on the host and in
+#: the scheduler.
+SCHEDULE = """\
+import json, os, sys, uuid
+from oslo_config import cfg
+from compute_plugins import conf as conf_areas, demo
+from compute_plugins.compute import guest
+from compute_plugins.demo import cluster as demo_cluster
+from compute_plugins.manager import PluginManager
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.scheduler.selection import Scheduler
+
+state_dir, fpga_conf, flavor = sys.argv[1:4]
+host_conf = demo_cluster.host_conf
+
+def with_fpga(state_dir, name, store_url):
+    conf = host_conf(state_dir, name, store_url)
+    conf(["--config-file", os.path.join(demo.host_dir(name), demo.HOST_CONFIG),
+          "--config-file", fpga_conf], project="compute-plugins",
+         default_config_files=[], default_config_dirs=[])
+    return conf
+
+demo_cluster.host_conf = with_fpga
+demo.HOST_DIRS = ("gpu",)
+with demo_cluster.Cluster(state_dir) as cloud:
+    (host,) = cloud.hosts
+    cloud.report(host)
+    conf = cfg.ConfigOpts()
+    conf_areas.register_all(conf)
+    conf(["--config-file", fpga_conf], project="compute-plugins",
+         default_config_files=[], default_config_dirs=[])
+    conf.set_override("connection", cloud.store_url, "host_state")
+    manager = PluginManager(conf)
+    scheduler = Scheduler(conf, manager, cloud.service.client(), cloud.store)
+    cloud.start_agents()
+    spec = RequestSpec.build(manager, RequestInput.from_dicts(json.load(open(flavor))))
+    consumer = str(uuid.uuid4())
+    result = scheduler.schedule(spec, consumer, "p", "u")
+    cloud.stop_agents()
+    out = {"placed": result.placed, "host": result.host,
+           "reasons": [str(r) for r in result.reasons], "claimed": [], "usage": {}}
+    if result.placed:
+        decision = result.spec.decision
+        out["assignments"] = result.spec.to_dict()["decision"]["assignments"]
+        out["guest_xml"] = guest.domain_xml(result.spec, decision.assignments,
+                                            manager, name="fpga")
+        out["claimed"] = [c for r in host.results for c in r.claimed]
+        out["usage"] = {p["name"]: p["usages"] for p in cloud.providers()}
+    print(json.dumps(out, default=str))
+"""
+
+
+def test_the_scheduler_places_a_guest_on_the_cards_through_placement(
+        target, conf_file, tmp_path):
+    """Not only ``fit``: the host's agent reports the cards to Placement,
+    the scheduler asks Placement, runs every plugin's fit (fpga with the
+    built-in ones), the agent verifies and claims; Placement then counts
+    one card used on each cell's FPGA provider."""
+    path = tmp_path / "flavor.json"
+    path.write_text(json.dumps({
+        "name": "fpga.2node", "vcpus": 4, "memory_mb": 4096, "root_gb": 10,
+        "extra_specs": {"accel:fpga": "2", "hw:numa_nodes": "2",
+                        "hw:pci_numa_affinity_policy": "required"}}))
+    out = json.loads(run(target, "-c", SCHEDULE, str(tmp_path / "state"),
+                         conf_file, str(path)).splitlines()[-1])
+    assert out["placed"], out["reasons"]
+    assert out["host"] == "demo-gpu-01" and len(out["claimed"]) == 1
+    cards = out["assignments"]["fpga"]["cards"]
+    assert {CARDS[c["address"]] for c in cards} == {0, 1}
+    for address in CARDS:
+        name = "demo-gpu-01_fpga_%s" % address.replace(":", "_").replace(".", "_")
+        assert out["usage"][name] == {"CUSTOM_FPGA_INTEL_PAC_A10": 1}
+        assert 'bus="0x%s"' % address.split(":")[1] in out["guest_xml"]
