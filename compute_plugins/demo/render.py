@@ -178,6 +178,15 @@ def _request(request: Mapping[str, Any]) -> list[str]:
             lines.append(line)
     for host, groups in no_room.items():
         by_host[host].insert(0, "Placement: no provider has room for %s" % ", ".join(groups))
+    refused = {(r["host"], r["plugin"]) for r in request["reasons"]
+               if r.get("source") == "fit"}
+    for host, lines in by_host.items():
+        # NOTE: a plugin whose fit has no objection says so (the disk
+        # plugin on shared storage: the sharing provider's capacity is
+        # Placement's to check), so that every plugin is on every host.
+        lines += ["%s: fit finds no objection on this host's state" % plugin
+                  for plugin in request.get("plugins", ())
+                  if (host, plugin) not in refused]
     for host, lines in by_host.items():
         out.append("    %s" % host)
         out += ["      %s" % _cut(line) for line in lines]

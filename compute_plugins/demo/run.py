@@ -301,6 +301,7 @@ def run_demo(state_dir: str, progress: Progress,
                 scheduled = scheduler.schedule(spec, consumer, PROJECT, PROJECT)
                 entry: dict[str, Any] = {
                     "name": request["name"], "about": request.get("about", ""),
+                    "plugins": sorted(spec.requests),
                     "expect": request.get("expect", "any"),
                     "placed": scheduled.placed, "consumer": consumer,
                     "host": scheduled.host,

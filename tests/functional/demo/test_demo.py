@@ -178,6 +178,10 @@ def test_the_failing_request_has_placements_reason_on_every_host(first):
     for host in HOSTS:
         block = section.split("\n    %s\n" % host)[1].split("\n    demo-")[0]
         assert "Placement: no provider has room for" in block, (host, block)
+        for plugin in PLUGINS:
+            assert "\n      %s: " % plugin in block, (host, plugin, block)
+    shared = section.split("\n    demo-shared-01\n")[1].split("\n    demo-")[0]
+    assert "disk: fit finds no objection on this host's state" in shared
 
 
 def test_an_interrupted_run_leaks_nothing_into_the_next(tmp_path):
