@@ -78,17 +78,26 @@ class Progress:
             with self._lock:
                 message = self._message
             if message:
-                width = 78
+                width = self._width()
                 line = "%s %s" % (self.FRAMES[frame % 4], message)
                 self.stream.write("\r" + line[:width].ljust(width))
                 self.stream.flush()
             frame += 1
 
+    def _width(self) -> int:
+        """The line's width: the terminal's, less one (a full line would
+        wrap, and ``\r`` would then not return to its start), at most 78."""
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            columns = 80
+        return max(1, min(78, columns - 1))
+
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-            self.stream.write("\r" + " " * 78 + "\r")
+            self.stream.write("\r" + " " * self._width() + "\r")
             self.stream.flush()
 
 
