@@ -147,7 +147,12 @@ def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+    try:
+        # NOTE: importing the subcommands takes most of a second: Ctrl-C
+        # there is exit 130 too, not a traceback.
+        parser = build_parser()
+    except KeyboardInterrupt:
+        return 130
     args = parser.parse_args(argv)
     # NOTE: every message below is one line: printable() escapes the
     # newlines and control characters a user's value may carry.
