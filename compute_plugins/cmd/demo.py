@@ -27,6 +27,7 @@ from typing import Optional, TextIO
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins.cmd import common
 from compute_plugins.text import printable
 
@@ -101,11 +102,34 @@ class Progress:
             self.stream.flush()
 
 
+#: Common options the demo has no use for: it brings its own hosts (with
+#: their own configuration) and its own Placement.
+UNUSED_OPTIONS = (
+    ("libvirt_uri", "--libvirt-uri"), ("host_snapshot", "--host-snapshot"),
+    ("placement_url", "--placement-url"), ("config_file", "--config-file"),
+    ("config_dir", "--config-dir"),
+)
+
+
+def check_unused_options(args: argparse.Namespace) -> None:
+    """Refuse a common option the demo would silently ignore.
+
+    :raises InputError: naming the option.
+    """
+    for attr, option in UNUSED_OPTIONS:
+        if getattr(args, attr, None):
+            raise exception.InputError(
+                "demo: %s is not used: the demo runs its own embedded Placement "
+                "on its bundled hosts, each with its own configuration "
+                "(compute_plugins/demo/hosts/*/compute-plugins.conf)" % option)
+
+
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.cmd.report import quiet_placement_logs
     from compute_plugins.demo import render
     from compute_plugins.demo.run import run_demo
 
+    check_unused_options(args)
     quiet_placement_logs(conf.debug)
     if not conf.debug:
         # NOTE: the agents log each claim at INFO; the report says it.

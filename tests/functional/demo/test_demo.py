@@ -300,6 +300,15 @@ def test_a_state_dir_whose_store_is_not_a_database_is_one_line(tmp_path):
     assert (tmp_path / "host_state.sqlite").read_text() == "garbage"
 
 
+@pytest.mark.parametrize("option, value", [
+    ("--placement-url", "http://127.0.0.1:1"), ("--libvirt-uri", "test:///default"),
+    ("--host-snapshot", "tests/fixtures/hosts/sriov"),
+    ("--config-file", "etc/compute-plugins/compute-plugins.conf.sample")])
+def test_an_option_the_demo_would_ignore_is_refused(option, value):
+    line = run_bad(option, value)
+    assert "demo: %s is not used" % option in line
+
+
 def test_a_foreign_instances_file_is_one_line_and_is_kept(tmp_path):
     (tmp_path / "demo.json").write_text("[1, 2]")
     line = run_bad("--state-dir", str(tmp_path))
