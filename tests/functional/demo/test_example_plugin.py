@@ -38,7 +38,17 @@ enabled_plugins = numa,vgpu,sriov,disk,fpga
 
 
 def can_build_wheels_offline() -> bool:
-    major, minor = (int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
+    """This environment's setuptools can build the example's wheel: it is
+    installed (a venv of Python 3.12 or later has none of its own), new
+    enough for ``pyproject.toml`` metadata (61), and has ``bdist_wheel``
+    (the ``wheel`` package, or built in since 70.1)."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    major, minor = (int(p) for p in version.split(".")[:2])
+    if (major, minor) < (61, 0):
+        return False
     return importlib.util.find_spec("wheel") is not None or (major, minor) >= (70, 1)
 
 
