@@ -17,7 +17,9 @@ included). ``scheduler_hints`` is a versioned field of nova's RequestSpec
 the database keeps, so the hint survives ``obj_to_primitive`` /
 ``obj_from_primitive`` unchanged. :func:`from_nova` returns the recorded
 spec when the hint is there: the compute side reads the decision back and
-never re-parses the flavor (it would not even see a changed flavor).
+never re-parses the flavor (it would not even see a changed flavor). The
+scheduler side (``PluginFitFilter``) never reads the record: a resize keeps
+nova's hints (the old flavor's record) and users can send any hint.
 """
 
 from __future__ import annotations
@@ -129,14 +131,18 @@ def _hints(spec_obj: Any) -> dict[str, Any]:
 
 
 def request_input(spec_obj: Any) -> RequestInput:
-    """What our spec is built from, read from nova's ``RequestSpec``.
+    """What our spec is built from, read from nova's ``RequestSpec``
+    (``is_bfv``: no root disk, as nova asks Placement).
 
     :raises RequestInputError: the flavor or a port cannot be used.
     """
     flavor = spec_obj.flavor
+    # NOTE: as nova's resources_from_request_spec: a boot-from-volume guest
+    # asks no local disk for its root.
+    bfv = bool(_get(spec_obj, "is_bfv", False))
     doc = {"name": _get(flavor, "name") or "", "vcpus": flavor.vcpus,
            "memory_mb": flavor.memory_mb,
-           "root_gb": _get(flavor, "root_gb", 0),
+           "root_gb": 0 if bfv else _get(flavor, "root_gb", 0),
            "ephemeral_gb": _get(flavor, "ephemeral_gb", 0),
            "swap": _get(flavor, "swap", 0),
            "extra_specs": dict(_get(flavor, "extra_specs") or {})}

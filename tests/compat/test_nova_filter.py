@@ -37,7 +37,6 @@ from compute_plugins.fit import encode_state, verify_all  # noqa: E402
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import filters as plugin_filters  # noqa: E402
 from compute_plugins.nova import spec as nova_spec  # noqa: E402
-from compute_plugins.request.errors import RequestValidationError  # noqa: E402
 from compute_plugins.request_spec import RequestSpec  # noqa: E402
 from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
@@ -248,11 +247,48 @@ def test_rebuild_is_not_filtered(nova_conf):
     assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
 
 
-def test_an_invalid_request_is_an_error_naming_the_key(nova_conf):
+def test_an_invalid_request_passes_no_host_and_logs_the_key(nova_conf, caplog):
+    # NOTE: a nova filter never raises (an exception in select_destinations
+    # is a traceback in the scheduler's log and an RPC error): nova's answer
+    # is NoValidHost, the reason one ERROR line naming the key.
     handler, filt = loaded_filter()
     spec_obj = nova_spec_obj(extra_specs={"hw:cpu_policy": "pinned"})
-    with pytest.raises(RequestValidationError, match="hw:cpu_policy"):
-        run(handler, filt, nova_hosts(), spec_obj)
+    with caplog.at_level("ERROR", logger="compute_plugins.nova.filters"):
+        assert run(handler, filt, nova_hosts(), spec_obj) == []
+        host = nova_hosts()[0]
+        assert filt.host_passes(host, spec_obj) is False
+    assert "hw:cpu_policy" in caplog.text and "pinned" in caplog.text
+    assert "hw:cpu_policy" in host.plugin_rejections[0].reason
+
+
+def test_the_scheduler_parses_the_flavor_never_a_recorded_spec(nova_conf, conf):
+    # A resize keeps nova's RequestSpec (its scheduler_hints, our recorded
+    # spec with the first host's decision included) and changes its flavor:
+    # the filter must fit the new flavor. A user can also send any hint
+    # through the API (nova's schema accepts unknown hints): a forged or
+    # broken record must neither choose the hosts nor break the filter.
+    handler, filt = loaded_filter()
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    spec_obj.flavor = objects.Flavor(
+        name="m2", vcpus=6, memory_mb=1024, root_gb=0, ephemeral_gb=0, swap=0,
+        extra_specs={"hw:cpu_policy": "dedicated"})
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+    spec_obj.scheduler_hints = {nova_spec.HINT: ["{not json"]}
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+
+
+def test_boot_from_volume_asks_no_root_disk(conf):
+    # nova's resources_from_request_spec: no DISK_GB for the root disk of a
+    # boot-from-volume guest (spec_obj.is_bfv), only ephemeral and swap.
+    spec_obj = nova_spec_obj(vcpus=1)
+    spec_obj.flavor.root_gb = 40
+    spec_obj.flavor.ephemeral_gb = 2
+    assert nova_spec.request_input(spec_obj).flavor.root_gb == 40
+    spec_obj.is_bfv = True
+    read = nova_spec.request_input(spec_obj).flavor
+    assert (read.root_gb, read.ephemeral_gb) == (0, 2)
 
 
 def test_from_nova_reads_flavor_image_ports_and_hints(conf):
