@@ -1,10 +1,10 @@
 """Differential: our NUMA fit against nova 34's ``numa_fit_instance_to_host``.
 
 2000 random cases: hosts of 1 to 8 cells (SMT or not, some CPUs pinned,
-shared load, small and 2 MiB pages, used memory), guests of 1 to 4 nodes,
+shared load, small, 2 MiB and 1 GiB pages, used memory), guests of 1 to 4 nodes,
 dedicated, shared and mixed, thread policies ``prefer``/``require`` (and
 ``isolate`` on non-SMT hosts), emulator threads, page sizes
-(small|large|any|2048). nova's semantics where they are shared (the
+(small|large|any|2048|1048576). nova's semantics where they are shared (the
 modern configuration of test_nova_numa_fit: no ``isolate`` on SMT hosts,
 huge pages for pinned guests only, no reserved host memory).
 
@@ -50,7 +50,7 @@ CASES = 2000
 def random_case(rng):
     smt = rng.random() < 0.5
     cells, next_cpu = [], 0
-    for cell_id in range(rng.choice([1, 1, 2, 2, 2, 3, 4, 4, 6, 8])):
+    for cell_id in range(rng.choice([1, 1, 2, 2, 2, 3, 4, 4, 5, 6, 7, 8])):
         pcpus, groups = [], []
         for _ in range(rng.randint(0, 4)):
             size = rng.choice([2, 2, 2, 3]) if smt else 1
@@ -62,6 +62,8 @@ def random_case(rng):
         memory = rng.choice([1024, 2048, 4096])
         pages = ([(2048, rng.choice([256, 512]), rng.choice([0, 0, 200]))]
                  if rng.random() < 0.4 else [])
+        if rng.random() < 0.2:
+            pages.append((1048576, 1, rng.choice([0, 0, 1])))
         cells.append(cell(cell_id, pcpus=pcpus, shared=shared, siblings=groups,
                           pinned=[x for x in pcpus if rng.random() < 0.2],
                           memory_mb=memory, used_mb=rng.choice([0, 0, memory // 2]),
@@ -81,9 +83,10 @@ def random_case(rng):
     threads = ["prefer", None, "require"] + ([] if smt else ["isolate"])
     page, page_kb = None, None
     if pinned:
-        page = rng.choice([None, None, "small", "large", "any", "2048"])
-        if page == "2048":
-            page, page_kb = None, 2048
+        page = rng.choice([None, None, "small", "large", "any", "2048",
+                           "1048576"])
+        if page in ("2048", "1048576"):
+            page, page_kb = None, int(page)
     req = request(
         nodes, policy=policy, shared=shared,
         thread=rng.choice(threads) if pinned else None,
