@@ -368,3 +368,30 @@ def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
     with pytest.raises(Exception, match="newer"):
         RequestSpec.from_nova(spec_obj, manager)
+
+
+def test_the_record_survives_novas_own_handling_of_the_spec(conf):
+    # what nova's conductor does to a spec between the scheduler and the
+    # compute: forced destinations reset, project and user ensured, the
+    # legacy dicts of older RPC versions (hints: a one-item list becomes a
+    # string and back) and the JSON it stores in the API database.
+    from nova import context as nova_context
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"},
+                             hints={"group": ["g1"]})
+    spec_obj.force_hosts = ["big"]
+    ours = RequestSpec.from_nova(spec_obj, manager)
+    nova_spec.record(spec_obj, ours)
+    spec_obj.reset_forced_destinations()
+    spec_obj.ensure_project_and_user_id(objects.Instance(project_id="p", user_id="u"))
+    legacy = objects.RequestSpec.from_primitives(
+        nova_context.get_admin_context(), spec_obj.to_legacy_request_spec_dict(),
+        spec_obj.to_legacy_filter_properties_dict())
+    stored = objects.RequestSpec.obj_from_primitive(
+        spec_obj.obj_clone().obj_to_primitive())
+    for received in (legacy, stored):
+        received.flavor.extra_specs = {}
+        got = RequestSpec.from_nova(received, manager)
+        assert got == ours
+        assert got.requests["numa"].cpu_policy == "dedicated"
+        assert received.scheduler_hints["group"] == ["g1"]
