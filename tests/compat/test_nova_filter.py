@@ -395,3 +395,42 @@ def test_the_record_survives_novas_own_handling_of_the_spec(conf):
         assert got == ours
         assert got.requests["numa"].cpu_policy == "dedicated"
         assert received.scheduler_hints["group"] == ["g1"]
+
+
+def test_a_bare_nova_spec_is_read(nova_conf):
+    # a RequestSpec as nova's older paths build it: a flavor without extra
+    # specs loaded, no image, no PCI requests, no hints, no requested
+    # resources (fields unset, not empty)
+    handler, filt = loaded_filter()
+    spec_obj = objects.RequestSpec(flavor=objects.Flavor(
+        vcpus=2, memory_mb=512, root_gb=1, ephemeral_gb=0, swap=0))
+    assert not spec_obj.flavor.obj_attr_is_set("extra_specs")
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
+    ours = filt.spec_for(spec_obj)
+    assert ours.flavor.vcpus == 2 and dict(ours.flavor.extra_specs) == {}
+
+
+def test_one_filter_serves_concurrent_requests(nova_conf):
+    # nova's scheduler keeps one filter object and serves requests on
+    # several threads: no request may see another's spec or decisions.
+    from concurrent.futures import ThreadPoolExecutor
+    handler, filt = loaded_filter()
+    pinned = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    floating = nova_spec_obj(vcpus=2)
+
+    def one(index):
+        hosts = nova_hosts()
+        spec_obj = pinned if index % 2 else floating
+        passed = run(handler, filt, hosts, spec_obj)
+        cpus = {h.host: [len(d.assignments["numa"].cells[0].pinning)
+                         for d in h.plugin_decisions.values()] for h in hosts}
+        return index, passed, cpus
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(32)))
+    for index, passed, cpus in results:
+        if index % 2:
+            assert passed == ["big"] and cpus["big"] == [6], (index, cpus)
+        else:
+            assert passed == ["small", "big", "sriov"], index
+            assert all(v == [0] for v in cpus.values()), (index, cpus)
