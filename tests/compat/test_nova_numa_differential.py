@@ -10,7 +10,8 @@ huge pages for pinned guests only, no reserved host memory).
 
 - wherever nova finds a valid placement, we find one (nova's answer is
   first checked against the host: its fit cache can return a pinning
-  computed on another cell; such answers are counted, not required);
+  computed on another cell; such answers are counted, and there we fit
+  exactly when the exhaustive reference below finds a placement);
 - wherever only we find one, an independent checker (below, built on the
   exhaustive reference of tests/unit/resources/numa_fit/test_property,
   not on the plugin) confirms our assignment: distinct cells, free CPUs
@@ -189,7 +190,10 @@ def test_nova_fits_we_fit_and_only_ours_are_valid():
             problem = check_assignment(st, req, mine)
             assert problem is None, (problem, where)
         if theirs is not None and not nova_valid(st, req, theirs):
+            # nova's fit cache answered with a pinning it computed for
+            # another cell: nova is no reference here, the exhaustive one is
             counts["nova_invalid"] += 1
+            assert ours_fits == (ref.ref_first_fit(st, req) is not None), where
             continue
         if theirs is not None and not ours_fits:
             counts["only_nova"] += 1
