@@ -203,6 +203,9 @@ def test_nova_fits_we_fit_and_only_ours_are_valid():
             counts["only_ours_reference_fits"] += ref.ref_first_fit(st, req) is not None
         elif theirs is None:
             counts["neither"] += 1
+            # nobody fits: the exhaustive reference agrees (no fit missed
+            # by both)
+            assert ref.ref_first_fit(st, req) is None, where
         else:
             counts["both"] += 1
     elapsed = time.perf_counter() - started
