@@ -337,9 +337,6 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
     received = objects.RequestSpec.obj_from_primitive(wire)
     assert received.scheduler_hints[nova_spec.HINT] == \
         spec_obj.scheduler_hints[nova_spec.HINT]
-    # the compute: no flavor extra specs, another configuration
-    received.flavor.extra_specs = {}
-    received.image = objects.ImageMeta.from_dict({"properties": {}})
     # another configuration than the scheduler's: the compute never parses
     compute_conf, fixture = helpers.make_conf()
     try:
@@ -390,10 +387,9 @@ def test_the_record_survives_novas_own_handling_of_the_spec(conf):
     stored = objects.RequestSpec.obj_from_primitive(
         spec_obj.obj_clone().obj_to_primitive())
     for received in (legacy, stored):
-        received.flavor.extra_specs = {}
-        got = RequestSpec.from_nova(received, manager)
-        assert got == ours
-        assert got.requests["numa"].cpu_policy == "dedicated"
+        assert received.scheduler_hints[nova_spec.HINT] == \
+            spec_obj.scheduler_hints[nova_spec.HINT]
+        assert nova_spec.recorded(received, manager) == ours
         assert received.scheduler_hints["group"] == ["g1"]
 
 
@@ -434,3 +430,20 @@ def test_one_filter_serves_concurrent_requests(nova_conf):
         else:
             assert passed == ["small", "big", "sriov"], index
             assert all(v == [0] for v in cpus.values()), (index, cpus)
+
+
+def test_the_compute_ignores_a_record_of_another_flavor(conf):
+    # the record is only used for the request it was made for: a resize
+    # keeps nova's hints (the old flavor's record and its host's decision)
+    # and a user can send the hint through nova's API with any spec in it.
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    assert nova_spec.recorded(spec_obj, manager) is not None
+    spec_obj.flavor.vcpus = 4
+    assert nova_spec.recorded(spec_obj, manager) is None
+    assert RequestSpec.from_nova(spec_obj, manager).flavor.vcpus == 4
+    spec_obj.flavor.vcpus = 1
+    spec_obj.image = objects.ImageMeta.from_dict(
+        {"name": "img", "properties": {"hw_numa_nodes": "1"}})
+    assert nova_spec.recorded(spec_obj, manager) is None
