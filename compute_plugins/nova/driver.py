@@ -16,7 +16,9 @@ changed is written back into nova's tree with nova's own methods. When
 inventory must move between providers and ``allocations`` is None, nova's
 ``ReshapeNeeded`` is raised, as nova's resource tracker expects: it calls
 again with the allocations, which are moved in place
-(:mod:`compute_plugins.reshape`).
+(:mod:`compute_plugins.reshape`). The driver's static traits (CPU
+features, storage buses, video and vif models...) are then set on the root
+as nova's libvirt driver sets them.
 
 The plugins' configuration comes from nova's ``[compute_plugins]
 config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
@@ -164,3 +166,17 @@ class PluginProviderTreeMixin:
         except exception.ReshapeNeeded as err:
             raise nova_exception.ReshapeNeeded() from err
         write_back(ours, provider_tree)
+        self._plugin_static_traits(provider_tree, nodename)
+
+    def _plugin_static_traits(self, provider_tree: Any, nodename: str) -> None:
+        """The driver's static traits on the root, as nova's
+        ``LibvirtDriver.update_provider_tree`` sets them (this method
+        replaces it): CPU features, storage buses, video, vif, IOMMU, TPM
+        and sound models; the supported ones added, the others removed.
+        A driver without ``static_traits`` sets none."""
+        static = getattr(self, "static_traits", None)
+        if not static:
+            return
+        supported = [t for t, on in static.items() if on]
+        provider_tree.add_traits(nodename, *supported)
+        provider_tree.remove_traits(nodename, *(set(static) - set(supported)))

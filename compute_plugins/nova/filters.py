@@ -11,14 +11,19 @@ Enable it in nova's scheduler::
 
 Per request (:meth:`PluginFitFilter.filter_all`, which nova's filter
 handler calls once with every host) the filter builds our RequestSpec once
-from nova's (:func:`compute_plugins.nova.spec.from_nova`), reads every
+from nova's flavor, image, ports and hints
+(:func:`compute_plugins.nova.spec.request_input`; never from a spec
+recorded in the hints, which a resize carries with its old flavor), reads
+every
 host's published plugin states in one read of the host-state store (each
 host decoded again only when its generation changed), and runs
 :func:`compute_plugins.fit.fit_all` per allocation candidate of the host
 (``candidate["mappings"]``). It keeps the candidates that fit, as nova's
 ``CandidateFilterMixin`` does, and keeps each one's decision on the host:
 ``host_state.plugin_decisions`` (candidate key -> ``Decision``) and
-``host_state.plugin_rejections`` (the reasons when nothing fits).
+``host_state.plugin_rejections`` (the reasons when nothing fits). A request
+our plugins cannot parse passes no host (nova's NoValidHost) with one ERROR
+line naming every problem: a filter never raises into nova's scheduler.
 :func:`record_selection` writes the decision of the candidate the scheduler
 claims into nova's spec (a scheduler hint, see
 :mod:`compute_plugins.nova.spec`), where the compute reads it back.
@@ -48,6 +53,7 @@ from oslo_log import log as logging
 from compute_plugins.fit import FitResult, StateFormatError, decode_state, fit_all
 from compute_plugins.nova import spec as nova_spec
 from compute_plugins.plugin import Placement, Rejection
+from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import (
     KIND_GENERIC,
     KIND_ROOT,
@@ -166,26 +172,58 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         if not self.RUN_ON_REBUILD and scheduler_utils.request_is_rebuild(spec_obj):
             return filter_obj_list
         hosts = list(filter_obj_list)
-        spec = self.spec_for(spec_obj)
+        spec = self._parse(spec_obj)
+        if isinstance(spec, Rejection):
+            for host in hosts:
+                self._reject(host, spec)
+            return []
         states = self.states.get([h.host for h in hosts]) if spec.requests else {}
         return [h for h in hosts if self._passes(h, spec, states.get(h.host))]
 
     def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
         """One host (nova's per-host API; :meth:`filter_all` is the fast
-        path)."""
-        spec = self.spec_for(spec_obj)
+        path: it parses the spec once for every host)."""
+        spec = self._parse(spec_obj)
+        if isinstance(spec, Rejection):
+            self._reject(host_state, spec)
+            return False
         states = self.states.get([host_state.host]) if spec.requests else {}
         return self._passes(host_state, spec, states.get(host_state.host))
 
     def spec_for(self, spec_obj: Any) -> RequestSpec:
-        """Our spec for nova's: parsed once per request.
+        """Our spec for nova's, parsed from its flavor, image, ports and
+        hints, once per call (:meth:`filter_all`: once per request).
+
+        A spec recorded in nova's hints (:func:`record_selection`) is never
+        used here: a resize or migration keeps nova's spec, hints included,
+        with a new flavor, and a user can send any hint through nova's API.
 
         :raises RequestValidationError: the flavor or image is invalid for a
             plugin (nova's API validates extra specs first, so this is a
-            key nova does not know): the request fails with every problem,
-            never a silent "no valid host".
+            key nova does not know).
+        :raises RequestInputError: the flavor or a port cannot be used.
         """
-        return nova_spec.from_nova(spec_obj, self.plugins)
+        return RequestSpec.build(self.plugins, nova_spec.request_input(spec_obj))
+
+    def _parse(self, spec_obj: Any) -> Any:
+        """:meth:`spec_for`, or the reason it failed as a Rejection (logged):
+        a filter never raises into nova's scheduler, the request gets
+        nova's NoValidHost and the log names every problem."""
+        try:
+            return self.spec_for(spec_obj)
+        except (RequestValidationError, RequestInputError) as err:
+            instance = (spec_obj.instance_uuid
+                        if spec_obj.obj_attr_is_set("instance_uuid") else None)
+            LOG.error("PluginFitFilter passes no host for instance %s: %s",
+                      instance, str(err).replace("\n", " "))
+            return Rejection("the request cannot be parsed: %s" % err)
+
+    @staticmethod
+    def _reject(host_state: Any, rejection: Rejection) -> None:
+        host_state.plugin_spec = None
+        host_state.plugin_decisions = {}
+        host_state.plugin_rejections = (rejection,)
+        host_state.allocation_candidates = []
 
     def _passes(self, host_state: Any, spec: RequestSpec,
                 states: Optional[HostStates]) -> bool:

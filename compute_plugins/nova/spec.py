@@ -16,8 +16,12 @@ included). ``scheduler_hints`` is a versioned field of nova's RequestSpec
 (``DictOfListOfStringsField``) that every RPC version since 1.0 carries and
 the database keeps, so the hint survives ``obj_to_primitive`` /
 ``obj_from_primitive`` unchanged. :func:`from_nova` returns the recorded
-spec when the hint is there: the compute side reads the decision back and
-never re-parses the flavor (it would not even see a changed flavor).
+spec when the hint is there and was made for the flavor, image and ports
+nova's spec holds now (else it parses again: a resize, a forged hint):
+the compute side reads the decision back and does not re-parse the
+flavor with its own configuration. The
+scheduler side (``PluginFitFilter``) never reads the record: a resize keeps
+nova's hints (the old flavor's record) and users can send any hint.
 """
 
 from __future__ import annotations
@@ -25,9 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Optional
 
+from oslo_log import log as logging
+
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
 from compute_plugins.request_spec import RequestSpec
+
+LOG = logging.getLogger(__name__)
 
 __all__ = ["HINT", "from_nova", "image_properties", "ports", "record",
            "recorded", "request_input"]
@@ -129,14 +137,18 @@ def _hints(spec_obj: Any) -> dict[str, Any]:
 
 
 def request_input(spec_obj: Any) -> RequestInput:
-    """What our spec is built from, read from nova's ``RequestSpec``.
+    """What our spec is built from, read from nova's ``RequestSpec``
+    (``is_bfv``: no root disk, as nova asks Placement).
 
     :raises RequestInputError: the flavor or a port cannot be used.
     """
     flavor = spec_obj.flavor
+    # NOTE: as nova's resources_from_request_spec: a boot-from-volume guest
+    # asks no local disk for its root.
+    bfv = bool(_get(spec_obj, "is_bfv", False))
     doc = {"name": _get(flavor, "name") or "", "vcpus": flavor.vcpus,
            "memory_mb": flavor.memory_mb,
-           "root_gb": _get(flavor, "root_gb", 0),
+           "root_gb": 0 if bfv else _get(flavor, "root_gb", 0),
            "ephemeral_gb": _get(flavor, "ephemeral_gb", 0),
            "swap": _get(flavor, "swap", 0),
            "extra_specs": dict(_get(flavor, "extra_specs") or {})}
@@ -150,14 +162,28 @@ def request_input(spec_obj: Any) -> RequestInput:
 def recorded(spec_obj: Any, plugins: Any) -> Optional[RequestSpec]:
     """Our spec recorded in nova's spec (:func:`record`), or None.
 
+    None too (logged) when the record was made for another flavor, image
+    or ports than nova's spec now holds: a resize keeps nova's hints (the
+    old flavor's record, with the old host's decision), and a user can send
+    any hint through nova's API. The compute then re-derives.
+
     :raises RequestFormatError: the hint is there but cannot be read (a
         newer format, a plugin not loaded...): never silently re-derived.
+    :raises RequestInputError: nova's flavor or a port cannot be used.
     """
     hints = _get(spec_obj, "scheduler_hints") or {}
     values = hints.get(HINT)
     if not values:
         return None
-    return RequestSpec.from_json(values[0], plugins)
+    spec = RequestSpec.from_json(values[0], plugins)
+    now = request_input(spec_obj)
+    if ((spec.flavor, spec.image_properties, spec.ports)
+            != (now.flavor, now.image_properties, now.ports)):
+        LOG.warning("scheduler hint %s was recorded for another flavor, image "
+                    "or ports than this request's (flavor %s): ignored, the "
+                    "spec is parsed again", HINT, now.flavor.name)
+        return None
+    return spec
 
 
 def from_nova(spec_obj: Any, plugins: Any) -> RequestSpec:

@@ -107,3 +107,28 @@ def test_a_removed_cell_is_removed_from_nova_tree(driver, conf):
     driver.update_provider_tree(tree, NODE)
     assert sorted(state(tree)) == [NODE, NODE + "_NUMA0"]
     assert tree.data(NODE + "_NUMA0").inventory["VCPU"]["total"] == 4
+
+
+def test_a_failing_plugin_keeps_its_last_providers_and_nova_runs_on(driver):
+    # nova's periodic must not break on a plugin's bug: the mixin returns,
+    # the failing plugin's last good providers stay in nova's tree, the
+    # failure is recorded. (The bug is injected: a plugin that raises.)
+    tree = nova_flat_tree()
+    driver.update_provider_tree(tree, NODE, allocations={})
+    good = state(tree)
+    numa = driver.plugin_manager.plugins["numa"]
+
+    def broken(view, nodename):
+        raise RuntimeError("plugin bug")
+
+    numa.provider_contributions = broken
+    driver.host = helpers.host([helpers.cell(0, [0, 1], memory_gb=8),
+                                helpers.cell(1, [2, 3], memory_gb=8)])
+    driver.update_provider_tree(tree, NODE)
+    assert state(tree) == good
+    assert "numa" in driver.plugin_manager.failures
+    del numa.provider_contributions
+    driver.update_provider_tree(tree, NODE)
+    assert tree.data(NODE + "_NUMA0").inventory["MEMORY_MB"]["total"] > \
+        good[NODE + "_NUMA0"][1]["MEMORY_MB"]["total"]
+    assert "numa" not in driver.plugin_manager.failures

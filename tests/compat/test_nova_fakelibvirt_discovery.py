@@ -245,3 +245,31 @@ def test_our_vgpu_providers_are_novas_pgpu_providers(both, conf):
     tree.new_root(NODE, ROOT)
     manager.update_provider_tree(tree, NODE)
     assert vgpu_providers(tree) == expected
+
+
+def test_the_mixin_reports_novas_driver_traits_on_the_root(both, conf):
+    # nova's LibvirtDriver.update_provider_tree puts its static traits
+    # (CPU features, storage buses, video and vif models...) on the root,
+    # adding the supported ones and removing the others; flavors and images
+    # require them (trait:HW_CPU_X86_AVX2=required, hw_disk_bus). The mixin
+    # replaces that method: it must do the same.
+    driver, _ = both
+    supported = {t for t, on in driver.static_traits.items() if on}
+    unsupported = set(driver.static_traits) - supported
+    assert supported and unsupported, "nova's fake host has traits of both kinds"
+    nova_tree = nova_pt.ProviderTree()
+    nova_tree.new_root(NODE, ROOT)
+    stale = sorted(unsupported)[0]
+    nova_tree.update_traits(NODE, ["CUSTOM_OPERATOR", stale])
+    driver.plugin_manager = helpers.manager(conf, ("numa",))
+    try:
+        driver.update_provider_tree(nova_tree, NODE, allocations={})
+        traits = set(nova_tree.data(NODE).traits)
+        assert supported <= traits
+        assert not traits & unsupported
+        assert "CUSTOM_OPERATOR" in traits
+        before = nova_tree.data(NODE).traits
+        driver.update_provider_tree(nova_tree, NODE)
+        assert nova_tree.data(NODE).traits == before
+    finally:
+        driver.plugin_manager = None

@@ -37,7 +37,6 @@ from compute_plugins.fit import encode_state, verify_all  # noqa: E402
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import filters as plugin_filters  # noqa: E402
 from compute_plugins.nova import spec as nova_spec  # noqa: E402
-from compute_plugins.request.errors import RequestValidationError  # noqa: E402
 from compute_plugins.request_spec import RequestSpec  # noqa: E402
 from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
@@ -248,11 +247,48 @@ def test_rebuild_is_not_filtered(nova_conf):
     assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
 
 
-def test_an_invalid_request_is_an_error_naming_the_key(nova_conf):
+def test_an_invalid_request_passes_no_host_and_logs_the_key(nova_conf, caplog):
+    # NOTE: a nova filter never raises (an exception in select_destinations
+    # is a traceback in the scheduler's log and an RPC error): nova's answer
+    # is NoValidHost, the reason one ERROR line naming the key.
     handler, filt = loaded_filter()
     spec_obj = nova_spec_obj(extra_specs={"hw:cpu_policy": "pinned"})
-    with pytest.raises(RequestValidationError, match="hw:cpu_policy"):
-        run(handler, filt, nova_hosts(), spec_obj)
+    with caplog.at_level("ERROR", logger="compute_plugins.nova.filters"):
+        assert run(handler, filt, nova_hosts(), spec_obj) == []
+        host = nova_hosts()[0]
+        assert filt.host_passes(host, spec_obj) is False
+    assert "hw:cpu_policy" in caplog.text and "pinned" in caplog.text
+    assert "hw:cpu_policy" in host.plugin_rejections[0].reason
+
+
+def test_the_scheduler_parses_the_flavor_never_a_recorded_spec(nova_conf, conf):
+    # A resize keeps nova's RequestSpec (its scheduler_hints, our recorded
+    # spec with the first host's decision included) and changes its flavor:
+    # the filter must fit the new flavor. A user can also send any hint
+    # through the API (nova's schema accepts unknown hints): a forged or
+    # broken record must neither choose the hosts nor break the filter.
+    handler, filt = loaded_filter()
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    spec_obj.flavor = objects.Flavor(
+        name="m2", vcpus=6, memory_mb=1024, root_gb=0, ephemeral_gb=0, swap=0,
+        extra_specs={"hw:cpu_policy": "dedicated"})
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+    spec_obj.scheduler_hints = {nova_spec.HINT: ["{not json"]}
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+
+
+def test_boot_from_volume_asks_no_root_disk(conf):
+    # nova's resources_from_request_spec: no DISK_GB for the root disk of a
+    # boot-from-volume guest (spec_obj.is_bfv), only ephemeral and swap.
+    spec_obj = nova_spec_obj(vcpus=1)
+    spec_obj.flavor.root_gb = 40
+    spec_obj.flavor.ephemeral_gb = 2
+    assert nova_spec.request_input(spec_obj).flavor.root_gb == 40
+    spec_obj.is_bfv = True
+    read = nova_spec.request_input(spec_obj).flavor
+    assert (read.root_gb, read.ephemeral_gb) == (0, 2)
 
 
 def test_from_nova_reads_flavor_image_ports_and_hints(conf):
@@ -301,9 +337,6 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
     received = objects.RequestSpec.obj_from_primitive(wire)
     assert received.scheduler_hints[nova_spec.HINT] == \
         spec_obj.scheduler_hints[nova_spec.HINT]
-    # the compute: no flavor extra specs, another configuration
-    received.flavor.extra_specs = {}
-    received.image = objects.ImageMeta.from_dict({"properties": {}})
     # another configuration than the scheduler's: the compute never parses
     compute_conf, fixture = helpers.make_conf()
     try:
@@ -332,3 +365,85 @@ def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
     with pytest.raises(Exception, match="newer"):
         RequestSpec.from_nova(spec_obj, manager)
+
+
+def test_the_record_survives_novas_own_handling_of_the_spec(conf):
+    # what nova's conductor does to a spec between the scheduler and the
+    # compute: forced destinations reset, project and user ensured, the
+    # legacy dicts of older RPC versions (hints: a one-item list becomes a
+    # string and back) and the JSON it stores in the API database.
+    from nova import context as nova_context
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"},
+                             hints={"group": ["g1"]})
+    spec_obj.force_hosts = ["big"]
+    ours = RequestSpec.from_nova(spec_obj, manager)
+    nova_spec.record(spec_obj, ours)
+    spec_obj.reset_forced_destinations()
+    spec_obj.ensure_project_and_user_id(objects.Instance(project_id="p", user_id="u"))
+    legacy = objects.RequestSpec.from_primitives(
+        nova_context.get_admin_context(), spec_obj.to_legacy_request_spec_dict(),
+        spec_obj.to_legacy_filter_properties_dict())
+    stored = objects.RequestSpec.obj_from_primitive(
+        spec_obj.obj_clone().obj_to_primitive())
+    for received in (legacy, stored):
+        assert received.scheduler_hints[nova_spec.HINT] == \
+            spec_obj.scheduler_hints[nova_spec.HINT]
+        assert nova_spec.recorded(received, manager) == ours
+        assert received.scheduler_hints["group"] == ["g1"]
+
+
+def test_a_bare_nova_spec_is_read(nova_conf):
+    # a RequestSpec as nova's older paths build it: a flavor without extra
+    # specs loaded, no image, no PCI requests, no hints, no requested
+    # resources (fields unset, not empty)
+    handler, filt = loaded_filter()
+    spec_obj = objects.RequestSpec(flavor=objects.Flavor(
+        vcpus=2, memory_mb=512, root_gb=1, ephemeral_gb=0, swap=0))
+    assert not spec_obj.flavor.obj_attr_is_set("extra_specs")
+    assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
+    ours = filt.spec_for(spec_obj)
+    assert ours.flavor.vcpus == 2 and dict(ours.flavor.extra_specs) == {}
+
+
+def test_one_filter_serves_concurrent_requests(nova_conf):
+    # nova's scheduler keeps one filter object and serves requests on
+    # several threads: no request may see another's spec or decisions.
+    from concurrent.futures import ThreadPoolExecutor
+    handler, filt = loaded_filter()
+    pinned = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    floating = nova_spec_obj(vcpus=2)
+
+    def one(index):
+        hosts = nova_hosts()
+        spec_obj = pinned if index % 2 else floating
+        passed = run(handler, filt, hosts, spec_obj)
+        cpus = {h.host: [len(d.assignments["numa"].cells[0].pinning)
+                         for d in h.plugin_decisions.values()] for h in hosts}
+        return index, passed, cpus
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(32)))
+    for index, passed, cpus in results:
+        if index % 2:
+            assert passed == ["big"] and cpus["big"] == [6], (index, cpus)
+        else:
+            assert passed == ["small", "big", "sriov"], index
+            assert all(v == [0] for v in cpus.values()), (index, cpus)
+
+
+def test_the_compute_ignores_a_record_of_another_flavor(conf):
+    # the record is only used for the request it was made for: a resize
+    # keeps nova's hints (the old flavor's record and its host's decision)
+    # and a user can send the hint through nova's API with any spec in it.
+    manager = helpers.manager(conf, NAMES)
+    spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    assert nova_spec.recorded(spec_obj, manager) is not None
+    spec_obj.flavor.vcpus = 4
+    assert nova_spec.recorded(spec_obj, manager) is None
+    assert RequestSpec.from_nova(spec_obj, manager).flavor.vcpus == 4
+    spec_obj.flavor.vcpus = 1
+    spec_obj.image = objects.ImageMeta.from_dict(
+        {"name": "img", "properties": {"hw_numa_nodes": "1"}})
+    assert nova_spec.recorded(spec_obj, manager) is None

@@ -1,16 +1,17 @@
 """Differential: our NUMA fit against nova 34's ``numa_fit_instance_to_host``.
 
 2000 random cases: hosts of 1 to 8 cells (SMT or not, some CPUs pinned,
-shared load, small and 2 MiB pages, used memory), guests of 1 to 4 nodes,
+shared load, small, 2 MiB and 1 GiB pages, used memory), guests of 1 to 4 nodes,
 dedicated, shared and mixed, thread policies ``prefer``/``require`` (and
 ``isolate`` on non-SMT hosts), emulator threads, page sizes
-(small|large|any|2048). nova's semantics where they are shared (the
+(small|large|any|2048|1048576). nova's semantics where they are shared (the
 modern configuration of test_nova_numa_fit: no ``isolate`` on SMT hosts,
 huge pages for pinned guests only, no reserved host memory).
 
 - wherever nova finds a valid placement, we find one (nova's answer is
   first checked against the host: its fit cache can return a pinning
-  computed on another cell; such answers are counted, not required);
+  computed on another cell; such answers are counted, and there we fit
+  exactly when the exhaustive reference below finds a placement);
 - wherever only we find one, an independent checker (below, built on the
   exhaustive reference of tests/unit/resources/numa_fit/test_property,
   not on the plugin) confirms our assignment: distinct cells, free CPUs
@@ -50,7 +51,7 @@ CASES = 2000
 def random_case(rng):
     smt = rng.random() < 0.5
     cells, next_cpu = [], 0
-    for cell_id in range(rng.choice([1, 1, 2, 2, 2, 3, 4, 4, 6, 8])):
+    for cell_id in range(rng.choice([1, 1, 2, 2, 2, 3, 4, 4, 5, 6, 7, 8])):
         pcpus, groups = [], []
         for _ in range(rng.randint(0, 4)):
             size = rng.choice([2, 2, 2, 3]) if smt else 1
@@ -62,6 +63,8 @@ def random_case(rng):
         memory = rng.choice([1024, 2048, 4096])
         pages = ([(2048, rng.choice([256, 512]), rng.choice([0, 0, 200]))]
                  if rng.random() < 0.4 else [])
+        if rng.random() < 0.2:
+            pages.append((1048576, 1, rng.choice([0, 0, 1])))
         cells.append(cell(cell_id, pcpus=pcpus, shared=shared, siblings=groups,
                           pinned=[x for x in pcpus if rng.random() < 0.2],
                           memory_mb=memory, used_mb=rng.choice([0, 0, memory // 2]),
@@ -81,9 +84,10 @@ def random_case(rng):
     threads = ["prefer", None, "require"] + ([] if smt else ["isolate"])
     page, page_kb = None, None
     if pinned:
-        page = rng.choice([None, None, "small", "large", "any", "2048"])
-        if page == "2048":
-            page, page_kb = None, 2048
+        page = rng.choice([None, None, "small", "large", "any", "2048",
+                           "1048576"])
+        if page in ("2048", "1048576"):
+            page, page_kb = None, int(page)
     req = request(
         nodes, policy=policy, shared=shared,
         thread=rng.choice(threads) if pinned else None,
@@ -186,7 +190,10 @@ def test_nova_fits_we_fit_and_only_ours_are_valid():
             problem = check_assignment(st, req, mine)
             assert problem is None, (problem, where)
         if theirs is not None and not nova_valid(st, req, theirs):
+            # nova's fit cache answered with a pinning it computed for
+            # another cell: nova is no reference here, the exhaustive one is
             counts["nova_invalid"] += 1
+            assert ours_fits == (ref.ref_first_fit(st, req) is not None), where
             continue
         if theirs is not None and not ours_fits:
             counts["only_nova"] += 1
@@ -196,6 +203,9 @@ def test_nova_fits_we_fit_and_only_ours_are_valid():
             counts["only_ours_reference_fits"] += ref.ref_first_fit(st, req) is not None
         elif theirs is None:
             counts["neither"] += 1
+            # nobody fits: the exhaustive reference agrees (no fit missed
+            # by both)
+            assert ref.ref_first_fit(st, req) is None, where
         else:
             counts["both"] += 1
     elapsed = time.perf_counter() - started
