@@ -35,7 +35,6 @@ from compute_plugins.fit import AssignmentConflict, verify_all
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
 from compute_plugins.placement import client as pclient
-from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.errors import RequestFormatError
 from compute_plugins.request.groups import PluginAssignment
@@ -325,13 +324,7 @@ class Claims:
             decision stays releasing and is retried.
         """
         removed = self.ledger.remove(consumer) is not None
-        deleted = False
-        if placement is not None:
-            try:
-                placement.delete("/allocations/%s" % consumer)
-                deleted = True
-            except pexc.NotFound:
-                pass
+        deleted = placement is not None and placement.delete_allocations(consumer)
         decision_id = None
         if decision is not None:
             decision_id = decision.id

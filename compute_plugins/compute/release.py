@@ -16,7 +16,6 @@ from typing import Optional
 
 from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
 from compute_plugins.placement import client as pclient
-from compute_plugins.placement import exception as pexc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,13 +66,7 @@ def request_release(store: HostStateStore, consumer: str,
                               else "nothing-in-force", latest)
     was = before.status if before is not None else None
     if _released(decision):
-        deleted = False
-        if placement is not None:
-            try:
-                placement.delete("/allocations/%s" % consumer)
-                deleted = True
-            except pexc.NotFound:
-                pass
+        deleted = placement is not None and placement.delete_allocations(consumer)
         return ReleaseOutcome(consumer, "released", decision, was, deleted)
     deadline = time.monotonic() + timeout
     delay = poll_interval

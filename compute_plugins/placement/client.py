@@ -345,3 +345,12 @@ class PlacementClient:
 
     def delete(self, path: str, **kw: Any) -> Any:
         return self.request("DELETE", path, **kw)
+
+    def delete_allocations(self, consumer: str) -> bool:
+        """Free every allocation of ``consumer``; False when it had none
+        (Placement's 404: freed already, which is no error)."""
+        try:
+            self.delete("/allocations/%s" % consumer)
+        except pexc.NotFound:
+            return False
+        return True

@@ -275,10 +275,7 @@ class Scheduler:
     def _free(self, consumer: str, calls: dict[str, int]) -> None:
         """Delete the consumer's allocation (gone already is fine)."""
         self._count(calls, "DELETE", "/allocations/{consumer}")
-        try:
-            self.placement.delete("/allocations/%s" % consumer)
-        except pexc.NotFound:
-            pass
+        self.placement.delete_allocations(consumer)
 
     # -- scheduling -------------------------------------------------------
 

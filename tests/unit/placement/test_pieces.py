@@ -162,16 +162,16 @@ def test_a_get_without_body_is_a_clear_error_a_put_is_not():
 def test_report_interval_rejects(text):
     import argparse
 
-    from compute_plugins.cmd import report as report_cmd
+    from compute_plugins.cmd import arguments
     with pytest.raises(argparse.ArgumentTypeError):
-        report_cmd._interval(text)
+        arguments.seconds(text)
 
 
 def test_report_interval_and_serve_port_accept():
+    from compute_plugins.cmd import arguments
     from compute_plugins.cmd import placement as placement_cmd
-    from compute_plugins.cmd import report as report_cmd
-    assert report_cmd._interval("0") == 0.0
-    assert report_cmd._interval("1.5") == 1.5
+    assert arguments.seconds("0") == 0.0
+    assert arguments.seconds("1.5") == 1.5
     assert placement_cmd._port("65535") == 65535
     assert placement_cmd._port("0") == 0
 
