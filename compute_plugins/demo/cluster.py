@@ -264,11 +264,6 @@ class Cluster:
                 "aggregates": sorted(client.get(path + "/aggregates")["aggregates"]),
             }
 
-    def consumer_allocations(self, consumer: str) -> dict[str, dict[str, int]]:
-        assert self.operator is not None
-        allocations = self.operator.get("/allocations/%s" % consumer)["allocations"]
-        return {rp: dict(a["resources"]) for rp, a in allocations.items()}
-
 
 def _calls_since(client: pclient.PlacementClient,
                  before: dict[str, int]) -> dict[str, int]:
