@@ -115,7 +115,7 @@ def discovery(world: World, context: Context) -> CheckResult:
     """The plugin discovers the kit's hosts (those it cannot are left out of
     every check; at least one must be usable)."""
     out = [r for r in world.runs if r.unusable]
-    detail = "%d of %d hosts" % (len(world.used), len(world.runs))
+    detail = "%d of %s" % (len(world.used), _n(len(world.runs), "host"))
     if out:
         detail += "; left out: " + "; ".join(
             "%s (%s)" % (r.case.name, r.unusable) for r in out)
