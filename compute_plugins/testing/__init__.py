@@ -55,10 +55,12 @@ from typing import Optional
 from oslo_config import cfg
 
 from compute_plugins.testing import _framework
-from compute_plugins.testing.checks import CHECKS, VIRT_XML_VALIDATE, Context, run_checks
+from compute_plugins.testing.checks import CHECKS, run_checks
+from compute_plugins.testing.domain import VIRT_XML_VALIDATE
 from compute_plugins.testing.hosts import HostCase, demo_hosts, snapshot_host
 from compute_plugins.testing.report import FAIL, PASS, SKIP, CheckResult, Report
 from compute_plugins.testing.runs import PluginLike, Subject, build_world
+from compute_plugins.testing.verdict import Context
 
 __all__ = ["CHECKS", "FAIL", "PASS", "SKIP", "CheckResult", "HostCase", "Report",
            "assert_conformant", "check_installed", "check_plugin", "demo_hosts",

@@ -32,7 +32,7 @@ from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
 
-VALIDATOR = shutil.which(testing.checks.VIRT_XML_VALIDATE)
+VALIDATOR = shutil.which(testing.domain.VIRT_XML_VALIDATE)
 
 
 @pytest.mark.parametrize("cls", [NUMAPlugin, VGPUPlugin, SRIOVPlugin, DiskPlugin],
