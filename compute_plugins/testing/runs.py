@@ -93,7 +93,8 @@ class Subject:
 
     def load(self, case: HostCase) -> fw.Loaded:
         """Fresh plugins for ``case`` (the instance, when given, is reused)."""
-        conf = self.conf or fw.config(case.config_files + self.config_files)
+        conf = (self.conf if self.conf is not None
+                else fw.config(case.config_files + self.config_files))
         plugins = [cls(conf) for cls in self.companions]
         if self.instance is not None:
             plugins.append(self.instance)
