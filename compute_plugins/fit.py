@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Optional
+
+from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.affinity import NUMA_PLUGIN, recorded_cells_problem
@@ -28,6 +30,8 @@ from compute_plugins.request.types import CodecError, FrozenMap, decode, encode
 __all__ = ["AssignmentConflict", "FitResult", "PluginState", "Rejection",
            "FIT_BUDGET", "StateFormatError", "decode_state", "encode_state", "fit_all",
            "fit_order", "state_type", "verify_all"]
+
+LOG = logging.getLogger(__name__)
 
 _STATE_TYPES: dict[str, type[PluginState]] = {}
 
@@ -173,6 +177,31 @@ class _Exhausted(Exception):
     """The retry's step budget ran out."""
 
 
+def _fit_one(plugin: ResourcePlugin[Any, Any, Any, Any], name: str, state: Any,
+             request: Any, placement: Placement,
+             earlier: Mapping[str, PluginAssignment]) -> Any:
+    """``plugin.fit``; a plugin that raises (its bug) rejects, naming itself,
+    instead of failing the whole host's fit."""
+    try:
+        return plugin.fit(state, request, placement, FrozenMap(earlier))
+    except Exception as err:  # noqa: BLE001 - a plugin's bug: its rejection
+        LOG.debug("plugin %s: fit failed", name, exc_info=True)
+        return Rejection("the plugin failed while fitting: %s: %s"
+                         % (type(err).__name__, err), plugin=name)
+
+
+def _alternatives_of(plugin: ResourcePlugin[Any, Any, Any, Any], name: str,
+                     state: Any, request: Any, placement: Placement,
+                     earlier: Mapping[str, PluginAssignment]
+                     ) -> Iterator[PluginAssignment]:
+    """``plugin.alternatives``, ending where the plugin raises (its bug: the
+    decisions it offered before still count)."""
+    try:
+        yield from plugin.alternatives(state, request, placement, FrozenMap(earlier))
+    except Exception:  # noqa: BLE001 - a plugin's bug: no more alternatives
+        LOG.debug("plugin %s: alternatives failed", name, exc_info=True)
+
+
 def _straight(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
               order: Sequence[str], states: Mapping[str, Any], spec: Any,
               placement: Placement
@@ -182,8 +211,8 @@ def _straight(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
     assignments: dict[str, PluginAssignment] = {}
     rejections: list[Rejection] = []
     for name in order:
-        outcome = loaded[name].fit(states.get(name), spec.requests[name],
-                                   placement, FrozenMap(assignments))
+        outcome = _fit_one(loaded[name], name, states.get(name),
+                           spec.requests[name], placement, assignments)
         if isinstance(outcome, Rejection):
             rejections.append(_named(outcome, name))
         elif outcome is not None:
@@ -228,7 +257,7 @@ def _search(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
         name = order[index]
         plugin, request, state = loaded[name], spec.requests[name], states.get(name)
         step()
-        outcome = plugin.fit(state, request, placement, FrozenMap(earlier))
+        outcome = _fit_one(plugin, name, state, request, placement, earlier)
         if isinstance(outcome, Rejection):
             return None
         if outcome is None:
@@ -237,7 +266,7 @@ def _search(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
         if found is not None or not any(
                 name in loaded[later].fit_after for later in order[index + 1:]):
             return found
-        others = plugin.alternatives(state, request, placement, FrozenMap(earlier))
+        others = _alternatives_of(plugin, name, state, request, placement, earlier)
         for alternative in itertools.islice(others, 1, None):
             step()
             found = search(index + 1, {**earlier, name: alternative})
@@ -266,6 +295,8 @@ def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
     :returns: all assignments when every plugin fits, else every rejection
         of the first pass (plugins after a rejecting one still run, to say
         their reasons), and one saying so when the retry ran out of budget.
+        A plugin whose ``fit`` raises (its bug) rejects, its rejection naming
+        it and the exception; the others still run.
     """
     loaded = _plugins_of(plugins)
     order = [name for name in fit_order(loaded)

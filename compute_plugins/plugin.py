@@ -19,7 +19,8 @@ The request side (all optional; defaults suit a plugin without keys):
 
 3. ``parse_request(request_input)`` parses the plugin's keys once into its
    typed request; ``request_groups(request)`` is its share of the Placement
-   query;
+   query; ``sample_requests()`` offers a few requests it understands to
+   the conformance kit (:mod:`compute_plugins.testing`);
 4. ``host_state(view, nodename, assignments)`` says what is free and used on
    the host given the assignments in force (JSON, versioned: the scheduler
    holds it in another process);
@@ -248,6 +249,20 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     def request_groups(self, plugin_request: RequestT) -> list[RequestGroup]:
         """This plugin's share of the Placement query for ``plugin_request``."""
         return []
+
+    def sample_requests(self) -> Sequence[RequestInput]:
+        """A few representative requests this plugin understands, for the
+        conformance kit (:mod:`compute_plugins.testing`), which cannot make
+        up requests for keys it does not know.
+
+        Each asks something of this plugin through its own keys (flavor
+        extra specs, image properties, ports), with the keys of the plugins
+        it runs after (``fit_after``) where it needs them. The kit parses
+        each as it is and at other flavor sizes, fits them on hosts, and
+        fills hosts with them. Default: none (the kit then says it skipped
+        the checks that need requests).
+        """
+        return ()
 
     # -- the decision: state, fit, verify, guest config -------------------------
 

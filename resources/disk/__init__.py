@@ -17,6 +17,7 @@ from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import Earlier, Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
+from compute_plugins.request.inputs import RequestInput
 from resources.disk import provider, summary
 from resources.disk import request as disk_request
 from resources.disk import state as disk_state
@@ -87,6 +88,10 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
     ) -> list[RequestGroup]:
         """``DISK_GB`` in the unsuffixed group (the root or a sharing provider)."""
         return disk_request.request_groups(plugin_request)
+
+    def sample_requests(self) -> list[RequestInput]:
+        """A few requests this plugin understands (the conformance kit's)."""
+        return disk_request.samples()
 
     def host_state(self, view: DiskView, nodename: str,
                    assignments: Sequence[DiskAssignment]) -> DiskState:

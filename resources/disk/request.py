@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Any, Optional
 
 import os_resource_classes as orc
 
@@ -96,3 +96,16 @@ def request_groups(req: DiskRequest) -> list[RequestGroup]:
             member_of=((req.shared_aggregate,),), owner=PLUGIN, kind=KIND_DISK)]
     return [RequestGroup(requester_id="", resources=FrozenMap({orc.DISK_GB: req.disk_gb}),
                          owner=PLUGIN, kind=KIND_DISK)]
+
+
+def samples() -> list[RequestInput]:
+    """Representative requests (the plugin's ``sample_requests``): a root
+    disk, root and ephemeral disks with swap, ``resources:DISK_GB``."""
+    flavors: list[dict[str, Any]] = [
+        {"root_gb": 20},
+        {"root_gb": 200, "ephemeral_gb": 100, "swap": 2048},
+        {"root_gb": 10, "extra_specs": {OVERRIDE_KEY: "400"}},
+    ]
+    return [RequestInput.from_dicts({"name": "disk.sample%d" % index, "vcpus": 2,
+                                     "memory_mb": 2048, **flavor})
+            for index, flavor in enumerate(flavors)]

@@ -29,6 +29,7 @@ from compute_plugins.plugin import (
     ResourcePlugin,
 )
 from compute_plugins.request.groups import RequestGroup
+from compute_plugins.request.inputs import RequestInput
 from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
 from resources.numa import guest, provider, summary
@@ -73,6 +74,10 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     def request_groups(self, plugin_request: NUMARequest) -> list[RequestGroup]:
         """One group per guest NUMA node, or one floating group."""
         return numa_request.request_groups(plugin_request)
+
+    def sample_requests(self) -> list[RequestInput]:
+        """A few requests this plugin understands (the conformance kit's)."""
+        return numa_request.samples()
 
     def host_state(self, view: NUMAView, nodename: str,
                    assignments: Sequence[NUMAAssignment]) -> NUMAState:

@@ -808,3 +808,22 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
             required_traits=ht if trait == "required" else frozenset(),
             forbidden_traits=ht if trait == "forbidden" else frozenset()))
     return groups
+
+
+def samples() -> list[RequestInput]:
+    """Representative requests (the plugin's ``sample_requests``): floating
+    CPUs, pinned CPUs, two guest NUMA nodes on 1 GiB pages, isolated
+    threads with an isolated emulator thread, a mixed policy."""
+    flavors = [
+        (2, 2048, {}),
+        (4, 4096, {"hw:cpu_policy": "dedicated"}),
+        (8, 8192, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+                   "hw:mem_page_size": "1GB"}),
+        (4, 8192, {"hw:numa_nodes": "2"}),
+        (2, 2048, {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
+                   "hw:emulator_threads_policy": "isolate"}),
+        (4, 4096, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"}),
+    ]
+    return [RequestInput.from_dicts({"name": "numa.sample%d" % index, "vcpus": vcpus,
+                                     "memory_mb": memory_mb, "extra_specs": specs})
+            for index, (vcpus, memory_mb, specs) in enumerate(flavors)]

@@ -27,6 +27,7 @@ from compute_plugins.plugin import (
     providers_by_suffix,
 )
 from compute_plugins.request.groups import RequestGroup
+from compute_plugins.request.inputs import RequestInput
 from resources.sriov import fit as sriov_fit
 from resources.sriov import guest, provider, summary
 from resources.sriov import request as sriov_request
@@ -98,6 +99,10 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     ) -> list[RequestGroup]:
         """One device group per port and per alias."""
         return sriov_request.request_groups(plugin_request)
+
+    def sample_requests(self) -> list[RequestInput]:
+        """A few requests this plugin understands (the conformance kit's)."""
+        return sriov_request.samples()
 
     def host_state(self, view: SRIOVView, nodename: str,
                    assignments: Sequence[SRIOVAssignment]) -> SRIOVState:

@@ -238,3 +238,22 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
             requester_id="", required_traits=frozenset({SOCKET_TRAIT}),
             owner=PLUGIN, kind=KIND_ROOT))
     return groups
+
+
+def samples() -> list[RequestInput]:
+    """Representative requests (the plugin's ``sample_requests``): a direct
+    port, one with guaranteed bandwidth, two ports on the guest's own NUMA
+    cell."""
+    flavor = {"name": "sriov.sample", "vcpus": 2, "memory_mb": 2048}
+    return [
+        RequestInput.from_dicts(flavor, ports=[
+            {"id": "port0", "vnic_type": "direct", "physnet": "physnet1"}]),
+        RequestInput.from_dicts(flavor, ports=[
+            {"id": "port0", "vnic_type": "direct", "physnet": "physnet2",
+             "min_kbps_egress": 5000000, "min_kbps_ingress": 5000000}]),
+        RequestInput.from_dicts(
+            {**flavor, "extra_specs": {"hw:numa_nodes": "1",
+                                       "hw:pci_numa_affinity_policy": "required"}},
+            ports=[{"id": "port0", "vnic_type": "direct", "physnet": "physnet1"},
+                   {"id": "port1", "vnic_type": "direct", "physnet": "physnet1"}]),
+    ]

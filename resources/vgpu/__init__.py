@@ -25,6 +25,7 @@ from compute_plugins.plugin import (
     providers_by_suffix,
 )
 from compute_plugins.request.groups import RequestGroup
+from compute_plugins.request.inputs import RequestInput
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu import guest, provider, summary
 from resources.vgpu import request as vgpu_request
@@ -99,6 +100,10 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     ) -> list[RequestGroup]:
         """One device group per VGPU group."""
         return vgpu_request.request_groups(plugin_request)
+
+    def sample_requests(self) -> list[RequestInput]:
+        """A few requests this plugin understands (the conformance kit's)."""
+        return vgpu_request.samples()
 
     def host_state(self, view: VGPUView, nodename: str,
                    assignments: Sequence[VGPUAssignment]) -> VGPUState:

@@ -147,3 +147,17 @@ def request_groups(req: VGPURequest) -> list[RequestGroup]:
             requester_id="", required_traits=frozenset({rules.SOCKET_TRAIT}),
             owner=PLUGIN, kind=KIND_ROOT))
     return groups
+
+
+def samples() -> list[RequestInput]:
+    """Representative requests (the plugin's ``sample_requests``): a vGPU,
+    a T4-2B vGPU on the guest's own NUMA cell, two vGPUs of one pGPU."""
+    specs = [
+        {"resources:VGPU": "1"},
+        {"resources:VGPU": "1", "trait:CUSTOM_MDEV_TYPE_NVIDIA_223": "required",
+         "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "required"},
+        {"resources1:VGPU": "2"},
+    ]
+    return [RequestInput.from_dicts({"name": "vgpu.sample%d" % index, "vcpus": 4,
+                                     "memory_mb": 4096, "extra_specs": extra_specs})
+            for index, extra_specs in enumerate(specs)]

@@ -8,6 +8,7 @@ Everything a resource plugin does, in one small package:
   card, with one ``CUSTOM_FPGA_<MODEL>``, under its NUMA cell's provider;
 - ``parse_request`` / ``request_groups``: ``accel:fpga=<N>`` (and
   ``accel:fpga_model``) in flavor extra specs (:mod:`.request`);
+  ``sample_requests``: a few of them for the conformance kit;
 - ``host_state``, ``fit``, ``verify``: which free card, NUMA-affine to where
   the ``numa`` plugin put the guest (:mod:`.fit`);
 - ``group_providers``, ``utilization``: which card's provider serves each
@@ -80,6 +81,11 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
 
     def request_groups(self, plugin_request: FPGARequest) -> list[RequestGroup]:
         return request.request_groups(plugin_request)
+
+    def sample_requests(self) -> list[RequestInput]:
+        """A few requests this plugin understands, for the conformance kit
+        (:mod:`compute_plugins.testing`)."""
+        return request.samples()
 
     def host_state(self, fpga_view: FPGAView, nodename: str,
                    assignments: Sequence[FPGAAssignment]) -> FPGAState:

@@ -112,3 +112,17 @@ def request_groups(request: FPGARequest) -> list[RequestGroup]:
                          resources=FrozenMap({request.resource_class: 1}),
                          owner=PLUGIN, kind=KIND_DEVICE, affinity=request.affinity)
             for requester_id in request.requester_ids]
+
+
+def samples() -> list[RequestInput]:
+    """Representative requests (the plugin's ``sample_requests``): a card,
+    a card on a one-node guest's own cell, a card on each of two guest
+    nodes' cells."""
+    specs = [
+        {COUNT_KEY: "1"},
+        {COUNT_KEY: "1", "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "required"},
+        {COUNT_KEY: "2", "hw:numa_nodes": "2", "hw:pci_numa_affinity_policy": "required"},
+    ]
+    return [RequestInput.from_dicts({"name": "fpga.sample%d" % index, "vcpus": 4,
+                                     "memory_mb": 4096, "extra_specs": extra_specs})
+            for index, extra_specs in enumerate(specs)]

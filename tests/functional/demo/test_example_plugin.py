@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from compute_plugins import demo
+from compute_plugins import demo, testing
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "fpga"
@@ -112,6 +112,26 @@ def test_inventory_has_a_provider_per_card_under_its_cell(target, conf_file):
         card = providers["demo-gpu-01_fpga_%s" % address.replace(":", "_").replace(".", "_")]
         assert card["inventories"]["CUSTOM_FPGA_INTEL_PAC_A10"]["total"] == 1
         assert card["parent_provider_uuid"] == providers["demo-gpu-01_NUMA%d" % cell]["uuid"]
+
+
+def test_it_passes_the_conformance_command(target):
+    """``compute-plugins conformance fpga``: every check of the kit, on the
+    installed plugin (with the numa plugin it runs after)."""
+    lines = run(target, "-m", "compute_plugins.cmd.main", "conformance",
+                "fpga").splitlines()
+    assert [line.split(":")[0].split(" ", 1)[1] for line in lines] == [
+        "fpga " + check for check in testing.CHECKS]
+    for line in lines:
+        assert line.startswith("PASS fpga ") or line.startswith("SKIP fpga guest-xml: "), line
+    assert "PASS fpga double-booking: " in "\n".join(lines)
+
+
+def test_its_own_test_suite_runs_the_conformance_kit(target):
+    """The plugin's own pytest suite (``examples/fpga/tests``) calls the kit,
+    as a third party's suite does."""
+    out = run(target, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+              str(EXAMPLE / "tests"))
+    assert "1 passed" in out
 
 
 def flavor(tmp_path, **extra_specs):
