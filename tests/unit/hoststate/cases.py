@@ -4,6 +4,8 @@
 ``tests/functional/hoststate`` on PostgreSQL and MariaDB: each directory's
 conftest provides ``url``, a database without host-state rows, and
 ``empty_url``, one without tables (the schema tests).
+:class:`TestTransitions` needs only a decision queue: ``test_protocol``
+runs it on the in-memory transport too.
 """
 
 from __future__ import annotations
@@ -504,6 +506,121 @@ class TestDecisions:
         assert store.purge_decisions(cutoff) == 2
         assert store.history("c2") == [] and store.history("c3") == []
         assert store.get_decision(kept.id).status == "pending"
+
+
+PENDING, CLAIMED, REJECTED, RELEASING, RELEASED = (
+    hoststate.DecisionStatus.PENDING, hoststate.DecisionStatus.CLAIMED,
+    hoststate.DecisionStatus.REJECTED, hoststate.DecisionStatus.RELEASING,
+    hoststate.DecisionStatus.RELEASED)
+Move = protocol.Move
+
+#: The protocol's legal moves on a decision: (status, move) -> the status
+#: it ends in. Every other pair is refused. (Written out here, not read
+#: from protocol.TRANSITIONS: this is the specification it is checked
+#: against.)
+LEGAL = {
+    (PENDING, Move.CLAIM): CLAIMED,
+    (PENDING, Move.REJECT): REJECTED,
+    (PENDING, Move.WITHDRAW): RELEASED,
+    (CLAIMED, Move.REQUEST_RELEASE): RELEASING,
+    (CLAIMED, Move.RELEASE): RELEASED,
+    (RELEASING, Move.RELEASE): RELEASED,
+}
+
+#: The legal moves that bring a new decision to each status.
+PATHS = {
+    PENDING: (),
+    CLAIMED: (Move.CLAIM,),
+    REJECTED: (Move.REJECT,),
+    RELEASING: (Move.CLAIM, Move.REQUEST_RELEASE),
+    RELEASED: (Move.CLAIM, Move.RELEASE),
+}
+
+REASONS = (Rejection(reason="host cell 0 has 1 free dedicated CPU", provider="u-cell0",
+                     plugin="numa"),)
+
+
+def decision_in(queue, status, consumer="c1", host="h1"):
+    """A new decision of ``consumer``, brought to ``status`` by legal moves."""
+    decision = protocol.submit(queue, consumer, host, SPEC)
+    for move in PATHS[status]:
+        decision = protocol.apply(queue, decision.id, move,
+                                  REASONS if move == Move.REJECT else ())
+    assert decision.status == status
+    return decision
+
+
+class TestTransitions:
+    """Every move of the decision protocol from every status, on the
+    transport under test: the legal ones land where the table says, every
+    other is refused with an error naming the move, the status and where
+    the move starts from, and changes nothing."""
+
+    @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
+    @pytest.mark.parametrize("move", [m for m in Move if m != Move.SUBMIT])
+    def test_move(self, store, move, status):
+        decision = decision_in(store, status)
+        reasons = REASONS if move == Move.REJECT else ()
+        if (status, move) in LEGAL:
+            moved = protocol.apply(store, decision.id, move, reasons)
+            target = LEGAL[status, move]
+            assert (moved.id, moved.status) == (decision.id, target)
+            assert store.get_decision(decision.id) == moved
+            assert moved.created_at == decision.created_at
+            assert moved.reasons == (REASONS if target == REJECTED else ())
+            assert store.active_decision("c1") == (
+                moved if target in hoststate.ACTIVE else None)
+            return
+        with pytest.raises(hoststate.DecisionStatusConflict) as info:
+            protocol.apply(store, decision.id, move, reasons)
+        err = info.value
+        transition = protocol.TRANSITIONS[move]
+        assert err.move == move and err.decision == decision
+        assert (err.target, err.allowed) == (transition.target, transition.sources)
+        assert str(err) == (
+            "%s refused: decision %d (consumer c1, host h1) is %s; %s takes a "
+            "decision to %s only from %s" % (
+                move, decision.id, status, move, transition.target,
+                " or ".join(transition.sources)))
+        assert store.get_decision(decision.id) == decision
+
+    @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
+    def test_submit(self, store, status):
+        """A consumer gets a new decision only when its last one is final."""
+        decision = decision_in(store, status)
+        if status in (REJECTED, RELEASED):
+            new = protocol.submit(store, "c1", "h2", SPEC)
+            assert (new.status, new.host) == (PENDING, "h2") and new.id > decision.id
+            assert store.active_decision("c1") == new
+            assert [d.id for d in store.history("c1")] == [decision.id, new.id]
+        else:
+            with pytest.raises(hoststate.DecisionExists) as info:
+                protocol.submit(store, "c1", "h2", SPEC)
+            assert info.value.decision == decision
+            assert "c1" in str(info.value) and str(status) in str(info.value)
+        assert store.get_decision(decision.id) == decision
+
+    @pytest.mark.parametrize("status, then", [
+        (PENDING, RELEASED),       # withdrawn: never claimed
+        (CLAIMED, RELEASING),      # its agent frees it
+        (RELEASING, RELEASING),    # asked already
+        (REJECTED, None),          # nothing in force
+        (RELEASED, None),
+    ])
+    def test_request_release(self, store, status, then):
+        decision = decision_in(store, status)
+        done = protocol.request_release(store, "c1")
+        if then is None:
+            assert done is None
+            assert store.get_decision(decision.id) == decision
+        else:
+            assert (done.id, done.status) == (decision.id, then)
+        assert protocol.request_release(store, "nobody") is None
+
+    def test_unknown_decision(self, store):
+        for move in (m for m in Move if m != Move.SUBMIT):
+            with pytest.raises(hoststate.DecisionNotFound):
+                protocol.apply(store, 424242, move)
 
 
 class TestWaitForAnswer:
