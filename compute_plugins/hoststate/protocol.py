@@ -140,19 +140,10 @@ TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t
                "the host freed it (ledger, Placement allocations)"),
 )})
 
-#: Statuses no move leaves.
-FINAL = frozenset(s for s in DecisionStatus
-                  if not any(s in t.sources for t in TRANSITIONS.values()))
-
 
 def legal(move: Move | str, status: Optional[DecisionStatus]) -> bool:
     """Whether ``move`` is legal from ``status`` (see :meth:`Transition.allows`)."""
     return TRANSITIONS[Move(move)].allows(status)
-
-
-def moves_from(status: DecisionStatus) -> tuple[Move, ...]:
-    """The moves a decision in ``status`` can make, in table order."""
-    return tuple(t.move for t in TRANSITIONS.values() if t.sources and t.allows(status))
 
 
 # -- the moves ---------------------------------------------------------------
@@ -468,9 +459,9 @@ def stale_claims(recorded: Mapping[str, int],
             if consumer not in current or current[consumer].id != decision_id]
 
 
-__all__ = ["FINAL", "HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
+__all__ = ["HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
            "TRANSITIONS", "Answer", "ClaimStep", "Move", "Outcome", "Side",
            "Transition", "apply", "claim", "in_doubt", "in_force", "legal",
-           "moves_from", "offer", "on_pending", "reject", "release",
+           "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
            "withdraw"]

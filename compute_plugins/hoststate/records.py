@@ -98,10 +98,5 @@ class HostDecision:
         """True once the host answered (or the decision was withdrawn)."""
         return self.status != DecisionStatus.PENDING
 
-    @property
-    def in_force(self) -> bool:
-        """True while its consumer cannot get another decision."""
-        return self.status in ACTIVE
-
 
 __all__ = ["ACTIVE", "DecisionStatus", "HostDecision", "HostSnapshot", "PublishResult"]

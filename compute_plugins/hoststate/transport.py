@@ -21,7 +21,6 @@ notifications instead.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
@@ -81,9 +80,6 @@ class DecisionQueue(Protocol):
     def latest_decision(self, consumer: str) -> Optional[HostDecision]:
         """The consumer's most recent decision, whatever its status."""
 
-    def history(self, consumer: str) -> list[HostDecision]:
-        """Every decision of the consumer, oldest first."""
-
     def list_decisions(self, host: str,
                        status: DecisionStatus | str = DecisionStatus.PENDING,
                        limit: Optional[int] = None) -> list[HostDecision]:
@@ -113,11 +109,6 @@ class DecisionQueue(Protocol):
         :raises StoreUnavailable: the transport could not be reached at the
             deadline (it is tried again until then).
         """
-
-    def purge_decisions(self, before: datetime.datetime) -> int:
-        """Delete rejected and released decisions last changed before
-        ``before`` (naive UTC); returns how many."""
-
 
 class HostStateTransport(HostPublication, DecisionQueue, Protocol):
     """Both channels: what a scheduler and a compute agent talk to."""
