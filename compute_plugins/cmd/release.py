@@ -54,6 +54,7 @@ def _consumer(text: str) -> str:
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.compute.release import request_release
+    from compute_plugins.hoststate import protocol
     from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.placement import connect
 
@@ -62,7 +63,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     wait = 0.0 if args.no_wait else timeout
     with HostStateStore.from_config(conf) as store:
         active = store.active_decision(consumer)
-        if active is not None and active.status.value == "pending":
+        if active is not None and \
+                protocol.REQUESTER_ON[active.status] is protocol.Move.WITHDRAW:
             # NOTE: no agent claimed it: its allocation is freed here (and
             # should the agent claim it meanwhile, its release is waited
             # for as for any claimed decision).

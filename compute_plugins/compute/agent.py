@@ -45,7 +45,9 @@ from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError
 from compute_plugins.fit import encode_state
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
-from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.records import DecisionStatus, HostDecision
+from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
@@ -209,7 +211,8 @@ class ComputeAgent:
     :param manager: a ``PluginManager(auto_commit=False)``.
     :param client: the report client (its Placement client deletes the
         allocations of released consumers).
-    :param store: the host-state store.
+    :param store: the host-state transport (the SQL
+        :class:`~compute_plugins.hoststate.store.HostStateStore`).
     :param ledger: the host's claims (:meth:`Ledger.load`).
     :param discover: returns the host as it is now (libvirt or snapshot);
         a :class:`~compute_plugins.exception.ComputePluginsError` keeps the
@@ -224,7 +227,7 @@ class ComputeAgent:
     """
 
     def __init__(self, manager: Any, client: preport.ReportClient,
-                 store: HostStateStore, ledger: Ledger,
+                 store: HostStateTransport, ledger: Ledger,
                  discover: Callable[[], HostInfo], *,
                  first: Optional[HostInfo] = None, host: Optional[str] = None,
                  claim_poll_interval: float = 1.0) -> None:
@@ -260,7 +263,7 @@ class ComputeAgent:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, conf: Any, placement: Any, store: HostStateStore,
+    def from_config(cls, conf: Any, placement: Any, store: HostStateTransport,
                     discover: Callable[[], HostInfo]) -> ComputeAgent:
         """An agent as ``compute-plugins report`` builds it: the enabled
         plugins (contributions checkpointed in ``[compute_plugins]
@@ -457,14 +460,10 @@ class ComputeAgent:
         held = self.ledger.entries()
         if not held:
             return
-        in_force = {d.consumer: d for status in (DecisionStatus.CLAIMED,
-                                                 DecisionStatus.RELEASING,
-                                                 DecisionStatus.PENDING)
-                    for d in self.store.list_decisions(self.host, status)}
-        for consumer, entry in held.items():
-            current = in_force.get(consumer)
-            if current is not None and current.id == entry.decision_id:
-                continue
+        stale = protocol.stale_claims({c: e.decision_id for c, e in held.items()},
+                                      protocol.in_force(self.store, self.host))
+        for consumer in stale:
+            entry = held[consumer]
             LOG.warning("consumer %s: its decision %d is not in force in the "
                         "store any more: freeing its claim", consumer,
                         entry.decision_id)

@@ -9,15 +9,15 @@ live host state under the claims already in force (the ledger's
 assignments) and runs :func:`compute_plugins.fit.verify_all`, the same code
 the scheduler's ``fit_all`` is built from. So a claim fails only when the
 host changed since the state the scheduler decided on: then every plugin's
-rejection goes back to the scheduler (``mark_rejected``), which frees the
-allocation and tries another host. A claim that holds is recorded in the
-ledger first, then answered (``mark_claimed``): a crash in between leaves a
-claim the restarted agent finds in its ledger and answers without
-executing it again.
+rejection goes back to the scheduler (the protocol's ``reject``), which
+frees the allocation and tries another host. A claim that holds is
+recorded in the ledger first, then answered (``claim``): a crash in between
+leaves a claim the restarted agent finds in its ledger and answers without
+executing it again (:func:`compute_plugins.hoststate.protocol.on_pending`).
 
 Release undoes a claim: the ledger forgets it, the consumer's allocations
 are deleted in Placement (``DELETE /allocations/{consumer}``, a 404 is
-fine: already gone) and the decision is marked released.
+fine: already gone) and the decision is released.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from compute_plugins.compute import guest
 from compute_plugins.compute.ledger import Ledger
 from compute_plugins.fit import AssignmentConflict, verify_all
 from compute_plugins.hoststate import errors as store_errors
-from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.records import HostDecision
+from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.placement import client as pclient
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.errors import RequestFormatError
@@ -161,13 +163,13 @@ class Claims:
     :param nodename: its node name (the root provider's name).
     :param manager: the PluginManager, after a discovery.
     :param ledger: the claims in force.
-    :param store: the host-state store.
+    :param store: the decision queue (the host-state store).
     :param domain_type: libvirt domain type of the guest XML (``kvm``,
         ``test`` on libvirt's test driver).
     """
 
     def __init__(self, host: str, nodename: str, manager: Any, ledger: Ledger,
-                 store: HostStateStore, domain_type: str = "kvm") -> None:
+                 store: DecisionQueue, domain_type: str = "kvm") -> None:
         self.host = host
         self.nodename = nodename
         self.manager = manager
@@ -238,25 +240,23 @@ class Claims:
         :param before_answer: called once the claim is in the ledger and
             before it is answered (the agent publishes the new state there:
             a scheduler that hears "claimed" reads a state that shows it).
-        :returns: claimed (recorded in the ledger, then ``mark_claimed``)
-            or rejected (``mark_rejected`` with every reason).
+        :returns: claimed (recorded in the ledger, then the protocol's
+            ``claim``) or rejected (``reject``, with every reason).
         :raises LedgerError: the ledger cannot be written (the decision
             stays pending).
         :raises StoreUnavailable: the store cannot be reached (a claim
             recorded meanwhile is answered on the next try).
         """
         held = self.ledger.get(decision.consumer)
-        if held is not None and held.decision_id == decision.id:
-            # NOTE: recorded, then the agent stopped (or the store was
-            # unreachable) before answering: the claim was executed; answer
-            # it, never execute it again.
+        step = protocol.on_pending(decision, None if held is None else held.decision_id)
+        if step is protocol.ClaimStep.ANSWER_RECORDED:
+            assert held is not None
             return self._answer_claimed(decision, held.spec, None,
                                         RECORDED_EARLIER)
-        if held is not None:
-            # NOTE: a consumer has one decision in force, and this one is
-            # pending: the claim held is of a decision withdrawn or released
-            # since (recorded, never answered). Its allocation was freed by
-            # whoever released it, and the consumer's allocation now is this
+        if step is protocol.ClaimStep.REPLACE_STALE:
+            assert held is not None
+            # NOTE: its allocation was freed by whoever released the older
+            # decision, and the consumer's allocation now is this
             # decision's: only the stale claim goes, before the verify
             # counts its resources as used.
             LOG.warning("consumer %s: its claim of decision %d is not in force "
@@ -275,7 +275,7 @@ class Claims:
     def _answer_claimed(self, decision: HostDecision, spec: RequestSpec,
                         xml: Optional[str], note: str) -> ClaimResult:
         try:
-            self.store.mark_claimed(decision.id)
+            protocol.claim(self.store, decision.id)
         except store_errors.DecisionStatusConflict as err:
             # NOTE: withdrawn (the scheduler stopped waiting) or released
             # meanwhile: the claim must not stay in force.
@@ -298,7 +298,7 @@ class Claims:
     def _answer_rejected(self, decision: HostDecision, spec: Optional[RequestSpec],
                          reasons: Sequence[Rejection]) -> ClaimResult:
         try:
-            self.store.mark_rejected(decision.id, reasons)
+            protocol.reject(self.store, decision.id, reasons)
         except store_errors.DecisionStatusConflict as err:
             return ClaimResult(decision.id, decision.consumer, False, tuple(reasons),
                                None, spec, "%s before it was answered"
@@ -314,8 +314,8 @@ class Claims:
     def release(self, consumer: str, decision: Optional[HostDecision],
                 placement: Optional[pclient.PlacementClient]) -> ReleaseResult:
         """Free ``consumer``: forget its claim, delete its allocations in
-        Placement, mark ``decision`` released (when it is claimed or
-        releasing). Safe to repeat after a failure half-way.
+        Placement, release ``decision`` (when it is claimed or releasing:
+        the protocol's ``release``). Safe to repeat after a failure half-way.
 
         :param placement: None leaves the allocations alone (they belong to
             a newer decision of the consumer).
@@ -328,9 +328,9 @@ class Claims:
         decision_id = None
         if decision is not None:
             decision_id = decision.id
-            if decision.status in (DecisionStatus.CLAIMED, DecisionStatus.RELEASING):
+            if protocol.legal(protocol.Move.RELEASE, decision.status):
                 try:
-                    self.store.mark_released(decision.id)
+                    protocol.release(self.store, decision.id)
                 except store_errors.DecisionStatusConflict:
                     pass  # NOTE: released meanwhile by another path
         LOG.info("consumer %s released on %s (ledger: %s, allocations: %s)",

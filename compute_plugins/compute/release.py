@@ -1,11 +1,11 @@
 """Asking for a consumer's release, and waiting for it.
 
 The requester's side of a release (``compute-plugins release``, an
-operator's tool): a pending decision is released in the store at once (no
-agent claimed it, so its allocations are deleted here); a claimed one is
-marked ``releasing`` and its host's agent frees it
-(:meth:`compute_plugins.compute.claims.Claims.release`), which this waits
-for, up to a timeout.
+operator's tool; :func:`compute_plugins.hoststate.protocol.request_release`):
+a pending decision is withdrawn at once (no agent claimed it, so its
+allocations are deleted here); a claimed one becomes ``releasing`` and its
+host's agent frees it (:meth:`compute_plugins.compute.claims.Claims.release`),
+which this waits for, up to a timeout.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import dataclasses
 import time
 from typing import Optional
 
-from compute_plugins.hoststate.store import DecisionStatus, HostDecision, HostStateStore
+from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.records import DecisionStatus, HostDecision
+from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.placement import client as pclient
 
 
@@ -45,7 +47,7 @@ def _released(decision: HostDecision) -> bool:
     return decision.status == DecisionStatus.RELEASED
 
 
-def request_release(store: HostStateStore, consumer: str,
+def request_release(store: DecisionQueue, consumer: str,
                     placement: Optional[pclient.PlacementClient] = None,
                     timeout: float = 0.0,
                     poll_interval: float = 0.05,
@@ -55,11 +57,14 @@ def request_release(store: HostStateStore, consumer: str,
     it), a claimed one by its host's agent, waited for up to ``timeout``
     seconds (0: return once requested).
 
+    :param store: the decision queue (the host-state store).
+    :param poll_interval: see
+        :meth:`~compute_plugins.hoststate.transport.DecisionQueue.wait_for_change`.
     :raises PlacementError: deleting a pending decision's allocations
         failed (other than 404; the decision is released).
     """
     before = store.active_decision(consumer)
-    decision = store.request_release(consumer)
+    decision = protocol.request_release(store, consumer)
     if decision is None:
         latest = store.latest_decision(consumer)
         return ReleaseOutcome(consumer, "unknown" if latest is None
@@ -69,12 +74,11 @@ def request_release(store: HostStateStore, consumer: str,
         deleted = placement is not None and placement.delete_allocations(consumer)
         return ReleaseOutcome(consumer, "released", decision, was, deleted)
     deadline = time.monotonic() + timeout
-    delay = poll_interval
     while not _released(decision):
         left = deadline - time.monotonic()
         if left <= 0:
             return ReleaseOutcome(consumer, "releasing", decision, was)
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, max_poll_interval)
-        decision = store.get_decision(decision.id)
+        # NOTE: releasing moves only to released (the protocol's table).
+        decision = store.wait_for_change(decision, left, poll_interval=poll_interval,
+                                         max_poll_interval=max_poll_interval)
     return ReleaseOutcome(consumer, "released", decision, was)

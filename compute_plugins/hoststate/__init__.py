@@ -1,4 +1,13 @@
-"""The host-state store (see :mod:`compute_plugins.hoststate.store`)."""
+"""The channel between schedulers and compute agents: host publication and
+the decision protocol, over a swappable transport.
+
+- :mod:`.records`: the values it carries (a host as published, a decision);
+- :mod:`.transport`: what the scheduler and the agent ask of a transport;
+- :mod:`.protocol`: the decision protocol's transition table and what each
+  side does on each status;
+- :mod:`.store`: the SQL transport (:mod:`.hosts`, :mod:`.decisions` on
+  one :mod:`.database`).
+"""
 
 from compute_plugins.hoststate.errors import (
     AnswerTimeout,
@@ -11,18 +20,24 @@ from compute_plugins.hoststate.errors import (
     SchemaVersionMismatch,
     StoreUnavailable,
 )
-from compute_plugins.hoststate.schema import SCHEMA_VERSION
-from compute_plugins.hoststate.store import (
+from compute_plugins.hoststate.records import (
     ACTIVE,
     DecisionStatus,
     HostDecision,
     HostSnapshot,
-    HostStateStore,
     PublishResult,
+)
+from compute_plugins.hoststate.schema import SCHEMA_VERSION
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.hoststate.transport import (
+    DecisionQueue,
+    HostPublication,
+    HostStateTransport,
 )
 
 __all__ = ["ACTIVE", "AnswerTimeout", "DecisionExists", "DecisionNotFound",
-           "DecisionStatus", "DecisionStatusConflict", "GenerationConflict",
-           "HostDecision", "HostSnapshot", "HostStateError", "HostStateStore",
+           "DecisionQueue", "DecisionStatus", "DecisionStatusConflict",
+           "GenerationConflict", "HostDecision", "HostPublication", "HostSnapshot",
+           "HostStateError", "HostStateStore", "HostStateTransport",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
            "SchemaVersionMismatch", "StoreUnavailable"]

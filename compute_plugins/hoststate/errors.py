@@ -4,12 +4,10 @@ differently, each carrying what the caller needs to act."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from compute_plugins import exception
-
-if TYPE_CHECKING:
-    from compute_plugins.hoststate.store import HostDecision
+from compute_plugins.hoststate.records import HostDecision
 
 
 class HostStateError(exception.ComputePluginsError):
@@ -130,24 +128,33 @@ class DecisionExists(HostStateError):
 
 
 class DecisionStatusConflict(HostStateError):
-    """A decision's status changes only from given statuses (compare-and-swap
-    on the status): it is in another one, e.g. already claimed by a retry, or
-    withdrawn by the scheduler before the agent claimed it.
+    """A move the decision protocol refuses: a decision's status changes
+    only from the statuses its transition starts from (compare-and-swap on
+    the status, :data:`compute_plugins.hoststate.protocol.TRANSITIONS`),
+    and it is in another one, e.g. already claimed by a retry, or withdrawn
+    by the scheduler before the agent claimed it.
 
     :param decision: the decision as the store holds it now.
     :param target: the status the caller asked for.
     :param allowed: the statuses it may come from.
+    :param move: the protocol's name of the move (``claim``...), when known.
     """
 
     def __init__(self, decision: HostDecision, target: str,
-                 allowed: Iterable[str]) -> None:
+                 allowed: Iterable[str], move: Optional[str] = None) -> None:
         self.decision = decision
-        self.target = target
-        self.allowed = tuple(allowed)
-        super().__init__(
-            "decision %d (consumer %s, host %s) is %s: it can become %s only "
-            "from %s" % (decision.id, decision.consumer, decision.host,
-                         decision.status, target, " or ".join(self.allowed)))
+        self.target = str(target)
+        self.allowed = tuple(str(a) for a in allowed)
+        self.move = None if move is None else str(move)
+        what = ("decision %d (consumer %s, host %s) is %s"
+                % (decision.id, decision.consumer, decision.host, decision.status))
+        if self.move is None:
+            message = "%s: it can become %s only from %s" % (
+                what, self.target, " or ".join(self.allowed))
+        else:
+            message = "%s refused: %s; %s takes a decision to %s only from %s" % (
+                self.move, what, self.move, self.target, " or ".join(self.allowed))
+        super().__init__(message)
 
 
 class AnswerTimeout(HostStateError, TimeoutError):

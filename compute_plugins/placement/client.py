@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import re
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from keystoneauth1 import adapter as ks_adapter
@@ -354,3 +355,115 @@ class PlacementClient:
         except pexc.NotFound:
             return False
         return True
+
+
+def _fields(err: pexc.PlacementError) -> dict[str, Any]:
+    """The request and response fields of ``err``, to raise it as another
+    class."""
+    return {"method": err.method, "path": err.path, "status": err.status,
+            "code": err.code, "detail": err.detail, "provider": err.provider,
+            "generation": err.generation, "request_id": err.request_id}
+
+
+def allocate_new_consumer(client: PlacementClient, consumer: str,
+                          allocations: Mapping[str, Mapping[str, int]],
+                          project_id: str, user_id: str,
+                          consumer_type: Optional[str] = None, *,
+                          on_request: Optional[Callable[[str, str], None]] = None
+                          ) -> None:
+    """Write the first allocations of ``consumer``: ``PUT
+    /allocations/{consumer}`` with ``consumer_generation`` null, recovering
+    from a consumer-generation conflict.
+
+    Placement answers 409 ``placement.concurrent_update`` both when the
+    consumer exists already and when a provider changed under the write;
+    which one is read from Placement (the consumer's allocations), never
+    from the error's words:
+
+    - the consumer has allocations: :class:`ConsumerAllocated`, and they
+      are left alone (never overwritten);
+    - it has none: Placement creates the consumer before it checks the
+      providers, and a PUT refused after that (a provider deleted since the
+      query: a 400) leaves it behind, empty, at generation 0, refusing
+      every PUT that expects no consumer. An empty consumer is nobody's:
+      written once more, with generation 0. Refused again with that code
+      and still without allocations, the first refusal was a provider race:
+      raised as it came.
+
+    :param client: the Placement client (its ``get`` and ``put``).
+    :param allocations: provider uuid -> resource class -> amount.
+    :param consumer_type: ``INSTANCE``... (microversion 1.38), None: none.
+    :param on_request: called with ``(method, path template)`` before each
+        request (the scheduler counts its Placement calls).
+    :raises ConsumerAllocated: the consumer has allocations already.
+    :raises Conflict: Placement refused the allocation: no room (no code),
+        a provider race (:class:`GenerationConflict`).
+    :raises ProviderGone: a 400 for providers Placement does not have any
+        more (each checked with ``GET /resource_providers/{uuid}``).
+    """
+    path = "/allocations/%s" % consumer
+
+    def count(method: str, template: str) -> None:
+        if on_request is not None:
+            on_request(method, template)
+
+    def put(generation: Optional[int]) -> None:
+        body: dict[str, Any] = {
+            "allocations": {rp: {"resources": dict(res)}
+                            for rp, res in allocations.items()},
+            "project_id": project_id, "user_id": user_id,
+            "consumer_generation": generation}
+        if consumer_type is not None:
+            body["consumer_type"] = consumer_type
+        count("PUT", "/allocations/{consumer}")
+        try:
+            client.put(path, body)
+        except pexc.PlacementHTTPError as err:
+            if err.status == 400:
+                gone = missing_providers(sorted(allocations))
+                if gone:
+                    raise pexc.ProviderGone(str(err), gone, **_fields(err)) from None
+            raise
+
+    def missing_providers(uuids: list[str]) -> list[str]:
+        gone = []
+        for uuid in uuids:
+            count("GET", "/resource_providers/{uuid}")
+            try:
+                client.get("/resource_providers/%s" % uuid)
+            except pexc.NotFound:
+                gone.append(uuid)
+        return gone
+
+    def allocated(err: pexc.PlacementError) -> pexc.ConsumerAllocated:
+        count("GET", "/allocations/{consumer}")
+        try:
+            held = sorted(client.get(path).get("allocations") or {})
+        except pexc.NotFound:
+            held = []
+        return pexc.ConsumerAllocated(
+            "consumer %s has allocations in Placement already (on %s)"
+            % (consumer, ", ".join(held)), consumer, held, **_fields(err))
+
+    def concurrent(err: pexc.PlacementError) -> bool:
+        return err.code == pexc.CONCURRENT_UPDATE
+
+    try:
+        put(None)
+        return
+    except pexc.Conflict as err:
+        if not concurrent(err):
+            raise
+        first = err
+    found = allocated(first)
+    if found.providers:
+        raise found from None
+    try:
+        put(0)
+    except pexc.Conflict as err:
+        if not concurrent(err):
+            raise
+        found = allocated(err)
+        if found.providers:
+            raise found from None
+        raise first from None

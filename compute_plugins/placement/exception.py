@@ -8,6 +8,7 @@ provider and its generation where one is involved, and Placement's detail.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from compute_plugins.exception import ComputePluginsError
@@ -81,6 +82,35 @@ class GenerationConflict(Conflict):
     provider's (or consumer's) generation."""
 
 
+class ConsumerAllocated(Conflict):
+    """409 ``placement.concurrent_update`` on the allocations of a consumer
+    written as new (``consumer_generation`` null): it exists in Placement
+    with allocations already
+    (:func:`compute_plugins.placement.client.allocate_new_consumer`).
+
+    :param consumer: the consumer.
+    :param providers: the providers it has allocations on.
+    """
+
+    def __init__(self, message: str, consumer: str, providers: Sequence[str],
+                 **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.consumer = consumer
+        self.providers = tuple(providers)
+
+
+class ProviderGone(PlacementHTTPError):
+    """400 on an allocation naming resource providers Placement does not
+    have: deleted since they were read.
+
+    :param providers: their uuids.
+    """
+
+    def __init__(self, message: str, providers: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.providers = tuple(providers)
+
+
 class InventoryInUse(Conflict):
     """409 ``placement.inventory.inuse``: inventory removed or shrunk below
     what allocations use."""
@@ -99,9 +129,12 @@ class ProviderHasChildren(Conflict):
     """409 ``placement.resource_provider.cannot_delete_parent``."""
 
 
+#: Placement's error code of a generation race, on a provider or a consumer.
+CONCURRENT_UPDATE = "placement.concurrent_update"
+
 #: Placement error code to exception class.
 CODES: dict[str, type[PlacementHTTPError]] = {
-    "placement.concurrent_update": GenerationConflict,
+    CONCURRENT_UPDATE: GenerationConflict,
     "placement.inventory.inuse": InventoryInUse,
     "placement.duplicate_name": DuplicateName,
     "placement.resource_provider.inuse": ProviderInUse,

@@ -24,7 +24,8 @@ from typing import Any
 from oslo_log import log as logging
 
 from compute_plugins.fit import FitResult, StateFormatError, decode_state, fit_all
-from compute_plugins.hoststate.store import HostSnapshot, HostStateStore
+from compute_plugins.hoststate.records import HostSnapshot
+from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.plugin import Rejection
 
 LOG = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class StateCache:
         self._hosts: dict[str, DecodedHost] = {}
         self._lock = threading.Lock()
 
-    def get(self, plugins: Any, store: HostStateStore, hosts: Sequence[str],
+    def get(self, plugins: Any, store: HostPublication, hosts: Sequence[str],
             generations: Mapping[str, int]) -> dict[str, DecodedHost]:
         """``hosts`` decoded: from the cache when their generation is the
         one in ``generations``, else read (one read for all) and decoded."""

@@ -47,7 +47,7 @@ from typing import Any, Optional
 
 import os_traits
 
-from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import KIND_FLOATING, KIND_ROOT, RequestGroup
@@ -212,7 +212,7 @@ def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]
     return positive, negatives
 
 
-def find(client: Any, store: HostStateStore, groups: Sequence[RequestGroup],
+def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
          hosts: Optional[Sequence[str]] = None) -> ProviderCandidates:
     """Ask Placement which hosts have room for ``groups`` (module doc).
 
@@ -326,7 +326,7 @@ def _providers(client: Any, shape: Shape) -> list[dict[str, Any]]:
         return list(answer.get("resource_providers", ()))
 
 
-def _sharing_hosts(client: Any, store: HostStateStore,
+def _sharing_hosts(client: Any, store: HostPublication,
                    unowned: Mapping[NeedKey, Sequence[str]],
                    queries: list[str]) -> dict[str, set[str]]:
     """Sharing provider uuid -> the hosts it shares with (module doc).

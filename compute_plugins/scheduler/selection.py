@@ -30,7 +30,6 @@ plugin, the best few hosts first (those where the fewest plugins refused).
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Mapping
 from typing import Any, Optional, Union
@@ -41,7 +40,9 @@ from oslo_log import log as logging
 from compute_plugins import exception
 from compute_plugins.compute.release import ReleaseOutcome, request_release
 from compute_plugins.hoststate import errors as store_errors
-from compute_plugins.hoststate.store import DecisionStatus, HostStateStore
+from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.transport import HostStateTransport
+from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import Decision
@@ -69,11 +70,13 @@ class ConsumerInUse(exception.ComputePluginsError):
 class ConsumerAllocated(exception.ComputePluginsError):
     """The consumer has allocations in Placement but no decision in force.
 
-    Placement refused ``PUT /allocations/{consumer}`` with a *consumer*
-    generation conflict: the consumer exists there already. That is the same
-    on every host, so no other host is tried, and the allocations (written
-    by another scheduler of this consumer that is between its PUT and its
-    decision, or by one that stopped there) are left alone.
+    Placement refused ``PUT /allocations/{consumer}`` because the consumer
+    exists there already with allocations
+    (:class:`~compute_plugins.placement.exception.ConsumerAllocated`). That
+    is the same on every host, so no other host is tried, and the
+    allocations (written by another scheduler of this consumer that is
+    between its PUT and its decision, or by one that stopped there) are
+    left alone.
     """
 
     def __init__(self, consumer: str, providers: list[str], detail: str) -> None:
@@ -86,14 +89,6 @@ class ConsumerAllocated(exception.ComputePluginsError):
             "once none runs, free them (DELETE /allocations/%s) and schedule "
             "again (Placement: %s)"
             % (consumer, ", ".join(providers) or "no provider", consumer, detail))
-
-
-#: Placement's words for a consumer generation conflict (its code,
-#: ``placement.concurrent_update``, is also that of a provider race).
-CONSUMER_CONFLICT = "consumer generation conflict"
-#: Placement's words (a 400) for an allocation on a provider deleted since
-#: the query.
-PROVIDER_GONE = "that does not exist"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,12 +188,13 @@ class Scheduler:
         specs were built with).
     :param placement_client: a
         :class:`~compute_plugins.placement.client.PlacementClient`.
-    :param store: the host-state store the agents publish to.
+    :param store: the host-state transport the agents publish to and
+        answer on (the SQL :class:`~compute_plugins.hoststate.store.HostStateStore`).
     :param poll_interval: first delay between polls of the host's answer.
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: Any, placement_client: Any,
-                 store: HostStateStore, poll_interval: float = 0.02) -> None:
+                 store: HostStateTransport, poll_interval: float = 0.02) -> None:
         from compute_plugins.conf import scheduler as scheduler_conf
 
         scheduler_conf.register_opts(conf)
@@ -218,59 +214,28 @@ class Scheduler:
         key = "%s %s" % (method, path.split("?")[0])
         calls[key] = calls.get(key, 0) + 1
 
-    def _put_allocation(self, consumer: str, decision: Decision, project_id: str,
-                        user_id: str, calls: dict[str, int],
-                        generation: Optional[int] = None) -> None:
-        body: dict[str, Any] = {
-            "allocations": {rp: {"resources": dict(res)}
-                            for rp, res in decision.allocations.items()},
-            "project_id": project_id, "user_id": user_id,
-            "consumer_generation": generation}
-        if self.placement.microversion >= CONSUMER_TYPE_VERSION:
-            body["consumer_type"] = CONSUMER_TYPE
-        self._count(calls, "PUT", "/allocations/{consumer}")
-        self.placement.put("/allocations/%s" % consumer, body)
-
     def _allocate(self, consumer: str, decision: Decision, project_id: str,
                   user_id: str, calls: dict[str, int]) -> None:
-        """Write the allocation of a new consumer.
+        """Write the allocation of a new consumer
+        (:func:`compute_plugins.placement.client.allocate_new_consumer`).
 
         :raises ConsumerAllocated: the consumer has allocations already.
         :raises Conflict: Placement refused it for this host (capacity,
             a provider race).
+        :raises ProviderGone: one of the host's providers was deleted since
+            the query.
         """
+        consumer_type = (CONSUMER_TYPE if self.placement.microversion
+                         >= CONSUMER_TYPE_VERSION else None)
         try:
-            self._put_allocation(consumer, decision, project_id, user_id, calls)
-            return
-        except pexc.Conflict as err:
-            if CONSUMER_CONFLICT not in (err.detail or str(err)):
-                raise
-            first = err
-        # NOTE: Placement creates the consumer before it checks the
-        # providers, and a PUT it refuses with a 400 (a provider deleted
-        # since the query) leaves that consumer behind with no allocation
-        # (generation 0): every later PUT "expecting null" is refused. An
-        # empty consumer is nobody's: write with its generation, once.
-        held = self._held(consumer)
-        if held:
-            raise ConsumerAllocated(consumer, held, first.detail or str(first))
-        found = re.search(r"expected (\d+) but got", first.detail or str(first))
-        try:
-            self._put_allocation(consumer, decision, project_id, user_id, calls,
-                                 generation=int(found.group(1)) if found else 0)
-        except pexc.Conflict as err:
-            if CONSUMER_CONFLICT not in (err.detail or str(err)):
-                raise
-            raise ConsumerAllocated(consumer, self._held(consumer),
+            pclient.allocate_new_consumer(
+                self.placement, consumer,
+                {rp: dict(res) for rp, res in decision.allocations.items()},
+                project_id, user_id, consumer_type,
+                on_request=lambda method, path: self._count(calls, method, path))
+        except pexc.ConsumerAllocated as err:
+            raise ConsumerAllocated(consumer, list(err.providers),
                                     err.detail or str(err)) from None
-
-    def _held(self, consumer: str) -> list[str]:
-        """The providers the consumer has allocations on in Placement."""
-        try:
-            return sorted(self.placement.get("/allocations/%s" % consumer)
-                          .get("allocations", {}))
-        except pexc.NotFound:
-            return []
 
     def _free(self, consumer: str, calls: dict[str, int]) -> None:
         """Delete the consumer's allocation (gone already is fine)."""
@@ -365,12 +330,10 @@ class Scheduler:
                     time.monotonic() - began))
                 given_up.add(fit.host)
                 continue
-            except pexc.PlacementHTTPError as err:
-                # NOTE: a 400 naming a provider that does not exist: one of
-                # this host's providers was deleted since the query (a
-                # device removed, the host decommissioned): the next host.
-                if err.status != 400 or PROVIDER_GONE not in (err.detail or ""):
-                    raise
+            except pexc.ProviderGone as err:
+                # NOTE: one of this host's providers was deleted since the
+                # query (a device removed, the host decommissioned): the
+                # next host.
                 attempts.append(Attempt(fit.host, "conflict", (Rejection(
                     "Placement refused the allocation (400): %s" % err,
                     plugin=providers.PLACEMENT),), time.monotonic() - began))
@@ -422,65 +385,28 @@ class Scheduler:
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int]) -> Attempt:
-        """Address the decision to ``host`` and wait for its agent."""
+        """Offer the decision to ``host`` and wait for its agent
+        (:func:`compute_plugins.hoststate.protocol.offer`: the allocation is
+        freed whenever the host does not hold the decision)."""
         try:
-            self.store.submit_decision(consumer, host, decided.to_json())
+            answer = protocol.offer(self.store, consumer, host, decided.to_json(), wait,
+                                    free=lambda: self._free(consumer, calls),
+                                    poll_interval=self.poll_interval)
         except store_errors.DecisionExists as err:
-            self._free(consumer, calls)
             raise ConsumerInUse(consumer, err.decision.host,
                                 err.decision.status.value) from None
-        except BaseException:
-            if self._submitted_in_doubt(consumer, host):
-                # NOTE: the decision may be in the store (the failure came
-                # after its commit) and could not be withdrawn: its host
-                # may claim it, so the allocation stays.
-                raise
-            self._free(consumer, calls)
-            raise
-        try:
-            answer = self.store.wait_for_answer(consumer, wait,
-                                                poll_interval=self.poll_interval)
-        except store_errors.AnswerTimeout as err:
-            if not err.withdrawn:
-                # NOTE: the host may still claim it: the allocation stays.
-                raise
-            self._free(consumer, calls)
+        if answer.outcome is protocol.Outcome.CLAIMED:
+            return Attempt(host, "claimed")
+        if answer.outcome is protocol.Outcome.REJECTED:
+            return Attempt(host, "rejected", answer.reasons or (
+                Rejection("the host rejected the decision without a reason"),))
+        if answer.outcome is protocol.Outcome.TIMEOUT:
             return Attempt(host, "timeout", (Rejection(
                 "host %s did not answer within %g s (is its agent running?); "
                 "the decision was withdrawn and its allocation freed"
                 % (host, wait)),))
-        if answer.status == DecisionStatus.CLAIMED:
-            return Attempt(host, "claimed")
-        self._free(consumer, calls)
-        if answer.status == DecisionStatus.REJECTED:
-            return Attempt(host, "rejected", answer.reasons or (
-                Rejection("the host rejected the decision without a reason"),))
         return Attempt(host, "withdrawn", (Rejection(
             "the decision was released before host %s answered" % host),))
-
-    def _submitted_in_doubt(self, consumer: str, host: str) -> bool:
-        """After a failed submit: whether a decision of ``consumer`` for
-        ``host`` may still be claimed. One that went in anyway (its commit
-        landed, its answer was lost) is withdrawn; True when that failed
-        (claimed meanwhile, or the store cannot be read)."""
-        try:
-            active = self.store.active_decision(consumer)
-            if active is None or active.host != host:
-                return False
-            self.store.withdraw(active.id)
-            return False
-        except store_errors.DecisionStatusConflict as err:
-            LOG.warning("consumer %s: its decision on %s was %s before it "
-                        "could be withdrawn", consumer, host,
-                        err.decision.status.value)
-            # NOTE: rejected or released: nobody holds it, free it;
-            # claimed (or releasing: its agent frees it): it stays.
-            return err.decision.status in (DecisionStatus.CLAIMED,
-                                           DecisionStatus.RELEASING)
-        except store_errors.HostStateError as err:
-            LOG.warning("consumer %s: cannot tell whether host %s got its "
-                        "decision (%s): its allocation stays", consumer, host, err)
-            return True
 
     def _best_reasons(self, verdicts: Mapping[str, tuple[Rejection, ...]],
                       attempts: list[Attempt], fitting_hosts: list[str]

@@ -21,7 +21,7 @@ import pytest
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.claims import RECORDED_EARLIER
 from compute_plugins.fit import decode_state
-from compute_plugins.hoststate.store import DecisionStatus
+from compute_plugins.hoststate import DecisionStatus, protocol
 from compute_plugins.placement import embedded
 from tests.functional.request.hosts import Placement, cell
 from tests.functional.scheduler.cloud import (
@@ -179,8 +179,10 @@ class DiesBeforeAnswering:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def mark_claimed(self, decision_id):
-        raise AgentKilled(decision_id)
+    def swap_status(self, decision_id, sources, target, reasons=(), *, move=None):
+        if move == protocol.Move.CLAIM:
+            raise AgentKilled(decision_id)
+        return self._store.swap_status(decision_id, sources, target, reasons, move=move)
 
 
 def test_agent_killed_mid_claim_answers_it_from_its_ledger_after_restart(cloud):

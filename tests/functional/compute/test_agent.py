@@ -26,7 +26,12 @@ from compute_plugins.compute.claims import RECORDED_EARLIER
 from compute_plugins.compute.ledger import LedgerError
 from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.host import discover_host
-from compute_plugins.hoststate.store import DecisionStatus, HostSnapshot, HostStateStore
+from compute_plugins.hoststate import (
+    DecisionStatus,
+    HostSnapshot,
+    HostStateStore,
+    protocol,
+)
 from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded
 from compute_plugins.request.groups import Decision
@@ -244,7 +249,7 @@ def test_a_vgpu_claim_shows_the_device_used_and_its_release_frees_it(
         (gpu,) = host.published("vgpu").pgpus
         assert gpu.used == 1 and gpu.address == "0000:02:10.7"
         assert "<hostdev" in claim.guest_xml and "mdev" in claim.guest_xml
-        host.store.request_release(consumer)
+        protocol.request_release(host.store, consumer)
         assert host.agent.poll().releases[0].allocations_deleted
         (gpu,) = host.published("vgpu").pgpus
         assert gpu.used == 0
@@ -258,7 +263,7 @@ def test_a_decision_for_another_host_is_rejected(host):
     decision = host.store.active_decision(consumer)
     doc = json.loads(decision.spec)
     doc["decision"]["host"] = "elsewhere"
-    host.store.withdraw(decision.id)
+    protocol.withdraw(host.store, decision.id)
     host.store.submit_decision(consumer, host.name, json.dumps(doc))
     (claim,) = host.agent.poll().claims
     assert not claim.claimed
@@ -277,7 +282,7 @@ def test_a_claim_released_behind_the_agents_back_is_freed(host):
     consumer = host.decide()
     host.agent.poll()
     decision = host.store.active_decision(consumer)
-    host.store.mark_released(decision.id)
+    protocol.release(host.store, decision.id)
     result = host.agent.run_once()
     (freed,) = result.releases
     assert freed.consumer == consumer and freed.ledger
@@ -363,7 +368,7 @@ def test_release_frees_the_ledger_and_the_placement_allocation(host):
     consumer = host.decide()
     host.agent.poll()
     assert host.allocations(consumer)
-    decision = host.store.request_release(consumer)
+    decision = protocol.request_release(host.store, consumer)
     assert decision.status == DecisionStatus.RELEASING
     result = host.agent.poll()
     (freed,) = result.releases
@@ -451,7 +456,7 @@ def test_a_decision_withdrawn_before_the_answer_is_not_kept(host):
     host.agent.run_once()
     consumer = host.decide()
     (decision,) = host.store.list_decisions(host.name)
-    host.store.withdraw(decision.id)
+    protocol.withdraw(host.store, decision.id)
     claims = Claims(host.name, host.name, host.agent.manager, host.agent.ledger,
                     host.store)
     result = claims.claim(decision)
@@ -550,7 +555,7 @@ def test_a_stale_claim_never_frees_the_consumers_allocation_elsewhere(tmp_path, 
     spec = RequestSpec.from_json(pending.spec, a.agent.manager)
     a.agent.ledger.record(consumer, pending.id, spec, pending.spec)
     # the scheduler's answer timeout: withdrawn, freed, the next host
-    a.store.withdraw(pending.id)
+    protocol.withdraw(a.store, pending.id)
     placement.client().delete("/allocations/%s" % consumer)
     b.decide(consumer=consumer)
     (claim,) = b.agent.poll().claims
@@ -679,7 +684,7 @@ def test_a_new_decision_replaces_the_stale_claim_of_its_consumer(host):
 
     spec = RequestSpec.from_json(first.spec, host.agent.manager)
     host.agent.ledger.record(consumer, first.id, spec, first.spec)
-    host.store.withdraw(first.id)
+    protocol.withdraw(host.store, first.id)
     placement_client = host.placement.client()
     placement_client.delete("/allocations/%s" % consumer)
     host.decide(consumer=consumer)

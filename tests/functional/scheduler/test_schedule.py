@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from compute_plugins.cmd import main
+from compute_plugins.hoststate import protocol
 from compute_plugins.placement import embedded
 from compute_plugins.scheduler.selection import ConsumerAllocated
 from tests.functional.request.hosts import Placement, cell
@@ -535,13 +536,10 @@ class ClaimLandsAtTheDeadline:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    def withdraw(self, decision_id):
-        self._store.mark_claimed(decision_id)
-        return self._store.withdraw(decision_id)
-
-    def wait_for_answer(self, consumer, timeout, **kw):
-        # NOTE: the real wait, calling this object's withdraw
-        return type(self._store).wait_for_answer(self, consumer, timeout, **kw)
+    def swap_status(self, decision_id, sources, target, reasons=(), *, move=None):
+        if move == protocol.Move.WITHDRAW:
+            protocol.claim(self._store, decision_id)
+        return self._store.swap_status(decision_id, sources, target, reasons, move=move)
 
 
 def test_a_claim_landing_at_the_deadline_keeps_its_allocation(cloud):
@@ -595,7 +593,7 @@ def test_a_decision_submitted_but_unacknowledged_keeps_or_withdraws_safely(cloud
 
     def agent_claims_at_once():
         decision = cloud.store.list_decisions(host.name)[0]
-        cloud.store.mark_claimed(decision.id)
+        protocol.claim(cloud.store, decision.id)
 
     sched.store = SubmitAnswerLost(cloud.store, agent_claims_at_once)
     claimed = new_consumer()

@@ -4,6 +4,8 @@
 ``tests/functional/hoststate`` on PostgreSQL and MariaDB: each directory's
 conftest provides ``url``, a database without host-state rows, and
 ``empty_url``, one without tables (the schema tests).
+:class:`TestTransitions` needs only a decision queue: ``test_protocol``
+runs it on the in-memory transport too.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from compute_plugins import hoststate
-from compute_plugins.hoststate import schema
-from compute_plugins.hoststate import store as store_module
+from compute_plugins.hoststate import database, protocol, schema
 from compute_plugins.plugin import Rejection
 from tests.unit.hoststate.workers import check_round, doc, publish_round
 
@@ -306,7 +307,7 @@ class TestPublish:
 
     def test_many_hosts(self, store, monkeypatch):
         # NOTE: a small chunk, so that the IN lists are split.
-        monkeypatch.setattr(store_module, "_CHUNK", 3)
+        monkeypatch.setattr(database, "CHUNK", 3)
         for i in range(8):
             store.publish("h%d" % i, states(a=i), 0, nodename="n%d" % i,
                           providers={"u%d-%d" % (i, j): "p" for j in range(2)})
@@ -366,24 +367,24 @@ class TestDecisions:
         assert store.list_decisions("h1", limit=1) == [first]
         assert store.get_decision(first.id) == first
 
-        claimed = store.mark_claimed(first.id)
+        claimed = protocol.claim(store, first.id)
         assert claimed.status == "claimed" and claimed.answered
         # NOTE: not updated_at >= first.updated_at: the wall clock may step back.
         assert claimed.created_at == first.created_at
         assert [d.consumer for d in store.list_decisions("h1")] == ["c2"]
         assert store.active_decision("c1") == claimed
 
-        releasing = store.request_release("c1")
+        releasing = protocol.request_release(store, "c1")
         assert releasing.status == "releasing"
-        assert store.request_release("c1") == releasing
+        assert protocol.request_release(store, "c1") == releasing
         assert store.list_decisions("h1", "releasing") == [releasing]
-        released = store.mark_released(first.id)
+        released = protocol.release(store, first.id)
         assert released.status == "released"
         assert store.active_decision("c1") is None
-        assert store.request_release("c1") is None
+        assert protocol.request_release(store, "c1") is None
         assert store.latest_decision("c1") == released
 
-        rejected = store.mark_rejected(second.id, [
+        rejected = protocol.reject(store, second.id, [
             Rejection(reason="host cell 1 has 2 free dedicated CPUs", provider="u-cell1",
                       plugin="numa"),
             {"plugin": "vgpu", "reason": "no mdev of type nvidia-35"}])
@@ -397,22 +398,22 @@ class TestDecisions:
 
     def test_status_is_compare_and_swap(self, store):
         d = store.submit_decision("c1", "h1", SPEC)
-        store.mark_claimed(d.id)
+        protocol.claim(store, d.id)
         with pytest.raises(hoststate.DecisionStatusConflict) as info:
-            store.mark_claimed(d.id)
+            protocol.claim(store, d.id)
         assert info.value.decision.status == "claimed"
         assert (info.value.target, info.value.allowed) == ("claimed", ("pending",))
         assert "claimed" in str(info.value) and "c1" in str(info.value)
-        for move in (lambda: store.mark_rejected(d.id, [{"reason": "late"}]),
-                     lambda: store.withdraw(d.id)):
+        for move in (lambda: protocol.reject(store, d.id, [{"reason": "late"}]),
+                     lambda: protocol.withdraw(store, d.id)):
             with pytest.raises(hoststate.DecisionStatusConflict):
                 move()
         assert store.get_decision(d.id).status == "claimed"
-        store.mark_released(d.id)
+        protocol.release(store, d.id)
         with pytest.raises(hoststate.DecisionStatusConflict):
-            store.mark_released(d.id)
+            protocol.release(store, d.id)
         with pytest.raises(hoststate.DecisionNotFound):
-            store.mark_claimed(d.id + 1000)
+            protocol.claim(store, d.id + 1000)
         with pytest.raises(hoststate.DecisionNotFound):
             store.get_decision(d.id + 1000)
 
@@ -424,7 +425,7 @@ class TestDecisions:
             won = []
             for decision_id in ids:
                 try:
-                    stores[i].mark_claimed(decision_id)
+                    protocol.claim(stores[i], decision_id)
                     won.append(decision_id)
                 except hoststate.DecisionStatusConflict:
                     pass
@@ -439,7 +440,9 @@ class TestDecisions:
 
             def move(who, d=d):
                 try:
-                    return (agent.mark_claimed if who == 0 else scheduler.withdraw)(d.id)
+                    if who == 0:
+                        return protocol.claim(agent, d.id)
+                    return protocol.withdraw(scheduler, d.id)
                 except hoststate.DecisionStatusConflict:
                     return None
             results = run_threads(move, 2)
@@ -452,10 +455,10 @@ class TestDecisions:
         with pytest.raises(hoststate.DecisionExists) as info:
             store.submit_decision("c1", "h2", SPEC)
         assert info.value.decision == d
-        store.mark_rejected(d.id, [{"plugin": "numa", "reason": "full"}])
+        protocol.reject(store, d.id, [{"plugin": "numa", "reason": "full"}])
         again = store.submit_decision("c1", "h2", SPEC)
         assert again.id > d.id
-        store.mark_claimed(again.id)
+        protocol.claim(store, again.id)
         with pytest.raises(hoststate.DecisionExists):
             store.submit_decision("c1", "h3", SPEC)
         assert [x.host for x in store.history("c1")] == ["h1", "h2"]
@@ -473,10 +476,10 @@ class TestDecisions:
 
     def test_request_release_of_a_pending_decision(self, store):
         d = store.submit_decision("c1", "h1", SPEC)
-        released = store.request_release("c1")
+        released = protocol.request_release(store, "c1")
         assert released.status == "released" and released.id == d.id
         with pytest.raises(hoststate.DecisionStatusConflict):
-            store.mark_claimed(d.id)
+            protocol.claim(store, d.id)
 
     def test_bad_input(self, store):
         with pytest.raises(ValueError):
@@ -487,22 +490,137 @@ class TestDecisions:
             store.submit_decision("", "h1", SPEC)
         d = store.submit_decision("c1", "h1", SPEC)
         with pytest.raises(ValueError):
-            store.mark_rejected(d.id, [])
+            protocol.reject(store, d.id, [])
         with pytest.raises(ValueError):
-            store.mark_rejected(d.id, ["no reason"])
+            protocol.reject(store, d.id, ["no reason"])
         assert store.get_decision(d.id).status == "pending"
 
     def test_purge(self, store):
         kept = store.submit_decision("c1", "h1", SPEC)
         gone = store.submit_decision("c2", "h1", SPEC)
-        store.mark_rejected(gone.id, [{"reason": "full"}])
+        protocol.reject(store, gone.id, [{"reason": "full"}])
         old = store.submit_decision("c3", "h1", SPEC)
-        store.mark_claimed(old.id)
-        store.mark_released(old.id)
-        cutoff = store_module._utcnow()
+        protocol.claim(store, old.id)
+        protocol.release(store, old.id)
+        cutoff = database.utcnow()
         assert store.purge_decisions(cutoff) == 2
         assert store.history("c2") == [] and store.history("c3") == []
         assert store.get_decision(kept.id).status == "pending"
+
+
+PENDING, CLAIMED, REJECTED, RELEASING, RELEASED = (
+    hoststate.DecisionStatus.PENDING, hoststate.DecisionStatus.CLAIMED,
+    hoststate.DecisionStatus.REJECTED, hoststate.DecisionStatus.RELEASING,
+    hoststate.DecisionStatus.RELEASED)
+Move = protocol.Move
+
+#: The protocol's legal moves on a decision: (status, move) -> the status
+#: it ends in. Every other pair is refused. (Written out here, not read
+#: from protocol.TRANSITIONS: this is the specification it is checked
+#: against.)
+LEGAL = {
+    (PENDING, Move.CLAIM): CLAIMED,
+    (PENDING, Move.REJECT): REJECTED,
+    (PENDING, Move.WITHDRAW): RELEASED,
+    (CLAIMED, Move.REQUEST_RELEASE): RELEASING,
+    (CLAIMED, Move.RELEASE): RELEASED,
+    (RELEASING, Move.RELEASE): RELEASED,
+}
+
+#: The legal moves that bring a new decision to each status.
+PATHS = {
+    PENDING: (),
+    CLAIMED: (Move.CLAIM,),
+    REJECTED: (Move.REJECT,),
+    RELEASING: (Move.CLAIM, Move.REQUEST_RELEASE),
+    RELEASED: (Move.CLAIM, Move.RELEASE),
+}
+
+REASONS = (Rejection(reason="host cell 0 has 1 free dedicated CPU", provider="u-cell0",
+                     plugin="numa"),)
+
+
+def decision_in(queue, status, consumer="c1", host="h1"):
+    """A new decision of ``consumer``, brought to ``status`` by legal moves."""
+    decision = protocol.submit(queue, consumer, host, SPEC)
+    for move in PATHS[status]:
+        decision = protocol.apply(queue, decision.id, move,
+                                  REASONS if move == Move.REJECT else ())
+    assert decision.status == status
+    return decision
+
+
+class TestTransitions:
+    """Every move of the decision protocol from every status, on the
+    transport under test: the legal ones land where the table says, every
+    other is refused with an error naming the move, the status and where
+    the move starts from, and changes nothing."""
+
+    @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
+    @pytest.mark.parametrize("move", [m for m in Move if m != Move.SUBMIT])
+    def test_move(self, store, move, status):
+        decision = decision_in(store, status)
+        reasons = REASONS if move == Move.REJECT else ()
+        if (status, move) in LEGAL:
+            moved = protocol.apply(store, decision.id, move, reasons)
+            target = LEGAL[status, move]
+            assert (moved.id, moved.status) == (decision.id, target)
+            assert store.get_decision(decision.id) == moved
+            assert moved.created_at == decision.created_at
+            assert moved.reasons == (REASONS if target == REJECTED else ())
+            assert store.active_decision("c1") == (
+                moved if target in hoststate.ACTIVE else None)
+            return
+        with pytest.raises(hoststate.DecisionStatusConflict) as info:
+            protocol.apply(store, decision.id, move, reasons)
+        err = info.value
+        transition = protocol.TRANSITIONS[move]
+        assert err.move == move and err.decision == decision
+        assert (err.target, err.allowed) == (transition.target, transition.sources)
+        assert str(err) == (
+            "%s refused: decision %d (consumer c1, host h1) is %s; %s takes a "
+            "decision to %s only from %s" % (
+                move, decision.id, status, move, transition.target,
+                " or ".join(transition.sources)))
+        assert store.get_decision(decision.id) == decision
+
+    @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
+    def test_submit(self, store, status):
+        """A consumer gets a new decision only when its last one is final."""
+        decision = decision_in(store, status)
+        if status in (REJECTED, RELEASED):
+            new = protocol.submit(store, "c1", "h2", SPEC)
+            assert (new.status, new.host) == (PENDING, "h2") and new.id > decision.id
+            assert store.active_decision("c1") == new
+            assert [d.id for d in store.history("c1")] == [decision.id, new.id]
+        else:
+            with pytest.raises(hoststate.DecisionExists) as info:
+                protocol.submit(store, "c1", "h2", SPEC)
+            assert info.value.decision == decision
+            assert "c1" in str(info.value) and str(status) in str(info.value)
+        assert store.get_decision(decision.id) == decision
+
+    @pytest.mark.parametrize("status, then", [
+        (PENDING, RELEASED),       # withdrawn: never claimed
+        (CLAIMED, RELEASING),      # its agent frees it
+        (RELEASING, RELEASING),    # asked already
+        (REJECTED, None),          # nothing in force
+        (RELEASED, None),
+    ])
+    def test_request_release(self, store, status, then):
+        decision = decision_in(store, status)
+        done = protocol.request_release(store, "c1")
+        if then is None:
+            assert done is None
+            assert store.get_decision(decision.id) == decision
+        else:
+            assert (done.id, done.status) == (decision.id, then)
+        assert protocol.request_release(store, "nobody") is None
+
+    def test_unknown_decision(self, store):
+        for move in (m for m in Move if m != Move.SUBMIT):
+            with pytest.raises(hoststate.DecisionNotFound):
+                protocol.apply(store, 424242, move)
 
 
 class TestWaitForAnswer:
@@ -512,20 +630,20 @@ class TestWaitForAnswer:
 
         def answer():
             time.sleep(0.2)
-            agent.mark_claimed(d.id)
+            protocol.claim(agent, d.id)
         thread = threading.Thread(target=answer)
         thread.start()
         try:
-            answered = scheduler.wait_for_answer("c1", timeout=60)
+            answered = protocol.wait_for_answer(scheduler, "c1", timeout=60)
         finally:
             thread.join()
         assert answered.status == "claimed" and answered.id == d.id
 
     def test_rejection_carries_reasons(self, store):
         d = store.submit_decision("c1", "h1", SPEC)
-        store.mark_rejected(d.id, [{"plugin": "sriov", "provider": "u-pf",
+        protocol.reject(store, d.id, [{"plugin": "sriov", "provider": "u-pf",
                                     "reason": "no free VF on physnet1"}])
-        answer = store.wait_for_answer("c1", timeout=5)
+        answer = protocol.wait_for_answer(store, "c1", timeout=5)
         assert answer.reasons == (Rejection(reason="no free VF on physnet1",
                                             provider="u-pf", plugin="sriov"),)
 
@@ -541,7 +659,7 @@ class TestWaitForAnswer:
         start = time.monotonic()
         try:
             with pytest.raises(hoststate.AnswerTimeout) as info:
-                store.wait_for_answer("c1", timeout=0.4)
+                protocol.wait_for_answer(store, "c1", timeout=0.4)
         finally:
             event.remove(store.engine, "before_cursor_execute", count)
         elapsed = time.monotonic() - start
@@ -555,29 +673,29 @@ class TestWaitForAnswer:
         assert "agentless-host" in str(err) and isinstance(err, TimeoutError)
         assert store.get_decision(d.id).status == "released"
         with pytest.raises(hoststate.DecisionStatusConflict):
-            store.mark_claimed(d.id)
+            protocol.claim(store, d.id)
 
     def test_timeout_without_withdrawal(self, store):
         d = store.submit_decision("c1", "h1", SPEC)
         with pytest.raises(hoststate.AnswerTimeout) as info:
-            store.wait_for_answer("c1", timeout=0.1, withdraw_on_timeout=False)
+            protocol.wait_for_answer(store, "c1", timeout=0.1, withdraw_on_timeout=False)
         assert not info.value.withdrawn
         assert store.get_decision(d.id).status == "pending"
 
     def test_answer_at_the_deadline_wins_over_withdrawal(self, store, monkeypatch):
         d = store.submit_decision("c1", "h1", SPEC)
-        real_withdraw = store.withdraw
+        real_withdraw = protocol.withdraw
 
-        def late_claim_then_withdraw(decision_id):
-            store.mark_claimed(decision_id)
-            return real_withdraw(decision_id)
-        monkeypatch.setattr(store, "withdraw", late_claim_then_withdraw)
-        answer = store.wait_for_answer("c1", timeout=0)
+        def late_claim_then_withdraw(queue, decision_id):
+            protocol.claim(queue, decision_id)
+            return real_withdraw(queue, decision_id)
+        monkeypatch.setattr(protocol, "withdraw", late_claim_then_withdraw)
+        answer = protocol.wait_for_answer(store, "c1", timeout=0)
         assert answer.status == "claimed" and answer.id == d.id
 
     def test_unknown_consumer(self, store):
         with pytest.raises(hoststate.DecisionNotFound):
-            store.wait_for_answer(str(uuid.uuid4()), timeout=1)
+            protocol.wait_for_answer(store, str(uuid.uuid4()), timeout=1)
 
 
 class TestSchema:

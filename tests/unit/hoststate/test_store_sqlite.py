@@ -15,12 +15,14 @@ from oslo_config import cfg
 from compute_plugins import conf as conf_areas
 from compute_plugins import hoststate
 from compute_plugins.conf import host_state as host_state_conf
+from compute_plugins.hoststate import protocol
 from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
     TestDecisions,
     TestPublish,
     TestSchema,
+    TestTransitions,
     TestWaitForAnswer,
     states,
 )
@@ -130,10 +132,10 @@ def test_store_unavailable_while_waiting(store, monkeypatch):
         if len(polls) <= 2:
             raise hoststate.StoreUnavailable(store.url, "server closed the connection")
         if len(polls) == 3:
-            store.mark_claimed(decision_id)
+            protocol.claim(store, decision_id)
         return real_get(decision_id)
     monkeypatch.setattr(store, "get_decision", flaky_get)
-    answer = store.wait_for_answer("c1", timeout=60, poll_interval=0.001)
+    answer = protocol.wait_for_answer(store, "c1", timeout=60, poll_interval=0.001)
     assert answer.status == "claimed" and answer.id == d.id
     assert len(polls) == 3
 
@@ -141,12 +143,12 @@ def test_store_unavailable_while_waiting(store, monkeypatch):
 def test_store_unavailable_at_the_deadline(store, monkeypatch):
     d = store.submit_decision("c1", "h1", SPEC)
 
-    def down(*args):
+    def down(*args, **kwargs):
         raise hoststate.StoreUnavailable(store.url, "connection refused")
     monkeypatch.setattr(store, "get_decision", down)
-    monkeypatch.setattr(store, "withdraw", down)
+    monkeypatch.setattr(store, "swap_status", down)
     with pytest.raises(hoststate.AnswerTimeout) as info:
-        store.wait_for_answer("c1", timeout=0.05, poll_interval=0.001)
+        protocol.wait_for_answer(store, "c1", timeout=0.05, poll_interval=0.001)
     err = info.value
     assert not err.withdrawn and err.unavailable == "connection refused"
     assert "connection refused" in str(err) and "not withdrawn" in str(err)
@@ -181,7 +183,7 @@ def test_wait_refuses_a_busy_loop_and_an_endless_timeout(store, monkeypatch):
     for kwargs in ({"timeout": 0.2, "poll_interval": 0, "max_poll_interval": 0},
                    {"timeout": float("nan")}, {"timeout": -1}):
         with pytest.raises(ValueError):
-            store.wait_for_answer("c1", **kwargs)
+            protocol.wait_for_answer(store, "c1", **kwargs)
     assert polls == []
     assert store.active_decision("c1").status == "pending"
 

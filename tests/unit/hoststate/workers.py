@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from compute_plugins import hoststate
+from compute_plugins.hoststate import protocol
 
 
 def doc(plugin: str, **state: object) -> dict:
@@ -91,7 +92,7 @@ def claim(url: str, decision_ids: list[int]) -> list[int]:
     with hoststate.HostStateStore(url) as store:
         for decision_id in decision_ids:
             try:
-                store.mark_claimed(decision_id)
+                protocol.claim(store, decision_id)
                 won.append(decision_id)
             except hoststate.DecisionStatusConflict:
                 pass

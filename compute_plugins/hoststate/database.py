@@ -1,0 +1,189 @@
+"""One host-state database: its engine, its two kinds of transaction, and
+the checks every table's writer shares.
+
+The SQL store's two parts (host publication,
+:mod:`compute_plugins.hoststate.hosts`; the decision queue,
+:mod:`compute_plugins.hoststate.decisions`) run their statements in the
+transactions a :class:`Database` opens: a *read* sees one snapshot, a
+*write* the latest rows and locks what it updates (see
+:mod:`compute_plugins.hoststate.engine`). A driver's connection failure
+becomes :class:`~compute_plugins.hoststate.errors.StoreUnavailable`; a
+transaction the database aborted to break a deadlock is run again by
+:meth:`Database.retrying`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from oslo_log import log as logging
+from sqlalchemy.engine import Connection, Engine
+
+from compute_plugins.hoststate import engine as engines
+from compute_plugins.hoststate import errors
+
+LOG = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Names per ``IN (...)`` list.
+CHUNK = 500
+#: Longest host, node, plugin and provider name (their columns' size).
+NAME_LENGTH = 255
+#: Longest consumer and provider uuid.
+UUID_LENGTH = 36
+#: Attempts of a write that the database aborted as a deadlock.
+DEADLOCK_ATTEMPTS = 5
+
+
+def utcnow() -> datetime.datetime:
+    """Now, naive UTC (the columns' time zone)."""
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
+def canonical(document: Any) -> str:
+    """``document`` as canonical JSON (sorted keys, no spaces, no NaN): two
+    equal documents have the same text."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
+
+
+def check_name(what: str, value: Any, limit: int) -> str:
+    """``value``, a string of 1 to ``limit`` characters (its column's
+    size: a longer one failed as a driver error on PostgreSQL and MySQL and
+    went in unchecked on SQLite)."""
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise ValueError("%s %r: expected 1 to %d characters" % (what, value, limit))
+    return value
+
+
+def listed(items: Iterable[str], what: str) -> list[str]:
+    """``items`` as a list; a lone string is refused (it would be read as
+    its characters, and the call would silently find nothing)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError("expected an iterable of %s, got the string %r" % (what, items))
+    return list(items)
+
+
+def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``items`` in slices of :data:`CHUNK` (one ``IN (...)`` each)."""
+    for start in range(0, len(items), CHUNK):
+        yield items[start:start + CHUNK]
+
+
+def _is_deadlock(err: sa.exc.DBAPIError) -> bool:
+    """The database aborted the transaction to break a deadlock or a
+    serialisation conflict: running it again is safe."""
+    orig = err.orig
+    code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
+    if code in ("40P01", "40001"):
+        return True
+    args: Sequence[Any] = getattr(orig, "args", ())
+    return bool(args) and args[0] == 1213  # MySQL ER_LOCK_DEADLOCK
+
+
+class Database:
+    """The host-state database at ``connection``.
+
+    Safe to share between threads; every process opens its own (an engine
+    does not survive ``fork``). Opening checks the schema version and
+    creates the tables in an empty database.
+
+    :param connection: an SQLAlchemy URL: ``sqlite:////abs/file`` (created
+        0600 when missing), ``sqlite://`` (in memory, this object only),
+        ``postgresql+psycopg2://...`` or ``mysql+pymysql://...``.
+    :param lock_timeout: seconds a writer waits for another's lock before
+        failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
+        ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
+    :raises SchemaVersionMismatch: the database has another schema version.
+    :raises StoreUnavailable: the database cannot be reached.
+    """
+
+    def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
+        self.url = engines.safe_url(connection)
+        self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        # NOTE: an in-memory SQLite database is one connection: transactions
+        # of several threads must not interleave on it.
+        self._serial: contextlib.AbstractContextManager[Any] = (
+            threading.RLock() if engines.is_sqlite_memory(connection)
+            else contextlib.nullcontext())
+        self._read_options = engines.transaction_options(self.engine, write=False)
+        self._write_options = engines.transaction_options(self.engine, write=True)
+        try:
+            with self._serial:
+                engines.ensure_schema(self.engine)
+        except (sa.exc.OperationalError, sa.exc.InterfaceError,
+                sa.exc.DatabaseError) as err:
+            # NOTE: DatabaseError: SQLite's "file is not a database".
+            self.engine.dispose()
+            raise errors.StoreUnavailable(self.url, str(err.orig)) from err
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def close(self) -> None:
+        """Close the database's connections."""
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[Connection]:
+        try:
+            with self._serial, self.engine.connect() as conn:
+                conn.execution_options(
+                    **(self._write_options if write else self._read_options))
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as err:
+            if isinstance(err, (sa.exc.OperationalError, sa.exc.InterfaceError)) \
+                    and not _is_deadlock(err):
+                raise errors.StoreUnavailable(self.url, str(err.orig)) from err
+            raise
+
+    def read(self) -> contextlib.AbstractContextManager[Connection]:
+        """A read transaction: one snapshot from its first statement on."""
+        return self._transaction(write=False)
+
+    def write(self) -> contextlib.AbstractContextManager[Connection]:
+        """A write transaction: the latest rows, locked as it updates them."""
+        return self._transaction(write=True)
+
+    def retrying(self, operation: Callable[[], T]) -> T:
+        """Run ``operation`` (whole transactions, compare-and-swap) again
+        when the database aborted it to break a deadlock."""
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                return operation()
+            except sa.exc.DBAPIError as err:
+                if not _is_deadlock(err) or attempt == DEADLOCK_ATTEMPTS:
+                    raise
+                LOG.debug("host-state store: deadlock, attempt %d: %s", attempt, err)
+        raise AssertionError("unreachable")
+
+
+class OnDatabase:
+    """Base of the SQL store's parts: they run on one :class:`Database`.
+
+    :param db: the database.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return self.db.url
+
+    @property
+    def engine(self) -> Engine:
+        return self.db.engine
+
+
+__all__ = ["CHUNK", "DEADLOCK_ATTEMPTS", "NAME_LENGTH", "UUID_LENGTH", "Database",
+           "OnDatabase", "canonical", "check_name", "chunks", "listed", "utcnow"]

@@ -1,0 +1,240 @@
+"""The decision queue on the host-state database: decisions addressed to
+hosts, their status swapped compare-and-swap.
+
+This is storage only: which swaps are legal, who makes them and what each
+side does next is the decision protocol's
+(:mod:`compute_plugins.hoststate.protocol`), which asks
+:meth:`SqlDecisionQueue.swap_status` for one of its transitions at a time.
+The database keeps the one rule that needs its atomicity: a consumer has at
+most one decision in force (the unique ``active_consumer`` column, set
+while the status is one of :data:`~compute_plugins.hoststate.records.ACTIVE`).
+Rejected and released decisions stay as history until purged.
+
+Waiting for a change is polling here (exponential back-off, a few indexed
+reads); a transport that pushes changes waits on its notifications instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Collection, Sequence
+from typing import Any, Optional
+
+import sqlalchemy as sa
+from oslo_log import log as logging
+
+from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
+from compute_plugins.hoststate.schema import decisions as t_decisions
+from compute_plugins.plugin import Rejection
+
+LOG = logging.getLogger(__name__)
+
+#: Attempts of a submit whose consumer's decision in force keeps changing.
+_SUBMIT_ATTEMPTS = 3
+
+
+def _decision(row: Any) -> HostDecision:
+    reasons = tuple(Rejection(reason=r["reason"], provider=r["provider"],
+                              plugin=r["plugin"])
+                    for r in json.loads(row.reasons or "[]"))
+    return HostDecision(id=int(row.id), consumer=row.consumer, host=row.host,
+                        spec=row.spec, status=DecisionStatus(row.status),
+                        reasons=reasons, created_at=row.created_at,
+                        updated_at=row.updated_at)
+
+
+def _reasons_text(reasons: Sequence[Rejection]) -> str:
+    return database.canonical([{"plugin": str(r.plugin or ""),
+                                "provider": str(r.provider or ""),
+                                "reason": r.reason} for r in reasons])
+
+
+class SqlDecisionQueue(database.OnDatabase):
+    """Decisions addressed to hosts, on one database (the
+    :class:`~compute_plugins.hoststate.transport.DecisionQueue` of the SQL
+    store)."""
+
+    def submit_decision(self, consumer: str, host: str, spec: str) -> HostDecision:
+        """Address a decision to ``host`` (status pending).
+
+        :param spec: the RequestSpec with its decision, ``to_json()``.
+        :raises DecisionExists: the consumer has a decision in force.
+        """
+        database.check_name("consumer", consumer, database.UUID_LENGTH)
+        database.check_name("host name", host, database.NAME_LENGTH)
+        try:
+            if not isinstance(json.loads(spec), dict):
+                raise ValueError("not a JSON object")
+        except (TypeError, ValueError) as err:
+            raise ValueError("the spec of consumer %s is not a serialised "
+                             "RequestSpec: %s" % (consumer, err)) from None
+        now = database.utcnow()
+        values = {"consumer": consumer, "host": host, "spec": spec,
+                  "status": DecisionStatus.PENDING.value, "reasons": None,
+                  "active_consumer": consumer, "created_at": now, "updated_at": now}
+
+        def insert() -> HostDecision:
+            with self.db.write() as conn:
+                key = conn.execute(sa.insert(t_decisions).values(**values)
+                                   ).inserted_primary_key
+                # None only for an executemany or a statement that is no INSERT.
+                assert key is not None
+                new_id = key[0]
+            return HostDecision(id=int(new_id), consumer=consumer, host=host,
+                                spec=spec, status=DecisionStatus.PENDING,
+                                reasons=(), created_at=now, updated_at=now)
+
+        for _ in range(_SUBMIT_ATTEMPTS):
+            try:
+                return self.db.retrying(insert)
+            except sa.exc.IntegrityError:
+                existing = self.active_decision(consumer)
+                if existing is not None:
+                    raise errors.DecisionExists(existing) from None
+                # NOTE: it was released in between: try again.
+        raise errors.HostStateError("consumer %s: could not submit its decision "
+                                    "(its decisions keep changing)" % consumer)
+
+    def get_decision(self, decision_id: int) -> HostDecision:
+        """:raises DecisionNotFound: no decision with this id."""
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(t_decisions)
+                               .where(t_decisions.c.id == decision_id)).one_or_none()
+        if row is None:
+            raise errors.DecisionNotFound(decision_id)
+        return _decision(row)
+
+    def active_decision(self, consumer: str) -> Optional[HostDecision]:
+        """The consumer's decision in force (pending, claimed, releasing)."""
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(t_decisions).where(
+                t_decisions.c.active_consumer == consumer)).one_or_none()
+        return None if row is None else _decision(row)
+
+    def latest_decision(self, consumer: str) -> Optional[HostDecision]:
+        """The consumer's most recent decision, whatever its status."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
+                .order_by(t_decisions.c.id.desc()).limit(1)).one_or_none()
+        return None if row is None else _decision(row)
+
+    def history(self, consumer: str) -> list[HostDecision]:
+        """Every decision of the consumer, oldest first."""
+        with self.db.read() as conn:
+            rows = conn.execute(
+                sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
+                .order_by(t_decisions.c.id)).all()
+        return [_decision(r) for r in rows]
+
+    def list_decisions(self, host: str,
+                       status: DecisionStatus | str = DecisionStatus.PENDING,
+                       limit: Optional[int] = None) -> list[HostDecision]:
+        """The decisions addressed to ``host`` in ``status``, oldest first:
+        an agent's work list (pending: to claim or reject; releasing: to
+        free)."""
+        query = (sa.select(t_decisions)
+                 .where(t_decisions.c.host == host,
+                        t_decisions.c.status == DecisionStatus(status).value)
+                 .order_by(t_decisions.c.id))
+        if limit is not None:
+            query = query.limit(limit)
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+        return [_decision(r) for r in rows]
+
+    def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
+                    target: DecisionStatus, reasons: Sequence[Rejection] = (),
+                    *, move: Optional[str] = None) -> HostDecision:
+        """Move the decision to ``target`` if its status is one of
+        ``sources``: one conditional ``UPDATE`` (the row lock makes
+        concurrent swaps of one decision take turns; one wins).
+
+        :param reasons: recorded with the status when given.
+        :param move: the protocol's name of the move, for the error.
+        :raises DecisionNotFound: no decision with this id.
+        :raises DecisionStatusConflict: its status is not one of ``sources``.
+        """
+        allowed = [DecisionStatus(s) for s in sources]
+        values: dict[str, Any] = {"status": DecisionStatus(target).value,
+                                  "updated_at": database.utcnow()}
+        if target not in ACTIVE:
+            values["active_consumer"] = None
+        if reasons:
+            values["reasons"] = _reasons_text(reasons)
+
+        def swap() -> tuple[int, Any]:
+            with self.db.write() as conn:
+                result = conn.execute(
+                    sa.update(t_decisions)
+                    .where(t_decisions.c.id == decision_id,
+                           t_decisions.c.status.in_([s.value for s in allowed]))
+                    .values(**values))
+                row = conn.execute(sa.select(t_decisions)
+                                   .where(t_decisions.c.id == decision_id)).one_or_none()
+            return result.rowcount, row
+
+        count, row = self.db.retrying(swap)
+        if row is None:
+            raise errors.DecisionNotFound(decision_id)
+        decision = _decision(row)
+        if count != 1:
+            raise errors.DecisionStatusConflict(decision, target.value,
+                                                [s.value for s in allowed], move)
+        return decision
+
+    def wait_for_change(self, decision: HostDecision, timeout: float, *,
+                        poll_interval: float = 0.05,
+                        max_poll_interval: float = 1.0) -> HostDecision:
+        """Poll the decision until its status is not ``decision.status``,
+        with exponential back-off from ``poll_interval`` (> 0) to
+        ``max_poll_interval`` seconds, never past the deadline.
+
+        A store that is unavailable meanwhile (a database restart, a
+        fail-over) is polled again until the deadline.
+
+        :returns: the decision once changed, or as last read at the deadline.
+        :raises StoreUnavailable: the last read, at the deadline, failed.
+        """
+        # NOTE: "not >": NaN too (it never passed the deadline).
+        if not timeout >= 0:
+            raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
+        if not poll_interval > 0:
+            # NOTE: 0 made the back-off 0 too: a busy loop on the database.
+            raise ValueError("poll_interval %r: expected seconds > 0" % (poll_interval,))
+        deadline = time.monotonic() + timeout
+        delay = poll_interval
+        start = decision.status
+        unavailable: Optional[errors.StoreUnavailable] = None
+        while decision.status == start:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, max(max_poll_interval, poll_interval))
+            try:
+                decision = self.get_decision(decision.id)
+                unavailable = None
+            except errors.StoreUnavailable as err:
+                LOG.warning("waiting for host %s to move decision %d of consumer "
+                            "%s: %s", decision.host, decision.id, decision.consumer, err)
+                unavailable = err
+        if unavailable is not None and decision.status == start:
+            raise unavailable
+        return decision
+
+    def purge_decisions(self, before: datetime.datetime) -> int:
+        """Delete rejected and released decisions last changed before
+        ``before`` (naive UTC); returns how many."""
+        def delete() -> int:
+            with self.db.write() as conn:
+                return conn.execute(sa.delete(t_decisions).where(
+                    t_decisions.c.status.not_in([s.value for s in ACTIVE]),
+                    t_decisions.c.updated_at < before)).rowcount
+        return self.db.retrying(delete)
+
+
+__all__ = ["SqlDecisionQueue"]

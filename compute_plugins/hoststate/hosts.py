@@ -1,0 +1,278 @@
+"""Host publication on the host-state database: each agent publishes its
+host, schedulers read hosts.
+
+A host's rows (every plugin's state document, its node name, its resource
+providers) change together under one generation, compare-and-swap: a
+publish names the generation it read, bumps it under the row lock of the
+host and writes only the rows that differ; one that changes nothing
+writes nothing. Reads take one snapshot, so a host's states and generation
+always belong together. A resource provider belongs to one host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate.records import HostSnapshot, PublishResult
+from compute_plugins.hoststate.schema import hosts as t_hosts
+from compute_plugins.hoststate.schema import providers as t_providers
+from compute_plugins.hoststate.schema import states as t_states
+from compute_plugins.request.types import FrozenMap
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostRows:
+    generation: int
+    nodename: str
+    updated_at: datetime.datetime
+    states: dict[str, str]
+    providers: dict[str, str]
+
+
+def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """plugin -> canonical JSON of its document, checked."""
+    texts = {}
+    for plugin, document in states.items():
+        if not isinstance(plugin, str) or not plugin:
+            raise ValueError("host state keyed by %r: expected a plugin name" % (plugin,))
+        database.check_name("plugin name", plugin, database.NAME_LENGTH)
+        if (not isinstance(document, Mapping)
+                or set(document) != {"plugin", "version", "state"}):
+            raise ValueError("host state of %s: expected the document "
+                             "encode_state makes ({plugin, version, state})" % plugin)
+        if document["plugin"] != plugin:
+            raise ValueError("host state of %r published under plugin %r"
+                             % (document["plugin"], plugin))
+        try:
+            texts[plugin] = database.canonical(dict(document))
+        except (TypeError, ValueError) as err:
+            raise ValueError("host state of %s is not JSON: %s" % (plugin, err)) from None
+    return texts
+
+
+class SqlHostPublication(database.OnDatabase):
+    """Hosts as their agents published them, on one database (the
+    :class:`~compute_plugins.hoststate.transport.HostPublication` of the SQL
+    store)."""
+
+    def _load_hosts(self, conn: Connection,
+                    hosts: Optional[Sequence[str]]) -> dict[str, _HostRows]:
+        """The rows of ``hosts`` (None: every host), in ``conn``'s snapshot."""
+        if hosts is None:
+            filters: list[Any] = [None]
+        else:
+            filters = [list(chunk) for chunk in database.chunks(sorted(set(hosts)))]
+        host_rows: list[sa.Row[Any]] = []
+        state_rows: list[sa.Row[Any]] = []
+        provider_rows: list[sa.Row[Any]] = []
+        for chunk in filters:
+            def where(query: Any, column: Any, chunk: Any = chunk) -> Any:
+                return query if chunk is None else query.where(column.in_(chunk))
+            host_rows += conn.execute(where(sa.select(
+                t_hosts.c.host, t_hosts.c.generation, t_hosts.c.nodename,
+                t_hosts.c.updated_at), t_hosts.c.host)).all()
+            state_rows += conn.execute(where(sa.select(
+                t_states.c.host, t_states.c.plugin, t_states.c.document),
+                t_states.c.host)).all()
+            provider_rows += conn.execute(where(sa.select(
+                t_providers.c.host, t_providers.c.uuid, t_providers.c.name),
+                t_providers.c.host)).all()
+        result = {row.host: _HostRows(int(row.generation), row.nodename,
+                                      row.updated_at, {}, {})
+                  for row in host_rows}
+        for row in state_rows:
+            result[row.host].states[row.plugin] = row.document
+        for row in provider_rows:
+            result[row.host].providers[row.uuid] = row.name
+        return result
+
+    @staticmethod
+    def _snapshot(host: str, rows: _HostRows) -> HostSnapshot:
+        return HostSnapshot(
+            host=host, generation=rows.generation, nodename=rows.nodename,
+            providers=FrozenMap(sorted(rows.providers.items())),
+            states=FrozenMap((p, json.loads(text))
+                             for p, text in sorted(rows.states.items())),
+            updated_at=rows.updated_at)
+
+    def get_host(self, host: str) -> Optional[HostSnapshot]:
+        """``host`` as last published (None: it never published)."""
+        return self.get_hosts([host]).get(host)
+
+    def get_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostSnapshot]:
+        """Several hosts (None: every host) in one consistent read; hosts
+        that never published are absent."""
+        listed = None if hosts is None else database.listed(hosts, "host names")
+        with self.db.read() as conn:
+            rows = self._load_hosts(conn, listed)
+        return {host: self._snapshot(host, r) for host, r in sorted(rows.items())}
+
+    def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
+        """host -> generation (None: every host): what changed since a read,
+        without reading the states."""
+        query = sa.select(t_hosts.c.host, t_hosts.c.generation)
+        result: dict[str, int] = {}
+        if hosts is None:
+            chunks: list[Any] = [None]
+        else:
+            chunks = list(database.chunks(sorted(set(database.listed(hosts, "host names")))))
+        with self.db.read() as conn:
+            for chunk in chunks:
+                q = query if chunk is None else query.where(t_hosts.c.host.in_(chunk))
+                result.update((r.host, int(r.generation)) for r in conn.execute(q))
+        return result
+
+    def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
+        """provider uuid -> the host that published it (unknown uuids absent)."""
+        result: dict[str, str] = {}
+        listed = sorted(set(database.listed(uuids, "provider uuids")))
+        with self.db.read() as conn:
+            for chunk in database.chunks(listed):
+                result.update((row.uuid, row.host) for row in conn.execute(
+                    sa.select(t_providers.c.uuid, t_providers.c.host)
+                    .where(t_providers.c.uuid.in_(chunk))))
+        return result
+
+    def publish(self, host: str, states: Mapping[str, Mapping[str, Any]],
+                expected_generation: int, *, nodename: Optional[str] = None,
+                providers: Optional[Mapping[str, str]] = None) -> PublishResult:
+        """Replace ``host``'s published states, compare-and-swap.
+
+        :param states: plugin name -> ``encode_state(plugin, state)``: every
+            plugin's state; a plugin left out is removed.
+        :param expected_generation: the generation last read (0 for a host
+            that never published).
+        :param nodename: the host's node name (None: keep the stored one).
+        :param providers: its providers, uuid -> name (None: keep them).
+        :returns: the new generation, and whether anything was written: with
+            everything equal to what is stored, nothing is written.
+        :raises GenerationConflict: the host's generation is not
+            ``expected_generation``.
+        :raises ProviderConflict: a provider uuid another host published.
+        """
+        database.check_name("host name", host, database.NAME_LENGTH)
+        if nodename is not None:
+            database.check_name("node name", nodename, database.NAME_LENGTH)
+        texts = _state_texts(states)
+        wanted_providers = None if providers is None else {
+            database.check_name("provider uuid", str(uuid), database.UUID_LENGTH):
+            database.check_name("name of provider %s" % uuid, str(name), database.NAME_LENGTH)
+            for uuid, name in providers.items()}
+        return self.db.retrying(lambda: self._publish(
+            host, texts, int(expected_generation), nodename, wanted_providers))
+
+    def _publish(self, host: str, texts: dict[str, str], expected: int,
+                 nodename: Optional[str],
+                 providers: Optional[dict[str, str]]) -> PublishResult:
+        # NOTE: compare in a read first: a publish that changes nothing
+        # writes nothing and takes no write lock.
+        with self.db.read() as conn:
+            current = self._load_hosts(conn, [host]).get(host)
+        actual = current.generation if current else 0
+        if actual != expected:
+            raise errors.GenerationConflict(host, expected, actual)
+        if nodename is None:
+            nodename = current.nodename if current else ""
+        if providers is None:
+            providers = dict(current.providers) if current else {}
+        if (current is not None and current.states == texts
+                and current.nodename == nodename and current.providers == providers):
+            return PublishResult(generation=expected, written=False)
+        old = current or _HostRows(0, "", database.utcnow(), {}, {})
+        try:
+            with self.db.write() as conn:
+                if not self._bump(conn, host, expected, nodename):
+                    raise errors.GenerationConflict(
+                        host, expected, self._generation(conn, host))
+                # NOTE: the bump succeeded, so the host's rows are still those
+                # read at ``expected``: every writer bumps before it writes
+                # them, under the row lock the bump holds.
+                self._check_providers(conn, host, set(providers) - set(old.providers))
+                self._write_delta(conn, host, old, texts, providers)
+        except sa.exc.IntegrityError:
+            # NOTE: a concurrent first publish of this host, or another host
+            # taking one of these providers between the check and the insert.
+            with self.db.read() as conn:
+                now = self._generation(conn, host)
+                if now != expected:
+                    raise errors.GenerationConflict(host, expected, now) from None
+                self._check_providers(conn, host, set(providers) - set(old.providers))
+            raise
+        return PublishResult(generation=expected + 1, written=True)
+
+    @staticmethod
+    def _generation(conn: Connection, host: str) -> int:
+        found = conn.execute(sa.select(t_hosts.c.generation)
+                             .where(t_hosts.c.host == host)).scalar()
+        return int(found or 0)
+
+    @staticmethod
+    def _bump(conn: Connection, host: str, expected: int, nodename: str) -> bool:
+        """Move the host from ``expected`` to the next generation (insert it
+        at 1 from 0); False when it is not at ``expected``."""
+        now = database.utcnow()
+        if expected == 0:
+            conn.execute(sa.insert(t_hosts).values(
+                host=host, generation=1, nodename=nodename, updated_at=now))
+            return True
+        result = conn.execute(
+            sa.update(t_hosts)
+            .where(t_hosts.c.host == host, t_hosts.c.generation == expected)
+            .values(generation=expected + 1, nodename=nodename, updated_at=now))
+        return result.rowcount == 1
+
+    @staticmethod
+    def _check_providers(conn: Connection, host: str, new: set[str]) -> None:
+        if not new:
+            return
+        for chunk in database.chunks(sorted(new)):
+            for row in conn.execute(
+                    sa.select(t_providers.c.uuid, t_providers.c.host)
+                    .where(t_providers.c.uuid.in_(chunk),
+                           t_providers.c.host != host)):
+                raise errors.ProviderConflict(row.uuid, host, row.host)
+
+    @staticmethod
+    def _write_delta(conn: Connection, host: str, old: _HostRows,
+                     texts: dict[str, str], providers: dict[str, str]) -> None:
+        """Write only the rows that differ from ``old``."""
+        gone = sorted(set(old.states) - set(texts))
+        if gone:
+            conn.execute(sa.delete(t_states).where(
+                t_states.c.host == host, t_states.c.plugin.in_(gone)))
+        changed = [{"b_plugin": p, "document": text} for p, text in sorted(texts.items())
+                   if p in old.states and old.states[p] != text]
+        if changed:
+            conn.execute(sa.update(t_states).where(
+                t_states.c.host == host,
+                t_states.c.plugin == sa.bindparam("b_plugin")), changed)
+        added = [{"host": host, "plugin": p, "document": text}
+                 for p, text in sorted(texts.items()) if p not in old.states]
+        if added:
+            conn.execute(sa.insert(t_states), added)
+
+        gone = sorted(set(old.providers) - set(providers))
+        if gone:
+            conn.execute(sa.delete(t_providers).where(
+                t_providers.c.host == host, t_providers.c.uuid.in_(gone)))
+        renamed = [{"b_uuid": u, "name": name} for u, name in sorted(providers.items())
+                   if u in old.providers and old.providers[u] != name]
+        if renamed:
+            conn.execute(sa.update(t_providers).where(
+                t_providers.c.host == host,
+                t_providers.c.uuid == sa.bindparam("b_uuid")), renamed)
+        added = [{"uuid": u, "host": host, "name": name}
+                 for u, name in sorted(providers.items()) if u not in old.providers]
+        if added:
+            conn.execute(sa.insert(t_providers), added)
+
+
+__all__ = ["SqlHostPublication"]

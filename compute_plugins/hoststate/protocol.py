@@ -1,0 +1,467 @@
+"""The decision protocol: how a scheduler and a host's agent agree that a
+consumer is placed on a host.
+
+The scheduler decides on the state the host published; the host's agent
+verifies that decision on its live state and executes it, or rejects it
+(the host changed since). They talk through a decision queue, any
+:class:`~compute_plugins.hoststate.transport.DecisionQueue`: a decision
+has a status, and only the moves of :data:`TRANSITIONS` change it, each one
+compare-and-swap (two sides racing on one decision: one wins, the other
+gets :class:`~compute_plugins.hoststate.errors.DecisionStatusConflict`)::
+
+    move             made by               from                 to
+    submit           scheduler             (none in force)      pending
+    claim            agent                 pending              claimed
+    reject           agent                 pending              rejected
+    withdraw         scheduler, requester  pending              released
+    request-release  requester             claimed              releasing
+    release          agent                 claimed, releasing   released
+
+Every other move is refused, naming the move, the status and the statuses
+the move starts from. Rejected and released are final: the consumer may
+get a new decision (one in force at a time: pending, claimed, releasing).
+
+What each side does on each status:
+
+- **scheduler** (:func:`offer`): after ``PUT /allocations`` it submits the
+  decision and waits for the answer (:func:`wait_for_answer`). Claimed: the
+  consumer is placed, the allocation stays. Rejected, released (withdrawn
+  by someone else) or releasing: the allocation is freed and the next host
+  tried (:data:`SCHEDULER_ON_ANSWER`). Still pending at its deadline: it
+  withdraws the decision so that no late agent claims it, then frees the
+  allocation; an answer that lands first wins over the withdrawal.
+- **in doubt**: a submit or a withdrawal whose outcome is unknown (the
+  transport failed after it may have committed) leaves the allocation in
+  place whenever the host may hold the decision (:func:`in_doubt`,
+  :data:`HELD_BY_HOST`): freeing it would let the host run what Placement
+  no longer accounts for.
+- **agent** (:mod:`compute_plugins.compute.claims`): pending decisions
+  addressed to its host are verified and claimed (recorded in the ledger
+  first, then answered) or rejected with every reason (:func:`on_pending`
+  says what to do given the ledger); a claim answered "not pending any
+  more" (withdrawn meanwhile) is undone. Releasing ones are freed (ledger,
+  allocations), then released.
+- **requester** (:func:`request_release`, ``compute-plugins release``): a
+  pending decision is withdrawn at once (its allocation freed by the
+  requester), a claimed one becomes releasing and its agent frees it
+  (:data:`REQUESTER_ON`).
+- **reconcile after a restart** (the agent's first periodic): a ledger
+  claim whose decision is no longer in force on the host is freed
+  (:func:`stale_claims`); a pending decision the ledger already holds was
+  executed before the restart and is answered without executing it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Optional
+
+from oslo_log import log as logging
+
+from compute_plugins.hoststate import errors
+from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
+from compute_plugins.hoststate.transport import DecisionQueue
+from compute_plugins.plugin import Rejection
+
+LOG = logging.getLogger(__name__)
+
+PENDING = DecisionStatus.PENDING
+CLAIMED = DecisionStatus.CLAIMED
+REJECTED = DecisionStatus.REJECTED
+RELEASING = DecisionStatus.RELEASING
+RELEASED = DecisionStatus.RELEASED
+
+
+class Side(enum.StrEnum):
+    """Who makes a move."""
+
+    #: The one that decided: submits, waits, withdraws at its deadline.
+    SCHEDULER = "scheduler"
+    #: The agent of the host the decision is addressed to.
+    AGENT = "agent"
+    #: Whoever asks for a consumer's release (``compute-plugins release``).
+    REQUESTER = "requester"
+
+
+class Move(enum.StrEnum):
+    """The moves of the protocol (:data:`TRANSITIONS`)."""
+
+    SUBMIT = "submit"
+    CLAIM = "claim"
+    REJECT = "reject"
+    WITHDRAW = "withdraw"
+    REQUEST_RELEASE = "request-release"
+    RELEASE = "release"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    """One row of the protocol's table.
+
+    :param move: the move.
+    :param sides: who makes it.
+    :param sources: the statuses it starts from; () for :attr:`Move.SUBMIT`,
+        which makes a new decision for a consumer with none in force.
+    :param target: the status it ends in.
+    :param meaning: what it means, in words.
+    """
+
+    move: Move
+    sides: tuple[Side, ...]
+    sources: tuple[DecisionStatus, ...]
+    target: DecisionStatus
+    meaning: str
+
+    def allows(self, status: Optional[DecisionStatus]) -> bool:
+        """Whether the move is legal from ``status``: the decision's status,
+        or for a submit the status of the consumer's latest decision (None:
+        it has none)."""
+        if not self.sources:
+            return status is None or status not in ACTIVE
+        return status in self.sources
+
+
+#: The protocol's table, move -> transition (see the module docstring).
+TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t in (
+    Transition(Move.SUBMIT, (Side.SCHEDULER,), (), PENDING,
+               "address a decision to a host; the consumer has none in force"),
+    Transition(Move.CLAIM, (Side.AGENT,), (PENDING,), CLAIMED,
+               "the host verified and executed it (in its ledger first)"),
+    Transition(Move.REJECT, (Side.AGENT,), (PENDING,), REJECTED,
+               "the host changed since it published: every reason recorded"),
+    Transition(Move.WITHDRAW, (Side.SCHEDULER, Side.REQUESTER), (PENDING,), RELEASED,
+               "given up before an answer: no agent may claim it any more"),
+    Transition(Move.REQUEST_RELEASE, (Side.REQUESTER,), (CLAIMED,), RELEASING,
+               "the host's agent is asked to free it"),
+    Transition(Move.RELEASE, (Side.AGENT,), (CLAIMED, RELEASING), RELEASED,
+               "the host freed it (ledger, Placement allocations)"),
+)})
+
+
+def legal(move: Move | str, status: Optional[DecisionStatus]) -> bool:
+    """Whether ``move`` is legal from ``status`` (see :meth:`Transition.allows`)."""
+    return TRANSITIONS[Move(move)].allows(status)
+
+
+# -- the moves ---------------------------------------------------------------
+
+def apply(queue: DecisionQueue, decision_id: int, move: Move | str,
+          reasons: Iterable[Rejection] = ()) -> HostDecision:
+    """Make ``move`` on a decision: one compare-and-swap of the transport.
+
+    :raises DecisionStatusConflict: the decision is in a status the move
+        does not start from (the error names both).
+    :raises DecisionNotFound: no such decision.
+    """
+    transition = TRANSITIONS[Move(move)]
+    if not transition.sources:
+        raise ValueError("%s makes a new decision: use submit()" % transition.move)
+    return queue.swap_status(decision_id, transition.sources, transition.target,
+                             tuple(reasons), move=transition.move.value)
+
+
+def submit(queue: DecisionQueue, consumer: str, host: str, spec: str) -> HostDecision:
+    """Scheduler: address a decision to ``host`` (pending).
+
+    :param spec: the RequestSpec with its decision, ``to_json()``.
+    :raises DecisionExists: the consumer has a decision in force.
+    """
+    return queue.submit_decision(consumer, host, spec)
+
+
+def claim(queue: DecisionQueue, decision_id: int) -> HostDecision:
+    """Agent: pending -> claimed, the decision is executed on the host.
+
+    :raises DecisionStatusConflict: not pending (claimed already by a
+        retry or another agent, or withdrawn: undo the claim).
+    """
+    return apply(queue, decision_id, Move.CLAIM)
+
+
+def _rejection(item: Rejection | Mapping[str, Any]) -> Rejection:
+    if isinstance(item, Rejection):
+        return item
+    if not isinstance(item, Mapping) or not isinstance(item.get("reason"), str):
+        raise ValueError("a rejection reason is a Rejection or a mapping "
+                         "with a reason, got %r" % (item,))
+    return Rejection(reason=item["reason"], provider=str(item.get("provider") or ""),
+                     plugin=str(item.get("plugin") or ""))
+
+
+def reject(queue: DecisionQueue, decision_id: int,
+           reasons: Iterable[Rejection | Mapping[str, Any]]) -> HostDecision:
+    """Agent: pending -> rejected, with every plugin's reason.
+
+    :param reasons: Rejections (or ``{plugin, provider, reason}``), at
+        least one.
+    :raises DecisionStatusConflict: not pending.
+    """
+    listed = tuple(_rejection(r) for r in reasons)
+    if not listed:
+        raise ValueError("a rejection needs at least one reason")
+    return apply(queue, decision_id, Move.REJECT, listed)
+
+
+def withdraw(queue: DecisionQueue, decision_id: int) -> HostDecision:
+    """Scheduler or requester: pending -> released, given up before an
+    answer.
+
+    :raises DecisionStatusConflict: answered already (``.decision`` says
+        how).
+    """
+    return apply(queue, decision_id, Move.WITHDRAW)
+
+
+def release(queue: DecisionQueue, decision_id: int) -> HostDecision:
+    """Agent: claimed or releasing -> released, the host freed it.
+
+    :raises DecisionStatusConflict: in another status.
+    """
+    return apply(queue, decision_id, Move.RELEASE)
+
+
+# -- the requester -----------------------------------------------------------
+
+#: What a release request does to the consumer's decision in force, by its
+#: status (None: nothing, the agent is freeing it already).
+REQUESTER_ON: Mapping[DecisionStatus, Optional[Move]] = types.MappingProxyType({
+    PENDING: Move.WITHDRAW,
+    CLAIMED: Move.REQUEST_RELEASE,
+    RELEASING: None,
+})
+
+#: Attempts of a release request whose decision keeps moving under it.
+_REQUEST_ATTEMPTS = 4
+
+
+def request_release(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
+    """Requester: ask the host to free the consumer (:data:`REQUESTER_ON`:
+    pending -> released at once, never claimed; claimed -> releasing, for
+    its agent; releasing stays).
+
+    :returns: the decision as it is now; None when nothing is in force.
+    """
+    for _ in range(_REQUEST_ATTEMPTS):
+        decision = queue.active_decision(consumer)
+        if decision is None:
+            return None
+        move = REQUESTER_ON[decision.status]
+        if move is None:
+            return decision
+        try:
+            return apply(queue, decision.id, move)
+        except errors.DecisionStatusConflict:
+            continue  # NOTE: claimed or released in between
+    raise errors.HostStateError("consumer %s: could not request its release "
+                                "(its decision keeps changing)" % consumer)
+
+
+# -- the scheduler -----------------------------------------------------------
+
+class Outcome(enum.StrEnum):
+    """How a host answered a decision the scheduler offered it."""
+
+    CLAIMED = "claimed"
+    REJECTED = "rejected"
+    #: Released by someone else before an answer (or right after a claim).
+    WITHDRAWN = "withdrawn"
+    #: No answer by the deadline: withdrawn by the scheduler.
+    TIMEOUT = "timeout"
+
+
+#: What the scheduler makes of the status the host's answer left: claimed
+#: keeps the allocation, every other frees it and the next host is tried.
+SCHEDULER_ON_ANSWER: Mapping[DecisionStatus, Outcome] = types.MappingProxyType({
+    CLAIMED: Outcome.CLAIMED,
+    REJECTED: Outcome.REJECTED,
+    RELEASED: Outcome.WITHDRAWN,
+    RELEASING: Outcome.WITHDRAWN,
+})
+
+#: Statuses in which the host holds the decision or frees it itself: when
+#: the scheduler cannot tell what became of its decision, an allocation
+#: stays while the decision may be in one of them.
+HELD_BY_HOST = frozenset({CLAIMED, RELEASING})
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """The host's answer to a decision (:func:`offer`).
+
+    :param outcome: see :class:`Outcome`.
+    :param decision: the decision as the queue holds it (None after a
+        timeout: withdrawn).
+    """
+
+    outcome: Outcome
+    decision: Optional[HostDecision]
+
+    @property
+    def reasons(self) -> tuple[Rejection, ...]:
+        """Why the host rejected it (outcome rejected), else ()."""
+        return self.decision.reasons if self.decision is not None else ()
+
+
+def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
+                    withdraw_on_timeout: bool = True, poll_interval: float = 0.05,
+                    max_poll_interval: float = 1.0) -> HostDecision:
+    """Scheduler: wait until the host answers the consumer's latest decision.
+
+    A transport that is unavailable while it waits (a database restart, a
+    fail-over) is tried again until the deadline: the decision stays
+    pending meanwhile, and giving up early would leave it to a late agent
+    while the caller moved on.
+
+    :param poll_interval: see :meth:`DecisionQueue.wait_for_change`.
+    :returns: the decision once it is not pending (claimed, rejected, or
+        released by a withdrawal).
+    :raises DecisionNotFound: the consumer has no decision.
+    :raises AnswerTimeout: still pending after ``timeout`` seconds. With
+        ``withdraw_on_timeout`` the decision is withdrawn first (pending
+        -> released) so that a late agent cannot claim it; an answer that
+        lands just before is returned instead. ``withdrawn`` is False when
+        the transport could not be reached to withdraw it: the host may
+        still claim it.
+    """
+    # NOTE: "not >=": NaN too (it never passes the deadline).
+    if not timeout >= 0:
+        raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
+    decision = queue.latest_decision(consumer)
+    if decision is None:
+        raise errors.DecisionNotFound(consumer)
+    unavailable: Optional[errors.StoreUnavailable] = None
+    if not decision.answered:
+        try:
+            decision = queue.wait_for_change(decision, timeout,
+                                             poll_interval=poll_interval,
+                                             max_poll_interval=max_poll_interval)
+        except errors.StoreUnavailable as err:
+            unavailable = err
+    if decision.answered:
+        return decision
+    withdrawn = False
+    if withdraw_on_timeout:
+        try:
+            withdraw(queue, decision.id)
+            withdrawn = True
+        except errors.DecisionStatusConflict as err:
+            return err.decision
+        except errors.StoreUnavailable as err:
+            unavailable = err
+    raise errors.AnswerTimeout(
+        consumer, decision.host, timeout, withdrawn=withdrawn,
+        unavailable=None if unavailable is None else unavailable.reason
+    ) from unavailable
+
+
+def in_doubt(queue: DecisionQueue, consumer: str, host: str) -> bool:
+    """Scheduler, after a submit that failed: whether a decision of
+    ``consumer`` for ``host`` may still be held by the host. One that went
+    in anyway (its commit landed, its answer was lost) is withdrawn; True
+    when that failed because the host claimed it meanwhile
+    (:data:`HELD_BY_HOST`), or when the queue cannot be read."""
+    try:
+        active = queue.active_decision(consumer)
+        if active is None or active.host != host:
+            return False
+        withdraw(queue, active.id)
+        return False
+    except errors.DecisionStatusConflict as err:
+        LOG.warning("consumer %s: its decision on %s was %s before it "
+                    "could be withdrawn", consumer, host, err.decision.status.value)
+        return err.decision.status in HELD_BY_HOST
+    except errors.HostStateError as err:
+        LOG.warning("consumer %s: cannot tell whether host %s got its "
+                    "decision (%s): its allocation stays", consumer, host, err)
+        return True
+
+
+def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
+          timeout: float, *, free: Callable[[], object],
+          poll_interval: float = 0.05) -> Answer:
+    """Scheduler: submit a decision whose allocation is written, wait for
+    the host's answer, and free the allocation whenever the host does not
+    hold the decision (``free``: deletes the consumer's allocation).
+
+    :raises DecisionExists: the consumer has a decision in force already
+        (freed first: the allocation was this offer's).
+    :raises AnswerTimeout: no answer and the decision could not be
+        withdrawn: the host may still claim it, the allocation stays.
+    :raises HostStateError: the submit failed; freed unless the host may
+        hold the decision (:func:`in_doubt`).
+    """
+    try:
+        submit(queue, consumer, host, spec)
+    except errors.DecisionExists:
+        free()
+        raise
+    except BaseException:
+        if not in_doubt(queue, consumer, host):
+            free()
+        raise
+    try:
+        answered = wait_for_answer(queue, consumer, timeout, poll_interval=poll_interval)
+    except errors.AnswerTimeout as err:
+        if not err.withdrawn:
+            raise
+        free()
+        return Answer(Outcome.TIMEOUT, None)
+    outcome = SCHEDULER_ON_ANSWER[answered.status]
+    if outcome is not Outcome.CLAIMED:
+        free()
+    return Answer(outcome, answered)
+
+
+# -- the agent ---------------------------------------------------------------
+
+class ClaimStep(enum.StrEnum):
+    """What the agent does with a pending decision addressed to its host."""
+
+    #: Verify it on the live state: claim it (ledger first) or reject it.
+    EXECUTE = "execute"
+    #: Executed before a restart (in the ledger, unanswered): answer
+    #: claimed, never execute it again.
+    ANSWER_RECORDED = "answer-recorded"
+    #: The ledger holds a claim of an older decision of the consumer
+    #: (withdrawn or released since, never answered): forget it, then
+    #: execute this one.
+    REPLACE_STALE = "replace-stale"
+
+
+def on_pending(decision: HostDecision, recorded: Optional[int]) -> ClaimStep:
+    """Agent: what to do with a pending ``decision``, given the decision id
+    its ledger records for the consumer (None: no claim)."""
+    if decision.status != PENDING:
+        raise ValueError("decision %d is %s, not pending" % (decision.id, decision.status))
+    if recorded is None:
+        return ClaimStep.EXECUTE
+    if recorded == decision.id:
+        return ClaimStep.ANSWER_RECORDED
+    return ClaimStep.REPLACE_STALE
+
+
+def in_force(queue: DecisionQueue, host: str) -> dict[str, HostDecision]:
+    """consumer -> its decision in force addressed to ``host``."""
+    return {d.consumer: d for status in (CLAIMED, RELEASING, PENDING)
+            for d in queue.list_decisions(host, status)}
+
+
+def stale_claims(recorded: Mapping[str, int],
+                 current: Mapping[str, HostDecision]) -> list[str]:
+    """Agent, reconciling: the consumers whose ledger claim (``recorded``:
+    consumer -> decision id) is not their decision in force on the host
+    (``current``, :func:`in_force`): released or withdrawn by another path,
+    purged, or replaced by a newer decision. Their claims are freed."""
+    return [consumer for consumer, decision_id in recorded.items()
+            if consumer not in current or current[consumer].id != decision_id]
+
+
+__all__ = ["HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
+           "TRANSITIONS", "Answer", "ClaimStep", "Move", "Outcome", "Side",
+           "Transition", "apply", "claim", "in_doubt", "in_force", "legal",
+           "offer", "on_pending", "reject", "release",
+           "request_release", "stale_claims", "submit", "wait_for_answer",
+           "withdraw"]

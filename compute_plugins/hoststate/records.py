@@ -1,0 +1,102 @@
+"""What the host-state channel carries, whatever its transport: a host as
+it published itself, and a decision addressed to a host with its status.
+
+Plain values (no database, no protocol logic), so that the errors, the
+decision protocol (:mod:`compute_plugins.hoststate.protocol`) and every
+transport (:mod:`compute_plugins.hoststate.transport`) can share them
+without importing each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from typing import Any
+
+from compute_plugins.plugin import Rejection
+from compute_plugins.request.types import FrozenMap
+
+
+class DecisionStatus(enum.StrEnum):
+    """Where a decision addressed to a host stands (the moves between them:
+    :data:`compute_plugins.hoststate.protocol.TRANSITIONS`)."""
+
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    REJECTED = "rejected"
+    RELEASING = "releasing"
+    RELEASED = "released"
+
+
+#: Statuses of a decision in force: its consumer cannot get another.
+ACTIVE = frozenset({DecisionStatus.PENDING, DecisionStatus.CLAIMED,
+                    DecisionStatus.RELEASING})
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSnapshot:
+    """One host as the store holds it, read in one transaction.
+
+    :param host: the compute host (service host name).
+    :param generation: bumped by every write of this host (>= 1).
+    :param nodename: its node name (the root provider's name).
+    :param providers: its resource providers: uuid -> name.
+    :param states: plugin name -> the document ``encode_state`` made
+        (``{"plugin", "version", "state"}``), a fresh copy per read.
+    :param updated_at: when it was last written (naive UTC).
+    """
+
+    host: str
+    generation: int
+    nodename: str
+    providers: FrozenMap[str, str]
+    states: FrozenMap[str, dict[str, Any]]
+    updated_at: datetime.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishResult:
+    """What a host's publish did.
+
+    :param generation: the host's generation now (the one to give next).
+    :param written: False when nothing changed: nothing was written and the
+        generation is the one given.
+    """
+
+    generation: int
+    written: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class HostDecision:
+    """A decision addressed to a host.
+
+    :param id: its id in the store (increasing: older decisions have
+        smaller ids).
+    :param consumer: the consumer (instance) uuid.
+    :param host: the host it is addressed to.
+    :param spec: the serialised RequestSpec carrying the decision
+        (``RequestSpec.to_json()``), as the scheduler wrote it.
+    :param status: see :class:`DecisionStatus`.
+    :param reasons: why the host rejected it (status rejected), else ().
+    :param created_at: when the scheduler wrote it (naive UTC).
+    :param updated_at: when its status last changed (naive UTC).
+    """
+
+    id: int
+    consumer: str
+    host: str
+    spec: str
+    status: DecisionStatus
+    reasons: tuple[Rejection, ...]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+    @property
+    def answered(self) -> bool:
+        """True once the host answered (or the decision was withdrawn)."""
+        return self.status != DecisionStatus.PENDING
+
+
+__all__ = ["ACTIVE", "DecisionStatus", "HostDecision", "HostSnapshot", "PublishResult"]

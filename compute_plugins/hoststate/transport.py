@@ -1,0 +1,117 @@
+"""The transport between the scheduler and the hosts' agents: what they
+ask of it, whatever carries it.
+
+Two channels:
+
+- :class:`HostPublication`: each agent publishes its host (every plugin's
+  state, its node name and providers) under a generation written
+  compare-and-swap; schedulers read hosts and generations;
+- :class:`DecisionQueue`: schedulers address decisions to hosts, agents
+  answer them; a decision's status changes only by compare-and-swap.
+
+The transport only stores, swaps and waits: which moves are legal and what
+each side does on each status is the decision protocol's
+(:mod:`compute_plugins.hoststate.protocol`), which drives any
+:class:`DecisionQueue`. The SQL store
+(:class:`compute_plugins.hoststate.store.HostStateStore`: SQLite,
+PostgreSQL, MySQL) implements both channels and waits by polling; a
+transport that pushes changes implements the same methods and waits on its
+notifications instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Optional, Protocol
+
+from compute_plugins.hoststate.records import (
+    DecisionStatus,
+    HostDecision,
+    HostSnapshot,
+    PublishResult,
+)
+from compute_plugins.plugin import Rejection
+
+
+class HostPublication(Protocol):
+    """Hosts as their agents published them."""
+
+    def publish(self, host: str, states: Mapping[str, Mapping[str, Any]],
+                expected_generation: int, *, nodename: Optional[str] = None,
+                providers: Optional[Mapping[str, str]] = None) -> PublishResult:
+        """Replace ``host``'s published states, compare-and-swap on its
+        generation (0: it never published); nothing is written when nothing
+        changed.
+
+        :raises GenerationConflict: the host is at another generation.
+        :raises ProviderConflict: a provider uuid another host published.
+        """
+
+    def get_host(self, host: str) -> Optional[HostSnapshot]:
+        """``host`` as last published (None: it never published)."""
+
+    def get_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostSnapshot]:
+        """Several hosts (None: every host) in one consistent read."""
+
+    def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
+        """host -> generation (None: every host), without the states."""
+
+    def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
+        """provider uuid -> the host that published it (unknown ones absent)."""
+
+
+class DecisionQueue(Protocol):
+    """Decisions addressed to hosts (the protocol's moves:
+    :mod:`compute_plugins.hoststate.protocol`)."""
+
+    def submit_decision(self, consumer: str, host: str, spec: str) -> HostDecision:
+        """Add a pending decision for ``consumer`` addressed to ``host``.
+
+        :param spec: the RequestSpec with its decision, ``to_json()``.
+        :raises DecisionExists: the consumer has a decision in force.
+        """
+
+    def get_decision(self, decision_id: int) -> HostDecision:
+        """:raises DecisionNotFound: no decision with this id."""
+
+    def active_decision(self, consumer: str) -> Optional[HostDecision]:
+        """The consumer's decision in force (pending, claimed, releasing)."""
+
+    def latest_decision(self, consumer: str) -> Optional[HostDecision]:
+        """The consumer's most recent decision, whatever its status."""
+
+    def list_decisions(self, host: str,
+                       status: DecisionStatus | str = DecisionStatus.PENDING,
+                       limit: Optional[int] = None) -> list[HostDecision]:
+        """The decisions addressed to ``host`` in ``status``, oldest first."""
+
+    def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
+                    target: DecisionStatus, reasons: Sequence[Rejection] = (),
+                    *, move: Optional[str] = None) -> HostDecision:
+        """Move the decision to ``target`` if, and only if, its status is one
+        of ``sources`` (atomically), recording ``reasons`` when given.
+
+        :param move: the protocol's name of the move, for the error.
+        :returns: the decision as it is now.
+        :raises DecisionNotFound: no decision with this id.
+        :raises DecisionStatusConflict: its status is not one of ``sources``.
+        """
+
+    def wait_for_change(self, decision: HostDecision, timeout: float, *,
+                        poll_interval: float = 0.05,
+                        max_poll_interval: float = 1.0) -> HostDecision:
+        """The decision once its status is not ``decision.status`` any more,
+        or as last seen after ``timeout`` seconds.
+
+        :param poll_interval: first delay of a transport that polls (> 0),
+            doubling up to ``max_poll_interval``; one that is told of
+            changes ignores both.
+        :raises StoreUnavailable: the transport could not be reached at the
+            deadline (it is tried again until then).
+        """
+
+class HostStateTransport(HostPublication, DecisionQueue, Protocol):
+    """Both channels: what a scheduler and a compute agent talk to."""
+
+
+__all__ = ["DecisionQueue", "HostPublication", "HostStateTransport"]
