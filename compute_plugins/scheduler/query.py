@@ -135,22 +135,13 @@ class AllocationCandidatesQuery:
     same_subtree: tuple[tuple[str, ...], ...] = ()
     root_required: frozenset[str] = frozenset()
     root_forbidden: frozenset[str] = frozenset()
-    limit: Optional[int] = None
     description: str = ""
     distinct: tuple[str, ...] = ()
     unattached: tuple[str, ...] = ()
 
-    def group(self, suffix: str) -> Optional[RequestGroup]:
-        for group in self.groups:
-            if group.requester_id == suffix:
-                return group
-        return None
-
     def to_params(self) -> list[tuple[str, str]]:
         """``(name, value)`` pairs, sorted (nova's ``to_querystring`` order)."""
         params: list[tuple[str, str]] = []
-        if self.limit is not None:
-            params.append(("limit", str(self.limit)))
         if self.group_policy is not None:
             params.append(("group_policy", self.group_policy))
         root = sorted(self.root_required) + ["!" + t for t in sorted(self.root_forbidden)]
@@ -198,9 +189,6 @@ class PlacementQuery:
     microversion: str = MICROVERSION
     #: Why some alternatives were not generated (cut at MAX_ALTERNATIVES).
     warnings: tuple[str, ...] = ()
-
-    def querystrings(self) -> list[str]:
-        return [alt.to_querystring() for alt in self.alternatives]
 
     def to_dict(self) -> dict[str, Any]:
         return {"microversion": self.microversion,
@@ -322,9 +310,9 @@ class _Spec(Protocol):
         ...
 
 
-def preview(spec: _Spec, limit: Optional[int] = None) -> PlacementQuery:
+def preview(spec: _Spec) -> PlacementQuery:
     """The allocation-candidates query of a RequestSpec (module doc)."""
-    return derive(spec.groups, spec.generic.group_policy, limit)
+    return derive(spec.groups, spec.generic.group_policy)
 
 
 def _without_traits(group: RequestGroup) -> RequestGroup:
@@ -410,8 +398,8 @@ def _distinct(groups: Sequence[RequestGroup]) -> tuple[str, ...]:
     return suffixes if len(suffixes) > 1 else ()
 
 
-def derive(groups: Sequence[RequestGroup], group_policy: Optional[str] = None,
-           limit: Optional[int] = None) -> PlacementQuery:
+def derive(groups: Sequence[RequestGroup],
+           group_policy: Optional[str] = None) -> PlacementQuery:
     """The allocation-candidates query of ``groups`` (module doc)."""
     root_required, root_forbidden = root_traits(groups)
     root_required -= root_forbidden  # a conflict is refused at validation
@@ -453,7 +441,7 @@ def derive(groups: Sequence[RequestGroup], group_policy: Optional[str] = None,
                 same_subtree=host_subtree + tuple(
                     (node, dev) for dev, node in combo if node),
                 root_required=root_required, root_forbidden=root_forbidden,
-                limit=limit, description=description or "the request as is",
+                description=description or "the request as is",
                 distinct=_distinct(all_groups),
                 unattached=tuple(dev for dev, node in combo if node is None))
             key = _symmetry_key(alternative, node_class)

@@ -206,7 +206,7 @@ def test_pci_numa_affinity_policy(manager, policy):
     spec = build(manager, {"hw:pci_numa_affinity_policy": policy,
                            "hw:numa_nodes": "1"}, ports=[PORT])
     alt = preview(spec).alternatives[0]
-    assert alt.group("_PORT0").affinity == policy
+    assert next(g for g in alt.groups if g.requester_id == "_PORT0").affinity == policy
     if policy in ("required", "legacy"):
         assert alt.same_subtree == (("_NUMA0", "_PORT0"),)
     else:

@@ -8,6 +8,10 @@ from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import build, problems
 
 
+def group_of(alternative, suffix):
+    return next(g for g in alternative.groups if g.requester_id == suffix)
+
+
 def numa(spec):
     return spec.request("numa")
 
@@ -64,7 +68,7 @@ def test_emulator_threads_isolate_adds_a_pcpu(manager):
     spec = build(manager, {"hw:cpu_policy": "dedicated",
                            "hw:emulator_threads_policy": "isolate"})
     assert numa(spec).extra_pcpus == 1
-    group = preview(spec).alternatives[0].group("_NUMA0")
+    group = group_of(preview(spec).alternatives[0], "_NUMA0")
     assert group.resources["PCPU"] == 5
 
 
@@ -109,7 +113,7 @@ def test_image_page_size_allowed_against_large(manager):
 ])
 def test_largest_page_size_first(manager, size, order):
     spec = build(manager, {"hw:mem_page_size": size}, vcpus=2, memory_mb=2048)
-    got = [next(rc for rc in a.group("_NUMA0").resources if "MEM" in rc)
+    got = [next(rc for rc in group_of(a, "_NUMA0").resources if "MEM" in rc)
            for a in preview(spec).alternatives]
     assert got == order
 
