@@ -123,13 +123,18 @@ def _plugins_of(plugins: Any) -> Mapping[str, ResourcePlugin[Any, Any, Any, Any]
 def runs_after(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
                name: str) -> list[str]:
     """The loaded plugins whose ``fit`` runs before ``name``'s: those it
-    names in ``fit_after``, then (by name) those that provide a role it
-    ``needs``."""
+    names in ``fit_after``, then those that provide a role it ``needs``."""
     plugin = plugins[name]
     after = [p for p in plugin.fit_after if p in plugins]
-    if plugin.needs:
-        after.extend(p for p in sorted(plugins) if p != name and p not in after
-                     and any(role in plugin.needs for role in plugins[p].provides))
+    needs = plugin.needs
+    if needs:
+        for other, candidate in plugins.items():
+            if other == name or other in after:
+                continue
+            for role in candidate.provides:
+                if role in needs:
+                    after.append(other)
+                    break
     return after
 
 
@@ -139,10 +144,10 @@ def fit_order(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]]) -> list
     a role it ``needs`` (:func:`runs_after`)."""
     done: list[str] = []
     pending = sorted(plugins)
+    before = {name: runs_after(plugins, name) for name in pending}
     while pending:
         for name in pending:
-            after = runs_after(plugins, name)
-            if all(p in done for p in after):
+            if all(p in done for p in before[name]):
                 done.append(name)
                 pending.remove(name)
                 break
