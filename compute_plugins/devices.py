@@ -1,5 +1,5 @@
-"""Helpers the resource plugins share: PCI addresses, NUMA parents, option
-errors, inventory records.
+"""Helpers the resource plugins share: PCI addresses, NUMA parents, nova's
+PCI NUMA affinity policy key, option errors, inventory records.
 
 Device plugins (``vgpu``, ``sriov``, third-party ones) put a device's provider
 under the provider of the NUMA cell the device is attached to, so that
@@ -26,11 +26,23 @@ from oslo_config import cfg
 from compute_plugins import exception, names
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.host.model import HostInfo
+from compute_plugins.request import rules
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.topology import AffinityKey
 
 LOG = logging.getLogger(__name__)
 
 #: Name of the plugin that provides the ``<nodename>_NUMA<id>`` providers.
 NUMA_PLUGIN = "numa"
+
+#: nova's device affinity key: flavor ``hw:pci_numa_affinity_policy``,
+#: image ``hw_pci_numa_affinity_policy``.
+PCI_AFFINITY_POLICY_KEY = "pci_numa_affinity_policy"
+#: How device plugins' rejections name it (nova's policy, NUMA cells).
+PCI_AFFINITY = AffinityKey(name="hw:" + PCI_AFFINITY_POLICY_KEY, cells="NUMA")
+#: Root trait nova asks for the ``socket`` policy (the host can tell which
+#: socket a device is on); the same-socket check itself is the fit's job.
+SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
 
 _PCI_RE = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{1,4}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
@@ -61,6 +73,13 @@ def normalize_pci_address(address: str) -> Optional[str]:
     return "{:04x}:{:02x}:{:02x}.{}".format(
         int(match.group("domain") or "0", 16), int(match.group("bus"), 16),
         int(match.group("slot"), 16), match.group("function"))
+
+
+def pci_affinity_policy(ri: RequestInput) -> Optional[str]:
+    """``hw:pci_numa_affinity_policy`` / its image twin by nova's rules
+    (:func:`compute_plugins.request.rules.affinity_policy`); None when
+    unset or wrong (the problem is reported on ``ri``)."""
+    return rules.affinity_policy(ri, PCI_AFFINITY_POLICY_KEY)
 
 
 def enabled_plugins(conf: cfg.ConfigOpts) -> list[str]:

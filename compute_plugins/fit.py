@@ -22,14 +22,14 @@ from typing import Any, ClassVar, Optional
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.affinity import NUMA_PLUGIN, recorded_cells_problem
 from compute_plugins.plugin import Placement, Rejection, ResourcePlugin
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.types import CodecError, FrozenMap, decode, encode
+from compute_plugins.topology import TOPOLOGY, recorded_cells_problem
 
 __all__ = ["AssignmentConflict", "FitResult", "PluginState", "Rejection",
            "FIT_BUDGET", "StateFormatError", "decode_state", "encode_state", "fit_all",
-           "fit_order", "state_type", "verify_all"]
+           "fit_order", "runs_after", "state_type", "verify_all"]
 
 LOG = logging.getLogger(__name__)
 
@@ -124,21 +124,40 @@ def _plugins_of(plugins: Any) -> Mapping[str, ResourcePlugin[Any, Any, Any, Any]
     return loaded
 
 
+def runs_after(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
+               name: str) -> list[str]:
+    """The loaded plugins whose ``fit`` runs before ``name``'s: those it
+    names in ``fit_after``, then those that provide a role it ``needs``."""
+    plugin = plugins[name]
+    after = [p for p in plugin.fit_after if p in plugins]
+    needs = plugin.needs
+    if needs:
+        for other, candidate in plugins.items():
+            if other == name or other in after:
+                continue
+            for role in candidate.provides:
+                if role in needs:
+                    after.append(other)
+                    break
+    return after
+
+
 def fit_order(plugins: Mapping[str, ResourcePlugin[Any, Any, Any, Any]]) -> list[str]:
     """Plugin names in the order their ``fit`` runs: by name, except that a
-    plugin runs after those it names in ``fit_after`` (when loaded)."""
+    plugin runs after those it names in ``fit_after`` and those providing
+    a role it ``needs`` (:func:`runs_after`)."""
     done: list[str] = []
     pending = sorted(plugins)
+    before = {name: runs_after(plugins, name) for name in pending}
     while pending:
         for name in pending:
-            after = [p for p in plugins[name].fit_after if p in plugins]
-            if all(p in done for p in after):
+            if all(p in done for p in before[name]):
                 done.append(name)
                 pending.remove(name)
                 break
         else:
             raise exception.ConfigError(
-                "plugins %s name each other in fit_after (a cycle)"
+                "plugins %s run after each other (fit_after, needs: a cycle)"
                 % ", ".join(pending))
     return done
 
@@ -166,10 +185,10 @@ def _named(rejection: Rejection, plugin: str) -> Rejection:
 
 
 #: At most this many plugin decisions (``fit`` answers and alternatives)
-#: :func:`fit_all`'s retry over alternatives tries on one host: the numa
-#: plugin offers at most one placement per host cell, each followed by the
-#: device plugins' fits, so a host of 64 cells with three device plugins
-#: is still searched whole.
+#: :func:`fit_all`'s retry over alternatives tries on one host: the
+#: topology provider (the numa plugin) offers at most one placement per
+#: host cell, each followed by the device plugins' fits, so a host of 64
+#: cells with three device plugins is still searched whole.
 FIT_BUDGET = 256
 
 
@@ -224,10 +243,10 @@ def _retry_helps(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
                  assignments: Mapping[str, PluginAssignment],
                  rejections: Sequence[Rejection]) -> bool:
     """Another decision of an earlier plugin may change a rejection: a
-    rejecting plugin runs after (``fit_after``) one that decided."""
+    rejecting plugin runs after (:func:`runs_after`) one that decided."""
     return any(after in assignments
                for rejection in rejections if rejection.plugin in loaded
-               for after in loaded[rejection.plugin].fit_after)
+               for after in runs_after(loaded, rejection.plugin))
 
 
 def _search(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
@@ -264,7 +283,7 @@ def _search(loaded: Mapping[str, ResourcePlugin[Any, Any, Any, Any]],
             return search(index + 1, earlier)
         found = search(index + 1, {**earlier, name: outcome})
         if found is not None or not any(
-                name in loaded[later].fit_after for later in order[index + 1:]):
+                name in runs_after(loaded, later) for later in order[index + 1:]):
             return found
         others = _alternatives_of(plugin, name, state, request, placement, earlier)
         for alternative in itertools.islice(others, 1, None):
@@ -282,10 +301,11 @@ def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
     """Run every plugin that has a request in ``spec`` on one host.
 
     Each plugin's ``fit`` runs once, in :func:`fit_order`. When a plugin
-    rejects and it runs after (``fit_after``) a plugin that decided, the
-    earlier plugins' ``alternatives`` are tried in turn (depth first, at
-    most ``budget`` decisions): a device off the NUMA plugin's first choice
-    of host cells still finds the guest on another choice that reaches it.
+    rejects and it runs after (:func:`runs_after`) a plugin that decided,
+    the earlier plugins' ``alternatives`` are tried in turn (depth first,
+    at most ``budget`` decisions): a device off the topology provider's
+    first choice of host cells still finds the guest on another choice
+    that reaches it.
 
     :param plugins: a PluginManager or ``{name: plugin}``.
     :param states: plugin name -> its host state on this host.
@@ -310,7 +330,7 @@ def fit_all(plugins: Any, states: Mapping[str, Any], spec: Any,
         except _Exhausted:
             tried = sorted({after for rejection in rejections
                             if rejection.plugin in loaded
-                            for after in loaded[rejection.plugin].fit_after
+                            for after in runs_after(loaded, rejection.plugin)
                             if after in assignments})
             rejections.append(Rejection(
                 "stopped after trying %d decisions (fit_all's budget) of %s "
@@ -328,9 +348,11 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
 
     A plugin with a request but no recorded assignment is verified by its
     ``fit`` on the decision's mappings (it had nothing to decide then, and
-    must still have nothing to refuse now). A device that runs after
-    ``numa`` and records the guest's host cells it checked its affinity
-    against must record those the numa decision gives.
+    must still have nothing to refuse now). A plugin that ``needs``
+    :data:`~compute_plugins.topology.TOPOLOGY` and records the guest's
+    host cells it checked its affinity against must record those the
+    topology provider's decision gives
+    (:func:`~compute_plugins.topology.recorded_cells_problem`).
 
     :returns: every rejection (empty: the decision holds on ``states``).
     """
@@ -352,7 +374,7 @@ def verify_all(plugins: Any, states: Mapping[str, Any], spec: Any) -> tuple[Reje
                 problem = outcome if isinstance(outcome, Rejection) else None
             else:
                 problem = loaded[name].verify(states.get(name), request, assignment)
-                if problem is None and NUMA_PLUGIN in loaded[name].fit_after:
+                if problem is None and TOPOLOGY in loaded[name].needs:
                     mismatch = recorded_cells_problem(earlier, assignment)
                     problem = None if mismatch is None else Rejection(mismatch)
         except Exception as err:  # noqa: BLE001 - a plugin's bug: its rejection

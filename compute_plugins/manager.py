@@ -229,7 +229,7 @@ class PluginManager:
         mutable): facts equal to the last ones keep the views (the steady
         periodic of a host that did not change).
         """
-        LOG.debug("host %s from %s: %d NUMA cells, %d PCI devices",
+        LOG.debug("host %s from %s: %d cells, %d PCI devices",
                   host.hostname, host.source, len(host.cells), len(host.pci_devices))
         same_facts = self._host is not None and host == self._host
         self._host = host

@@ -156,6 +156,11 @@ def numa_provider_name(nodename: str, cell_id: int) -> str:
 # import these, so a renamed trait or class cannot drift between the tree a
 # host reports and the query the scheduler sends.
 
+#: Trait of the providers that are nodes of the host's topology (nova's
+#: NUMA node providers): a guest's topology nodes are allocated from them,
+#: devices sit under them, and the compute node is none of them.
+TOPOLOGY_NODE_TRAIT = os_traits.HW_NUMA_ROOT
+
 #: Trait of an SR-IOV PF that serves ``vnic_type=direct`` (and macvtap) ports.
 VNIC_TYPE_DIRECT = custom_name("VNIC_TYPE", "DIRECT")
 

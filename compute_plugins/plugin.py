@@ -183,9 +183,17 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     #: Version of the plugin's data formats (requests, assignments).
     version: ClassVar[str] = "1.0"
     #: Plugins whose ``fit`` must run before this one's (their assignments
-    #: reach this one's ``fit`` as ``earlier``), e.g. a device after
-    #: ``numa`` for NUMA affinity.
+    #: reach this one's ``fit`` as ``earlier``), by name.
     fit_after: ClassVar[tuple[str, ...]] = ()
+    #: Roles this plugin's assignments fill for others, e.g.
+    #: :data:`compute_plugins.topology.TOPOLOGY`: its assignment says where
+    #: the guest sits (:class:`~compute_plugins.topology.PlacesGuest`).
+    provides: ClassVar[tuple[str, ...]] = ()
+    #: Roles whose providers' ``fit`` must run before this one's, whichever
+    #: plugins they are, e.g. ``(TOPOLOGY,)`` for a device's affinity to
+    #: the guest's cells (read with
+    #: :func:`compute_plugins.topology.guest_topology`).
+    needs: ClassVar[tuple[str, ...]] = ()
     #: Whether ``discover`` and ``provider_contributions`` depend on their
     #: arguments alone (and on options, which cannot change while the
     #: service runs). The manager then keeps the view while the host facts
@@ -295,9 +303,9 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
                      ) -> Iterator[AssignmentT]:
         """Valid assignments of ``request``, best first: ``fit``'s answer
         first, then others that differ in what a later plugin may care
-        about (e.g. another set of host cells, for a device's NUMA
-        affinity). :func:`compute_plugins.fit.fit_all` tries a later
-        plugin that rejects over these. Keep them few and distinct (no
+        about (e.g. another set of host cells, for a device's affinity).
+        :func:`compute_plugins.fit.fit_all` tries a later plugin that
+        rejects over these. Keep them few and distinct (no
         permutations of equivalent choices). The default: ``fit``'s answer
         alone (nothing when it is a rejection or None)."""
         outcome = self.fit(state, request, placement, earlier)

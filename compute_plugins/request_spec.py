@@ -15,8 +15,9 @@ plugin's request and assignment, the spec itself:
 :func:`~compute_plugins.request.types.check`), by the rules the reader
 applies, so a spec that exists always reads back from its JSON equal.
 
-The Placement query is derived from the groups by
-:mod:`compute_plugins.scheduler.query` (:meth:`RequestSpec.placement_query`).
+The scheduler asks Placement from the groups
+(:mod:`compute_plugins.scheduler.providers`; ``validate`` previews the
+allocation-candidates query they make: :mod:`compute_plugins.scheduler.query`).
 The scheduler's decision is recorded copy-on-write
 (:meth:`RequestSpec.with_decision`, :meth:`RequestSpec.with_assignment`).
 
@@ -26,7 +27,7 @@ between threads freely.
 
 JSON (:meth:`to_json` / :meth:`from_json`)::
 
-    {"format": "compute_plugins.RequestSpec", "version": "1.0",
+    {"format": "compute_plugins.RequestSpec", "version": "2.0",
      "plugins": {"numa": "1.0", ...},          # per-plugin data versions
      "flavor": {...}, "image": {"name": ..., "properties": {...}},
      "ports": [...], "hints": {...},
@@ -48,7 +49,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from oslo_log import log as logging
 
@@ -81,9 +82,6 @@ from compute_plugins.request.types import (
 )
 from compute_plugins.text import ascii_int
 
-if TYPE_CHECKING:
-    from compute_plugins.scheduler.query import PlacementQuery
-
 __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
            "RequestSpec", "build_request_spec"]
 
@@ -91,8 +89,9 @@ LOG = logging.getLogger(__name__)
 
 FORMAT = "compute_plugins.RequestSpec"
 #: Version of the JSON payload. Bump the minor for additions an older
-#: reader may refuse, the major for incompatible changes.
-FORMAT_VERSION = "1.0"
+#: reader may refuse, the major for incompatible changes. 2.0: request
+#: groups name their topology generically (kind ``guest_node``, ``node``).
+FORMAT_VERSION = "2.0"
 #: A format or plugin data version: ``MAJOR.MINOR``.
 _VERSION_RE = re.compile(r"^[0-9]{1,9}\.[0-9]{1,9}$")
 
@@ -260,11 +259,6 @@ class RequestSpec:
         """``plugin``'s typed request (None when it had nothing to ask)."""
         return self.requests.get(plugin)
 
-    def placement_query(self) -> PlacementQuery:
-        """The ``GET /allocation_candidates`` queries for this request."""
-        from compute_plugins.scheduler import query
-        return query.derive(self)
-
     # -- the scheduler's decision (copy-on-write) ----------------------------------
 
     def with_decision(self, decision: Optional[Decision]) -> RequestSpec:
@@ -396,7 +390,12 @@ def _check_header(doc: Any) -> None:
         raise RequestFormatError("format version %r is not a MAJOR.MINOR "
                                  "version" % (doc.get("version"),))
     version = _version(doc["version"], "format version")
-    if _newer(version, _version(FORMAT_VERSION, "format version")):
+    ours = _version(FORMAT_VERSION, "format version")
+    if version[0] < ours[0]:
+        raise RequestFormatError(
+            "RequestSpec payload format %s is older than this reader "
+            "supports (%s)" % (doc["version"], FORMAT_VERSION))
+    if _newer(version, ours):
         raise RequestFormatError(
             "RequestSpec payload format %s is newer than this reader "
             "supports (%s)" % (doc["version"], FORMAT_VERSION))

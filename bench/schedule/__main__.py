@@ -11,7 +11,7 @@ for wide trees) and one host-state store (SQLite file). Per request:
 - **Placement**: every alternative of the derived ``GET
   /allocation_candidates`` query (what a scheduler built on allocation
   candidates sends), with how many hosts its candidates leave after
-  :func:`~compute_plugins.scheduler.candidates.accept`.
+  :func:`~compute_plugins.scheduler.query.accept`.
 
 Printed per host count and request: medians of ``-n`` runs (interleaved),
 the ratio Placement's query / our whole path, our own time as a fraction
@@ -39,7 +39,8 @@ from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
-from compute_plugins.scheduler import candidates
+from compute_plugins.scheduler import query
+from compute_plugins.scheduler.query import preview
 from compute_plugins.scheduler.selection import Scheduler
 
 REQUESTS = {
@@ -87,10 +88,10 @@ def allocation_candidates(client: Any, spec: Any, roots: dict) -> tuple[float, s
     """(seconds for every alternative, hosts with an accepted candidate)."""
     found = set()
     start = time.perf_counter()
-    for alt in spec.placement_query().alternatives:
+    for alt in preview(spec).alternatives:
         answer = client.get("/allocation_candidates?" + alt.to_querystring())
         summaries = answer["provider_summaries"]
-        for req in candidates.accepted(alt, answer):
+        for req in query.accepted(alt, answer):
             for rp in req["allocations"]:
                 host = roots.get(summaries[rp]["root_provider_uuid"])
                 if host:

@@ -19,6 +19,7 @@ from compute_plugins.cmd import common
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.scheduler.query import preview
 from compute_plugins.text import printable
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -96,7 +97,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 # NOTE: str(problem) escapes what is not printable.
                 print("  %s" % problem)
         return EXIT_INVALID
-    query = spec.placement_query()
+    query = preview(spec)
     if args.format == "json":
         common.print_json({"request_spec": spec.to_dict(),
                            "placement_query": query.to_dict()})

@@ -13,14 +13,16 @@ the fragments into one complete domain:
   merged into one element: attributes united (two different values of one
   attribute are an error), children concatenated (two ``<cputune>`` give one
   ``<cputune>`` with every ``<vcpupin>``). A child libvirt allows once (an
-  ``<emulatorpin>``, a ``<numa>``) given twice is an error;
+  ``<emulatorpin>``, a ``<hugepages>``: any but :data:`REPEATED_CHILDREN`)
+  given twice is an error;
 - ``parent="devices"`` fragments are appended under ``<devices>``.
 
 A fragment that is not one well-formed element, sits under the wrong parent
 or contradicts the flavor (a ``<vcpupin>`` of a vCPU the flavor does not
-have, which libvirt drops with a mere warning; guest NUMA cells that do not
-cover the flavor's vCPUs and memory, which libvirt quietly accepts) is a
-:class:`GuestConfigError` naming the plugin.
+have, which libvirt drops with a mere warning) is a :class:`GuestConfigError`
+naming the plugin. A plugin checks what only it knows the rules of against
+its own request (the numa plugin: its guest cells cover the flavor's vCPUs
+and memory, which libvirt would quietly accept otherwise).
 
 :func:`summary` turns a domain into a few lines for people.
 """
@@ -33,12 +35,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins import exception
-from compute_plugins.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
+from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.fit import fit_order
 from compute_plugins.plugin import GuestFragment
 
-__all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "GuestConfigError", "assemble",
-           "domain_xml", "summary"]
+__all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",
+           "assemble", "domain_xml", "summary"]
 
 #: Elements of ``<devices>`` (libvirt's ``domaincommon.rng`` ``devices``,
 #: plus ``crypto`` and ``pstore`` of newer libvirt).
@@ -55,24 +57,23 @@ FRAMEWORK_TAGS = frozenset({
     "name", "uuid", "memory", "currentMemory", "maxMemory", "os", "devices",
     "on_poweroff", "on_reboot", "on_crash"})
 
-#: Children libvirt allows once in these ``<domain>`` children: two plugins
-#: giving one each is an error (a concatenation would not be a domain).
-SINGLE_CHILDREN: Mapping[str, frozenset[str]] = {
-    "cputune": frozenset({"emulatorpin", "shares", "period", "quota",
-                          "global_period", "global_quota", "emulator_period",
-                          "emulator_quota", "iothread_period",
-                          "iothread_quota"}),
-    "numatune": frozenset({"memory"}),
-    "memoryBacking": frozenset({"hugepages", "nosharepages", "locked",
-                                "source", "access", "allocation", "discard"}),
-    "cpu": frozenset({"numa", "topology", "model", "vendor", "cache",
-                      "maxphysaddr"}),
-}
+#: Children that libvirt's schema (``domaincommon.rng``) lets repeat in a
+#: ``<domain>`` child (``<cputune>``'s ``<vcpupin>``, ``<clock>``'s
+#: ``<timer>``, ``<cpu>``'s ``<feature>``...). Every other child is allowed
+#: once: two plugins giving one each (or one plugin twice) is an error (a
+#: concatenation would not be a domain, or libvirt would take one). Children
+#: in a namespace (``<metadata>``'s, ``<qemu:commandline>``'s) are not
+#: libvirt's schema's and may repeat.
+REPEATED_CHILDREN = frozenset({
+    "vcpupin", "vcpusched", "iothreadpin", "iothreadsched", "cachetune",
+    "memorytune", "memnode", "feature", "timer", "device", "event",
+    "baseBoard", "entry", "uid", "gid", "cipher", "iothread", "vcpu", "label"})
 
 #: libvirt's memory units, in bytes.
-_UNITS = {"b": 1, "bytes": 1, "KB": 10**3, "k": 2**10, "KiB": 2**10,
-          "MB": 10**6, "M": 2**20, "MiB": 2**20, "GB": 10**9, "G": 2**30,
-          "GiB": 2**30, "TB": 10**12, "T": 2**40, "TiB": 2**40}
+MEMORY_UNITS: Mapping[str, int] = {
+    "b": 1, "bytes": 1, "KB": 10**3, "k": 2**10, "KiB": 2**10, "MB": 10**6,
+    "M": 2**20, "MiB": 2**20, "GB": 10**9, "G": 2**30, "GiB": 2**30,
+    "TB": 10**12, "T": 2**40, "TiB": 2**40}
 
 _FLAVOR = "the flavor"
 
@@ -138,9 +139,8 @@ def _merge_into(merged: _Merged, element: ET.Element, plugin: str) -> None:
                 plugin, "<%s> text %r contradicts %s's %r"
                 % (tag, _text(element), _who(merged.owner), _text(merged.element)))
         merged.element.text = element.text
-    single = SINGLE_CHILDREN.get(tag, frozenset())
     for child in element:
-        if child.tag in single:
+        if _once(child.tag):
             for other in merged.element:
                 if other.tag == child.tag:
                     raise GuestConfigError(
@@ -148,6 +148,11 @@ def _merge_into(merged: _Merged, element: ET.Element, plugin: str) -> None:
                         % (tag, child.tag, _who(merged.children[id(other)])))
         merged.element.append(child)
         merged.children[id(child)] = plugin
+
+
+def _once(tag: str) -> bool:
+    """libvirt allows one ``tag`` child (see :data:`REPEATED_CHILDREN`)."""
+    return tag not in REPEATED_CHILDREN and not tag.startswith("{")
 
 
 def _who(plugin: str) -> str:
@@ -224,7 +229,6 @@ def assemble(
             else:
                 _merge_into(have, element, plugin)
     _check_vcpupins(merged.get("cputune"), vcpus)
-    _check_guest_cells(merged.get("cpu"), vcpus, memory_mb)
     os_el = ET.SubElement(domain, "os")
     type_el = ET.SubElement(os_el, "type")
     if arch:
@@ -241,7 +245,7 @@ def assemble(
 def _check_single_children(element: ET.Element, plugin: str) -> None:
     seen: set[str] = set()
     for child in element:
-        if child.tag in SINGLE_CHILDREN.get(element.tag, ()):
+        if _once(child.tag):
             if child.tag in seen:
                 raise GuestConfigError(plugin, "<%s><%s> is allowed once"
                                        % (element.tag, child.tag))
@@ -284,53 +288,6 @@ def _check_vcpupins(cputune: Optional[_Merged], vcpus: int) -> None:
                 plugin, "vCPU %d is pinned twice (<vcpupin vcpu='%d'> also from "
                 "%s)" % (vcpu, vcpu, _who(pinned[vcpu])))
         pinned[vcpu] = plugin
-
-
-def _kib(value: str, unit: str, plugin: str) -> int:
-    scale = _UNITS.get(unit)
-    if scale is None or not value.strip().isdigit():
-        raise GuestConfigError(plugin, "guest NUMA cell memory %r %s is not a "
-                               "libvirt memory size" % (value, unit))
-    return int(value) * scale // 1024
-
-
-def _check_guest_cells(cpu: Optional[_Merged], vcpus: int, memory_mb: int) -> None:
-    """Guest NUMA cells: distinct ids, disjoint CPUs covering exactly the
-    flavor's vCPUs, memory adding up to the flavor's."""
-    if cpu is None:
-        return
-    numa = cpu.element.find("numa")
-    if numa is None:
-        return
-    plugin = cpu.children.get(id(numa), cpu.owner)
-    ids: set[int] = set()
-    covered: set[int] = set()
-    total_kib = 0
-    for cell in numa.findall("cell"):
-        where = "guest NUMA <cell id='%s'>" % cell.get("id")
-        cell_id = _int_attr(cell, "id", plugin, where)
-        if cell_id in ids:
-            raise GuestConfigError(plugin, "%s is given twice" % where)
-        ids.add(cell_id)
-        try:
-            cpus = parse_cpu_spec(cell.get("cpus", ""))
-        except InvalidCPUSpec as err:
-            raise GuestConfigError(plugin, "%s cpus: %s" % (where, err)) from None
-        if not cpus:
-            raise GuestConfigError(plugin, "%s has no CPUs" % where)
-        if cpus & covered:
-            raise GuestConfigError(plugin, "%s: vCPUs %s are in another cell too"
-                                   % (where, format_cpu_spec(cpus & covered)))
-        covered |= cpus
-        total_kib += _kib(cell.get("memory", ""), cell.get("unit", "KiB"), plugin)
-    if covered != set(range(vcpus)):
-        raise GuestConfigError(
-            plugin, "guest NUMA cells hold vCPUs %s; the flavor has %d (0-%d)"
-            % (format_cpu_spec(covered) or "none", vcpus, vcpus - 1))
-    if total_kib != memory_mb * 1024:
-        raise GuestConfigError(
-            plugin, "guest NUMA cells hold %d KiB of memory; the flavor has "
-            "%d MiB (%d KiB)" % (total_kib, memory_mb, memory_mb * 1024))
 
 
 def _plugins_of(plugins: Any) -> Mapping[str, Any]:
@@ -385,7 +342,7 @@ def domain_xml(spec: Any, assignments: Mapping[str, Any], plugins: Any, *,
 def _memory_mib(element: Optional[ET.Element]) -> Optional[int]:
     if element is None or not _text(element).isdigit():
         return None
-    scale = _UNITS.get(element.get("unit", "KiB"), 1024)
+    scale = MEMORY_UNITS.get(element.get("unit", "KiB"), 1024)
     return int(_text(element)) * scale // 2**20
 
 
@@ -414,7 +371,7 @@ def _device(element: ET.Element) -> str:
 
 def summary(xml: str) -> str:
     """A few lines saying what a domain gets: vCPUs, memory, pinning, guest
-    NUMA cells and page sizes, devices.
+    cells (NUMA) and page sizes, devices.
 
     :raises ValueError: ``xml`` is not a domain.
     """
@@ -439,9 +396,10 @@ def summary(xml: str) -> str:
     emulator = domain.find("cputune/emulatorpin")
     if emulator is not None:
         lines.append("emulator threads on host CPUs %s" % emulator.get("cpuset"))
-    cells = domain.findall("cpu/numa/cell")
-    memnodes = {m.get("cellid"): m.get("nodeset")
-                for m in domain.findall("numatune/memnode")}
+    # NOTE: libvirt's domain schema has <cell> only in the guest's topology
+    # (<cpu><numa>) and <memnode> only in <numatune>.
+    cells = list(domain.iter("cell"))
+    memnodes = {m.get("cellid"): m.get("nodeset") for m in domain.iter("memnode")}
     pages: dict[Optional[str], str] = {}
     for page_el in domain.findall("memoryBacking/hugepages/page"):
         size = "%s %s" % (page_el.get("size"), page_el.get("unit", "KiB"))
@@ -470,4 +428,4 @@ def _memory_mib_attr(cell: ET.Element) -> Optional[int]:
     value = cell.get("memory", "")
     if not value.isdigit():
         return None
-    return int(value) * _UNITS.get(cell.get("unit", "KiB"), 1024) // 2**20
+    return int(value) * MEMORY_UNITS.get(cell.get("unit", "KiB"), 1024) // 2**20

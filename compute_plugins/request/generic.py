@@ -168,7 +168,7 @@ def parse(ri: RequestInput, claimed: frozenset[tuple[str, str]]) -> GenericReque
 
 
 def _reserved_suffixes(ri: RequestInput) -> set[str]:
-    """Refuse user keys with a suffix of the framework's (``_NUMA0``...):
+    """Refuse user keys with a suffix of the framework's (``_PORT0``...):
     they would merge into a plugin's group, whoever claimed the key.
     Returns the refused keys (not parsed further)."""
     refused = set()
@@ -180,7 +180,7 @@ def _reserved_suffixes(ri: RequestInput) -> set[str]:
             refused.add(key)
             ri.report(key, value, "request group suffixes starting with '_' "
                       "are reserved for the framework and its plugins "
-                      "(_NUMA0, _PORT0...): use one that does not start "
+                      "(_PORT0, _SPLIT0...): use one that does not start "
                       "with '_', such as 1")
     return refused
 

@@ -1,10 +1,16 @@
 """Request groups, the plugins' typed requests and the scheduler's decision.
 
 A :class:`RequestGroup` is a plugin's (or the framework's) share of the
-Placement query, with the metadata the query builder needs to wire groups
-together (which guest NUMA node a group is, which NUMA affinity a device
-needs); :mod:`compute_plugins.scheduler.query` turns them into
-``GET /allocation_candidates`` queries, so no query is assembled by hand twice.
+Placement query, with the metadata that wires groups together without
+naming any plugin: which node of the guest's topology a group is
+(``guest_node`` groups, e.g. the ``numa`` plugin's guest NUMA nodes), which
+affinity to those nodes a device group needs (it must then be in the same
+provider subtree as one of them), over how many providers a group may be
+split. The scheduler asks Placement from them
+(:mod:`compute_plugins.scheduler.providers`), and ``validate`` previews the
+``GET /allocation_candidates`` queries they make
+(:mod:`compute_plugins.scheduler.query`), so no query is assembled by hand
+twice.
 
 :class:`PluginRequest` and :class:`PluginAssignment` are the base classes of
 each plugin's typed request and assignment (frozen dataclasses). Subclasses
@@ -34,8 +40,12 @@ from compute_plugins.request.types import (
 SUFFIX = r"[a-zA-Z0-9_-]{1,64}"
 SUFFIX_RE = re.compile(r"^%s$" % SUFFIX)
 #: Suffixes starting with this are the framework's and plugins' own
-#: (``_NUMA0``, ``_PORT1``...): a user key may not use them.
+#: (``_PORT1``, ``_FPGA0``...): a user key may not use them.
 RESERVED_SUFFIX_PREFIX = "_"
+#: Suffix prefix of the parts of a group split over several providers
+#: (``split``): ``_SPLIT0``, ``_SPLIT1``... (the framework's, so a plugin
+#: that splits a group allocates its parts under these suffixes).
+SPLIT_PREFIX = "_SPLIT"
 
 
 def granular_key_re(prefix: str, name: str = "(.*)") -> re.Pattern[str]:
@@ -51,16 +61,17 @@ def is_reserved_suffix(suffix: str | None) -> bool:
     return bool(suffix and suffix.startswith(RESERVED_SUFFIX_PREFIX))
 
 # Group kinds.
-KIND_GENERIC = "generic"      # from resources[N]:/trait[N]:/member_of[N]
-KIND_NUMA_CELL = "numa_cell"  # one guest NUMA node
-KIND_FLOATING = "floating"    # CPUs/memory of a guest without NUMA topology
-KIND_DEVICE = "device"        # a device (VGPU, VF, PCI alias)
-KIND_DISK = "disk"            # DISK_GB
-KIND_ROOT = "root"            # traits only: root_required / root forbidden
-KINDS = (KIND_GENERIC, KIND_NUMA_CELL, KIND_FLOATING, KIND_DEVICE, KIND_DISK,
+KIND_GENERIC = "generic"        # from resources[N]:/trait[N]:/member_of[N]
+KIND_GUEST_NODE = "guest_node"  # one node of the guest's topology (``node``)
+KIND_FLOATING = "floating"      # CPUs/memory of a guest without a topology
+KIND_DEVICE = "device"          # a device (VGPU, VF, PCI alias, FPGA)
+KIND_DISK = "disk"              # DISK_GB
+KIND_ROOT = "root"              # traits only: root_required / root forbidden
+KINDS = (KIND_GENERIC, KIND_GUEST_NODE, KIND_FLOATING, KIND_DEVICE, KIND_DISK,
          KIND_ROOT)
 
-#: NUMA affinity policies of devices (nova's ``PCINUMAAffinityPolicy``).
+#: Affinity policies of a device to the guest's topology nodes (nova's
+#: ``PCINUMAAffinityPolicy``; see :mod:`compute_plugins.topology`).
 AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
 
 
@@ -76,13 +87,16 @@ class RequestGroup:
     :param forbidden_aggregates: aggregates the provider must not be in.
     :param owner: the plugin (or ``framework``) that asked for the group.
     :param kind: one of the ``KIND_*`` constants.
-    :param numa_node: for ``numa_cell`` groups: the guest NUMA node.
-    :param affinity: for ``device`` groups: the NUMA affinity policy
-        (``required``, ``legacy``, ``preferred``, ``socket``) or None.
+    :param node: for ``guest_node`` groups: the node of the guest's
+        topology (a device with ``affinity`` goes in the same provider
+        subtree as one of the nodes).
+    :param affinity: for ``device`` groups: the affinity policy to the
+        guest's nodes (``required``, ``legacy``, ``preferred``, ``socket``;
+        :mod:`compute_plugins.topology`) or None.
     :param choices: alternative extra resources, exactly one of which the
         group must also get (e.g. memory in small or in 2 MiB pages).
-    :param split: for ``floating`` groups: the query may spread the group
-        evenly over up to this many providers (see the query module).
+    :param split: the group may be split evenly over up to this many
+        providers (the parts' suffixes start with :data:`SPLIT_PREFIX`).
     """
 
     requester_id: str
@@ -93,7 +107,7 @@ class RequestGroup:
     forbidden_aggregates: frozenset[str] = frozenset()
     owner: str = "framework"
     kind: str = enum_field(KINDS, KIND_GENERIC)
-    numa_node: Optional[int] = None
+    node: Optional[int] = None
     affinity: Optional[str] = enum_field(AFFINITY_POLICIES)
     choices: tuple[FrozenMap[str, int], ...] = ()
     split: int = min_field(1, default=1)
@@ -137,7 +151,7 @@ class RequestGroup:
         """Both groups' contents in one group (same suffix: same provider).
 
         Amounts of the same class add up. The more specific kind (a device or
-        NUMA cell over ``generic``) and its metadata win.
+        guest node over ``generic``) and its metadata win.
         """
         resources = dict(self.resources)
         for rc, amount in other.resources.items():

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.text import ascii_int
 
@@ -114,14 +115,6 @@ def flavor_image_conflict_rule(ri: RequestInput, key: str, flavor_value: Any,
                 "fv": flavor_value, "image": ri.image_name, "iv": image_value})
 
 
-#: ``hw:pci_numa_affinity_policy`` values (nova's ``PCINUMAAffinityPolicy``).
-PCI_NUMA_AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
-PCI_NUMA_POLICY_KEY = "pci_numa_affinity_policy"
-#: Root trait nova asks for the ``socket`` policy (the host can tell which
-#: socket a device is on); the same-socket check itself is the fit's job.
-SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
-
-
 def flavor_image_enum(ri: RequestInput, key: str, allowed: Sequence[str],
                       image_rule: Optional[str] = None
                       ) -> tuple[Optional[str], Optional[str]]:
@@ -138,18 +131,17 @@ def flavor_image_enum(ri: RequestInput, key: str, allowed: Sequence[str],
     return flavor_ok, None
 
 
-def pci_numa_affinity_policy(ri: RequestInput) -> Optional[str]:
-    """``hw:pci_numa_affinity_policy`` / image twin, nova's rules
-    (``get_pci_numa_policy_constraint``); problems reported on ``ri``.
-    Several plugins read it: each problem is reported once (the error
-    drops duplicates)."""
-    flavor_ok, image_ok = flavor_image_enum(ri, PCI_NUMA_POLICY_KEY,
-                                            PCI_NUMA_AFFINITY_POLICIES)
-    image_policy = image_ok
+def affinity_policy(ri: RequestInput, key: str) -> Optional[str]:
+    """``hw:<key>`` / its image twin ``hw_<key>``: an affinity policy
+    (:data:`~compute_plugins.request.groups.AFFINITY_POLICIES`), by nova's
+    rules for ``hw:pci_numa_affinity_policy``
+    (``get_pci_numa_policy_constraint``: the image may not override the
+    flavor); problems reported on ``ri``. Several plugins may read one
+    key: each problem is reported once (the error drops duplicates)."""
+    flavor_ok, image_ok = flavor_image_enum(ri, key, AFFINITY_POLICIES)
     if flavor_ok and image_ok and flavor_ok != image_ok:
-        ri.report("hw_" + PCI_NUMA_POLICY_KEY, image_policy,
-                  "Image property 'hw_pci_numa_affinity_policy' is not "
-                  "permitted to override the 'hw:pci_numa_affinity_policy' "
-                  "flavor extra spec.", source="image")
+        ri.report("hw_" + key, image_ok,
+                  "Image property 'hw_%s' is not permitted to override the "
+                  "'hw:%s' flavor extra spec." % (key, key), source="image")
         return None
     return flavor_ok or image_ok

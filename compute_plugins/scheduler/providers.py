@@ -2,7 +2,7 @@
 
 ``GET /allocation_candidates`` enumerates every combination of providers
 for the request's groups, and on wide trees the combinations explode (8
-guest NUMA nodes over 8 host cells: 8^8; Placement bug 2126751). Whether a
+guest nodes over 8 host cells: 8^8; Placement bug 2126751). Whether a
 provider has room for one group is linear, so the scheduler asks only that:
 one ``GET /resource_providers?resources=...&required=...&member_of=...`` per
 *distinct* group shape of the request (8 identical guest nodes: one call),
@@ -15,14 +15,14 @@ capacity atomically when the allocation is written.
 A host is a candidate when its root passes the root query and, for every
 requirement, some provider of its tree has room (a necessary condition):
 
-- a numbered group (``_NUMA0``, a port, ``resources1:``): its resources,
+- a numbered group (a guest node, a port, ``resources1:``): its resources,
   traits and aggregates on one provider; with *choices* (page sizes), any
   one of them;
 - the unsuffixed group: each resource class on some provider of the tree
   (Placement takes each class of the unsuffixed group from one provider,
-  classes from different ones); a guest without NUMA topology that may be
-  split over ``split`` cells needs ``ceil(n / split)`` of each class on
-  one provider;
+  classes from different ones); a group that may be split over ``split``
+  providers (a guest without a topology: its CPUs and memory) needs
+  ``ceil(n / split)`` of each class on one provider;
 - the unsuffixed group, and a group with ``member_of``, may be served by a
   sharing provider outside every host's tree (shared storage, trait
   ``MISC_SHARES_VIA_AGGREGATE``), as Placement's allocation candidates
@@ -50,12 +50,13 @@ import os_traits
 from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
-from compute_plugins.request.groups import KIND_FLOATING, KIND_ROOT, RequestGroup
+from compute_plugins.request.groups import KIND_ROOT, RequestGroup
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.scheduler import query as query_mod
 
 #: The plugin name of rejections made at the Placement stage for the root.
 PLACEMENT = "placement"
+#: The trait of a disabled compute node: its root never matches.
+DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 
 #: A requirement's key: ``(suffix, resource class)``; the class is ``""``
 #: for a numbered group (one provider for all its classes).
@@ -128,9 +129,22 @@ def _merged(groups: Sequence[RequestGroup]) -> dict[str, RequestGroup]:
     return merged
 
 
+def root_traits(groups: Sequence[RequestGroup]) -> tuple[frozenset[str], frozenset[str]]:
+    """The root's required and forbidden traits of ``groups``: those of
+    ``root`` groups and the unsuffixed group's (they describe the host),
+    :data:`DISABLED_TRAIT` always forbidden."""
+    required: set[str] = set()
+    forbidden: set[str] = {DISABLED_TRAIT}
+    for group in groups:
+        if group.kind == KIND_ROOT or not group.requester_id:
+            required |= group.required_traits
+            forbidden |= group.forbidden_traits
+    return frozenset(required), frozenset(forbidden)
+
+
 def needs(groups: Sequence[RequestGroup]) -> tuple[Shape, tuple[Need, ...]]:
     """The root filter and every requirement of ``groups`` (module doc)."""
-    root_required, root_forbidden = query_mod.root_traits(groups)
+    root_required, root_forbidden = root_traits(groups)
     member_of: list[tuple[str, ...]] = []
     forbidden_aggs: set[str] = set()
     unsuffixed: dict[str, int] = {}
@@ -141,9 +155,8 @@ def needs(groups: Sequence[RequestGroup]) -> tuple[Shape, tuple[Need, ...]]:
             continue
         member_of.extend(m for m in group.member_of if m not in member_of)
         forbidden_aggs |= group.forbidden_aggregates
-        split = group.split if group.kind == KIND_FLOATING else 1
         for rc, amount in group.resources.items():
-            unsuffixed[rc] = unsuffixed.get(rc, 0) + math.ceil(amount / split)
+            unsuffixed[rc] = unsuffixed.get(rc, 0) + math.ceil(amount / group.split)
             owners.setdefault(rc, set()).add(group.owner)
         if group.choices:
             result.append(Need(("", "choices:%s" % group.owner), tuple(
@@ -202,7 +215,7 @@ def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]
         positive = Shape(required=root.required, member_of=root.member_of)
     negatives = []
     for trait in sorted(root.forbidden):
-        why = ("the host is disabled (%s)" % trait if trait == query_mod.DISABLED_TRAIT
+        why = ("the host is disabled (%s)" % trait if trait == DISABLED_TRAIT
                else "its root has the forbidden trait %s" % trait)
         negatives.append((Shape(required=frozenset({trait})), why))
     if root.forbidden_aggregates:

@@ -1,7 +1,17 @@
-"""The Placement query of a RequestSpec (``GET /allocation_candidates``, 1.39).
+"""``compute-plugins validate``'s preview: the ``GET /allocation_candidates``
+queries (microversion 1.39) a scheduler built on allocation candidates
+would send for a request.
 
-Derived from the request groups the plugins and the framework produced, by
-one function (:func:`derive`), so no query is assembled by hand twice.
+The scheduler does not send them: allocation candidates enumerate every
+combination of providers and explode on wide trees, so it asks Placement
+which providers have room (:mod:`compute_plugins.scheduler.providers`) and
+the plugins' ``fit`` decides the rest. This module is what ``validate``
+prints (and what ``bench.schedule`` measures the scheduler against): one
+function (:func:`derive`) from the request groups, with the checks on
+Placement's answer the query cannot express (:func:`accept`). It knows no
+plugin: guest nodes are the groups of kind ``guest_node``, whoever asks
+for them, and their providers the host's topology nodes
+(:data:`compute_plugins.names.TOPOLOGY_NODE_TRAIT`).
 
 Rules:
 
@@ -11,52 +21,52 @@ Rules:
 - **Unsuffixed traits are root traits.** ``trait:X`` / image
   ``traits_required`` describe the host (nova puts CPU and status traits on
   the compute node), and the unsuffixed group may be left without resources
-  (a NUMA guest without disk, the split alternatives below), which
-  Placement >= 1.36 refuses. So they are always sent as ``root_required``:
-  a trait only a child provider (a NUMA node, a PF) has does not match.
+  (a guest of guest nodes without disk, the split alternatives below),
+  which Placement >= 1.36 refuses. So they are always sent as
+  ``root_required``: a trait only a child provider (a topology node, a PF)
+  has does not match.
 - **Unsuffixed aggregates** stay in the unsuffixed group while it has
   resources (Placement checks "the provider or its root is a member").
-  Otherwise they go to a resourceless group ``_HOST`` with
-  ``!HW_NUMA_ROOT``, in ``same_subtree`` with a host-tree group: ``_HOST``
-  is then the root (see :func:`_place_unsuffixed`).
-- **Guest NUMA nodes**: one numbered group ``_NUMA<N>`` per guest node
-  (PCPU/VCPU, MEMORY_MB or huge pages, trait HW_NUMA_ROOT). They must be on
-  different host nodes, but ``group_policy=isolate`` would keep *every*
+  Otherwise they go to a resourceless group ``_HOST`` that is no topology
+  node, in ``same_subtree`` with a host-tree group: ``_HOST`` is then the
+  root (see :func:`_place_unsuffixed`).
+- **Guest nodes**: one numbered group per node of the guest's topology
+  (kind ``guest_node``, e.g. the numa plugin's ``_NUMA<N>``). They must be
+  on different providers, but ``group_policy=isolate`` would keep *every*
   numbered group apart (two ports could not share a PF). So the query uses
   the user's ``group_policy`` when set (honoured as given), else ``none``
   when Placement needs one, and each alternative lists the guest nodes in
-  ``distinct``: :func:`compute_plugins.scheduler.candidates.accept` drops
-  the allocation requests that put two of them on one provider.
-- **Page sizes**: a group with *choices* (``hw:mem_page_size=large|any``)
-  yields one alternative per choice, largest page size first (nova's order).
-- **Devices** (VGPU, SR-IOV VF with bandwidth and physnet, PCI alias) of a
-  guest with a NUMA topology, by NUMA affinity policy:
+  ``distinct``: :func:`accept` drops the allocation requests that put two
+  of them on one provider.
+- **Choices** (e.g. page sizes, ``hw:mem_page_size=large|any``): a group
+  with choices yields one alternative per choice, in the group's order.
+- **Devices** (groups of kind ``device``) with an ``affinity`` to a guest
+  that has guest nodes, by policy:
 
-  * ``required``: ``same_subtree=_NUMA<N>,<device group>``; one alternative
-    per guest node the device may sit under (all combinations, capped);
-  * ``legacy`` (nova's default for ports and aliases): as ``required``,
-    then (last) alternatives where the device has no ``same_subtree``
-    (``numa_free``): nova's legacy lets a device without NUMA affinity (a
-    provider under the root) serve a NUMA guest; ``accept`` drops answers
-    whose device sits under a NUMA node provider;
-  * ``preferred``: no constraint in the query; the weigher/fit prefers the
-    guest's nodes;
-  * ``socket``: root trait ``COMPUTE_SOCKET_PCI_NUMA_AFFINITY`` (as nova);
-    the same-socket check is the fit's job.
+  * ``required``: ``same_subtree=<guest node>,<device group>``; one
+    alternative per guest node the device may sit under (all combinations,
+    capped);
+  * ``legacy``: as ``required``, then (last) alternatives where the device
+    has no ``same_subtree`` (``unattached``): nova's legacy lets a device
+    the host reports without a cell (a provider under the root) serve a
+    guest; :func:`accept` drops answers whose device sits under a topology
+    node;
+  * ``preferred``, ``socket``: no constraint in the query (the plugin asks
+    any root trait it needs); the fit prefers, or checks, the guest's
+    cells.
 
-  A guest without NUMA topology has no affinity constraint (as in nova).
-- **Guests without NUMA topology** (*floating*): the CPUs and memory are
-  first asked in the unsuffixed group (alternative 1). Placement takes each
-  resource class of the unsuffixed group from one provider, but different
-  classes may come from different providers of the tree: the VCPUs of one
-  host NUMA node and the memory of another. Then (alternatives 2..``split``)
-  they are split evenly over ``k`` numbered groups ``_SPLIT<j>`` (kept on
-  different providers like guest nodes), for hosts where no single node has
-  room for all the vCPUs or all the memory. An uneven split (3 + 1 vCPUs) is
-  not tried: such a host is missed.
-- **Symmetry**: guest NUMA nodes asking the same thing are interchangeable,
-  so of the alternatives that differ only by a permutation of such nodes
-  (page size of node 0 vs node 1, which node a device sits under) only the
+  A guest without guest nodes has no affinity constraint (as in nova).
+- **Split groups** (``split`` > 1, e.g. the CPUs and memory of a guest
+  without a topology): the group is first asked as it is (alternative 1;
+  Placement takes each resource class of the unsuffixed group from one
+  provider, but different classes may come from different providers of
+  the tree). Then (alternatives 2..``split``) it is split evenly over ``k``
+  numbered groups ``<SPLIT_PREFIX><j>`` (kept on different providers like
+  guest nodes), for hosts where no single provider has room for a whole
+  class. An uneven split (3 + 1 vCPUs) is not tried: such a host is missed.
+- **Symmetry**: guest nodes asking the same thing are interchangeable, so of
+  the alternatives that differ only by a permutation of such nodes (the
+  choice of node 0 vs node 1, which node a device sits under) only the
   first is run: Placement would return the same candidates with the guest
   nodes renamed.
 - **Bounds**: at most ``MAX_ALTERNATIVES`` alternatives; when more exist the
@@ -66,9 +76,9 @@ Rules:
   shared_storage_aggregate`` puts DISK_GB in ``_DISK`` with ``member_of`` the
   aggregate).
 
-The scheduler runs the alternatives in order and takes the union of their
-candidates (deduplicated); stopping at the first non-empty alternative is a
-valid packing policy too.
+A scheduler would run the alternatives in order and take the union of their
+candidates that :func:`accept` keeps (deduplicated); stopping at the first
+non-empty alternative is a valid packing policy too.
 """
 
 from __future__ import annotations
@@ -77,32 +87,27 @@ import dataclasses
 import itertools
 import logging
 import urllib.parse
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional, Protocol
 
-import os_traits
-
+from compute_plugins.names import TOPOLOGY_NODE_TRAIT
+from compute_plugins.request.generic import GenericRequest
 from compute_plugins.request.groups import (
     KIND_DEVICE,
     KIND_DISK,
-    KIND_FLOATING,
-    KIND_NUMA_CELL,
+    KIND_GUEST_NODE,
     KIND_ROOT,
+    SPLIT_PREFIX,
     RequestGroup,
 )
 from compute_plugins.request.types import FrozenMap
-
-if TYPE_CHECKING:
-    from compute_plugins.request_spec import RequestSpec
+from compute_plugins.scheduler.providers import root_traits
 
 LOG = logging.getLogger(__name__)
 
 MICROVERSION = "1.39"
-#: Suffix prefix of the parts of a split floating guest.
-SPLIT_PREFIX = "_SPLIT"
 #: Resourceless group standing for the compute node (see _place_unsuffixed).
 HOST_GROUP = "_HOST"
-DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 #: At most this many alternative queries per request.
 MAX_ALTERNATIVES = 32
 #: At most this many combinations are generated before symmetric ones are
@@ -118,11 +123,11 @@ class AllocationCandidatesQuery:
     :param groups: the merged groups; ``requester_id`` is the suffix.
     :param description: why this alternative exists, for humans.
     :param distinct: suffixes that must be served by pairwise different
-        providers (guest NUMA nodes); not sent to Placement, checked on its
-        answer by :func:`compute_plugins.scheduler.candidates.accept`.
-    :param numa_free: device suffixes asked without ``same_subtree``
-        (``legacy`` affinity): the device must sit under no NUMA node;
-        checked by ``accept`` too.
+        providers (guest nodes, the parts of a split group); not sent to
+        Placement, checked on its answer by :func:`accept`.
+    :param unattached: device suffixes asked without ``same_subtree``
+        (``legacy`` affinity): the device must sit under no topology node;
+        checked by :func:`accept` too.
     """
 
     groups: tuple[RequestGroup, ...]
@@ -130,22 +135,13 @@ class AllocationCandidatesQuery:
     same_subtree: tuple[tuple[str, ...], ...] = ()
     root_required: frozenset[str] = frozenset()
     root_forbidden: frozenset[str] = frozenset()
-    limit: Optional[int] = None
     description: str = ""
     distinct: tuple[str, ...] = ()
-    numa_free: tuple[str, ...] = ()
-
-    def group(self, suffix: str) -> Optional[RequestGroup]:
-        for group in self.groups:
-            if group.requester_id == suffix:
-                return group
-        return None
+    unattached: tuple[str, ...] = ()
 
     def to_params(self) -> list[tuple[str, str]]:
         """``(name, value)`` pairs, sorted (nova's ``to_querystring`` order)."""
         params: list[tuple[str, str]] = []
-        if self.limit is not None:
-            params.append(("limit", str(self.limit)))
         if self.group_policy is not None:
             params.append(("group_policy", self.group_policy))
         root = sorted(self.root_required) + ["!" + t for t in sorted(self.root_forbidden)]
@@ -182,7 +178,7 @@ class AllocationCandidatesQuery:
             params.setdefault(name, []).append(value)
         return {"description": self.description,
                 "querystring": self.to_querystring(), "params": params,
-                "distinct": list(self.distinct), "numa_free": list(self.numa_free)}
+                "distinct": list(self.distinct), "unattached": list(self.unattached)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,9 +189,6 @@ class PlacementQuery:
     microversion: str = MICROVERSION
     #: Why some alternatives were not generated (cut at MAX_ALTERNATIVES).
     warnings: tuple[str, ...] = ()
-
-    def querystrings(self) -> list[str]:
-        return [alt.to_querystring() for alt in self.alternatives]
 
     def to_dict(self) -> dict[str, Any]:
         return {"microversion": self.microversion,
@@ -211,8 +204,8 @@ class PlacementQuery:
             if alt.distinct:
                 lines.append("    (kept on different providers: %s)"
                              % ", ".join(alt.distinct))
-            if alt.numa_free:
-                lines.append("    (under no NUMA node: %s)" % ", ".join(alt.numa_free))
+            if alt.unattached:
+                lines.append("    (under no topology node: %s)" % ", ".join(alt.unattached))
         return "\n".join(lines)
 
 
@@ -220,9 +213,10 @@ def _split(amount: int, parts: int) -> list[int]:
     return [amount // parts + (1 if j < amount % parts else 0) for j in range(parts)]
 
 
-def _floating_variants(group: RequestGroup) -> list[tuple[list[RequestGroup], str]]:
-    variants = [([dataclasses.replace(group, kind=KIND_FLOATING, split=1)],
-                 "CPUs and memory from any NUMA node(s), each class from one")]
+def _split_variants(group: RequestGroup) -> list[tuple[list[RequestGroup], str]]:
+    variants = [([dataclasses.replace(group, split=1)],
+                 "%s from any provider(s), each class from one"
+                 % _resources_text(group))]
     for k in range(2, group.split + 1):
         shares = {rc: _split(n, k) for rc, n in group.resources.items()}
         parts = []
@@ -234,9 +228,13 @@ def _floating_variants(group: RequestGroup) -> list[tuple[list[RequestGroup], st
                 group, requester_id="%s%d" % (SPLIT_PREFIX, j), resources=FrozenMap(resources),
                 split=1))
         if len(parts) == k:
-            variants.append((parts, "CPUs and memory split evenly over %d "
-                             "NUMA nodes" % k))
+            variants.append((parts, "%s split evenly over %d providers"
+                             % (_resources_text(group), k)))
     return variants
+
+
+def _resources_text(group: RequestGroup) -> str:
+    return ", ".join(sorted(group.resources))
 
 
 def _choice_variants(group: RequestGroup) -> list[tuple[list[RequestGroup], str]]:
@@ -261,12 +259,12 @@ def _merge(groups: Iterable[RequestGroup]) -> tuple[RequestGroup, ...]:
                         key=lambda g: g.requester_id))
 
 
-def _interchangeable_cells(groups: Sequence[RequestGroup]) -> dict[str, int]:
+def _interchangeable_nodes(groups: Sequence[RequestGroup]) -> dict[str, int]:
     """Guest-node suffix -> class id; nodes of one class ask the same thing."""
     classes: dict[tuple[Any, ...], int] = {}
     result = {}
     for group in groups:
-        if group.kind != KIND_NUMA_CELL or not group.requester_id:
+        if group.kind != KIND_GUEST_NODE or not group.requester_id:
             continue
         signature = (tuple(sorted(group.resources.items())),
                      tuple(sorted(group.required_traits)),
@@ -277,50 +275,44 @@ def _interchangeable_cells(groups: Sequence[RequestGroup]) -> dict[str, int]:
     return result
 
 
-def _symmetry_key(alt: AllocationCandidatesQuery, cell_class: dict[str, int]) -> Any:
+def _symmetry_key(alt: AllocationCandidatesQuery, node_class: dict[str, int]) -> Any:
     """Equal for two alternatives that differ by a permutation of like nodes.
 
     Such an alternative is a choice, per guest node, of its resources and of
     the devices under it: the multiset of those per class says it all.
     """
     attached: dict[str, list[str]] = {}
-    for cell, dev in alt.same_subtree:
-        attached.setdefault(cell, []).append(dev)
+    for node, dev in alt.same_subtree:
+        attached.setdefault(node, []).append(dev)
     per_class: dict[int, list[Any]] = {}
     others = []
     for group in alt.groups:
         resources = tuple(sorted(group.resources.items()))
-        if group.requester_id in cell_class:
-            per_class.setdefault(cell_class[group.requester_id], []).append(
+        if group.requester_id in node_class:
+            per_class.setdefault(node_class[group.requester_id], []).append(
                 (resources, tuple(sorted(attached.get(group.requester_id, ())))))
         else:
             others.append((group.requester_id, resources))
     return (tuple(sorted((c, tuple(sorted(v))) for c, v in per_class.items())),
-            tuple(others), alt.group_policy, tuple(sorted(alt.numa_free)))
+            tuple(others), alt.group_policy, tuple(sorted(alt.unattached)))
 
 
-def derive(spec: RequestSpec, limit: Optional[int] = None) -> PlacementQuery:
-    """The Placement query of ``spec`` (see the module docstring)."""
-    return derive_from_groups(spec.groups, spec.generic.group_policy, limit)
+class _Spec(Protocol):
+    """What the preview reads of a
+    :class:`~compute_plugins.request_spec.RequestSpec`."""
+
+    @property
+    def groups(self) -> tuple[RequestGroup, ...]:
+        ...
+
+    @property
+    def generic(self) -> GenericRequest:
+        ...
 
 
-def root_traits(groups: Sequence[RequestGroup]) -> tuple[frozenset[str], frozenset[str]]:
-    """The root's required and forbidden traits of ``groups`` (those of
-    ``root`` groups and the unsuffixed group's; ``COMPUTE_STATUS_DISABLED``
-    always forbidden)."""
-    return _root_traits(groups)
-
-
-def _root_traits(groups: Sequence[RequestGroup]) -> tuple[frozenset[str], frozenset[str]]:
-    """``root_required`` and root-forbidden traits: those of ``root`` groups
-    and the unsuffixed group's (see the module docstring)."""
-    required: set[str] = set()
-    forbidden: set[str] = {DISABLED_TRAIT}
-    for group in groups:
-        if group.kind == KIND_ROOT or not group.requester_id:
-            required |= group.required_traits
-            forbidden |= group.forbidden_traits
-    return frozenset(required), frozenset(forbidden)
+def preview(spec: _Spec) -> PlacementQuery:
+    """The allocation-candidates query of a RequestSpec (module doc)."""
+    return derive(spec.groups, spec.generic.group_policy)
 
 
 def _without_traits(group: RequestGroup) -> RequestGroup:
@@ -332,10 +324,10 @@ def _without_traits(group: RequestGroup) -> RequestGroup:
 
 def _anchor(groups: Sequence[RequestGroup]) -> Optional[RequestGroup]:
     """A numbered group with resources from the host's own tree: a guest
-    NUMA node, else a part of a split guest, else a device."""
+    node, else a part of a split group, else a device."""
     ranked = sorted((g for g in groups if g.requester_id and g.resources
                      and g.kind != KIND_DISK),
-                    key=lambda g: (g.kind != KIND_NUMA_CELL,
+                    key=lambda g: (g.kind != KIND_GUEST_NODE,
                                    not g.requester_id.startswith(SPLIT_PREFIX),
                                    g.requester_id))
     return ranked[0] if ranked else None
@@ -348,91 +340,93 @@ def _place_unsuffixed(groups: tuple[RequestGroup, ...]
 
     Placement refuses a group without resources outside ``same_subtree``,
     the unsuffixed one included; that happens when the unsuffixed group has
-    only ``member_of`` left (a NUMA guest without disk, the split
-    alternatives of a floating guest; its traits are ``root_required``).
-    Nova's aggregates are on the compute node (the root), and a numbered
-    group's ``member_of`` is checked on its own provider only, so the
-    aggregates go to a resourceless group ``_HOST`` that must not be a NUMA
-    node (``!HW_NUMA_ROOT``) and is in ``same_subtree`` with a host-tree
-    group (:func:`_anchor`): ``_HOST`` is then that group's provider or an
-    ancestor of it that is no NUMA node, i.e. the root.
+    only ``member_of`` left (a guest of guest nodes without disk, the split
+    alternatives; its traits are ``root_required``). Nova's aggregates are
+    on the compute node (the root), and a numbered group's ``member_of`` is
+    checked on its own provider only, so the aggregates go to a
+    resourceless group ``_HOST`` that must not be a topology node
+    (``!``:data:`~compute_plugins.names.TOPOLOGY_NODE_TRAIT`) and is in
+    ``same_subtree`` with a host-tree group (:func:`_anchor`): ``_HOST`` is
+    then that group's provider or an ancestor of it that is no topology
+    node, i.e. the root.
     """
     plain = next((g for g in groups if not g.requester_id), None)
     anchor = _anchor(groups)
     if plain is None or plain.resources or anchor is None:
         return groups, ()
     host = dataclasses.replace(plain, requester_id=HOST_GROUP, kind=KIND_ROOT,
-                               forbidden_traits=frozenset({os_traits.HW_NUMA_ROOT}))
+                               forbidden_traits=frozenset({TOPOLOGY_NODE_TRAIT}))
     rest = tuple(g for g in groups if g.requester_id)
     return tuple(sorted(rest + (host,), key=lambda g: g.requester_id)), (
         (anchor.requester_id, HOST_GROUP),)
 
 
-def _device_choices(cells: list[str], device: RequestGroup) -> list[Optional[str]]:
-    """Guest nodes ``device`` may sit under; None: under no NUMA node (nova's
-    ``legacy`` accepts a device the host reports without NUMA affinity)."""
-    choices: list[Optional[str]] = list(cells)
+def _device_choices(nodes: list[str], device: RequestGroup) -> list[Optional[str]]:
+    """Guest nodes ``device`` may sit under; None: under no topology node
+    (nova's ``legacy`` accepts a device the host reports without a cell)."""
+    choices: list[Optional[str]] = list(nodes)
     if device.affinity == "legacy":
         choices.append(None)
     return choices
 
 
-def _affinity_combos(cells: list[str], affine: list[RequestGroup]
+def _affinity_combos(nodes: list[str], affine: list[RequestGroup]
                      ) -> list[tuple[tuple[str, Optional[str]], ...]]:
     """Every placement of the affine devices under guest nodes, those with
     fewer unattached (legacy) devices first."""
     combos = [tuple(zip((d.requester_id for d in affine), choice, strict=True))
               for choice in itertools.islice(itertools.product(
-                  *(_device_choices(cells, d) for d in affine)), MAX_COMBINATIONS)]
-    return sorted(combos, key=lambda c: sum(1 for _, cell in c if cell is None))
+                  *(_device_choices(nodes, d) for d in affine)), MAX_COMBINATIONS)]
+    return sorted(combos, key=lambda c: sum(1 for _, node in c if node is None))
 
 
 def _policy(user_policy: Optional[str], numbered: Sequence[RequestGroup]) -> Optional[str]:
     """The user's ``group_policy`` if set; else ``none`` when Placement
-    needs one. Guest NUMA nodes are kept apart by :mod:`candidates` instead
-    of ``isolate``, which would keep every numbered group apart (two ports
-    on one PF, a device and its own NUMA node's group...)."""
+    needs one. Guest nodes are kept apart by :func:`accept` instead of
+    ``isolate``, which would keep every numbered group apart (two ports on
+    one PF, a device and its own guest node's group...)."""
     if user_policy is not None:
         return user_policy
     return "none" if len(numbered) > 1 else None
 
 
 def _distinct(groups: Sequence[RequestGroup]) -> tuple[str, ...]:
-    """Suffixes that must be served by different providers: guest NUMA
-    nodes and the parts of a split floating guest."""
+    """Suffixes that must be served by different providers: guest nodes
+    and the parts of a split group."""
     suffixes = tuple(g.requester_id for g in groups if g.requester_id and (
-        g.kind == KIND_NUMA_CELL or g.requester_id.startswith(SPLIT_PREFIX)))
+        g.kind == KIND_GUEST_NODE or g.requester_id.startswith(SPLIT_PREFIX)))
     return suffixes if len(suffixes) > 1 else ()
 
 
-def derive_from_groups(groups: Sequence[RequestGroup], group_policy: Optional[str] = None,
-                       limit: Optional[int] = None) -> PlacementQuery:
-    root_required, root_forbidden = _root_traits(groups)
+def derive(groups: Sequence[RequestGroup],
+           group_policy: Optional[str] = None) -> PlacementQuery:
+    """The allocation-candidates query of ``groups`` (module doc)."""
+    root_required, root_forbidden = root_traits(groups)
     root_required -= root_forbidden  # a conflict is refused at validation
     plain: list[RequestGroup] = []
     axes: list[list[tuple[list[RequestGroup], str]]] = []
-    cell_suffixes = [g.requester_id for g in sorted(
-        (g for g in groups if g.kind == KIND_NUMA_CELL and g.numa_node is not None),
-        key=lambda g: g.numa_node or 0)]
+    node_suffixes = [g.requester_id for g in sorted(
+        (g for g in groups if g.kind == KIND_GUEST_NODE and g.node is not None),
+        key=lambda g: g.node or 0)]
     affine: list[RequestGroup] = []
     for group in groups:
         if group.kind == KIND_ROOT:
             continue
         group = _without_traits(group)
-        if group.kind == KIND_FLOATING and group.split > 1:
-            axes.append(_floating_variants(group))
+        if group.split > 1:
+            axes.append(_split_variants(group))
         elif group.choices:
             axes.append(_choice_variants(group))
         else:
             plain.append(group)
             if (group.kind == KIND_DEVICE and group.affinity in AFFINE_POLICIES
-                    and cell_suffixes and group.requester_id):
+                    and node_suffixes and group.requester_id):
                 affine.append(group)
-    combos = _affinity_combos(cell_suffixes, affine) if affine else [()]
+    combos = _affinity_combos(node_suffixes, affine) if affine else [()]
     alternatives: list[AllocationCandidatesQuery] = []
     warnings: list[str] = []
     seen: set[Any] = set()
-    cell_class = _interchangeable_cells(groups)
+    node_class = _interchangeable_nodes(groups)
     for picked in itertools.islice(itertools.product(*axes), MAX_COMBINATIONS):
         picked_groups = [g for variant, _ in picked for g in variant]
         why = [d for _, d in picked if d]
@@ -440,17 +434,17 @@ def derive_from_groups(groups: Sequence[RequestGroup], group_policy: Optional[st
         numbered = [g for g in all_groups if g.requester_id]
         for combo in combos:
             description = "; ".join(why + [
-                "%s under %s" % (dev, cell) if cell else
-                "%s under no NUMA node" % dev for dev, cell in combo])
+                "%s under %s" % (dev, node) if node else
+                "%s under no topology node" % dev for dev, node in combo])
             alternative = AllocationCandidatesQuery(
                 groups=all_groups, group_policy=_policy(group_policy, numbered),
                 same_subtree=host_subtree + tuple(
-                    (cell, dev) for dev, cell in combo if cell),
+                    (node, dev) for dev, node in combo if node),
                 root_required=root_required, root_forbidden=root_forbidden,
-                limit=limit, description=description or "the request as is",
+                description=description or "the request as is",
                 distinct=_distinct(all_groups),
-                numa_free=tuple(dev for dev, cell in combo if cell is None))
-            key = _symmetry_key(alternative, cell_class)
+                unattached=tuple(dev for dev, node in combo if node is None))
+            key = _symmetry_key(alternative, node_class)
             if key in seen:
                 continue
             if len(alternatives) >= MAX_ALTERNATIVES:
@@ -469,3 +463,63 @@ def _cut_warning() -> str:
                    MAX_ALTERNATIVES, MAX_ALTERNATIVES))
     LOG.warning(message)
     return message
+
+
+# -- checks on Placement's answer -------------------------------------------------
+
+
+def accept(alternative: AllocationCandidatesQuery, allocation_request: Mapping[str, Any],
+           provider_summaries: Optional[Mapping[str, Any]] = None) -> bool:
+    """True when ``allocation_request`` (one item of Placement's
+    ``allocation_requests``) honours what ``alternative`` could not ask:
+    its ``distinct`` groups on pairwise different providers, its
+    ``unattached`` devices under no topology node provider (one with
+    :data:`~compute_plugins.names.TOPOLOGY_NODE_TRAIT`).
+
+    :param provider_summaries: Placement's ``provider_summaries`` of the same
+        answer; without them the ``unattached`` check is skipped.
+    """
+    mappings = allocation_request.get("mappings") or {}
+    return (_apart(alternative.distinct, mappings)
+            and _unattached(alternative.unattached, mappings, provider_summaries))
+
+
+def accepted(alternative: AllocationCandidatesQuery,
+             answer: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The allocation requests of a ``GET /allocation_candidates`` answer
+    that :func:`accept` keeps."""
+    summaries = answer.get("provider_summaries")
+    return [req for req in answer.get("allocation_requests", ())
+            if accept(alternative, req, summaries)]
+
+
+def _apart(suffixes: tuple[str, ...], mappings: Mapping[str, Any]) -> bool:
+    """No provider serves two of ``suffixes``."""
+    used: set[str] = set()
+    for suffix in suffixes:
+        providers = set(mappings.get(suffix, ()))
+        if providers & used:
+            return False
+        used |= providers
+    return True
+
+
+def _unattached(suffixes: tuple[str, ...], mappings: Mapping[str, Any],
+                summaries: Optional[Mapping[str, Any]]) -> bool:
+    """No provider of ``suffixes`` has a topology node provider above it."""
+    if not suffixes or summaries is None:
+        return True
+    return not any(_under_topology_node(rp, summaries)
+                   for suffix in suffixes for rp in mappings.get(suffix, ()))
+
+
+def _under_topology_node(rp: str, summaries: Mapping[str, Any]) -> bool:
+    seen: set[str] = set()
+    current = summaries.get(rp, {}).get("parent_provider_uuid")
+    while current and current not in seen:
+        seen.add(current)
+        summary = summaries.get(current, {})
+        if TOPOLOGY_NODE_TRAIT in summary.get("traits", ()):
+            return True
+        current = summary.get("parent_provider_uuid")
+    return False

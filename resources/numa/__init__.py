@@ -30,6 +30,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.topology import TOPOLOGY
 from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
 from resources.numa import guest, provider, summary
@@ -56,6 +57,9 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     name = "numa"
     #: 1.1: ``NUMAAssignment.floating``.
     version = "1.1"
+    #: Its assignment says where the guest's nodes run
+    #: (``NUMAAssignment.guest_topology``): devices that need it run after.
+    provides = (TOPOLOGY,)
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""

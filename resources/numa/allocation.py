@@ -7,7 +7,7 @@ provider, with the memory in the page size the fit chose (one of the
 group's *choices*). A guest without NUMA topology takes its vCPUs and
 memory from one cell, from two (the vCPUs on one, the memory on the other:
 the unsuffixed group on both), or split evenly over ``k`` cells (groups
-``_SPLIT<j>``), as the query asks them (:mod:`compute_plugins.scheduler.query`).
+``_SPLIT<j>``, :data:`compute_plugins.request.groups.SPLIT_PREFIX`).
 
 :func:`utilization` is how full the host's cells are, for the weighers.
 """
@@ -19,8 +19,7 @@ from typing import Optional
 import os_resource_classes as orc
 
 from compute_plugins.plugin import GroupAllocation
-from compute_plugins.request.groups import KIND_NUMA_CELL
-from compute_plugins.scheduler.query import SPLIT_PREFIX
+from compute_plugins.request.groups import KIND_GUEST_NODE, SPLIT_PREFIX
 from resources.numa.request import (
     NUMAAssignment,
     NUMARequest,
@@ -47,7 +46,7 @@ def allocations(request: NUMARequest, assignment: NUMAAssignment,
     result = []
     if request.cells:
         groups = {g.requester_id: g for g in request_groups(request)
-                  if g.kind == KIND_NUMA_CELL}
+                  if g.kind == KIND_GUEST_NODE}
         for cell in assignment.cells:
             suffix = cell_group_id(cell.guest_cell)
             group = groups.get(suffix)

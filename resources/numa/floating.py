@@ -1,8 +1,9 @@
 """Guests without a NUMA topology: their vCPUs and memory float.
 
 nova does not place such a guest on NUMA cells; here Placement allocates
-its ``VCPU`` and ``MEMORY_MB`` from NUMA cell providers (see
-:mod:`compute_plugins.scheduler.query`), so the fit says which cells, and
+its ``VCPU`` and ``MEMORY_MB`` from NUMA cell providers (the group may be
+``split``: :mod:`compute_plugins.scheduler.providers`), so the fit says
+which cells, and
 the guest XML keeps the guest there (``vcpupin`` to those cells' shared
 CPUs, ``numatune`` on their memory) so the accounting holds. The shapes
 are the query's alternatives, tried in its order:
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 from compute_plugins.plugin import Placement, Rejection
-from compute_plugins.scheduler.query import SPLIT_PREFIX
+from compute_plugins.request.groups import SPLIT_PREFIX
 from resources.numa import cell as cellfit
 from resources.numa.cell import NodeDemand
 from resources.numa.matching import NoMatching, preferred_matching

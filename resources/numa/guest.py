@@ -18,6 +18,11 @@ One fragment per top-level element under ``<domain>``
 A guest without NUMA topology gets no guest NUMA cells: its vCPUs are pinned
 to the shared CPUs of the cells holding them and its memory is kept on the
 cells holding it, so the host's accounting holds.
+
+Before it is given, ``<cpu><numa>`` is checked against the request's vCPUs
+and memory (:func:`check_cells`): libvirt quietly accepts guest cells that
+do not add up to the domain's, so a wrong one would boot a guest other than
+the flavor.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from collections.abc import Sequence
 from typing import Optional
 from xml.etree import ElementTree as ET
 
-from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.compute.guest import MEMORY_UNITS, GuestConfigError
+from compute_plugins.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
 from compute_plugins.plugin import GuestFragment
-from resources.numa.request import NUMAAssignment, NUMARequest
+from resources.numa.request import PLUGIN, NUMAAssignment, NUMARequest
 
 #: nova's ``[libvirt] realtime_scheduler_priority`` default.
 REALTIME_PRIORITY = 1
@@ -122,8 +128,65 @@ def fragments(request: NUMARequest, assignment: NUMAAssignment
         return ()
     elements = [_cputune(request, assignment), _numatune(request, assignment)]
     if request.cells:
-        elements.append(_cpu_numa(request, assignment))
+        cpu = _cpu_numa(request, assignment)
+        check_cells(cpu, request.vcpus, request.memory_mb)
+        elements.append(cpu)
     backing = _memory_backing(request, assignment)
     if backing is not None:
         elements.append(backing)
     return tuple(_fragment(e) for e in elements)
+
+
+def _number(cell: ET.Element, name: str, where: str) -> int:
+    value = cell.get(name)
+    if value is None or not value.strip().isdigit():
+        raise GuestConfigError(PLUGIN, "%s: %s=%r is not a number" % (where, name, value))
+    return int(value)
+
+
+def _kib(value: str, unit: str) -> int:
+    scale = MEMORY_UNITS.get(unit)
+    if scale is None or not value.strip().isdigit():
+        raise GuestConfigError(PLUGIN, "guest NUMA cell memory %r %s is not a "
+                               "libvirt memory size" % (value, unit))
+    return int(value) * scale // 1024
+
+
+def check_cells(cpu: ET.Element, vcpus: int, memory_mb: int) -> None:
+    """The guest NUMA cells of ``cpu`` (its ``<numa>``): distinct ids,
+    disjoint CPUs covering exactly ``vcpus``, memory adding up to
+    ``memory_mb`` (the flavor's).
+
+    :raises GuestConfigError: naming this plugin and the cell.
+    """
+    numa = cpu.find("numa")
+    if numa is None:
+        return
+    ids: set[int] = set()
+    covered: set[int] = set()
+    total_kib = 0
+    for cell in numa.findall("cell"):
+        where = "guest NUMA <cell id='%s'>" % cell.get("id")
+        cell_id = _number(cell, "id", where)
+        if cell_id in ids:
+            raise GuestConfigError(PLUGIN, "%s is given twice" % where)
+        ids.add(cell_id)
+        try:
+            cpus = parse_cpu_spec(cell.get("cpus", ""))
+        except InvalidCPUSpec as err:
+            raise GuestConfigError(PLUGIN, "%s cpus: %s" % (where, err)) from None
+        if not cpus:
+            raise GuestConfigError(PLUGIN, "%s has no CPUs" % where)
+        if cpus & covered:
+            raise GuestConfigError(PLUGIN, "%s: vCPUs %s are in another cell too"
+                                   % (where, format_cpu_spec(cpus & covered)))
+        covered |= cpus
+        total_kib += _kib(cell.get("memory", ""), cell.get("unit", "KiB"))
+    if covered != set(range(vcpus)):
+        raise GuestConfigError(
+            PLUGIN, "guest NUMA cells hold vCPUs %s; the flavor has %d (0-%d)"
+            % (format_cpu_spec(covered) or "none", vcpus, vcpus - 1))
+    if total_kib != memory_mb * 1024:
+        raise GuestConfigError(
+            PLUGIN, "guest NUMA cells hold %d KiB of memory; the flavor has "
+            "%d MiB (%d KiB)" % (total_kib, memory_mb, memory_mb * 1024))

@@ -52,7 +52,7 @@ from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     KIND_FLOATING,
-    KIND_NUMA_CELL,
+    KIND_GUEST_NODE,
     KIND_ROOT,
     PluginAssignment,
     PluginRequest,
@@ -61,6 +61,7 @@ from compute_plugins.request.groups import (
 )
 from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
 from compute_plugins.request.types import FrozenMap, enum_field, min_field
+from compute_plugins.topology import GuestTopology
 
 PLUGIN = "numa"
 
@@ -186,6 +187,13 @@ class NUMAAssignment(PluginAssignment):
     cells: tuple[CellAssignment, ...] = ()
     emulator_threads: frozenset[int] = frozenset()
     floating: bool = False
+
+    def guest_topology(self) -> GuestTopology:
+        """Guest node -> host cell, for the plugins that need the guest's
+        topology (:class:`compute_plugins.topology.PlacesGuest`)."""
+        return GuestTopology(
+            nodes=FrozenMap((cell.guest_cell, cell.host_cell) for cell in self.cells),
+            floating=self.floating)
 
 
 # --------------------------------------------------------------------------
@@ -770,7 +778,8 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
       query builder tries them one by one. The emulator-threads PCPU goes
       with cell 0.
     - A floating guest (no NUMA topology) gets one ``floating`` group with
-      ``split=FLOATING_SPLIT``: see :mod:`compute_plugins.scheduler.query`.
+      ``split=FLOATING_SPLIT``: it may take its CPUs and memory from one
+      cell, or split evenly over several (see :mod:`.floating`).
     - ``hw:cpu_thread_policy`` isolate/require becomes a root trait
       ``!HW_CPU_HYPERTHREADING`` / ``HW_CPU_HYPERTHREADING``, as nova does.
     """
@@ -793,7 +802,7 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
                 resources=FrozenMap(resources),
                 required_traits=frozenset({os_traits.HW_NUMA_ROOT}),
                 choices=tuple(FrozenMap(c) for c in choices),
-                owner=PLUGIN, kind=KIND_NUMA_CELL, numa_node=cell.id))
+                owner=PLUGIN, kind=KIND_GUEST_NODE, node=cell.id))
     else:
         groups.append(RequestGroup(
             requester_id="",

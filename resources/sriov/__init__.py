@@ -28,6 +28,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.topology import TOPOLOGY
 from resources.sriov import fit as sriov_fit
 from resources.sriov import guest, provider, summary
 from resources.sriov import request as sriov_request
@@ -51,8 +52,9 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
     #: AliasRequest vendor/product/device type; host states.
     version = "1.1"
-    #: NUMA affinity needs the host cells of the guest's NUMA nodes.
-    fit_after = ("numa",)
+    #: NUMA affinity needs the host cells of the guest's NUMA nodes: the
+    #: plugin that places the guest decides first.
+    needs = (TOPOLOGY,)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:

@@ -2,7 +2,7 @@
 
 **Ports** (in the request's order): the PF is the one Placement allocated
 the port's group (``_PORT<N>``) from; offline the best PF that can serve it:
-NUMA-affine first (:mod:`compute_plugins.affinity`), then by address, the
+NUMA-affine first (:mod:`compute_plugins.topology`), then by address, the
 next ones tried when the best choices leave a later port without a PF
 (:func:`compute_plugins.search.first_fit`). A PF
 serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
@@ -34,11 +34,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from compute_plugins.affinity import Affinity, guest_host_cells
-from compute_plugins.devices import summarize
+from compute_plugins.devices import PCI_AFFINITY, summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.search import Budget, first_fit
+from compute_plugins.topology import Affinity, guest_host_cells
 from resources.sriov import alias as alias_rules
 from resources.sriov import alias_fit
 from resources.sriov.request import (
@@ -135,9 +135,10 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
 
 def _affinities(request: SRIOVRequest, host_cells: frozenset[int],
                 state: SRIOVState) -> tuple[Affinity, dict[str, Affinity]]:
-    port = Affinity(port_affinity_policy(request), host_cells, state.sockets)
+    port = Affinity(port_affinity_policy(request), host_cells, state.sockets,
+                    key=PCI_AFFINITY)
     aliases = {a.requester_id: Affinity(alias_affinity_policy(request, a),
-                                        host_cells, state.sockets)
+                                        host_cells, state.sockets, key=PCI_AFFINITY)
                for a in request.aliases}
     return port, aliases
 

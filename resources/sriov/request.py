@@ -21,7 +21,7 @@ from typing import Optional
 
 import os_resource_classes as orc
 
-from compute_plugins import names
+from compute_plugins import devices, names
 from compute_plugins.conf import pci as pci_conf
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
@@ -43,7 +43,7 @@ VF_VNIC_TYPES = ("direct", "macvtap")
 #: vnic types that need a device this plugin does not provide.
 UNSUPPORTED_VNIC_TYPES = ("direct-physical", "vdpa", "remote-managed",
                           "accelerator-direct", "accelerator-direct-physical")
-SOCKET_TRAIT = rules.SOCKET_TRAIT
+SOCKET_TRAIT = devices.SOCKET_TRAIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ class SRIOVAssignment(PluginAssignment):
 
 def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
           ) -> Optional[SRIOVRequest]:
-    policy = rules.pci_numa_affinity_policy(ri)
+    policy = devices.pci_affinity_policy(ri)
     ports = []
     for index, port in enumerate(ri.ports):
         source = "port[%d]" % index

@@ -51,7 +51,6 @@ from typing import Optional
 
 from oslo_config import cfg
 
-from compute_plugins.affinity import cell_sockets
 from compute_plugins.conf import pci as pci_conf
 from compute_plugins.devices import (
     MAX_INVENTORY,
@@ -62,6 +61,7 @@ from compute_plugins.devices import (
 from compute_plugins.host.model import HostInfo, PCIDevice
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.text import ascii_int
+from compute_plugins.topology import cell_sockets
 from resources.sriov import alias as alias_rules
 
 LOG = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class DeviceView:
 class SRIOVView:
     pfs: tuple[PFView, ...] = ()
     devices: tuple[DeviceView, ...] = ()
-    #: Host cell -> its socket (:func:`compute_plugins.affinity.cell_sockets`).
+    #: Host cell -> its socket (:func:`compute_plugins.topology.cell_sockets`).
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)
 

@@ -26,6 +26,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.topology import TOPOLOGY
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu import guest, provider, summary
 from resources.vgpu import request as vgpu_request
@@ -54,8 +55,9 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     name = "vgpu"
     #: 1.1: VGPUAssignment.host_cells; host states.
     version = "1.1"
-    #: NUMA affinity needs the host cells of the guest's NUMA nodes.
-    fit_after = ("numa",)
+    #: NUMA affinity needs the host cells of the guest's NUMA nodes: the
+    #: plugin that places the guest decides first.
+    needs = (TOPOLOGY,)
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)

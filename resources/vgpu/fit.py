@@ -5,7 +5,7 @@ Per VGPU group, in the request's order:
 - **the pGPU**: the one Placement allocated the group from (``placement``
   maps the group's suffix to its provider); offline (``placement`` None)
   the best pGPU that can serve it: NUMA-affine first (see
-  :mod:`compute_plugins.affinity`), then by address (deterministic). Two
+  :mod:`compute_plugins.topology`), then by address (deterministic). Two
   groups may share a pGPU (nova's ``group_policy=none``); the second sees
   what the first took, and when the best choices leave a later group
   without a pGPU the next ones are tried (:func:`compute_plugins.search.
@@ -14,7 +14,8 @@ Per VGPU group, in the request's order:
   ``[mdev_<type>] mdev_class`` custom class), the group's required /
   forbidden ``CUSTOM_MDEV_TYPE_*`` traits, enough free instances of its type,
   and the NUMA affinity policy against the host cells of the guest's NUMA
-  nodes (``earlier["numa"]``);
+  nodes (the topology in ``earlier``: the ``needs = (TOPOLOGY,)`` of
+  :class:`~resources.vgpu.VGPUPlugin`);
 - **the mdevs**: existing free mdevs of the type first (sorted), then new
   ones (:func:`resources.vgpu.state.new_mdev_uuid`).
 
@@ -27,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.affinity import Affinity, guest_host_cells
-from compute_plugins.devices import summarize
+from compute_plugins.devices import PCI_AFFINITY, summarize
 from compute_plugins.plugin import Earlier, Placement, Rejection
 from compute_plugins.search import Budget, first_fit
+from compute_plugins.topology import Affinity, guest_host_cells
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
     MdevAssignment,
@@ -99,7 +100,7 @@ def mdevs_problem(state: VGPUState, gpu: PGPUState, requester_id: str,
 
 def _affinity(request: VGPURequest, host_cells: frozenset[int],
               state: VGPUState) -> Affinity:
-    return Affinity(request.affinity, host_cells, state.sockets)
+    return Affinity(request.affinity, host_cells, state.sockets, key=PCI_AFFINITY)
 
 
 def _pick_mdevs(gpu: PGPUState, count: int, taken: Sequence[str]) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from typing import Optional
 
 import os_resource_classes as orc
 
+from compute_plugins import devices
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     AFFINITY_POLICIES,
@@ -121,7 +122,7 @@ def parse(ri: RequestInput) -> Optional[VGPURequest]:
                       "one CUSTOM_MDEV_TYPE_* trait per group")
     if not counts:
         return None
-    policy = rules.pci_numa_affinity_policy(ri)
+    policy = devices.pci_affinity_policy(ri)
     affinity = policy if policy in ("required", "preferred", "socket") else None
     groups = tuple(
         VGPUGroup(requester_id=suffix or UNSUFFIXED_GROUP, count=count,
@@ -144,7 +145,7 @@ def request_groups(req: VGPURequest) -> list[RequestGroup]:
         for g in req.groups]
     if req.affinity == "socket":
         groups.append(RequestGroup(
-            requester_id="", required_traits=frozenset({rules.SOCKET_TRAIT}),
+            requester_id="", required_traits=frozenset({devices.SOCKET_TRAIT}),
             owner=PLUGIN, kind=KIND_ROOT))
     return groups
 

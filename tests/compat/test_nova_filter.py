@@ -37,7 +37,7 @@ from compute_plugins.fit import encode_state, verify_all  # noqa: E402
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import filters as plugin_filters  # noqa: E402
 from compute_plugins.nova import spec as nova_spec  # noqa: E402
-from compute_plugins.request_spec import RequestSpec  # noqa: E402
+from compute_plugins.request_spec import FORMAT_VERSION, RequestSpec  # noqa: E402
 from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 
@@ -360,8 +360,9 @@ def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1)
     nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    major = FORMAT_VERSION.split(".")[0]
     text = spec_obj.scheduler_hints[nova_spec.HINT][0].replace(
-        '"version": "1.0"', '"version": "1.9"', 1)
+        '"version": "%s' % FORMAT_VERSION, '"version": "%s.9' % major, 1)
     spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
     with pytest.raises(Exception, match="newer"):
         RequestSpec.from_nova(spec_obj, manager)

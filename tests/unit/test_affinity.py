@@ -1,17 +1,19 @@
-"""compute_plugins.affinity: nova's PCI NUMA affinity policies, one rule."""
+"""compute_plugins.topology.Affinity: nova's PCI NUMA affinity policies, one
+rule (named in rejections by the device plugins' key, devices.PCI_AFFINITY)."""
 
 from __future__ import annotations
 
 import pytest
 
-from compute_plugins.affinity import (
+from compute_plugins.devices import PCI_AFFINITY
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.topology import (
     AFFINE,
     FALLBACK,
     Affinity,
     cell_sockets,
     guest_host_cells,
 )
-from compute_plugins.request.types import FrozenMap
 from tests.unit.resources.helpers import on_cells, socket_cell
 
 #: Host cells 0, 1 on socket 0; 2, 3 on socket 1.
@@ -19,7 +21,7 @@ TWO_SOCKETS: FrozenMap[int, int] = FrozenMap({0: 0, 1: 0, 2: 1, 3: 1})
 
 
 def affinity(policy, *guest_cells, sockets=TWO_SOCKETS):
-    return Affinity(policy, frozenset(guest_cells), sockets)
+    return Affinity(policy, frozenset(guest_cells), sockets, key=PCI_AFFINITY)
 
 
 def test_cell_sockets_as_nova_sets_them():

@@ -10,7 +10,8 @@ Everything a resource plugin does, in one small package:
   ``accel:fpga_model``) in flavor extra specs (:mod:`.request`);
   ``sample_requests``: a few of them for the conformance kit;
 - ``host_state``, ``fit``, ``verify``: which free card, NUMA-affine to where
-  the ``numa`` plugin put the guest (:mod:`.fit`);
+  the guest sits (``needs = (TOPOLOGY,)``: whichever plugin places the
+  guest decides first and publishes a ``GuestTopology``; :mod:`.fit`);
 - ``group_providers``, ``utilization``: which card's provider serves each
   request group (the allocation the scheduler writes), how full the host is;
 - ``guest_config``: a PCI ``<hostdev>`` per card (:mod:`.guest`).
@@ -39,6 +40,7 @@ from compute_plugins.plugin import (
 )
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.topology import TOPOLOGY
 from compute_plugins_fpga import fit as fpga_fit
 from compute_plugins_fpga import guest, request, view
 from compute_plugins_fpga.fit import KIND, FPGAState
@@ -53,8 +55,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
 
     name = "fpga"
     version = "1.0"
-    #: NUMA affinity needs the host cells the numa plugin chose.
-    fit_after = ("numa",)
+    #: NUMA affinity needs the host cells of the guest's nodes, from the
+    #: plugin that places the guest (whichever it is).
+    needs = (TOPOLOGY,)
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:

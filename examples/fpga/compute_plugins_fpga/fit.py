@@ -4,9 +4,12 @@ The state lists every card with its provider, model, cell and whether a
 guest uses it. ``fit`` gives each request group a free card of the model:
 the one Placement allocated the group from (``placement`` maps the group to
 its provider), or offline the free cards NUMA-affine to the guest first
-(``earlier["numa"]``: the host cells the numa plugin put the guest's NUMA
-nodes on, :func:`compute_plugins.affinity.guest_host_cells`), then by
-address. It returns :func:`verify` of what it built, so the checks the
+(the host cells of the guest's nodes, from the ``GuestTopology`` the plugin
+that places the guest published in ``earlier``:
+:func:`compute_plugins.topology.guest_host_cells`), then by address. The
+assignment records those host cells, so that ``verify`` (which gets no
+``earlier``) checks the same affinity, and ``verify_all`` checks they are
+still where the guest sits. It returns :func:`verify` of what it built, so the checks the
 compute's claim runs are the scheduler's own.
 """
 
@@ -17,10 +20,11 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 from compute_plugins import names
-from compute_plugins.affinity import Affinity, guest_host_cells
+from compute_plugins.devices import PCI_AFFINITY
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.plugin import Earlier, Placement, Rejection
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.topology import Affinity, guest_host_cells
 from compute_plugins_fpga.request import (
     PLUGIN,
     CardAssignment,
@@ -100,7 +104,8 @@ def card_problem(card: CardState, request: FPGARequest, affinity: Affinity,
 
 def fit(state: FPGAState, request: FPGARequest, placement: Placement,
         earlier: Earlier) -> Union[FPGAAssignment, Rejection]:
-    affinity = Affinity(request.affinity, guest_host_cells(earlier), state.sockets)
+    affinity = Affinity(request.affinity, guest_host_cells(earlier), state.sockets,
+                        key=PCI_AFFINITY)
     chosen: list[CardAssignment] = []
     for requester_id in request.requester_ids:
         taken = [c.address for c in chosen]
@@ -132,7 +137,8 @@ def fit(state: FPGAState, request: FPGARequest, placement: Placement,
 
 def verify(state: FPGAState, request: FPGARequest,
            assignment: FPGAAssignment) -> Optional[Rejection]:
-    affinity = Affinity(request.affinity, frozenset(assignment.host_cells), state.sockets)
+    affinity = Affinity(request.affinity, frozenset(assignment.host_cells), state.sockets,
+                        key=PCI_AFFINITY)
     wanted = request.requester_ids
     if tuple(c.requester_id for c in assignment.cards) != wanted:
         return Rejection("the assignment serves FPGA groups %s, the request asks %s"

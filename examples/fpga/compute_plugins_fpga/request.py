@@ -12,8 +12,9 @@ NUMA affinity follows nova's ``hw:pci_numa_affinity_policy`` (or the image's
 a card on one of the guest's host cells, or one without NUMA information.
 
 Each card is one Placement request group ``_FPGA<i>`` (a card's provider has
-one unit, so N groups take N cards) of kind ``device``: the framework's
-query ties it to the guest's NUMA nodes with ``same_subtree``.
+one unit, so N groups take N cards) of kind ``device`` with the policy as
+its ``affinity``: the framework ties it to the guest's topology nodes (the
+``guest_node`` groups) without knowing which plugin asked for either.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from compute_plugins import devices
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     KIND_DEVICE,
@@ -101,7 +103,7 @@ def parse(ri: RequestInput, models: list[str]) -> Optional[FPGARequest]:
                   "([fpga] models is empty)")
         return None
     chosen = model or models[0]
-    policy = rules.pci_numa_affinity_policy(ri) or DEFAULT_POLICY
+    policy = devices.pci_affinity_policy(ri) or DEFAULT_POLICY
     return FPGARequest(count=count, model=chosen, resource_class=resource_class(chosen),
                        affinity=policy)
 

@@ -19,10 +19,10 @@ from typing import Optional
 from oslo_config import cfg
 
 from compute_plugins import names
-from compute_plugins.affinity import cell_sockets
 from compute_plugins.devices import InvalidOptionValue, NUMAParents
 from compute_plugins.host.model import HostInfo
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.topology import cell_sockets
 
 GROUP = "fpga"
 MODELS = "[fpga] models"

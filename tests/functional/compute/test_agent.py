@@ -36,7 +36,8 @@ from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import build_request_spec
-from compute_plugins.scheduler import candidates
+from compute_plugins.scheduler import query
+from compute_plugins.scheduler.query import preview
 from tests.functional.placement.conftest import CLI, cli_env
 
 HOSTS = Path(__file__).parents[2] / "fixtures" / "hosts"
@@ -146,10 +147,10 @@ class Host:
         states = {name: decode_state(plugins.plugins[name], doc)
                   for name, doc in snapshot.states.items()}
         client = self.placement.client()
-        for alternative in spec.placement_query().alternatives:
+        for alternative in preview(spec).alternatives:
             answer = client.get("/allocation_candidates?"
                                 + alternative.to_querystring())
-            accepted = sorted(candidates.accepted(alternative, answer),
+            accepted = sorted(query.accepted(alternative, answer),
                               key=lambda r: not preferred & set(r["allocations"]))
             for request in accepted:
                 if not set(request["allocations"]) <= set(snapshot.providers):

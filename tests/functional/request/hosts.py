@@ -27,7 +27,8 @@ from compute_plugins.host.model import (
 )
 from compute_plugins.manager import PluginManager
 from compute_plugins.placement import report
-from compute_plugins.scheduler import candidates
+from compute_plugins.scheduler import query
+from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import ALIASES
 
 HEADERS = {"OpenStack-API-Version": "placement 1.39"}
@@ -155,10 +156,10 @@ class Placement:
     def candidates(self, spec: Any, roots: dict[str, str]) -> set[str]:
         """Labels of ``roots`` with an accepted candidate for any alternative."""
         found = set()
-        for alt in spec.placement_query().alternatives:
+        for alt in preview(spec).alternatives:
             answer = self.answer(alt)
             summaries = answer["provider_summaries"]
-            for req in candidates.accepted(alt, answer):
+            for req in query.accepted(alt, answer):
                 for rp in req["allocations"]:
                     root = summaries[rp]["root_provider_uuid"]
                     if root in roots:

@@ -4,7 +4,7 @@ Every host is built by the REAL plugins' provider code and synced by the
 report client (:mod:`tests.functional.request.hosts`), so a trait or
 resource class that drifts between the providers and the query fails here.
 Each test asserts that the candidates, after
-:func:`compute_plugins.scheduler.candidates.accept`, are exactly the hosts
+:func:`compute_plugins.scheduler.query.accept`, are exactly the hosts
 that can serve the request; :func:`test_every_alternative_is_accepted_by_placement`
 sends every alternative of random valid requests and expects no 400.
 """
@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from compute_plugins.placement import embedded
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
+from compute_plugins.scheduler.query import preview
 from tests.functional.request.hosts import HEADERS, Placement, cell
 from tests.unit.request.conftest import build, make_manager
 
@@ -113,7 +114,7 @@ def test_huge_pages_large_tries_each_size(placement, manager):
                         ("small-only", {})]:
         roots[placement.host(name, [cell(4, 8192 if not pages else 512, pages)])] = name
     large = build(manager, {"hw:mem_page_size": "large"}, vcpus=2, memory_mb=2048)
-    assert large.placement_query().alternatives[0].description.endswith(
+    assert preview(large).alternatives[0].description.endswith(
         "CUSTOM_MEMORY_PAGE_1048576KB")  # nova: largest page size first
     assert placement.candidates(large, roots) == {"2m", "1g"}
     any_size = build(manager, {"hw:mem_page_size": "any"}, vcpus=2, memory_mb=2048)
@@ -255,7 +256,7 @@ def test_every_alternative_is_accepted_by_placement(placement, manager, specs, v
                      ports=[{"vnic_type": "direct", "physnet": "physnet1"}] * ports)
     except (RequestValidationError, RequestInputError):
         return
-    for alt in spec.placement_query().alternatives:
+    for alt in preview(spec).alternatives:
         placement.define_resource_classes(*(
             rc for group in alt.groups for rc in group.resources if rc.startswith("CUSTOM_")))
         placement.answer(alt)  # asserts 200

@@ -7,6 +7,7 @@ tests/functional/compute/test_guest_libvirt.py; here the structure.
 from __future__ import annotations
 
 import dataclasses
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -133,30 +134,12 @@ def test_vcpu_takes_attributes_not_a_count():
        "</cputune>"), "vCPU 1 is pinned twice"),
     (D("<cputune><emulatorpin cpuset='2'/><emulatorpin cpuset='3'/></cputune>"),
      "allowed once"),
-    (D("<cpu><numa><cell id='0' cpus='0-2' memory='2048' unit='MiB'/></numa></cpu>"),
-     "hold vCPUs 0-2; the flavor has 4"),
-    (D("<cpu><numa><cell id='0' cpus='0-3' memory='1024' unit='MiB'/></numa></cpu>"),
-     "1048576 KiB of memory; the flavor has 2048 MiB"),
-    (D("<cpu><numa><cell id='0' cpus='0-1' memory='1' unit='GiB'/>"
-       "<cell id='0' cpus='2-3' memory='1' unit='GiB'/></numa></cpu>"), "given twice"),
-    (D("<cpu><numa><cell id='0' cpus='0-2' memory='1' unit='GiB'/>"
-       "<cell id='1' cpus='2-3' memory='1' unit='GiB'/></numa></cpu>"),
-     "vCPUs 2 are in another cell"),
-    (D("<cpu><numa><cell id='0' cpus='0-3' memory='2' unit='furlongs'/></numa></cpu>"),
-     "not a libvirt memory size"),
 ])
 def test_malformed_fragments_name_the_plugin(fragment, message):
     with pytest.raises(GuestConfigError, match=message) as err:
         dom(fragment, plugin="numa")
     assert err.value.plugin == "numa"
     assert str(err.value).startswith("guest XML of plugin numa: ")
-
-
-def test_guest_cells_in_any_unit_add_up():
-    root = ET.fromstring(dom(D(
-        "<cpu><numa><cell id='0' cpus='0-1' memory='1' unit='GiB'/>"
-        "<cell id='1' cpus='2-3' memory='1048576'/></numa></cpu>")))
-    assert len(root.findall("cpu/numa/cell")) == 2
 
 
 def test_a_pin_twice_across_plugins_names_the_first():
@@ -325,3 +308,48 @@ def test_describe_fields_lists_one_line_per_device():
         "ports[1]: port_id=port-b, vf_address=",
     ]
     assert describe_fields(PortsAssignment()) == ["ports=[], host_cells=[], policy="]
+
+
+@pytest.mark.parametrize("first, second, refused", [
+    ("<numatune><memory mode='strict' nodeset='0'/></numatune>",
+     "<numatune><memory mode='strict' nodeset='1'/></numatune>",
+     "<numatune><memory> is allowed once"),
+    ("<cpu><numa><cell id='0' cpus='0-1' memory='512' unit='MiB'/></numa></cpu>",
+     "<cpu><numa><cell id='1' cpus='0-1' memory='512' unit='MiB'/></numa></cpu>",
+     "<cpu><numa> is allowed once"),
+    ("<features><acpi/></features>", "<features><acpi/></features>",
+     "<features><acpi> is allowed once"),
+    ("<numatune><memnode cellid='0' mode='strict' nodeset='0'/></numatune>",
+     "<numatune><memnode cellid='1' mode='strict' nodeset='1'/></numatune>", None),
+    ("<clock offset='utc'><timer name='rtc'/></clock>",
+     "<clock><timer name='pit'/></clock>", None),
+    ("<cpu><feature policy='require' name='vmx'/></cpu>",
+     "<cpu><feature policy='disable' name='svm'/></cpu>", None),
+    ("<metadata><a:x xmlns:a='urn:a'/></metadata>",
+     "<metadata><a:x xmlns:a='urn:a'/></metadata>", None),
+])
+def test_children_libvirt_allows_once_by_its_schema(first, second, refused):
+    contributions = [("one", [D(first)]), ("two", [D(second)])]
+    if refused is None:
+        guest.assemble(contributions, name="g", vcpus=2, memory_mb=1024)
+        return
+    with pytest.raises(GuestConfigError, match=refused + " and plugin one gives it"):
+        guest.assemble(contributions, name="g", vcpus=2, memory_mb=1024)
+
+
+RNG = "/usr/share/libvirt/schemas/domaincommon.rng"
+
+
+@pytest.mark.skipif(not os.path.exists(RNG), reason="libvirt's schema is not installed")
+def test_repeated_children_are_libvirts():
+    """Each name of REPEATED_CHILDREN repeats (zeroOrMore/oneOrMore) in
+    libvirt's domain schema."""
+    ns = "{http://relaxng.org/ns/structure/1.0}"
+    repeating = set()
+    for many in [*ET.parse(RNG).getroot().iter(ns + "zeroOrMore"),
+                 *ET.parse(RNG).getroot().iter(ns + "oneOrMore")]:
+        repeating.update(e.get("name") for e in many.iter(ns + "element"))
+        for ref in many.iter(ns + "ref"):
+            repeating.add(ref.get("name"))
+    assert guest.REPEATED_CHILDREN <= repeating, guest.REPEATED_CHILDREN - repeating
+    assert not {"emulatorpin", "hugepages", "memory", "numa"} & repeating

@@ -223,7 +223,7 @@ def test_a_built_spec_always_reads_back(count):
     ({"kind": "bogus"}, "'bogus' is not one of"),
     ({"affinity": "bogus"}, "'bogus' is not one of"),
     ({"split": 0}, "below 1"),
-    ({"numa_node": -1}, "got -1"),
+    ({"node": -1}, "got -1"),
     ({"owner": 3}, "expected str"),
 ])
 def test_a_bad_group_cannot_be_built(kwargs, text):
@@ -254,12 +254,12 @@ AMOUNTS = st.one_of(st.integers(-2, MAX_INT + 2), st.booleans(),
        required=st.frozensets(TRAITS, max_size=2),
        member_of=st.lists(st.lists(st.sampled_from([AGG, AGG.upper(), "x"]),
                                    max_size=2), max_size=2),
-       numa_node=st.one_of(st.none(), st.integers(-1, 3)))
+       node=st.one_of(st.none(), st.integers(-1, 3)))
 def test_a_group_that_exists_reads_back_equal(resources, required, member_of,
-                                              numa_node):
+                                              node):
     try:
         group = RequestGroup("1", resources=resources, required_traits=required,
-                             member_of=member_of, numa_node=numa_node)
+                             member_of=member_of, node=node)
     except ValueError:
         return
     assert decode(RequestGroup, encode(group)) == group

@@ -8,6 +8,7 @@ from compute_plugins.conf import pci as pci_conf
 from compute_plugins.exception import ConfigError
 from compute_plugins.request.errors import RequestInputError
 from compute_plugins.request_spec import build_request_spec
+from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import build, make_manager, problems
 
 AGG = "7a9bd3a0-3a3c-4a5e-9f7c-6a1f1e5b1c2d"
@@ -19,7 +20,7 @@ def assert_problem(found, key, text):
 
 
 def groups(spec):
-    return {g.requester_id: g for g in spec.placement_query().alternatives[0].groups}
+    return {g.requester_id: g for g in preview(spec).alternatives[0].groups}
 
 
 # -- generic -----------------------------------------------------------------------
@@ -36,24 +37,24 @@ def test_generic_resources_and_traits(manager):
     assert got["1"].forbidden_traits == {"CUSTOM_RED"}
     assert got["1"].member_of == (tuple(sorted((AGG, AGG2))),)
     # unsuffixed traits describe the host: root_required (see query module)
-    assert "HW_CPU_X86_AVX2" in spec.placement_query().alternatives[0].root_required
+    assert "HW_CPU_X86_AVX2" in preview(spec).alternatives[0].root_required
     assert not got[""].required_traits
     assert got[""].forbidden_aggregates == {AGG2}
     assert spec.generic.group_policy == "none"
-    qs = spec.placement_query().alternatives[0].to_querystring()
+    qs = preview(spec).alternatives[0].to_querystring()
     assert "member_of1=in%3A" in qs and "member_of=%21in%3A" in qs
 
 
 def test_unsuffixed_traits_are_root_traits(manager):
-    alt = build(manager, {"trait:CUSTOM_X": "required",
-                          "trait:CUSTOM_Y": "forbidden"}).placement_query().alternatives[-1]
+    alt = preview(build(manager, {"trait:CUSTOM_X": "required",
+                                  "trait:CUSTOM_Y": "forbidden"})).alternatives[-1]
     assert "CUSTOM_X" in alt.root_required and "CUSTOM_Y" in alt.root_forbidden
     assert not any(g.required_traits for g in alt.groups if not g.requester_id)
 
 
 def test_image_traits_required(manager):
     spec = build(manager, image={"traits_required": ["HW_CPU_X86_AVX2"]})
-    assert "HW_CPU_X86_AVX2" in spec.placement_query().alternatives[0].root_required
+    assert "HW_CPU_X86_AVX2" in preview(spec).alternatives[0].root_required
 
 
 @pytest.mark.parametrize("specs,key,text", [
@@ -100,13 +101,13 @@ def test_required_and_forbidden_on_the_host_is_refused(manager):
 
 def test_group_policy_none_is_accepted_with_guest_nodes(manager):
     spec = build(manager, {"hw:numa_nodes": "2", "group_policy": "none"})
-    alt = spec.placement_query().alternatives[0]
+    alt = preview(spec).alternatives[0]
     assert alt.group_policy == "none" and alt.distinct == ("_NUMA0", "_NUMA1")
 
 
 def test_user_group_policy_is_honoured(manager):
     spec = build(manager, {"hw:numa_nodes": "2", "group_policy": "isolate"})
-    assert spec.placement_query().alternatives[0].group_policy == "isolate"
+    assert preview(spec).alternatives[0].group_policy == "isolate"
 
 
 @pytest.mark.parametrize("key", ["resources1:CUSTOM_X", "resources:VGPU",
@@ -135,7 +136,7 @@ def test_other_namespaces_are_left_alone(manager):
     plain = build(manager, {})
     assert dict(spec.flavor.extra_specs) == others
     assert spec.requests == plain.requests
-    assert spec.placement_query() == plain.placement_query()
+    assert preview(spec) == preview(plain)
 
 
 # -- vgpu ---------------------------------------------------------------------------
@@ -172,7 +173,7 @@ def test_vgpu_socket_affinity_adds_the_root_trait(manager):
     spec = build(manager, {"resources:VGPU": "1", "hw:numa_nodes": "1",
                            "hw:pci_numa_affinity_policy": "socket"})
     assert "COMPUTE_SOCKET_PCI_NUMA_AFFINITY" in (
-        spec.placement_query().alternatives[0].root_required)
+        preview(spec).alternatives[0].root_required)
 
 
 # -- sriov ----------------------------------------------------------------------------
@@ -204,8 +205,8 @@ def test_alias(manager):
 def test_pci_numa_affinity_policy(manager, policy):
     spec = build(manager, {"hw:pci_numa_affinity_policy": policy,
                            "hw:numa_nodes": "1"}, ports=[PORT])
-    alt = spec.placement_query().alternatives[0]
-    assert alt.group("_PORT0").affinity == policy
+    alt = preview(spec).alternatives[0]
+    assert next(g for g in alt.groups if g.requester_id == "_PORT0").affinity == policy
     if policy in ("required", "legacy"):
         assert alt.same_subtree == (("_NUMA0", "_PORT0"),)
     else:

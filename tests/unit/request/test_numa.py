@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import build, problems
+
+
+def group_of(alternative, suffix):
+    return next(g for g in alternative.groups if g.requester_id == suffix)
 
 
 def numa(spec):
@@ -52,7 +57,7 @@ def test_thread_policy(manager, thread):
     spec = build(manager, {"hw:cpu_policy": "dedicated",
                            "hw:cpu_thread_policy": thread})
     assert numa(spec).cpu_thread_policy == thread
-    root = spec.placement_query().alternatives[0]
+    root = preview(spec).alternatives[0]
     if thread == "isolate":
         assert "HW_CPU_HYPERTHREADING" in root.root_forbidden
     elif thread == "require":
@@ -63,7 +68,7 @@ def test_emulator_threads_isolate_adds_a_pcpu(manager):
     spec = build(manager, {"hw:cpu_policy": "dedicated",
                            "hw:emulator_threads_policy": "isolate"})
     assert numa(spec).extra_pcpus == 1
-    group = spec.placement_query().alternatives[0].group("_NUMA0")
+    group = group_of(preview(spec).alternatives[0], "_NUMA0")
     assert group.resources["PCPU"] == 5
 
 
@@ -108,8 +113,8 @@ def test_image_page_size_allowed_against_large(manager):
 ])
 def test_largest_page_size_first(manager, size, order):
     spec = build(manager, {"hw:mem_page_size": size}, vcpus=2, memory_mb=2048)
-    got = [next(rc for rc in a.group("_NUMA0").resources if "MEM" in rc)
-           for a in spec.placement_query().alternatives]
+    got = [next(rc for rc in group_of(a, "_NUMA0").resources if "MEM" in rc)
+           for a in preview(spec).alternatives]
     assert got == order
 
 
@@ -133,7 +138,7 @@ def test_nova_keys_no_plugin_schedules_are_accepted(manager):
     plain = build(manager, {})
     assert dict(spec.flavor.extra_specs) == keys
     assert numa(spec) == numa(plain)
-    assert spec.placement_query() == plain.placement_query()
+    assert preview(spec) == preview(plain)
     assert_problem(problems(manager, {"hw:cpu_sokets": "2"}), "hw:cpu_sokets",
                    "does not appear to be a valid extra spec")
 
@@ -143,7 +148,7 @@ def test_a_huge_vcpu_count_stays_a_count(manager):
     never a set of numbered guest CPUs; numbering that many is refused."""
     spec = build(manager, {}, vcpus=100000000, memory_mb=4096)
     assert [[dict(g.resources) for g in alt.groups]
-            for alt in spec.placement_query().alternatives] == [
+            for alt in preview(spec).alternatives] == [
         [{"VCPU": 100000000, "MEMORY_MB": 4096}],
         [{"VCPU": 50000000, "MEMORY_MB": 2048}, {"VCPU": 50000000, "MEMORY_MB": 2048}]]
     req = numa(spec)

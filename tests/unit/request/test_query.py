@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins.scheduler import candidates, query
+from compute_plugins.scheduler import query
+from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import build
 
 
 def alts(spec):
-    return spec.placement_query().alternatives
+    return preview(spec).alternatives
 
 
 # Placement answers 400 to a group without resources outside same_subtree.
@@ -40,7 +41,7 @@ def test_two_guest_nodes_use_group_policy_none_and_the_filter(manager):
                          "_PORT1": ["p"]}}
     apart = {"mappings": {"_NUMA0": ["a"], "_NUMA1": ["b"], "_PORT0": ["p"],
                           "_PORT1": ["p"]}}
-    assert not candidates.accept(alt, same) and candidates.accept(alt, apart)
+    assert not query.accept(alt, same) and query.accept(alt, apart)
 
 
 def test_legacy_adds_an_alternative_without_same_subtree_last(manager):
@@ -48,23 +49,23 @@ def test_legacy_adds_an_alternative_without_same_subtree_last(manager):
                  ports=[{"vnic_type": "direct", "physnet": "p"}])
     found = alts(spec)
     assert [a.same_subtree for a in found] == [(("_NUMA0", "_PORT0"),), ()]
-    assert found[-1].numa_free == ("_PORT0",)
+    assert found[-1].unattached == ("_PORT0",)
     required = build(manager, {"hw:numa_nodes": "1",
                                "hw:pci_numa_affinity_policy": "required"},
                      ports=[{"vnic_type": "direct", "physnet": "p"}])
-    assert all(a.same_subtree and not a.numa_free for a in alts(required))
+    assert all(a.same_subtree and not a.unattached for a in alts(required))
     summaries = {"pf": {"parent_provider_uuid": "n0", "traits": []},
                  "n0": {"parent_provider_uuid": "root", "traits": ["HW_NUMA_ROOT"]},
                  "root": {"parent_provider_uuid": None, "traits": []},
                  "pf2": {"parent_provider_uuid": "root", "traits": []}}
-    assert not candidates.accept(found[-1], {"mappings": {"_PORT0": ["pf"]}}, summaries)
-    assert candidates.accept(found[-1], {"mappings": {"_PORT0": ["pf2"]}}, summaries)
+    assert not query.accept(found[-1], {"mappings": {"_PORT0": ["pf"]}}, summaries)
+    assert query.accept(found[-1], {"mappings": {"_PORT0": ["pf2"]}}, summaries)
 
 
 def test_cut_alternatives_are_announced(manager, monkeypatch):
     monkeypatch.setattr(query, "MAX_ALTERNATIVES", 1)
     spec = build(manager, {"hw:numa_nodes": "2", "hw:pci_numa_affinity_policy":
                            "required"}, ports=[{"vnic_type": "direct", "physnet": "p"}] * 2)
-    found = spec.placement_query()
+    found = preview(spec)
     assert len(found.alternatives) == 1 and found.warnings
     assert "warning: more than 1" in str(found)

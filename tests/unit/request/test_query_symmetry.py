@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from compute_plugins.request.groups import (
     KIND_DEVICE,
-    KIND_NUMA_CELL,
+    KIND_GUEST_NODE,
     RequestGroup,
 )
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.scheduler.query import derive_from_groups
+from compute_plugins.scheduler.query import derive
 
 PAGES: tuple[FrozenMap[str, int], ...] = (FrozenMap({"CUSTOM_MEMORY_PAGE_2048KB": 512}),
          FrozenMap({"CUSTOM_MEMORY_PAGE_1048576KB": 1}))
@@ -17,7 +17,7 @@ PAGES: tuple[FrozenMap[str, int], ...] = (FrozenMap({"CUSTOM_MEMORY_PAGE_2048KB"
 def cell(node: int, pcpus: int = 2, choices=PAGES) -> RequestGroup:
     return RequestGroup("_NUMA%d" % node, resources=FrozenMap({"PCPU": pcpus}),
                         required_traits=frozenset({"HW_NUMA_ROOT"}),
-                        kind=KIND_NUMA_CELL, numa_node=node, choices=choices)
+                        kind=KIND_GUEST_NODE, node=node, choices=choices)
 
 
 def port(index: int) -> RequestGroup:
@@ -35,12 +35,12 @@ def placements(query):
         result.append({g.requester_id: (
             next(rc for rc in g.resources if rc.startswith("CUSTOM_MEMORY_PAGE")),
             frozenset(under.get(g.requester_id, ())))
-            for g in alt.groups if g.kind == KIND_NUMA_CELL})
+            for g in alt.groups if g.kind == KIND_GUEST_NODE})
     return result
 
 
 def test_like_nodes_are_not_permuted():
-    query = derive_from_groups([cell(0), cell(1), port(0)])
+    query = derive([cell(0), cell(1), port(0)])
     got = placements(query)
     # Port under one node; that node's pages and the other's: 2 x 2 choices.
     assert len(got) == 4
@@ -49,13 +49,13 @@ def test_like_nodes_are_not_permuted():
 
 
 def test_unlike_nodes_are_all_tried():
-    query = derive_from_groups([cell(0, pcpus=2), cell(1, pcpus=4), port(0)])
+    query = derive([cell(0, pcpus=2), cell(1, pcpus=4), port(0)])
     # No symmetry: 2 x 2 page choices x 2 places for the port.
     assert len(query.alternatives) == 8
 
 
 def test_two_ports_on_like_nodes():
-    query = derive_from_groups([cell(0, choices=()), cell(1, choices=()),
+    query = derive([cell(0, choices=()), cell(1, choices=()),
                                 port(0), port(1)])
     got = placements_without_pages(query)
     # Both ports under one node, or one under each: two alternatives.

@@ -17,6 +17,7 @@ from compute_plugins.request.errors import (
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.request_spec import FORMAT_VERSION, RequestSpec, build_request_spec
+from compute_plugins.scheduler.query import preview
 from resources.numa.request import CellAssignment, NUMAAssignment
 from resources.sriov.request import SRIOVAssignment, VFAssignment
 from resources.vgpu.request import MdevAssignment, VGPUAssignment
@@ -84,13 +85,16 @@ def test_round_trip_with_decision(manager):
     again = RequestSpec.from_json(text, manager)
     assert again == spec
     assert again.to_json() == text
-    assert again.placement_query() == spec.placement_query()
+    assert preview(again) == preview(spec)
+
+
+MAJOR, MINOR = (int(part) for part in FORMAT_VERSION.split("."))
 
 
 @pytest.mark.parametrize("mutate,text", [
-    (lambda d: d.update(version="1.%d" % (int(FORMAT_VERSION.split(".")[1]) + 1)),
-     "newer than this reader"),
-    (lambda d: d.update(version="2.0"), "newer than this reader"),
+    (lambda d: d.update(version="%s.%d" % (MAJOR, MINOR + 1)), "newer than this reader"),
+    (lambda d: d.update(version="%d.0" % (MAJOR + 1)), "newer than this reader"),
+    (lambda d: d.update(version="%d.9" % (MAJOR - 1)), "older than this reader"),
     (lambda d: d["plugins"].update(gpu9000="1.0"), "'gpu9000', which is not loaded"),
     (lambda d: d["plugins"].update(numa="1.9"), "newer than the loaded plugin"),
     (lambda d: d.update(format="other"), "not a compute_plugins.RequestSpec"),
@@ -155,7 +159,7 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
         return
     except RequestInputError:
         return
-    query = spec.placement_query()
+    query = preview(spec)
     assert query.alternatives
     for alt in query.alternatives:
         alt.to_querystring()

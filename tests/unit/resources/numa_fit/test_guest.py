@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from xml.etree import ElementTree as ET
 
 import libvirt
 import pytest
 
+from compute_plugins.compute.guest import GuestConfigError
 from resources.numa.fit import fit
-from resources.numa.guest import fragments
+from resources.numa.guest import check_cells, fragments
 from resources.numa.request import NUMAAssignment
 from tests.unit.resources.numa_fit.helpers import cell, floating, request, state
 
@@ -136,3 +138,44 @@ def test_a_guest_that_is_not_realtime_keeps_shared_pages():
     req = request([(2, 512)], page="large")
     xml = elements(req, decide(host(), req))
     assert [e.tag for e in xml["memoryBacking"]] == ["hugepages"]
+
+
+# -- the guest cells against the flavor (libvirt takes the cells' sum) --------
+
+
+@pytest.mark.parametrize("xml, message", [
+    ("<cpu><numa><cell id='0' cpus='0-2' memory='2048' unit='MiB'/></numa></cpu>",
+     "hold vCPUs 0-2; the flavor has 4"),
+    ("<cpu><numa><cell id='0' cpus='0-3' memory='1024' unit='MiB'/></numa></cpu>",
+     "1048576 KiB of memory; the flavor has 2048 MiB"),
+    ("<cpu><numa><cell id='0' cpus='0-1' memory='1' unit='GiB'/>"
+     "<cell id='0' cpus='2-3' memory='1' unit='GiB'/></numa></cpu>", "given twice"),
+    ("<cpu><numa><cell id='0' cpus='0-2' memory='1' unit='GiB'/>"
+     "<cell id='1' cpus='2-3' memory='1' unit='GiB'/></numa></cpu>",
+     "vCPUs 2 are in another cell"),
+    ("<cpu><numa><cell id='0' cpus='0-3' memory='2' unit='furlongs'/></numa></cpu>",
+     "not a libvirt memory size"),
+    ("<cpu><numa><cell id='x' cpus='0-3' memory='2' unit='GiB'/></numa></cpu>",
+     "id='x' is not a number"),
+])
+def test_guest_cells_that_do_not_cover_the_flavor_name_the_plugin(xml, message):
+    with pytest.raises(GuestConfigError, match=message) as err:
+        check_cells(ET.fromstring(xml), vcpus=4, memory_mb=2048)
+    assert err.value.plugin == "numa"
+    assert str(err.value).startswith("guest XML of plugin numa: ")
+
+
+def test_guest_cells_in_any_unit_add_up():
+    check_cells(ET.fromstring(
+        "<cpu><numa><cell id='0' cpus='0-1' memory='1' unit='GiB'/>"
+        "<cell id='1' cpus='2-3' memory='1048576'/></numa></cpu>"), vcpus=4, memory_mb=2048)
+
+
+def test_the_plugins_own_fragment_is_checked():
+    req = request([(2, 1024), (2, 1024)], policy="dedicated")
+    got = decide(host(), req)
+    assert elements(req, got)["cpu"].find("numa") is not None
+    wrong = dataclasses.replace(req, memory_mb=4096)  # cells of another flavor
+    with pytest.raises(GuestConfigError, match="2097152 KiB of memory; the "
+                       "flavor has 4096 MiB"):
+        fragments(wrong, got)

@@ -1,0 +1,110 @@
+"""compute_plugins.topology: the guest's topology as a typed contract.
+
+A plugin that places the guest publishes a GuestTopology through its
+assignment (PlacesGuest); a plugin that needs it runs after it (``needs``
+/ ``provides`` roles, resolved by fit_order) and reads it from ``earlier``
+without naming it. (The affinity rules: test_affinity.py; a whole plugin
+using them: tests/unit/resources/test_fpga_topology.py.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from compute_plugins import exception
+from compute_plugins.fit import fit_order, runs_after
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.topology import (
+    TOPOLOGY,
+    GuestTopology,
+    PlacesGuest,
+    RecordsGuestCells,
+    guest_host_cells,
+    guest_topology,
+    recorded_cells_problem,
+    topology_provider,
+)
+from resources.numa.request import CellAssignment, NUMAAssignment
+from tests.unit.resources.helpers import on_cells
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    nodes: FrozenMap[int, int]
+
+    def guest_topology(self) -> GuestTopology:
+        return GuestTopology(nodes=self.nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    host_cells: tuple[int, ...] = ()
+
+
+def test_a_topology_is_frozen_and_says_its_host_cells():
+    topology = GuestTopology(nodes={0: 3, 1: 1, 2: 3})
+    assert isinstance(topology.nodes, FrozenMap)
+    assert topology.host_cells == {1, 3}
+    assert GuestTopology(nodes={0: 3}, floating=True).host_cells == frozenset()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        topology.floating = True  # type: ignore[misc]
+
+
+def test_the_numa_assignment_places_the_guest():
+    numa = NUMAAssignment(cells=(CellAssignment(guest_cell=0, host_cell=2),
+                                 CellAssignment(guest_cell=1, host_cell=0)))
+    assert isinstance(numa, PlacesGuest)
+    assert numa.guest_topology() == GuestTopology(nodes=FrozenMap({0: 2, 1: 0}))
+    floating = dataclasses.replace(numa, floating=True)
+    assert floating.guest_topology().floating
+
+
+def test_earlier_is_read_by_what_it_is_not_by_name():
+    earlier = {"disk": object(), "cells": Placed(FrozenMap({0: 1}))}
+    assert topology_provider(earlier) == ("cells", GuestTopology(FrozenMap({0: 1})))
+    assert guest_topology(earlier) == GuestTopology(FrozenMap({0: 1}))
+    assert guest_host_cells(earlier) == {1}
+    assert guest_topology({"disk": object()}) is None
+    assert guest_host_cells({}) == frozenset()
+    assert guest_host_cells(on_cells(3, 1)) == {1, 3}
+
+
+def test_recorded_cells_are_checked_against_the_provider():
+    earlier = {"cells": Placed(FrozenMap({0: 1, 1: 2}))}
+    assert isinstance(Device(), RecordsGuestCells)
+    assert recorded_cells_problem(earlier, Device(host_cells=(2, 1))) is None
+    assert recorded_cells_problem(earlier, Device(host_cells=(0,))) == (
+        "the decision was made for the guest on host cells 0; the cells "
+        "decision puts it on host cells 1, 2")
+    assert recorded_cells_problem({}, Device(host_cells=(0,))) == (
+        "the decision was made for the guest on host cells 0; the topology "
+        "decision puts it on host cells (none)")
+    assert recorded_cells_problem({}, Device()) is None
+    assert recorded_cells_problem(earlier, object()) is None
+
+
+class Plugin:
+    """What fit_order reads of a plugin."""
+
+    def __init__(self, fit_after=(), provides=(), needs=()):
+        self.fit_after, self.provides, self.needs = fit_after, provides, needs
+
+
+def test_a_plugin_that_needs_the_topology_runs_after_its_provider():
+    plugins = {"a_device": Plugin(needs=(TOPOLOGY,)), "z_cells": Plugin(provides=(TOPOLOGY,)),
+               "disk": Plugin(), "b_device": Plugin(fit_after=("disk",), needs=(TOPOLOGY,))}
+    assert runs_after(plugins, "a_device") == ["z_cells"]
+    assert runs_after(plugins, "b_device") == ["disk", "z_cells"]
+    assert runs_after(plugins, "z_cells") == []
+    assert fit_order(plugins) == ["disk", "z_cells", "a_device", "b_device"]
+    # without a provider loaded, nothing to wait for
+    assert fit_order({"a_device": Plugin(needs=(TOPOLOGY,))}) == ["a_device"]
+
+
+def test_roles_that_need_each_other_are_a_cycle():
+    plugins = {"a": Plugin(provides=("x",), needs=("y",)),
+               "b": Plugin(provides=("y",), needs=("x",))}
+    with pytest.raises(exception.ConfigError, match="a, b run after each other"):
+        fit_order(plugins)
