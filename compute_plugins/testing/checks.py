@@ -253,7 +253,7 @@ def double_booking(world: World, context: Context) -> CheckResult:
         mine = _broken_for(world.name, broken)
         if mine:
             problems.append("%s: fit's decision cannot be added to the assignments "
-                            "in force (fit chose what is taken): %s"
+                            "in force (fit chose what is taken, or what the host does not have): %s"
                             % (attempt.where, v.reasons(mine)))
             continue
         if broken:

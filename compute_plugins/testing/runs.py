@@ -285,7 +285,8 @@ def _fill(loaded: fw.Loaded, host: str, nodename: str, requests: Sequence[Reques
             if broken:
                 problems.extend(
                     "host %s, %s, %s: fit's decision cannot be added to the "
-                    "assignments in force (fit chose what is taken): %s: %s"
+                    "assignments in force (fit chose what is taken, or what the "
+                    "host does not have): %s: %s"
                     % (host, current.label, request.label, r.plugin, r.reason)
                     for r in broken)
                 return _chosen(filled, full=False), problems

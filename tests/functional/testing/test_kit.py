@@ -27,7 +27,7 @@ from compute_plugins.testing import (
     assert_conformant,
     check_plugin,
 )
-from resources.disk import DiskPlugin
+from resources.disk import DiskAssignment, DiskPlugin
 from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
@@ -338,3 +338,29 @@ def test_malformed_sample_requests_fail_sample_requests(samples, expected):
     assert result.status == FAIL
     assert result.line == "FAIL disk sample-requests: sample_requests() " + expected
     assert not report.ok
+
+
+GHOST = "00000000-0000-0000-0000-00000000dead"
+
+
+class GhostDisk(DiskPlugin):
+    """fit puts the disk on a provider the host does not have, and verify
+    does not look at the provider."""
+
+    def fit(self, state, request, placement, earlier):
+        decided = super().fit(state, request, placement, earlier)
+        if isinstance(decided, DiskAssignment) and not decided.shared:
+            decided = dataclasses.replace(decided, provider_uuid=GHOST)
+        return decided
+
+    def verify(self, state, request, assignment):
+        if not assignment.shared:
+            assignment = dataclasses.replace(assignment, provider_uuid=state.provider_uuid)
+        return super().verify(state, request, assignment)
+
+
+def test_a_fit_that_names_a_provider_the_host_lacks_fails_double_booking():
+    result = check_plugin(GhostDisk, checks=["double-booking"]).result("double-booking")
+    assert result.status == FAIL
+    assert "(fit chose what is taken, or what the host does not have)" in result.line
+    assert GHOST in result.line
