@@ -58,7 +58,7 @@ from compute_plugins.request_spec import RequestSpec
 __all__ = ["CONTRACT_ERRORS", "AnyPlugin", "FitResult", "GuestConfigError", "Loaded",
            "PluginAssignment", "PluginRequest", "Problem", "Rejection", "RequestInput",
            "RequestSpec", "alternatives", "assignment_round_trip", "build_spec", "config",
-           "discover", "domain_xml", "fit", "host_states", "installed_class",
+           "discover", "domain_xml", "fit", "group_providers", "host_states", "installed_class",
            "installed_names", "load", "load_host", "quiet", "request_round_trip",
            "samples", "spec_doc", "state_doc", "state_round_trip", "value_doc", "verify"]
 
@@ -203,6 +203,17 @@ def alternatives(loaded: Loaded, name: str, state: Any, spec: RequestSpec,
     plugin = loaded.plugins[name]
     offered = plugin.alternatives(state, spec.requests[name], None, FrozenMap(earlier))
     return list(itertools.islice(offered, limit))
+
+
+def group_providers(plugin: AnyPlugin, request: PluginRequest,
+                    assignment: PluginAssignment, state: Any
+                    ) -> Optional[Mapping[str, str]]:
+    """The plugin's ``group_providers`` of a decision: group suffix -> the
+    provider it takes the group from (None: the plugin does not say).
+
+    A plugin that raises raises here (the kit reports it).
+    """
+    return plugin.group_providers(request, assignment, state)
 
 
 def domain_xml(loaded: Loaded, spec: RequestSpec,

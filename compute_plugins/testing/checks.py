@@ -21,7 +21,14 @@ from compute_plugins.testing import verdict as v
 from compute_plugins.testing.domain import guest_xml
 from compute_plugins.testing.isolation import isolation
 from compute_plugins.testing.report import FAIL, PASS, CheckResult
-from compute_plugins.testing.runs import Situation, World, build_world, transcript
+from compute_plugins.testing.runs import (
+    Attempt,
+    HostRun,
+    Situation,
+    World,
+    build_world,
+    transcript,
+)
 from compute_plugins.testing.verdict import Check, Context
 
 __all__ = ["CHECKS", "run_checks"]
@@ -46,8 +53,8 @@ def sample_requests(world: World, context: Context) -> CheckResult:
     least one host."""
     check = "sample-requests"
     if world.samples_error:
-        return CheckResult(world.name, check, FAIL, "sample_requests() raised %s"
-                           % world.samples_error)
+        return CheckResult(world.name, check, FAIL, "sample_requests() "
+                           + world.samples_error)
     if not world.samples:
         return v.skip(world, check, "the plugin offers no sample_requests(): the "
                       "checks that need requests have none")
@@ -123,7 +130,9 @@ def fit_verify(world: World, context: Context) -> CheckResult:
                 continue
             rejections = fw.verify(run.loaded, attempt.situation.states,
                                    attempt.request.spec, result.assignments, nodename)
-            held += 1
+            # NOTE: only the plugin's own decisions count: a fit where it
+            # decided nothing checks nothing of it.
+            held += world.name in result.assignments
             if rejections:
                 problems.append("%s: fit's decision fails verify on the same state: %s"
                                 % (attempt.where, v.reasons(rejections)))
@@ -145,7 +154,7 @@ def fit_verify(world: World, context: Context) -> CheckResult:
                     "%s: verify accepts the decision fit made on %s, where fit "
                     "refuses the request: %s" % (attempt.where, situation.label,
                                                  v.reasons(refusals)))
-    if not held:
+    if not held and not problems:
         return v.undecided(world, check)
     return v.result(world, check, problems,
                     "%s pass verify on the state fit made them on; verify refuses "
@@ -204,13 +213,34 @@ def _broken_for(name: str, broken: Sequence[fw.Rejection]) -> list[fw.Rejection]
     return [r for r in broken if r.plugin == name]
 
 
+def _held_resources(name: str, run: HostRun, attempt: Attempt) -> list[str]:
+    """What plugin ``name``'s decision in ``attempt`` takes from providers
+    it names itself (``group_providers``): ``20 DISK_GB from provider X``.
+    Holding such a decision must show in the plugin's host state.
+
+    :raises Exception: what ``group_providers`` raised.
+    """
+    request = attempt.request.spec.requests[name]
+    providers = fw.group_providers(run.loaded.plugins[name], request,
+                                   attempt.result.assignments[name],
+                                   attempt.situation.states.get(name)) or {}
+    return ["%s from provider %s" % (", ".join("%d %s" % (amount, rc) for rc, amount
+                                               in group.resources.items()),
+                                     providers[group.requester_id])
+            for group in attempt.request.spec.groups
+            if group.owner == name and any(group.resources.values())
+            and providers.get(group.requester_id)]
+
+
 def double_booking(world: World, context: Context) -> CheckResult:
     """A decision verified on a state that already holds it is rejected.
 
     Where ``verify`` accepts it there, the state must be able to hold it
     twice (the plugin counts capacity, not exclusive units), or holding
     it must change nothing in the state (the plugin holds nothing
-    exclusive); fit's decisions must fit with the assignments in force.
+    exclusive, and takes no resource from a provider it names itself:
+    a state that ignores what the guests take fails); fit's decisions
+    must fit with the assignments in force.
     """
     check = "double-booking"
     problems = [p for run in world.used for p in run.fill_problems]
@@ -223,7 +253,7 @@ def double_booking(world: World, context: Context) -> CheckResult:
         mine = _broken_for(world.name, broken)
         if mine:
             problems.append("%s: fit's decision cannot be added to the assignments "
-                            "in force (fit chose what is taken): %s"
+                            "in force (fit chose what is taken, or what the host does not have): %s"
                             % (attempt.where, v.reasons(mine)))
             continue
         if broken:
@@ -236,6 +266,18 @@ def double_booking(world: World, context: Context) -> CheckResult:
                               situation.states.get(world.name))
         after = fw.state_doc(run.loaded.plugins[world.name], states.get(world.name))
         if before == after:
+            try:
+                taken = _held_resources(world.name, run, attempt)
+            except Exception as err:  # noqa: BLE001 - the plugin's, reported
+                problems.append("%s: group_providers() raised %s: %s"
+                                % (attempt.where, type(err).__name__, err))
+                continue
+            if taken:
+                problems.append(
+                    "%s: holding fit's decision changes nothing in the plugin's "
+                    "state, though it takes %s (host_state ignores the assignments "
+                    "in force?)" % (attempt.where, "; ".join(taken)))
+                continue
             unchanged += 1
             continue
         again = dict(usage)

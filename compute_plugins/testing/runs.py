@@ -200,7 +200,8 @@ class World:
 
     :param name: the plugin's name.
     :param samples: its sample requests.
-    :param samples_error: what ``sample_requests`` raised, if it did.
+    :param samples_error: what is wrong with ``sample_requests``, if anything
+        (``raised ...``, or a sample that is no RequestInput).
     """
 
     name: str
@@ -284,7 +285,8 @@ def _fill(loaded: fw.Loaded, host: str, nodename: str, requests: Sequence[Reques
             if broken:
                 problems.extend(
                     "host %s, %s, %s: fit's decision cannot be added to the "
-                    "assignments in force (fit chose what is taken): %s: %s"
+                    "assignments in force (fit chose what is taken, or what the "
+                    "host does not have): %s: %s"
                     % (host, current.label, request.label, r.plugin, r.reason)
                     for r in broken)
                 return _chosen(filled, full=False), problems
@@ -360,7 +362,13 @@ def build_world(subject: Subject, hosts: Sequence[HostCase]) -> World:
         try:
             samples = fw.samples(loaded.plugins[subject.name])
         except Exception as err:  # noqa: BLE001 - the plugin's bug, reported
-            samples_error = _failure(err)
+            samples_error = "raised " + _failure(err)
+        wrong = [(index, sample) for index, sample in enumerate(samples)
+                 if not isinstance(sample, fw.RequestInput)]
+        if wrong:
+            index, sample = wrong[0]
+            samples, samples_error = (), "gave a %s as sample %d, not a RequestInput" % (
+                type(sample).__name__, index)
     runs = tuple(_run_host(subject, case, samples) for case in hosts)
     return World(subject.name, samples, samples_error, runs)
 

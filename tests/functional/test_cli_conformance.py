@@ -76,11 +76,23 @@ def test_an_unknown_plugin_is_exit_2(capsys):
                        "plugins: disk, numa, sriov, vgpu\n")
 
 
-def test_an_unknown_check_is_exit_2(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["conformance", "disk", "--check", "speed"])
-    assert info.value.code == 2
-    assert "argument --check: invalid choice: 'speed'" in capsys.readouterr().err
+def test_an_unknown_check_is_exit_2_one_line(capsys):
+    out = conformance(capsys, "disk", "--check", "speed", "--check", "fit-verify", code=2)
+    assert out.out == ""
+    assert out.err == ("compute-plugins: error: unknown check(s) speed; the checks "
+                       "are %s\n" % ", ".join(CHECKS))
+
+
+@pytest.mark.parametrize("snapshot, why", [
+    ("missing", "not a host snapshot directory (missing or not a directory)"),
+    ("empty", "missing: a host snapshot needs capabilities.xml"),
+], ids=["missing", "empty"])
+def test_a_bad_host_snapshot_is_exit_2_one_line(capsys, tmp_path, snapshot, why):
+    (tmp_path / "empty").mkdir()
+    out = conformance(capsys, "disk", "--host-snapshot", str(tmp_path / snapshot), code=2)
+    assert out.out == ""
+    assert len(out.err.splitlines()) == 1, out.err
+    assert out.err.startswith("compute-plugins: error: %s" % tmp_path) and why in out.err
 
 
 def test_json(capsys):

@@ -27,7 +27,7 @@ from compute_plugins.testing import (
     assert_conformant,
     check_plugin,
 )
-from resources.disk import DiskPlugin
+from resources.disk import DiskAssignment, DiskPlugin
 from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
@@ -285,3 +285,82 @@ def test_assert_conformant_raises_with_every_line_and_the_problems():
     assert lines[1] == "PASS disk discovery: 5 of 5 hosts"
     assert lines[2].startswith("FAIL disk fit-verify: host ")
     assert lines[3].startswith("    host ") and "verify accepts" in lines[3]
+
+
+# -- seeded defects the kit must not let through (review) -------------------------
+
+
+class AmnesiacDisk(DiskPlugin):
+    """host_state ignores the assignments in force: every guest fits on an
+    empty disk, forever."""
+
+    def host_state(self, view, nodename, assignments):
+        return super().host_state(view, nodename, ())
+
+
+def test_a_host_state_that_ignores_the_assignments_fails_double_booking():
+    report = check_plugin(AmnesiacDisk, checks=["double-booking"])
+    result = report.result("double-booking")
+    assert result.status == FAIL, result.line
+    assert "holding fit's decision changes nothing in the plugin's state" in result.line
+    assert "DISK_GB" in result.line
+    # shared storage: the disk is no resource of the host's, nothing to hold
+    assert not any("host shared," in p for p in result.problems), result.problems
+
+
+class IdleDisk(DiskPlugin):
+    """fit never decides anything: the decision checks have nothing to check."""
+
+    def fit(self, state, request, placement, earlier):
+        return None
+
+
+def test_a_plugin_that_decides_nothing_passes_no_check_of_decisions():
+    report = check_plugin(IdleDisk, checks=["fit-verify", "alternatives",
+                                            "double-booking", "guest-xml"])
+    for result in report:
+        assert result.status == SKIP, result.line
+        assert result.detail == "the plugin decided nothing on the hosts", result.line
+
+
+@pytest.mark.parametrize("samples, expected", [
+    ([{"vcpus": 1, "memory_mb": 512}], "gave a dict as sample 0, not a RequestInput"),
+    ("abc", "gave a str as sample 0, not a RequestInput"),
+    (None, "raised TypeError: 'NoneType' object is not iterable"),
+], ids=["dicts", "str", "none"])
+def test_malformed_sample_requests_fail_sample_requests(samples, expected):
+    class Malformed(DiskPlugin):
+        def sample_requests(self):
+            return samples
+
+    report = check_plugin(Malformed)
+    result = report.result("sample-requests")
+    assert result.status == FAIL
+    assert result.line == "FAIL disk sample-requests: sample_requests() " + expected
+    assert not report.ok
+
+
+GHOST = "00000000-0000-0000-0000-00000000dead"
+
+
+class GhostDisk(DiskPlugin):
+    """fit puts the disk on a provider the host does not have, and verify
+    does not look at the provider."""
+
+    def fit(self, state, request, placement, earlier):
+        decided = super().fit(state, request, placement, earlier)
+        if isinstance(decided, DiskAssignment) and not decided.shared:
+            decided = dataclasses.replace(decided, provider_uuid=GHOST)
+        return decided
+
+    def verify(self, state, request, assignment):
+        if not assignment.shared:
+            assignment = dataclasses.replace(assignment, provider_uuid=state.provider_uuid)
+        return super().verify(state, request, assignment)
+
+
+def test_a_fit_that_names_a_provider_the_host_lacks_fails_double_booking():
+    result = check_plugin(GhostDisk, checks=["double-booking"]).result("double-booking")
+    assert result.status == FAIL
+    assert "(fit chose what is taken, or what the host does not have)" in result.line
+    assert GHOST in result.line
