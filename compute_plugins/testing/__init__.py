@@ -11,7 +11,8 @@ For a plugin author's own test suite (pytest or any other)::
 and on the command line, for installed plugins: ``compute-plugins
 conformance [PLUGIN...]``.
 
-The kit runs the plugin, with the plugins it runs after (``fit_after``), on
+The kit runs the plugin, with the plugins it runs after (``fit_after``, and
+those providing a role it ``needs``), on
 the demo's bundled hosts (:func:`~compute_plugins.testing.hosts.demo_hosts`,
 each with its own configuration), with the requests the plugin offers
 (:meth:`~compute_plugins.plugin.ResourcePlugin.sample_requests`) at several

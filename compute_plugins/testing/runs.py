@@ -63,7 +63,8 @@ class Subject:
     :param config_files: with a class and no ``conf``: read after each
         host's own configuration files (options of the plugin's own).
     :param companions: the classes of the plugins it runs after; None:
-        the installed plugins its ``fit_after`` names.
+        the installed plugins its ``fit_after`` names and those that
+        provide a role it ``needs`` (:func:`_companions`).
     """
 
     def __init__(self, plugin: PluginLike, conf: Optional[cfg.ConfigOpts] = None,
@@ -75,8 +76,7 @@ class Subject:
         self.conf = conf if self.instance is None else self.instance.conf
         self.config_files = tuple(config_files)
         if companions is None:
-            companions = [fw.installed_class(name) for name in self.cls.fit_after
-                          if name != self.name and name in fw.installed_names()]
+            companions = _companions(self.cls)
         self.companions = tuple(companions)
         self.recorder = Recorder()
         self._saved: Optional[dict[str, Any]] = None
@@ -399,3 +399,25 @@ def transcript(world: World,
                 "alternatives_error": attempt.alternatives_error,
                 "domain": attempt.domain, "domain_error": attempt.domain_error})))
     return out
+
+
+def _companions(cls: type[fw.AnyPlugin]) -> list[type[fw.AnyPlugin]]:
+    """The installed plugins ``cls`` runs after: those its ``fit_after``
+    names, then those that provide a role it ``needs`` (the topology of a
+    device plugin's NUMA affinity), each once, by name."""
+    found: dict[str, type[fw.AnyPlugin]] = {}
+    installed = [name for name in fw.installed_names() if name != cls.name]
+    for name in installed:
+        if name in cls.fit_after:
+            found[name] = fw.installed_class(name)
+    if cls.needs:
+        for name in installed:
+            if name not in found:
+                try:
+                    other = fw.installed_class(name)
+                except Exception:  # noqa: BLE001 - another plugin's import bug
+                    continue  # NOTE: not this plugin's check to fail
+                if set(other.provides) & set(cls.needs):
+                    found[name] = other
+    return [found[name] for name in sorted(found)]
+
