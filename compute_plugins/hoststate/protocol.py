@@ -25,9 +25,11 @@ What each side does on each status:
 
 - **scheduler** (:func:`offer`): after ``PUT /allocations`` it submits the
   decision and waits for the answer (:func:`wait_for_answer`). Claimed: the
-  consumer is placed, the allocation stays. Rejected, released (withdrawn
-  by someone else) or releasing: the allocation is freed and the next host
-  tried (:data:`SCHEDULER_ON_ANSWER`). Still pending at its deadline: it
+  consumer is placed, the allocation stays. Rejected: the allocation is
+  freed and the next host tried. Released (withdrawn by a requester) or
+  releasing: the allocation is freed and no other host is tried, the
+  consumer's release was asked for (:data:`SCHEDULER_ON_ANSWER`). Still
+  pending at its deadline: it
   withdraws the decision so that no late agent claims it, then frees the
   allocation; an answer that lands first wins over the withdrawal.
 - **in doubt**: a submit or a withdrawal whose outcome is unknown (the
@@ -273,7 +275,8 @@ class Outcome(enum.StrEnum):
 
 
 #: What the scheduler makes of the status the host's answer left: claimed
-#: keeps the allocation, every other frees it and the next host is tried.
+#: keeps the allocation, every other frees it; after a rejection the next
+#: host is tried, after a withdrawal (a requester's release) none is.
 SCHEDULER_ON_ANSWER: Mapping[DecisionStatus, Outcome] = types.MappingProxyType({
     CLAIMED: Outcome.CLAIMED,
     REJECTED: Outcome.REJECTED,

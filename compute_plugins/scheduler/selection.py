@@ -346,6 +346,11 @@ class Scheduler:
             if outcome.outcome == "claimed":
                 placed = decided
                 break
+            if outcome.outcome == "withdrawn":
+                # NOTE: a requester released the consumer meanwhile: placing
+                # it on another host would undo that release (and the
+                # requester's delete of the allocation could hit the new one).
+                break
             if outcome.outcome != "rejected":
                 given_up.add(fit.host)
                 continue

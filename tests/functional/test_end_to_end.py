@@ -264,6 +264,39 @@ def test_release_of_a_decision_no_agent_answered(cloud):
     consistent(cloud)
 
 
+def test_a_release_requested_while_scheduling_is_not_undone_on_another_host(cloud):
+    """A requester released the consumer while the scheduler waited for
+    the first host's answer (nova deleted the instance during its build):
+    the scheduler frees its allocation and stops. Trying the next host
+    placed the consumer whose release was asked for (and the requester's
+    delete of the allocation could land on the next host's)."""
+    hosts = [cloud.add_host(label, [cell(4, 4096)], dedicated="0-3", start=False)
+             for label in ("first", "next")]
+    sched = cloud.scheduler(max_attempts=2)
+    who = consumer()
+    results = []
+    waiting = threading.Thread(target=lambda: results.append(
+        sched.schedule(build(sched.plugins, TWO_PINNED[0], vcpus=2, memory_mb=1024),
+                       who, "p", "u", timeout=30)))
+    waiting.start()
+    for _ in range(600):
+        pending = cloud.store.active_decision(who)
+        if pending is not None:
+            break
+        threading.Event().wait(0.01)
+    [other] = [h for h in hosts if h.name != pending.host]
+    other.start()
+    done = sched.release(who)
+    waiting.join(30)
+    assert (done.outcome, done.was) == ("released", DecisionStatus.PENDING)
+    [result] = results
+    assert not result.placed
+    assert [(a.host, a.outcome) for a in result.attempts] == [(pending.host, "withdrawn")]
+    assert cloud.store.active_decision(who) is None
+    assert cloud.allocations(who) == {}
+    consistent(cloud)
+
+
 class WithoutFlavorAndImage:
     """The scheduler's host-state store, except that the spec it addresses
     to a host has its flavor's extra specs and its image's properties
