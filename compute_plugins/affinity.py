@@ -81,7 +81,7 @@ def recorded_cells_problem(earlier: Mapping[str, object],
     """Why a device assignment's recorded ``host_cells`` (the guest's host
     cells its affinity was checked against) are not where the ``numa``
     decision in ``earlier`` puts the guest; None when they are, or when the
-    assignment records none (:func:`compute_plugins.fit.verify_all`)."""
+    assignment records none (:meth:`compute_plugins.runtime.PluginSet.verify`)."""
     recorded = getattr(assignment, "host_cells", None)
     if recorded is None:
         return None

@@ -70,8 +70,8 @@ class Rejection:
         device and the numbers ("host cell 1 has 2 free dedicated CPUs,
         guest node 0 needs 3").
     :param provider: the provider (uuid or name) it concerns, "" for the host.
-    :param plugin: the plugin that rejected (:func:`compute_plugins.fit.fit_all`
-        fills it in).
+    :param plugin: the plugin that rejected (:meth:`PluginSet.fit
+        <compute_plugins.runtime.PluginSet.fit>` fills it in).
     """
 
     reason: str
@@ -281,7 +281,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         """Valid assignments of ``request``, best first: ``fit``'s answer
         first, then others that differ in what a later plugin may care
         about (e.g. another set of host cells, for a device's NUMA
-        affinity). :func:`compute_plugins.fit.fit_all` tries a later
+        affinity). :meth:`compute_plugins.runtime.PluginSet.fit` tries a later
         plugin that rejects over these. Keep them few and distinct (no
         permutations of equivalent choices). The default: ``fit``'s answer
         alone (nothing when it is a rejection or None)."""

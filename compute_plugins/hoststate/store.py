@@ -2,7 +2,7 @@
 addressed to it.
 
 Compute agents publish, per host, every plugin's host state (the documents
-:func:`compute_plugins.fit.encode_state` makes), the host's node name and
+:meth:`compute_plugins.runtime.PluginSet.encode_state` makes), the host's node name and
 its resource providers, under one generation written compare-and-swap.
 Schedulers read them (a host's states and generation always together) and
 address decisions to hosts; the host's agent claims or rejects each one,

@@ -6,7 +6,7 @@ how many guest vCPUs float on them, its thread siblings, its memory in small
 pages and its huge pages per size; and the ``[compute]`` options the fit
 applies (allocation ratios, the packing strategy, where emulator threads
 ``share``). It is a frozen dataclass, carried as JSON by
-:func:`compute_plugins.fit.encode_state`.
+:meth:`compute_plugins.runtime.PluginSet.encode_state`.
 
 :func:`build_state` subtracts the assignments in force from the view. An
 assignment is self-contained (see :class:`~resources.numa.request.CellAssignment`):
