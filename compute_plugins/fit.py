@@ -2,8 +2,8 @@
 failures.
 
 A plugin's host state is a frozen dataclass subclassing :class:`PluginState`
-(registered by plugin name, like requests and assignments), carried as JSON
-with the plugin's data version
+(the plugin names it in its ``state_type``), carried as JSON with the
+plugin's data version
 (:meth:`compute_plugins.runtime.PluginSet.encode_state` /
 :meth:`~compute_plugins.runtime.PluginSet.decode_state`). The decision
 itself, every plugin's ``fit`` on a host and ``verify`` of a recorded one,
@@ -13,30 +13,14 @@ is the runtime's (:meth:`compute_plugins.runtime.PluginSet.fit`,
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
-
 from compute_plugins import exception
 
-__all__ = ["AssignmentConflict", "PluginState", "StateFormatError", "state_type"]
-
-_STATE_TYPES: dict[str, type[PluginState]] = {}
+__all__ = ["AssignmentConflict", "PluginState", "StateFormatError"]
 
 
 class PluginState:
-    """Base class of a plugin's host state (subclass as a frozen dataclass
-    with ``plugin`` set to the plugin's entry-point name)."""
-
-    plugin: ClassVar[str] = ""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.plugin:
-            _STATE_TYPES[cls.plugin] = cls
-
-
-def state_type(plugin: str) -> Optional[type[PluginState]]:
-    """The registered state class of ``plugin`` (None when unknown)."""
-    return _STATE_TYPES.get(plugin)
+    """Base class of a plugin's host state (subclass as a frozen dataclass;
+    the plugin names it in its ``state_type``)."""
 
 
 class AssignmentConflict(exception.ComputePluginsError):

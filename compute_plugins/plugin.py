@@ -45,6 +45,7 @@ from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
+from compute_plugins.fit import PluginState
 from compute_plugins.host.model import HostInfo
 from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
 from compute_plugins.request.inputs import RequestInput
@@ -179,8 +180,17 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
 
     #: Entry-point name; also the name of the plugin's option group.
     name: ClassVar[str]
-    #: Version of the plugin's data formats (requests, assignments).
+    #: Version of the plugin's data formats (requests, assignments, state).
     version: ClassVar[str] = "1.0"
+    #: The plugin's typed request (its ``parse_request`` returns one), read
+    #: back from a serialised spec with it; None: the plugin asks nothing.
+    request_type: ClassVar[Optional[type[PluginRequest]]] = None
+    #: The plugin's assignment (its ``fit`` decides one); None: it decides
+    #: nothing beyond Placement's allocation.
+    assignment_type: ClassVar[Optional[type[PluginAssignment]]] = None
+    #: The plugin's host state (its ``host_state`` builds one, the store
+    #: carries it as JSON); None: it keeps none.
+    state_type: ClassVar[Optional[type[PluginState]]] = None
     #: Plugins whose ``fit`` must run before this one's (their assignments
     #: reach this one's ``fit`` as ``earlier``), e.g. a device after
     #: ``numa`` for NUMA affinity.

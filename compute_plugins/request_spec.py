@@ -66,8 +66,6 @@ from compute_plugins.request.groups import (
     PluginAssignment,
     PluginRequest,
     RequestGroup,
-    assignment_type,
-    request_type,
 )
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
 from compute_plugins.request.types import (
@@ -148,10 +146,9 @@ class RequestSpec:
             if name not in self.plugin_versions:
                 raise CodecError("RequestSpec.requests.%s: the plugin has no "
                                  "version in plugin_versions" % name)
-            if request_type(name) is not type(req):
-                raise CodecError("RequestSpec.requests.%s: a %s is not the "
-                                 "plugin's registered request type"
-                                 % (name, type(req).__name__))
+            if not isinstance(req, PluginRequest):
+                raise CodecError("RequestSpec.requests.%s: a %s is not a "
+                                 "PluginRequest" % (name, type(req).__name__))
         if self.decision is not None:
             for name, assignment in self.decision.assignments.items():
                 if name not in self.plugin_versions:
@@ -233,8 +230,11 @@ class RequestSpec:
     def with_decision(self, decision: Optional[Decision]) -> RequestSpec:
         """A copy of this spec with ``decision`` recorded (None clears it).
 
-        :raises ValueError: an assignment names a plugin without a request
-            type registered, or is not that plugin's assignment type.
+        :raises ValueError: an assignment that is not a PluginAssignment
+            with every field valid (the plugin's own type is checked where
+            it is made, :meth:`PluginSet.fit
+            <compute_plugins.runtime.PluginSet.fit>`, and read,
+            :meth:`from_dict`).
         """
         if decision is not None:
             for name, assignment in decision.assignments.items():
@@ -318,11 +318,12 @@ class RequestSpec:
             image_name=decode(str, image.get("name", ""), "image.name"),
             ports=decode(tuple[Port, ...], doc["ports"], "ports"),
             hints=decode(FrozenMap[str, Any], doc["hints"], "hints"),
-            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins)),
+            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins,
+                                                loaded)),
             plugin_versions=FrozenMap(payload_plugins),
             generic=decode(generic.GenericRequest, doc["generic"], "generic"),
             groups=decode(tuple[RequestGroup, ...], doc["groups"], "groups"),
-            decision=_decode_decision(doc["decision"], payload_plugins),
+            decision=_decode_decision(doc["decision"], payload_plugins, loaded),
         )
         _check_derived_groups(spec, loaded)
         return spec
@@ -392,20 +393,23 @@ def _check_plugins(payload_plugins: Any, loaded: PluginSet) -> dict[str, str]:
     return versions
 
 
-def _decode_requests(doc: Any, payload_plugins: Mapping[str, str]
-                     ) -> dict[str, PluginRequest]:
+def _decode_requests(doc: Any, payload_plugins: Mapping[str, str],
+                     loaded: PluginSet) -> dict[str, PluginRequest]:
+    """Each plugin's request, read with the request type it declares."""
     requests = {}
     for name, body in _expect(doc, Mapping, "requests").items():
-        kind = request_type(name)
+        kind = loaded.request_type(name)
         if name not in payload_plugins or kind is None:
             raise RequestFormatError(
                 "request of plugin %r, which the payload does not list or "
-                "which has no request type" % name)
+                "which declares no request type" % name)
         requests[name] = decode(kind, body, "requests.%s" % name)
     return requests
 
 
-def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[Decision]:
+def _decode_decision(doc: Any, payload_plugins: Mapping[str, str],
+                     loaded: PluginSet) -> Optional[Decision]:
+    """The decision, each assignment read with the type its plugin declares."""
     if doc is None:
         return None
     body = dict(_expect(doc, Mapping, "decision"))
@@ -414,10 +418,11 @@ def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[D
     decision: Decision = decode(Decision, body, "decision")
     assignments = {}
     for name, adoc in assignments_doc.items():
-        kind = assignment_type(name)
+        kind = loaded.assignment_type(name)
         if name not in payload_plugins or kind is None:
             raise RequestFormatError(
-                "assignment of plugin %r, which is not loaded" % name)
+                "assignment of plugin %r, which is not loaded or declares no "
+                "assignment type" % name)
         assignments[name] = decode(kind, adoc, "assignments.%s" % name)
     return dataclasses.replace(decision, assignments=FrozenMap(assignments))
 
@@ -460,12 +465,10 @@ def build_request_spec(
 
 
 def _check_assignment(plugin: str, assignment: Any) -> None:
-    """The plugin's registered assignment type, with every field valid."""
-    kind = assignment_type(plugin)
-    if kind is None or type(assignment) is not kind:
-        raise ValueError("assignment of plugin %r must be a %s, not %s"
-                         % (plugin, kind.__name__ if kind else "registered "
-                            "PluginAssignment", type(assignment).__name__))
+    """A :class:`PluginAssignment` with every field valid."""
+    if not isinstance(assignment, PluginAssignment):
+        raise ValueError("assignment of plugin %r must be a PluginAssignment, "
+                         "not %s" % (plugin, type(assignment).__name__))
     check_fields(assignment, "assignments.%s" % plugin)
 
 

@@ -47,7 +47,7 @@ from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import HostInfo
 from compute_plugins.manager import PluginManager
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request.groups import Decision, PluginAssignment, assignment_type
+from compute_plugins.request.groups import Decision, PluginAssignment
 from compute_plugins.request.types import CodecError, decode
 from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import FitResult, PluginSet
@@ -112,7 +112,7 @@ def read_usage(doc: Any, plugins: PluginSet, path: str
                 raise BadInput("usage file %s: %s names plugin %r, which is "
                                "not enabled (enabled: %s)"
                                % (path, where, name, ", ".join(plugins) or "none"))
-            kind = assignment_type(name)
+            kind = plugins.assignment_type(name)
             if kind is None:
                 raise BadInput("usage file %s: %s: plugin %s makes no "
                                "assignments" % (path, where, name))

@@ -36,12 +36,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Optional, Protocol, Union, cast
+from typing import Optional, Protocol, TypeVar, Union, cast
 
 from compute_plugins import exception
 from compute_plugins.affinity import NUMA_PLUGIN, recorded_cells_problem
 from compute_plugins.contribution import ProviderContribution
-from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError, state_type
+from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
     AssignmentT,
@@ -60,7 +60,6 @@ from compute_plugins.request.groups import (
     PluginAssignment,
     PluginRequest,
     RequestGroup,
-    request_type,
 )
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.types import (
@@ -73,6 +72,8 @@ from compute_plugins.request.types import (
 )
 from compute_plugins.runtime import search
 from compute_plugins.runtime.calls import PluginFailed, garbage, invoke
+
+T = TypeVar("T")
 
 __all__ = ["AnyPlugin", "LoadedPlugin", "ParsedRequest", "PluginSet",
            "SpecLike", "as_any"]
@@ -197,6 +198,29 @@ class PluginSet(Mapping[str, AnyPlugin]):
         """Plugin ``name``'s data version."""
         return str(getattr(self[name], "version", "1.0"))
 
+    def request_type(self, name: str) -> Optional[type[PluginRequest]]:
+        """The request type plugin ``name`` declares (None: it asks nothing,
+        or it is not loaded)."""
+        return self._declared(name, "request_type", PluginRequest)
+
+    def assignment_type(self, name: str) -> Optional[type[PluginAssignment]]:
+        """The assignment type plugin ``name`` declares (None: it decides
+        nothing, or it is not loaded)."""
+        return self._declared(name, "assignment_type", PluginAssignment)
+
+    def state_type(self, name: str) -> Optional[type[PluginState]]:
+        """The host state type plugin ``name`` declares (None: it keeps
+        none, or it is not loaded)."""
+        return self._declared(name, "state_type", PluginState)
+
+    def _declared(self, name: str, attribute: str, base: type[T]) -> Optional[type[T]]:
+        """A type the plugin declares on its class, when it is one of ``base``."""
+        item = self._loaded.get(name)
+        kind = getattr(item.plugin, attribute, None) if item is not None else None
+        if isinstance(kind, type) and issubclass(kind, base):
+            return kind
+        return None
+
     @functools.cached_property
     def order(self) -> tuple[str, ...]:
         """Plugin names in the order their ``fit`` runs: by name, except
@@ -292,12 +316,12 @@ class PluginSet(Mapping[str, AnyPlugin]):
                      item.plugin.parse_request, view)
         if req is None or view.problems:
             return None, []
-        expected = request_type(name)
-        if not isinstance(req, PluginRequest) or expected is not type(req):
+        expected = self.request_type(name)
+        if expected is None or type(req) is not expected:
             raise CodecError("parse_request returned %s: expected its "
-                             "registered PluginRequest subclass (%s)"
+                             "request_type (%s)"
                              % (type(req).__name__, getattr(
-                                 expected, "__name__", "none registered")))
+                                 expected, "__name__", "none declared")))
         # NOTE: a request built without its dataclass __post_init__ (a
         # subclass that overrides it) is checked here too.
         check_fields(req, "requests.%s" % name)
@@ -353,10 +377,12 @@ class PluginSet(Mapping[str, AnyPlugin]):
                            item.plugin.host_state, view, nodename, tuple(assignments))
         except PluginFailed as failed:
             return Rejection(failed.reason(host), plugin=name)
-        if state is not None and not isinstance(state, PluginState):
+        expected = self.state_type(name)
+        if state is not None and (expected is None or type(state) is not expected):
             return Rejection(garbage(name, item.origin(), "host_state", state,
-                                     "its PluginState or None").reason(host),
-                             plugin=name)
+                                     "its state_type (%s) or None"
+                                     % getattr(expected, "__name__", "none declared")
+                                     ).reason(host), plugin=name)
         return state
 
     def host_states(self, views: Mapping[str, object], nodename: str,
@@ -447,9 +473,9 @@ class PluginSet(Mapping[str, AnyPlugin]):
                 % (name, doc["version"], ours))
         if doc["state"] is None:
             return None
-        kind = state_type(name)
+        kind = self.state_type(name)
         if kind is None:
-            raise StateFormatError("plugin %s has no registered state type" % name)
+            raise StateFormatError("plugin %s declares no state_type" % name)
         try:
             return decode(kind, doc["state"], "%s.state" % name)
         except CodecError as err:
@@ -547,7 +573,9 @@ class PluginSet(Mapping[str, AnyPlugin]):
         return dataclasses.replace(result, rejections=result.rejections + extra)
 
     def _is_assignment(self, name: str, value: object) -> bool:
-        return isinstance(value, PluginAssignment)
+        """``value`` is plugin ``name``'s declared assignment type."""
+        expected = self.assignment_type(name)
+        return expected is not None and type(value) is expected
 
     def verify(self, states: Mapping[str, object], spec: SpecLike, *,
                host: str = "") -> tuple[Rejection, ...]:

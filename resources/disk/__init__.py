@@ -37,6 +37,9 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
     name = "disk"
     #: 1.1: DiskAssignment.disk_gb; host states.
     version = "1.1"
+    request_type = DiskRequest
+    assignment_type = DiskAssignment
+    state_type = DiskState
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:

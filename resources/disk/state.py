@@ -50,8 +50,6 @@ class DiskState(PluginState):
     :param shared_aggregate: the shared-storage aggregate the host is in.
     """
 
-    plugin = PLUGIN
-
     provider_uuid: str
     total_gb: Optional[int] = None
     reserved_gb: int = 0

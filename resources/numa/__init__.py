@@ -55,6 +55,9 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     name = "numa"
     #: 1.1: ``NUMAAssignment.floating``.
     version = "1.1"
+    request_type = NUMARequest
+    assignment_type = NUMAAssignment
+    state_type = NUMAState
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""

@@ -140,8 +140,6 @@ class NUMAState(PluginState):
         empty when the option is unset (they then run with the vCPUs).
     """
 
-    plugin = PLUGIN
-
     cells: tuple[CellState, ...] = ()
     cpu_allocation_ratio: float = min_field(0, default=1.0)
     ram_allocation_ratio: float = min_field(0, default=1.0)

@@ -50,6 +50,9 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
     #: AliasRequest vendor/product/device type; host states.
     version = "1.1"
+    request_type = SRIOVRequest
+    assignment_type = SRIOVAssignment
+    state_type = SRIOVState
     #: NUMA affinity needs the host cells of the guest's NUMA nodes.
     fit_after = ("numa",)
 

@@ -53,6 +53,9 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     name = "vgpu"
     #: 1.1: VGPUAssignment.host_cells; host states.
     version = "1.1"
+    request_type = VGPURequest
+    assignment_type = VGPUAssignment
+    state_type = VGPUState
     #: NUMA affinity needs the host cells of the guest's NUMA nodes.
     fit_after = ("numa",)
 

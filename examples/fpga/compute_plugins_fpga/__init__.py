@@ -52,6 +52,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
 
     name = "fpga"
     version = "1.0"
+    request_type = FPGARequest
+    assignment_type = FPGAAssignment
+    state_type = FPGAState
     #: NUMA affinity needs the host cells the numa plugin chose.
     fit_after = ("numa",)
 

@@ -44,8 +44,6 @@ class CardState:
 
 @dataclasses.dataclass(frozen=True)
 class FPGAState(PluginState):
-    plugin = PLUGIN
-
     cards: tuple[CardState, ...] = ()
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(default_factory=FrozenMap)
 

@@ -43,8 +43,6 @@ DEFAULT_POLICY = "legacy"
 class FPGARequest(PluginRequest):
     """``count`` cards of ``model`` with the NUMA ``affinity`` policy."""
 
-    plugin = PLUGIN
-
     count: int = 1
     model: str = ""
     resource_class: str = ""
@@ -68,8 +66,6 @@ class CardAssignment:
 class FPGAAssignment(PluginAssignment):
     """The cards, one per group, and the host cells of the guest's NUMA nodes
     the affinity was decided against (``verify`` gets no numa assignment)."""
-
-    plugin = PLUGIN
 
     cards: tuple[CardAssignment, ...] = ()
     host_cells: tuple[int, ...] = ()

@@ -36,8 +36,6 @@ AGG = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 class FPGARequest(PluginRequest):
     """A third-party plugin's typed request."""
 
-    plugin = "fpga"
-
     amounts: FrozenMap[str, int] = dataclasses.field(default_factory=FrozenMap)
 
 
@@ -45,6 +43,7 @@ class FPGA(ResourcePlugin):
     """Asks for ``fpga:count`` CUSTOM_FPGA (well behaved)."""
 
     name = "fpga"
+    request_type = FPGARequest
 
     def discover(self, host):
         return None

@@ -65,8 +65,8 @@ def test_with_decision_is_copy_on_write(manager):
     again = decided.with_assignment("numa", NUMAAssignment())
     assert again.decision.assignments["numa"] == NUMAAssignment()
     assert decided.decision.assignments["numa"] != NUMAAssignment()
-    with pytest.raises(ValueError):
-        decided.with_assignment("numa", VGPUAssignment())
+    with pytest.raises(ValueError, match="must be a PluginAssignment"):
+        decided.with_assignment("numa", spec.requests["numa"])
     with pytest.raises(ValueError):
         spec.with_assignment("numa", NUMAAssignment())
     assert decided.decision.allocation_request()["mappings"] == {"_NUMA0": [RP]}

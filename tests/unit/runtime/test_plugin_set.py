@@ -33,22 +33,16 @@ BUG = "RuntimeError: widget bug"
 
 @dataclasses.dataclass(frozen=True)
 class WidgetRequest(PluginRequest):
-    plugin = "widget"
-
     count: int
 
 
 @dataclasses.dataclass(frozen=True)
 class WidgetAssignment(PluginAssignment):
-    plugin = "widget"
-
     slots: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class WidgetState(PluginState):
-    plugin = "widget"
-
     free: frozenset[int] = frozenset()
 
 
@@ -57,6 +51,9 @@ class Widget(ResourcePlugin):
     its alternatives slide the choice up one slot at a time."""
 
     name = "widget"
+    request_type = WidgetRequest
+    assignment_type = WidgetAssignment
+    state_type = WidgetState
 
     def discover(self, host):
         return 4
@@ -102,7 +99,7 @@ class Widget(ResourcePlugin):
 
 @dataclasses.dataclass(frozen=True)
 class GizmoRequest(PluginRequest):
-    plugin = "gizmo"
+    """The gizmo asks for nothing but to be there."""
 
 
 class Gizmo(ResourcePlugin):
@@ -110,6 +107,7 @@ class Gizmo(ResourcePlugin):
 
     name = "gizmo"
     fit_after = ("widget",)
+    request_type = GizmoRequest
 
     def discover(self, host):
         return None
@@ -396,3 +394,33 @@ def test_a_set_is_an_ordered_immutable_mapping(plugins):
         plugins["other"] = Gizmo(cfg.ConfigOpts())  # type: ignore[index]
     with pytest.raises(ValueError, match="loaded twice"):
         PluginSet([plugins.loaded("widget"), plugins.loaded("widget")])
+
+
+# -- a plugin's values are of the types it declares on its class ----------------------
+
+
+def test_values_of_another_type_than_declared_are_garbage(plugins, monkeypatch):
+    monkeypatch.setattr(Widget, "parse_request", lambda self, r: GizmoRequest())
+    (problem,) = [p for p in parse_reasons(plugins) if p[0] == "widget"]
+    assert "parse_request returned GizmoRequest: expected its request_type " \
+        "(WidgetRequest)" in problem[1]
+    monkeypatch.undo()
+
+    @dataclasses.dataclass(frozen=True)
+    class OtherAssignment(PluginAssignment):
+        slots: tuple[int, ...] = ()
+
+    monkeypatch.setattr(Widget, "fit", lambda self, s, r, p, e: OtherAssignment((0,)))
+    (reason,) = fit_reasons(plugins)
+    assert "fit on host h1 returned an OtherAssignment, not its assignment" in reason[1]
+    monkeypatch.setattr(Widget, "host_state", lambda self, v, n, a: GizmoRequest())
+    (reason,) = host_state_reasons(plugins)
+    assert "returned a GizmoRequest, not its state_type (WidgetState) or None" in reason[1]
+
+
+def test_the_types_are_read_on_the_plugins_class(plugins):
+    assert plugins.request_type("widget") is WidgetRequest
+    assert plugins.assignment_type("widget") is WidgetAssignment
+    assert plugins.state_type("widget") is WidgetState
+    assert plugins.assignment_type("gizmo") is None
+    assert plugins.state_type("nosuch") is None
