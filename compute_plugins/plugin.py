@@ -23,9 +23,9 @@ The request side (all optional; defaults suit a plugin without keys):
 4. ``host_state(view, nodename, assignments)`` says what is free and used on
    the host given the assignments in force (JSON, versioned: the scheduler
    holds it in another process);
-5. ``fit(state, request, placement, earlier)`` decides exactly what the guest
+5. ``fit(state, request, mappings, earlier)`` decides exactly what the guest
    gets (pure, deterministic, no I/O) or says why not (a :class:`Rejection`);
-   ``alternatives(state, request, placement, earlier)`` offers other valid
+   ``alternatives(state, request, mappings, earlier)`` offers other valid
    decisions, best first, for when a later plugin rejects the first;
    ``verify(state, request, assignment)`` tests a recorded decision with the
    same code; ``guest_config(request, assignment)`` turns the decision into
@@ -58,7 +58,7 @@ AssignmentT = TypeVar("AssignmentT", bound=PluginAssignment)
 
 #: The chosen allocation's request-group suffix -> provider uuids (Placement
 #: 1.34 ``mappings``); ``None`` offline, where the plugin picks providers.
-Placement = Optional[Mapping[str, Sequence[str]]]
+Mappings = Optional[Mapping[str, Sequence[str]]]
 #: The assignments of the plugins whose ``fit`` ran before, by plugin name.
 Earlier = Mapping[str, PluginAssignment]
 
@@ -274,11 +274,11 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         """
         return None
 
-    def fit(self, state: StateT, request: RequestT, placement: Placement,
+    def fit(self, state: StateT, request: RequestT, mappings: Mappings,
             earlier: Earlier) -> Union[AssignmentT, Rejection, None]:
         """Decide exactly what ``request`` gets on the host in ``state``.
 
-        Pure, deterministic, no I/O. ``placement`` restricts the choice to the
+        Pure, deterministic, no I/O. ``mappings`` restricts the choice to the
         providers Placement allocated (None: choose them). Return the
         assignment, a :class:`Rejection`, or ``None`` when there is nothing
         to decide beyond Placement's allocation.
@@ -286,7 +286,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         return None
 
     def alternatives(self, state: StateT, request: RequestT,
-                     placement: Placement, earlier: Earlier
+                     mappings: Mappings, earlier: Earlier
                      ) -> Iterator[AssignmentT]:
         """Valid assignments of ``request``, best first: ``fit``'s answer
         first, then others that differ in what a later plugin may care
@@ -295,7 +295,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         plugin that rejects over these. Keep them few and distinct (no
         permutations of equivalent choices). The default: ``fit``'s answer
         alone (nothing when it is a rejection or None)."""
-        outcome = self.fit(state, request, placement, earlier)
+        outcome = self.fit(state, request, mappings, earlier)
         if outcome is not None and not isinstance(outcome, Rejection):
             yield outcome
 
@@ -309,7 +309,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
                         state: StateT) -> Optional[Mapping[str, str]]:
         """Request group suffix -> the provider ``assignment`` uses for it.
 
-        Offline fits (``placement=None``) choose providers themselves; the
+        Offline fits (``mappings=None``) choose providers themselves; the
         scheduler turns this into the allocation it writes (each of the
         plugin's groups whole on its provider). ``None``: the plugin does
         not say, and the scheduler picks, for each of its groups, a provider

@@ -52,7 +52,7 @@ from oslo_log import log as logging
 
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import spec as nova_spec
-from compute_plugins.plugin import Placement, Rejection
+from compute_plugins.plugin import Mappings, Rejection
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import (
     KIND_GENERIC,
@@ -110,7 +110,7 @@ class StoreStates:
         return {h: decoded[h].states for h in wanted if h in decoded}
 
 
-def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Placement:
+def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Mappings:
     """The candidate's mappings when they name every group suffix our
     plugins use, else None (see the module docstring)."""
     mappings = candidate.get("mappings")

@@ -47,7 +47,7 @@ from compute_plugins.plugin import (
     AssignmentT,
     GroupAllocation,
     GuestFragment,
-    Placement,
+    Mappings,
     Rejection,
     RequestT,
     ResourcePlugin,
@@ -506,7 +506,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
     # -- the decision ----------------------------------------------------------------
 
     def fit(self, states: Mapping[str, object], spec: SpecLike,
-            mappings: Placement = None, *, budget: int = search.FIT_BUDGET,
+            mappings: Mappings = None, *, budget: int = search.FIT_BUDGET,
             host: str = "") -> search.FitResult:
         """Every plugin of this set that has a request in ``spec`` decides
         on one host (:func:`.search.fit_all`: in :attr:`order`, retried over

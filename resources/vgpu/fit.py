@@ -29,7 +29,7 @@ from typing import Optional, Union
 
 from compute_plugins.affinity import Affinity, guest_host_cells
 from compute_plugins.devices import summarize
-from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.plugin import Earlier, Mappings, Rejection
 from compute_plugins.search import Budget, first_fit
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
@@ -119,7 +119,7 @@ Usage = tuple[int, ...]
 
 
 def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
-                placement: Placement, usage: Usage
+                placement: Mappings, usage: Usage
                 ) -> tuple[list[PGPUState], Optional[Rejection]]:
     """The pGPUs that can serve ``group`` after ``usage``, best first: the
     mapped one, or offline every one, NUMA-affine first, then by address;
@@ -157,7 +157,7 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
                          % (group.requester_id, summarize(problems)))
 
 
-def fit(state: VGPUState, request: VGPURequest, placement: Placement,
+def fit(state: VGPUState, request: VGPURequest, placement: Mappings,
         earlier: Earlier, budget: Optional[Budget] = None
         ) -> Union[VGPUAssignment, Rejection]:
     """The pGPU and mdevs of every VGPU group of ``request`` (module doc);

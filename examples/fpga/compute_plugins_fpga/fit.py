@@ -2,10 +2,10 @@
 
 The state lists every card with its provider, model, cell and whether a
 guest uses it. ``fit`` gives each request group a free card of the model:
-the one Placement allocated the group from (``placement`` maps the group to
+the one Placement allocated the group from (``mappings`` maps the group to
 its provider), or offline the free cards NUMA-affine to the guest first
 (``earlier["numa"]``: the host cells the numa plugin put the guest's NUMA
-nodes on, :func:`compute_plugins.affinity.guest_host_cells`), then by
+nodes on, :func:`compute_plugins.api.guest_host_cells`), then by
 address. It returns :func:`verify` of what it built, so the checks the
 compute's claim runs are the scheduler's own.
 """
@@ -16,11 +16,17 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins import names
-from compute_plugins.affinity import Affinity, guest_host_cells
-from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.plugin import Earlier, Placement, Rejection
-from compute_plugins.request.types import FrozenMap
+from compute_plugins.api import (
+    Affinity,
+    AssignmentConflict,
+    Earlier,
+    FrozenMap,
+    Mappings,
+    PluginState,
+    Rejection,
+    guest_host_cells,
+    provider_uuid,
+)
 from compute_plugins_fpga.request import (
     PLUGIN,
     CardAssignment,
@@ -76,7 +82,7 @@ def build_state(view: FPGAView, nodename: str,
             used[card.address] = card.requester_id
     return FPGAState(
         cards=tuple(CardState(address=c.address, model=c.model, cell=c.cell,
-                              provider_uuid=names.provider_uuid(nodename, KIND, c.address),
+                              provider_uuid=provider_uuid(nodename, KIND, c.address),
                               used=c.address in used)
                     for c in view.cards),
         sockets=view.sockets)
@@ -96,14 +102,14 @@ def card_problem(card: CardState, request: FPGARequest, affinity: Affinity,
     return None if problem is None else "%s %s" % (name, problem)
 
 
-def fit(state: FPGAState, request: FPGARequest, placement: Placement,
+def fit(state: FPGAState, request: FPGARequest, mappings: Mappings,
         earlier: Earlier) -> Union[FPGAAssignment, Rejection]:
     affinity = Affinity(request.affinity, guest_host_cells(earlier), state.sockets)
     chosen: list[CardAssignment] = []
     for requester_id in request.requester_ids:
         taken = [c.address for c in chosen]
-        if placement is not None:
-            mapped = set(placement.get(requester_id, ()))
+        if mappings is not None:
+            mapped = set(mappings.get(requester_id, ()))
             options = [c for c in state.cards if c.provider_uuid in mapped]
         else:
             options = sorted(state.cards, key=lambda c: (

@@ -21,15 +21,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from compute_plugins.request import rules
-from compute_plugins.request.groups import (
+from compute_plugins.api import (
     KIND_DEVICE,
+    FrozenMap,
     PluginAssignment,
     PluginRequest,
     RequestGroup,
+    RequestInput,
+    rules,
 )
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
 from compute_plugins_fpga.view import resource_class
 
 PLUGIN = "fpga"
