@@ -24,13 +24,11 @@ from stevedore import extension, named
 from compute_plugins import checkpoint, contribution, exception, names
 from compute_plugins import conf as conf_areas
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin import Rejection
 from compute_plugins.provider_tree import ProviderTree, same_token
+from compute_plugins.request.groups import PluginAssignment
+from compute_plugins.runtime import AnyPlugin, LoadedPlugin, PluginSet
 from compute_plugins.text import printable
-
-#: A loaded plugin of any kind: the manager keeps them side by side and never
-#: looks inside their views, requests, states or assignments.
-AnyPlugin = ResourcePlugin[Any, Any, Any, Any]
 
 LOG = logging.getLogger(__name__)
 
@@ -117,7 +115,7 @@ class PluginManager:
         conf_areas.register_all(conf)
         self.conf = conf
         self.failures: dict[str, PluginFailure] = {}
-        self._views: dict[str, Any] = {}
+        self._views: dict[str, object] = {}
         self.auto_commit = auto_commit
         self.checkpoint_dir = checkpoint_dir
         #: Contributions that reached the tree last (``None``: not known yet).
@@ -130,7 +128,8 @@ class PluginManager:
         #: The host facts the views were built from (see :meth:`discover`).
         self._host: Optional[HostInfo] = None
         #: Plugin name -> (view, nodename, contribution made from them).
-        self._made: dict[str, tuple[Any, str, tuple[contribution.ProviderContribution, ...]]] = {}
+        self._made: dict[str, tuple[object, str,
+                                    tuple[contribution.ProviderContribution, ...]]] = {}
         #: After the last update: (the tree's change token, the previous
         #: contributions it was diffed against, what it staged).
         self._last_update: Optional[tuple[tuple[Any, ...], Contributions,
@@ -145,10 +144,13 @@ class PluginManager:
         #: to load keeps its last contribution, like one that fails to run).
         self.enabled: list[str] = wanted
         self._extensions = list(extension_manager)
-        self.plugins: dict[str, AnyPlugin] = {
-            ext.name: ext.obj for ext in self._extensions if ext.obj is not None}
         self._entry_points = {ext.name: getattr(ext.entry_point, "value", "") or ""
                               for ext in self._extensions}
+        #: The loaded plugins, in order: every call into them goes through
+        #: this set (:class:`~compute_plugins.runtime.PluginSet`).
+        self.plugins = PluginSet(
+            LoadedPlugin(ext.name, ext.obj, self._entry_points[ext.name])
+            for ext in self._extensions if ext.obj is not None)
         LOG.debug("resource plugins loaded: %s", ", ".join(self.plugins) or "none")
 
     def _load(self, wanted: list[str]) -> extension.ExtensionManager[AnyPlugin]:
@@ -238,7 +240,7 @@ class PluginManager:
                     and name not in self.failures):
                 continue
             try:
-                self._views[name] = plugin.discover(host)
+                self._views[name] = self.plugins.discover(name, host)
             except Exception as err:  # noqa: BLE001 - isolation is the point
                 self._fail(name, "discover", err)
             else:
@@ -254,10 +256,29 @@ class PluginManager:
         self._made.clear()
 
     @property
-    def views(self) -> Mapping[str, Any]:
+    def views(self) -> Mapping[str, object]:
         """Plugin name -> its view from the last :meth:`discover` (a copy;
         a plugin that never discovered the host is absent)."""
         return types.MappingProxyType(dict(self._views))
+
+    def host_states(self, nodename: str,
+                    usage: Mapping[str, Sequence[PluginAssignment]], *,
+                    strict: bool = False, host: str = ""
+                    ) -> tuple[dict[str, object], list[Rejection]]:
+        """Every plugin's host state of the last discovery under ``usage``
+        (:meth:`PluginSet.host_states
+        <compute_plugins.runtime.PluginSet.host_states>`; a plugin without a
+        view is a rejection saying why it failed to discover the host).
+
+        :param usage: plugin -> the assignments in force.
+        :param strict: raise :class:`~compute_plugins.fit.AssignmentConflict`
+            when they do not hold on the host.
+        :param host: the host, for messages.
+        """
+        return self.plugins.host_states(
+            self.views, nodename, usage, strict=strict, host=host,
+            unavailable={name: failure.reason
+                         for name, failure in self.failures.items()})
 
     def update_provider_tree(
         self,
@@ -412,7 +433,7 @@ class PluginManager:
                 and made[1] == nodename):
             return made[2]
         try:
-            items = tuple(plugin.provider_contributions(view, nodename))
+            items = self.plugins.contributions(name, view, nodename)
             contribution.validate(name, nodename, items)
         except Exception as err:  # noqa: BLE001 - isolation is the point
             self._fail(name, "contribute", err)

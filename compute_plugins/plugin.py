@@ -24,9 +24,9 @@ The request side (all optional; defaults suit a plugin without keys):
 4. ``host_state(view, nodename, assignments)`` says what is free and used on
    the host given the assignments in force (JSON, versioned: the scheduler
    holds it in another process);
-5. ``fit(state, request, placement, earlier)`` decides exactly what the guest
+5. ``fit(state, request, mappings, earlier)`` decides exactly what the guest
    gets (pure, deterministic, no I/O) or says why not (a :class:`Rejection`);
-   ``alternatives(state, request, placement, earlier)`` offers other valid
+   ``alternatives(state, request, mappings, earlier)`` offers other valid
    decisions, best first, for when a later plugin rejects the first;
    ``verify(state, request, assignment)`` tests a recorded decision with the
    same code; ``guest_config(request, assignment)`` turns the decision into
@@ -46,6 +46,7 @@ from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins.contribution import ProviderContribution
+from compute_plugins.fit import PluginState
 from compute_plugins.host.model import HostInfo
 from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
 from compute_plugins.request.inputs import RequestInput
@@ -58,7 +59,7 @@ AssignmentT = TypeVar("AssignmentT", bound=PluginAssignment)
 
 #: The chosen allocation's request-group suffix -> provider uuids (Placement
 #: 1.34 ``mappings``); ``None`` offline, where the plugin picks providers.
-Placement = Optional[Mapping[str, Sequence[str]]]
+Mappings = Optional[Mapping[str, Sequence[str]]]
 #: The assignments of the plugins whose ``fit`` ran before, by plugin name.
 Earlier = Mapping[str, PluginAssignment]
 
@@ -71,8 +72,8 @@ class Rejection:
         device and the numbers ("host cell 1 has 2 free dedicated CPUs,
         guest node 0 needs 3").
     :param provider: the provider (uuid or name) it concerns, "" for the host.
-    :param plugin: the plugin that rejected (:func:`compute_plugins.fit.fit_all`
-        fills it in).
+    :param plugin: the plugin that rejected (:meth:`PluginSet.fit
+        <compute_plugins.runtime.PluginSet.fit>` fills it in).
     """
 
     reason: str
@@ -180,8 +181,17 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
 
     #: Entry-point name; also the name of the plugin's option group.
     name: ClassVar[str]
-    #: Version of the plugin's data formats (requests, assignments).
+    #: Version of the plugin's data formats (requests, assignments, state).
     version: ClassVar[str] = "1.0"
+    #: The plugin's typed request (its ``parse_request`` returns one), read
+    #: back from a serialised spec with it; None: the plugin asks nothing.
+    request_type: ClassVar[Optional[type[PluginRequest]]] = None
+    #: The plugin's assignment (its ``fit`` decides one); None: it decides
+    #: nothing beyond Placement's allocation.
+    assignment_type: ClassVar[Optional[type[PluginAssignment]]] = None
+    #: The plugin's host state (its ``host_state`` builds one, the store
+    #: carries it as JSON); None: it keeps none.
+    state_type: ClassVar[Optional[type[PluginState]]] = None
     #: Plugins whose ``fit`` must run before this one's (their assignments
     #: reach this one's ``fit`` as ``earlier``), by name.
     fit_after: ClassVar[tuple[str, ...]] = ()
@@ -287,11 +297,11 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         """
         return None
 
-    def fit(self, state: StateT, request: RequestT, placement: Placement,
+    def fit(self, state: StateT, request: RequestT, mappings: Mappings,
             earlier: Earlier) -> Union[AssignmentT, Rejection, None]:
         """Decide exactly what ``request`` gets on the host in ``state``.
 
-        Pure, deterministic, no I/O. ``placement`` restricts the choice to the
+        Pure, deterministic, no I/O. ``mappings`` restricts the choice to the
         providers Placement allocated (None: choose them). Return the
         assignment, a :class:`Rejection`, or ``None`` when there is nothing
         to decide beyond Placement's allocation.
@@ -299,16 +309,16 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         return None
 
     def alternatives(self, state: StateT, request: RequestT,
-                     placement: Placement, earlier: Earlier
+                     mappings: Mappings, earlier: Earlier
                      ) -> Iterator[AssignmentT]:
         """Valid assignments of ``request``, best first: ``fit``'s answer
         first, then others that differ in what a later plugin may care
         about (e.g. another set of host cells, for a device's affinity).
-        :func:`compute_plugins.fit.fit_all` tries a later plugin that
-        rejects over these. Keep them few and distinct (no
+        :meth:`compute_plugins.runtime.PluginSet.fit` tries a later
+        plugin that rejects over these. Keep them few and distinct (no
         permutations of equivalent choices). The default: ``fit``'s answer
         alone (nothing when it is a rejection or None)."""
-        outcome = self.fit(state, request, placement, earlier)
+        outcome = self.fit(state, request, mappings, earlier)
         if outcome is not None and not isinstance(outcome, Rejection):
             yield outcome
 
@@ -322,7 +332,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
                         state: StateT) -> Optional[Mapping[str, str]]:
         """Request group suffix -> the provider ``assignment`` uses for it.
 
-        Offline fits (``placement=None``) choose providers themselves; the
+        Offline fits (``mappings=None``) choose providers themselves; the
         scheduler turns this into the allocation it writes (each of the
         plugin's groups whole on its provider). ``None``: the plugin does
         not say, and the scheduler picks, for each of its groups, a provider

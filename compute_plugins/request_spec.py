@@ -47,13 +47,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import exception, jsonload
+from compute_plugins import jsonload
 from compute_plugins.request import generic
 from compute_plugins.request.errors import (
     Problem,
@@ -68,11 +67,10 @@ from compute_plugins.request.groups import (
     PluginAssignment,
     PluginRequest,
     RequestGroup,
-    assignment_type,
-    request_type,
 )
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
 from compute_plugins.request.types import (
+    VERSION_RE,
     CodecError,
     FrozenMap,
     check_fields,
@@ -80,6 +78,7 @@ from compute_plugins.request.types import (
     encode,
     thaw_json,
 )
+from compute_plugins.runtime import PluginFailed, PluginSet
 from compute_plugins.text import ascii_int
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
@@ -93,7 +92,7 @@ FORMAT = "compute_plugins.RequestSpec"
 #: groups name their topology generically (kind ``guest_node``, ``node``).
 FORMAT_VERSION = "2.0"
 #: A format or plugin data version: ``MAJOR.MINOR``.
-_VERSION_RE = re.compile(r"^[0-9]{1,9}\.[0-9]{1,9}$")
+_VERSION_RE = VERSION_RE
 
 
 def _version(text: Any, what: str) -> tuple[int, int]:
@@ -107,12 +106,6 @@ def _version(text: Any, what: str) -> tuple[int, int]:
 
 def _newer(payload: tuple[int, int], reader: tuple[int, int]) -> bool:
     return payload[0] != reader[0] or payload[1] > reader[1]
-
-
-def _plugins_of(plugins: Any) -> Mapping[str, Any]:
-    """``PluginManager`` or ``{name: plugin}``."""
-    loaded: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
-    return loaded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +145,9 @@ class RequestSpec:
             if name not in self.plugin_versions:
                 raise CodecError("RequestSpec.requests.%s: the plugin has no "
                                  "version in plugin_versions" % name)
-            if request_type(name) is not type(req):
-                raise CodecError("RequestSpec.requests.%s: a %s is not the "
-                                 "plugin's registered request type"
-                                 % (name, type(req).__name__))
+            if not isinstance(req, PluginRequest):
+                raise CodecError("RequestSpec.requests.%s: a %s is not a "
+                                 "PluginRequest" % (name, type(req).__name__))
         if self.decision is not None:
             for name, assignment in self.decision.assignments.items():
                 if name not in self.plugin_versions:
@@ -167,8 +159,10 @@ class RequestSpec:
     # -- building -------------------------------------------------------------
 
     @classmethod
-    def build(cls, plugins: Any, request_input: RequestInput) -> RequestSpec:
-        """Parse ``request_input`` with every plugin, once.
+    def build(cls, plugins: PluginSet, request_input: RequestInput) -> RequestSpec:
+        """Parse ``request_input`` with every plugin, once
+        (:meth:`PluginSet.parse <compute_plugins.runtime.PluginSet.parse>`),
+        and the generic keys.
 
         A plugin that raises anything but the validation error (or a
         :class:`~compute_plugins.exception.ConfigError`, raised as it is) in
@@ -178,52 +172,18 @@ class RequestSpec:
         the plugin and its entry point; the other plugins go on, and every
         problem is raised together.
 
-        :param plugins: a :class:`~compute_plugins.manager.PluginManager` or
-            an ordered mapping of plugin name to plugin instance.
+        :param plugins: the loaded plugins.
         :param request_input: the flavor, image, ports and hints.
         :raises RequestValidationError: every problem found, by every plugin.
         :raises RequestInputError: the input itself cannot be recorded in a
             spec (a value JSON cannot carry).
         """
-        loaded = _plugins_of(plugins)
-        problems: list[Problem] = []
-        claimed: set[tuple[str, str]] = set()
-        requests: dict[str, PluginRequest] = {}
-        groups: list[RequestGroup] = []
-        versions: dict[str, str] = {}
-        for name, plugin in loaded.items():
-            version = str(getattr(plugin, "version", "1.0"))
-            if not _VERSION_RE.match(version):
-                problems.append(_plugin_problem(
-                    plugins, name, plugin, "its version %r is not MAJOR.MINOR"
-                    % version))
-                continue
-            versions[name] = version
-            parse = getattr(plugin, "parse_request", None)
-            if parse is None:
-                continue
-            view = request_input.for_plugin(name)
-            try:
-                req, plugin_groups = _parse_one(name, plugin, parse, view)
-            except RequestValidationError as err:
-                problems.extend(err.problems)
-                req, plugin_groups = None, []
-            except exception.ConfigError:
-                # NOTE: the operator's configuration, not the request nor a
-                # bug: the command's usage error (exit 2).
-                raise
-            except Exception as err:  # noqa: BLE001 - one plugin's bug
-                problems.append(_plugin_failure(plugins, name, plugin, err))
-                req, plugin_groups = None, []
-            problems.extend(view.problems)
-            claimed |= view.claimed
-            if req is None or view.problems:
-                continue
-            requests[name] = req
-            groups.extend(plugin_groups)
+        parsed = plugins.parse(request_input)
+        problems: list[Problem] = list(parsed.problems)
+        groups: list[RequestGroup] = list(parsed.groups)
         view = request_input.for_plugin("framework")
-        generic_req = generic.parse(view, frozenset(claimed))
-        generic.unknown_keys(view, claimed | view.claimed)
+        generic_req = generic.parse(view, parsed.claimed)
+        generic.unknown_keys(view, parsed.claimed | view.claimed)
         problems.extend(view.problems)
         groups.extend(generic_req.groups)
         problems.extend(_check_groups(groups))
@@ -236,8 +196,8 @@ class RequestSpec:
                 image_name=request_input.image_name,
                 ports=request_input.ports,
                 hints=request_input.hints,
-                requests=FrozenMap(requests),
-                plugin_versions=FrozenMap(versions),
+                requests=parsed.requests,
+                plugin_versions=parsed.versions,
                 generic=generic_req,
                 groups=tuple(groups),
             )
@@ -246,7 +206,7 @@ class RequestSpec:
                                     "RequestSpec: %s" % err) from None
 
     @classmethod
-    def from_nova(cls, spec_obj: Any, plugins: Any) -> RequestSpec:
+    def from_nova(cls, spec_obj: Any, plugins: PluginSet) -> RequestSpec:
         """Our spec for nova's ``objects.RequestSpec`` (nova installed):
         the one recorded in it with the scheduler's decision, else parsed
         once now (:func:`compute_plugins.nova.spec.from_nova`)."""
@@ -264,8 +224,11 @@ class RequestSpec:
     def with_decision(self, decision: Optional[Decision]) -> RequestSpec:
         """A copy of this spec with ``decision`` recorded (None clears it).
 
-        :raises ValueError: an assignment names a plugin without a request
-            type registered, or is not that plugin's assignment type.
+        :raises ValueError: an assignment that is not a PluginAssignment
+            with every field valid (the plugin's own type is checked where
+            it is made, :meth:`PluginSet.fit
+            <compute_plugins.runtime.PluginSet.fit>`, and read,
+            :meth:`from_dict`).
         """
         if decision is not None:
             for name, assignment in decision.assignments.items():
@@ -313,7 +276,7 @@ class RequestSpec:
         return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
 
     @classmethod
-    def from_dict(cls, doc: Any, plugins: Any) -> RequestSpec:
+    def from_dict(cls, doc: Any, plugins: PluginSet) -> RequestSpec:
         """Read a payload written by :meth:`to_dict`.
 
         The payload is validated strictly, never re-derived from the flavor:
@@ -322,20 +285,20 @@ class RequestSpec:
         0..2**31-1 and policy fields one of their values (see
         :func:`~compute_plugins.request.types.decode`).
 
-        :param plugins: the loaded plugins (manager or name -> plugin).
+        :param plugins: the loaded plugins.
         :raises RequestFormatError: not a RequestSpec payload, a newer format,
             a plugin not loaded or newer than the loaded one, a bad shape or
             value.
         """
         try:
-            return cls._from_dict(doc, _plugins_of(plugins))
+            return cls._from_dict(doc, plugins)
         except (CodecError, KeyError, TypeError, ValueError) as err:
             if isinstance(err, RequestFormatError):
                 raise
             raise RequestFormatError("bad RequestSpec payload: %s" % err) from None
 
     @classmethod
-    def _from_dict(cls, doc: Any, loaded: Mapping[str, Any]) -> RequestSpec:
+    def _from_dict(cls, doc: Any, loaded: PluginSet) -> RequestSpec:
         _check_header(doc)
         payload_plugins = _check_plugins(doc["plugins"], loaded)
         image = _expect(doc["image"], Mapping, "image")
@@ -349,17 +312,18 @@ class RequestSpec:
             image_name=decode(str, image.get("name", ""), "image.name"),
             ports=decode(tuple[Port, ...], doc["ports"], "ports"),
             hints=decode(FrozenMap[str, Any], doc["hints"], "hints"),
-            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins)),
+            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins,
+                                                loaded)),
             plugin_versions=FrozenMap(payload_plugins),
             generic=decode(generic.GenericRequest, doc["generic"], "generic"),
             groups=decode(tuple[RequestGroup, ...], doc["groups"], "groups"),
-            decision=_decode_decision(doc["decision"], payload_plugins),
+            decision=_decode_decision(doc["decision"], payload_plugins, loaded),
         )
         _check_derived_groups(spec, loaded)
         return spec
 
     @classmethod
-    def from_json(cls, text: str, plugins: Any) -> RequestSpec:
+    def from_json(cls, text: str, plugins: PluginSet) -> RequestSpec:
         try:
             doc = jsonload.loads(text)
         except ValueError as err:
@@ -408,7 +372,7 @@ def _check_header(doc: Any) -> None:
                 * bool(unknown)))
 
 
-def _check_plugins(payload_plugins: Any, loaded: Mapping[str, Any]) -> dict[str, str]:
+def _check_plugins(payload_plugins: Any, loaded: PluginSet) -> dict[str, str]:
     """The payload's plugin versions; each plugin loaded and not newer."""
     _expect(payload_plugins, Mapping, "plugins")
     versions = {}
@@ -418,7 +382,7 @@ def _check_plugins(payload_plugins: Any, loaded: Mapping[str, Any]) -> dict[str,
                 "RequestSpec payload names plugin %r, which is not loaded "
                 "(loaded: %s)" % (name, ", ".join(sorted(loaded)) or "none"))
         _expect(plugin_version, str, "plugins.%s" % name)
-        ours = str(getattr(loaded[name], "version", "1.0"))
+        ours = loaded.version(name)
         if _newer(_version(plugin_version, "plugin %s version" % name),
                   _version(ours, "plugin %s version" % name)):
             raise RequestFormatError(
@@ -428,20 +392,23 @@ def _check_plugins(payload_plugins: Any, loaded: Mapping[str, Any]) -> dict[str,
     return versions
 
 
-def _decode_requests(doc: Any, payload_plugins: Mapping[str, str]
-                     ) -> dict[str, PluginRequest]:
+def _decode_requests(doc: Any, payload_plugins: Mapping[str, str],
+                     loaded: PluginSet) -> dict[str, PluginRequest]:
+    """Each plugin's request, read with the request type it declares."""
     requests = {}
     for name, body in _expect(doc, Mapping, "requests").items():
-        kind = request_type(name)
+        kind = loaded.request_type(name)
         if name not in payload_plugins or kind is None:
             raise RequestFormatError(
                 "request of plugin %r, which the payload does not list or "
-                "which has no request type" % name)
+                "which declares no request type" % name)
         requests[name] = decode(kind, body, "requests.%s" % name)
     return requests
 
 
-def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[Decision]:
+def _decode_decision(doc: Any, payload_plugins: Mapping[str, str],
+                     loaded: PluginSet) -> Optional[Decision]:
+    """The decision, each assignment read with the type its plugin declares."""
     if doc is None:
         return None
     body = dict(_expect(doc, Mapping, "decision"))
@@ -450,28 +417,30 @@ def _decode_decision(doc: Any, payload_plugins: Mapping[str, str]) -> Optional[D
     decision: Decision = decode(Decision, body, "decision")
     assignments = {}
     for name, adoc in assignments_doc.items():
-        kind = assignment_type(name)
+        kind = loaded.assignment_type(name)
         if name not in payload_plugins or kind is None:
             raise RequestFormatError(
-                "assignment of plugin %r, which is not loaded" % name)
+                "assignment of plugin %r, which is not loaded or declares no "
+                "assignment type" % name)
         assignments[name] = decode(kind, adoc, "assignments.%s" % name)
     return dataclasses.replace(decision, assignments=FrozenMap(assignments))
 
 
-def _check_derived_groups(spec: RequestSpec, loaded: Mapping[str, Any]) -> None:
+def _check_derived_groups(spec: RequestSpec, loaded: PluginSet) -> None:
     """The payload's groups are what its typed requests give (the plugins'
     ``request_groups``; no flavor is parsed). Checked only when every
     plugin's data version is the loaded one: another version may derive
     groups differently, and its groups are then taken as written."""
-    if any(str(getattr(loaded[name], "version", "1.0")) != version
+    if any(loaded.version(name) != version
            for name, version in spec.plugin_versions.items()):
         return
     expected: list[RequestGroup] = []
     for name, req in spec.requests.items():
-        derive = getattr(loaded[name], "request_groups", None)
-        if derive is None:
-            return
-        expected.extend(derive(req))
+        try:
+            expected.extend(loaded.request_groups(name, req))
+        except PluginFailed as failed:
+            raise RequestFormatError("bad RequestSpec payload: %s"
+                                     % failed.reason()) from None
     expected.extend(spec.generic.groups)
     if collections.Counter(expected) != collections.Counter(spec.groups):
         raise RequestFormatError("bad RequestSpec payload: its request groups "
@@ -479,7 +448,7 @@ def _check_derived_groups(spec: RequestSpec, loaded: Mapping[str, Any]) -> None:
 
 
 def build_request_spec(
-    plugins: Any,
+    plugins: PluginSet,
     flavor: Any,
     image: Any = None,
     ports: Sequence[Any] = (),
@@ -495,72 +464,11 @@ def build_request_spec(
 
 
 def _check_assignment(plugin: str, assignment: Any) -> None:
-    """The plugin's registered assignment type, with every field valid."""
-    kind = assignment_type(plugin)
-    if kind is None or type(assignment) is not kind:
-        raise ValueError("assignment of plugin %r must be a %s, not %s"
-                         % (plugin, kind.__name__ if kind else "registered "
-                            "PluginAssignment", type(assignment).__name__))
+    """A :class:`PluginAssignment` with every field valid."""
+    if not isinstance(assignment, PluginAssignment):
+        raise ValueError("assignment of plugin %r must be a PluginAssignment, "
+                         "not %s" % (plugin, type(assignment).__name__))
     check_fields(assignment, "assignments.%s" % plugin)
-
-
-def _parse_one(name: str, plugin: Any, parse: Any, view: RequestInput
-               ) -> tuple[Optional[PluginRequest], list[RequestGroup]]:
-    """One plugin's typed request and its groups (none when it reported a
-    problem or had nothing to ask).
-
-    :raises RequestValidationError: the plugin found problems.
-    :raises Exception: anything else the plugin raised, or
-        :class:`CodecError` for what it returned that the model refuses.
-    """
-    req = parse(view)
-    if req is None or view.problems:
-        return None, []
-    if not isinstance(req, PluginRequest) or request_type(name) is not type(req):
-        raise CodecError("parse_request returned %s: expected its registered "
-                         "PluginRequest subclass (%s)"
-                         % (type(req).__name__, getattr(
-                             request_type(name), "__name__", "none registered")))
-    # NOTE: a request built without its dataclass __post_init__ (a subclass
-    # that overrides it) is checked here too.
-    check_fields(req, "requests.%s" % name)
-    plugin_groups = list(plugin.request_groups(req))
-    for group in plugin_groups:
-        if type(group) is not RequestGroup:
-            raise CodecError("request_groups returned %s: expected "
-                             "RequestGroup" % type(group).__name__)
-    return req, plugin_groups
-
-
-def _entry_point(plugins: Any, name: str, plugin: Any) -> str:
-    """``entry point <value>`` when the manager knows it, else the class."""
-    known = getattr(plugins, "entry_point", None)
-    value = known(name) if callable(known) else ""
-    if value:
-        return "entry point %s" % value
-    cls = type(plugin)
-    return "class %s:%s" % (cls.__module__, cls.__qualname__)
-
-
-def _plugin_problem(plugins: Any, name: str, plugin: Any, what: str) -> Problem:
-    return Problem("plugin", name, None, "%s (%s)" % (
-        what, _entry_point(plugins, name, plugin)), plugin=name)
-
-
-def _plugin_failure(plugins: Any, name: str, plugin: Any,
-                    err: Exception) -> Problem:
-    """A plugin's bug while parsing, as one problem of that plugin."""
-    text = str(err).splitlines()[0] if str(err) else ""
-    if isinstance(err, CodecError):
-        what = "returned a value the request model refuses: %s" % text
-    else:
-        what = "failed to parse the request: %s%s" % (
-            type(err).__name__, ": " + text if text else "")
-    problem = _plugin_problem(plugins, name, plugin, what)
-    LOG.error("resource plugin %s: %s", name, problem.rule)
-    LOG.debug("resource plugin %s failed to parse the request", name,
-              exc_info=True)
-    return problem
 
 
 def _check_groups(groups: Iterable[RequestGroup]) -> list[Problem]:

@@ -8,7 +8,7 @@ One allocation candidate per host (nova's shape: its query's unsuffixed
 group). Guest: 8 dedicated CPUs, 4 GiB, one NUMA node.
 
 - ours: ``PluginFitFilter.filter_all`` through nova's ``HostFilterHandler``
-  (our RequestSpec from nova's, every host's ``fit_all``; the states come
+  (our RequestSpec from nova's, every host's ``PluginSet.fit``; the states come
   from an in-memory source here, the store's read is not timed);
 - nova: ``NUMATopologyFilter`` + ``PciPassthroughFilter`` through the same
   handler, on nova ``HostState``s holding the same hosts as nova's objects
@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Iterable
 
 from bench.fit import nova_model
 from resources.numa.state import CellState, NUMAState
@@ -55,7 +56,7 @@ class Source:
     def __init__(self, states: dict) -> None:
         self.states = states
 
-    def get(self, hosts: list) -> dict:
+    def get(self, hosts: Iterable[str]) -> dict:
         return {h: self.states[h] for h in hosts if h in self.states}
 
 
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
     for count in HOST_COUNTS:
         states = {"h%d" % i: {"numa": numa_state(i)} for i in range(count)}
 
-        ours_filter = PluginFitFilter(manager, Source(states))
+        ours_filter = PluginFitFilter(manager.plugins, Source(states))
         nova_filter_objs = [numa_topology_filter.NUMATopologyFilter(),
                             pci_passthrough_filter.PciPassthroughFilter()]
 

@@ -127,12 +127,12 @@ def main(argv: list[str]) -> int:
             conf([], default_config_files=[], default_config_dirs=[])
             plugins = cloud.manager("2cell")
             timed = TimedClient(client)
-            scheduler = Scheduler(conf, plugins, timed, store)
+            scheduler = Scheduler(conf, plugins.plugins, timed, store)
             print("  %-14s %9s %9s %9s %12s %7s %9s %s" % (
                 "request", "ours ms", "own ms", "rp ms", "a_c ms", "a_c/us",
                 "own/a_c", "hosts (ours / a_c)"))
             for label, (flavor, ports) in REQUESTS.items():
-                spec = RequestSpec.build(plugins, RequestInput.from_dicts(
+                spec = RequestSpec.build(plugins.plugins, RequestInput.from_dicts(
                     dict(flavor, name=label), None, ports))
                 totals, placement_parts, ac_times = [], [], []
                 for _ in range(args.n):

@@ -15,7 +15,6 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.fit import encode_state
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
@@ -91,9 +90,10 @@ def build(client: Any, store: HostStateStore, count: int) -> dict[str, int]:
             raise RuntimeError("host %s: %s" % (name, result.error))
         tree = reporter.provider_tree()
         providers = {u: tree.data(u).name for u in tree.get_provider_uuids_in_tree(name)}
-        views = plugins.views
-        states = {n: encode_state(p, p.host_state(views[n], name, ()))
-                  for n, p in plugins.plugins.items() if n in views}
+        built, broken = plugins.host_states(name, {})
+        if broken:
+            raise RuntimeError("host %s: %s" % (name, broken))
+        states, _ = plugins.plugins.encode_states(built)
         store.publish(name, states, 0, nodename=name, providers=providers)
         made[shape] = made.get(shape, 0) + 1
     return made

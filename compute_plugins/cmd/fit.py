@@ -4,9 +4,9 @@ An offline what-if on one host, without Placement: the host is discovered
 with the enabled plugins, the request is parsed once into a RequestSpec,
 each plugin builds its host state (``host_state``) under the assignments
 already on the host (``--usage``), then every plugin's ``fit`` runs
-(:func:`compute_plugins.fit.fit_all`, no Placement mappings: each plugin
-chooses its providers) and the guest XML is built from the assignments
-(:mod:`compute_plugins.compute.guest`).
+(:meth:`compute_plugins.runtime.PluginSet.fit`, no Placement mappings: each
+plugin chooses its providers) and the guest XML is built from the
+assignments (:mod:`compute_plugins.compute.guest`).
 
 ``--usage FILE``: a JSON list of the ``assignments`` objects this command
 prints (``[{"numa": {...}, "vgpu": {...}}, ...]``), one per guest already on
@@ -43,14 +43,14 @@ from oslo_log import log as logging
 
 from compute_plugins.cmd import common, validate
 from compute_plugins.compute import guest
-from compute_plugins.fit import AssignmentConflict, FitResult, fit_all, fit_order
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import HostInfo
 from compute_plugins.manager import PluginManager
-from compute_plugins.plugin import Rejection
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request.groups import Decision, PluginAssignment, assignment_type
+from compute_plugins.request.groups import Decision, PluginAssignment
 from compute_plugins.request.types import CodecError, decode
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import FitResult, PluginSet
 
 LOG = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def read_usage(doc: Any, plugins: Mapping[str, Any], path: str
+def read_usage(doc: Any, plugins: PluginSet, path: str
                ) -> dict[str, list[PluginAssignment]]:
     """Each plugin's assignments in force, from a ``--usage`` document.
 
@@ -112,7 +112,7 @@ def read_usage(doc: Any, plugins: Mapping[str, Any], path: str
                 raise BadInput("usage file %s: %s names plugin %r, which is "
                                "not enabled (enabled: %s)"
                                % (path, where, name, ", ".join(plugins) or "none"))
-            kind = assignment_type(name)
+            kind = plugins.assignment_type(name)
             if kind is None:
                 raise BadInput("usage file %s: %s: plugin %s makes no "
                                "assignments" % (path, where, name))
@@ -130,25 +130,6 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def host_states(manager: PluginManager, host: HostInfo,
-                usage: Mapping[str, Sequence[PluginAssignment]], path: str
-                ) -> tuple[dict[str, Any], list[Rejection]]:
-    """Every discovered plugin's host state under ``usage``.
-
-    :returns: the states, and a rejection per plugin that could not build
-        one (it failed to discover the host, or its ``host_state`` failed).
-    :raises BadInput: the usage does not hold on the host
-        (:class:`AssignmentConflict`).
-    """
-    from compute_plugins.compute.claims import host_states as live_states
-
-    try:
-        return live_states(manager, host.hostname, usage, strict=True)
-    except AssignmentConflict as err:
-        raise BadInput("usage file %s does not hold on host %s: %s"
-                       % (path, host.hostname, err)) from None
-
-
 def _domain_type(host: HostInfo) -> str:
     """libvirt's test driver only defines ``test`` domains; real hosts kvm."""
     return "test" if host.source.startswith("test:") else "kvm"
@@ -157,19 +138,27 @@ def _domain_type(host: HostInfo) -> str:
 def decide(manager: PluginManager, host: HostInfo, spec: RequestSpec,
            usage: Mapping[str, Sequence[PluginAssignment]], path: str,
            name: str) -> tuple[FitResult, RequestSpec, str | None]:
-    """fit_all on the host's states; the spec with the decision recorded and
-    the guest XML when it fits."""
-    states, broken = host_states(manager, host, usage, path)
+    """Every plugin's fit on the host's states under ``usage``; the spec
+    with the decision recorded and the guest XML when it fits.
+
+    :raises BadInput: the usage does not hold on the host
+        (:class:`AssignmentConflict`).
+    """
+    try:
+        states, broken = manager.host_states(host.hostname, usage, strict=True,
+                                             host=host.hostname)
+    except AssignmentConflict as err:
+        raise BadInput("usage file %s does not hold on host %s: %s"
+                       % (path, host.hostname, err)) from None
     broken = [r for r in broken if r.plugin in spec.requests]
-    result = fit_all({n: p for n, p in manager.plugins.items() if n in states},
-                     states, spec, placement=None)
+    result = manager.plugins.only(states).fit(states, spec, host=host.hostname)
     if broken:
         result = FitResult(rejections=tuple(broken) + result.rejections)
     if not result.fits:
         return result, spec, None
     decided = spec.with_decision(Decision(host=host.hostname, nodename=host.hostname,
                                           assignments=result.assignments))
-    xml = guest.domain_xml(decided, result.assignments, manager, name=name,
+    xml = guest.domain_xml(decided, result.assignments, manager.plugins, name=name,
                            domain_type=_domain_type(host))
     return result, decided, xml
 
@@ -192,7 +181,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         print("compute-plugins: host degraded: plugin %s failed to %s: %s"
               % (failure.plugin, failure.stage, failure.reason), file=sys.stderr)
     try:
-        spec = RequestSpec.build(manager, inputs)
+        spec = RequestSpec.build(manager.plugins, inputs)
     except RequestValidationError as err:
         return _bad("invalid request: %d problem(s)" % len(err.problems),
                     *("  %s" % problem for problem in err.problems))
@@ -235,7 +224,7 @@ def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
             print("  %s: %s%s" % (rejection.plugin, rejection.reason, where))
         return
     print("fits on host %s (%s)" % (host.hostname, flavor))
-    for name in fit_order(manager.plugins):
+    for name in manager.plugins.order:
         request = spec.requests.get(name)
         if request is None:
             continue
@@ -243,7 +232,7 @@ def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
         if assignment is None:
             print("  %s: nothing to choose on the host" % name)
             continue
-        for line in manager.plugins[name].describe(request, assignment):
+        for line in manager.plugins.describe(name, request, assignment):
             print("  %s: %s" % (name, line))
     if xml is not None:
         print("guest XML (--format json prints it whole):")

@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -32,6 +32,9 @@ from compute_plugins.cmd import arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
 from compute_plugins.text import printable
+
+if TYPE_CHECKING:
+    from compute_plugins.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 
@@ -289,7 +292,7 @@ def reload_mutable(conf: cfg.ConfigOpts,
     return False
 
 
-def run_periodic(client: preport.ReportClient, manager: Any,
+def run_periodic(client: preport.ReportClient, manager: PluginManager,
                  nodename: str) -> preport.PeriodicResult:
     """:func:`compute_plugins.compute.agent.run_periodic` (its old home)."""
     from compute_plugins.compute import agent

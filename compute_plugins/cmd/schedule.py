@@ -27,6 +27,7 @@ from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import connect
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler.selection import (
     ConsumerAllocated,
     ConsumerInUse,
@@ -98,7 +99,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         return _bad(str(err))
     manager = common.plugin_manager(conf)
     try:
-        spec = RequestSpec.build(manager, inputs)
+        spec = RequestSpec.build(manager.plugins, inputs)
     except RequestValidationError as err:
         print("compute-plugins: error: invalid request: %d problem(s)"
               % len(err.problems), file=sys.stderr)
@@ -108,7 +109,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     results: list[ScheduleResult] = []
     with connect.placement_client(conf, args.placement_url) as client, \
             HostStateStore.from_config(conf) as store:
-        scheduler = Scheduler(conf, manager, client, store)
+        scheduler = Scheduler(conf, manager.plugins, client, store)
         for consumer in consumers:
             try:
                 results.append(scheduler.schedule(spec, consumer, args.project_id,
@@ -118,20 +119,20 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             except exception.ComputePluginsError:
                 # NOTE: the instances placed before hold resources: their
                 # consumers are printed, or nobody could release them.
-                _print(manager, args, results)
+                _print(manager.plugins, args, results)
                 raise
-    _print(manager, args, results)
+    _print(manager.plugins, args, results)
     return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
 
 
-def _print(manager: Any, args: argparse.Namespace,
+def _print(plugins: PluginSet, args: argparse.Namespace,
            results: list[ScheduleResult]) -> None:
     if not results:
         return
     if args.format == "json":
         common.print_json(to_json(results))
     else:
-        _print_text(manager, results)
+        _print_text(plugins, results)
 
 
 def to_json(results: list[ScheduleResult]) -> dict[str, Any]:
@@ -158,14 +159,14 @@ def to_json(results: list[ScheduleResult]) -> dict[str, Any]:
     return {"instances": instances, "reasons": reasons}
 
 
-def _print_text(manager: Any, results: list[ScheduleResult]) -> None:
+def _print_text(plugins: PluginSet, results: list[ScheduleResult]) -> None:
     for result in results:
         if result.placed:
             decision = result.spec.decision
             parts = []
             for name, assignment in decision.assignments.items():
-                lines = manager.plugins[name].describe(result.spec.requests[name],
-                                                       assignment)
+                lines = plugins.describe(name, result.spec.requests[name],
+                                         assignment)
                 parts.append("%s: %s" % (name, "; ".join(lines)))
             print("%s: host %s (%d candidate(s), %d fit, %d Placement call(s)): %s"
                   % (result.consumer, decision.host, result.candidates,

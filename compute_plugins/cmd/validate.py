@@ -87,7 +87,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     manager = common.plugin_manager(conf)
     try:
-        spec = RequestSpec.build(manager, inputs)
+        spec = RequestSpec.build(manager.plugins, inputs)
     except RequestValidationError as err:
         if args.format == "json":
             common.print_json({"valid": False, **err.to_dict()})

@@ -42,12 +42,12 @@ from oslo_log import log as logging
 from compute_plugins import exception
 from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
 from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError
-from compute_plugins.fit import encode_state
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import HostStateTransport
+from compute_plugins.manager import PluginManager
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
@@ -141,7 +141,7 @@ class AgentResult:
         return out
 
 
-def run_periodic(client: preport.ReportClient, manager: Any,
+def run_periodic(client: preport.ReportClient, manager: PluginManager,
                  nodename: str) -> preport.PeriodicResult:
     """One Placement periodic with a ``PluginManager(auto_commit=False)``:
     the plugins' contributions are committed when the sync reached
@@ -202,7 +202,7 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     first = discover()
     manager.discover(first)
     manager.raise_config_errors()
-    return manager, first, Ledger.load(state_dir, first.hostname, manager)
+    return manager, first, Ledger.load(state_dir, first.hostname, manager.plugins)
 
 
 class ComputeAgent:
@@ -226,7 +226,7 @@ class ComputeAgent:
         :meth:`run`.
     """
 
-    def __init__(self, manager: Any, client: preport.ReportClient,
+    def __init__(self, manager: PluginManager, client: preport.ReportClient,
                  store: HostStateTransport, ledger: Ledger,
                  discover: Callable[[], HostInfo], *,
                  first: Optional[HostInfo] = None, host: Optional[str] = None,
@@ -384,16 +384,17 @@ class ComputeAgent:
 
     def states_documents(self) -> dict[str, dict[str, Any]]:
         """Every plugin's host state under the claims in force, as the store
-        holds them (``encode_state``)."""
+        holds them (:meth:`~compute_plugins.runtime.PluginSet.encode_states`)."""
         states, broken = self._claims_for_host().states()
+        documents, unencodable = self.manager.plugins.encode_states(states)
+        broken = broken + unencodable
         # NOTE: said when it changes, not every periodic.
         said = frozenset(broken)
         for rejection in sorted(said - self._broken, key=lambda r: r.plugin):
             LOG.error("host %s: plugin %s publishes no host state: %s", self.host,
                       rejection.plugin, rejection.reason)
         self._broken = said
-        return {name: encode_state(self.manager.plugins[name], state)
-                for name, state in states.items()}
+        return documents
 
     def _publish(self, result: AgentResult) -> None:
         """Publish the host state when it differs from what was published."""

@@ -6,8 +6,9 @@ plugin's assignment). The compute side reads that spec back
 (:meth:`RequestSpec.from_json`: the typed requests and the decision, never
 the flavor's extra specs or the image's properties), builds each plugin's
 live host state under the claims already in force (the ledger's
-assignments) and runs :func:`compute_plugins.fit.verify_all`, the same code
-the scheduler's ``fit_all`` is built from. So a claim fails only when the
+assignments) and runs every plugin's ``verify``
+(:meth:`compute_plugins.runtime.PluginSet.verify`), built from the same
+checks as the ``fit`` the scheduler ran. So a claim fails only when the
 host changed since the state the scheduler decided on: then every plugin's
 rejection goes back to the scheduler (the protocol's ``reject``), which
 frees the allocation and tries another host. A claim that holds is
@@ -24,22 +25,21 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from oslo_log import log as logging
 
 from compute_plugins.compute import guest
 from compute_plugins.compute.ledger import Ledger
-from compute_plugins.fit import AssignmentConflict, verify_all
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
+from compute_plugins.manager import PluginManager
 from compute_plugins.placement import client as pclient
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.errors import RequestFormatError
-from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request_spec import RequestSpec
 
 LOG = logging.getLogger(__name__)
@@ -108,47 +108,6 @@ class ReleaseResult:
         return dataclasses.asdict(self)
 
 
-def host_states(manager: Any, nodename: str,
-                usage: Mapping[str, Sequence[PluginAssignment]],
-                strict: bool = False) -> tuple[dict[str, Any], list[Rejection]]:
-    """Every discovered plugin's host state under ``usage``.
-
-    :param manager: the PluginManager (its views of the last discovery).
-    :param usage: plugin -> the assignments in force.
-    :param strict: raise :class:`AssignmentConflict` when the assignments
-        in force do not hold on the host (``compute-plugins fit --usage``:
-        the user's input is wrong) instead of a rejection of that plugin.
-    :returns: the states, and a rejection per plugin that has none: it
-        failed to discover the host, its ``host_state`` failed, or the
-        assignments in force do not hold on the host (an
-        :class:`AssignmentConflict`, named).
-    """
-    views = manager.views
-    states: dict[str, Any] = {}
-    broken: list[Rejection] = []
-    for name, plugin in manager.plugins.items():
-        if name not in views:
-            failure = manager.failures.get(name)
-            broken.append(Rejection(
-                "the plugin could not discover the host: %s"
-                % (failure.reason if failure else "no view"), plugin=name))
-            continue
-        try:
-            states[name] = plugin.host_state(views[name], nodename,
-                                             tuple(usage.get(name, ())))
-        except AssignmentConflict as err:
-            if strict:
-                raise
-            broken.append(Rejection("the claims in force do not hold on the "
-                                    "host: %s" % err.reason, plugin=name))
-        except Exception as err:  # noqa: BLE001 - one plugin, named
-            LOG.debug("plugin %s: host_state failed", name, exc_info=True)
-            broken.append(Rejection("the plugin could not build its host "
-                                    "state: %s: %s" % (type(err).__name__, err),
-                                    plugin=name))
-    return states, broken
-
-
 def _uuid_or_none(text: str) -> Optional[str]:
     try:
         return str(uuidlib.UUID(text))
@@ -168,7 +127,7 @@ class Claims:
         ``test`` on libvirt's test driver).
     """
 
-    def __init__(self, host: str, nodename: str, manager: Any, ledger: Ledger,
+    def __init__(self, host: str, nodename: str, manager: PluginManager, ledger: Ledger,
                  store: DecisionQueue, domain_type: str = "kvm") -> None:
         self.host = host
         self.nodename = nodename
@@ -177,9 +136,10 @@ class Claims:
         self.store = store
         self.domain_type = domain_type
 
-    def states(self) -> tuple[dict[str, Any], list[Rejection]]:
+    def states(self) -> tuple[dict[str, object], list[Rejection]]:
         """The live host states under the ledger's assignments."""
-        return host_states(self.manager, self.nodename, self.ledger.assignments())
+        return self.manager.host_states(self.nodename, self.ledger.assignments(),
+                                        host=self.host)
 
     def guest_xml(self, consumer: str, spec: RequestSpec) -> str:
         """The libvirt domain of ``consumer``'s claimed ``spec`` (named
@@ -188,7 +148,7 @@ class Claims:
         :raises GuestConfigError: a plugin's fragment cannot be merged.
         """
         assert spec.decision is not None
-        return guest.domain_xml(spec, spec.decision.assignments, self.manager,
+        return guest.domain_xml(spec, spec.decision.assignments, self.manager.plugins,
                                 name="instance-%s" % consumer,
                                 domain_type=self.domain_type,
                                 uuid=_uuid_or_none(consumer))
@@ -199,7 +159,7 @@ class Claims:
                   ) -> tuple[Optional[RequestSpec], list[Rejection], Optional[str]]:
         """The spec, every reason not to claim it, and its guest XML."""
         try:
-            spec = RequestSpec.from_json(decision.spec, self.manager)
+            spec = RequestSpec.from_json(decision.spec, self.manager.plugins)
         except RequestFormatError as err:
             return None, [Rejection("the spec cannot be read: %s" % err,
                                     plugin=FRAMEWORK)], None
@@ -213,13 +173,13 @@ class Claims:
                 "the decision is for host %r node %r; this is host %r node %r"
                 % (chosen.host, chosen.nodename, self.host, self.nodename),
                 plugin=FRAMEWORK)], None
+        plugins = self.manager.plugins
         states, broken = self.states()
         broken = [r for r in broken if r.plugin in spec.requests]
-        loaded = {n: p for n, p in self.manager.plugins.items() if n in states}
         missing = [Rejection("the plugin is not loaded on this host",
-                             plugin=n) for n in spec.requests
-                   if n not in self.manager.plugins]
-        reasons = missing + broken + list(verify_all(loaded, states, spec))
+                             plugin=n) for n in spec.requests if n not in plugins]
+        reasons = missing + broken + list(
+            plugins.only(states).verify(states, spec, host=self.host))
         if reasons:
             return spec, reasons, None
         try:
@@ -338,5 +298,4 @@ class Claims:
         return ReleaseResult(consumer, decision_id, removed, deleted)
 
 
-__all__ = ["FRAMEWORK", "RECORDED_EARLIER", "ClaimResult", "Claims", "ReleaseResult",
-           "host_states"]
+__all__ = ["FRAMEWORK", "RECORDED_EARLIER", "ClaimResult", "Claims", "ReleaseResult"]

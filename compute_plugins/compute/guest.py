@@ -36,8 +36,10 @@ from typing import Any, Optional
 
 from compute_plugins import exception
 from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
-from compute_plugins.fit import fit_order
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin import GuestFragment, Rejection
+from compute_plugins.request.groups import PluginAssignment
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 
 __all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",
            "assemble", "domain_xml", "summary"]
@@ -290,47 +292,29 @@ def _check_vcpupins(cputune: Optional[_Merged], vcpus: int) -> None:
         pinned[vcpu] = plugin
 
 
-def _plugins_of(plugins: Any) -> Mapping[str, Any]:
-    """``PluginManager`` or ``{name: plugin}``."""
-    loaded: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
-    return loaded
-
-
-def domain_xml(spec: Any, assignments: Mapping[str, Any], plugins: Any, *,
-               name: str, domain_type: str = "kvm", uuid: Optional[str] = None,
-               arch: Optional[str] = None, machine: Optional[str] = None) -> str:
+def domain_xml(spec: RequestSpec, assignments: Mapping[str, PluginAssignment],
+               plugins: PluginSet, *, name: str, domain_type: str = "kvm",
+               uuid: Optional[str] = None, arch: Optional[str] = None,
+               machine: Optional[str] = None) -> str:
     """The complete domain for ``spec`` with ``assignments``.
 
     Every plugin that has an assignment gives its fragments (its
-    ``guest_config(request, assignment)``), in fit order; vCPUs and memory
-    are the flavor's. A plugin with a request but no assignment (its ``fit``
-    had nothing to decide) gives none.
+    ``guest_config(request, assignment)``, through
+    :meth:`PluginSet.guest_fragments
+    <compute_plugins.runtime.PluginSet.guest_fragments>`), in fit order;
+    vCPUs and memory are the flavor's. A plugin with a request but no
+    assignment (its ``fit`` had nothing to decide) gives none.
 
-    :param spec: the :class:`~compute_plugins.request_spec.RequestSpec`.
     :param assignments: plugin name -> its assignment (a FitResult's, or the
         spec's decision's).
-    :param plugins: a PluginManager or ``{name: plugin}``.
     :raises GuestConfigError: see :func:`assemble`; also an assignment of a
         plugin that is not loaded or has no request in ``spec``, or a
-        ``guest_config`` that does not return a sequence of fragments.
+        ``guest_config`` that fails or does not return a sequence of
+        fragments.
     """
-    loaded = _plugins_of(plugins)
-    for plugin in assignments:
-        if plugin not in loaded:
-            raise GuestConfigError(plugin, "the plugin is not loaded")
-        if plugin not in spec.requests:
-            raise GuestConfigError(plugin, "an assignment without a request")
-    contributions = []
-    for plugin in fit_order(loaded):
-        if plugin not in assignments:
-            continue
-        fragments = loaded[plugin].guest_config(spec.requests[plugin],
-                                                assignments[plugin])
-        if isinstance(fragments, (str, bytes)) or not isinstance(fragments, Sequence):
-            raise GuestConfigError(plugin, "guest_config returned a %s, not a "
-                                   "sequence of GuestFragment"
-                                   % type(fragments).__name__)
-        contributions.append((plugin, fragments))
+    contributions = plugins.guest_fragments(spec.requests, assignments)
+    if isinstance(contributions, Rejection):
+        raise GuestConfigError(contributions.plugin, contributions.reason)
     return assemble(contributions, name=name, vcpus=spec.flavor.vcpus,
                     memory_mb=spec.flavor.memory_mb, domain_type=domain_type,
                     uuid=uuid, arch=arch, machine=machine)

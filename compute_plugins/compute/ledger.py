@@ -22,12 +22,13 @@ import json
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Optional
 
 from compute_plugins import exception, files, jsonload, names
 from compute_plugins.request.errors import RequestFormatError
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 
 FORMAT = "compute-plugins-ledger"
 FORMAT_VERSION = 1
@@ -81,11 +82,10 @@ class Ledger:
 
     :param path: the ledger file.
     :param host: the host whose claims it holds.
-    :param plugins: the loaded plugins (a PluginManager or name -> plugin),
-        to read the specs back.
+    :param plugins: the loaded plugins, to read the specs back.
     """
 
-    def __init__(self, path: str, host: str, plugins: Any) -> None:
+    def __init__(self, path: str, host: str, plugins: PluginSet) -> None:
         self.path = path
         self.host = host
         self._plugins = plugins
@@ -93,7 +93,7 @@ class Ledger:
         self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, state_dir: str, host: str, plugins: Any) -> Ledger:
+    def load(cls, state_dir: str, host: str, plugins: PluginSet) -> Ledger:
         """The ledger of ``host`` in ``state_dir`` (empty when the file does
         not exist yet).
 

@@ -161,7 +161,7 @@ class Cluster:
         first = discover()
         manager.discover(first)
         manager.raise_config_errors()
-        ledger = Ledger.load(agent_dir, first.hostname, manager)
+        ledger = Ledger.load(agent_dir, first.hostname, manager.plugins)
         placement = self.service.client()
         client = ReportClient(placement,
                               conf.compute.resource_provider_association_refresh)

@@ -40,7 +40,7 @@ from compute_plugins.demo.cluster import (
     merge_calls,
     scheduler_conf,
 )
-from compute_plugins.fit import StateFormatError, decode_state, fit_all
+from compute_plugins.fit import StateFormatError
 from compute_plugins.manager import PluginManager
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
@@ -110,21 +110,17 @@ def _explain(cluster: Cluster, manager: PluginManager,
     assert cluster.store is not None
     reasons: list[dict[str, str]] = []
     for host, snapshot in sorted(cluster.store.get_hosts().items()):
-        states: dict[str, Any] = {}
+        states: dict[str, object] = {}
         rejections: list[Rejection] = []
         for name in spec.requests:
             try:
-                states[name] = decode_state(manager.plugins[name],
-                                            snapshot.states[name])
+                states[name] = manager.plugins.decode_state(
+                    name, snapshot.states[name])
             except (KeyError, StateFormatError) as err:
                 rejections.append(Rejection("no usable published state: %s" % err,
                                             plugin=name))
         if not rejections:
-            try:
-                rejections = list(fit_all(manager, states, spec).rejections)
-            except Exception as err:  # noqa: BLE001 - a plugin's bug, one host
-                rejections = [Rejection("a plugin failed while fitting: %s: %s"
-                                        % (type(err).__name__, err))]
+            rejections = list(manager.plugins.fit(states, spec, host=host).rejections)
         reasons.extend({"host": host, "plugin": r.plugin, "reason": r.reason,
                         "source": "fit"} for r in rejections)
     return reasons
@@ -136,9 +132,10 @@ def _placed(result: ScheduleResult, manager: PluginManager,
     assignments = result.spec.to_dict()["decision"]["assignments"]
     describe = {}
     for plugin, assignment in decision.assignments.items():
-        describe[plugin] = list(manager.plugins[plugin].describe(
-            result.spec.requests[plugin], assignment))
-    xml = guest.domain_xml(result.spec, decision.assignments, manager, name=name)
+        describe[plugin] = manager.plugins.describe(
+            plugin, result.spec.requests[plugin], assignment)
+    xml = guest.domain_xml(result.spec, decision.assignments, manager.plugins,
+                           name=name)
     return {
         "host": decision.host,
         "assignments": assignments,
@@ -282,7 +279,8 @@ def run_demo(state_dir: str, progress: Progress,
         # -- 2. and 3. boot the requests --------------------------------------
         conf = scheduler_conf(cluster.store_url)
         manager = PluginManager(conf)
-        scheduler = Scheduler(conf, manager, cluster.service.client(), cluster.store)
+        scheduler = Scheduler(conf, manager.plugins, cluster.service.client(),
+                              cluster.store)
         cluster.start_agents()
         try:
             report["released_earlier"] = _release_earlier(cluster, scheduler, progress)
@@ -290,7 +288,7 @@ def run_demo(state_dir: str, progress: Progress,
             results = []
             for request in requests:
                 progress("scheduling %s" % request["name"])
-                spec = RequestSpec.build(manager, RequestInput.from_dicts(
+                spec = RequestSpec.build(manager.plugins, RequestInput.from_dicts(
                     request["flavor"], request.get("image"), request.get("ports", ())))
                 consumer = str(uuid.uuid4())
                 # NOTE: recorded before it is scheduled: a run interrupted

@@ -16,8 +16,9 @@ from nova's flavor, image, ports and hints
 recorded in the hints, which a resize carries with its old flavor), reads
 every
 host's published plugin states in one read of the host-state store (each
-host decoded again only when its generation changed), and runs
-:func:`compute_plugins.fit.fit_all` per allocation candidate of the host
+host decoded again only when its generation changed), and runs every
+plugin's ``fit`` (:meth:`compute_plugins.runtime.PluginSet.fit`) per
+allocation candidate of the host
 (``candidate["mappings"]``). It keeps the candidates that fit, as nova's
 ``CandidateFilterMixin`` does, and keeps each one's decision on the host:
 ``host_state.plugin_decisions`` (candidate key -> ``Decision``) and
@@ -42,17 +43,16 @@ once per host).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
 from oslo_log import log as logging
 
-from compute_plugins.fit import FitResult, StateFormatError, decode_state, fit_all
+from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import spec as nova_spec
-from compute_plugins.plugin import Placement, Rejection
+from compute_plugins.plugin import Mappings, Rejection
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import (
     KIND_GENERIC,
@@ -62,14 +62,23 @@ from compute_plugins.request.groups import (
 )
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import FitResult, PluginSet
+from compute_plugins.scheduler.fitting import StateCache
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["HostStates", "PluginFitFilter", "StoreStates", "candidate_key",
-           "record_selection"]
+__all__ = ["HostStates", "PluginFitFilter", "StatesSource", "StoreStates",
+           "candidate_key", "record_selection"]
 
 #: Plugin name -> its decoded host state.
-HostStates = Mapping[str, Any]
+HostStates = Mapping[str, object]
+
+
+class StatesSource(Protocol):
+    """Where the filter reads hosts' states (:class:`StoreStates`)."""
+
+    def get(self, hosts: Iterable[str]) -> Mapping[str, HostStates]:
+        """host -> its plugins' states (hosts without any are absent)."""
 
 
 def candidate_key(candidate: Mapping[str, Any]) -> str:
@@ -79,49 +88,29 @@ def candidate_key(candidate: Mapping[str, Any]) -> str:
 
 class StoreStates:
     """Hosts' plugin states from the host-state store, decoded once per
-    generation.
+    generation (:class:`~compute_plugins.scheduler.fitting.StateCache`).
 
-    :param store: a :class:`~compute_plugins.hoststate.store.HostStateStore`.
-    :param plugins: the loaded plugins, name -> plugin.
+    :param store: the host-state store.
+    :param plugins: the loaded plugins.
     """
 
-    def __init__(self, store: Any, plugins: Mapping[str, Any]) -> None:
+    def __init__(self, store: HostStateStore, plugins: PluginSet) -> None:
         self.store = store
         self.plugins = plugins
-        self._lock = threading.Lock()
-        #: host -> (generation, {plugin: state}).
-        self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._cache = StateCache()
 
     def get(self, hosts: Iterable[str]) -> dict[str, HostStates]:
         """host -> its plugins' states; hosts that never published are
         absent, and so is a plugin whose state cannot be read (logged)."""
         wanted = sorted(set(hosts))
         generations = self.store.generations(wanted)
-        with self._lock:
-            stale = [h for h, g in generations.items()
-                     if self._cache.get(h, (None,))[0] != g]
-        fresh = self.store.get_hosts(stale) if stale else {}
-        decoded = {host: (snap.generation, self._decode(snap))
-                   for host, snap in fresh.items()}
-        with self._lock:
-            self._cache.update(decoded)
-            return {h: self._cache[h][1] for h in wanted if h in self._cache}
-
-    def _decode(self, snapshot: Any) -> dict[str, Any]:
-        states = {}
-        for name, doc in snapshot.states.items():
-            plugin = self.plugins.get(name)
-            if plugin is None:
-                continue
-            try:
-                states[name] = decode_state(plugin, doc)
-            except StateFormatError as err:
-                LOG.error("host %s: state of plugin %s cannot be read: %s",
-                          snapshot.host, name, err)
-        return states
+        decoded = self._cache.get(self.plugins, self.store,
+                                  [h for h in wanted if h in generations],
+                                  generations)
+        return {h: decoded[h].states for h in wanted if h in decoded}
 
 
-def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Placement:
+def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Mappings:
     """The candidate's mappings when they name every group suffix our
     plugins use, else None (see the module docstring)."""
     mappings = candidate.get("mappings")
@@ -144,26 +133,24 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
     the host-state store then come from the configuration files nova's
     ``[compute_plugins] config_file`` names.
 
-    :param plugins: a PluginManager or ``{name: plugin}``.
-    :param states: where hosts' states come from: an object whose
-        ``get(hosts)`` returns host -> {plugin: state} (:class:`StoreStates`).
+    :param plugins: the loaded plugins.
+    :param states: where hosts' states come from (:class:`StoreStates`).
     """
 
     RUN_ON_REBUILD = False
 
-    def __init__(self, plugins: Any = None, states: Any = None) -> None:
+    def __init__(self, plugins: Optional[PluginSet] = None,
+                 states: Optional[StatesSource] = None) -> None:
         super().__init__()
         if plugins is None or states is None:
-            from compute_plugins.hoststate.store import HostStateStore
             from compute_plugins.manager import PluginManager
             from compute_plugins.nova import conf as nova_conf
             conf = nova_conf.plugin_conf()
             if plugins is None:
-                plugins = PluginManager(conf)
+                plugins = PluginManager(conf).plugins
             if states is None:
-                states = StoreStates(HostStateStore.from_config(conf),
-                                     getattr(plugins, "plugins", plugins))
-        self.plugins: Mapping[str, Any] = getattr(plugins, "plugins", plugins)
+                states = StoreStates(HostStateStore.from_config(conf), plugins)
+        self.plugins = plugins
         self.states = states
 
     def filter_all(self, filter_obj_list: Iterable[Any], spec_obj: Any) -> Any:
@@ -245,7 +232,7 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         candidates = list(getattr(host_state, "allocation_candidates", None) or ())
         if not candidates:
             # NOTE: no candidates (nova's rebuild path): one offline fit.
-            result = fit_all(self.plugins, states, spec, None)
+            result = self.plugins.fit(states, spec, None, host=host_state.host)
             if result.fits:
                 host_state.plugin_decisions[""] = self._decision(
                     host_state, {}, result)
@@ -259,10 +246,12 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             placement = _placement(spec, candidate)
             if placement is None:
                 if offline is None:
-                    offline = fit_all(self.plugins, states, spec, None)
+                    offline = self.plugins.fit(states, spec, None,
+                                               host=host_state.host)
                 result = offline
             else:
-                result = fit_all(self.plugins, states, spec, placement)
+                result = self.plugins.fit(states, spec, placement,
+                                          host=host_state.host)
             if result.fits:
                 kept.append(candidate)
                 host_state.plugin_decisions[candidate_key(candidate)] = (

@@ -34,6 +34,7 @@ from oslo_log import log as logging
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 
 LOG = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ def request_input(spec_obj: Any) -> RequestInput:
         ports(spec_obj), _hints(spec_obj))
 
 
-def recorded(spec_obj: Any, plugins: Any) -> Optional[RequestSpec]:
+def recorded(spec_obj: Any, plugins: PluginSet) -> Optional[RequestSpec]:
     """Our spec recorded in nova's spec (:func:`record`), or None.
 
     None too (logged) when the record was made for another flavor, image
@@ -186,7 +187,7 @@ def recorded(spec_obj: Any, plugins: Any) -> Optional[RequestSpec]:
     return spec
 
 
-def from_nova(spec_obj: Any, plugins: Any) -> RequestSpec:
+def from_nova(spec_obj: Any, plugins: PluginSet) -> RequestSpec:
     """Our spec for nova's ``spec_obj``: the one recorded in it (with the
     scheduler's decision) when there is one, else parsed once now.
 

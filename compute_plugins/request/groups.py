@@ -13,9 +13,10 @@ split. The scheduler asks Placement from them
 twice.
 
 :class:`PluginRequest` and :class:`PluginAssignment` are the base classes of
-each plugin's typed request and assignment (frozen dataclasses). Subclasses
-register themselves under their ``plugin`` name so a serialised spec can be
-read back (see :func:`request_type` / :func:`assignment_type`).
+each plugin's typed request and assignment (frozen dataclasses). A plugin
+names its own on its class (``request_type``, ``assignment_type`` of
+:class:`~compute_plugins.plugin.ResourcePlugin`), so a serialised spec is
+read back with the types of the plugins loaded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 from compute_plugins import names
 from compute_plugins.request.types import (
@@ -223,49 +224,20 @@ def _is_uuid_like(text: str) -> bool:
     return True
 
 
-_REQUEST_TYPES: dict[str, type[PluginRequest]] = {}
-_ASSIGNMENT_TYPES: dict[str, type[PluginAssignment]] = {}
-
-
 class PluginRequest(Checked):
-    """Base class of a plugin's typed request (subclass as a frozen dataclass).
-
-    Set the class attribute ``plugin`` to the plugin's entry-point name; the
-    class is then registered for :func:`request_type`. Its fields are
-    checked when it is built (:class:`~compute_plugins.request.types.Checked`:
-    a value that would not read back from JSON equal is a ``ValueError``).
+    """Base class of a plugin's typed request (subclass as a frozen dataclass;
+    the plugin names it in its ``request_type``). Its fields are checked
+    when it is built (:class:`~compute_plugins.request.types.Checked`: a
+    value that would not read back from JSON equal is a ``ValueError``).
     """
-
-    plugin: ClassVar[str] = ""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.plugin:
-            _REQUEST_TYPES[cls.plugin] = cls
 
 
 class PluginAssignment(Checked):
     """Base class of a plugin's assignment: what the scheduler chose for it
     on the host (pinned CPUs, the pGPU of an mdev, the VF of a port...).
-    Subclass as a frozen dataclass with ``plugin`` set; its fields are
-    checked when it is built, as a :class:`PluginRequest`'s."""
-
-    plugin: ClassVar[str] = ""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.plugin:
-            _ASSIGNMENT_TYPES[cls.plugin] = cls
-
-
-def request_type(plugin: str) -> Optional[type[PluginRequest]]:
-    """The registered request class of ``plugin`` (None when unknown)."""
-    return _REQUEST_TYPES.get(plugin)
-
-
-def assignment_type(plugin: str) -> Optional[type[PluginAssignment]]:
-    """The registered assignment class of ``plugin`` (None when unknown)."""
-    return _ASSIGNMENT_TYPES.get(plugin)
+    Subclass as a frozen dataclass (the plugin names it in its
+    ``assignment_type``); its fields are checked when it is built, as a
+    :class:`PluginRequest`'s."""
 
 
 @dataclasses.dataclass(frozen=True)

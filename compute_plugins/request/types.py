@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -84,6 +85,10 @@ def thaw_json(value: Any) -> Any:
 
 #: Marker type for "any JSON value, frozen" in type hints.
 JSONValue = Any
+
+
+#: A data format version (a spec's, a plugin's data): ``MAJOR.MINOR``.
+VERSION_RE = re.compile(r"^[0-9]{1,9}\.[0-9]{1,9}$")
 
 
 class CodecError(ValueError):

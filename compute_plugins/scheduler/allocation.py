@@ -19,17 +19,15 @@ plugin) is a rejection of that host naming the plugin.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Union
 
 from compute_plugins.plugin import GroupAllocation, Rejection
 from compute_plugins.request.groups import KIND_ROOT, Decision, RequestGroup
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler.fitting import HostFit
 from compute_plugins.scheduler.providers import NeedKey
-
-
-def _plugins_of(plugins: Any) -> Mapping[str, Any]:
-    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
 
 
 def _totals(items: Sequence[GroupAllocation]) -> dict[str, int]:
@@ -73,7 +71,7 @@ def _pick(providers: Sequence[str], root: str) -> str:
     return root if root in providers else providers[0]
 
 
-def build_decision(plugins: Any, spec: Any, fit: HostFit,
+def build_decision(plugins: PluginSet, spec: RequestSpec, fit: HostFit,
                    room: Mapping[NeedKey, Sequence[str]]) -> Union[Decision, Rejection]:
     """The decision for ``fit`` (a host where every plugin fits): host,
     allocation, mappings and every assignment; or why it cannot be built.
@@ -81,7 +79,6 @@ def build_decision(plugins: Any, spec: Any, fit: HostFit,
     :param room: the host's requirement -> providers with room
         (:attr:`ProviderCandidates.room`).
     """
-    loaded = _plugins_of(plugins)
     own: dict[str, list[RequestGroup]] = {}
     for group in spec.groups:
         if group.kind != KIND_ROOT and (group.resources or group.choices):
@@ -89,15 +86,12 @@ def build_decision(plugins: Any, spec: Any, fit: HostFit,
     items: list[GroupAllocation] = []
     placed_by_plugin: set[str] = set()
     for name, assignment in fit.result.assignments.items():
-        plugin = loaded[name]
-        try:
-            given = plugin.allocations(spec.requests[name], assignment,
-                                       fit.states.get(name))
-        except ValueError as err:
-            return Rejection("cannot build its allocation: %s" % err, plugin=name)
+        given = plugins.allocations(name, spec.requests[name], assignment,
+                                    fit.states.get(name), host=fit.host)
         if given is None:
             continue
-        given = list(given)
+        if isinstance(given, Rejection):
+            return given
         problem = _check(name, own.get(name, []), given)
         if problem is not None:
             return problem

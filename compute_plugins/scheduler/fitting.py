@@ -2,9 +2,10 @@
 
 The scheduler reads the candidates' states from the host-state store in one
 read (:meth:`~compute_plugins.hoststate.store.HostStateStore.get_hosts`),
-decodes each plugin's document (:func:`compute_plugins.fit.decode_state`;
-kept per host generation by :class:`StateCache`)
-and runs :func:`compute_plugins.fit.fit_all` offline (``placement=None``):
+decodes each plugin's document
+(:meth:`compute_plugins.runtime.PluginSet.decode_states`; kept per host
+generation by :class:`StateCache`) and runs every plugin's ``fit``
+(:meth:`compute_plugins.runtime.PluginSet.fit`) offline (no mappings):
 the plugins choose the providers themselves, from the state, and the
 scheduler writes the allocation their assignments take
 (:mod:`compute_plugins.scheduler.allocation`).
@@ -19,14 +20,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from oslo_log import log as logging
 
-from compute_plugins.fit import FitResult, StateFormatError, decode_state, fit_all
 from compute_plugins.hoststate.records import HostSnapshot
 from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.plugin import Rejection
+from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import FitResult, PluginSet
 
 LOG = logging.getLogger(__name__)
 
@@ -47,12 +48,8 @@ class HostFit:
     nodename: str
     generation: int
     root_uuid: str
-    states: Mapping[str, Any]
+    states: Mapping[str, object]
     result: FitResult
-
-
-def _plugins_of(plugins: Any) -> Mapping[str, Any]:
-    return getattr(plugins, "plugins", plugins)  # type: ignore[no-any-return]
 
 
 def _root(snapshot: HostSnapshot) -> str:
@@ -72,23 +69,17 @@ class DecodedHost:
     """
 
     snapshot: HostSnapshot
-    states: Mapping[str, Any]
+    states: Mapping[str, object]
     broken: Mapping[str, str]
 
 
-def decode_host(plugins: Any, snapshot: HostSnapshot) -> DecodedHost:
-    """Every loaded plugin's state of ``snapshot``, decoded."""
-    loaded = _plugins_of(plugins)
-    states: dict[str, Any] = {}
-    broken: dict[str, str] = {}
-    for name, doc in snapshot.states.items():
-        plugin = loaded.get(name)
-        if plugin is None:
-            continue
-        try:
-            states[name] = decode_state(plugin, doc)
-        except StateFormatError as err:
-            broken[name] = str(err)
+def decode_host(plugins: PluginSet, snapshot: HostSnapshot) -> DecodedHost:
+    """Every loaded plugin's state of ``snapshot``, decoded (a state that
+    cannot be read is logged, once per generation)."""
+    states, broken = plugins.decode_states(snapshot.states)
+    for name, why in sorted(broken.items()):
+        LOG.error("host %s: state of plugin %s cannot be read: %s",
+                  snapshot.host, name, why)
     return DecodedHost(snapshot, states, broken)
 
 
@@ -105,7 +96,7 @@ class StateCache:
         self._hosts: dict[str, DecodedHost] = {}
         self._lock = threading.Lock()
 
-    def get(self, plugins: Any, store: HostPublication, hosts: Sequence[str],
+    def get(self, plugins: PluginSet, store: HostPublication, hosts: Sequence[str],
             generations: Mapping[str, int]) -> dict[str, DecodedHost]:
         """``hosts`` decoded: from the cache when their generation is the
         one in ``generations``, else read (one read for all) and decoded."""
@@ -122,14 +113,15 @@ class StateCache:
         return cached
 
 
-def fit_host(plugins: Any, spec: Any, host: DecodedHost) -> HostFit:
-    """Every requested plugin's ``fit`` on ``host``'s states."""
-    loaded = _plugins_of(plugins)
+def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostFit:
+    """Every requested plugin's ``fit`` on ``host``'s states; a requested
+    plugin that is not loaded here, or whose state the host did not publish
+    or cannot be read, rejects the host without a fit."""
     snapshot = host.snapshot
-    states: dict[str, Any] = {}
+    states: dict[str, object] = {}
     broken: list[Rejection] = []
     for name in spec.requests:
-        if name not in loaded:
+        if name not in plugins:
             broken.append(Rejection("the plugin is not loaded in this "
                                     "scheduler", plugin=name))
         elif name in host.broken:
@@ -141,22 +133,14 @@ def fit_host(plugins: Any, spec: Any, host: DecodedHost) -> HostFit:
                                     "discovery failed)", plugin=name))
         else:
             states[name] = host.states[name]
-    result = FitResult(rejections=tuple(broken))
-    if not broken:
-        try:
-            result = fit_all({n: loaded[n] for n in states}, states, spec,
-                             placement=None)
-        except Exception as err:  # noqa: BLE001 - a plugin's bug, one host
-            LOG.exception("fit failed on host %s", snapshot.host)
-            result = FitResult(rejections=(Rejection(
-                "a plugin failed while fitting: %s: %s"
-                % (type(err).__name__, err)),))
+    result = (FitResult(rejections=tuple(broken)) if broken else
+              plugins.only(states).fit(states, spec, host=snapshot.host))
     return HostFit(host=snapshot.host, nodename=snapshot.nodename,
                    generation=snapshot.generation, root_uuid=_root(snapshot),
                    states=states, result=result)
 
 
-def fit_hosts(plugins: Any, spec: Any,
+def fit_hosts(plugins: PluginSet, spec: RequestSpec,
               hosts: Mapping[str, DecodedHost]) -> dict[str, HostFit]:
     """:func:`fit_host` on every host, by host."""
     return {name: fit_host(plugins, spec, host) for name, host in hosts.items()}

@@ -47,6 +47,7 @@ from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler import allocation, fitting, providers, weighers
 
 LOG = logging.getLogger(__name__)
@@ -184,8 +185,7 @@ class Scheduler:
     """Chooses a host for a RequestSpec and has its agent claim it.
 
     :param conf: the service configuration (``[scheduler]`` is registered).
-    :param plugins: a PluginManager or ``{name: plugin}`` (the plugins the
-        specs were built with).
+    :param plugins: the loaded plugins (those the specs were built with).
     :param placement_client: a
         :class:`~compute_plugins.placement.client.PlacementClient`.
     :param store: the host-state transport the agents publish to and
@@ -193,7 +193,7 @@ class Scheduler:
     :param poll_interval: first delay between polls of the host's answer.
     """
 
-    def __init__(self, conf: cfg.ConfigOpts, plugins: Any, placement_client: Any,
+    def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
                  store: HostStateTransport, poll_interval: float = 0.02) -> None:
         from compute_plugins.conf import scheduler as scheduler_conf
 
@@ -205,8 +205,7 @@ class Scheduler:
         self.poll_interval = poll_interval
         #: Decoded host states, kept per host generation.
         self.states = fitting.StateCache()
-        loaded = getattr(plugins, "plugins", plugins)
-        self.factors = weighers.multipliers(conf, sorted(loaded))
+        self.factors = weighers.multipliers(conf, sorted(plugins))
 
     # -- Placement --------------------------------------------------------
 

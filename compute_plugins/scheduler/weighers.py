@@ -10,11 +10,11 @@ negative spreads. Ties go to the host name, so the order is deterministic.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from oslo_config import cfg
 
 from compute_plugins import exception
+from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler.fitting import HostFit
 
 
@@ -40,10 +40,9 @@ def multipliers(conf: cfg.ConfigOpts, plugin_names: Sequence[str]) -> dict[str, 
     return result
 
 
-def weigh(plugins: Any, fits: Sequence[HostFit],
+def weigh(plugins: PluginSet, fits: Sequence[HostFit],
           factors: Mapping[str, float]) -> list[tuple[float, HostFit]]:
     """``(weight, fit)`` of each host, best first."""
-    loaded = getattr(plugins, "plugins", plugins)
     weighted = []
     for fit in fits:
         weight = 0.0
@@ -51,7 +50,7 @@ def weigh(plugins: Any, fits: Sequence[HostFit],
             factor = factors.get(name, 0.0)
             if not factor or state is None:
                 continue
-            used = loaded[name].utilization(state)
+            used = plugins.utilization(name, state)
             if used is not None:
                 weight += factor * used
         weighted.append((weight, fit))

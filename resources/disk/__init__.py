@@ -15,7 +15,7 @@ from oslo_config import cfg
 from compute_plugins.conf import ratio_opt
 from compute_plugins.contribution import ProviderContribution
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import Earlier, Placement, Rejection, ResourcePlugin
+from compute_plugins.plugin import Earlier, Mappings, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
 from resources.disk import provider, summary
@@ -38,6 +38,9 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
     name = "disk"
     #: 1.1: DiskAssignment.disk_gb; host states.
     version = "1.1"
+    request_type = DiskRequest
+    assignment_type = DiskAssignment
+    state_type = DiskState
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:
@@ -98,7 +101,7 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
         """The root's ``DISK_GB`` and what the guests take."""
         return disk_state.build_state(view, nodename, assignments)
 
-    def fit(self, state: DiskState, request: DiskRequest, placement: Placement,
+    def fit(self, state: DiskState, request: DiskRequest, placement: Mappings,
             earlier: Earlier) -> Union[DiskAssignment, Rejection, None]:
         """The provider serving ``DISK_GB`` (:mod:`resources.disk.state`)."""
         return disk_state.fit(state, request, placement, earlier)

@@ -39,8 +39,6 @@ OVERRIDE_KEY = "resources:DISK_GB"
 
 @dataclasses.dataclass(frozen=True)
 class DiskRequest(PluginRequest):
-    plugin = PLUGIN
-
     disk_gb: int
     root_gb: int = 0
     ephemeral_gb: int = 0
@@ -59,8 +57,6 @@ class DiskAssignment(PluginAssignment):
     :param shared: on the shared-storage aggregate's sharing provider.
     :param disk_gb: the amount taken (the host state sums it).
     """
-
-    plugin = PLUGIN
 
     provider_uuid: str = ""
     shared: bool = False

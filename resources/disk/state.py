@@ -27,7 +27,7 @@ from typing import Optional, Union
 
 from compute_plugins import names
 from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.plugin import Earlier, Mappings, Rejection
 from compute_plugins.request.types import min_field
 from resources.disk.request import (
     PLUGIN,
@@ -49,8 +49,6 @@ class DiskState(PluginState):
         reports none (shared storage, or no disk data).
     :param shared_aggregate: the shared-storage aggregate the host is in.
     """
-
-    plugin = PLUGIN
 
     provider_uuid: str
     total_gb: Optional[int] = None
@@ -105,7 +103,7 @@ def _where(request: DiskRequest) -> str:
     return "the guest needs %d GB" % request.disk_gb
 
 
-def fit(state: DiskState, request: DiskRequest, placement: Placement,
+def fit(state: DiskState, request: DiskRequest, placement: Mappings,
         earlier: Earlier) -> Union[DiskAssignment, Rejection, None]:
     """The provider of the guest's ``DISK_GB`` (module doc)."""
     if not request.disk_gb:

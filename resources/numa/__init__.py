@@ -24,7 +24,7 @@ from compute_plugins.plugin import (
     Earlier,
     GroupAllocation,
     GuestFragment,
-    Placement,
+    Mappings,
     Rejection,
     ResourcePlugin,
 )
@@ -57,6 +57,9 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     name = "numa"
     #: 1.1: ``NUMAAssignment.floating``.
     version = "1.1"
+    request_type = NUMARequest
+    assignment_type = NUMAAssignment
+    state_type = NUMAState
     #: Its assignment says where the guest's nodes run
     #: (``NUMAAssignment.guest_topology``): devices that need it run after.
     provides = (TOPOLOGY,)
@@ -92,14 +95,14 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
             pack=self.conf.compute.packing_host_numa_cells_allocation_strategy)
 
     def fit(self, state: Optional[NUMAState], request: NUMARequest,
-            placement: Placement, earlier: Earlier
+            placement: Mappings, earlier: Earlier
             ) -> Union[NUMAAssignment, Rejection]:
         """Host cell, CPUs and page size of every guest node (or why not);
         a host without NUMA state (discovery failed) is a rejection."""
         return numa_fit.fit(state, request, placement)
 
     def alternatives(self, state: Optional[NUMAState], request: NUMARequest,
-                     placement: Placement, earlier: Earlier
+                     placement: Mappings, earlier: Earlier
                      ) -> Iterator[NUMAAssignment]:
         """``fit``'s answer, then placements on other sets of host cells
         (for a device's NUMA affinity), best first; at most one per host

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
 from compute_plugins.cpuset import format_cpu_spec
-from compute_plugins.plugin import Placement, Rejection
+from compute_plugins.plugin import Mappings, Rejection
 from resources.numa import cell as cellfit
 from resources.numa import floating
 from resources.numa.cell import NodeDemand
@@ -87,7 +87,7 @@ def emulator_threads(state: NUMAState, request: NUMARequest,
 
 
 def _allowed(state: NUMAState, demands: Sequence[NodeDemand],
-             placement: Placement) -> Union[list[list[CellState]], Rejection]:
+             placement: Mappings) -> Union[list[list[CellState]], Rejection]:
     """Per node, the cells it may go on: all, or Placement's."""
     if placement is None:
         return [list(state.cells) for _ in demands]
@@ -124,7 +124,7 @@ def _reasons(state: NUMAState, demand: NodeDemand,
 
 
 def _explain(state: NUMAState, demands: Sequence[NodeDemand],
-             allowed: Sequence[Sequence[CellState]], placement: Placement,
+             allowed: Sequence[Sequence[CellState]], placement: Mappings,
              failure: NoMatching) -> Rejection:
     if failure.stranded:
         texts = []
@@ -150,7 +150,7 @@ def _explain(state: NUMAState, demands: Sequence[NodeDemand],
                                                format_cpu_spec(failure.room))))
 
 
-def _preferences(state: NUMAState, request: NUMARequest, placement: Placement
+def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings
                  ) -> Union[tuple[list[NodeDemand], list[list[CellState]],
                                   list[list[int]]], Rejection]:
     """Per guest node, its demand, the cells it may go on and, of those, the
@@ -201,7 +201,7 @@ def _assignment(state: NUMAState, request: NUMARequest,
 
 
 def fit_topology(state: NUMAState, request: NUMARequest,
-                 placement: Placement) -> Union[NUMAAssignment, Rejection]:
+                 placement: Mappings) -> Union[NUMAAssignment, Rejection]:
     """Place every guest node of ``request`` on a distinct host cell."""
     prepared = _preferences(state, request, placement)
     if isinstance(prepared, Rejection):
@@ -218,7 +218,7 @@ def _host_cells(assignment: NUMAAssignment) -> frozenset[int]:
 
 
 def alternatives(state: Optional[NUMAState], request: NUMARequest,
-                 placement: Placement) -> Iterator[NUMAAssignment]:
+                 placement: Mappings) -> Iterator[NUMAAssignment]:
     """``fit``'s answer, then other placements whose host cells differ in
     what a device's NUMA affinity can see, best first.
 
@@ -281,7 +281,7 @@ def host_problem(state: NUMAState, request: NUMARequest) -> Optional[Rejection]:
 
 
 def fit(state: Optional[NUMAState], request: NUMARequest,
-        placement: Placement) -> Union[NUMAAssignment, Rejection]:
+        placement: Mappings) -> Union[NUMAAssignment, Rejection]:
     """The guest's CPUs and memory on the host in ``state``, or why not."""
     if state is None:
         return Rejection(NO_STATE)

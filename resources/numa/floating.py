@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.plugin import Placement, Rejection
+from compute_plugins.plugin import Mappings, Rejection
 from compute_plugins.request.groups import SPLIT_PREFIX
 from resources.numa import cell as cellfit
 from resources.numa.cell import NodeDemand
@@ -128,7 +128,7 @@ def _split_index(group: str) -> Optional[int]:
     return None
 
 
-def _placed(state: NUMAState, request: NUMARequest, placement: Placement
+def _placed(state: NUMAState, request: NUMARequest, placement: Mappings
             ) -> Union[NUMAAssignment, Rejection]:
     assert placement is not None
     splits = sorted((index, group) for group in placement
@@ -175,7 +175,7 @@ def _placed(state: NUMAState, request: NUMARequest, placement: Placement
                      % (cells[0].id, cells[1].id, "; ".join(reasons)))
 
 
-def fit(state: NUMAState, request: NUMARequest, placement: Placement
+def fit(state: NUMAState, request: NUMARequest, placement: Mappings
         ) -> Union[NUMAAssignment, Rejection]:
     """The host cells of a guest without NUMA topology (see module doc)."""
     if placement is None:

@@ -118,8 +118,6 @@ class NUMARequest(PluginRequest):
         (``hw:emulator_threads_policy=isolate``).
     """
 
-    plugin = PLUGIN
-
     vcpus: int = min_field(1)
     memory_mb: int = min_field(1)
     cpu_policy: Optional[str] = enum_field(CPU_POLICIES)
@@ -181,8 +179,6 @@ class NUMAAssignment(PluginAssignment):
         have no NUMA affinity to honour, as in nova (data version 1.1; a
         1.0 payload reads as False).
     """
-
-    plugin = PLUGIN
 
     cells: tuple[CellAssignment, ...] = ()
     emulator_threads: frozenset[int] = frozenset()

@@ -6,7 +6,7 @@ how many guest vCPUs float on them, its thread siblings, its memory in small
 pages and its huge pages per size; and the ``[compute]`` options the fit
 applies (allocation ratios, the packing strategy, where emulator threads
 ``share``). It is a frozen dataclass, carried as JSON by
-:func:`compute_plugins.fit.encode_state`.
+:meth:`compute_plugins.runtime.PluginSet.encode_state`.
 
 :func:`build_state` subtracts the assignments in force from the view. An
 assignment is self-contained (see :class:`~resources.numa.request.CellAssignment`):
@@ -139,8 +139,6 @@ class NUMAState(PluginState):
         emulator threads of ``hw:emulator_threads_policy=share`` guests run;
         empty when the option is unset (they then run with the vCPUs).
     """
-
-    plugin = PLUGIN
 
     cells: tuple[CellState, ...] = ()
     cpu_allocation_ratio: float = min_field(0, default=1.0)

@@ -21,7 +21,7 @@ from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
 from compute_plugins.plugin import (
     Earlier,
     GuestFragment,
-    Placement,
+    Mappings,
     Rejection,
     ResourcePlugin,
     providers_by_suffix,
@@ -52,6 +52,9 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
     #: AliasRequest vendor/product/device type; host states.
     version = "1.1"
+    request_type = SRIOVRequest
+    assignment_type = SRIOVAssignment
+    state_type = SRIOVState
     #: NUMA affinity needs the host cells of the guest's NUMA nodes: the
     #: plugin that places the guest decides first.
     needs = (TOPOLOGY,)
@@ -111,7 +114,7 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
         """VFs and bandwidth per PF, alias devices (:mod:`resources.sriov.state`)."""
         return build_state(view, nodename, assignments)
 
-    def fit(self, state: SRIOVState, request: SRIOVRequest, placement: Placement,
+    def fit(self, state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             earlier: Earlier) -> Union[SRIOVAssignment, Rejection]:
         """The VF of each port, the devices of each alias
         (:mod:`resources.sriov.fit`)."""

@@ -35,7 +35,7 @@ import dataclasses
 from typing import Optional, Union
 
 from compute_plugins.devices import PCI_AFFINITY, summarize
-from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.plugin import Earlier, Mappings, Rejection
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.search import Budget, first_fit
 from compute_plugins.topology import Affinity, guest_host_cells
@@ -170,7 +170,7 @@ class _PortUsage:
 
 
 def _pf_candidates(state: SRIOVState, port: PortRequest, affinity: Affinity,
-                   placement: Placement, usage: _PortUsage
+                   placement: Mappings, usage: _PortUsage
                    ) -> tuple[list[PFState], Optional[Rejection]]:
     """The PFs that can serve ``port`` after ``usage``, best first: the
     mapped one, or offline every one, NUMA-affine first, then by address;
@@ -214,7 +214,7 @@ def _alias_text(alias: AliasRequest) -> str:
 
 
 def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
-                    placement: Placement, taken: set[str]
+                    placement: Mappings, taken: set[str]
                     ) -> Union[tuple[DeviceState, ...], Rejection]:
     """``alias.count`` devices for ``alias``, best first (module doc)."""
     mapped = None if placement is None else placement.get(alias.requester_id)
@@ -248,7 +248,7 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
 
 
 def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
-              placement: Placement) -> list[DeviceState]:
+              placement: Mappings) -> list[DeviceState]:
     """The devices of ``alias``'s mapped providers (all offline) that match
     it, best first: NUMA-affine, a PF with VFs last, then by address."""
     mapped = None if placement is None else placement.get(alias.requester_id)
@@ -264,7 +264,7 @@ def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
 
 
 def _alias_devices(state: SRIOVState, request: SRIOVRequest,
-                   affinity: dict[str, Affinity], placement: Placement,
+                   affinity: dict[str, Affinity], placement: Mappings,
                    budget: Budget) -> Union[alias_fit.Choice, Rejection]:
     """The devices of every alias (:mod:`resources.sriov.alias_fit`)."""
     aliases = request.aliases
@@ -292,7 +292,7 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
     return alias_fit.choose(state, aliases, candidates, greedy, problem, budget)
 
 
-def fit(state: SRIOVState, request: SRIOVRequest, placement: Placement,
+def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
         earlier: Earlier, budget: Optional[Budget] = None
         ) -> Union[SRIOVAssignment, Rejection]:
     """The VF of every port and the devices of every alias (module doc);

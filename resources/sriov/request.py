@@ -83,8 +83,6 @@ class AliasRequest:
 
 @dataclasses.dataclass(frozen=True)
 class SRIOVRequest(PluginRequest):
-    plugin = PLUGIN
-
     ports: tuple[PortRequest, ...] = ()
     aliases: tuple[AliasRequest, ...] = ()
     affinity_policy: Optional[str] = enum_field(AFFINITY_POLICIES)
@@ -136,8 +134,6 @@ class SRIOVAssignment(PluginAssignment):
         affinity was decided against (empty: no NUMA topology); ``verify``
         checks the affinity against them.
     """
-
-    plugin = PLUGIN
 
     vfs: tuple[VFAssignment, ...] = ()
     devices: tuple[DeviceAssignment, ...] = ()

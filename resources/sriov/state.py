@@ -79,8 +79,6 @@ class DeviceState:
 class SRIOVState(PluginState):
     """PFs, alias devices and the host cells' sockets (NUMA affinity)."""
 
-    plugin = PLUGIN
-
     pfs: tuple[PFState, ...] = ()
     devices: tuple[DeviceState, ...] = ()
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(

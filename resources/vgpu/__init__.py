@@ -19,7 +19,7 @@ from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
     Earlier,
     GuestFragment,
-    Placement,
+    Mappings,
     Rejection,
     ResourcePlugin,
     providers_by_suffix,
@@ -55,6 +55,9 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     name = "vgpu"
     #: 1.1: VGPUAssignment.host_cells; host states.
     version = "1.1"
+    request_type = VGPURequest
+    assignment_type = VGPUAssignment
+    state_type = VGPUState
     #: NUMA affinity needs the host cells of the guest's NUMA nodes: the
     #: plugin that places the guest decides first.
     needs = (TOPOLOGY,)
@@ -112,7 +115,7 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
         """mdevs per pGPU: free, used, planned (:mod:`resources.vgpu.state`)."""
         return build_state(view, nodename, assignments)
 
-    def fit(self, state: VGPUState, request: VGPURequest, placement: Placement,
+    def fit(self, state: VGPUState, request: VGPURequest, placement: Mappings,
             earlier: Earlier) -> Union[VGPUAssignment, Rejection]:
         """The pGPU and mdevs of each VGPU group (:mod:`resources.vgpu.fit`)."""
         return vgpu_fit.fit(state, request, placement, earlier)

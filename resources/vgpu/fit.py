@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 from compute_plugins.devices import PCI_AFFINITY, summarize
-from compute_plugins.plugin import Earlier, Placement, Rejection
+from compute_plugins.plugin import Earlier, Mappings, Rejection
 from compute_plugins.search import Budget, first_fit
 from compute_plugins.topology import Affinity, guest_host_cells
 from resources.vgpu.provider import mdev_type_trait
@@ -120,7 +120,7 @@ Usage = tuple[int, ...]
 
 
 def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
-                placement: Placement, usage: Usage
+                placement: Mappings, usage: Usage
                 ) -> tuple[list[PGPUState], Optional[Rejection]]:
     """The pGPUs that can serve ``group`` after ``usage``, best first: the
     mapped one, or offline every one, NUMA-affine first, then by address;
@@ -158,7 +158,7 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
                          % (group.requester_id, summarize(problems)))
 
 
-def fit(state: VGPUState, request: VGPURequest, placement: Placement,
+def fit(state: VGPUState, request: VGPURequest, placement: Mappings,
         earlier: Earlier, budget: Optional[Budget] = None
         ) -> Union[VGPUAssignment, Rejection]:
     """The pGPU and mdevs of every VGPU group of ``request`` (module doc);

@@ -50,8 +50,6 @@ class VGPUGroup:
 
 @dataclasses.dataclass(frozen=True)
 class VGPURequest(PluginRequest):
-    plugin = PLUGIN
-
     groups: tuple[VGPUGroup, ...] = ()
     affinity: Optional[str] = enum_field(AFFINITY_POLICIES)
 
@@ -81,8 +79,6 @@ class VGPUAssignment(PluginAssignment):
         affinity was decided against (empty: no NUMA topology); ``verify``
         checks the affinity against them (it gets no ``numa`` assignment).
     """
-
-    plugin = PLUGIN
 
     devices: tuple[MdevAssignment, ...] = ()
     host_cells: tuple[int, ...] = ()

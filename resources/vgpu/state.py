@@ -83,8 +83,6 @@ class PGPUState:
 class VGPUState(PluginState):
     """The pGPUs of a host and its cells' sockets (for NUMA affinity)."""
 
-    plugin = PLUGIN
-
     pgpus: tuple[PGPUState, ...] = ()
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)

@@ -155,7 +155,7 @@ def plugins():
     conf.set_override("alias", [json.dumps({
         "name": "a1", "vendor_id": "8086", "product_id": "0443",
         "device_type": "type-PCI"})], "pci")
-    yield {n: p for n, p in helpers.manager(conf).plugins.items()}
+    yield helpers.manager(conf).plugins
     fixture.cleanUp()
 
 

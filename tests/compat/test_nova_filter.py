@@ -33,7 +33,6 @@ with warnings.catch_warnings():
     from nova.scheduler import host_manager
 
 from compute_plugins import names  # noqa: E402
-from compute_plugins.fit import encode_state, verify_all  # noqa: E402
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import filters as plugin_filters  # noqa: E402
 from compute_plugins.nova import spec as nova_spec  # noqa: E402
@@ -84,9 +83,9 @@ def host_states(name, usage=()):
         manager = helpers.manager(conf, NAMES)
         cells, _, _, devices = HOSTS[name]
         manager.discover(host_info(name, cells, devices))
-        return {n: p.host_state(manager.views[n], name,
-                                tuple(usage) if n == "numa" else ())
-                for n, p in manager.plugins.items()}, manager
+        states, broken = manager.host_states(name, {"numa": tuple(usage)})
+        assert not broken, broken
+        return states, manager
     finally:
         fixture.cleanUp()
 
@@ -104,7 +103,7 @@ def store(tmp_path):
     with HostStateStore(url) as store:
         for name in HOSTS:
             states, manager = host_states(name)
-            store.publish(name, {n: encode_state(manager.plugins[n], s)
+            store.publish(name, {n: manager.plugins.encode_state(n, s)
                                  for n, s in states.items()}, 0, nodename=name)
         yield store
 
@@ -207,7 +206,7 @@ def test_a_host_without_published_state_fails(nova_conf):
 def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
-        manager, plugin_filters.StoreStates(store, manager.plugins))
+        manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
     cells = [c.provider_uuid for c in host_states("big")[0]["numa"].cells]
     spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"})
     big = nova_hosts()[1]
@@ -228,7 +227,7 @@ def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
 def test_a_candidate_on_a_full_cell_is_dropped(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
-        manager, plugin_filters.StoreStates(store, manager.plugins))
+        manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
     cells = [c.provider_uuid for c in host_states("small")[0]["numa"].cells]
     spec_obj = nova_spec_obj(vcpus=2, memory_mb=5000,
                              extra_specs={"hw:cpu_policy": "dedicated"})
@@ -270,7 +269,7 @@ def test_the_scheduler_parses_the_flavor_never_a_recorded_spec(nova_conf, conf):
     handler, filt = loaded_filter()
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
     spec_obj.flavor = objects.Flavor(
         name="m2", vcpus=6, memory_mb=1024, root_gb=0, ephemeral_gb=0, swap=0,
         extra_specs={"hw:cpu_policy": "dedicated"})
@@ -306,8 +305,8 @@ def test_from_nova_reads_flavor_image_ports_and_hints(conf):
         hints={"group": ["g1"]}, pci_requests=[port])
     spec_obj.requested_resources = [objects.RequestGroup(
         requester_id="port-a", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 1000})]
-    ours = RequestSpec.from_nova(spec_obj, manager)
-    direct = RequestSpec.build(manager, helpers.RequestInput.from_dicts(
+    ours = RequestSpec.from_nova(spec_obj, manager.plugins)
+    direct = RequestSpec.build(manager.plugins, helpers.RequestInput.from_dicts(
         {"name": "m1", "vcpus": 4, "memory_mb": 2048,
          "extra_specs": {"hw:cpu_policy": "dedicated"}},
         {"name": "img", "properties": {
@@ -342,15 +341,15 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
     try:
         compute_conf.set_override("cpu_allocation_ratio", 1.0, "compute")
         compute = helpers.manager(compute_conf, NAMES)
-        got = RequestSpec.from_nova(received, compute)
+        got = RequestSpec.from_nova(received, compute.plugins)
         assert got.decision == decision
         assert got.requests["numa"].cpu_policy == "dedicated"
         assert got.decision.host == "sriov"
         live, _ = host_states("sriov")
-        assert verify_all(compute, live, got) == ()
+        assert compute.plugins.verify(live, got) == ()
         # the same decision once another guest took those CPUs
         taken, _ = host_states("sriov", [decision.assignments["numa"]])
-        problems = verify_all(compute, taken, got)
+        problems = compute.plugins.verify(taken, got)
         assert [p.plugin for p in problems] == ["numa"]
     finally:
         fixture.cleanUp()
@@ -359,13 +358,13 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
 def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1)
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
     major = FORMAT_VERSION.split(".")[0]
     text = spec_obj.scheduler_hints[nova_spec.HINT][0].replace(
         '"version": "%s' % FORMAT_VERSION, '"version": "%s.9' % major, 1)
     spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
     with pytest.raises(Exception, match="newer"):
-        RequestSpec.from_nova(spec_obj, manager)
+        RequestSpec.from_nova(spec_obj, manager.plugins)
 
 
 def test_the_record_survives_novas_own_handling_of_the_spec(conf):
@@ -378,7 +377,7 @@ def test_the_record_survives_novas_own_handling_of_the_spec(conf):
     spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"},
                              hints={"group": ["g1"]})
     spec_obj.force_hosts = ["big"]
-    ours = RequestSpec.from_nova(spec_obj, manager)
+    ours = RequestSpec.from_nova(spec_obj, manager.plugins)
     nova_spec.record(spec_obj, ours)
     spec_obj.reset_forced_destinations()
     spec_obj.ensure_project_and_user_id(objects.Instance(project_id="p", user_id="u"))
@@ -390,7 +389,7 @@ def test_the_record_survives_novas_own_handling_of_the_spec(conf):
     for received in (legacy, stored):
         assert received.scheduler_hints[nova_spec.HINT] == \
             spec_obj.scheduler_hints[nova_spec.HINT]
-        assert nova_spec.recorded(received, manager) == ours
+        assert nova_spec.recorded(received, manager.plugins) == ours
         assert received.scheduler_hints["group"] == ["g1"]
 
 
@@ -439,12 +438,12 @@ def test_the_compute_ignores_a_record_of_another_flavor(conf):
     # and a user can send the hint through nova's API with any spec in it.
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager))
-    assert nova_spec.recorded(spec_obj, manager) is not None
+    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
+    assert nova_spec.recorded(spec_obj, manager.plugins) is not None
     spec_obj.flavor.vcpus = 4
-    assert nova_spec.recorded(spec_obj, manager) is None
-    assert RequestSpec.from_nova(spec_obj, manager).flavor.vcpus == 4
+    assert nova_spec.recorded(spec_obj, manager.plugins) is None
+    assert RequestSpec.from_nova(spec_obj, manager.plugins).flavor.vcpus == 4
     spec_obj.flavor.vcpus = 1
     spec_obj.image = objects.ImageMeta.from_dict(
         {"name": "img", "properties": {"hw_numa_nodes": "1"}})
-    assert nova_spec.recorded(spec_obj, manager) is None
+    assert nova_spec.recorded(spec_obj, manager.plugins) is None

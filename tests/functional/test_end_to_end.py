@@ -20,7 +20,6 @@ import pytest
 
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.claims import RECORDED_EARLIER
-from compute_plugins.fit import decode_state
 from compute_plugins.hoststate import DecisionStatus, protocol
 from compute_plugins.placement import embedded
 from tests.functional.request.hosts import Placement, cell
@@ -70,7 +69,7 @@ def published_pinned(cloud: Cloud, host: Host) -> set[int]:
     reads) says are pinned."""
     snapshot = cloud.store.get_host(host.name)
     assert snapshot is not None, "the agent never published"
-    state = decode_state(host.manager.plugins["numa"], snapshot.states["numa"])
+    state = host.manager.plugins.decode_state("numa", snapshot.states["numa"])
     return {cpu for c in state.cells for cpu in c.pinned}
 
 

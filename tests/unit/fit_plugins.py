@@ -25,24 +25,18 @@ from compute_plugins.request.types import FrozenMap
 
 @dataclasses.dataclass(frozen=True)
 class SlotsRequest(PluginRequest):
-    plugin = "slots"
-
     vcpus: int
     memory_mb: int
 
 
 @dataclasses.dataclass(frozen=True)
 class SlotsAssignment(PluginAssignment):
-    plugin = "slots"
-
     host_cell: int
     pinning: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
 
 
 @dataclasses.dataclass(frozen=True)
 class SlotsState(PluginState):
-    plugin = "slots"
-
     #: host cell -> its free CPUs.
     free: FrozenMap[int, frozenset[int]] = dataclasses.field(
         default_factory=FrozenMap)
@@ -50,6 +44,9 @@ class SlotsState(PluginState):
 
 class Slots(ResourcePlugin):
     name = "slots"
+    request_type = SlotsRequest
+    assignment_type = SlotsAssignment
+    state_type = SlotsState
 
     def discover(self, host):
         return tuple((cell.id, cell.cpu_ids) for cell in host.cells)
@@ -127,22 +124,16 @@ class Slots(ResourcePlugin):
 
 @dataclasses.dataclass(frozen=True)
 class GadgetRequest(PluginRequest):
-    plugin = "gadget"
-
     count: int
 
 
 @dataclasses.dataclass(frozen=True)
 class GadgetAssignment(PluginAssignment):
-    plugin = "gadget"
-
     addresses: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class GadgetState(PluginState):
-    plugin = "gadget"
-
     #: free PCI address -> its host NUMA cell (None: unknown).
     free: FrozenMap[str, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)
@@ -151,6 +142,9 @@ class GadgetState(PluginState):
 class Gadget(ResourcePlugin):
     name = "gadget"
     fit_after = ("slots",)
+    request_type = GadgetRequest
+    assignment_type = GadgetAssignment
+    state_type = GadgetState
 
     def discover(self, host):
         return tuple((dev.address, dev.numa_node) for dev in host.pci_devices)

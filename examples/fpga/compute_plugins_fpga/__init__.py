@@ -27,20 +27,22 @@ from typing import Optional, Union
 
 from oslo_config import cfg
 
-from compute_plugins import names
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.devices import inventory_record, parent_name
-from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import (
+from compute_plugins.api import (
+    TOPOLOGY,
     Earlier,
     GuestFragment,
-    Placement,
+    HostInfo,
+    Mappings,
+    ProviderContribution,
     Rejection,
+    RequestGroup,
+    RequestInput,
     ResourcePlugin,
+    device_provider_name,
+    inventory_record,
+    parent_name,
+    provider_uuid,
 )
-from compute_plugins.request.groups import RequestGroup
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.topology import TOPOLOGY
 from compute_plugins_fpga import fit as fpga_fit
 from compute_plugins_fpga import guest, request, view
 from compute_plugins_fpga.fit import KIND, FPGAState
@@ -58,6 +60,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
     #: NUMA affinity needs the host cells of the guest's nodes, from the
     #: plugin that places the guest (whichever it is).
     needs = (TOPOLOGY,)
+    request_type = FPGARequest
+    assignment_type = FPGAAssignment
+    state_type = FPGAState
 
     @classmethod
     def options(cls) -> list[cfg.Opt]:
@@ -70,8 +75,8 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
                                nodename: str) -> Sequence[ProviderContribution]:
         return [
             ProviderContribution(
-                name=names.device_provider_name(nodename, KIND, card.address),
-                uuid=names.provider_uuid(nodename, KIND, card.address),
+                name=device_provider_name(nodename, KIND, card.address),
+                uuid=provider_uuid(nodename, KIND, card.address),
                 parent=parent_name(nodename, card.cell),
                 inventory={card.resource_class: inventory_record(
                     1, what="FPGA %s" % card.address)},
@@ -94,9 +99,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
                    assignments: Sequence[FPGAAssignment]) -> FPGAState:
         return fpga_fit.build_state(fpga_view, nodename, assignments)
 
-    def fit(self, state: FPGAState, plugin_request: FPGARequest, placement: Placement,
+    def fit(self, state: FPGAState, plugin_request: FPGARequest, mappings: Mappings,
             earlier: Earlier) -> Union[FPGAAssignment, Rejection]:
-        return fpga_fit.fit(state, plugin_request, placement, earlier)
+        return fpga_fit.fit(state, plugin_request, mappings, earlier)
 
     def verify(self, state: FPGAState, plugin_request: FPGARequest,
                assignment: FPGAAssignment) -> Optional[Rejection]:

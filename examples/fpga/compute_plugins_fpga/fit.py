@@ -2,14 +2,14 @@
 
 The state lists every card with its provider, model, cell and whether a
 guest uses it. ``fit`` gives each request group a free card of the model:
-the one Placement allocated the group from (``placement`` maps the group to
+the one Placement allocated the group from (``mappings`` maps the group to
 its provider), or offline the free cards NUMA-affine to the guest first
 (the host cells of the guest's nodes, from the ``GuestTopology`` the plugin
 that places the guest published in ``earlier``:
-:func:`compute_plugins.topology.guest_host_cells`), then by address. The
+:func:`compute_plugins.api.guest_host_cells`), then by address. The
 assignment records those host cells, so that ``verify`` (which gets no
-``earlier``) checks the same affinity, and ``verify_all`` checks they are
-still where the guest sits. It returns :func:`verify` of what it built, so the checks the
+``earlier``) checks the same affinity, and the framework's verify checks
+they are still where the guest sits. It returns :func:`verify` of what it built, so the checks the
 compute's claim runs are the scheduler's own.
 """
 
@@ -19,12 +19,18 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins import names
-from compute_plugins.devices import PCI_AFFINITY
-from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.plugin import Earlier, Placement, Rejection
-from compute_plugins.request.types import FrozenMap
-from compute_plugins.topology import Affinity, guest_host_cells
+from compute_plugins.api import (
+    PCI_AFFINITY,
+    Affinity,
+    AssignmentConflict,
+    Earlier,
+    FrozenMap,
+    Mappings,
+    PluginState,
+    Rejection,
+    guest_host_cells,
+    provider_uuid,
+)
 from compute_plugins_fpga.request import (
     PLUGIN,
     CardAssignment,
@@ -48,8 +54,6 @@ class CardState:
 
 @dataclasses.dataclass(frozen=True)
 class FPGAState(PluginState):
-    plugin = PLUGIN
-
     cards: tuple[CardState, ...] = ()
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(default_factory=FrozenMap)
 
@@ -82,7 +86,7 @@ def build_state(view: FPGAView, nodename: str,
             used[card.address] = card.requester_id
     return FPGAState(
         cards=tuple(CardState(address=c.address, model=c.model, cell=c.cell,
-                              provider_uuid=names.provider_uuid(nodename, KIND, c.address),
+                              provider_uuid=provider_uuid(nodename, KIND, c.address),
                               used=c.address in used)
                     for c in view.cards),
         sockets=view.sockets)
@@ -102,15 +106,15 @@ def card_problem(card: CardState, request: FPGARequest, affinity: Affinity,
     return None if problem is None else "%s %s" % (name, problem)
 
 
-def fit(state: FPGAState, request: FPGARequest, placement: Placement,
+def fit(state: FPGAState, request: FPGARequest, mappings: Mappings,
         earlier: Earlier) -> Union[FPGAAssignment, Rejection]:
     affinity = Affinity(request.affinity, guest_host_cells(earlier), state.sockets,
                         key=PCI_AFFINITY)
     chosen: list[CardAssignment] = []
     for requester_id in request.requester_ids:
         taken = [c.address for c in chosen]
-        if placement is not None:
-            mapped = set(placement.get(requester_id, ()))
+        if mappings is not None:
+            mapped = set(mappings.get(requester_id, ()))
             options = [c for c in state.cards if c.provider_uuid in mapped]
         else:
             options = sorted(state.cards, key=lambda c: (

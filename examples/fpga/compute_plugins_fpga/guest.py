@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.api import GuestFragment
 from compute_plugins_fpga.request import FPGAAssignment
 
 

@@ -22,16 +22,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from compute_plugins import devices
-from compute_plugins.request import rules
-from compute_plugins.request.groups import (
+from compute_plugins.api import (
     KIND_DEVICE,
+    FrozenMap,
     PluginAssignment,
     PluginRequest,
     RequestGroup,
+    RequestInput,
+    pci_affinity_policy,
+    rules,
 )
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.types import FrozenMap
 from compute_plugins_fpga.view import resource_class
 
 PLUGIN = "fpga"
@@ -44,8 +44,6 @@ DEFAULT_POLICY = "legacy"
 @dataclasses.dataclass(frozen=True)
 class FPGARequest(PluginRequest):
     """``count`` cards of ``model`` with the NUMA ``affinity`` policy."""
-
-    plugin = PLUGIN
 
     count: int = 1
     model: str = ""
@@ -70,8 +68,6 @@ class CardAssignment:
 class FPGAAssignment(PluginAssignment):
     """The cards, one per group, and the host cells of the guest's NUMA nodes
     the affinity was decided against (``verify`` gets no numa assignment)."""
-
-    plugin = PLUGIN
 
     cards: tuple[CardAssignment, ...] = ()
     host_cells: tuple[int, ...] = ()
@@ -103,7 +99,7 @@ def parse(ri: RequestInput, models: list[str]) -> Optional[FPGARequest]:
                   "([fpga] models is empty)")
         return None
     chosen = model or models[0]
-    policy = devices.pci_affinity_policy(ri) or DEFAULT_POLICY
+    policy = pci_affinity_policy(ri) or DEFAULT_POLICY
     return FPGARequest(count=count, model=chosen, resource_class=resource_class(chosen),
                        affinity=policy)
 

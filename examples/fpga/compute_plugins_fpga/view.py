@@ -3,7 +3,7 @@
 ``[fpga] models`` lists ``<model>:<vendor id>:<product id>`` (e.g.
 ``intel_pac_a10:8086:09c4``); every PCI device of the host with those ids is
 a card of that model, whose resource class is ``CUSTOM_FPGA_<MODEL>``
-(:func:`compute_plugins.names.custom_name`, the framework's one helper for
+(:func:`compute_plugins.api.custom_name`, the framework's one helper for
 custom names). A card's provider goes under its NUMA cell's provider
 (:class:`compute_plugins.devices.NUMAParents`, the rule every device plugin
 follows), so a guest's FPGA can be asked on its own NUMA node with a
@@ -18,11 +18,14 @@ from typing import Optional
 
 from oslo_config import cfg
 
-from compute_plugins import names
-from compute_plugins.devices import InvalidOptionValue, NUMAParents
-from compute_plugins.host.model import HostInfo
-from compute_plugins.request.types import FrozenMap
-from compute_plugins.topology import cell_sockets
+from compute_plugins.api import (
+    FrozenMap,
+    HostInfo,
+    InvalidOptionValue,
+    NUMAParents,
+    cell_sockets,
+    custom_name,
+)
 
 GROUP = "fpga"
 MODELS = "[fpga] models"
@@ -47,7 +50,7 @@ class InvalidFPGAConfig(InvalidOptionValue):
 
 def resource_class(model: str) -> str:
     """``intel_pac_a10`` -> ``CUSTOM_FPGA_INTEL_PAC_A10``."""
-    return names.custom_name("FPGA", model)
+    return custom_name("FPGA", model)
 
 
 def parse_models(entries: list[str]) -> dict[tuple[str, str], str]:

@@ -5,7 +5,7 @@ Real parts throughout: the real plugins discover a host snapshot
 1 GiB pages), one embedded Placement per module, an SQLite host-state store
 and a ledger in the test's temporary directory. The scheduler lands
 separately, so each test decides the way it will: the spec is built once,
-``fit_all`` runs on the state the agent published, the allocation is PUT to
+``PluginSet.fit`` runs on the state the agent published, the allocation is PUT to
 Placement and the decision is submitted to the store.
 """
 
@@ -24,7 +24,6 @@ from compute_plugins import conf as conf_areas
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.claims import RECORDED_EARLIER
 from compute_plugins.compute.ledger import LedgerError
-from compute_plugins.fit import decode_state, fit_all
 from compute_plugins.host import discover_host
 from compute_plugins.hoststate import (
     DecisionStatus,
@@ -122,8 +121,8 @@ class Host:
         """The state of ``plugin`` the agent published, decoded."""
         snapshot = self.store.get_host(self.name)
         assert snapshot is not None, "the agent never published"
-        return decode_state(self.scheduler_plugins.plugins[plugin],
-                            snapshot.states[plugin])
+        return self.scheduler_plugins.plugins.decode_state(
+            plugin, snapshot.states[plugin])
 
     def decide(self, flavor: dict = PINNED, near: str | None = None,
                consumer: str | None = None) -> str:
@@ -142,9 +141,9 @@ class Host:
         """:meth:`decide` on the states of ``snapshot``."""
         consumer = consumer or str(uuid.uuid4())
         preferred = set(self.allocations(near)) if near else set()
-        plugins = self.scheduler_plugins
+        plugins = self.scheduler_plugins.plugins
         spec = build_request_spec(plugins, flavor)
-        states = {name: decode_state(plugins.plugins[name], doc)
+        states = {name: plugins.decode_state(name, doc)
                   for name, doc in snapshot.states.items()}
         client = self.placement.client()
         for alternative in preview(spec).alternatives:
@@ -157,7 +156,7 @@ class Host:
                     continue
                 chosen = Decision.from_allocation_request(
                     self.name, request, nodename=snapshot.nodename)
-                fitted = fit_all(plugins, states, spec, chosen.mappings)
+                fitted = plugins.fit(states, spec, chosen.mappings)
                 if not fitted.fits:
                     continue
                 client.put("/allocations/%s" % consumer, {
@@ -352,7 +351,7 @@ def test_restart_between_record_and_answer_answers_without_executing(host):
     pending = host.store.active_decision(consumer)
     from compute_plugins.request_spec import RequestSpec
 
-    spec = RequestSpec.from_json(pending.spec, host.agent.manager)
+    spec = RequestSpec.from_json(pending.spec, host.agent.manager.plugins)
     host.agent.ledger.record(consumer, pending.id, spec, pending.spec)
     restarted = host.start_agent()
     result = restarted.run_once()
@@ -553,7 +552,7 @@ def test_a_stale_claim_never_frees_the_consumers_allocation_elsewhere(tmp_path, 
     pending = a.store.active_decision(consumer)
     from compute_plugins.request_spec import RequestSpec
 
-    spec = RequestSpec.from_json(pending.spec, a.agent.manager)
+    spec = RequestSpec.from_json(pending.spec, a.agent.manager.plugins)
     a.agent.ledger.record(consumer, pending.id, spec, pending.spec)
     # the scheduler's answer timeout: withdrawn, freed, the next host
     protocol.withdraw(a.store, pending.id)
@@ -683,7 +682,7 @@ def test_a_new_decision_replaces_the_stale_claim_of_its_consumer(host):
     first = host.store.active_decision(consumer)
     from compute_plugins.request_spec import RequestSpec
 
-    spec = RequestSpec.from_json(first.spec, host.agent.manager)
+    spec = RequestSpec.from_json(first.spec, host.agent.manager.plugins)
     host.agent.ledger.record(consumer, first.id, spec, first.spec)
     protocol.withdraw(host.store, first.id)
     placement_client = host.placement.client()

@@ -21,11 +21,11 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins.compute import guest
-from compute_plugins.fit import fit_all
 from compute_plugins.host import discover_host
 from compute_plugins.plugin import GuestFragment
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
 
 _names = itertools.count()
@@ -177,15 +177,16 @@ def test_vcpu_cpuset_and_uuid_survive(conn):
 
 
 def test_the_fit_of_test_plugins_on_the_test_driver_host(conn):
-    """fit_all on the states of libvirt's own host, then the domain."""
+    """PluginSet.fit on the states of libvirt's own host, then the domain."""
     conf = cfg.ConfigOpts()
-    plugins = {"gadget": fit_plugins.Gadget(conf), "slots": fit_plugins.Slots(conf)}
+    plugins = PluginSet.of({"gadget": fit_plugins.Gadget(conf),
+                            "slots": fit_plugins.Slots(conf)})
     host = discover_host(libvirt_uri="test:///default")
     states = {n: p.host_state(p.discover(host), host.hostname, ())
               for n, p in plugins.items()}
     spec = RequestSpec.build(plugins, RequestInput.from_dicts(
         {"vcpus": 6, "memory_mb": 1024, "extra_specs": {"slots:pin": "true"}}))
-    result = fit_all(plugins, states, spec)
+    result = plugins.fit(states, spec)
     assert result.fits, result.rejections
     back = define(conn, guest.domain_xml(spec, result.assignments, plugins,
                                          name=name(), domain_type="test"))

@@ -243,9 +243,10 @@ with demo_cluster.Cluster(state_dir) as cloud:
          default_config_files=[], default_config_dirs=[])
     conf.set_override("connection", cloud.store_url, "host_state")
     manager = PluginManager(conf)
-    scheduler = Scheduler(conf, manager, cloud.service.client(), cloud.store)
+    scheduler = Scheduler(conf, manager.plugins, cloud.service.client(), cloud.store)
     cloud.start_agents()
-    spec = RequestSpec.build(manager, RequestInput.from_dicts(json.load(open(flavor))))
+    spec = RequestSpec.build(manager.plugins,
+                             RequestInput.from_dicts(json.load(open(flavor))))
     consumer = str(uuid.uuid4())
     result = scheduler.schedule(spec, consumer, "p", "u")
     cloud.stop_agents()
@@ -255,7 +256,7 @@ with demo_cluster.Cluster(state_dir) as cloud:
         decision = result.spec.decision
         out["assignments"] = result.spec.to_dict()["decision"]["assignments"]
         out["guest_xml"] = guest.domain_xml(result.spec, decision.assignments,
-                                            manager, name="fpga")
+                                            manager.plugins, name="fpga")
         out["claimed"] = [c for r in host.results for c in r.claimed]
         out["usage"] = {p["name"]: p["usages"] for p in cloud.providers()}
     print(json.dumps(out, default=str))

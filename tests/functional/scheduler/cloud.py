@@ -232,7 +232,8 @@ class Cloud:
         plugins = make_agent_manager()
         if disk_aggregate:
             plugins.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
-        return Scheduler(conf, plugins, self.placement.emb.client(), self.store)
+        return Scheduler(conf, plugins.plugins, self.placement.emb.client(),
+                         self.store)
 
     def sharing_provider(self, aggregate: str, disk_gb: int) -> str:
         """Shared storage: a provider outside every host's tree with

@@ -15,12 +15,12 @@ from oslo_config import cfg
 
 from compute_plugins.compute import guest
 from compute_plugins.compute.guest import GuestConfigError
-from compute_plugins.fit import fit_all
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PCIDevice
 from compute_plugins.plugin import GuestFragment, describe_fields
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
 
 
@@ -225,7 +225,8 @@ HOST = HostInfo(
 @pytest.fixture
 def plugins():
     conf = cfg.ConfigOpts()
-    return {"gadget": fit_plugins.Gadget(conf), "slots": fit_plugins.Slots(conf)}
+    return PluginSet.of({"gadget": fit_plugins.Gadget(conf),
+                         "slots": fit_plugins.Slots(conf)})
 
 
 def spec_for(plugins, vcpus, memory_mb, extra_specs):
@@ -241,7 +242,7 @@ def states(plugins, host=HOST, usage=None):
 
 def test_domain_xml_from_fit_results(plugins):
     spec = spec_for(plugins, 3, 1024, {"slots:pin": "true", "gadget:count": "1"})
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     assert result.fits
     # slots fits first (gadget runs after it) and takes cell 1; the gadget
     # follows it there.
@@ -269,7 +270,7 @@ def test_domain_xml_refuses_an_assignment_without_request(plugins):
 
 def test_domain_xml_refuses_a_guest_config_that_is_not_a_list(plugins, monkeypatch):
     spec = spec_for(plugins, 1, 512, {"slots:pin": "true"})
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     monkeypatch.setattr(plugins["slots"], "guest_config",
                         lambda request, assignment: "<cputune/>")
     with pytest.raises(GuestConfigError, match="returned a str, not a sequence"):
@@ -280,7 +281,7 @@ def test_describe_default_and_override(plugins):
     assert describe_fields(fit_plugins.GadgetAssignment(("0000:3b:00.0", "x"))) == [
         'addresses=["0000:3b:00.0", "x"]']
     spec = spec_for(plugins, 2, 512, {"slots:pin": "true"})
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     assert plugins["slots"].describe(spec.requests["slots"],
                                      result.assignments["slots"]) == [
         "guest node 0 -> host cell 0: CPUs 0-1 -> 0,1"]

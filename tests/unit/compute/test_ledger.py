@@ -1,7 +1,7 @@
 """The claims ledger: durable, private, and never silently discarded.
 
 The specs in it are real: the numa plugin decides a pinned guest on the
-numa4 host snapshot (``fit_all``, no Placement), as the scheduler would.
+numa4 host snapshot (``PluginSet.fit``, no Placement), as the scheduler would.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.compute.claims import host_states
 from compute_plugins.compute.ledger import Ledger, LedgerError, path_for
-from compute_plugins.fit import fit_all
 from compute_plugins.host import discover_host
 from compute_plugins.manager import PluginManager
 from compute_plugins.request.groups import Decision
@@ -49,13 +47,13 @@ def plugins():
 
 def decided(plugins, usage=None) -> tuple:
     """A pinned guest decided on the host: (spec, its JSON)."""
-    spec = build_request_spec(plugins, {
+    spec = build_request_spec(plugins.plugins, {
         "name": "pinned", "vcpus": 2, "memory_mb": 1024,
         "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "1",
                         "hw:mem_page_size": "2048"}})
-    states, broken = host_states(plugins, HOST, usage or {})
+    states, broken = plugins.host_states(HOST, usage or {})
     assert not broken
-    fitted = fit_all(plugins, states, spec)
+    fitted = plugins.plugins.fit(states, spec)
     assert fitted.fits, fitted.rejections
     spec = spec.with_decision(Decision(host=HOST, nodename=HOST,
                                        assignments=fitted.assignments))
@@ -63,14 +61,14 @@ def decided(plugins, usage=None) -> tuple:
 
 
 def test_a_missing_ledger_is_empty_and_not_written(tmp_path, plugins):
-    ledger = Ledger.load(str(tmp_path / "state"), HOST, plugins)
+    ledger = Ledger.load(str(tmp_path / "state"), HOST, plugins.plugins)
     assert len(ledger) == 0 and ledger.assignments() == {}
     assert not (tmp_path / "state").exists()
 
 
 def test_claims_are_kept_private_and_read_back(tmp_path, plugins):
     state = tmp_path / "state"
-    ledger = Ledger.load(str(state), HOST, plugins)
+    ledger = Ledger.load(str(state), HOST, plugins.plugins)
     spec, text = decided(plugins)
     ledger.record(CONSUMER, 7, spec, text)
     second, second_text = decided(plugins, ledger.assignments())
@@ -78,7 +76,7 @@ def test_claims_are_kept_private_and_read_back(tmp_path, plugins):
     path = Path(path_for(str(state), HOST))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    again = Ledger.load(str(state), HOST, plugins)
+    again = Ledger.load(str(state), HOST, plugins.plugins)
     assert set(again.entries()) == {CONSUMER, OTHER}
     assert again.get(CONSUMER).decision_id == 7
     assert again.get(CONSUMER).spec == spec
@@ -87,7 +85,7 @@ def test_claims_are_kept_private_and_read_back(tmp_path, plugins):
               for cell in a.cells for cpu in cell.pinning.values()]
     assert len(pinned) == 4 and len(set(pinned)) == 4
     again.remove(CONSUMER)
-    assert set(Ledger.load(str(state), HOST, plugins).entries()) == {OTHER}
+    assert set(Ledger.load(str(state), HOST, plugins.plugins).entries()) == {OTHER}
     # no temporary file left behind
     assert sorted(os.listdir(state)) == [path.name]
 
@@ -108,7 +106,7 @@ def test_an_unreadable_ledger_is_one_clear_error(tmp_path, plugins, content, rea
     path = Path(path_for(str(tmp_path), HOST))
     path.write_bytes(content)
     with pytest.raises(LedgerError) as info:
-        Ledger.load(str(tmp_path), HOST, plugins)
+        Ledger.load(str(tmp_path), HOST, plugins.plugins)
     message = str(info.value)
     assert message.startswith("claims ledger %s: " % path)
     assert reason in message and "never discarded" in message
@@ -120,18 +118,18 @@ def test_a_fifo_at_the_ledger_is_refused_without_blocking(tmp_path, plugins):
     path = path_for(str(tmp_path), HOST)
     os.mkfifo(path)
     with pytest.raises(LedgerError, match="a FIFO"):
-        Ledger.load(str(tmp_path), HOST, plugins)
+        Ledger.load(str(tmp_path), HOST, plugins.plugins)
 
 
 def test_a_claim_of_a_plugin_no_longer_enabled_stops_the_agent(tmp_path, plugins):
     """Dropping the claim would hand its CPUs out twice: the operator
     decides (re-enable the plugin, or release the consumer)."""
-    ledger = Ledger.load(str(tmp_path), HOST, plugins)
+    ledger = Ledger.load(str(tmp_path), HOST, plugins.plugins)
     spec, text = decided(plugins)
     ledger.record(CONSUMER, 3, spec, text)
     without_numa = manager(("disk",))
     with pytest.raises(LedgerError) as info:
-        Ledger.load(str(tmp_path), HOST, without_numa)
+        Ledger.load(str(tmp_path), HOST, without_numa.plugins)
     assert "claims.%s" % CONSUMER in str(info.value)
     assert "numa" in str(info.value)
     assert json.loads(Path(ledger.path).read_text())["claims"][CONSUMER]["decision_id"] == 3

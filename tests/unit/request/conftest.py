@@ -43,9 +43,11 @@ def flavor(vcpus=4, memory_mb=4096, **specs):
 
 def build(manager, extra_specs=None, vcpus=4, memory_mb=4096, image=None,
           ports=(), **flavor_fields):
+    """The spec of a flavor, by a manager's plugins (or a scheduler's set)."""
+    plugins = manager.plugins if isinstance(manager, PluginManager) else manager
     doc = {"name": "f", "vcpus": vcpus, "memory_mb": memory_mb,
            "extra_specs": extra_specs or {}, **flavor_fields}
-    return build_request_spec(manager, doc, image=image, ports=ports)
+    return build_request_spec(plugins, doc, image=image, ports=ports)
 
 
 def problems(manager, extra_specs=None, **kwargs):

@@ -26,6 +26,7 @@ from compute_plugins.request.groups import (
 )
 from compute_plugins.request.types import MAX_INT, FrozenMap, decode, encode
 from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.runtime import PluginSet
 from resources.numa import NUMAPlugin
 
 AGG = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
@@ -35,8 +36,6 @@ AGG = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 class FPGARequest(PluginRequest):
     """A third-party plugin's typed request."""
 
-    plugin = "fpga"
-
     amounts: FrozenMap[str, int] = dataclasses.field(default_factory=FrozenMap)
 
 
@@ -44,6 +43,7 @@ class FPGA(ResourcePlugin):
     """Asks for ``fpga:count`` CUSTOM_FPGA (well behaved)."""
 
     name = "fpga"
+    request_type = FPGARequest
 
     def discover(self, host):
         return None
@@ -116,7 +116,7 @@ def manager(conf, fpga_class):
     ]
     return PluginManager(
         conf, extension_manager=extension.ExtensionManager.make_test_instance(
-            extensions))
+            extensions)).plugins
 
 
 def build(plugins, **extra_specs):
@@ -151,7 +151,8 @@ def test_a_plugin_that_raises_is_a_named_problem_and_the_others_go_on(conf):
 
 
 def test_without_a_manager_the_class_is_named(conf):
-    found = problems({"numa": NUMAPlugin(conf), "fpga": CrashingFPGA(conf)},
+    found = problems(PluginSet.of({"numa": NUMAPlugin(conf),
+                                   "fpga": CrashingFPGA(conf)}),
                      **{"fpga:count": "2"})
     assert ("class tests.unit.request.test_build_isolation:CrashingFPGA"
             in the_plugin_problem(found).rule)

@@ -298,7 +298,7 @@ def test_shared_storage_aggregate_asks_disk_gb_as_nova_does():
 ])
 def test_unusable_flavor(manager, doc, text):
     with pytest.raises(RequestInputError, match=text):
-        build_request_spec(manager, doc)
+        build_request_spec(manager.plugins, doc)
 
 
 @pytest.mark.parametrize("field", ["vcpus", "memory_mb", "root_gb", "swap"])

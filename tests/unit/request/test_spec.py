@@ -66,8 +66,8 @@ def test_with_decision_is_copy_on_write(manager):
     again = decided.with_assignment("numa", NUMAAssignment())
     assert again.decision.assignments["numa"] == NUMAAssignment()
     assert decided.decision.assignments["numa"] != NUMAAssignment()
-    with pytest.raises(ValueError):
-        decided.with_assignment("numa", VGPUAssignment())
+    with pytest.raises(ValueError, match="must be a PluginAssignment"):
+        decided.with_assignment("numa", spec.requests["numa"])
     with pytest.raises(ValueError):
         spec.with_assignment("numa", NUMAAssignment())
     assert decided.decision.allocation_request()["mappings"] == {"_NUMA0": [RP]}
@@ -82,7 +82,7 @@ def test_round_trip_with_decision(manager):
     doc = json.loads(text)
     assert doc["version"] == FORMAT_VERSION
     assert doc["plugins"] == {"numa": "1.1", "vgpu": "1.1", "sriov": "1.1", "disk": "1.1"}
-    again = RequestSpec.from_json(text, manager)
+    again = RequestSpec.from_json(text, manager.plugins)
     assert again == spec
     assert again.to_json() == text
     assert preview(again) == preview(spec)
@@ -105,12 +105,12 @@ def test_rejected_payloads(manager, mutate, text):
     doc = build(manager, RICH, ports=PORTS).to_dict()
     mutate(doc)
     with pytest.raises(RequestFormatError, match=text):
-        RequestSpec.from_dict(doc, manager)
+        RequestSpec.from_dict(doc, manager.plugins)
 
 
 def test_not_json(manager):
     with pytest.raises(RequestFormatError, match="not JSON"):
-        RequestSpec.from_json("{", manager)
+        RequestSpec.from_json("{", manager.plugins)
 
 
 # -- properties ---------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
                                                      memory, direct):
     ports = PORTS if direct else []
     try:
-        spec = build_request_spec(manager, {"name": "fz", "vcpus": vcpus,
+        spec = build_request_spec(manager.plugins, {"name": "fz", "vcpus": vcpus,
                                             "memory_mb": memory, "extra_specs": specs},
                                   image=image, ports=ports)
     except RequestValidationError as err:
@@ -163,7 +163,7 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
     assert query.alternatives
     for alt in query.alternatives:
         alt.to_querystring()
-    assert RequestSpec.from_json(spec.to_json(), manager) == spec
+    assert RequestSpec.from_json(spec.to_json(), manager.plugins) == spec
 
 
 # -- tampered payloads -------------------------------------------------------------
@@ -212,7 +212,7 @@ def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
         except (KeyError, IndexError, TypeError):
             continue
     try:
-        spec = RequestSpec.from_json(json.dumps(doc), manager)
+        spec = RequestSpec.from_json(json.dumps(doc), manager.plugins)
     except RequestFormatError:
         return
     assert isinstance(spec, RequestSpec)
@@ -246,11 +246,11 @@ def test_tampered_payloads_reviewer_cases(manager, mutate):
     doc = _rich_payload(manager)
     mutate(doc)
     with pytest.raises(RequestFormatError):
-        RequestSpec.from_json(json.dumps(doc), manager)
+        RequestSpec.from_json(json.dumps(doc), manager.plugins)
 
 
 def test_a_deeply_nested_payload_is_a_format_error(manager):
     from compute_plugins.request.errors import RequestFormatError
 
     with pytest.raises(RequestFormatError, match="nested more than 32 deep"):
-        RequestSpec.from_json("[" * 1200 + "]" * 1200, manager)
+        RequestSpec.from_json("[" * 1200 + "]" * 1200, manager.plugins)

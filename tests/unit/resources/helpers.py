@@ -21,9 +21,11 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
-from compute_plugins.manager import AnyPlugin, PluginManager
+from compute_plugins.manager import PluginManager
+from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.provider_tree import ProviderTree
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.runtime import PluginSet
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment
@@ -31,8 +33,8 @@ from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
 
 NODE = "node1"
-PLUGINS: dict[str, type[AnyPlugin]] = {"numa": NUMAPlugin, "vgpu": VGPUPlugin, "sriov": SRIOVPlugin,
-           "disk": DiskPlugin}
+PLUGINS: dict[str, type[ResourcePlugin]] = {
+    "numa": NUMAPlugin, "vgpu": VGPUPlugin, "sriov": SRIOVPlugin, "disk": DiskPlugin}
 GIB_KB = 1024 * 1024
 
 
@@ -220,3 +222,13 @@ def socket_cell(cell_id: int, socket: int | None, cpus: Iterable[int],
 
 
 __all__ = ["Mdev", "DiskInfo"]
+
+
+def encoded(plugin: ResourcePlugin, state: object) -> dict:
+    """``state`` as the store holds it (the runtime's encoding)."""
+    return PluginSet.of({plugin.name: plugin}).encode_state(plugin.name, state)
+
+
+def decoded(plugin: ResourcePlugin, doc: object) -> object:
+    """The state the runtime reads back from ``doc``."""
+    return PluginSet.of({plugin.name: plugin}).decode_state(plugin.name, doc)

@@ -1,9 +1,9 @@
-"""The device plugins through the framework: fit_all, the spec, verify_all.
+"""The device plugins through the framework: PluginSet.fit, the spec, verify.
 
 One request (a guest NUMA node, a vGPU, an SR-IOV port, a PCI alias, a
-root disk) parsed once into a RequestSpec; ``fit_all`` runs the devices
+root disk) parsed once into a RequestSpec; ``PluginSet.fit`` runs the devices
 after ``numa`` (``fit_after``) so they see where the guest's node runs; the
-decision goes through the spec's JSON and ``verify_all`` tests it on the
+decision goes through the spec's JSON and ``PluginSet.verify`` tests it on the
 host's states, as the compute host's claim will.
 """
 
@@ -16,10 +16,10 @@ import libvirt
 import pytest
 
 from compute_plugins import names
-from compute_plugins.fit import decode_state, encode_state, fit_all, fit_order, verify_all
 from compute_plugins.host.model import PCIDevice
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.runtime import PluginSet
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment
@@ -59,8 +59,8 @@ def plugins(conf):
     conf.set_override("alias", [json.dumps({
         "name": "qat", "vendor_id": "8086", "product_id": "0443",
         "device_type": "type-PCI"})], "pci")
-    return {"disk": DiskPlugin(conf), "numa": NUMAOnCell1(conf),
-            "sriov": SRIOVPlugin(conf), "vgpu": VGPUPlugin(conf)}
+    return PluginSet.of({"disk": DiskPlugin(conf), "numa": NUMAOnCell1(conf),
+                         "sriov": SRIOVPlugin(conf), "vgpu": VGPUPlugin(conf)})
 
 
 def qat(address, numa_node):
@@ -87,15 +87,15 @@ def states(plugins, assignments=None):
         plugin = plugins[name]
         built = plugin.host_state(plugin.discover(INFO), NODE,
                                   assignments.get(name, ()))
-        result[name] = decode_state(plugin, json.loads(json.dumps(
-            encode_state(plugin, built))))
+        result[name] = plugins.decode_state(name, json.loads(json.dumps(
+            plugins.encode_state(name, built))))
     return result
 
 
 def test_devices_fit_after_numa_near_the_guests_cell(plugins):
-    assert fit_order(plugins) == ["disk", "numa", "sriov", "vgpu"]
+    assert plugins.order == ("disk", "numa", "sriov", "vgpu")
     spec = build_request_spec(plugins, FLAVOR, ports=PORTS)
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     assert result.fits, result.rejections
     got = result.assignments
     # hw:pci_numa_affinity_policy unset: legacy for the port and the alias
@@ -109,16 +109,16 @@ def test_devices_fit_after_numa_near_the_guests_cell(plugins):
 
 def test_the_decision_survives_the_spec_json_and_verifies(plugins):
     spec = build_request_spec(plugins, FLAVOR, ports=PORTS)
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     decided = spec.with_decision(Decision(host=NODE, nodename=NODE,
                                           assignments=result.assignments))
     again = RequestSpec.from_json(decided.to_json(), plugins)
     assert again.decision.assignments == result.assignments
-    assert verify_all(plugins, states(plugins), again) == ()
+    assert plugins.verify(states(plugins), again) == ()
     # another guest got the same mdev and VF in between: both plugins say so
     taken = {"vgpu": [result.assignments["vgpu"]],
              "sriov": [result.assignments["sriov"]]}
-    rejections = verify_all(plugins, states(plugins, taken), again)
+    rejections = plugins.verify(states(plugins, taken), again)
     assert [(r.plugin, r.reason.split(" is used")[0]) for r in rejections] == [
         ("sriov", "VF 0000:b0:10.0 of PF 0000:af:00.0 (port p1)"),
         ("vgpu", "mdev %s on pGPU %s (group _VGPU)"
@@ -134,7 +134,7 @@ def test_fit_all_gives_every_plugins_reasons(plugins):
         "_VGPU", gpu_b, GPU_B, "nvidia-35",
         ("00000000-0000-4000-8000-000000000001",
          "00000000-0000-4000-8000-000000000002")),))]}
-    result = fit_all(plugins, states(plugins, full), spec)
+    result = plugins.fit(states(plugins, full), spec)
     assert not result.fits
     assert [(r.plugin, r.reason) for r in result.rejections] == [
         ("disk", "host root %s has 100 GB of DISK_GB in all, the guest needs "
@@ -147,7 +147,7 @@ def test_fit_all_gives_every_plugins_reasons(plugins):
 
 def test_guest_fragments_of_every_device(plugins):
     spec = build_request_spec(plugins, FLAVOR, ports=PORTS)
-    got = fit_all(plugins, states(plugins), spec).assignments
+    got = plugins.fit(states(plugins), spec).assignments
     xml = [f.xml for name in ("vgpu", "sriov")
            for f in plugins[name].guest_config(spec.requests[name], got[name])]
     assert [x.split(" ")[0:2] for x in xml] == [
@@ -157,7 +157,7 @@ def test_guest_fragments_of_every_device(plugins):
 
 def test_libvirt_defines_the_device_fragments(plugins):
     spec = build_request_spec(plugins, FLAVOR, ports=PORTS)
-    got = fit_all(plugins, states(plugins), spec).assignments
+    got = plugins.fit(states(plugins), spec).assignments
     devices = "".join(f.xml for name in ("vgpu", "sriov")
                       for f in plugins[name].guest_config(spec.requests[name], got[name]))
     conn = libvirt.open("test:///default")

@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.plugin import Rejection
 from resources.disk import DiskPlugin
 from resources.disk.request import DiskAssignment
 from tests.unit.resources.helpers import (
     NODE,
     DiskInfo,
+    decoded,
+    encoded,
     host,
     manager,
     parse,
@@ -46,7 +48,7 @@ def test_state_is_the_roots_disk_and_what_guests_take(conf):
     assert (got.total_gb, got.reserved_gb, got.allocation_ratio, got.used_gb) == (
         100, 3, 1.5, 25)
     assert (got.capacity_gb, got.free_gb) == (145, 120)
-    assert decode_state(plugin, encode_state(plugin, got)) == got
+    assert decoded(plugin, encoded(plugin, got)) == got
 
 
 @pytest.mark.parametrize("info, assignment, reason", [

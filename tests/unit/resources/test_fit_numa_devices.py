@@ -3,7 +3,7 @@
 A device's NUMA affinity follows where the ``numa`` plugin put the guest
 (``earlier["numa"]``): a guest without NUMA topology floats (no affinity,
 as in nova), and when the packing choice of host cells leaves a device
-out of reach, ``fit_all`` tries the numa plugin's other cell choices.
+out of reach, ``PluginSet.fit`` tries the numa plugin's other cell choices.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from compute_plugins.fit import decode_state, encode_state, fit_all, verify_all
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.runtime import PluginSet
 from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
@@ -29,8 +29,8 @@ PF = "0000:af:00.0"
 def plugins(conf):
     conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
     conf.set_override("physical_device_mappings", ["physnet1:%s" % PF], "sriov")
-    return {"numa": NUMAPlugin(conf), "sriov": SRIOVPlugin(conf),
-            "vgpu": VGPUPlugin(conf)}
+    return PluginSet.of({"numa": NUMAPlugin(conf), "sriov": SRIOVPlugin(conf),
+                         "vgpu": VGPUPlugin(conf)})
 
 
 def states(plugins, info):
@@ -38,14 +38,14 @@ def states(plugins, info):
     result = {}
     for name, plugin in plugins.items():
         built = plugin.host_state(plugin.discover(info), NODE, ())
-        result[name] = decode_state(plugin, json.loads(json.dumps(
-            encode_state(plugin, built))))
+        result[name] = plugins.decode_state(name, json.loads(json.dumps(
+            plugins.encode_state(name, built))))
     return result
 
 
 def decide(plugins, info, flavor, ports=()):
     spec = build_request_spec(plugins, flavor, ports=list(ports))
-    result = fit_all(plugins, states(plugins, info), spec)
+    result = plugins.fit(states(plugins, info), spec)
     return spec, result
 
 
@@ -54,7 +54,7 @@ def verified(plugins, info, spec, result):
     decided = spec.with_decision(Decision(host=NODE, nodename=NODE,
                                           assignments=result.assignments))
     again = RequestSpec.from_json(decided.to_json(), plugins)
-    return verify_all(plugins, states(plugins, info), again)
+    return plugins.verify(states(plugins, info), again)
 
 
 # Cell 0 is the only one with room for the whole guest; the device is on
@@ -154,7 +154,7 @@ def test_a_device_off_the_first_cell_choice_moves_the_guest(pinning, extra, port
 def test_an_exhausted_budget_says_so(pinning):
     plugins = pinning
     spec = build_request_spec(plugins, PINNED, ports=PORT)
-    result = fit_all(plugins, states(plugins, DEVICES_ON_CELL_1), spec, budget=2)
+    result = plugins.fit(states(plugins, DEVICES_ON_CELL_1), spec, budget=2)
     assert not result.fits
     assert [(r.plugin, r.reason) for r in result.rejections][-1] == (
         "numa", "stopped after trying 2 decisions (fit_all's budget) of numa "
@@ -208,13 +208,13 @@ def test_verify_refuses_a_device_decision_made_for_other_host_cells(pinning):
     plugins = pinning
     spec, result = decide(plugins, DEVICES_ON_CELL_1, PINNED, PORT)
     numa = result.assignments["numa"]
-    on_cell_0 = fit_all({"numa": plugins["numa"]}, states(plugins, DEVICES_ON_CELL_1),
-                        spec).assignments["numa"]
+    on_cell_0 = plugins.only(["numa"]).fit(states(plugins, DEVICES_ON_CELL_1),
+                                           spec).assignments["numa"]
     assert [c.host_cell for c in on_cell_0.cells] == [0] != [
         c.host_cell for c in numa.cells]
     mixed = spec.with_decision(Decision(host=NODE, nodename=NODE, assignments={
         **result.assignments, "numa": on_cell_0}))
-    rejections = verify_all(plugins, states(plugins, DEVICES_ON_CELL_1), mixed)
+    rejections = plugins.verify(states(plugins, DEVICES_ON_CELL_1), mixed)
     assert [(r.plugin, r.reason) for r in rejections] == [
         ("sriov", "the decision was made for the guest on host cells 1; the numa "
          "decision puts it on host cells 0")]
@@ -228,7 +228,7 @@ class NamesAnother(SRIOVPlugin):
 
 
 def test_a_rejection_naming_another_plugin_is_reported(pinning, conf):
-    plugins = {**pinning, "sriov": NamesAnother(conf)}
+    plugins = PluginSet.of({**pinning, "sriov": NamesAnother(conf)})
     _, result = decide(plugins, DEVICES_ON_CELL_1, PINNED, PORT)
     assert [(r.plugin, r.reason) for r in result.rejections] == [
         ("wrapped", "the wrapped plugin refuses")]

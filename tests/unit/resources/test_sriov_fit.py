@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import MdevType, PCIDevice
 from compute_plugins.plugin import Rejection
 from compute_plugins.search import Budget
@@ -23,6 +23,8 @@ from resources.sriov.view import VFView
 from tests.unit.resources.helpers import (
     NODE,
     cell,
+    decoded,
+    encoded,
     host,
     on_cells,
     parse,
@@ -156,7 +158,7 @@ def test_state_sums_ports_and_round_trips(plugin):
     assert (a.used_vfs, a.used_egress_kbps, a.free_vfs()) == (
         {vf_of(PF_A, 0), vf_of(PF_A, 1)}, 500, ())
     assert got.device(QAT_A).used
-    assert decode_state(plugin, encode_state(plugin, got)) == got
+    assert decoded(plugin, encoded(plugin, got)) == got
 
 
 @pytest.mark.parametrize("assignments, reason", [

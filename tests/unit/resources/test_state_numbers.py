@@ -3,7 +3,7 @@
 The scheduler reads the states hosts publish (JSON, another process):
 a NaN, an infinity or a negative allocation ratio there would turn every
 capacity the fit computes into nonsense (or an exception), so
-:func:`compute_plugins.fit.decode_state` refuses it, naming the field.
+:meth:`compute_plugins.runtime.PluginSet.decode_state` refuses it, naming the field.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import math
 
 import pytest
 
-from compute_plugins.fit import StateFormatError, decode_state, encode_state
+from compute_plugins.fit import StateFormatError
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
-from tests.unit.resources.helpers import NODE, DiskInfo, cell, host
+from tests.unit.resources.helpers import NODE, DiskInfo, cell, decoded, encoded, host
 
 INFO = host([cell(0, range(4))], disk=DiskInfo(total_gb=100, free_gb=100))
 
 
 def published(plugin):
-    doc = encode_state(plugin, plugin.host_state(plugin.discover(INFO), NODE, ()))
+    doc = encoded(plugin, plugin.host_state(plugin.discover(INFO), NODE, ()))
     # NOTE: Python's json keeps NaN and Infinity (as the scheduler's
     # reader might): the check must not rely on the loader.
     return json.loads(json.dumps(doc))
@@ -35,10 +35,10 @@ def published(plugin):
 def test_bad_ratios_are_refused(conf, plugin_class, field, value):
     plugin = plugin_class(conf)
     doc = published(plugin)
-    assert decode_state(plugin, doc) is not None
+    assert decoded(plugin, doc) is not None
     doc["state"][field] = value
     with pytest.raises(StateFormatError) as err:
-        decode_state(plugin, doc)
+        decoded(plugin, doc)
     assert "%s.state.%s" % (plugin.name, field) in str(err.value)
     assert str(err.value).count("\n") == 0
 
@@ -49,4 +49,4 @@ def test_bad_capacities_are_refused(conf, value):
     doc = published(plugin)
     doc["state"]["total_gb"] = value
     with pytest.raises(StateFormatError, match="disk.state.total_gb"):
-        decode_state(plugin, doc)
+        decoded(plugin, doc)

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.plugin import Rejection
 from compute_plugins.search import Budget
 from resources.vgpu import VGPUPlugin
@@ -19,6 +19,8 @@ from tests.unit.resources.helpers import (
     NODE,
     Mdev,
     cell,
+    decoded,
+    encoded,
     gpu,
     host,
     on_cells,
@@ -93,9 +95,9 @@ def test_state_json_round_trip(plugin):
     info = host([socket_cell(0, 0, [0, 1]), socket_cell(1, None, [2, 3], sockets=[0, 1])],
                 [gpu(GPU_A, 1, nvidia_35=2)], mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
     got = state(plugin, info, assigned(GPU_A, M1, M2))
-    doc = encode_state(plugin, got)
+    doc = encoded(plugin, got)
     assert doc["version"] == plugin.version
-    assert decode_state(plugin, doc) == got
+    assert decoded(plugin, doc) == got
     assert got.sockets == {0: 0, 1: None}
 
 

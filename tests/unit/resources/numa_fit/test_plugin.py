@@ -1,11 +1,10 @@
-"""The NUMA plugin end to end: flavor -> RequestSpec -> fit_all -> decision
-JSON -> verify_all on the host's state, and guest XML."""
+"""The NUMA plugin end to end: flavor -> RequestSpec -> PluginSet.fit ->
+decision JSON -> PluginSet.verify on the host's state, and guest XML."""
 
 from __future__ import annotations
 
 import json
 
-from compute_plugins.fit import fit_all, verify_all
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import RequestSpec, build_request_spec
@@ -49,13 +48,13 @@ def setup(conf):
 
 def test_flavor_to_decision_to_claim(conf):
     mgr, plugin, view = setup(conf)
-    spec = build_request_spec(mgr, flavor(
+    spec = build_request_spec(mgr.plugins, flavor(
         4, 1024, **{"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
                     "hw:cpu_thread_policy": "require",
                     "hw:mem_page_size": "2MB",
                     "hw:emulator_threads_policy": "isolate"}))
     states = {"numa": plugin.host_state(view, NODE, [])}
-    result = fit_all(mgr, states, spec, None)
+    result = mgr.plugins.fit(states, spec, None)
     assert result.fits, result.rejections
     numa = result.assignments["numa"]
     assert isinstance(numa, NUMAAssignment)
@@ -74,14 +73,14 @@ def test_flavor_to_decision_to_claim(conf):
         "guest_cell", "host_cell", "provider_uuid", "pinning", "shared_cpus",
         "page_size_kb", "memory_mb", "shared_vcpus", "held_cpus"}
     assert doc["emulator_threads"] == sorted(numa.emulator_threads)
-    again = RequestSpec.from_json(decided.to_json(), mgr)
+    again = RequestSpec.from_json(decided.to_json(), mgr.plugins)
     assert again.decision.assignments["numa"] == numa
-    assert verify_all(mgr, states, again) == ()
+    assert mgr.plugins.verify(states, again) == ()
     # The scheduler's fit on the mappings makes the same decision.
-    assert fit_all(mgr, states, spec, mappings).assignments["numa"] == numa
+    assert mgr.plugins.fit(states, spec, mappings).assignments["numa"] == numa
     # Once the guest is in force, another claim of the same decision fails.
     busy = {"numa": plugin.host_state(view, NODE, [numa])}
-    (rejection,) = verify_all(mgr, busy, again)
+    (rejection,) = mgr.plugins.verify(busy, again)
     assert rejection.plugin == "numa" and "taken by other guests" in rejection.reason
     # The host state round-trips the guest's usage: pages and held CPU.
     cells = busy["numa"].cells
@@ -91,9 +90,9 @@ def test_flavor_to_decision_to_claim(conf):
 
 def test_rejections_are_named(conf):
     mgr, plugin, view = setup(conf)
-    spec = build_request_spec(mgr, flavor(8, 1024, **{"hw:cpu_policy": "dedicated"}))
+    spec = build_request_spec(mgr.plugins, flavor(8, 1024, **{"hw:cpu_policy": "dedicated"}))
     states = {"numa": plugin.host_state(view, NODE, [])}
-    result = fit_all(mgr, states, spec, None)
+    result = mgr.plugins.fit(states, spec, None)
     (rejection,) = result.rejections
     assert rejection.plugin == "numa"
     assert rejection.reason == ("guest node 0 fits no host cell: host cells 0-1 "
@@ -103,9 +102,9 @@ def test_rejections_are_named(conf):
 
 def test_floating_guest_and_its_xml(conf):
     mgr, plugin, view = setup(conf)
-    spec = build_request_spec(mgr, flavor(2, 1024))
+    spec = build_request_spec(mgr.plugins, flavor(2, 1024))
     states = {"numa": plugin.host_state(view, NODE, [])}
-    numa = fit_all(mgr, states, spec, None).assignments["numa"]
+    numa = mgr.plugins.fit(states, spec, None).assignments["numa"]
     assert [(c.host_cell, c.shared_vcpus, c.memory_mb) for c in numa.cells] == [
         (0, 2, 1024)]
     xml = "".join(f.xml for f in plugin.guest_config(spec.requests["numa"], numa))

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
-from compute_plugins.fit import AssignmentConflict, decode_state, encode_state
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.names import provider_uuid
 from compute_plugins.request.types import FrozenMap
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment
 from resources.numa.state import NUMAState
+from tests.unit.resources.helpers import decoded, encoded
 
 GIB_KB = 1024 * 1024
 NODE = "node1"
@@ -99,9 +100,9 @@ def test_state_json_round_trip(plugin):
     a = NUMAAssignment(cells=(pinned(0, {0: 0}, held=[8], memory=1024,
                                      page=2048, shared=0),))
     st = plugin.host_state(view, NODE, [a])
-    doc = json.loads(json.dumps(encode_state(plugin, st)))
+    doc = json.loads(json.dumps(encoded(plugin, st)))
     assert doc["plugin"] == "numa" and doc["version"] == plugin.version
-    again = decode_state(plugin, doc)
+    again = decoded(plugin, doc)
     assert isinstance(again, NUMAState) and again == st
     # Derived properties work on the decoded state too.
     assert again.cells[0].free_pcpus == st.cells[0].free_pcpus
