@@ -231,6 +231,12 @@ class PluginSet(Mapping[str, AnyPlugin]):
         """
         return tuple(search.fit_order(self._fit_after))
 
+    def runs_after(self, name: str) -> tuple[str, ...]:
+        """The plugins of the set whose ``fit`` runs before plugin
+        ``name``'s: those it names in ``fit_after``, then those providing
+        a role it ``needs``."""
+        return self._fit_after[name]
+
     @functools.cached_property
     def _fit_after(self) -> Mapping[str, tuple[str, ...]]:
         """Every plugin -> the plugins of the set it runs after: those it

@@ -8,10 +8,10 @@ the JSON codecs of requests, states and assignments. The checks call no
 framework module and no plugin hook directly, so the kit follows the
 framework's plugin runtime by this module alone.
 
-NOTE(conformance): written against the framework's functions of today
-(``fit_all``/``verify_all``, the name-keyed type registries, a
-PluginManager over ready instances); re-point it at the plugin runtime
-when that lands.
+Every call goes through the plugin runtime
+(:class:`~compute_plugins.runtime.PluginSet`, which a
+:class:`~compute_plugins.manager.PluginManager` over the ready instances
+builds), as the agent and the scheduler make them.
 """
 
 from __future__ import annotations
@@ -29,31 +29,19 @@ from stevedore import extension
 
 from compute_plugins import conf as conf_areas
 from compute_plugins import exception
-from compute_plugins.compute import claims, guest
-from compute_plugins.fit import (
-    AssignmentConflict,
-    FitResult,
-    decode_state,
-    encode_state,
-    fit_all,
-    fit_order,
-    verify_all,
-)
+from compute_plugins.compute import guest
+from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host import discover_host
 from compute_plugins.host.model import HostInfo
-from compute_plugins.manager import NAMESPACE, AnyPlugin, PluginManager, available_plugins
+from compute_plugins.manager import NAMESPACE, PluginManager, available_plugins
 from compute_plugins.plugin import Rejection
 from compute_plugins.request.errors import Problem, RequestValidationError
-from compute_plugins.request.groups import (
-    Decision,
-    PluginAssignment,
-    PluginRequest,
-    assignment_type,
-    request_type,
-)
+from compute_plugins.request.groups import Decision, PluginAssignment, PluginRequest
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.types import FrozenMap, decode, encode
 from compute_plugins.request_spec import RequestSpec
+from compute_plugins.runtime import AnyPlugin, PluginSet
+from compute_plugins.runtime.search import FitResult
 
 __all__ = ["CONTRACT_ERRORS", "AnyPlugin", "FitResult", "GuestConfigError", "Loaded",
            "PluginAssignment", "PluginRequest", "Problem", "Rejection", "RequestInput",
@@ -89,15 +77,15 @@ class Loaded:
                 extensions))
 
     @property
-    def plugins(self) -> Mapping[str, AnyPlugin]:
-        """Plugin name -> instance."""
+    def plugins(self) -> PluginSet:
+        """The plugin runtime over them (a mapping of name -> instance)."""
         return self.manager.plugins
 
     def earlier_than(self, name: str, assignments: Mapping[str, PluginAssignment]
                      ) -> dict[str, PluginAssignment]:
         """The ``assignments`` of the plugins whose ``fit`` runs before
         ``name``'s: what its ``fit`` got as ``earlier``."""
-        order = fit_order(self.plugins)
+        order = self.plugins.order
         before = order[:order.index(name)]
         return {n: assignments[n] for n in before if n in assignments}
 
@@ -158,7 +146,7 @@ def build_spec(loaded: Loaded, request_input: RequestInput
                ) -> tuple[Optional[RequestSpec], tuple[Problem, ...]]:
     """The RequestSpec of ``request_input``, or every problem found."""
     try:
-        return RequestSpec.build(loaded.manager, request_input), ()
+        return RequestSpec.build(loaded.plugins, request_input), ()
     except RequestValidationError as err:
         return None, tuple(err.problems)
 
@@ -173,14 +161,14 @@ def host_states(loaded: Loaded, nodename: str,
                 ) -> tuple[dict[str, Any], tuple[Rejection, ...]]:
     """Every plugin's host state under ``usage`` (plugin -> the assignments
     in force), and a rejection per plugin that could build none."""
-    states, broken = claims.host_states(loaded.manager, nodename, usage)
+    states, broken = loaded.manager.host_states(nodename, usage)
     return states, tuple(broken)
 
 
 def fit(loaded: Loaded, states: Mapping[str, Any], spec: RequestSpec) -> FitResult:
     """Every plugin's ``fit`` of ``spec`` on ``states`` (offline: the
     plugins choose their providers)."""
-    return fit_all(loaded.manager, states, spec, placement=None)
+    return loaded.plugins.fit(states, spec, None)
 
 
 def verify(loaded: Loaded, states: Mapping[str, Any], spec: RequestSpec,
@@ -190,7 +178,7 @@ def verify(loaded: Loaded, states: Mapping[str, Any], spec: RequestSpec,
     ``spec`` on ``states`` (empty: it holds)."""
     decided = spec.with_decision(Decision(host=nodename, nodename=nodename,
                                           assignments=FrozenMap(assignments)))
-    return verify_all(loaded.manager, states, decided)
+    return loaded.plugins.verify(states, decided, host=nodename)
 
 
 def alternatives(loaded: Loaded, name: str, state: Any, spec: RequestSpec,
@@ -223,7 +211,7 @@ def domain_xml(loaded: Loaded, spec: RequestSpec,
 
     :raises GuestConfigError: a fragment cannot be part of a domain.
     """
-    return guest.domain_xml(spec, assignments, loaded.manager, name=name)
+    return guest.domain_xml(spec, assignments, loaded.plugins, name=name)
 
 
 def _through_json(doc: Any) -> Any:
@@ -236,7 +224,7 @@ def request_round_trip(plugin: AnyPlugin, request: PluginRequest) -> PluginReque
 
     :raises Exception: what the codec raises (no type, a wrong shape).
     """
-    kind = request_type(plugin.name)
+    kind = plugin.request_type
     if kind is None:
         raise LookupError("plugin %s declares no request type" % plugin.name)
     back: PluginRequest = decode(kind, _through_json(encode(request)),
@@ -248,7 +236,7 @@ def assignment_round_trip(plugin: AnyPlugin,
                           assignment: PluginAssignment) -> PluginAssignment:
     """``assignment`` through JSON text and back (see
     :func:`request_round_trip`)."""
-    kind = assignment_type(plugin.name)
+    kind = plugin.assignment_type
     if kind is None:
         raise LookupError("plugin %s declares no assignment type" % plugin.name)
     back: PluginAssignment = decode(kind, _through_json(encode(assignment)),
@@ -258,12 +246,14 @@ def assignment_round_trip(plugin: AnyPlugin,
 
 def state_doc(plugin: AnyPlugin, state: Any) -> Any:
     """``state`` as the JSON document a host publishes."""
-    return encode_state(plugin, state)
+    return PluginSet.of({plugin.name: plugin}).encode_state(plugin.name, state)
 
 
 def state_round_trip(plugin: AnyPlugin, state: Any) -> Any:
     """``state`` through JSON text and back, as the scheduler reads it."""
-    return decode_state(plugin, _through_json(encode_state(plugin, state)))
+    plugins = PluginSet.of({plugin.name: plugin})
+    return plugins.decode_state(
+        plugin.name, _through_json(plugins.encode_state(plugin.name, state)))
 
 
 def value_doc(value: Any) -> Any:

@@ -16,8 +16,8 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins import testing
-from compute_plugins.fit import FitResult
 from compute_plugins.plugin import GuestFragment
+from compute_plugins.runtime.search import FitResult
 from compute_plugins.testing import (
     CHECKS,
     FAIL,

@@ -3,14 +3,14 @@
 The example declares ``needs = (TOPOLOGY,)`` and reads the guest's host
 cells from ``earlier`` with the SDK's ``guest_host_cells``; it names no
 other plugin, and the framework names neither it nor ``numa``. Through
-``fit_all`` and ``verify_all`` (the scheduler's and the claim's paths):
+``PluginSet.fit`` and ``PluginSet.verify`` (the scheduler's and the claim's paths):
 
 - its card is placed on the guest's host cell, and with
   ``hw:pci_numa_affinity_policy=required`` refused off it;
-- when the only free card is on another cell, ``fit_all`` moves the guest
+- when the only free card is on another cell, ``fit`` moves the guest
   there (the numa plugin's alternatives), since the FPGA plugin runs after
   the topology provider;
-- ``verify_all`` refuses a card decision made for other host cells than
+- ``verify`` refuses a card decision made for other host cells than
   where the guest now sits;
 - another plugin that places the guest (not ``numa``) serves it just as well.
 """
@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from compute_plugins.fit import decode_state, encode_state, fit_all, fit_order, verify_all
 from compute_plugins.host.model import PCIDevice
 from compute_plugins.plugin import ResourcePlugin
 from compute_plugins.request.groups import Decision, PluginAssignment, PluginRequest
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.runtime import PluginSet
 from compute_plugins.topology import TOPOLOGY, GuestTopology, PlacesGuest
 from resources.numa import NUMAPlugin
 from tests.unit.resources.helpers import NODE, cell, host
@@ -62,7 +62,7 @@ def fpga() -> Iterator[Any]:
 
 @pytest.fixture
 def plugins(conf, fpga):
-    return {"numa": NUMAPlugin(conf), "fpga": fpga.FPGAPlugin(conf)}
+    return PluginSet.of({"numa": NUMAPlugin(conf), "fpga": fpga.FPGAPlugin(conf)})
 
 
 def states(plugins, assignments=None):
@@ -72,8 +72,8 @@ def states(plugins, assignments=None):
     for name, plugin in plugins.items():
         built = plugin.host_state(plugin.discover(INFO), NODE,
                                   assignments.get(name, ()))
-        result[name] = decode_state(plugin, json.loads(json.dumps(
-            encode_state(plugin, built))))
+        result[name] = plugins.decode_state(name, json.loads(json.dumps(
+            plugins.encode_state(name, built))))
     return result
 
 
@@ -97,7 +97,7 @@ def decided(spec, result):
 
 def test_it_runs_after_the_plugin_that_places_the_guest(plugins):
     assert plugins["fpga"].needs == (TOPOLOGY,) and not plugins["fpga"].fit_after
-    assert fit_order(plugins) == ["numa", "fpga"]
+    assert list(plugins.order) == ["numa", "fpga"]
 
 
 @pytest.mark.parametrize("policy", [None, "required"])
@@ -106,13 +106,13 @@ def test_the_card_is_on_the_guests_cell(plugins, policy):
     if policy:
         specs["hw:pci_numa_affinity_policy"] = policy
     spec = build_request_spec(plugins, flavor(**specs))
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     assert result.fits, result.rejections
     on = guest_cells(result)
     assert cards(result) == [{0: CARD_0, 1: CARD_1}[on[0]]]
     assert result.assignments["fpga"].host_cells == tuple(on)
     again = RequestSpec.from_json(decided(spec, result).to_json(), plugins)
-    assert verify_all(plugins, states(plugins), again) == ()
+    assert plugins.verify(states(plugins), again) == ()
 
 
 def test_the_guest_moves_to_the_only_free_card(plugins, fpga):
@@ -120,11 +120,11 @@ def test_the_guest_moves_to_the_only_free_card(plugins, fpga):
     its alternatives puts the guest on the other cell, where a card is."""
     spec = build_request_spec(plugins, flavor(**{
         "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "required"}))
-    first = fit_all(plugins, states(plugins), spec)
+    first = plugins.fit(states(plugins), spec)
     taken_cell = guest_cells(first)[0]
     taken = fpga.FPGAAssignment(cards=(fpga.request.CardAssignment(
         "_FPGA0", "", {0: CARD_0, 1: CARD_1}[taken_cell]),))
-    result = fit_all(plugins, states(plugins, {"fpga": [taken]}), spec)
+    result = plugins.fit(states(plugins, {"fpga": [taken]}), spec)
     assert result.fits, result.rejections
     assert guest_cells(result) == [1 - taken_cell]
     assert cards(result) == [{0: CARD_0, 1: CARD_1}[1 - taken_cell]]
@@ -133,13 +133,13 @@ def test_the_guest_moves_to_the_only_free_card(plugins, fpga):
 def test_required_refuses_a_card_off_the_guests_cell(plugins, fpga):
     spec = build_request_spec(plugins, flavor(**{
         "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "required"}))
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     on = guest_cells(result)[0]
     off = {0: CARD_1, 1: CARD_0}[on]
     state = states(plugins)["fpga"]
     moved = dataclasses.replace(result.assignments["fpga"], cards=(
         fpga.request.CardAssignment("_FPGA0", state.card(off).provider_uuid, off),))
-    rejections = verify_all(plugins, states(plugins), decided(spec, dataclasses.replace(
+    rejections = plugins.verify(states(plugins), decided(spec, dataclasses.replace(
         result, assignments=FrozenMap({**result.assignments, "fpga": moved}))))
     assert [(r.plugin, r.reason) for r in rejections] == [
         ("fpga", "FPGA %s is on host cell %d; hw:pci_numa_affinity_policy=required "
@@ -150,10 +150,10 @@ def test_verify_all_refuses_a_card_decided_for_other_cells(plugins):
     # preferred: the card itself would do anywhere; its recorded cells not
     spec = build_request_spec(plugins, flavor(**{
         "hw:numa_nodes": "1", "hw:pci_numa_affinity_policy": "preferred"}))
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     on = guest_cells(result)[0]
     stale = dataclasses.replace(result.assignments["fpga"], host_cells=(1 - on,))
-    rejections = verify_all(plugins, states(plugins), decided(spec, dataclasses.replace(
+    rejections = plugins.verify(states(plugins), decided(spec, dataclasses.replace(
         result, assignments=FrozenMap({**result.assignments, "fpga": stale}))))
     assert [(r.plugin, r.reason) for r in rejections] == [
         ("fpga", "the decision was made for the guest on host cells %d; the numa "
@@ -163,7 +163,7 @@ def test_verify_all_refuses_a_card_decided_for_other_cells(plugins):
 def test_a_guest_without_topology_takes_any_card(plugins):
     spec = build_request_spec(plugins, flavor(**{
         "hw:pci_numa_affinity_policy": "required"}))
-    result = fit_all(plugins, states(plugins), spec)
+    result = plugins.fit(states(plugins), spec)
     assert result.fits, result.rejections
     assert result.assignments["numa"].floating
     assert result.assignments["fpga"].host_cells == ()
@@ -175,14 +175,12 @@ def test_a_guest_without_topology_takes_any_card(plugins):
 
 @dataclasses.dataclass(frozen=True)
 class PinRequest(PluginRequest):
-    plugin = "pinner"
+    """The pinner asks nothing but to place the guest."""
 
 
 @dataclasses.dataclass(frozen=True)
 class OnCell(PluginAssignment):
     """Guest node 0 on ``host_cell``."""
-
-    plugin = "pinner"
 
     host_cell: int = 0
 
@@ -195,6 +193,8 @@ class Pinner(ResourcePlugin[None, PinRequest, None, OnCell]):
 
     name = "pinner"
     provides = (TOPOLOGY,)
+    request_type = PinRequest
+    assignment_type = OnCell
 
     def discover(self, host_info):
         return None
@@ -210,23 +210,23 @@ class Pinner(ResourcePlugin[None, PinRequest, None, OnCell]):
 
 
 def test_any_plugin_that_places_the_guest_serves_it(conf, fpga):
-    plugins = {"fpga": fpga.FPGAPlugin(conf), "pinner": Pinner(conf)}
+    plugins = PluginSet.of({"fpga": fpga.FPGAPlugin(conf), "pinner": Pinner(conf)})
     assert isinstance(OnCell(), PlacesGuest)
-    assert fit_order(plugins) == ["pinner", "fpga"]
-    fpga_state = states({"fpga": plugins["fpga"]})
+    assert list(plugins.order) == ["pinner", "fpga"]
+    fpga_state = states(plugins.only(["fpga"]))
     spec = build_request_spec(plugins, flavor(**{
         "hw:pci_numa_affinity_policy": "required"}))
-    result = fit_all(plugins, fpga_state, spec)
+    result = plugins.fit(fpga_state, spec)
     assert result.fits, result.rejections
     assert cards(result) == [CARD_1]
     assert result.assignments["fpga"].host_cells == (1,)
-    assert verify_all(plugins, fpga_state, decided(spec, result)) == ()
+    assert plugins.verify(fpga_state, decided(spec, result)) == ()
     # a card decided for the guest on cell 0 (any card would do: preferred)
     spec = build_request_spec(plugins, flavor(**{
         "hw:pci_numa_affinity_policy": "preferred"}))
-    result = fit_all(plugins, fpga_state, spec)
+    result = plugins.fit(fpga_state, spec)
     stale = dataclasses.replace(result.assignments["fpga"], host_cells=(0,))
-    rejections = verify_all(plugins, fpga_state, spec.with_decision(Decision(
+    rejections = plugins.verify(fpga_state, spec.with_decision(Decision(
         host=NODE, nodename=NODE, assignments={**result.assignments, "fpga": stale})))
     assert [(r.plugin, r.reason) for r in rejections] == [
         ("fpga", "the decision was made for the guest on host cells 0; the "
