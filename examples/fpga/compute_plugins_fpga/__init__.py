@@ -31,6 +31,7 @@ from compute_plugins.api import (
     HostInfo,
     Mappings,
     ProviderContribution,
+    Providers,
     Rejection,
     RequestGroup,
     RequestInput,
@@ -86,9 +87,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
     def request_groups(self, plugin_request: FPGARequest) -> list[RequestGroup]:
         return request.request_groups(plugin_request)
 
-    def host_state(self, fpga_view: FPGAView, nodename: str,
+    def host_state(self, fpga_view: FPGAView, providers: Providers,
                    assignments: Sequence[FPGAAssignment]) -> FPGAState:
-        return fpga_fit.build_state(fpga_view, nodename, assignments)
+        return fpga_fit.build_state(fpga_view, providers, assignments)
 
     def fit(self, state: FPGAState, plugin_request: FPGARequest, mappings: Mappings,
             earlier: Earlier) -> Union[FPGAAssignment, Rejection]:
