@@ -30,9 +30,10 @@ The hooks (see :class:`ResourcePlugin` for each one's contract):
   request (problems reported on ``request_input``; :mod:`rules` has the
   checks nova makes), ``request_groups(request)`` -> :class:`RequestGroup`
   list (``KIND_*`` kinds);
-- the decision: ``host_state(view, nodename, assignments)`` -> its state
-  (an :class:`AssignmentConflict` when the assignments in force cannot
-  hold); ``fit(state, request, mappings, earlier)`` -> its assignment, a
+- the decision: ``host_state(view, providers, assignments)`` -> its state
+  (``providers``: its own providers on the node, name -> uuid as the tree
+  has them, :class:`Providers`; an :class:`AssignmentConflict` when the
+  assignments in force cannot hold); ``fit(state, request, mappings, earlier)`` -> its assignment, a
   :class:`Rejection` or None (``mappings``: :data:`Mappings`; ``earlier``:
   :data:`Earlier`); ``alternatives``; ``verify``; ``allocations`` /
   ``group_providers`` (:class:`GroupAllocation`, :func:`providers_by_suffix`);
@@ -58,7 +59,7 @@ checked fields (:class:`FrozenMap`, :func:`enum_field`, :func:`min_field`).
 from __future__ import annotations
 
 from compute_plugins.conf import ratio_opt
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
 from compute_plugins.devices import (
     MAX_INVENTORY,
@@ -156,7 +157,7 @@ __all__ = [
     "Rejection", "ResourcePlugin", "describe_fields", "providers_by_suffix",
     # the host
     "CPU", "DiskInfo", "HostDataError", "HostInfo", "Mdev", "MdevType", "NUMACell",
-    "PCIDevice", "PagePool", "ProviderContribution",
+    "PCIDevice", "PagePool", "ProviderContribution", "Providers",
     # the request
     "AFFINITY_POLICIES", "Flavor", "KINDS", "KIND_DEVICE", "KIND_DISK",
     "KIND_FLOATING", "KIND_GENERIC", "KIND_GUEST_NODE", "KIND_ROOT", "MAX_AMOUNT",

@@ -17,7 +17,7 @@ tree because they are no longer contributed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
@@ -56,6 +56,78 @@ class ProviderContribution:
 
 
 Contributions = Mapping[str, tuple[ProviderContribution, ...]]
+
+
+class Providers(Mapping[str, str]):
+    """The providers one plugin contributes on one node: name -> uuid.
+
+    What a plugin's ``host_state`` gets, so that its state names its
+    providers by the uuids the tree has (those the agent publishes with
+    the state, the scheduler's mappings and allocations name, and Placement
+    holds: the compute root may be nova's compute node uuid), instead of
+    deriving them again by convention. Built by :meth:`of`, the one rule
+    for every caller. Read-only.
+
+    :param nodename: the compute node (the root provider's name).
+    :param uuids: provider name -> uuid; the root is always there.
+    """
+
+    __slots__ = ("nodename", "_uuids")
+
+    def __init__(self, nodename: str, uuids: Mapping[str, str]) -> None:
+        self.nodename = nodename
+        self._uuids = dict(uuids)
+        if nodename not in self._uuids:
+            raise ValueError("providers of node %r without its root" % nodename)
+
+    @classmethod
+    def of(cls, nodename: str, contributions: Iterable[ProviderContribution],
+           tree: Optional[Mapping[str, str]] = None) -> Providers:
+        """The providers of ``contributions`` on ``nodename``, and the root.
+
+        Each provider's uuid is the one the tree has for its name (``tree``:
+        name -> uuid, as the manager last applied it), else the one its
+        contribution gives, else, for the root, the uuid the manager gives a
+        new root (:func:`compute_plugins.names.provider_uuid` of the node).
+        """
+        known = tree or {}
+        uuids = {nodename: known.get(nodename) or names.provider_uuid(nodename)}
+        for item in contributions:
+            uuid = known.get(item.name) or item.uuid
+            if uuid:
+                uuids[item.name] = uuid
+        return cls(nodename, uuids)
+
+    @property
+    def root(self) -> str:
+        """The compute root's uuid."""
+        return self._uuids[self.nodename]
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return self._uuids[name]
+        except KeyError:
+            raise KeyError("provider %r is not one of this plugin's providers "
+                           "on node %s (%s)" % (name, self.nodename,
+                                                ", ".join(sorted(self._uuids))
+                                                )) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._uuids)
+
+    def __len__(self) -> int:
+        return len(self._uuids)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Providers):
+            return (self.nodename, self._uuids) == (other.nodename, other._uuids)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.nodename, frozenset(self._uuids.items())))
+
+    def __repr__(self) -> str:
+        return "Providers(%r, %r)" % (self.nodename, self._uuids)
 
 
 class InvalidContribution(exception.ComputePluginsError):

@@ -23,6 +23,7 @@ from stevedore import extension, named
 
 from compute_plugins import checkpoint, contribution, exception, names
 from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import Providers
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import Rejection
 from compute_plugins.provider_tree import ProviderTree, same_token
@@ -127,6 +128,9 @@ class PluginManager:
         self._saved: Optional[str] = None
         #: The host facts the views were built from (see :meth:`discover`).
         self._host: Optional[HostInfo] = None
+        #: Node -> its providers' uuids by name, as the last update left the
+        #: tree (what the plugins' host states name).
+        self._tree_uuids: dict[str, dict[str, str]] = {}
         #: Plugin name -> (view, nodename, contribution made from them).
         self._made: dict[str, tuple[object, str,
                                     tuple[contribution.ProviderContribution, ...]]] = {}
@@ -261,22 +265,44 @@ class PluginManager:
         a plugin that never discovered the host is absent)."""
         return types.MappingProxyType(dict(self._views))
 
+    def providers(self, name: str, nodename: str) -> Providers:
+        """Plugin ``name``'s providers on ``nodename``, for its
+        ``host_state``: the providers it contributes to the tree (its last
+        contribution applied, else one made now from its view), with the
+        uuids the tree has (as the last update left it: the uuids the agent
+        publishes with the host's state and Placement holds), the root
+        included (:meth:`Providers.of
+        <compute_plugins.contribution.Providers.of>`).
+        """
+        current = self._staged if self._staged is not None else self._applied
+        items = (current or {}).get(name) if self._nodename == nodename else None
+        plugin = self.plugins.get(name)
+        if items is None and plugin is not None and name in self._views:
+            made = self._made.get(name)
+            items = (made[2] if made is not None and made[1] == nodename
+                     and made[0] is self._views[name]
+                     else self._contributions(name, plugin, nodename, {}))
+        return Providers.of(nodename, items or (), self._tree_uuids.get(nodename))
+
     def host_states(self, nodename: str,
                     usage: Mapping[str, Sequence[PluginAssignment]], *,
                     strict: bool = False, host: str = ""
                     ) -> tuple[dict[str, object], list[Rejection]]:
         """Every plugin's host state of the last discovery under ``usage``
         (:meth:`PluginSet.host_states
-        <compute_plugins.runtime.PluginSet.host_states>`; a plugin without a
-        view is a rejection saying why it failed to discover the host).
+        <compute_plugins.runtime.PluginSet.host_states>`, each handed its
+        :meth:`providers`; a plugin without a view is a rejection saying why
+        it failed to discover the host).
 
         :param usage: plugin -> the assignments in force.
         :param strict: raise :class:`~compute_plugins.fit.AssignmentConflict`
             when they do not hold on the host.
         :param host: the host, for messages.
         """
+        views = self.views
         return self.plugins.host_states(
-            self.views, nodename, usage, strict=strict, host=host,
+            views, {name: self.providers(name, nodename) for name in views},
+            usage, strict=strict, host=host,
             unavailable={name: failure.reason
                          for name, failure in self.failures.items()})
 
@@ -336,6 +362,7 @@ class PluginManager:
             provider_tree.restore(snapshot)
             raise
         self._staged = current
+        self._tree_uuids[nodename] = provider_tree.uuids_by_name(nodename)
         self._last_update = (provider_tree.change_token(), previous, current)
         if self.auto_commit:
             self.commit()

@@ -21,7 +21,7 @@ The request side (all optional; defaults suit a plugin without keys):
    typed request; ``request_groups(request)`` is its share of the Placement
    query; ``sample_requests()`` offers a few requests it understands to
    the conformance kit (:mod:`compute_plugins.testing`);
-4. ``host_state(view, nodename, assignments)`` says what is free and used on
+4. ``host_state(view, providers, assignments)`` says what is free and used on
    the host given the assignments in force (JSON, versioned: the scheduler
    holds it in another process);
 5. ``fit(state, request, mappings, earlier)`` decides exactly what the guest
@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.fit import PluginState
 from compute_plugins.host.model import HostInfo
 from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
@@ -284,13 +284,15 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
 
     # -- the decision: state, fit, verify, guest config -------------------------
 
-    def host_state(self, view: ViewT, nodename: str,
+    def host_state(self, view: ViewT, providers: Providers,
                    assignments: Sequence[AssignmentT]) -> Optional[StateT]:
         """What is free and used on the host under ``assignments``.
 
-        Immutable and JSON round-trip (:mod:`compute_plugins.fit` encodes it
-        with the plugin's ``version``). ``nodename`` names the providers the
-        state refers to (their uuids are those of the contributions).
+        Immutable and JSON round-trip (the runtime encodes it with the
+        plugin's ``version``). ``providers`` are the plugin's own providers
+        on the node (its contributions' names -> their uuids as the tree has
+        them, the root included: :class:`Providers`), the uuids the state
+        names (what the scheduler's allocations and mappings name).
         :raises compute_plugins.fit.AssignmentConflict: two assignments use
             the same unit (a CPU pinned twice) or one names what the host
             lacks.

@@ -366,6 +366,15 @@ class ProviderTree:
             root = self._root_of_with_lock(self._find_with_lock(name_or_uuid))
             return [n.uuid for n in root.walk()]
 
+    def uuids_by_name(self, name_or_uuid: str) -> dict[str, str]:
+        """Name -> UUID of every provider of the tree ``name_or_uuid`` is in.
+
+        :raises ProviderNotFound: no such provider.
+        """
+        with self._lock:
+            root = self._root_of_with_lock(self._find_with_lock(name_or_uuid))
+            return {n.name: n.uuid for n in root.walk()}
+
     def populate_from_iterable(
             self, provider_dicts: Iterable[Mapping[str, Any]]) -> None:
         """Add or replace providers from Placement-style dicts.

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Optional, Protocol, TypeVar, Union, cast
 
 from compute_plugins import exception
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
@@ -141,10 +141,6 @@ class ParsedRequest:
     versions: FrozenMap[str, str]
     claimed: frozenset[tuple[str, str]]
     problems: tuple[Problem, ...]
-
-
-def _no_reason() -> Mapping[str, str]:
-    return FrozenMap()
 
 
 class PluginSet(Mapping[str, AnyPlugin]):
@@ -263,7 +259,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
             self._subsets[key] = subset
         return subset
 
-    def _failed(self, name: str) -> str:
+    def _origin(self, name: str) -> str:
         return self._loaded[name].origin()
 
     # -- the request side -------------------------------------------------------
@@ -364,7 +360,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
         return groups
 
     def _problem(self, name: str, what: str) -> Problem:
-        return Problem("plugin", name, None, "%s (%s)" % (what, self._failed(name)),
+        return Problem("plugin", name, None, "%s (%s)" % (what, self._origin(name)),
                        plugin=name)
 
     def _parse_failure(self, failed: PluginFailed) -> Problem:
@@ -379,18 +375,20 @@ class PluginSet(Mapping[str, AnyPlugin]):
 
     # -- the host side --------------------------------------------------------------
 
-    def host_state(self, name: str, view: object, nodename: str,
+    def host_state(self, name: str, view: object, providers: Providers,
                    assignments: Sequence[PluginAssignment], *, host: str = ""
                    ) -> Union[object, Rejection]:
         """Plugin ``name``'s host state of ``view`` under ``assignments``,
         or why it has none.
+
+        :param providers: the plugin's providers on the node.
 
         :raises AssignmentConflict: the assignments do not hold on the host.
         """
         item = self._loaded[name]
         try:
             state = invoke(name, item.origin, "host_state", (AssignmentConflict,),
-                           item.plugin.host_state, view, nodename, tuple(assignments))
+                           item.plugin.host_state, view, providers, tuple(assignments))
         except PluginFailed as failed:
             return Rejection(failed.reason(host), plugin=name)
         expected = self.state_type(name)
@@ -401,7 +399,8 @@ class PluginSet(Mapping[str, AnyPlugin]):
                                      ).reason(host), plugin=name)
         return state
 
-    def host_states(self, views: Mapping[str, object], nodename: str,
+    def host_states(self, views: Mapping[str, object],
+                    providers: Mapping[str, Providers],
                     usage: Mapping[str, Sequence[PluginAssignment]], *,
                     unavailable: Optional[Mapping[str, str]] = None,
                     strict: bool = False, host: str = ""
@@ -410,6 +409,8 @@ class PluginSet(Mapping[str, AnyPlugin]):
 
         :param views: plugin -> its view of the host (a plugin without one
             could not discover the host).
+        :param providers: plugin -> its providers on the node
+            (:meth:`Providers.of <compute_plugins.contribution.Providers.of>`).
         :param usage: plugin -> the assignments in force.
         :param unavailable: plugin -> why it has no view.
         :param strict: raise :class:`AssignmentConflict` when the
@@ -429,7 +430,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
                     % why.get(name, "no view"), plugin=name))
                 continue
             try:
-                state = self.host_state(name, views[name], nodename,
+                state = self.host_state(name, views[name], providers[name],
                                         usage.get(name, ()), host=host)
             except AssignmentConflict as err:
                 if strict:
@@ -453,7 +454,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
             body = None if state is None else encode(state)
         except (CodecError, TypeError, ValueError) as err:
             raise StateFormatError("host state of %s cannot be encoded: %s (%s)"
-                                   % (name, err, self._failed(name))) from None
+                                   % (name, err, self._origin(name))) from None
         return {"plugin": name, "version": self.version(name), "state": body}
 
     def encode_states(self, states: Mapping[str, object]
@@ -498,7 +499,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
             raise StateFormatError("host state of %s: %s" % (name, err)) from None
         except Exception as err:  # noqa: BLE001 - the state class's own code
             raise StateFormatError("host state of %s: %s: %s (%s)" % (
-                name, type(err).__name__, err, self._failed(name))) from None
+                name, type(err).__name__, err, self._origin(name))) from None
 
     def decode_states(self, documents: Mapping[str, object]
                       ) -> tuple[dict[str, object], dict[str, str]]:

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 from oslo_config import cfg
 
 from compute_plugins.conf import ratio_opt
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import Earlier, Mappings, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
@@ -96,10 +96,10 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
         """A few requests this plugin understands (the conformance kit's)."""
         return disk_request.samples()
 
-    def host_state(self, view: DiskView, nodename: str,
+    def host_state(self, view: DiskView, providers: Providers,
                    assignments: Sequence[DiskAssignment]) -> DiskState:
         """The root's ``DISK_GB`` and what the guests take."""
-        return disk_state.build_state(view, nodename, assignments)
+        return disk_state.build_state(view, providers, assignments)
 
     def fit(self, state: DiskState, request: DiskRequest, placement: Mappings,
             earlier: Earlier) -> Union[DiskAssignment, Rejection, None]:

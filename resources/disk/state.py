@@ -1,8 +1,9 @@
 """The disk plugin's host state and decision: which provider serves DISK_GB.
 
 - **Local disk** (no ``[disk] shared_storage_aggregate``): the compute root
-  (``provider_uuid(nodename)``) with the host's ``DISK_GB`` total, reserved
-  and allocation ratio; ``used_gb`` sums the local assignments in force. A
+  (``providers.root``, the uuid the tree has) with the host's ``DISK_GB``
+  total, reserved and allocation ratio; ``used_gb`` sums the local
+  assignments in force. A
   guest fits when Placement's rule holds: ``used + disk_gb <= (total -
   reserved) * ratio`` and ``disk_gb <= total`` (``max_unit``). Checked offline
   and with an allocation alike: the allocation must name the root in the
@@ -25,7 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins import names
+from compute_plugins.contribution import Providers
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.plugin import Earlier, Mappings, Rejection
 from compute_plugins.request.types import min_field
@@ -69,14 +70,16 @@ class DiskState(PluginState):
         return self.capacity_gb - self.used_gb
 
 
-def build_state(view: DiskView, nodename: str,
+def build_state(view: DiskView, providers: Providers,
                 assignments: Sequence[DiskAssignment]) -> DiskState:
     """The :class:`DiskState` of ``view`` under ``assignments``.
+
+    :param providers: the plugin's providers (the compute root's uuid).
 
     :raises AssignmentConflict: a local assignment names another provider
         than this host's root, or the host reports no local ``DISK_GB``.
     """
-    root = names.provider_uuid(nodename)
+    root = providers.root
     used = 0
     for assignment in assignments:
         if assignment.shared:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
     Earlier,
@@ -86,12 +86,12 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
         """A few requests this plugin understands (the conformance kit's)."""
         return numa_request.samples()
 
-    def host_state(self, view: NUMAView, nodename: str,
+    def host_state(self, view: NUMAView, providers: Providers,
                    assignments: Sequence[NUMAAssignment]) -> NUMAState:
         """Free and used per cell; AssignmentConflict names a CPU pinned
         twice or a CPU, cell or page size the host lacks."""
         return build_state(
-            view, nodename, assignments,
+            view, providers, assignments,
             pack=self.conf.compute.packing_host_numa_cells_allocation_strategy)
 
     def fit(self, state: Optional[NUMAState], request: NUMARequest,

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from compute_plugins import names
+from compute_plugins.contribution import Providers
 from compute_plugins.cpuset import format_cpu_spec
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.request.types import min_field
@@ -155,11 +156,6 @@ class NUMAState(PluginState):
         return {cell.provider_uuid: cell for cell in self.cells}
 
 
-def cell_provider_uuid(nodename: str, cell_id: int) -> str:
-    """The uuid of host cell ``cell_id``'s provider (as the tree has it)."""
-    return names.provider_uuid(nodename, "numa", str(cell_id))
-
-
 class _Usage:
     """What the assignments take on one cell, while they are added up."""
 
@@ -218,12 +214,13 @@ def _add(usage: dict[int, _Usage], view_cells: dict[int, CellView],
         used.pages[cell.page_size_kb] = used.pages.get(cell.page_size_kb, 0) + pages
 
 
-def build_state(view: NUMAView, nodename: str,
+def build_state(view: NUMAView, providers: Providers,
                 assignments: Sequence[NUMAAssignment], pack: bool = True
                 ) -> NUMAState:
     """The :class:`NUMAState` of ``view`` with ``assignments`` in force.
 
-    :param nodename: names the cells' providers.
+    :param providers: the plugin's providers (each cell's
+        ``<nodename>_NUMA<id>``, by name).
     :param pack: ``[compute] packing_host_numa_cells_allocation_strategy``.
     :raises AssignmentConflict: a CPU pinned twice, or a CPU, cell or page
         size the host lacks (named).
@@ -244,7 +241,8 @@ def build_state(view: NUMAView, nodename: str,
         used = usage[cell.id]
         cells.append(CellState(
             id=cell.id,
-            provider_uuid=cell_provider_uuid(nodename, cell.id),
+            provider_uuid=providers[names.numa_provider_name(providers.nodename,
+                                                             cell.id)],
             pcpus=cell.pcpus,
             pinned=frozenset(used.pinned),
             shared_cpus=cell.vcpus,

@@ -15,7 +15,7 @@ from typing import Any, Optional, Union
 from oslo_config import cfg
 
 from compute_plugins.conf import pci as pci_conf
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
 from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
 from compute_plugins.plugin import (
@@ -109,10 +109,10 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
         """A few requests this plugin understands (the conformance kit's)."""
         return sriov_request.samples()
 
-    def host_state(self, view: SRIOVView, nodename: str,
+    def host_state(self, view: SRIOVView, providers: Providers,
                    assignments: Sequence[SRIOVAssignment]) -> SRIOVState:
         """VFs and bandwidth per PF, alias devices (:mod:`resources.sriov.state`)."""
-        return build_state(view, nodename, assignments)
+        return build_state(view, providers, assignments)
 
     def fit(self, state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             earlier: Earlier) -> Union[SRIOVAssignment, Rejection]:

@@ -9,9 +9,13 @@
 - Per alias device: vendor, product, device type, NUMA cell, its PF when it
   is a VF, and whether an assignment uses it. A device's ``provider_uuid``
   is the one its provider would have (``provider_uuid(nodename, "pci",
-  address)``, named like the vGPU plugin's device providers); no plugin
-  reports alias devices to Placement yet, so ``fit`` only honours a mapping
-  of an alias group when the allocation has one.
+  address)``, named like the vGPU plugin's device providers): no plugin
+  reports alias devices to Placement yet, so there is no provider to be
+  handed, and ``fit`` only honours a mapping of an alias group when the
+  allocation has one.
+
+The PFs' provider uuids are the plugin's providers handed to ``host_state``
+(:class:`~compute_plugins.contribution.Providers`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from compute_plugins import names
+from compute_plugins.contribution import Providers
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
 from resources.sriov.provider import KIND
@@ -108,7 +113,12 @@ def _conflict(reason: str) -> AssignmentConflict:
     return AssignmentConflict(PLUGIN, reason)
 
 
-def _pf_states(view: SRIOVView, nodename: str,
+def pf_provider(providers: Providers, address: str) -> str:
+    """The uuid of the provider of the PF at ``address``."""
+    return providers[names.device_provider_name(providers.nodename, KIND, address)]
+
+
+def _pf_states(view: SRIOVView, providers: Providers,
                assignments: Sequence[SRIOVAssignment]) -> tuple[PFState, ...]:
     pfs = {pf.address: pf for pf in view.pfs}
     used: dict[str, set[str]] = {a: set() for a in pfs}
@@ -122,7 +132,7 @@ def _pf_states(view: SRIOVView, nodename: str,
                 raise _conflict("port %s uses PF %s, which is not an SR-IOV PF "
                                 "of this host" % (vf.port_id or vf.requester_id,
                                                   vf.pf_address))
-            provider = names.provider_uuid(nodename, KIND, pf.address)
+            provider = pf_provider(providers, pf.address)
             if vf.provider_uuid != provider:
                 raise _conflict("port %s names provider %s for PF %s, whose "
                                 "provider is %s" % (vf.port_id, vf.provider_uuid,
@@ -145,7 +155,7 @@ def _pf_states(view: SRIOVView, nodename: str,
     for address, pf in pfs.items():
         states.append(PFState(
             address=address,
-            provider_uuid=names.provider_uuid(nodename, KIND, address),
+            provider_uuid=pf_provider(providers, address),
             total_vfs=pf.vfs, physnet=pf.physnet, cell=pf.cell,
             vfs=pf.functions, used_vfs=frozenset(used[address]),
             egress_kbps=pf.egress_kbps, ingress_kbps=pf.ingress_kbps,
@@ -183,14 +193,16 @@ def _device_states(view: SRIOVView, nodename: str,
         for d in devices.values())
 
 
-def build_state(view: SRIOVView, nodename: str,
+def build_state(view: SRIOVView, providers: Providers,
                 assignments: Sequence[SRIOVAssignment]) -> SRIOVState:
     """The :class:`SRIOVState` of ``view`` under ``assignments``.
+
+    :param providers: the plugin's providers (one per PF, by name).
 
     :raises AssignmentConflict: a VF or device given twice (or a PF with one
         of its VFs), one the host lacks, or a provider uuid that is not the
         PF's.
     """
-    return SRIOVState(pfs=_pf_states(view, nodename, assignments),
-                      devices=_device_states(view, nodename, assignments),
+    return SRIOVState(pfs=_pf_states(view, providers, assignments),
+                      devices=_device_states(view, providers.nodename, assignments),
                       sockets=view.sockets)

@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 from oslo_config import cfg
 
-from compute_plugins.contribution import ProviderContribution
+from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import (
     Earlier,
@@ -110,10 +110,10 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
         """A few requests this plugin understands (the conformance kit's)."""
         return vgpu_request.samples()
 
-    def host_state(self, view: VGPUView, nodename: str,
+    def host_state(self, view: VGPUView, providers: Providers,
                    assignments: Sequence[VGPUAssignment]) -> VGPUState:
         """mdevs per pGPU: free, used, planned (:mod:`resources.vgpu.state`)."""
-        return build_state(view, nodename, assignments)
+        return build_state(view, providers, assignments)
 
     def fit(self, state: VGPUState, request: VGPURequest, placement: Mappings,
             earlier: Earlier) -> Union[VGPUAssignment, Rejection]:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from compute_plugins import names
+from compute_plugins.contribution import Providers
 from compute_plugins.fit import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
 from resources.vgpu.provider import KIND
@@ -107,9 +108,16 @@ def new_mdev_uuid(provider_uuid: str, index: int) -> str:
     return str(uuid.uuid5(names.UUID_NAMESPACE, "mdev/%s/%d" % (provider_uuid, index)))
 
 
-def build_state(view: VGPUView, nodename: str,
+def gpu_provider(providers: Providers, address: str) -> str:
+    """The uuid of the provider of the pGPU at ``address``."""
+    return providers[names.device_provider_name(providers.nodename, KIND, address)]
+
+
+def build_state(view: VGPUView, providers: Providers,
                 assignments: Sequence[VGPUAssignment]) -> VGPUState:
     """The :class:`VGPUState` of ``view`` under ``assignments``.
+
+    :param providers: the plugin's providers (one per pGPU, by name).
 
     :raises AssignmentConflict: an assignment names a pGPU the host does not
         offer (or its provider, or type, differently), an mdev twice, an
@@ -128,7 +136,7 @@ def build_state(view: VGPUView, nodename: str,
             if gpu is None:
                 raise AssignmentConflict(PLUGIN, "%s uses pGPU %s, which offers "
                                          "no vGPUs on this host" % (where, address))
-            provider = names.provider_uuid(nodename, KIND, address)
+            provider = gpu_provider(providers, address)
             if device.provider_uuid != provider:
                 raise AssignmentConflict(PLUGIN, "%s names provider %s for pGPU "
                                          "%s, whose provider is %s"
@@ -164,7 +172,7 @@ def build_state(view: VGPUView, nodename: str,
         in_use = set(used[address])
         states.append(PGPUState(
             address=address,
-            provider_uuid=names.provider_uuid(nodename, KIND, address),
+            provider_uuid=gpu_provider(providers, address),
             mdev_type=gpu.mdev_type, total=gpu.total, cell=gpu.cell,
             resource_class=gpu.resource_class,
             free_mdevs=tuple(m for m in gpu.mdevs if m not in in_use),

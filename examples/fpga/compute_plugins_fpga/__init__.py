@@ -34,6 +34,7 @@ from compute_plugins.api import (
     HostInfo,
     Mappings,
     ProviderContribution,
+    Providers,
     Rejection,
     RequestGroup,
     RequestInput,
@@ -95,9 +96,9 @@ class FPGAPlugin(ResourcePlugin[FPGAView, FPGARequest, FPGAState, FPGAAssignment
         (:mod:`compute_plugins.testing`)."""
         return request.samples()
 
-    def host_state(self, fpga_view: FPGAView, nodename: str,
+    def host_state(self, fpga_view: FPGAView, providers: Providers,
                    assignments: Sequence[FPGAAssignment]) -> FPGAState:
-        return fpga_fit.build_state(fpga_view, nodename, assignments)
+        return fpga_fit.build_state(fpga_view, providers, assignments)
 
     def fit(self, state: FPGAState, plugin_request: FPGARequest, mappings: Mappings,
             earlier: Earlier) -> Union[FPGAAssignment, Rejection]:

@@ -27,9 +27,10 @@ from compute_plugins.api import (
     FrozenMap,
     Mappings,
     PluginState,
+    Providers,
     Rejection,
+    device_provider_name,
     guest_host_cells,
-    provider_uuid,
 )
 from compute_plugins_fpga.request import (
     PLUGIN,
@@ -64,9 +65,12 @@ class FPGAState(PluginState):
         return None
 
 
-def build_state(view: FPGAView, nodename: str,
+def build_state(view: FPGAView, providers: Providers,
                 assignments: Sequence[FPGAAssignment]) -> FPGAState:
     """The cards of ``view`` with those ``assignments`` use marked.
+
+    :param providers: the plugin's own providers, handed in by the framework
+        (each card's ``<nodename>_fpga_<address>``, by name -> uuid).
 
     :raises AssignmentConflict: a card used twice or not on this host.
     """
@@ -86,7 +90,8 @@ def build_state(view: FPGAView, nodename: str,
             used[card.address] = card.requester_id
     return FPGAState(
         cards=tuple(CardState(address=c.address, model=c.model, cell=c.cell,
-                              provider_uuid=provider_uuid(nodename, KIND, c.address),
+                              provider_uuid=providers[device_provider_name(
+                                  providers.nodename, KIND, c.address)],
                               used=c.address in used)
                     for c in view.cards),
         sockets=view.sockets)

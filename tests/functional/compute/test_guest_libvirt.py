@@ -27,6 +27,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
+from tests.unit.resources.helpers import state_of
 
 _names = itertools.count()
 
@@ -182,7 +183,7 @@ def test_the_fit_of_test_plugins_on_the_test_driver_host(conn):
     plugins = PluginSet.of({"gadget": fit_plugins.Gadget(conf),
                             "slots": fit_plugins.Slots(conf)})
     host = discover_host(libvirt_uri="test:///default")
-    states = {n: p.host_state(p.discover(host), host.hostname, ())
+    states = {n: state_of(p, p.discover(host), (), nodename=host.hostname)
               for n, p in plugins.items()}
     spec = RequestSpec.build(plugins, RequestInput.from_dicts(
         {"vcpus": 6, "memory_mb": 1024, "extra_specs": {"slots:pin": "true"}}))

@@ -88,8 +88,8 @@ class FloatDisk(DiskPlugin):
     """The state counts used disk with ``/``: a float where the state's
     type says int, which JSON cannot bring back."""
 
-    def host_state(self, view, nodename, assignments):
-        state = super().host_state(view, nodename, assignments)
+    def host_state(self, view, providers, assignments):
+        state = super().host_state(view, providers, assignments)
         return dataclasses.replace(state, used_gb=state.used_gb / 1)
 
 
@@ -294,8 +294,8 @@ class AmnesiacDisk(DiskPlugin):
     """host_state ignores the assignments in force: every guest fits on an
     empty disk, forever."""
 
-    def host_state(self, view, nodename, assignments):
-        return super().host_state(view, nodename, ())
+    def host_state(self, view, providers, assignments):
+        return super().host_state(view, providers, ())
 
 
 def test_a_host_state_that_ignores_the_assignments_fails_double_booking():

@@ -22,6 +22,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
+from tests.unit.resources.helpers import state_of
 
 
 def dom(*fragments, plugin="p"):
@@ -236,7 +237,8 @@ def spec_for(plugins, vcpus, memory_mb, extra_specs):
 
 def states(plugins, host=HOST, usage=None):
     usage = usage or {}
-    return {name: p.host_state(p.discover(host), host.hostname, usage.get(name, ()))
+    return {name: state_of(p, p.discover(host), usage.get(name, ()),
+                           nodename=host.hostname)
             for name, p in plugins.items()}
 
 

@@ -11,6 +11,7 @@ from stevedore.extension import Extension
 from stevedore.named import NamedExtensionManager
 
 from compute_plugins import conf as conf_areas
+from compute_plugins.contribution import Providers
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
@@ -232,3 +233,15 @@ def encoded(plugin: ResourcePlugin, state: object) -> dict:
 def decoded(plugin: ResourcePlugin, doc: object) -> object:
     """The state the runtime reads back from ``doc``."""
     return PluginSet.of({plugin.name: plugin}).decode_state(plugin.name, doc)
+
+
+def providers(plugin: ResourcePlugin, view: object, nodename: str = NODE) -> Providers:
+    """The providers ``plugin`` contributes for ``view``, as the manager
+    hands them to ``host_state`` before any tree (the contributions' uuids)."""
+    return Providers.of(nodename, plugin.provider_contributions(view, nodename))
+
+
+def state_of(plugin: ResourcePlugin, view: object, assignments=(),
+             nodename: str = NODE) -> object:
+    """``plugin``'s host state of ``view`` under ``assignments``."""
+    return plugin.host_state(view, providers(plugin, view, nodename), assignments)

@@ -33,6 +33,7 @@ from tests.unit.resources.helpers import (
     gpu,
     host,
     pf,
+    state_of,
 )
 
 GPU_A, GPU_B = "0000:84:00.0", "0000:85:00.0"
@@ -85,7 +86,7 @@ def states(plugins, assignments=None):
     result = {}
     for name in ("vgpu", "sriov", "disk"):
         plugin = plugins[name]
-        built = plugin.host_state(plugin.discover(INFO), NODE,
+        built = state_of(plugin, plugin.discover(INFO),
                                   assignments.get(name, ()))
         result[name] = plugins.decode_state(name, json.loads(json.dumps(
             plugins.encode_state(name, built))))

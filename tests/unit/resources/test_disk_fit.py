@@ -17,6 +17,7 @@ from tests.unit.resources.helpers import (
     host,
     manager,
     parse,
+    state_of,
     update,
 )
 
@@ -26,7 +27,7 @@ SHARING = "0f7b2c36-4c2c-4f0e-9a5b-2f9c1e1d7a10"
 
 
 def state(plugin, info, *assignments):
-    return plugin.host_state(plugin.discover(info), NODE, assignments)
+    return state_of(plugin, plugin.discover(info), assignments)
 
 
 def disk(plugin, root_gb=10, **flavor):

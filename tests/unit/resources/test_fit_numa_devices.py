@@ -19,7 +19,7 @@ from compute_plugins.runtime import PluginSet
 from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
-from tests.unit.resources.helpers import NODE, cell, gpu, host, pf
+from tests.unit.resources.helpers import NODE, cell, gpu, host, pf, state_of
 
 GPU = "0000:85:00.0"
 PF = "0000:af:00.0"
@@ -37,7 +37,7 @@ def states(plugins, info):
     """Every plugin's state through its published JSON."""
     result = {}
     for name, plugin in plugins.items():
-        built = plugin.host_state(plugin.discover(info), NODE, ())
+        built = state_of(plugin, plugin.discover(info), ())
         result[name] = plugins.decode_state(name, json.loads(json.dumps(
             plugins.encode_state(name, built))))
     return result
@@ -176,7 +176,7 @@ def test_numa_alternatives_are_distinct_cell_sets_one_per_cell(pinning):
     plugins = pinning
     info = host([cell(i, range(2 * i, 2 * i + 2)) for i in range(4)])
     numa = plugins["numa"]
-    state = numa.host_state(numa.discover(info), NODE, ())
+    state = state_of(numa, numa.discover(info), ())
     flavor = {"name": "f", "vcpus": 2, "memory_mb": 2048, "extra_specs": {
         "hw:numa_nodes": "2", "hw:cpu_policy": "dedicated"}}
     request = build_request_spec(plugins, flavor).requests["numa"]

@@ -35,7 +35,7 @@ from compute_plugins.request_spec import RequestSpec, build_request_spec
 from compute_plugins.runtime import PluginSet
 from compute_plugins.topology import TOPOLOGY, GuestTopology, PlacesGuest
 from resources.numa import NUMAPlugin
-from tests.unit.resources.helpers import NODE, cell, host
+from tests.unit.resources.helpers import NODE, cell, host, state_of
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "fpga"
 CARD_0, CARD_1 = "0000:5e:00.0", "0000:d8:00.0"
@@ -70,8 +70,7 @@ def states(plugins, assignments=None):
     assignments = assignments or {}
     result = {}
     for name, plugin in plugins.items():
-        built = plugin.host_state(plugin.discover(INFO), NODE,
-                                  assignments.get(name, ()))
+        built = state_of(plugin, plugin.discover(INFO), assignments.get(name, ()))
         result[name] = plugins.decode_state(name, json.loads(json.dumps(
             plugins.encode_state(name, built))))
     return result

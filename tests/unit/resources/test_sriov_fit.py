@@ -29,6 +29,7 @@ from tests.unit.resources.helpers import (
     on_cells,
     parse,
     pf,
+    state_of,
 )
 
 CELLS = [cell(0, range(4)), cell(1, range(4, 8))]
@@ -91,7 +92,7 @@ def nic_host(vfs=4, extra=()):
 
 
 def state(plugin, info, *assignments):
-    return plugin.host_state(plugin.discover(info), NODE, assignments)
+    return state_of(plugin, plugin.discover(info), assignments)
 
 
 def port(pid="p1", physnet="physnet1", egress=0, ingress=0, vnic="direct"):
@@ -130,7 +131,7 @@ def test_state_of_pfs_and_alias_devices(plugin):
                     product_id="0443", mdev_types=(MdevType("nvidia-35", None, 4),))
     info = nic_host(2, [qat(QAT_A, 0), qat(QAT_B, 1), *qat_pf_with_vfs(), gpu])
     view = plugin.discover(info)
-    got = plugin.host_state(view, NODE, [])
+    got = state_of(plugin, view, [])
     contributed = {c.name: c.uuid for c in plugin.provider_contributions(view, NODE)}
     a = got.pf(PF_A)
     assert a.provider_uuid == contributed["node1_pf_0000_5e_00_0"]

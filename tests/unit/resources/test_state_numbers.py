@@ -16,13 +16,13 @@ import pytest
 from compute_plugins.fit import StateFormatError
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
-from tests.unit.resources.helpers import NODE, DiskInfo, cell, decoded, encoded, host
+from tests.unit.resources.helpers import DiskInfo, cell, decoded, encoded, host, state_of
 
 INFO = host([cell(0, range(4))], disk=DiskInfo(total_gb=100, free_gb=100))
 
 
 def published(plugin):
-    doc = encoded(plugin, plugin.host_state(plugin.discover(INFO), NODE, ()))
+    doc = encoded(plugin, state_of(plugin, plugin.discover(INFO), ()))
     # NOTE: Python's json keeps NaN and Infinity (as the scheduler's
     # reader might): the check must not rely on the loader.
     return json.loads(json.dumps(doc))

@@ -26,6 +26,7 @@ from tests.unit.resources.helpers import (
     on_cells,
     parse,
     socket_cell,
+    state_of,
 )
 
 CELLS = [cell(0, range(4)), cell(1, range(4, 8))]
@@ -46,7 +47,7 @@ def plugin(conf):
 
 
 def state(plugin, info, *assignments):
-    return plugin.host_state(plugin.discover(info), NODE, assignments)
+    return state_of(plugin, plugin.discover(info), assignments)
 
 
 def vgpus(plugin, count=1, policy=None, **specs):
@@ -72,7 +73,7 @@ def test_state_per_pgpu_with_provider_uuids_of_the_tree(plugin):
     info = two_gpus(a=3, mdevs=[Mdev(M2, "nvidia-35", GPU_A),
                                 Mdev(M1, "nvidia-35", GPU_A)])
     view = plugin.discover(info)
-    got = plugin.host_state(view, NODE, [])
+    got = state_of(plugin, view, [])
     contributed = {c.name: c.uuid for c in plugin.provider_contributions(view, NODE)}
     assert [(g.address, g.provider_uuid, g.cell, g.total, g.free) for g in got.pgpus] == [
         (GPU_A, contributed["node1_pci_0000_84_00_0"], 0, 5, 5),

@@ -12,6 +12,7 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins import exception
+from compute_plugins.contribution import Providers
 from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin import GroupAllocation, GuestFragment, Rejection, ResourcePlugin
@@ -27,6 +28,8 @@ from compute_plugins.request_spec import build_request_spec
 from compute_plugins.runtime import PluginSet
 
 HOST = "h1"
+#: Neither plugin contributes a provider: each has the root only.
+PROVIDERS = {"widget": Providers.of(HOST, ()), "gizmo": Providers.of(HOST, ())}
 ORIGIN = "class %s:Widget" % __name__
 BUG = "RuntimeError: widget bug"
 
@@ -141,7 +144,7 @@ def spec_for(plugins, **extra_specs):
 def states(plugins):
     views = {name: plugins.discover(name, HostInfo(hostname=HOST, source="test"))
              for name in plugins}
-    built, broken = plugins.host_states(views, HOST, {}, host=HOST)
+    built, broken = plugins.host_states(views, PROVIDERS, {}, host=HOST)
     assert not broken
     return built
 
@@ -191,7 +194,7 @@ def parse_reasons(plugins):
 def host_state_reasons(plugins):
     views = {name: plugins.discover(name, HostInfo(hostname=HOST, source="test"))
              for name in plugins}
-    built, broken = plugins.host_states(views, HOST, {}, host=HOST)
+    built, broken = plugins.host_states(views, PROVIDERS, {}, host=HOST)
     assert set(built) == {"gizmo"}, "the other plugins go on"
     return [(r.plugin, r.reason) for r in broken]
 
@@ -340,12 +343,12 @@ def test_an_assignment_conflict_is_the_claims_reason_or_raised(plugins, monkeypa
 
     monkeypatch.setattr(Widget, "host_state", conflict)
     views = {"widget": 4, "gizmo": None}
-    _, broken = plugins.host_states(views, HOST, {})
+    _, broken = plugins.host_states(views, PROVIDERS, {})
     assert [(r.plugin, r.reason) for r in broken] == [
         ("widget", "the claims in force do not hold on the host: slot 9 does "
          "not exist")]
     with pytest.raises(AssignmentConflict):
-        plugins.host_states(views, HOST, {}, strict=True)
+        plugins.host_states(views, PROVIDERS, {}, strict=True)
 
 
 def test_a_value_error_from_allocations_is_its_reason(plugins, monkeypatch):
@@ -361,7 +364,7 @@ def test_a_value_error_from_allocations_is_its_reason(plugins, monkeypatch):
 
 
 def test_a_plugin_without_a_view_says_why(plugins):
-    _, broken = plugins.host_states({"gizmo": None}, HOST, {},
+    _, broken = plugins.host_states({"gizmo": None}, PROVIDERS, {},
                                     unavailable={"widget": "no widget bus"})
     assert broken == [Rejection("the plugin could not discover the host: no "
                                 "widget bus", plugin="widget")]

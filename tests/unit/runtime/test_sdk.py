@@ -21,7 +21,8 @@ def test_the_plugin_contract_is_in_the_sdk():
     for name in ("ResourcePlugin", "Rejection", "GuestFragment", "GroupAllocation",
                  "ProviderContribution", "HostInfo", "RequestInput", "RequestGroup",
                  "PluginRequest", "PluginAssignment", "PluginState",
-                 "AssignmentConflict", "FrozenMap", "Mappings", "Earlier", "rules"):
+                 "AssignmentConflict", "FrozenMap", "Mappings", "Earlier", "rules",
+                 "Providers"):
         assert name in api.__all__, name
 
 

@@ -9,7 +9,7 @@ from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.request.groups import Decision
 from compute_plugins.request_spec import RequestSpec, build_request_spec
 from resources.numa.request import NUMAAssignment
-from tests.unit.resources.helpers import manager
+from tests.unit.resources.helpers import manager, state_of
 
 NODE = "node1"
 GIB_KB = 1024 * 1024
@@ -53,7 +53,7 @@ def test_flavor_to_decision_to_claim(conf):
                     "hw:cpu_thread_policy": "require",
                     "hw:mem_page_size": "2MB",
                     "hw:emulator_threads_policy": "isolate"}))
-    states = {"numa": plugin.host_state(view, NODE, [])}
+    states = {"numa": state_of(plugin, view, [])}
     result = mgr.plugins.fit(states, spec, None)
     assert result.fits, result.rejections
     numa = result.assignments["numa"]
@@ -79,7 +79,7 @@ def test_flavor_to_decision_to_claim(conf):
     # The scheduler's fit on the mappings makes the same decision.
     assert mgr.plugins.fit(states, spec, mappings).assignments["numa"] == numa
     # Once the guest is in force, another claim of the same decision fails.
-    busy = {"numa": plugin.host_state(view, NODE, [numa])}
+    busy = {"numa": state_of(plugin, view, [numa])}
     (rejection,) = mgr.plugins.verify(busy, again)
     assert rejection.plugin == "numa" and "taken by other guests" in rejection.reason
     # The host state round-trips the guest's usage: pages and held CPU.
@@ -91,7 +91,7 @@ def test_flavor_to_decision_to_claim(conf):
 def test_rejections_are_named(conf):
     mgr, plugin, view = setup(conf)
     spec = build_request_spec(mgr.plugins, flavor(8, 1024, **{"hw:cpu_policy": "dedicated"}))
-    states = {"numa": plugin.host_state(view, NODE, [])}
+    states = {"numa": state_of(plugin, view, [])}
     result = mgr.plugins.fit(states, spec, None)
     (rejection,) = result.rejections
     assert rejection.plugin == "numa"
@@ -103,7 +103,7 @@ def test_rejections_are_named(conf):
 def test_floating_guest_and_its_xml(conf):
     mgr, plugin, view = setup(conf)
     spec = build_request_spec(mgr.plugins, flavor(2, 1024))
-    states = {"numa": plugin.host_state(view, NODE, [])}
+    states = {"numa": state_of(plugin, view, [])}
     numa = mgr.plugins.fit(states, spec, None).assignments["numa"]
     assert [(c.host_cell, c.shared_vcpus, c.memory_mb) for c in numa.cells] == [
         (0, 2, 1024)]

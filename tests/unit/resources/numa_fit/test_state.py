@@ -13,7 +13,7 @@ from compute_plugins.request.types import FrozenMap
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment
 from resources.numa.state import NUMAState
-from tests.unit.resources.helpers import decoded, encoded
+from tests.unit.resources.helpers import decoded, encoded, state_of
 
 GIB_KB = 1024 * 1024
 NODE = "node1"
@@ -54,7 +54,7 @@ def pinned(cell_id, pins, held=(), memory=0, page=None, shared=0, guest=0):
 
 
 def test_state_of_an_idle_host(plugin):
-    st = plugin.host_state(plugin.discover(smt_host()), NODE, [])
+    st = state_of(plugin, plugin.discover(smt_host()), [])
     c0, c1 = st.cells
     assert c0.provider_uuid == provider_uuid(NODE, "numa", "0")
     assert c0.pcpus == {0, 1, 2, 3, 8, 9, 10, 11} and c0.pinned == set()
@@ -74,7 +74,7 @@ def test_packing_option_and_unset_shared_set(conf):
     conf.set_override("packing_host_numa_cells_allocation_strategy", False,
                       "compute")
     plugin = NUMAPlugin(conf)
-    st = plugin.host_state(plugin.discover(smt_host()), NODE, [])
+    st = state_of(plugin, plugin.discover(smt_host()), [])
     assert st.pack is False
     # Every CPU is shared when neither set is configured; "share" emulator
     # threads then have no cpu_shared_set to go to.
@@ -88,7 +88,7 @@ def test_assignments_in_force_are_subtracted(plugin):
         pinned(0, {0: 0, 1: 8}, held=[1], memory=1024, guest=0),
         pinned(1, {2: 4}, memory=512, page=None, shared=3, guest=1)))
     b = NUMAAssignment(cells=(pinned(0, {0: 2}, memory=512, page=2048),))
-    st = plugin.host_state(view, NODE, [a, b])
+    st = state_of(plugin, view, [a, b])
     c0, c1 = st.cells
     assert c0.pinned == {0, 8, 1, 2} and c0.free_pcpus == {3, 9, 10, 11}
     assert c0.used_memory_mb == 1024 and c0.pages[0].used == 256
@@ -99,7 +99,7 @@ def test_state_json_round_trip(plugin):
     view = plugin.discover(smt_host())
     a = NUMAAssignment(cells=(pinned(0, {0: 0}, held=[8], memory=1024,
                                      page=2048, shared=0),))
-    st = plugin.host_state(view, NODE, [a])
+    st = state_of(plugin, view, [a])
     doc = json.loads(json.dumps(encoded(plugin, st)))
     assert doc["plugin"] == "numa" and doc["version"] == plugin.version
     again = decoded(plugin, doc)
@@ -127,7 +127,7 @@ def test_state_json_round_trip(plugin):
 def test_conflicts_name_the_unit(plugin, assignments, text):
     view = plugin.discover(smt_host())
     with pytest.raises(AssignmentConflict) as info:
-        plugin.host_state(view, NODE, assignments)
+        state_of(plugin, view, assignments)
     assert info.value.plugin == "numa"
     assert text in info.value.reason, info.value.reason
 
@@ -136,7 +136,7 @@ def test_more_used_than_the_host_has_is_no_conflict(plugin):
     """A host that shrank keeps its guests: the cell just has no room."""
     view = plugin.discover(smt_host())
     big = NUMAAssignment(cells=(pinned(1, {}, memory=99999, shared=50),))
-    st = plugin.host_state(view, NODE, [big])
+    st = state_of(plugin, view, [big])
     assert st.cells[1].used_memory_mb == 99999 and st.cells[1].shared_load == 50
 
 
@@ -159,7 +159,7 @@ def test_no_hyperthreading_without_siblings(conf):
     view = plugin.discover(HostInfo(hostname=NODE, source="t", cells=cells))
     assert view.cells[0].siblings == ()
     assert all(c.name != NODE for c in plugin.provider_contributions(view, NODE))
-    st = plugin.host_state(view, NODE, [])
+    st = state_of(plugin, view, [])
     assert [sorted(core) for core in st.cells[0].cores] == [[0], [1], [2], [3]]
     assert not st.cells[0].has_threads
 

@@ -57,15 +57,18 @@ def test_the_host_changed_in_between():
 
 def test_a_decision_already_in_force_does_not_verify_twice():
     """verify runs on the state without the guest; with it, its CPUs are taken."""
+    from compute_plugins.contribution import Providers
+    from resources.numa import provider
     from resources.numa.state import build_state
     from resources.numa.view import CellView, NUMAView
     view = NUMAView(cells=(CellView(0, pcpus=frozenset(range(4)), memory_mb=4096),),
                     cpu_allocation_ratio=1.0, ram_allocation_ratio=1.0)
-    st = build_state(view, "n", [])
+    providers = Providers.of("n", provider.contributions(view, "n"))
+    st = build_state(view, providers, [])
     req = request([(2, 1024)])
     got = decided(st, req)
-    assert verify(build_state(view, "n", [got]), req, got) is not None
-    assert verify(build_state(view, "n", []), req, got) is None
+    assert verify(build_state(view, providers, [got]), req, got) is not None
+    assert verify(build_state(view, providers, []), req, got) is None
 
 
 def test_thread_policy_is_checked():
