@@ -246,12 +246,12 @@ def _leaky_fit(loaded, states, spec):
     """A framework whose fit lets a plugin's exception out."""
     for name, request in spec.requests.items():
         loaded.plugins[name].fit(states.get(name), request, None, {})
-    return _framework.fit_all(loaded.manager, states, spec)
+    return loaded.plugins.fit(states, spec)
 
 
 def _anonymous_fit(loaded, states, spec):
     """A framework whose fit rejects without naming the plugin."""
-    result = _framework.fit_all(loaded.manager, states, spec)
+    result = loaded.plugins.fit(states, spec)
     return FitResult(result.assignments, tuple(
         dataclasses.replace(r, plugin="") for r in result.rejections))
 
@@ -261,7 +261,8 @@ def _anonymous_fit(loaded, states, spec):
      "conformance kit into disk.fit through"),
     (_anonymous_fit, "fit raising: expected one reason naming plugin disk, got 0 "
      "naming it; and others: framework: the plugin failed while fitting: "
-     "InjectedFailure: injected by the conformance kit into disk.fit"),
+     "InjectedFailure: injected by the conformance kit into disk.fit "
+     "(entry point resources.disk:DiskPlugin)"),
 ], ids=["exception", "unnamed"])
 def test_a_framework_that_does_not_isolate_a_raising_plugin_fails_isolation(
         monkeypatch, framework_fit, expected):
