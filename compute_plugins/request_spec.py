@@ -205,14 +205,6 @@ class RequestSpec:
             raise RequestInputError("the request cannot be recorded in a "
                                     "RequestSpec: %s" % err) from None
 
-    @classmethod
-    def from_nova(cls, spec_obj: Any, plugins: PluginSet) -> RequestSpec:
-        """Our spec for nova's ``objects.RequestSpec`` (nova installed):
-        the one recorded in it with the scheduler's decision, else parsed
-        once now (:func:`compute_plugins.nova.spec.from_nova`)."""
-        from compute_plugins.nova import spec as nova_spec
-        return nova_spec.from_nova(spec_obj, plugins)
-
     # -- reading ----------------------------------------------------------------
 
     def request(self, plugin: str) -> Optional[PluginRequest]:

@@ -277,7 +277,7 @@ def record_selection(spec_obj: Any, host_state: Any,
                      candidate: Optional[Mapping[str, Any]] = None) -> Decision:
     """Write the decision for ``candidate`` on ``host_state`` (default: the
     first candidate left, the one nova's scheduler claims) into nova's
-    ``spec_obj``, for the compute to read back (``RequestSpec.from_nova``).
+    ``spec_obj``, for the compute to read back (``compute_plugins.nova.spec.from_nova``).
 
     :raises LookupError: the filter kept no decision for that candidate.
     """

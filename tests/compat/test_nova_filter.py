@@ -1,4 +1,4 @@
-"""PluginFitFilter and RequestSpec.from_nova inside nova's own scheduler code.
+"""PluginFitFilter and nova_spec.from_nova inside nova's own scheduler code.
 
 The filter is loaded by class path through nova's ``HostFilterHandler`` (as
 ``[filter_scheduler] available_filters`` does), constructed without
@@ -269,7 +269,7 @@ def test_the_scheduler_parses_the_flavor_never_a_recorded_spec(nova_conf, conf):
     handler, filt = loaded_filter()
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
+    nova_spec.record(spec_obj, nova_spec.from_nova(spec_obj, manager.plugins))
     spec_obj.flavor = objects.Flavor(
         name="m2", vcpus=6, memory_mb=1024, root_gb=0, ephemeral_gb=0, swap=0,
         extra_specs={"hw:cpu_policy": "dedicated"})
@@ -305,7 +305,7 @@ def test_from_nova_reads_flavor_image_ports_and_hints(conf):
         hints={"group": ["g1"]}, pci_requests=[port])
     spec_obj.requested_resources = [objects.RequestGroup(
         requester_id="port-a", resources={"NET_BW_EGR_KILOBIT_PER_SEC": 1000})]
-    ours = RequestSpec.from_nova(spec_obj, manager.plugins)
+    ours = nova_spec.from_nova(spec_obj, manager.plugins)
     direct = RequestSpec.build(manager.plugins, helpers.RequestInput.from_dicts(
         {"name": "m1", "vcpus": 4, "memory_mb": 2048,
          "extra_specs": {"hw:cpu_policy": "dedicated"}},
@@ -341,7 +341,7 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
     try:
         compute_conf.set_override("cpu_allocation_ratio", 1.0, "compute")
         compute = helpers.manager(compute_conf, NAMES)
-        got = RequestSpec.from_nova(received, compute.plugins)
+        got = nova_spec.from_nova(received, compute.plugins)
         assert got.decision == decision
         assert got.requests["numa"].cpu_policy == "dedicated"
         assert got.decision.host == "sriov"
@@ -358,13 +358,13 @@ def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
 def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1)
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
+    nova_spec.record(spec_obj, nova_spec.from_nova(spec_obj, manager.plugins))
     major = FORMAT_VERSION.split(".")[0]
     text = spec_obj.scheduler_hints[nova_spec.HINT][0].replace(
         '"version": "%s' % FORMAT_VERSION, '"version": "%s.9' % major, 1)
     spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
     with pytest.raises(Exception, match="newer"):
-        RequestSpec.from_nova(spec_obj, manager.plugins)
+        nova_spec.from_nova(spec_obj, manager.plugins)
 
 
 def test_the_record_survives_novas_own_handling_of_the_spec(conf):
@@ -377,7 +377,7 @@ def test_the_record_survives_novas_own_handling_of_the_spec(conf):
     spec_obj = nova_spec_obj(vcpus=2, extra_specs={"hw:cpu_policy": "dedicated"},
                              hints={"group": ["g1"]})
     spec_obj.force_hosts = ["big"]
-    ours = RequestSpec.from_nova(spec_obj, manager.plugins)
+    ours = nova_spec.from_nova(spec_obj, manager.plugins)
     nova_spec.record(spec_obj, ours)
     spec_obj.reset_forced_destinations()
     spec_obj.ensure_project_and_user_id(objects.Instance(project_id="p", user_id="u"))
@@ -438,11 +438,11 @@ def test_the_compute_ignores_a_record_of_another_flavor(conf):
     # and a user can send the hint through nova's API with any spec in it.
     manager = helpers.manager(conf, NAMES)
     spec_obj = nova_spec_obj(vcpus=1, extra_specs={"hw:cpu_policy": "dedicated"})
-    nova_spec.record(spec_obj, RequestSpec.from_nova(spec_obj, manager.plugins))
+    nova_spec.record(spec_obj, nova_spec.from_nova(spec_obj, manager.plugins))
     assert nova_spec.recorded(spec_obj, manager.plugins) is not None
     spec_obj.flavor.vcpus = 4
     assert nova_spec.recorded(spec_obj, manager.plugins) is None
-    assert RequestSpec.from_nova(spec_obj, manager.plugins).flavor.vcpus == 4
+    assert nova_spec.from_nova(spec_obj, manager.plugins).flavor.vcpus == 4
     spec_obj.flavor.vcpus = 1
     spec_obj.image = objects.ImageMeta.from_dict(
         {"name": "img", "properties": {"hw_numa_nodes": "1"}})
