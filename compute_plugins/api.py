@@ -59,9 +59,37 @@ checked fields (:class:`FrozenMap`, :func:`enum_field`, :func:`min_field`).
 from __future__ import annotations
 
 from compute_plugins.conf import ratio_opt
-from compute_plugins.contribution import ProviderContribution, Providers
-from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
-from compute_plugins.devices import (
+from compute_plugins.exception import ComputePluginsError, ConfigError
+from compute_plugins.host.errors import HostDataError
+from compute_plugins.host.model import (
+    CPU,
+    DiskInfo,
+    HostInfo,
+    Mdev,
+    MdevType,
+    NUMACell,
+    PagePool,
+    PCIDevice,
+)
+from compute_plugins.plugin.choice import DEFAULT_STEPS, Budget, Outcome, first_fit
+from compute_plugins.plugin.contract import (
+    FRAGMENT_PARENTS,
+    Earlier,
+    GroupAllocation,
+    GuestFragment,
+    Mappings,
+    Rejection,
+    ResourcePlugin,
+    describe_fields,
+    providers_by_suffix,
+)
+from compute_plugins.plugin.cpuset import (
+    MAX_CPU_ID,
+    InvalidCPUSpec,
+    format_cpu_spec,
+    parse_cpu_spec,
+)
+from compute_plugins.plugin.devices import (
     MAX_INVENTORY,
     PCI_AFFINITY,
     PCI_AFFINITY_POLICY_KEY,
@@ -74,20 +102,7 @@ from compute_plugins.devices import (
     pci_affinity_policy,
     summarize,
 )
-from compute_plugins.exception import ComputePluginsError, ConfigError
-from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.host.errors import HostDataError
-from compute_plugins.host.model import (
-    CPU,
-    DiskInfo,
-    HostInfo,
-    Mdev,
-    MdevType,
-    NUMACell,
-    PagePool,
-    PCIDevice,
-)
-from compute_plugins.names import (
+from compute_plugins.plugin.names import (
     TOPOLOGY_NODE_TRAIT,
     VNIC_TYPE_DIRECT,
     custom_name,
@@ -100,16 +115,22 @@ from compute_plugins.names import (
     physnet_trait,
     provider_uuid,
 )
-from compute_plugins.plugin import (
-    FRAGMENT_PARENTS,
-    Earlier,
-    GroupAllocation,
-    GuestFragment,
-    Mappings,
-    Rejection,
-    ResourcePlugin,
-    describe_fields,
-    providers_by_suffix,
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
+from compute_plugins.plugin.topology import (
+    AFFINE,
+    FALLBACK,
+    TOPOLOGY,
+    Affinity,
+    AffinityKey,
+    CellSockets,
+    GuestTopology,
+    PlacesGuest,
+    RecordsGuestCells,
+    cell_sockets,
+    guest_host_cells,
+    guest_topology,
+    recorded_cells_problem,
+    topology_provider,
 )
 from compute_plugins.request import rules
 from compute_plugins.request.errors import Problem, RequestValidationError
@@ -133,23 +154,7 @@ from compute_plugins.request.groups import (
 )
 from compute_plugins.request.inputs import MAX_AMOUNT, Flavor, Port, RequestInput
 from compute_plugins.request.types import MAX_INT, CodecError, FrozenMap, enum_field, min_field
-from compute_plugins.search import DEFAULT_STEPS, Budget, Outcome, first_fit
-from compute_plugins.topology import (
-    AFFINE,
-    FALLBACK,
-    TOPOLOGY,
-    Affinity,
-    AffinityKey,
-    CellSockets,
-    GuestTopology,
-    PlacesGuest,
-    RecordsGuestCells,
-    cell_sockets,
-    guest_host_cells,
-    guest_topology,
-    recorded_cells_problem,
-    topology_provider,
-)
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 
 __all__ = [
     # the contract

@@ -3,7 +3,7 @@
 The core (the scheduler, the compute side, the host-state store, the
 request model, ``fit``, the RequestSpec, the manager, the topology
 contract) must not know the ``numa`` plugin: a plugin that places the guest
-publishes a :class:`compute_plugins.topology.GuestTopology`, and the core
+publishes a :class:`compute_plugins.plugin.topology.GuestTopology`, and the core
 only handles that. This counts, with :mod:`tokenize`, every identifier
 (``NAME`` token) and every string literal that is not a docstring whose
 text contains ``numa`` (any case); comments and docstrings are not
@@ -32,9 +32,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: The core modules and packages, relative to the repository root.
 CORE = ("compute_plugins/scheduler", "compute_plugins/compute",
         "compute_plugins/hoststate", "compute_plugins/request",
-        "compute_plugins/fit.py", "compute_plugins/request_spec.py",
-        "compute_plugins/manager.py", "compute_plugins/affinity.py",
-        "compute_plugins/topology.py")
+        "compute_plugins/runtime", "compute_plugins/plugin/state.py",
+        "compute_plugins/plugin/contract.py", "compute_plugins/plugin/topology.py",
+        "compute_plugins/tree")
 WORD = "numa"
 _LAYOUT = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
                      tokenize.DEDENT, tokenize.COMMENT, tokenize.ENCODING})

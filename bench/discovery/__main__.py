@@ -6,7 +6,7 @@ SR-IOV PFs with 128 VFs each, plus local disk (41 providers). Like is
 compared with like, ours and nova's samples interleaved:
 
 - ``first``: ours: a fresh ``PluginManager`` and
-  :class:`compute_plugins.provider_tree.ProviderTree`, ``discover`` +
+  :class:`compute_plugins.tree.provider_tree.ProviderTree`, ``discover`` +
   ``update_provider_tree`` (the first periodic; the project's
   ``functools`` caches are cleared first, as in a new process); nova: a
   fresh ``nova.compute.provider_tree.ProviderTree`` built to the same tree
@@ -58,8 +58,8 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
-from compute_plugins.manager import PluginManager
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.provider_tree import ProviderTree
 
 NODE = "bench-node"
 CELLS = 8

@@ -38,7 +38,7 @@ from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.scheduler import query
 from compute_plugins.scheduler.query import preview
 from compute_plugins.scheduler.selection import Scheduler

@@ -25,8 +25,8 @@ from compute_plugins.host.model import (
     PCIDevice,
 )
 from compute_plugins.hoststate.store import HostStateStore
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import report
+from compute_plugins.runtime.manager import PluginManager
 
 SHAPES = ("2cell", "8cell", "gpu", "sriov")
 PF = "0000:5e:00.0"

@@ -13,8 +13,8 @@ from oslo_config import cfg
 from compute_plugins import exception
 from compute_plugins import host as host_discovery
 from compute_plugins.host.model import HostInfo
-from compute_plugins.manager import PluginManager
-from compute_plugins.text import printable
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.util.text import printable
 
 
 def check_values(conf: cfg.ConfigOpts) -> None:

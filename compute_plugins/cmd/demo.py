@@ -29,7 +29,7 @@ from oslo_config import cfg
 
 from compute_plugins import exception
 from compute_plugins.cmd import common
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -43,14 +43,14 @@ from oslo_log import log as logging
 
 from compute_plugins.cmd import common, validate
 from compute_plugins.compute import guest
-from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import HostInfo
-from compute_plugins.manager import PluginManager
+from compute_plugins.plugin.state import AssignmentConflict
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import Decision, PluginAssignment
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import CodecError, decode
-from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import FitResult, PluginSet
+from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 

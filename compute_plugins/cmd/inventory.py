@@ -10,9 +10,9 @@ import argparse
 
 from oslo_config import cfg
 
-from compute_plugins import tree_view
 from compute_plugins.cmd import common
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.tree import render as tree_view
+from compute_plugins.tree.provider_tree import ProviderTree
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

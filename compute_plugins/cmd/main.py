@@ -22,9 +22,10 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import conf as conf_areas
-from compute_plugins import exception, files, version
+from compute_plugins import exception, version
 from compute_plugins.cmd import common
-from compute_plugins.text import printable
+from compute_plugins.util import files
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def check_config_files(args: argparse.Namespace) -> None:
     oslo.config opens ``--config-file`` and the ``*.conf`` of a
     ``--config-dir`` itself: a directory raises ``IsADirectoryError``, a
     file that is not UTF-8 ``UnicodeDecodeError``, and a FIFO blocks. Each
-    is read here first (:func:`compute_plugins.files.read_text`: regular
+    is read here first (:func:`compute_plugins.util.files.read_text`: regular
     files only) so that it is one line naming the file.
 
     :raises ConfigError: naming the option, the file and the reason.

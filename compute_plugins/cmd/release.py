@@ -105,7 +105,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
 def _say(args: argparse.Namespace, done: Any, line: str, code: int) -> int:
     from compute_plugins.cmd import common
-    from compute_plugins.text import printable
+    from compute_plugins.util.text import printable
 
     decision = done.decision
     if args.format == "json":

@@ -31,10 +31,10 @@ from compute_plugins import exception
 from compute_plugins.cmd import arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 if TYPE_CHECKING:
-    from compute_plugins.manager import PluginManager
+    from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 

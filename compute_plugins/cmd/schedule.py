@@ -26,7 +26,7 @@ from compute_plugins.cmd import common, validate
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import connect
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler.selection import (
     ConsumerAllocated,
@@ -34,7 +34,7 @@ from compute_plugins.scheduler.selection import (
     Scheduler,
     ScheduleResult,
 )
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
 #: ``project_id``/``user_id`` of the allocations when not given.

@@ -14,13 +14,13 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_plugins import files, jsonload
 from compute_plugins.cmd import common
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.scheduler.query import preview
-from compute_plugins.text import printable
+from compute_plugins.util import files, jsonload
+from compute_plugins.util.text import printable
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 

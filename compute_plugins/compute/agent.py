@@ -47,10 +47,10 @@ from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import HostStateTransport
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
+from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     :raises LedgerError: the ledger cannot be read.
     """
     from compute_plugins.conf import plugins as plugins_conf
-    from compute_plugins.manager import PluginManager
+    from compute_plugins.runtime.manager import PluginManager
 
     state_dir = plugins_conf.state_dir(conf)
     manager = PluginManager(conf, auto_commit=False, checkpoint_dir=state_dir)

@@ -36,11 +36,11 @@ from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import client as pclient
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.errors import RequestFormatError
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
+from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """Guest XML: every plugin's fragments in one libvirt domain.
 
 Each plugin turns its assignment into libvirt domain XML fragments
-(:meth:`~compute_plugins.plugin.ResourcePlugin.guest_config`, a list of
-:class:`~compute_plugins.plugin.GuestFragment`). :func:`domain_xml` asks every
+(:meth:`~compute_plugins.plugin.contract.ResourcePlugin.guest_config`, a list of
+:class:`~compute_plugins.plugin.contract.GuestFragment`). :func:`domain_xml` asks every
 plugin that has an assignment, in fit order, and :func:`assemble` combines
 the fragments into one complete domain:
 
@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins import exception
-from compute_plugins.cpuset import InvalidCPUSpec, parse_cpu_spec
-from compute_plugins.plugin import GuestFragment, Rejection
+from compute_plugins.plugin.contract import GuestFragment, Rejection
+from compute_plugins.plugin.cpuset import InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.request.groups import PluginAssignment
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 
 __all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",

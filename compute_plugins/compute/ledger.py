@@ -8,7 +8,7 @@ host states are built under the assignments it holds
 used and never executes a claimed decision a second time.
 
 The file is ``<state_dir>/<safe host name>.ledger.json`` (0600, in a 0700
-directory), rewritten atomically (:func:`compute_plugins.files.write_atomic`)
+directory), rewritten atomically (:func:`compute_plugins.util.files.write_atomic`)
 on every change. Unlike the plugins' checkpoint, a ledger that cannot be
 read is never ignored (it holds the claims: discarding it would hand their
 CPUs and devices out twice): :class:`LedgerError`, one line naming the file
@@ -24,11 +24,13 @@ import threading
 from collections.abc import Mapping
 from typing import Optional
 
-from compute_plugins import exception, files, jsonload, names
+from compute_plugins import exception
+from compute_plugins.plugin import names
 from compute_plugins.request.errors import RequestFormatError
 from compute_plugins.request.groups import PluginAssignment
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
+from compute_plugins.util import files, jsonload
 
 FORMAT = "compute-plugins-ledger"
 FORMAT_VERSION = 1
@@ -69,7 +71,7 @@ class LedgerEntry:
 
 def path_for(state_dir: str, host: str) -> str:
     """``<state_dir>/<safe file name of host>.ledger.json``
-    (:func:`compute_plugins.names.safe_file_name`: no host name puts it
+    (:func:`compute_plugins.plugin.names.safe_file_name`: no host name puts it
     outside the directory)."""
     return os.path.join(state_dir, "%s.ledger.json" % names.safe_file_name(host))
 

@@ -11,8 +11,8 @@ from oslo_config import cfg
 from stevedore import extension
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.manager import NAMESPACE
 from compute_plugins.runtime import AnyPlugin
+from compute_plugins.runtime.manager import NAMESPACE
 
 
 def list_opts() -> list[tuple[cfg.OptGroup | str, list[cfg.Opt]]]:

@@ -28,8 +28,10 @@ import os_resource_classes
 import os_traits
 from oslo_config import cfg
 
-from compute_plugins import exception, jsonload, names
+from compute_plugins import exception
 from compute_plugins.conf import register_group_opts
+from compute_plugins.plugin import names
+from compute_plugins.util import jsonload
 
 GROUP = cfg.OptGroup("pci", title="PCI passthrough",
                      help="PCI passthrough aliases (nova's ``[pci]`` group).")

@@ -39,11 +39,11 @@ from compute_plugins import demo
 from compute_plugins.compute.agent import AgentResult, ComputeAgent
 from compute_plugins.compute.ledger import Ledger
 from compute_plugins.hoststate.store import HostStateStore
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement.report import ReportClient
+from compute_plugins.runtime.manager import PluginManager
 
 #: The sharing provider the operator creates for the ``shared`` host.
 SHARED_STORAGE_NAME = "demo-shared-storage"

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 #: Short names of resource classes in the trees and the table.
 SHORT = {

@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from compute_plugins import demo, exception, files, jsonload
+from compute_plugins import demo, exception
 from compute_plugins.compute import guest
 from compute_plugins.demo.cluster import (
     SHARED_STORAGE_NAME,
@@ -40,13 +40,14 @@ from compute_plugins.demo.cluster import (
     merge_calls,
     scheduler_conf,
 )
-from compute_plugins.fit import StateFormatError
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import exception as pexc
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import StateFormatError
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
+from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.scheduler.selection import Scheduler, ScheduleResult
+from compute_plugins.util import files, jsonload
 
 #: The file in the state directory that lists the instances a run placed.
 INSTANCES_FILE = "demo.json"

@@ -23,7 +23,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from typing import Optional, Union
 
-from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import (
     CPU,
@@ -35,8 +34,9 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
-from compute_plugins.names import provider_name_problem
-from compute_plugins.text import ascii_int, printable
+from compute_plugins.plugin.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
+from compute_plugins.plugin.names import provider_name_problem
+from compute_plugins.util.text import ascii_int, printable
 
 LOG = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def scaled_kib(
 def parse_cpuset(text: str, source: str = "cpuset") -> frozenset[int]:
     """Parse a libvirt/kernel CPU list (``"0,16"``, ``"0-3"``, ``"0-7,^5"``).
 
-    The one parser of :mod:`compute_plugins.cpuset` (bounded by its
+    The one parser of :mod:`compute_plugins.plugin.cpuset` (bounded by its
     ``MAX_CPU_ID``, so ``0-999999999999`` is refused, not expanded).
 
     :raises HostDataError: naming ``source`` when the list does not parse.
@@ -575,7 +575,7 @@ def host_info_from_xml(
     :param hostname_source: where ``hostname`` came from (``host.json``),
         for the error when it cannot be a Placement provider name (empty,
         over 200 characters, a NUL or a lone surrogate:
-        :func:`compute_plugins.names.provider_name_problem`); default
+        :func:`compute_plugins.plugin.names.provider_name_problem`); default
         ``source``. A valid name that is not a safe file name (``../x``)
         is accepted: the agent's files map it (:func:`.names.safe_file_name`).
     :raises HostInputError: the host name cannot be a provider name.

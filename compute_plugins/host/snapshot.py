@@ -32,13 +32,13 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from compute_plugins import files, jsonload
-from compute_plugins.cpuset import MAX_CPU_ID
 from compute_plugins.host import libvirt_xml, udev
 from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.uri import is_local_uri
-from compute_plugins.text import printable
+from compute_plugins.plugin.cpuset import MAX_CPU_ID
+from compute_plugins.util import files, jsonload
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def record_host(
     ``output_dir`` is created if missing (a symlink naming it is followed:
     it is the user's choice); inside it nothing is written through a
     symlink. Each file is written to a temporary name and renamed into
-    place (:func:`compute_plugins.files.write_atomic`), so a symlink
+    place (:func:`compute_plugins.util.files.write_atomic`), so a symlink
     planted at ``capabilities.xml`` or ``host.json`` is replaced, never
     followed. ``nodedev/`` is recorded into a fresh directory that then
     replaces the old one, so no device of an earlier recording stays
@@ -252,7 +252,7 @@ class _NotRecorded(Exception):
 def load_snapshot(path: str, use_udev: bool = True) -> HostInfo:
     """Load the snapshot in directory ``path``.
 
-    Files are read with :func:`compute_plugins.files.read_text`: a FIFO, a
+    Files are read with :func:`compute_plugins.util.files.read_text`: a FIFO, a
     device or a directory is never opened for reading. A node-device file
     that cannot be read (not UTF-8, a directory or FIFO named ``*.xml``) is
     skipped with a warning, as one that does not parse.

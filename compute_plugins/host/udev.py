@@ -29,9 +29,9 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
-from compute_plugins import jsonload
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import HostInfo
+from compute_plugins.util import jsonload
 
 LOG = logging.getLogger(__name__)
 

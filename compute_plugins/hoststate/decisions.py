@@ -28,7 +28,7 @@ from oslo_log import log as logging
 from compute_plugins.hoststate import database, errors
 from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
 from compute_plugins.hoststate.schema import decisions as t_decisions
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 
 LOG = logging.getLogger(__name__)
 

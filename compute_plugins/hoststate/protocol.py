@@ -66,7 +66,7 @@ from oslo_log import log as logging
 from compute_plugins.hoststate import errors
 from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 
 LOG = logging.getLogger(__name__)
 

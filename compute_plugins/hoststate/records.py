@@ -14,7 +14,7 @@ import datetime
 import enum
 from typing import Any
 
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.types import FrozenMap
 
 

@@ -30,7 +30,7 @@ from compute_plugins.hoststate.records import (
     HostSnapshot,
     PublishResult,
 )
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 
 
 class HostPublication(Protocol):

@@ -9,14 +9,14 @@ Put it first in a driver's bases::
 discovers the host (:meth:`PluginProviderTreeMixin.plugin_host_info`: by
 default the driver's own libvirt connection, ``self._host``, read with
 the same parsers as a host snapshot) and lets the
-:class:`~compute_plugins.manager.PluginManager` update nova's own
+:class:`~compute_plugins.runtime.manager.PluginManager` update nova's own
 ``ProviderTree``: the tree is copied into ours (same uuids, generations,
 inventories, traits, aggregates), every plugin contributes, and only what
 changed is written back into nova's tree with nova's own methods. When
 inventory must move between providers and ``allocations`` is None, nova's
 ``ReshapeNeeded`` is raised, as nova's resource tracker expects: it calls
 again with the allocations, which are moved in place
-(:mod:`compute_plugins.reshape`). The driver's static traits (CPU
+(:mod:`compute_plugins.tree.reshape`). The driver's static traits (CPU
 features, storage buses, video and vif models...) are then set on the root
 as nova's libvirt driver sets them.
 
@@ -33,8 +33,8 @@ from nova import exception as nova_exception
 
 from compute_plugins import exception
 from compute_plugins.host.model import DiskInfo, HostInfo
-from compute_plugins.manager import PluginManager
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.provider_tree import ProviderTree
 
 __all__ = ["PluginProviderTreeMixin", "copy_tree", "write_back"]
 

@@ -52,7 +52,7 @@ from oslo_log import log as logging
 
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import spec as nova_spec
-from compute_plugins.plugin import Mappings, Rejection
+from compute_plugins.plugin.contract import Mappings, Rejection
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import (
     KIND_GENERIC,
@@ -60,8 +60,8 @@ from compute_plugins.request.groups import (
     Decision,
     is_reserved_suffix,
 )
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import FitResult, PluginSet
 from compute_plugins.scheduler.fitting import StateCache
 
@@ -143,8 +143,8 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                  states: Optional[StatesSource] = None) -> None:
         super().__init__()
         if plugins is None or states is None:
-            from compute_plugins.manager import PluginManager
             from compute_plugins.nova import conf as nova_conf
+            from compute_plugins.runtime.manager import PluginManager
             conf = nova_conf.plugin_conf()
             if plugins is None:
                 plugins = PluginManager(conf).plugins

@@ -8,7 +8,7 @@ ports nova turned into PCI requests: ``requester_id`` is the port,
 ``physical_network`` its physnet, ``dev_type`` its vnic type; and the
 bandwidth request groups nova made per port) and the scheduler hints.
 :func:`from_nova` parses it once with every plugin
-(:meth:`~compute_plugins.request_spec.RequestSpec.build`).
+(:meth:`~compute_plugins.request.spec.RequestSpec.build`).
 
 The decision travels in nova's spec as one scheduler hint, :data:`HINT`,
 whose single value is our spec's JSON (``RequestSpec.to_json``, decision
@@ -33,7 +33,7 @@ from oslo_log import log as logging
 
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 
 LOG = logging.getLogger(__name__)

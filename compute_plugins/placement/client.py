@@ -30,9 +30,10 @@ from keystoneauth1 import token_endpoint
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from compute_plugins import exception, jsonload
+from compute_plugins import exception
 from compute_plugins.placement import exception as pexc
-from compute_plugins.text import printable
+from compute_plugins.util import jsonload
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 

@@ -55,10 +55,11 @@ from requests import adapters as rq_adapters
 from requests import structures as rq_structures
 from requests import utils as rq_utils
 
-from compute_plugins import exception, files
+from compute_plugins import exception
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import server as pserver
+from compute_plugins.util import files
 
 LOG = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The request model: inputs, groups, typed per-plugin requests, errors.
 
-:mod:`compute_plugins.request_spec` builds a
-:class:`~compute_plugins.request_spec.RequestSpec` from these parts.
+:mod:`compute_plugins.request.spec` builds a
+:class:`~compute_plugins.request.spec.RequestSpec` from these parts.
 """
 
 from compute_plugins.request.errors import (

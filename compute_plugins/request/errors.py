@@ -18,7 +18,7 @@ from typing import Any
 
 from compute_plugins import exception
 from compute_plugins.request.types import thaw_json
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 
 @dataclasses.dataclass(frozen=True)

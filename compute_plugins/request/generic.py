@@ -20,7 +20,7 @@ uuids are written in canonical form (Placement compares strings); a port's
 ``vnic_type`` must be one of neutron's. A numbered group left without
 resources (``trait1:`` or ``member_of1`` alone, ``resources1:X=0``) and a
 trait both required and forbidden of one provider are refused by
-:mod:`compute_plugins.request_spec` once all groups are known.
+:mod:`compute_plugins.request.spec` once all groups are known.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Optional
 
-from compute_plugins import names
+from compute_plugins.plugin import names
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     KIND_GENERIC,

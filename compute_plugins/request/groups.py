@@ -15,7 +15,7 @@ twice.
 :class:`PluginRequest` and :class:`PluginAssignment` are the base classes of
 each plugin's typed request and assignment (frozen dataclasses). A plugin
 names its own on its class (``request_type``, ``assignment_type`` of
-:class:`~compute_plugins.plugin.ResourcePlugin`), so a serialised spec is
+:class:`~compute_plugins.plugin.contract.ResourcePlugin`), so a serialised spec is
 read back with the types of the plugins loaded.
 """
 
@@ -26,7 +26,7 @@ import re
 import uuid
 from typing import Any, Optional
 
-from compute_plugins import names
+from compute_plugins.plugin import names
 from compute_plugins.request.types import (
     Checked,
     CodecError,
@@ -72,7 +72,7 @@ KINDS = (KIND_GENERIC, KIND_GUEST_NODE, KIND_FLOATING, KIND_DEVICE, KIND_DISK,
          KIND_ROOT)
 
 #: Affinity policies of a device to the guest's topology nodes (nova's
-#: ``PCINUMAAffinityPolicy``; see :mod:`compute_plugins.topology`).
+#: ``PCINUMAAffinityPolicy``; see :mod:`compute_plugins.plugin.topology`).
 AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
 
 
@@ -93,7 +93,7 @@ class RequestGroup:
         subtree as one of the nodes).
     :param affinity: for ``device`` groups: the affinity policy to the
         guest's nodes (``required``, ``legacy``, ``preferred``, ``socket``;
-        :mod:`compute_plugins.topology`) or None.
+        :mod:`compute_plugins.plugin.topology`) or None.
     :param choices: alternative extra resources, exactly one of which the
         group must also get (e.g. memory in small or in 2 MiB pages).
     :param split: the group may be split evenly over up to this many

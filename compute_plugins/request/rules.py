@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.text import ascii_int
+from compute_plugins.util.text import ascii_int
 
 _TRUE = ("1", "t", "true", "on", "y", "yes")
 _FALSE = ("0", "f", "false", "off", "n", "no")
@@ -42,7 +42,7 @@ def check_enum(ri: RequestInput, key: str, value: Any, allowed: Sequence[str],
 def check_int(ri: RequestInput, key: str, value: Any, minimum: Optional[int] = None,
               maximum: Optional[int] = None, source: str = "flavor") -> Optional[int]:
     """nova's ``_validate_int``; accepts ints and integer strings (ASCII
-    digits only: :func:`compute_plugins.text.ascii_int`)."""
+    digits only: :func:`compute_plugins.util.text.ascii_int`)."""
     if value is None:
         return None
     if isinstance(value, bool):

@@ -1,6 +1,6 @@
 """Immutable containers and the typed JSON codec the request model uses.
 
-Every value a :class:`~compute_plugins.request_spec.RequestSpec` holds is
+Every value a :class:`~compute_plugins.request.spec.RequestSpec` holds is
 immutable and hashable: dataclasses are frozen, sequences are tuples, sets are
 frozensets and mappings are :class:`FrozenMap`. That makes a spec safe to
 share between threads without locks and lets copy-on-write helpers

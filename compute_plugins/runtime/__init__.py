@@ -1,7 +1,7 @@
 """The plugin runtime: the loaded plugins and every call into them.
 
 :class:`PluginSet` is what the rest of the framework holds of the plugins
-(the :class:`~compute_plugins.manager.PluginManager`'s ``plugins``): parse
+(the :class:`~compute_plugins.runtime.manager.PluginManager`'s ``plugins``): parse
 a request, build, encode and decode host states, fit, verify, allocations,
 guest XML fragments, descriptions and weights all go through it, with one
 isolation policy and one place for timing and logging (:mod:`.calls`): a

@@ -3,7 +3,7 @@
 Every call the runtime makes into a plugin goes through :func:`invoke`: it
 times the call (logged at debug, so a quiet service pays two clock reads at
 most), lets through the exceptions the hook's contract defines (a
-:class:`~compute_plugins.fit.AssignmentConflict` from ``host_state``, the
+:class:`~compute_plugins.plugin.state.AssignmentConflict` from ``host_state``, the
 request's validation error from ``parse_request``...) and turns anything
 else the plugin raises into :class:`PluginFailed`, which names the plugin,
 where it comes from (its entry point, or its class for a test instance) and

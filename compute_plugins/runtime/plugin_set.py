@@ -2,7 +2,7 @@
 
 :class:`PluginSet` is an immutable, ordered mapping of plugin name to
 plugin, each with the entry point it was loaded from. The
-:class:`~compute_plugins.manager.PluginManager` builds it from stevedore's
+:class:`~compute_plugins.runtime.manager.PluginManager` builds it from stevedore's
 extensions (``manager.plugins``); tests build one from instances
 (:meth:`PluginSet.of`). Everything the framework asks of plugins goes
 through it, with one isolation policy (:mod:`.calls`):
@@ -10,7 +10,7 @@ through it, with one isolation policy (:mod:`.calls`):
 - a plugin that raises, or returns what its hook's contract does not allow,
   is *one reason naming it* (its entry point, and the host or request it
   concerns) for the caller to handle like any other: a
-  :class:`~compute_plugins.plugin.Rejection` of the host, a
+  :class:`~compute_plugins.plugin.contract.Rejection` of the host, a
   :class:`~compute_plugins.request.errors.Problem` of the request; never an
   exception into the scheduler, the agent or nova;
 - the exceptions a hook's contract defines go through as they are: the
@@ -18,12 +18,12 @@ through it, with one isolation policy (:mod:`.calls`):
   (its problems collected with the others') and a
   :class:`~compute_plugins.exception.ConfigError` (the operator's, a usage
   error) from ``parse_request``, an
-  :class:`~compute_plugins.fit.AssignmentConflict` from ``host_state``, a
-  ``ValueError`` from ``allocations`` (:func:`~compute_plugins.plugin.
+  :class:`~compute_plugins.plugin.state.AssignmentConflict` from ``host_state``, a
+  ``ValueError`` from ``allocations`` (:func:`~compute_plugins.plugin.contract.
   providers_by_suffix`).
 
 The request side: :meth:`PluginSet.parse` (every plugin's typed request and
-request groups, for :meth:`~compute_plugins.request_spec.RequestSpec.build`).
+request groups, for :meth:`~compute_plugins.request.spec.RequestSpec.build`).
 The host side: :meth:`PluginSet.host_states`, :meth:`PluginSet.encode_states`,
 :meth:`PluginSet.decode_states`. The decision: :meth:`PluginSet.fit` (the
 search of :mod:`.search`), :meth:`PluginSet.verify`,
@@ -39,10 +39,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Optional, Protocol, TypeVar, Union, cast
 
 from compute_plugins import exception
-from compute_plugins.contribution import ProviderContribution, Providers
-from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import (
+from compute_plugins.plugin.contract import (
     AssignmentT,
     GroupAllocation,
     GuestFragment,
@@ -53,6 +51,8 @@ from compute_plugins.plugin import (
     StateT,
     ViewT,
 )
+from compute_plugins.plugin.state import AssignmentConflict, PluginState, StateFormatError
+from compute_plugins.plugin.topology import TOPOLOGY, recorded_cells_problem
 from compute_plugins.request.errors import Problem, RequestValidationError
 from compute_plugins.request.groups import (
     Decision,
@@ -71,7 +71,7 @@ from compute_plugins.request.types import (
 )
 from compute_plugins.runtime import search
 from compute_plugins.runtime.calls import PluginFailed, garbage, invoke
-from compute_plugins.topology import TOPOLOGY, recorded_cells_problem
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ class LoadedPlugin:
 
 class SpecLike(Protocol):
     """What the runtime reads of a
-    :class:`~compute_plugins.request_spec.RequestSpec`."""
+    :class:`~compute_plugins.request.spec.RequestSpec`."""
 
     @property
     def requests(self) -> Mapping[str, PluginRequest]: ...
@@ -410,7 +410,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
         :param views: plugin -> its view of the host (a plugin without one
             could not discover the host).
         :param providers: plugin -> its providers on the node
-            (:meth:`Providers.of <compute_plugins.contribution.Providers.of>`).
+            (:meth:`Providers.of <compute_plugins.tree.contribution.Providers.of>`).
         :param usage: plugin -> the assignments in force.
         :param unavailable: plugin -> why it has no view.
         :param strict: raise :class:`AssignmentConflict` when the
@@ -601,7 +601,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
         A plugin with a request but no recorded assignment is verified by
         its ``fit`` on the decision's mappings (it had nothing to decide
         then, and must still have nothing to refuse now). A plugin that
-        ``needs`` :data:`~compute_plugins.topology.TOPOLOGY` and records the
+        ``needs`` :data:`~compute_plugins.plugin.topology.TOPOLOGY` and records the
         guest's host cells it checked its affinity against must record those
         the topology provider's decision gives. A
         plugin that fails, or answers what is not a :class:`Rejection` or

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Optional, Union
 
 from compute_plugins import exception
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.types import FrozenMap
 

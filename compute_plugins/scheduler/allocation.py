@@ -1,9 +1,9 @@
 """The allocation the scheduler writes, built from the plugins' assignments.
 
 Each plugin says what each of its request groups takes on which provider
-(:meth:`~compute_plugins.plugin.ResourcePlugin.allocations`, by default
+(:meth:`~compute_plugins.plugin.contract.ResourcePlugin.allocations`, by default
 each group whole on the provider
-:meth:`~compute_plugins.plugin.ResourcePlugin.group_providers` names). The
+:meth:`~compute_plugins.plugin.contract.ResourcePlugin.group_providers` names). The
 groups no plugin places (generic ``resources[N]:`` keys, a plugin that had
 nothing to decide, shared storage offline) go to a provider Placement said
 has room for them on that host (:mod:`compute_plugins.scheduler.providers`),
@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Union
 
-from compute_plugins.plugin import GroupAllocation, Rejection
+from compute_plugins.plugin.contract import GroupAllocation, Rejection
 from compute_plugins.request.groups import KIND_ROOT, Decision, RequestGroup
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler.fitting import HostFit
 from compute_plugins.scheduler.providers import NeedKey

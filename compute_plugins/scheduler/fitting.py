@@ -25,8 +25,8 @@ from oslo_log import log as logging
 
 from compute_plugins.hoststate.records import HostSnapshot
 from compute_plugins.hoststate.transport import HostPublication
-from compute_plugins.plugin import Rejection
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import FitResult, PluginSet
 
 LOG = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ import os_traits
 
 from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.placement import exception as pexc
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import KIND_ROOT, RequestGroup
 from compute_plugins.request.types import FrozenMap
 

@@ -11,7 +11,7 @@ function (:func:`derive`) from the request groups, with the checks on
 Placement's answer the query cannot express (:func:`accept`). It knows no
 plugin: guest nodes are the groups of kind ``guest_node``, whoever asks
 for them, and their providers the host's topology nodes
-(:data:`compute_plugins.names.TOPOLOGY_NODE_TRAIT`).
+(:data:`compute_plugins.plugin.names.TOPOLOGY_NODE_TRAIT`).
 
 Rules:
 
@@ -90,7 +90,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
-from compute_plugins.names import TOPOLOGY_NODE_TRAIT
+from compute_plugins.plugin.names import TOPOLOGY_NODE_TRAIT
 from compute_plugins.request.generic import GenericRequest
 from compute_plugins.request.groups import (
     KIND_DEVICE,
@@ -299,7 +299,7 @@ def _symmetry_key(alt: AllocationCandidatesQuery, node_class: dict[str, int]) ->
 
 class _Spec(Protocol):
     """What the preview reads of a
-    :class:`~compute_plugins.request_spec.RequestSpec`."""
+    :class:`~compute_plugins.request.spec.RequestSpec`."""
 
     @property
     def groups(self) -> tuple[RequestGroup, ...]:
@@ -345,7 +345,7 @@ def _place_unsuffixed(groups: tuple[RequestGroup, ...]
     on the compute node (the root), and a numbered group's ``member_of`` is
     checked on its own provider only, so the aggregates go to a
     resourceless group ``_HOST`` that must not be a topology node
-    (``!``:data:`~compute_plugins.names.TOPOLOGY_NODE_TRAIT`) and is in
+    (``!``:data:`~compute_plugins.plugin.names.TOPOLOGY_NODE_TRAIT`) and is in
     ``same_subtree`` with a host-tree group (:func:`_anchor`): ``_HOST`` is
     then that group's provider or an ancestor of it that is no topology
     node, i.e. the root.
@@ -474,7 +474,7 @@ def accept(alternative: AllocationCandidatesQuery, allocation_request: Mapping[s
     ``allocation_requests``) honours what ``alternative`` could not ask:
     its ``distinct`` groups on pairwise different providers, its
     ``unattached`` devices under no topology node provider (one with
-    :data:`~compute_plugins.names.TOPOLOGY_NODE_TRAIT`).
+    :data:`~compute_plugins.plugin.names.TOPOLOGY_NODE_TRAIT`).
 
     :param provider_summaries: Placement's ``provider_summaries`` of the same
         answer; without them the ``unattached`` check is skipped.

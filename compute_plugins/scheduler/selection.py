@@ -44,7 +44,7 @@ from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet

@@ -15,7 +15,7 @@ The kit runs the plugin, with the plugins it runs after (``fit_after``, and
 those providing a role it ``needs``), on
 the demo's bundled hosts (:func:`~compute_plugins.testing.hosts.demo_hosts`,
 each with its own configuration), with the requests the plugin offers
-(:meth:`~compute_plugins.plugin.ResourcePlugin.sample_requests`) at several
+(:meth:`~compute_plugins.plugin.contract.ResourcePlugin.sample_requests`) at several
 flavor sizes, on each host empty and filled with guests by fitting the
 requests repeatedly (:mod:`compute_plugins.testing.runs`). Then it checks,
 one line each (:mod:`compute_plugins.testing.checks`):

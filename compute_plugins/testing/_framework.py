@@ -10,7 +10,7 @@ framework's plugin runtime by this module alone.
 
 Every call goes through the plugin runtime
 (:class:`~compute_plugins.runtime.PluginSet`, which a
-:class:`~compute_plugins.manager.PluginManager` over the ready instances
+:class:`~compute_plugins.runtime.manager.PluginManager` over the ready instances
 builds), as the agent and the scheduler make them.
 """
 
@@ -30,17 +30,17 @@ from stevedore import extension
 from compute_plugins import conf as conf_areas
 from compute_plugins import exception
 from compute_plugins.compute import guest
-from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host import discover_host
 from compute_plugins.host.model import HostInfo
-from compute_plugins.manager import NAMESPACE, PluginManager, available_plugins
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from compute_plugins.request.errors import Problem, RequestValidationError
 from compute_plugins.request.groups import Decision, PluginAssignment, PluginRequest
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap, decode, encode
-from compute_plugins.request_spec import RequestSpec
 from compute_plugins.runtime import AnyPlugin, PluginSet
+from compute_plugins.runtime.manager import NAMESPACE, PluginManager, available_plugins
 from compute_plugins.runtime.search import FitResult
 
 __all__ = ["CONTRACT_ERRORS", "AnyPlugin", "FitResult", "GuestConfigError", "Loaded",

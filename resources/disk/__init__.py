@@ -13,11 +13,11 @@ from typing import Any, Optional, Union
 from oslo_config import cfg
 
 from compute_plugins.conf import ratio_opt
-from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import Earlier, Mappings, Rejection, ResourcePlugin
+from compute_plugins.plugin.contract import Earlier, Mappings, Rejection, ResourcePlugin
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.disk import provider, summary
 from resources.disk import request as disk_request
 from resources.disk import state as disk_state

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os_resource_classes as orc
 
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.devices import inventory_record
+from compute_plugins.plugin.devices import inventory_record
+from compute_plugins.tree.contribution import ProviderContribution
 from resources.disk.view import DiskView
 
 

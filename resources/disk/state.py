@@ -26,10 +26,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.contribution import Providers
-from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.plugin import Earlier, Mappings, Rejection
+from compute_plugins.plugin.contract import Earlier, Mappings, Rejection
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import min_field
+from compute_plugins.tree.contribution import Providers
 from resources.disk.request import (
     PLUGIN,
     SHARED_GROUP,

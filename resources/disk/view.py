@@ -32,11 +32,11 @@ from typing import Optional
 
 from oslo_config import cfg
 
-from compute_plugins.devices import InvalidOptionValue
 from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.snapshot import disk_info
 from compute_plugins.host.uri import is_local_uri
+from compute_plugins.plugin.devices import InvalidOptionValue
 
 LOG = logging.getLogger(__name__)
 

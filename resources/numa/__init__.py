@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
-from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import (
+from compute_plugins.plugin.contract import (
     Earlier,
     GroupAllocation,
     GuestFragment,
@@ -28,9 +27,10 @@ from compute_plugins.plugin import (
     Rejection,
     ResourcePlugin,
 )
+from compute_plugins.plugin.topology import TOPOLOGY
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.topology import TOPOLOGY
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
 from resources.numa import guest, provider, summary

@@ -18,7 +18,7 @@ from typing import Optional
 
 import os_resource_classes as orc
 
-from compute_plugins.plugin import GroupAllocation
+from compute_plugins.plugin.contract import GroupAllocation
 from compute_plugins.request.groups import KIND_GUEST_NODE, SPLIT_PREFIX
 from resources.numa.request import (
     NUMAAssignment,

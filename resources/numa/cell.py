@@ -34,7 +34,7 @@ import collections
 import dataclasses
 from typing import Optional, Union
 
-from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.plugin.cpuset import format_cpu_spec
 from compute_plugins.request.types import FrozenMap
 from resources.numa import pinning
 from resources.numa.pinning import Subject, plural

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
-from compute_plugins.cpuset import format_cpu_spec
-from compute_plugins.plugin import Mappings, Rejection
+from compute_plugins.plugin.contract import Mappings, Rejection
+from compute_plugins.plugin.cpuset import format_cpu_spec
 from resources.numa import cell as cellfit
 from resources.numa import floating
 from resources.numa.cell import NodeDemand

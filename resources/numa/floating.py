@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.plugin import Mappings, Rejection
+from compute_plugins.plugin.contract import Mappings, Rejection
 from compute_plugins.request.groups import SPLIT_PREFIX
 from resources.numa import cell as cellfit
 from resources.numa.cell import NodeDemand

@@ -32,8 +32,8 @@ from typing import Optional
 from xml.etree import ElementTree as ET
 
 from compute_plugins.compute.guest import MEMORY_UNITS, GuestConfigError
-from compute_plugins.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin.contract import GuestFragment
+from compute_plugins.plugin.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
 from resources.numa.request import PLUGIN, NUMAAssignment, NUMARequest
 
 #: nova's ``[libvirt] realtime_scheduler_priority`` default.

@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.plugin.cpuset import format_cpu_spec
 from resources.numa.state import CellState
 
 PREFER = "prefer"

@@ -4,7 +4,7 @@ Each carries the trait ``HW_NUMA_ROOT`` and, where the cell has some:
 ``PCPU`` (ratio 1.0), ``VCPU`` (``cpu_allocation_ratio``), ``MEMORY_MB``
 (``ram_allocation_ratio``, ``reserved`` from ``reserved_host_memory_mb``,
 always sent, 0 included, so the configuration wins; CPU and huge page
-classes send none: see :func:`compute_plugins.devices.inventory_record`) and
+classes send none: see :func:`compute_plugins.plugin.devices.inventory_record`) and
 one ``CUSTOM_MEMORY_PAGE_<size>KB`` class per huge page size (ratio 1.0).
 Placement refuses a total of 0, so a class the cell has none of is left out.
 ``max_unit`` is the total: one guest may take a whole cell.
@@ -22,9 +22,9 @@ from typing import Any
 import os_resource_classes as orc
 import os_traits
 
-from compute_plugins import names
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.devices import inventory_record
+from compute_plugins.plugin import names
+from compute_plugins.plugin.devices import inventory_record
+from compute_plugins.tree.contribution import ProviderContribution
 from resources.numa.view import CellView, NUMAView
 
 

@@ -47,8 +47,9 @@ import os_resource_classes as orc
 import os_traits
 from oslo_utils import strutils
 
-from compute_plugins import names
-from compute_plugins.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
+from compute_plugins.plugin import names
+from compute_plugins.plugin.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
+from compute_plugins.plugin.topology import GuestTopology
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     KIND_FLOATING,
@@ -61,7 +62,6 @@ from compute_plugins.request.groups import (
 )
 from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
 from compute_plugins.request.types import FrozenMap, enum_field, min_field
-from compute_plugins.topology import GuestTopology
 
 PLUGIN = "numa"
 
@@ -186,7 +186,7 @@ class NUMAAssignment(PluginAssignment):
 
     def guest_topology(self) -> GuestTopology:
         """Guest node -> host cell, for the plugins that need the guest's
-        topology (:class:`compute_plugins.topology.PlacesGuest`)."""
+        topology (:class:`compute_plugins.plugin.topology.PlacesGuest`)."""
         return GuestTopology(
             nodes=FrozenMap((cell.guest_cell, cell.host_cell) for cell in self.cells),
             floating=self.floating)

@@ -13,7 +13,7 @@ assignment is self-contained (see :class:`~resources.numa.request.CellAssignment
 the host CPUs it pins or holds, the shared vCPUs and the memory it takes on
 each host cell. A CPU pinned twice, a CPU that is not a dedicated CPU of its
 cell, a shared or emulator CPU, a cell or a page size the host lacks is an
-:class:`~compute_plugins.fit.AssignmentConflict` naming it; memory or load
+:class:`~compute_plugins.plugin.state.AssignmentConflict` naming it; memory or load
 above the totals is not (the host may have shrunk): the cell just has no
 room left.
 """
@@ -25,11 +25,11 @@ import functools
 from collections.abc import Sequence
 from typing import Optional
 
-from compute_plugins import names
-from compute_plugins.contribution import Providers
-from compute_plugins.cpuset import format_cpu_spec
-from compute_plugins.fit import AssignmentConflict, PluginState
+from compute_plugins.plugin import names
+from compute_plugins.plugin.cpuset import format_cpu_spec
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import min_field
+from compute_plugins.tree.contribution import Providers
 from resources.numa.request import PLUGIN, NUMAAssignment
 from resources.numa.view import CellView, NUMAView
 

@@ -4,7 +4,7 @@ in 2048 KiB pages``."""
 
 from __future__ import annotations
 
-from compute_plugins.cpuset import format_cpu_spec
+from compute_plugins.plugin.cpuset import format_cpu_spec
 from resources.numa.request import CellAssignment, GuestCell, NUMAAssignment, NUMARequest
 
 

@@ -48,14 +48,14 @@ from typing import Optional
 
 from oslo_config import cfg
 
-from compute_plugins.cpuset import (
+from compute_plugins.host.model import CPU, HostInfo, NUMACell
+from compute_plugins.plugin.cpuset import (
     InvalidCPUSpec,
     format_cpu_spec,
     parse_cpu_spec,
 )
-from compute_plugins.devices import InvalidOptionValue
-from compute_plugins.host.model import CPU, HostInfo, NUMACell
-from compute_plugins.names import page_resource_class as page_resource_class  # API
+from compute_plugins.plugin.devices import InvalidOptionValue
+from compute_plugins.plugin.names import page_resource_class as page_resource_class  # API
 
 LOG = logging.getLogger(__name__)
 

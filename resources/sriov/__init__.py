@@ -15,10 +15,8 @@ from typing import Any, Optional, Union
 from oslo_config import cfg
 
 from compute_plugins.conf import pci as pci_conf
-from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
-from compute_plugins.names import VNIC_TYPE_DIRECT, physnet_trait
-from compute_plugins.plugin import (
+from compute_plugins.plugin.contract import (
     Earlier,
     GuestFragment,
     Mappings,
@@ -26,9 +24,11 @@ from compute_plugins.plugin import (
     ResourcePlugin,
     providers_by_suffix,
 )
+from compute_plugins.plugin.names import VNIC_TYPE_DIRECT, physnet_trait
+from compute_plugins.plugin.topology import TOPOLOGY
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.topology import TOPOLOGY
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.sriov import fit as sriov_fit
 from resources.sriov import guest, provider, summary
 from resources.sriov import request as sriov_request

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Optional, Protocol
 
-from compute_plugins import names
 from compute_plugins.host.model import PCIDevice
+from compute_plugins.plugin import names
 
 TYPE_PCI = "type-PCI"
 TYPE_PF = "type-PF"

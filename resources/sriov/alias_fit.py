@@ -4,7 +4,7 @@ Each alias ``a`` needs ``count(a)`` devices among its *candidates* (the
 devices that match it and that its NUMA affinity allows, free of other
 guests); no device twice; never a PF together with one of its VFs
 (:meth:`~resources.sriov.state.SRIOVState.related`). Three stages; the
-last two count their steps on a :class:`~compute_plugins.search.Budget`
+last two count their steps on a :class:`~compute_plugins.plugin.choice.Budget`
 (the first is one pass over the devices per alias):
 
 1. **greedy**: each alias in the request's order takes its best free
@@ -20,7 +20,7 @@ last two count their steps on a :class:`~compute_plugins.search.Budget`
    give every alias its count, nothing can (the PF/VF rule only removes
    choices): the greedy's reasons stand;
 3. **search**: only when the flow's answer gives a PF with one of its VFs,
-   a depth-first search (:func:`~compute_plugins.search.first_fit`) over
+   a depth-first search (:func:`~compute_plugins.plugin.choice.first_fit`) over
    the aliases' device slots, each alias's devices taken in candidate order
    (combinations, not permutations), within the budget; when it runs out,
    the rejection says the search stopped.
@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional, Union
 
-from compute_plugins.plugin import Rejection
-from compute_plugins.search import Budget, first_fit
+from compute_plugins.plugin.choice import Budget, first_fit
+from compute_plugins.plugin.contract import Rejection
 from resources.sriov.request import AliasRequest
 from resources.sriov.state import DeviceState, SRIOVState
 

@@ -2,9 +2,9 @@
 
 **Ports** (in the request's order): the PF is the one Placement allocated
 the port's group (``_PORT<N>``) from; offline the best PF that can serve it:
-NUMA-affine first (:mod:`compute_plugins.topology`), then by address, the
+NUMA-affine first (:mod:`compute_plugins.plugin.topology`), then by address, the
 next ones tried when the best choices leave a later port without a PF
-(:func:`compute_plugins.search.first_fit`). A PF
+(:func:`compute_plugins.plugin.choice.first_fit`). A PF
 serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
 free VF (with a network interface for a ``macvtap`` port), the port's
 minimum bandwidth fits what the PF has left per direction, and the NUMA
@@ -22,7 +22,7 @@ devices are used. Each alias in turn takes its best devices; when that
 leaves one short, :mod:`resources.sriov.alias_fit` finds a choice that
 serves every alias if there is one (a flow, bounded).
 
-Every search runs on a :class:`~compute_plugins.search.Budget` of steps;
+Every search runs on a :class:`~compute_plugins.plugin.choice.Budget` of steps;
 when it runs out the rejection says the search stopped.
 
 ``fit`` builds the assignment, then returns :func:`verify` of it: the claim
@@ -34,11 +34,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from compute_plugins.devices import PCI_AFFINITY, summarize
-from compute_plugins.plugin import Earlier, Mappings, Rejection
+from compute_plugins.plugin.choice import Budget, first_fit
+from compute_plugins.plugin.contract import Earlier, Mappings, Rejection
+from compute_plugins.plugin.devices import PCI_AFFINITY, summarize
+from compute_plugins.plugin.topology import Affinity, guest_host_cells
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.search import Budget, first_fit
-from compute_plugins.topology import Affinity, guest_host_cells
 from resources.sriov import alias as alias_rules
 from resources.sriov import alias_fit
 from resources.sriov.request import (

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin.contract import GuestFragment
 from resources.sriov.request import SRIOVAssignment, SRIOVRequest
 
 MACVTAP = "macvtap"

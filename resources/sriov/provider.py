@@ -1,6 +1,6 @@
 """The SR-IOV plugin's providers: one ``<nodename>_pf_<address>`` per PF.
 
-Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.devices`)
+Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.plugin.devices`)
 or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
 ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
 ``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped.
@@ -12,9 +12,9 @@ from typing import Any
 
 import os_resource_classes as orc
 
-from compute_plugins import names
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.devices import inventory_record, parent_name
+from compute_plugins.plugin import names
+from compute_plugins.plugin.devices import inventory_record, parent_name
+from compute_plugins.tree.contribution import ProviderContribution
 from resources.sriov.view import PFView, SRIOVView
 
 KIND = "pf"

@@ -21,8 +21,8 @@ from typing import Optional
 
 import os_resource_classes as orc
 
-from compute_plugins import devices, names
 from compute_plugins.conf import pci as pci_conf
+from compute_plugins.plugin import devices, names
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     AFFINITY_POLICIES,

@@ -15,7 +15,7 @@
   allocation has one.
 
 The PFs' provider uuids are the plugin's providers handed to ``host_state``
-(:class:`~compute_plugins.contribution.Providers`).
+(:class:`~compute_plugins.tree.contribution.Providers`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Optional
 
-from compute_plugins import names
-from compute_plugins.contribution import Providers
-from compute_plugins.fit import AssignmentConflict, PluginState
+from compute_plugins.plugin import names
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.tree.contribution import Providers
 from resources.sriov.provider import KIND
 from resources.sriov.request import PLUGIN, SRIOVAssignment
 from resources.sriov.view import SRIOVView, VFView

@@ -52,16 +52,16 @@ from typing import Optional
 from oslo_config import cfg
 
 from compute_plugins.conf import pci as pci_conf
-from compute_plugins.devices import (
+from compute_plugins.host.model import HostInfo, PCIDevice
+from compute_plugins.plugin.devices import (
     MAX_INVENTORY,
     InvalidOptionValue,
     NUMAParents,
     normalize_pci_address,
 )
-from compute_plugins.host.model import HostInfo, PCIDevice
+from compute_plugins.plugin.topology import cell_sockets
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.text import ascii_int
-from compute_plugins.topology import cell_sockets
+from compute_plugins.util.text import ascii_int
 from resources.sriov import alias as alias_rules
 
 LOG = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class DeviceView:
 class SRIOVView:
     pfs: tuple[PFView, ...] = ()
     devices: tuple[DeviceView, ...] = ()
-    #: Host cell -> its socket (:func:`compute_plugins.topology.cell_sockets`).
+    #: Host cell -> its socket (:func:`compute_plugins.plugin.topology.cell_sockets`).
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)
 

@@ -14,9 +14,8 @@ from typing import Any, Optional, Union
 
 from oslo_config import cfg
 
-from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import (
+from compute_plugins.plugin.contract import (
     Earlier,
     GuestFragment,
     Mappings,
@@ -24,9 +23,10 @@ from compute_plugins.plugin import (
     ResourcePlugin,
     providers_by_suffix,
 )
+from compute_plugins.plugin.topology import TOPOLOGY
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.topology import TOPOLOGY
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu import guest, provider, summary
 from resources.vgpu import request as vgpu_request

@@ -5,10 +5,10 @@ Per VGPU group, in the request's order:
 - **the pGPU**: the one Placement allocated the group from (``placement``
   maps the group's suffix to its provider); offline (``placement`` None)
   the best pGPU that can serve it: NUMA-affine first (see
-  :mod:`compute_plugins.topology`), then by address (deterministic). Two
+  :mod:`compute_plugins.plugin.topology`), then by address (deterministic). Two
   groups may share a pGPU (nova's ``group_policy=none``); the second sees
   what the first took, and when the best choices leave a later group
-  without a pGPU the next ones are tried (:func:`compute_plugins.search.
+  without a pGPU the next ones are tried (:func:`compute_plugins.plugin.choice.
   first_fit`): whenever the groups fit the host, ``fit`` finds where;
 - **the checks** (:func:`group_problem`): the pGPU offers ``VGPU`` (not a
   ``[mdev_<type>] mdev_class`` custom class), the group's required /
@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from compute_plugins.devices import PCI_AFFINITY, summarize
-from compute_plugins.plugin import Earlier, Mappings, Rejection
-from compute_plugins.search import Budget, first_fit
-from compute_plugins.topology import Affinity, guest_host_cells
+from compute_plugins.plugin.choice import Budget, first_fit
+from compute_plugins.plugin.contract import Earlier, Mappings, Rejection
+from compute_plugins.plugin.devices import PCI_AFFINITY, summarize
+from compute_plugins.plugin.topology import Affinity, guest_host_cells
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
     MdevAssignment,

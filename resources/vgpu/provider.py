@@ -1,7 +1,7 @@
 """The vGPU plugin's providers: one ``<nodename>_pci_<address>`` per GPU.
 
 Named as nova names them; the parent is the provider of the GPU's NUMA cell
-(see :mod:`compute_plugins.devices`) or the root. Inventory ``VGPU`` with the
+(see :mod:`compute_plugins.plugin.devices`) or the root. Inventory ``VGPU`` with the
 GPU's total (``max_unit`` = total, ratio 1.0: vGPUs cannot be
 overcommitted), or the type's ``[mdev_<type>] mdev_class`` instead of
 ``VGPU``; trait ``CUSTOM_MDEV_TYPE_<TYPE>`` names the type it offers.
@@ -9,9 +9,9 @@ overcommitted), or the type's ``[mdev_<type>] mdev_class`` instead of
 
 from __future__ import annotations
 
-from compute_plugins import names
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.devices import inventory_record, parent_name
+from compute_plugins.plugin import names
+from compute_plugins.plugin.devices import inventory_record, parent_name
+from compute_plugins.tree.contribution import ProviderContribution
 from resources.vgpu.view import VGPUView
 
 KIND = "pci"

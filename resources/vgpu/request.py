@@ -17,7 +17,7 @@ from typing import Optional
 
 import os_resource_classes as orc
 
-from compute_plugins import devices
+from compute_plugins.plugin import devices
 from compute_plugins.request import rules
 from compute_plugins.request.groups import (
     AFFINITY_POLICIES,

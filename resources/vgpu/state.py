@@ -30,10 +30,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Optional
 
-from compute_plugins import names
-from compute_plugins.contribution import Providers
-from compute_plugins.fit import AssignmentConflict, PluginState
+from compute_plugins.plugin import names
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
+from compute_plugins.tree.contribution import Providers
 from resources.vgpu.provider import KIND
 from resources.vgpu.request import PLUGIN, VGPUAssignment
 from resources.vgpu.view import VGPUView

@@ -35,14 +35,14 @@ from typing import Optional
 
 from oslo_config import cfg, types
 
-from compute_plugins.devices import (
+from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin.devices import (
     InvalidOptionValue,
     NUMAParents,
     normalize_pci_address,
 )
-from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin.topology import cell_sockets
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.topology import cell_sockets
 
 LOG = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class GPUView:
 @dataclasses.dataclass(frozen=True)
 class VGPUView:
     gpus: tuple[GPUView, ...] = ()
-    #: Host cell -> its socket (:func:`compute_plugins.topology.cell_sockets`),
+    #: Host cell -> its socket (:func:`compute_plugins.plugin.topology.cell_sockets`),
     #: for the ``socket`` NUMA affinity policy.
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)

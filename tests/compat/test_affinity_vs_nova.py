@@ -1,4 +1,4 @@
-"""compute_plugins.topology against nova's own PCI NUMA affinity filter.
+"""compute_plugins.plugin.topology against nova's own PCI NUMA affinity filter.
 
 Every policy, device cell (or none), guest cell set and socket layout of a
 4-cell host: a device is allowed by ``Affinity.rank`` exactly when nova's
@@ -16,8 +16,8 @@ import warnings
 
 import pytest
 
+from compute_plugins.plugin.topology import AFFINE, Affinity
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.topology import AFFINE, Affinity
 
 if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
     import nova.pci.stats as nova_stats

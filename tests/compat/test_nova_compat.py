@@ -15,7 +15,7 @@ import os
 import os_traits
 import pytest
 
-from compute_plugins import provider_tree as ours
+from compute_plugins.tree import provider_tree as ours
 
 if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
     import nova.compute.provider_tree as nova_pt

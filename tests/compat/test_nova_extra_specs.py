@@ -37,7 +37,7 @@ with warnings.catch_warnings():
 from compute_plugins.request import generic  # noqa: E402
 from compute_plugins.request.errors import RequestValidationError  # noqa: E402
 from compute_plugins.request.inputs import RequestInput  # noqa: E402
-from compute_plugins.request_spec import RequestSpec  # noqa: E402
+from compute_plugins.request.spec import RequestSpec  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 
 nova_validators.load_validators()

@@ -37,7 +37,7 @@ from nova.virt.libvirt import driver as libvirt_driver  # noqa: E402
 from compute_plugins.host.model import HostInfo  # noqa: E402
 from compute_plugins.host.snapshot import load_snapshot  # noqa: E402
 from compute_plugins.nova.driver import PluginProviderTreeMixin  # noqa: E402
-from compute_plugins.provider_tree import ProviderTree  # noqa: E402
+from compute_plugins.tree.provider_tree import ProviderTree  # noqa: E402
 from tests.compat.nova_libvirt import LOCAL_GB, NovaLibvirt, fakelibvirt  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 

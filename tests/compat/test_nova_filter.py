@@ -32,11 +32,11 @@ with warnings.catch_warnings():
     from nova.scheduler import filters as nova_filters
     from nova.scheduler import host_manager
 
-from compute_plugins import names  # noqa: E402
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import filters as plugin_filters  # noqa: E402
 from compute_plugins.nova import spec as nova_spec  # noqa: E402
-from compute_plugins.request_spec import FORMAT_VERSION, RequestSpec  # noqa: E402
+from compute_plugins.plugin import names  # noqa: E402
+from compute_plugins.request.spec import FORMAT_VERSION, RequestSpec  # noqa: E402
 from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 

@@ -23,8 +23,8 @@ from stevedore import extension
 from compute_plugins import exception
 from compute_plugins.cmd import common
 from compute_plugins.cmd.main import main
-from compute_plugins.manager import PluginManager
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin.contract import GuestFragment
+from compute_plugins.runtime.manager import PluginManager
 from tests.unit import fake_plugins, fit_plugins
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from compute_plugins.contribution import ProviderContribution
-from compute_plugins.names import provider_uuid
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin.contract import ResourcePlugin
+from compute_plugins.plugin.names import provider_uuid
+from compute_plugins.tree.contribution import ProviderContribution
 
 
 class Widgets(ResourcePlugin):

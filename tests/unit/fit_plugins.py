@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from compute_plugins.cpuset import format_cpu_spec
-from compute_plugins.fit import AssignmentConflict, PluginState
-from compute_plugins.plugin import GuestFragment, Rejection, ResourcePlugin
+from compute_plugins.plugin.contract import GuestFragment, Rejection, ResourcePlugin
+from compute_plugins.plugin.cpuset import format_cpu_spec
+from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.groups import PluginAssignment, PluginRequest
 from compute_plugins.request.types import FrozenMap
 

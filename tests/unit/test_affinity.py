@@ -1,19 +1,19 @@
-"""compute_plugins.topology.Affinity: nova's PCI NUMA affinity policies, one
+"""compute_plugins.plugin.topology.Affinity: nova's PCI NUMA affinity policies, one
 rule (named in rejections by the device plugins' key, devices.PCI_AFFINITY)."""
 
 from __future__ import annotations
 
 import pytest
 
-from compute_plugins.devices import PCI_AFFINITY
-from compute_plugins.request.types import FrozenMap
-from compute_plugins.topology import (
+from compute_plugins.plugin.devices import PCI_AFFINITY
+from compute_plugins.plugin.topology import (
     AFFINE,
     FALLBACK,
     Affinity,
     cell_sockets,
     guest_host_cells,
 )
+from compute_plugins.request.types import FrozenMap
 from tests.unit.resources.helpers import on_cells, socket_cell
 
 #: Host cells 0, 1 on socket 0; 2, 3 on socket 1.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
+from compute_plugins.plugin.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
 
 
 @pytest.mark.parametrize("spec, cpus", [

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from compute_plugins import files, jsonload
-from compute_plugins.text import ascii_int, printable
+from compute_plugins.util import files, jsonload
+from compute_plugins.util.text import ascii_int, printable
 
 # ------------------------------------------------------------------- files
 

@@ -12,8 +12,8 @@ from stevedore import extension
 from compute_plugins import exception
 from compute_plugins.conf import register_all
 from compute_plugins.host.model import DiskInfo, HostInfo
-from compute_plugins.manager import PluginManager
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.provider_tree import ProviderTree
 from tests.unit import fake_plugins
 
 HOST = HostInfo(hostname="node1", source="test", memory_kb=64,

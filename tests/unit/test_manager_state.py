@@ -11,9 +11,9 @@ from stevedore import extension
 
 from compute_plugins import exception
 from compute_plugins.host.model import CPU, DiskInfo, HostInfo, NUMACell
-from compute_plugins.manager import PluginManager
-from compute_plugins.provider_tree import ProviderTree
-from compute_plugins.reshape import ReshapeImpossible
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.provider_tree import ProviderTree
+from compute_plugins.tree.reshape import ReshapeImpossible
 from tests.unit import fake_plugins
 
 HOST = HostInfo(hostname="node1", source="test", memory_kb=64,

@@ -37,7 +37,7 @@ def test_a_problem_is_one_line_and_its_dict_is_json():
 def test_the_claims_line_names_each_consumer_and_stays_one_line():
     from compute_plugins.compute.agent import AgentResult
     from compute_plugins.compute.claims import ClaimResult, ReleaseResult
-    from compute_plugins.plugin import Rejection
+    from compute_plugins.plugin.contract import Rejection
 
     result = AgentResult(
         periodic=report.PeriodicResult(4, {}, []),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins import names
+from compute_plugins.plugin import names
 
 
 @pytest.mark.parametrize("parts, expected", [

@@ -1,4 +1,4 @@
-"""Behaviour of compute_plugins.provider_tree.ProviderTree."""
+"""Behaviour of compute_plugins.tree.provider_tree.ProviderTree."""
 
 import copy
 import pickle
@@ -7,8 +7,8 @@ import threading
 import os_traits
 import pytest
 
-from compute_plugins import provider_tree as pt_mod
-from compute_plugins.provider_tree import (
+from compute_plugins.tree import provider_tree as pt_mod
+from compute_plugins.tree.provider_tree import (
     MissingParents,
     ProviderData,
     ProviderExists,

@@ -1,4 +1,4 @@
-"""compute_plugins.topology: the guest's topology as a typed contract.
+"""compute_plugins.plugin.topology: the guest's topology as a typed contract.
 
 A plugin that places the guest publishes a GuestTopology through its
 assignment (PlacesGuest); a plugin that needs it runs after it (``needs``
@@ -15,9 +15,7 @@ from typing import cast
 import pytest
 
 from compute_plugins import exception
-from compute_plugins.request.types import FrozenMap
-from compute_plugins.runtime import AnyPlugin, PluginSet
-from compute_plugins.topology import (
+from compute_plugins.plugin.topology import (
     TOPOLOGY,
     GuestTopology,
     PlacesGuest,
@@ -27,6 +25,8 @@ from compute_plugins.topology import (
     recorded_cells_problem,
     topology_provider,
 )
+from compute_plugins.request.types import FrozenMap
+from compute_plugins.runtime import AnyPlugin, PluginSet
 from resources.numa.request import CellAssignment, NUMAAssignment
 from tests.unit.resources.helpers import on_cells
 

@@ -25,10 +25,11 @@ from typing import Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import exception, names
+from compute_plugins import exception
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement.report import records
-from compute_plugins.provider_tree import ProviderData
+from compute_plugins.plugin import names
+from compute_plugins.tree.provider_tree import ProviderData
 
 LOG = logging.getLogger(__name__)
 

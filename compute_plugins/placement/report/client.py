@@ -28,7 +28,7 @@ from compute_plugins.placement.report.periodic import (
 )
 from compute_plugins.placement.report.reshape import Reshaper, UpdateTree
 from compute_plugins.placement.report.writers import Writers
-from compute_plugins.provider_tree import ProviderData, ProviderTree
+from compute_plugins.tree.provider_tree import ProviderData, ProviderTree
 
 LOG = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from compute_plugins.placement import exception as pexc
 from compute_plugins.placement.report import records
 from compute_plugins.placement.report.cache import ProviderCache
 from compute_plugins.placement.report.writers import Writers
-from compute_plugins.provider_tree import ProviderData
+from compute_plugins.tree.provider_tree import ProviderData
 
 LOG = logging.getLogger(__name__)
 

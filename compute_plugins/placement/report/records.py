@@ -3,7 +3,7 @@
 No Placement call here: an inventory record with Placement's defaults
 (:func:`normalize_inventory`, with the ``reserved`` rule), the three-way
 merge of traits and aggregates (:func:`merge_set`), the immutable
-:class:`~compute_plugins.provider_tree.ProviderData` the cache holds
+:class:`~compute_plugins.tree.provider_tree.ProviderData` the cache holds
 (:func:`record`) and parents-first ordering (:func:`parents_first`).
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins.provider_tree import ProviderData
+from compute_plugins.tree.provider_tree import ProviderData
 
 LOG = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from compute_plugins.placement.report.writers import (
     MAX_CONFLICT_RETRIES,
     backoff,
 )
-from compute_plugins.provider_tree import ProviderData, ProviderTree
+from compute_plugins.tree.provider_tree import ProviderData, ProviderTree
 
 LOG = logging.getLogger(__name__)
 

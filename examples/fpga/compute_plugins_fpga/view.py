@@ -5,7 +5,7 @@
 a card of that model, whose resource class is ``CUSTOM_FPGA_<MODEL>``
 (:func:`compute_plugins.api.custom_name`, the framework's one helper for
 custom names). A card's provider goes under its NUMA cell's provider
-(:class:`compute_plugins.devices.NUMAParents`, the rule every device plugin
+(:class:`compute_plugins.plugin.devices.NUMAParents`, the rule every device plugin
 follows), so a guest's FPGA can be asked on its own NUMA node with a
 Placement ``same_subtree`` query.
 """

@@ -31,10 +31,10 @@ from compute_plugins.hoststate import (
     HostStateStore,
     protocol,
 )
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded
 from compute_plugins.request.groups import Decision
-from compute_plugins.request_spec import build_request_spec
+from compute_plugins.request.spec import build_request_spec
+from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.scheduler import query
 from compute_plugins.scheduler.query import preview
 from tests.functional.placement.conftest import CLI, cli_env
@@ -349,7 +349,7 @@ def test_restart_between_record_and_answer_answers_without_executing(host):
     host.agent.run_once()
     consumer = host.decide()
     pending = host.store.active_decision(consumer)
-    from compute_plugins.request_spec import RequestSpec
+    from compute_plugins.request.spec import RequestSpec
 
     spec = RequestSpec.from_json(pending.spec, host.agent.manager.plugins)
     host.agent.ledger.record(consumer, pending.id, spec, pending.spec)
@@ -550,7 +550,7 @@ def test_a_stale_claim_never_frees_the_consumers_allocation_elsewhere(tmp_path, 
     b.agent.run_once()
     consumer = a.decide()
     pending = a.store.active_decision(consumer)
-    from compute_plugins.request_spec import RequestSpec
+    from compute_plugins.request.spec import RequestSpec
 
     spec = RequestSpec.from_json(pending.spec, a.agent.manager.plugins)
     a.agent.ledger.record(consumer, pending.id, spec, pending.spec)
@@ -680,7 +680,7 @@ def test_a_new_decision_replaces_the_stale_claim_of_its_consumer(host):
     host.agent.run_once()
     consumer = host.decide()
     first = host.store.active_decision(consumer)
-    from compute_plugins.request_spec import RequestSpec
+    from compute_plugins.request.spec import RequestSpec
 
     spec = RequestSpec.from_json(first.spec, host.agent.manager.plugins)
     host.agent.ledger.record(consumer, first.id, spec, first.spec)

@@ -22,9 +22,9 @@ from oslo_config import cfg
 
 from compute_plugins.compute import guest
 from compute_plugins.host import discover_host
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin.contract import GuestFragment
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
 from tests.unit.resources.helpers import state_of

@@ -95,7 +95,7 @@ def test_pip_installed_the_entry_point(target):
 
 def test_stevedore_loads_it_with_the_builtin_plugins(target):
     out = run(target, "-c", "from oslo_config import cfg\n"
-              "from compute_plugins.manager import PluginManager\n"
+              "from compute_plugins.runtime.manager import PluginManager\n"
               "names = ['numa', 'vgpu', 'sriov', 'disk', 'fpga']\n"
               "manager = PluginManager(cfg.ConfigOpts(), names=names)\n"
               "print(manager.degraded, [manager.entry_point(n) for n in names])\n")
@@ -217,9 +217,9 @@ from oslo_config import cfg
 from compute_plugins import conf as conf_areas, demo
 from compute_plugins.compute import guest
 from compute_plugins.demo import cluster as demo_cluster
-from compute_plugins.manager import PluginManager
+from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.scheduler.selection import Scheduler
 
 state_dir, fpga_conf, flavor = sys.argv[1:4]

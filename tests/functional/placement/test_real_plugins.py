@@ -19,10 +19,10 @@ from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins import host as host_discovery
-from compute_plugins import names
 from compute_plugins.cmd import report as report_cmd
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import embedded, report
+from compute_plugins.plugin import names
+from compute_plugins.runtime.manager import PluginManager
 from tests.functional.placement.test_report import placement_state, tree_usage
 
 SNAPSHOT = Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov"

@@ -15,9 +15,10 @@ import uuid
 
 import pytest
 
-from compute_plugins import exception, names
+from compute_plugins import exception
 from compute_plugins.cmd import report as report_cmd
 from compute_plugins.placement import report
+from compute_plugins.plugin import names
 
 GIB = 1024
 

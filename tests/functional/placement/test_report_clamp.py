@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from compute_plugins import names
 from compute_plugins.placement import report
+from compute_plugins.plugin import names
 from tests.functional.placement.test_report import GIB, FakePlugins
 
 

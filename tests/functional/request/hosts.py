@@ -25,8 +25,8 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
-from compute_plugins.manager import PluginManager
 from compute_plugins.placement import report
+from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.scheduler import query
 from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import ALIASES

@@ -13,8 +13,8 @@ from oslo_config import cfg
 
 from compute_plugins.host import discover_host
 from compute_plugins.host.libvirt_xml import host_info_from_xml
-from compute_plugins.manager import PluginManager
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.provider_tree import ProviderTree
 from tests.unit.resources.helpers import dump, make_conf, record
 
 HOSTS = pathlib.Path(__file__).parents[2] / "fixtures" / "hosts"

@@ -16,7 +16,7 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins import testing
-from compute_plugins.plugin import GuestFragment
+from compute_plugins.plugin.contract import GuestFragment
 from compute_plugins.runtime.search import FitResult
 from compute_plugins.testing import (
     CHECKS,

@@ -16,10 +16,10 @@ from oslo_config import cfg
 from compute_plugins.compute import guest
 from compute_plugins.compute.guest import GuestConfigError
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PCIDevice
-from compute_plugins.plugin import GuestFragment, describe_fields
+from compute_plugins.plugin.contract import GuestFragment, describe_fields
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request_spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from tests.unit import fit_plugins
 from tests.unit.resources.helpers import state_of

@@ -17,9 +17,9 @@ from oslo_config import cfg
 from compute_plugins import conf as conf_areas
 from compute_plugins.compute.ledger import Ledger, LedgerError, path_for
 from compute_plugins.host import discover_host
-from compute_plugins.manager import PluginManager
 from compute_plugins.request.groups import Decision
-from compute_plugins.request_spec import build_request_spec
+from compute_plugins.request.spec import build_request_spec
+from compute_plugins.runtime.manager import PluginManager
 
 NUMA4 = Path(__file__).parents[2] / "fixtures" / "hosts" / "numa4"
 HOST = "numa4"

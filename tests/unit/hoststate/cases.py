@@ -21,7 +21,7 @@ from sqlalchemy import event
 
 from compute_plugins import hoststate
 from compute_plugins.hoststate import database, protocol, schema
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from tests.unit.hoststate.workers import check_round, doc, publish_round
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN IMMEDIATE")

@@ -21,7 +21,7 @@ from typing import Optional
 from compute_plugins.hoststate import errors
 from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 
 
 def _now() -> datetime.datetime:

@@ -14,7 +14,7 @@ import pytest
 
 from compute_plugins import hoststate
 from compute_plugins.hoststate import protocol
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     CLAIMED,
     LEGAL,

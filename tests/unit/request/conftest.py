@@ -8,9 +8,9 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins.conf import pci as pci_conf
-from compute_plugins.manager import PluginManager
 from compute_plugins.request.errors import RequestValidationError
-from compute_plugins.request_spec import build_request_spec
+from compute_plugins.request.spec import build_request_spec
+from compute_plugins.runtime.manager import PluginManager
 
 ALIASES = [
     {"name": "qat", "vendor_id": "8086", "product_id": "0443",

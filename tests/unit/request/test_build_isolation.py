@@ -15,8 +15,7 @@ from oslo_config import fixture as config_fixture
 from stevedore import extension
 
 from compute_plugins import exception
-from compute_plugins.manager import NAMESPACE, PluginManager
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin.contract import ResourcePlugin
 from compute_plugins.request.errors import RequestValidationError
 from compute_plugins.request.groups import (
     KIND_DEVICE,
@@ -24,9 +23,10 @@ from compute_plugins.request.groups import (
     PluginRequest,
     RequestGroup,
 )
+from compute_plugins.request.spec import RequestSpec, build_request_spec
 from compute_plugins.request.types import MAX_INT, FrozenMap, decode, encode
-from compute_plugins.request_spec import RequestSpec, build_request_spec
 from compute_plugins.runtime import PluginSet
+from compute_plugins.runtime.manager import NAMESPACE, PluginManager
 from resources.numa import NUMAPlugin
 
 AGG = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"

@@ -7,7 +7,7 @@ import pytest
 from compute_plugins.conf import pci as pci_conf
 from compute_plugins.exception import ConfigError
 from compute_plugins.request.errors import RequestInputError
-from compute_plugins.request_spec import build_request_spec
+from compute_plugins.request.spec import build_request_spec
 from compute_plugins.scheduler.query import preview
 from tests.unit.request.conftest import build, make_manager, problems
 

@@ -15,8 +15,8 @@ from compute_plugins.request.errors import (
     RequestValidationError,
 )
 from compute_plugins.request.groups import Decision
+from compute_plugins.request.spec import FORMAT_VERSION, RequestSpec, build_request_spec
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.request_spec import FORMAT_VERSION, RequestSpec, build_request_spec
 from compute_plugins.scheduler.query import preview
 from resources.numa.request import CellAssignment, NUMAAssignment
 from resources.sriov.request import SRIOVAssignment, VFAssignment

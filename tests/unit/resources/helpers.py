@@ -11,7 +11,6 @@ from stevedore.extension import Extension
 from stevedore.named import NamedExtensionManager
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.contribution import Providers
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
@@ -22,11 +21,12 @@ from compute_plugins.host.model import (
     PagePool,
     PCIDevice,
 )
-from compute_plugins.manager import PluginManager
-from compute_plugins.plugin import ResourcePlugin
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.plugin.contract import ResourcePlugin
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.runtime import PluginSet
+from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.tree.contribution import Providers
+from compute_plugins.tree.provider_tree import ProviderTree
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment

@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 import libvirt
 import pytest
 
-from compute_plugins import names
 from compute_plugins.host.model import PCIDevice
+from compute_plugins.plugin import names
 from compute_plugins.request.groups import Decision
-from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.request.spec import RequestSpec, build_request_spec
 from compute_plugins.runtime import PluginSet
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.types import FrozenMap
 from resources.sriov import fit as sriov_fit
 from resources.sriov.request import AliasRequest, PortRequest, SRIOVRequest

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin import names
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from resources.disk import DiskPlugin
 from resources.disk.request import DiskAssignment
 from tests.unit.resources.helpers import (

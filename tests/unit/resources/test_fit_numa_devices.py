@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import Decision
-from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.request.spec import RequestSpec, build_request_spec
 from compute_plugins.runtime import PluginSet
 from resources.numa import NUMAPlugin
 from resources.sriov import SRIOVPlugin

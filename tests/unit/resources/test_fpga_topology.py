@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 
 from compute_plugins.host.model import PCIDevice
-from compute_plugins.plugin import ResourcePlugin
+from compute_plugins.plugin.contract import ResourcePlugin
+from compute_plugins.plugin.topology import TOPOLOGY, GuestTopology, PlacesGuest
 from compute_plugins.request.groups import Decision, PluginAssignment, PluginRequest
+from compute_plugins.request.spec import RequestSpec, build_request_spec
 from compute_plugins.request.types import FrozenMap
-from compute_plugins.request_spec import RequestSpec, build_request_spec
 from compute_plugins.runtime import PluginSet
-from compute_plugins.topology import TOPOLOGY, GuestTopology, PlacesGuest
 from resources.numa import NUMAPlugin
 from tests.unit.resources.helpers import NODE, cell, host, state_of
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from compute_plugins.devices import InvalidOptionValue
 from compute_plugins.exception import ComputePluginsError, ConfigError
+from compute_plugins.plugin.devices import InvalidOptionValue
 from resources.numa import InvalidCPUSet, NUMAPlugin, page_resource_class
 from tests.unit.resources.helpers import (
     GIB_KB,

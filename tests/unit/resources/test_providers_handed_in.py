@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins import names
-from compute_plugins.contribution import ProviderContribution, Providers
 from compute_plugins.host.model import DiskInfo
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.plugin import names
+from compute_plugins.tree.contribution import ProviderContribution, Providers
+from compute_plugins.tree.provider_tree import ProviderTree
 from tests.unit.resources.helpers import NODE, cell, gpu, host, manager, update
 
 #: The compute node's uuid when nova registered it (not the derived one).

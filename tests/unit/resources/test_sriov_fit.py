@@ -7,11 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import MdevType, PCIDevice
-from compute_plugins.plugin import Rejection
-from compute_plugins.search import Budget
+from compute_plugins.plugin import names
+from compute_plugins.plugin.choice import Budget
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from resources.sriov import SRIOVPlugin
 from resources.sriov import fit as sriov_fit
 from resources.sriov.request import (

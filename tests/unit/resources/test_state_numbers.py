@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from compute_plugins.fit import StateFormatError
+from compute_plugins.plugin.state import StateFormatError
 from resources.disk import DiskPlugin
 from resources.numa import NUMAPlugin
 from tests.unit.resources.helpers import DiskInfo, cell, decoded, encoded, host, state_of

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from compute_plugins import names
-from compute_plugins.devices import (
+from compute_plugins.plugin import names
+from compute_plugins.plugin.devices import (
     InvalidOptionValue,
     NUMAParents,
     normalize_pci_address,
 )
-from compute_plugins.manager import PluginManager, available_plugins
+from compute_plugins.runtime.manager import PluginManager, available_plugins
 from tests.unit.resources.helpers import (
     NODE,
     DiskInfo,

@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from compute_plugins import names
-from compute_plugins.fit import AssignmentConflict
-from compute_plugins.plugin import Rejection
-from compute_plugins.search import Budget
+from compute_plugins.plugin import names
+from compute_plugins.plugin.choice import Budget
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from resources.vgpu import VGPUPlugin
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu.request import MdevAssignment, VGPUAssignment

@@ -12,10 +12,14 @@ import pytest
 from oslo_config import cfg
 
 from compute_plugins import exception
-from compute_plugins.contribution import Providers
-from compute_plugins.fit import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import GroupAllocation, GuestFragment, Rejection, ResourcePlugin
+from compute_plugins.plugin.contract import (
+    GroupAllocation,
+    GuestFragment,
+    Rejection,
+    ResourcePlugin,
+)
+from compute_plugins.plugin.state import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.request.errors import RequestValidationError
 from compute_plugins.request.groups import (
     KIND_DEVICE,
@@ -24,8 +28,9 @@ from compute_plugins.request.groups import (
     PluginRequest,
     RequestGroup,
 )
-from compute_plugins.request_spec import build_request_spec
+from compute_plugins.request.spec import build_request_spec
 from compute_plugins.runtime import PluginSet
+from compute_plugins.tree.contribution import Providers
 
 HOST = "h1"
 #: Neither plugin contributes a provider: each has the root only.

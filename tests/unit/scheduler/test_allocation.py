@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins.plugin import GroupAllocation, Rejection
+from compute_plugins.plugin.contract import GroupAllocation, Rejection
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import FitResult, PluginSet
 from compute_plugins.scheduler.allocation import build_decision

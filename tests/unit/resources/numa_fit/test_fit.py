@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from resources.numa.fit import fit, verify
 from resources.numa.request import NUMAAssignment
 from tests.unit.resources.numa_fit.helpers import (

@@ -7,7 +7,7 @@ import json
 
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.request.groups import Decision
-from compute_plugins.request_spec import RequestSpec, build_request_spec
+from compute_plugins.request.spec import RequestSpec, build_request_spec
 from resources.numa.request import NUMAAssignment
 from tests.unit.resources.helpers import manager, state_of
 

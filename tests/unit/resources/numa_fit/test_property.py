@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from compute_plugins.plugin import Rejection
+from compute_plugins.plugin.contract import Rejection
 from resources.numa.fit import fit, verify
 from resources.numa.request import FLOATING_SPLIT, NUMAAssignment
 from tests.unit.resources.numa_fit.helpers import cell, floating, request, state

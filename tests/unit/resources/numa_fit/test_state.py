@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from compute_plugins.fit import AssignmentConflict
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
-from compute_plugins.names import provider_uuid
+from compute_plugins.plugin.names import provider_uuid
+from compute_plugins.plugin.state import AssignmentConflict
 from compute_plugins.request.types import FrozenMap
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment

@@ -57,7 +57,7 @@ def test_the_host_changed_in_between():
 
 def test_a_decision_already_in_force_does_not_verify_twice():
     """verify runs on the state without the guest; with it, its CPUs are taken."""
-    from compute_plugins.contribution import Providers
+    from compute_plugins.tree.contribution import Providers
     from resources.numa import provider
     from resources.numa.state import build_state
     from resources.numa.view import CellView, NUMAView

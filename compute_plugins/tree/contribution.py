@@ -21,9 +21,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
-from compute_plugins import exception, names, reshape
-from compute_plugins.provider_tree import ProviderTree
-from compute_plugins.text import printable
+from compute_plugins import exception
+from compute_plugins.plugin import names
+from compute_plugins.tree import reshape
+from compute_plugins.tree.provider_tree import ProviderTree
+from compute_plugins.util.text import printable
 
 Inventory = Mapping[str, Mapping[str, Any]]
 
@@ -34,7 +36,7 @@ class ProviderContribution:
 
     :param name: provider name; the nodename itself for the compute root.
     :param uuid: uuid of the provider when the plugin creates it (use
-        :func:`compute_plugins.names.provider_uuid` so it is stable).
+        :func:`compute_plugins.plugin.names.provider_uuid` so it is stable).
     :param parent: name of the parent provider; ``None`` means the root.
     :param inventory: resource class -> inventory record this plugin owns.
     :param traits: traits this plugin owns on the provider.
@@ -88,7 +90,7 @@ class Providers(Mapping[str, str]):
         Each provider's uuid is the one the tree has for its name (``tree``:
         name -> uuid, as the manager last applied it), else the one its
         contribution gives, else, for the root, the uuid the manager gives a
-        new root (:func:`compute_plugins.names.provider_uuid` of the node).
+        new root (:func:`compute_plugins.plugin.names.provider_uuid` of the node).
         """
         known = tree or {}
         uuids = {nodename: known.get(nodename) or names.provider_uuid(nodename)}
@@ -364,7 +366,7 @@ def apply(
 
     :raises ReshapeNeeded: inventory moves between providers and
         ``allocations`` is ``None``; with the allocations they are moved in
-        place (:mod:`compute_plugins.reshape`).
+        place (:mod:`compute_plugins.tree.reshape`).
     :param snapshot: ``tree.snapshot()`` when the caller has just taken it.
     """
     old = _merge(nodename, previous)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from compute_plugins.provider_tree import ProviderTree
-from compute_plugins.text import printable
+from compute_plugins.tree.provider_tree import ProviderTree
+from compute_plugins.util.text import printable
 
 INVENTORY_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size",
                     "allocation_ratio")

@@ -21,22 +21,24 @@ from oslo_config import cfg
 from oslo_log import log as logging
 from stevedore import extension, named
 
-from compute_plugins import checkpoint, contribution, exception, names
 from compute_plugins import conf as conf_areas
-from compute_plugins.contribution import Providers
+from compute_plugins import exception
 from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin import Rejection
-from compute_plugins.provider_tree import ProviderTree, same_token
+from compute_plugins.plugin import names
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.runtime import AnyPlugin, LoadedPlugin, PluginSet
-from compute_plugins.text import printable
+from compute_plugins.tree import checkpoint, contribution
+from compute_plugins.tree.contribution import Providers
+from compute_plugins.tree.provider_tree import ProviderTree, same_token
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 
 NAMESPACE = "compute_plugins.resources"
 
 #: Pseudo-plugin owning what the tree held at start when no checkpoint said
-#: who contributed it (:func:`compute_plugins.contribution.adopt`). Its
+#: who contributed it (:func:`compute_plugins.tree.contribution.adopt`). Its
 #: providers and root inventory are removed once every plugin contributed
 #: without failure and none of them contributes them.
 ADOPTED = "(adopted)"
@@ -101,7 +103,7 @@ class PluginManager:
         :meth:`discard` when it did not), so a device removed during a failed
         periodic is still deleted later.
     :param checkpoint_dir: where :meth:`commit` keeps the contributions
-        across restarts (:mod:`compute_plugins.checkpoint`).
+        across restarts (:mod:`compute_plugins.tree.checkpoint`).
     :raises UnknownPluginError: a name is not an installed plugin.
     """
 
@@ -272,7 +274,7 @@ class PluginManager:
         uuids the tree has (as the last update left it: the uuids the agent
         publishes with the host's state and Placement holds), the root
         included (:meth:`Providers.of
-        <compute_plugins.contribution.Providers.of>`).
+        <compute_plugins.tree.contribution.Providers.of>`).
         """
         current = self._staged if self._staged is not None else self._applied
         items = (current or {}).get(name) if self._nodename == nodename else None
@@ -295,7 +297,7 @@ class PluginManager:
         it failed to discover the host).
 
         :param usage: plugin -> the assignments in force.
-        :param strict: raise :class:`~compute_plugins.fit.AssignmentConflict`
+        :param strict: raise :class:`~compute_plugins.plugin.state.AssignmentConflict`
             when they do not hold on the host.
         :param host: the host, for messages.
         """

@@ -15,7 +15,7 @@ each provider's capacity ``(total - reserved) * allocation_ratio`` and
 ``max_unit``. It does not know where a guest really runs (the CPUs it is
 pinned to): each move is logged at WARNING so an operator can check it.
 Only inventory leaving the compute root is moved (see
-``compute_plugins.contribution``).
+``compute_plugins.tree.contribution``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.provider_tree import ProviderTree
+from compute_plugins.tree.provider_tree import ProviderTree
 
 LOG = logging.getLogger(__name__)
 

@@ -23,12 +23,13 @@ from typing import Any, Optional
 
 from oslo_config import cfg
 
-from compute_plugins import exception, names
+from compute_plugins import exception
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin import names
+from compute_plugins.plugin.topology import AffinityKey
 from compute_plugins.request import rules
 from compute_plugins.request.inputs import RequestInput
-from compute_plugins.topology import AffinityKey
 
 LOG = logging.getLogger(__name__)
 

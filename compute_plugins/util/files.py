@@ -31,7 +31,7 @@ from typing import IO, Optional
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.text import printable
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 

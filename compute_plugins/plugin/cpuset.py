@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from compute_plugins.text import ascii_int
+from compute_plugins.util.text import ascii_int
 
 #: Highest CPU id accepted: a bound so that ``0-99999999999`` is refused
 #: instead of expanded (Linux' own limit, CONFIG_NR_CPUS, is 8192 at most).

@@ -52,7 +52,6 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import jsonload
 from compute_plugins.request import generic
 from compute_plugins.request.errors import (
     Problem,
@@ -79,7 +78,8 @@ from compute_plugins.request.types import (
     thaw_json,
 )
 from compute_plugins.runtime import PluginFailed, PluginSet
-from compute_plugins.text import ascii_int
+from compute_plugins.util import jsonload
+from compute_plugins.util.text import ascii_int
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
            "RequestSpec", "build_request_spec"]

@@ -1,7 +1,7 @@
 """The contract every resource plugin implements.
 
 A plugin is a class registered under the ``compute_plugins.resources``
-entry-point namespace. The :class:`~compute_plugins.manager.PluginManager`
+entry-point namespace. The :class:`~compute_plugins.runtime.manager.PluginManager`
 constructs it with the service's ``ConfigOpts`` (never a global), then, every
 periodic:
 
@@ -45,12 +45,12 @@ from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
-from compute_plugins.contribution import ProviderContribution, Providers
-from compute_plugins.fit import PluginState
 from compute_plugins.host.model import HostInfo
+from compute_plugins.plugin.state import PluginState
 from compute_plugins.request.groups import PluginAssignment, PluginRequest, RequestGroup
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.types import encode
+from compute_plugins.tree.contribution import ProviderContribution, Providers
 
 ViewT = TypeVar("ViewT")
 RequestT = TypeVar("RequestT", bound=PluginRequest)
@@ -196,13 +196,13 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     #: reach this one's ``fit`` as ``earlier``), by name.
     fit_after: ClassVar[tuple[str, ...]] = ()
     #: Roles this plugin's assignments fill for others, e.g.
-    #: :data:`compute_plugins.topology.TOPOLOGY`: its assignment says where
-    #: the guest sits (:class:`~compute_plugins.topology.PlacesGuest`).
+    #: :data:`compute_plugins.plugin.topology.TOPOLOGY`: its assignment says where
+    #: the guest sits (:class:`~compute_plugins.plugin.topology.PlacesGuest`).
     provides: ClassVar[tuple[str, ...]] = ()
     #: Roles whose providers' ``fit`` must run before this one's, whichever
     #: plugins they are, e.g. ``(TOPOLOGY,)`` for a device's affinity to
     #: the guest's cells (read with
-    #: :func:`compute_plugins.topology.guest_topology`).
+    #: :func:`compute_plugins.plugin.topology.guest_topology`).
     needs: ClassVar[tuple[str, ...]] = ()
     #: Whether ``discover`` and ``provider_contributions`` depend on their
     #: arguments alone (and on options, which cannot change while the
@@ -293,7 +293,7 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
         on the node (its contributions' names -> their uuids as the tree has
         them, the root included: :class:`Providers`), the uuids the state
         names (what the scheduler's allocations and mappings name).
-        :raises compute_plugins.fit.AssignmentConflict: two assignments use
+        :raises compute_plugins.plugin.state.AssignmentConflict: two assignments use
             the same unit (a CPU pinned twice) or one names what the host
             lacks.
         """

@@ -10,8 +10,8 @@ as kubelet's device manager checkpoints its assignments.
 
 A missing, unreadable or foreign checkpoint is not an error: the manager then
 adopts what the provider tree holds (see
-:func:`compute_plugins.contribution.adopt`). Unreadable includes a FIFO or a
-directory at its name, JSON nested too deep (:mod:`compute_plugins.jsonload`)
+:func:`compute_plugins.tree.contribution.adopt`). Unreadable includes a FIFO or a
+directory at its name, JSON nested too deep (:mod:`compute_plugins.util.jsonload`)
 and a checkpoint naming a provider the plugins could not own (not the node
 or ``<nodename>_*``: another service's provider in the tree), which would
 otherwise be deleted.
@@ -26,9 +26,12 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins import contribution, exception, files, jsonload, names
-from compute_plugins.contribution import Contributions, ProviderContribution
-from compute_plugins.text import printable
+from compute_plugins import exception
+from compute_plugins.plugin import names
+from compute_plugins.tree import contribution
+from compute_plugins.tree.contribution import Contributions, ProviderContribution
+from compute_plugins.util import files, jsonload
+from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
 
@@ -37,7 +40,7 @@ FORMAT_VERSION = 1
 
 def path_for(checkpoint_dir: str, nodename: str) -> str:
     """``<checkpoint_dir>/<safe file name>.contributions.json``: the node name
-    mapped by :func:`compute_plugins.names.safe_file_name`, so that no host
+    mapped by :func:`compute_plugins.plugin.names.safe_file_name`, so that no host
     name (``../../x``, ``/etc/x``) puts the file outside the directory."""
     return os.path.join(checkpoint_dir, "%s.contributions.json"
                         % names.safe_file_name(nodename))
@@ -77,7 +80,7 @@ def save(checkpoint_dir: str, nodename: str, text: str) -> bool:
 
     A crash leaves the old file or the new one, never a torn one: the data
     is fsynced before the rename and the directory after it
-    (:func:`compute_plugins.files.write_atomic`: a symlink planted at the
+    (:func:`compute_plugins.util.files.write_atomic`: a symlink planted at the
     file's name is replaced, never written through). The directory is
     created mode 0700 and the file 0600: only the agent's user reads them.
     Returns False (and logs) when it cannot be written; the agent goes on,

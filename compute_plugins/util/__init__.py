@@ -1,0 +1,1 @@
+"""Small helpers every part uses: files, strict JSON, text from outside."""
