@@ -1,7 +1,7 @@
 """What a request is built from: flavor, image properties, ports, hints.
 
 :class:`RequestInput` is what each plugin's ``parse_request`` hook receives.
-Besides the (immutable) data it carries a per-plugin *ledger*: a plugin
+Besides the (immutable) data it carries a per-plugin *parse record*: a plugin
 :meth:`~RequestInput.claim`\\ s the keys it understands and
 :meth:`~RequestInput.report`\\ s every problem it finds (or raises
 :class:`~compute_plugins.request.errors.RequestValidationError`). The
@@ -12,7 +12,7 @@ and raises one error that lists every plugin's problems.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins.request.errors import Problem, RequestInputError
@@ -148,7 +148,7 @@ class Port:
         return cls(**kwargs)
 
 
-class _Ledger:
+class _ParseRecord:
     """Keys claimed and problems reported while one plugin parses."""
 
     def __init__(self, plugin: str) -> None:
@@ -175,7 +175,7 @@ class RequestInput:
     image_name: str = ""
     ports: tuple[Port, ...] = ()
     hints: FrozenMap[str, Any] = dataclasses.field(default_factory=FrozenMap)
-    _ledger: Optional[_Ledger] = dataclasses.field(
+    _record: Optional[_ParseRecord] = dataclasses.field(
         default=None, compare=False, repr=False)
 
     @classmethod
@@ -239,46 +239,40 @@ class RequestInput:
         return (self.extra_specs.get(flavor_key),
                 self.image_properties.get(image_key))
 
-    # -- the ledger ---------------------------------------------------------
+    # -- the parse record ---------------------------------------------------------
 
     def for_plugin(self, plugin: str) -> RequestInput:
-        """A copy of this input with a fresh ledger for ``plugin``."""
-        return dataclasses.replace(self, _ledger=_Ledger(plugin))
+        """A copy of this input with a fresh parse record for ``plugin``."""
+        return dataclasses.replace(self, _record=_ParseRecord(plugin))
 
     @property
     def plugin(self) -> str:
-        return self._ledger.plugin if self._ledger else "framework"
+        return self._record.plugin if self._record else "framework"
 
     def claim(self, *keys: str, source: str = "flavor") -> None:
         """Mark ``keys`` (extra specs, or image properties with
         ``source="image"``) as understood by the parsing plugin."""
-        if self._ledger is not None:
-            self._ledger.claimed.update((source, k) for k in keys)
+        if self._record is not None:
+            self._record.claimed.update((source, k) for k in keys)
 
     def report(self, key: str, value: Any, rule: str,
                source: str = "flavor") -> None:
         """Record a problem; the framework raises them all at the end."""
         problem = Problem(source, key, value, rule, self.plugin)
-        if self._ledger is None:
+        if self._record is None:
             from compute_plugins.request.errors import RequestValidationError
             raise RequestValidationError([problem])
-        self._ledger.problems.append(problem)
+        self._record.problems.append(problem)
 
     @property
     def claimed(self) -> frozenset[tuple[str, str]]:
-        return frozenset(self._ledger.claimed) if self._ledger else frozenset()
+        return frozenset(self._record.claimed) if self._record else frozenset()
 
     @property
     def problems(self) -> tuple[Problem, ...]:
-        return tuple(self._ledger.problems) if self._ledger else ()
+        return tuple(self._record.problems) if self._record else ()
 
     def has_problems(self) -> bool:
-        return bool(self._ledger and self._ledger.problems)
+        return bool(self._record and self._record.problems)
 
 
-def iter_extra_specs(request_input: RequestInput,
-                     prefixes: Iterable[str]) -> list[tuple[str, str]]:
-    """The extra specs whose key starts with one of ``prefixes``, sorted."""
-    wanted = tuple(prefixes)
-    return sorted((k, v) for k, v in request_input.extra_specs.items()
-                  if k.startswith(wanted))

@@ -105,16 +105,6 @@ def check_pattern(ri: RequestInput, key: str, value: Any, pattern: str,
     return value
 
 
-def flavor_image_conflict_rule(ri: RequestInput, key: str, flavor_value: Any,
-                               image_value: Any, prefix: str = "hw") -> str:
-    """nova's ``FlavorImageConflict`` message."""
-    return ("Flavor %(flavor)s has %(prefix)s:%(key)s extra spec explicitly set "
-            "to %(fv)s, conflicting with image %(image)s which has "
-            "%(prefix)s_%(key)s explicitly set to %(iv)s." % {
-                "flavor": ri.flavor.name, "prefix": prefix, "key": key,
-                "fv": flavor_value, "image": ri.image_name, "iv": image_value})
-
-
 def flavor_image_enum(ri: RequestInput, key: str, allowed: Sequence[str],
                       image_rule: Optional[str] = None
                       ) -> tuple[Optional[str], Optional[str]]:

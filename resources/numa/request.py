@@ -129,11 +129,6 @@ class NUMARequest(PluginRequest):
     cells: tuple[GuestCell, ...] = ()
     extra_pcpus: int = 0
 
-    @property
-    def has_topology(self) -> bool:
-        return bool(self.cells)
-
-
 @dataclasses.dataclass(frozen=True)
 class CellAssignment:
     """Where one guest NUMA node runs on the host.

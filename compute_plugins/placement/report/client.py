@@ -102,11 +102,6 @@ class ReportClient:
         tree.restore(tuple(self._hold.visible()))
         return tree
 
-    def get_allocations_for_tree(self, root_uuid: str) -> dict[str, Any]:
-        """Allocations of every consumer of the tree, as
-        ``GET /allocations/{consumer}`` gives them (nova's reshape input)."""
-        return self._reshaper.allocations_for_tree(root_uuid)
-
     # -- the periodic -------------------------------------------------------
 
     def periodic(self, update_tree: UpdateTree, nodename: str,
