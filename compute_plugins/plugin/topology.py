@@ -10,12 +10,12 @@ NVMe plugin). Neither names the other, and the framework names neither:
   :class:`GuestTopology` (guest node -> host cell, whether the guest
   floats);
 - a consumer's class says ``needs = (TOPOLOGY,)``: ``fit`` then runs the
-  provider first (:func:`compute_plugins.plugin.state.fit_order`) and the consumer
+  provider first (:attr:`compute_plugins.runtime.PluginSet.order`) and the consumer
   reads the value from its ``earlier`` with :func:`guest_topology` (or
   :func:`guest_host_cells`);
 - a consumer's assignment that records the host cells its affinity was
   checked against (:class:`RecordsGuestCells`: ``host_cells``) is checked
-  by :func:`compute_plugins.plugin.state.verify_all` against the provider's
+  by :meth:`compute_plugins.runtime.PluginSet.verify` against the provider's
   decision (:func:`recorded_cells_problem`), since ``verify`` gets no
   ``earlier``.
 
@@ -145,7 +145,7 @@ def recorded_cells_problem(earlier: Mapping[str, object],
     """Why an assignment's recorded ``host_cells`` (the guest's host cells
     its affinity was checked against) are not where the decision in
     ``earlier`` puts the guest; None when they are, or when the assignment
-    records none (:func:`compute_plugins.plugin.state.verify_all`)."""
+    records none (:meth:`compute_plugins.runtime.PluginSet.verify`)."""
     if not isinstance(assignment, RecordsGuestCells):
         return None
     found = topology_provider(earlier)
