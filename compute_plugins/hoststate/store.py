@@ -30,18 +30,10 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue):
     """The host-state store on one database: host publication and the
     decision queue.
 
-    Safe to share between threads; every process opens its own (an engine
-    does not survive ``fork``). Opening checks the schema version and
-    creates the tables in an empty database.
-
-    :param connection: an SQLAlchemy URL: ``sqlite:////abs/file`` (created
-        0600 when missing), ``sqlite://`` (in memory, this object only),
-        ``postgresql+psycopg2://...`` or ``mysql+pymysql://...``.
-    :param lock_timeout: seconds a writer waits for another's lock before
-        failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
-        ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
-    :raises SchemaVersionMismatch: the database has another schema version.
-    :raises StoreUnavailable: the database cannot be reached.
+    :param connection: an SQLAlchemy URL; see :class:`Database` for the
+        kinds, what opening checks and what it raises.
+    :param lock_timeout: seconds a writer waits for another's lock
+        (:class:`Database`).
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
