@@ -223,7 +223,9 @@ class PluginSet(Mapping[str, AnyPlugin]):
         that a plugin runs after those it names in ``fit_after`` and those
         that provide a role it ``needs`` (when in the set).
 
-        :raises ConfigError: plugins name each other (a cycle).
+        :raises FitOrderCycle: plugins name each other (a cycle; a
+            :class:`~compute_plugins.exception.ConfigError`): :meth:`fit`
+            and :meth:`verify` reject with it.
         """
         return tuple(search.fit_order(self._fit_after))
 
@@ -536,8 +538,11 @@ class PluginSet(Mapping[str, AnyPlugin]):
         :param states: plugin -> its host state on this host.
         :param mappings: the candidate's ``mappings`` (None offline).
         """
-        order = [name for name in self.order
-                 if spec.requests.get(name) is not None]
+        try:
+            order = [name for name in self.order
+                     if spec.requests.get(name) is not None]
+        except search.FitOrderCycle as cycle:
+            return search.FitResult(rejections=(cycle.rejection(),))
         failures: list[Rejection] = []
 
         def decide(name: str, earlier: search.Decided
@@ -613,9 +618,13 @@ class PluginSet(Mapping[str, AnyPlugin]):
         decision = spec.decision
         if decision is None:
             raise ValueError("the spec carries no decision to verify")
+        try:
+            order = self.order
+        except search.FitOrderCycle as cycle:
+            return (cycle.rejection(),)
         rejections: list[Rejection] = []
         earlier: dict[str, PluginAssignment] = {}
-        for name in self.order:
+        for name in order:
             request = spec.requests.get(name)
             if request is None:
                 continue

@@ -469,3 +469,17 @@ def test_a_utilization_out_of_its_range_is_no_opinion(plugins, monkeypatch, used
     shown = "a str" if isinstance(used, str) else repr(used)
     assert ("utilization: returned %s, not a float from 0.0 to 1.0 or None" % shown
             in record.getMessage())
+
+
+def test_plugins_that_run_after_each_other_reject_not_raise(plugins, monkeypatch):
+    """A fit_after cycle (two plugins' declarations) rejects every host with
+    one reason naming them (as fit_all did in the scheduler), never a
+    ConfigError into the scheduler, the nova filter or the agent."""
+    spec = decided(plugins, spec_for(plugins, widget_count="1", gizmo_on="1"))
+    monkeypatch.setattr(Widget, "fit_after", ("gizmo",), raising=False)
+    cyclic = PluginSet.of({"widget": Widget(cfg.ConfigOpts()),
+                           "gizmo": Gizmo(cfg.ConfigOpts())})
+    reason = Rejection("plugins gizmo, widget run after each other (fit_after, "
+                       "needs: a cycle)", plugin="gizmo, widget")
+    assert cyclic.fit(states(cyclic), spec, host=HOST).rejections == (reason,)
+    assert cyclic.verify(states(cyclic), spec, host=HOST) == (reason,)
