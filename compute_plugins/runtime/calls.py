@@ -123,11 +123,14 @@ def invoke(plugin: str, origin: Callable[[], str], hook: str,
 
 
 def garbage(plugin: str, origin: str, hook: str, value: object,
-            expected: str) -> PluginFailed:
+            expected: str, *, show: bool = False) -> PluginFailed:
     """The failure of a hook that returned ``value`` instead of ``expected``
-    (logged)."""
+    (logged).
+
+    :param show: say the value itself (a number out of range), not its type.
+    """
     failed = PluginFailed(plugin, origin, hook, "returned %s, not %s"
-                          % (_a(value), expected))
+                          % (repr(value) if show else _a(value), expected))
     LOG.error("%s", failed)
     return failed
 

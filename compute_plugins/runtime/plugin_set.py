@@ -223,7 +223,9 @@ class PluginSet(Mapping[str, AnyPlugin]):
         that a plugin runs after those it names in ``fit_after`` and those
         that provide a role it ``needs`` (when in the set).
 
-        :raises ConfigError: plugins name each other (a cycle).
+        :raises FitOrderCycle: plugins name each other (a cycle; a
+            :class:`~compute_plugins.exception.ConfigError`): :meth:`fit`
+            and :meth:`verify` reject with it.
         """
         return tuple(search.fit_order(self._fit_after))
 
@@ -536,8 +538,11 @@ class PluginSet(Mapping[str, AnyPlugin]):
         :param states: plugin -> its host state on this host.
         :param mappings: the candidate's ``mappings`` (None offline).
         """
-        order = [name for name in self.order
-                 if spec.requests.get(name) is not None]
+        try:
+            order = [name for name in self.order
+                     if spec.requests.get(name) is not None]
+        except search.FitOrderCycle as cycle:
+            return search.FitResult(rejections=(cycle.rejection(),))
         failures: list[Rejection] = []
 
         def decide(name: str, earlier: search.Decided
@@ -613,9 +618,13 @@ class PluginSet(Mapping[str, AnyPlugin]):
         decision = spec.decision
         if decision is None:
             raise ValueError("the spec carries no decision to verify")
+        try:
+            order = self.order
+        except search.FitOrderCycle as cycle:
+            return (cycle.rejection(),)
         rejections: list[Rejection] = []
         earlier: dict[str, PluginAssignment] = {}
-        for name in self.order:
+        for name in order:
             request = spec.requests.get(name)
             if request is None:
                 continue
@@ -711,19 +720,27 @@ class PluginSet(Mapping[str, AnyPlugin]):
         node or device; one line saying so when the plugin fails."""
         item = self._loaded[name]
         try:
-            lines = invoke(name, item.origin, "describe", (), item.plugin.describe,
+            given = invoke(name, item.origin, "describe", (), item.plugin.describe,
                            request, assignment)
-            if isinstance(lines, (str, bytes)) or not all(
-                    isinstance(line, str) for line in lines):
+            if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+                raise garbage(name, item.origin(), "describe", given,
+                              "a sequence of str")
+            # NOTE: read under the policy: an iterator's lines are kept,
+            # and one that raises midway is the plugin's failure.
+            lines: list[object] = invoke(name, item.origin, "describe", (),
+                                         list, given)
+            if not all(isinstance(line, str) for line in lines):
                 raise garbage(name, item.origin(), "describe", lines,
                               "a sequence of str")
         except PluginFailed as failed:
             return ["(%s)" % failed.reason()]
-        return list(lines)
+        return [str(line) for line in lines]
 
     def utilization(self, name: str, state: object) -> Optional[float]:
         """How full the host is for plugin ``name`` (0.0 to 1.0), None: no
-        opinion (also when the plugin fails or answers something else)."""
+        opinion (also when the plugin fails or answers something else: a
+        NaN would make the weighers' order arbitrary, a weight out of the
+        range outweigh every other plugin's)."""
         item = self._loaded[name]
         try:
             used = invoke(name, item.origin, "utilization", (),
@@ -732,8 +749,10 @@ class PluginSet(Mapping[str, AnyPlugin]):
             return None
         if used is None:
             return None
-        if isinstance(used, bool) or not isinstance(used, (int, float)):
-            garbage(name, item.origin(), "utilization", used, "a float or None")
+        number = isinstance(used, (int, float)) and not isinstance(used, bool)
+        if not number or not 0.0 <= used <= 1.0:
+            garbage(name, item.origin(), "utilization", used,
+                    "a float from 0.0 to 1.0 or None", show=number)
             return None
         return float(used)
 

@@ -53,12 +53,28 @@ class FitResult:
         return not self.rejections
 
 
+class FitOrderCycle(exception.ConfigError):
+    """Plugins run after each other (``fit_after``, ``needs``): no order.
+
+    :param plugins: the plugins that cannot be ordered, by name.
+    """
+
+    def __init__(self, plugins: Sequence[str]) -> None:
+        self.plugins = tuple(plugins)
+        super().__init__("plugins %s run after each other (fit_after, needs: "
+                         "a cycle)" % ", ".join(self.plugins))
+
+    def rejection(self) -> Rejection:
+        """The cycle as the rejection of a host (of any host)."""
+        return Rejection(str(self), plugin=", ".join(self.plugins))
+
+
 def fit_order(fit_after: Mapping[str, Sequence[str]]) -> list[str]:
     """Plugin names in the order their ``fit`` runs: by name, except that a
     plugin runs after those it names in ``fit_after`` (when present).
 
     :param fit_after: every plugin -> the plugins it runs after.
-    :raises ConfigError: plugins name each other (a cycle).
+    :raises FitOrderCycle: plugins name each other (a cycle).
     """
     done: list[str] = []
     pending = sorted(fit_after)
@@ -70,9 +86,7 @@ def fit_order(fit_after: Mapping[str, Sequence[str]]) -> list[str]:
                 pending.remove(name)
                 break
         else:
-            raise exception.ConfigError(
-                "plugins %s run after each other (fit_after, needs: a cycle)"
-                % ", ".join(pending))
+            raise FitOrderCycle(pending)
     return done
 
 

@@ -432,3 +432,54 @@ def test_the_types_are_read_on_the_plugins_class(plugins):
     assert plugins.state_type("widget") is WidgetState
     assert plugins.assignment_type("gizmo") is None
     assert plugins.state_type("nosuch") is None
+
+
+# -- values a hook hands back lazily, or out of its contract's range ------------------
+
+
+def lines_then_bug(*args, **kwargs):
+    yield "slot 0"
+    raise RuntimeError("widget bug")
+
+
+@pytest.mark.parametrize("fault, text", [
+    (lambda *a, **k: 5, "the plugin's describe returned an int, not a sequence of str"),
+    (lines_then_bug, "the plugin failed while describing its assignment: " + BUG)])
+def test_a_describe_that_fails_late_is_one_line_naming_the_plugin(
+        plugins, monkeypatch, fault, text):
+    monkeypatch.setattr(Widget, "describe", fault)
+    (line,) = describe_reasons(plugins)[0][1:]
+    assert text in line and ORIGIN in line
+
+
+def test_the_lines_describe_yields_are_kept(plugins, monkeypatch):
+    monkeypatch.setattr(Widget, "describe",
+                        lambda self, r, a: (line for line in ("slot 0", "cool")))
+    spec = spec_for(plugins, widget_count="1")
+    assert plugins.describe("widget", spec.requests["widget"],
+                            WidgetAssignment(slots=(0,))) == ["slot 0", "cool"]
+
+
+@pytest.mark.parametrize("used", [float("nan"), float("inf"), 1.5, -0.5, "0.5"])
+def test_a_utilization_out_of_its_range_is_no_opinion(plugins, monkeypatch, used, caplog):
+    monkeypatch.setattr(Widget, "utilization", lambda self, state: used)
+    with caplog.at_level(logging.ERROR, logger="compute_plugins.runtime.calls"):
+        assert plugins.utilization("widget", WidgetState()) is None
+    (record,) = caplog.records
+    shown = "a str" if isinstance(used, str) else repr(used)
+    assert ("utilization: returned %s, not a float from 0.0 to 1.0 or None" % shown
+            in record.getMessage())
+
+
+def test_plugins_that_run_after_each_other_reject_not_raise(plugins, monkeypatch):
+    """A fit_after cycle (two plugins' declarations) rejects every host with
+    one reason naming them (as fit_all did in the scheduler), never a
+    ConfigError into the scheduler, the nova filter or the agent."""
+    spec = decided(plugins, spec_for(plugins, widget_count="1", gizmo_on="1"))
+    monkeypatch.setattr(Widget, "fit_after", ("gizmo",), raising=False)
+    cyclic = PluginSet.of({"widget": Widget(cfg.ConfigOpts()),
+                           "gizmo": Gizmo(cfg.ConfigOpts())})
+    reason = Rejection("plugins gizmo, widget run after each other (fit_after, "
+                       "needs: a cycle)", plugin="gizmo, widget")
+    assert cyclic.fit(states(cyclic), spec, host=HOST).rejections == (reason,)
+    assert cyclic.verify(states(cyclic), spec, host=HOST) == (reason,)
