@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -254,3 +255,19 @@ def test_a_deeply_nested_payload_is_a_format_error(manager):
 
     with pytest.raises(RequestFormatError, match="nested more than 32 deep"):
         RequestSpec.from_json("[" * 1200 + "]" * 1200, manager.plugins)
+
+
+#: A payload the previous release wrote (format 1.0, before the topology
+#: contract renamed the guest-node groups): what a host's ledger and the
+#: store hold across an upgrade (made by efcf4a8's ``to_dict`` of RICH
+#: with ``decision()``).
+SPEC_1_0 = (pathlib.Path(__file__).resolve().parents[2]
+            / "fixtures" / "specs" / "request-spec-1.0.json")
+
+
+def test_a_payload_of_the_previous_format_reads_as_the_spec_it_was(manager):
+    doc = json.loads(SPEC_1_0.read_text())
+    assert doc["version"] == "1.0" and any(g["kind"] == "numa_cell" for g in doc["groups"])
+    read = RequestSpec.from_dict(doc, manager.plugins)
+    assert read == build(manager, RICH, ports=PORTS).with_decision(decision())
+    assert json.loads(read.to_json())["version"] == FORMAT_VERSION
