@@ -35,6 +35,9 @@ CORE = ("compute_plugins/scheduler", "compute_plugins/compute",
         "compute_plugins/runtime", "compute_plugins/plugin/state.py",
         "compute_plugins/plugin/contract.py", "compute_plugins/plugin/topology.py",
         "compute_plugins/tree")
+#: Core modules left out, each for a reason: the payload formats of earlier
+#: releases, read with the names they were written with.
+EXEMPT = ("compute_plugins/request/formats.py",)
 WORD = "numa"
 _LAYOUT = frozenset({tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
                      tokenize.DEDENT, tokenize.COMMENT, tokenize.ENCODING})
@@ -99,7 +102,10 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     paths = args.paths or [ROOT / p for p in CORE]
     total = 0
+    exempt = {ROOT / p for p in EXEMPT}
     for path in python_files(paths):
+        if path.resolve() in exempt:
+            continue
         found = list(occurrences(path.read_text()))
         if not found:
             continue

@@ -52,7 +52,7 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins.request import generic
+from compute_plugins.request import formats, generic
 from compute_plugins.request.errors import (
     Problem,
     RequestFormatError,
@@ -61,7 +61,6 @@ from compute_plugins.request.errors import (
 )
 from compute_plugins.request.groups import (
     KIND_GENERIC,
-    KIND_GUEST_NODE,
     KIND_ROOT,
     Decision,
     PluginAssignment,
@@ -91,7 +90,7 @@ FORMAT = "compute_plugins.RequestSpec"
 #: Version of the JSON payload. Bump the minor for additions an older
 #: reader may refuse, the major for incompatible changes. 2.0: request
 #: groups name their topology generically (kind ``guest_node``, ``node``).
-FORMAT_VERSION = "2.0"
+FORMAT_VERSION = formats.CURRENT
 #: A format or plugin data version: ``MAJOR.MINOR``.
 _VERSION_RE = VERSION_RE
 
@@ -293,7 +292,7 @@ class RequestSpec:
     @classmethod
     def _from_dict(cls, doc: Any, loaded: PluginSet) -> RequestSpec:
         _check_header(doc)
-        doc = _upgraded(doc)
+        doc = formats.upgraded(doc, _version(doc["version"], "format version"))
         payload_plugins = _check_plugins(doc["plugins"], loaded)
         image = _expect(doc["image"], Mapping, "image")
         unknown = set(image) - {"name", "properties"}
@@ -339,48 +338,6 @@ def _expect(value: Any, kind: type, where: str) -> Any:
     return value
 
 
-def _group_1_0(group: Any) -> Any:
-    """A request group of format 1.0 as 2.0 writes it: the guest's
-    topology nodes were ``numa_cell`` groups with a ``numa_node``."""
-    if not isinstance(group, Mapping):
-        return group  # NOTE: the reader refuses it, naming the field.
-    upgraded = dict(group)
-    if upgraded.get("kind") == "numa_cell":
-        upgraded["kind"] = KIND_GUEST_NODE
-    if "numa_node" in upgraded:
-        upgraded["node"] = upgraded.pop("numa_node")
-    return upgraded
-
-
-def _groups_1_0(groups: Any) -> Any:
-    return [_group_1_0(g) for g in groups] if isinstance(groups, list) else groups
-
-
-def _upgrade_1_0(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 payload (written before the topology contract: specs in the
-    ledgers and stores of an earlier release) as 2.0: only the request
-    groups' guest-node kind and field were renamed."""
-    upgraded = dict(doc)
-    upgraded["version"] = FORMAT_VERSION
-    upgraded["groups"] = _groups_1_0(doc.get("groups"))
-    generic_doc = doc.get("generic")
-    if isinstance(generic_doc, Mapping) and "groups" in generic_doc:
-        upgraded["generic"] = {**generic_doc,
-                               "groups": _groups_1_0(generic_doc["groups"])}
-    return upgraded
-
-
-#: Older formats this reader still reads, each with its upgrade to the
-#: current one: a host's ledger and the store keep specs across an upgrade.
-_UPGRADES = {(1, 0): _upgrade_1_0}
-
-
-def _upgraded(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``doc`` in the current format (:data:`_UPGRADES`)."""
-    upgrade = _UPGRADES.get(_version(doc["version"], "format version"))
-    return doc if upgrade is None else upgrade(doc)
-
-
 def _check_header(doc: Any) -> None:
     """A RequestSpec payload of a version this reader knows, with exactly
     the known keys."""
@@ -391,11 +348,11 @@ def _check_header(doc: Any) -> None:
                                  "version" % (doc.get("version"),))
     version = _version(doc["version"], "format version")
     ours = _version(FORMAT_VERSION, "format version")
-    if version[0] < ours[0] and version not in _UPGRADES:
+    if version[0] < ours[0] and version not in formats.UPGRADES:
         raise RequestFormatError(
             "RequestSpec payload format %s is older than this reader "
             "supports (%s)" % (doc["version"], FORMAT_VERSION))
-    if version not in _UPGRADES and _newer(version, ours):
+    if version not in formats.UPGRADES and _newer(version, ours):
         raise RequestFormatError(
             "RequestSpec payload format %s is newer than this reader "
             "supports (%s)" % (doc["version"], FORMAT_VERSION))
