@@ -276,6 +276,13 @@ class PluginManager:
         included (:meth:`Providers.of
         <compute_plugins.tree.contribution.Providers.of>`).
         """
+        return Providers.of(nodename, self._provider_items(name, nodename) or (),
+                            self._tree_uuids.get(nodename))
+
+    def _provider_items(self, name: str, nodename: str
+                        ) -> Optional[Sequence[contribution.ProviderContribution]]:
+        """Plugin ``name``'s contribution for :meth:`providers` (None: it
+        has none, applied or made now)."""
         current = self._staged if self._staged is not None else self._applied
         items = (current or {}).get(name) if self._nodename == nodename else None
         plugin = self.plugins.get(name)
@@ -284,7 +291,7 @@ class PluginManager:
             items = (made[2] if made is not None and made[1] == nodename
                      and made[0] is self._views[name]
                      else self._contributions(name, plugin, nodename, {}))
-        return Providers.of(nodename, items or (), self._tree_uuids.get(nodename))
+        return items
 
     def host_states(self, nodename: str,
                     usage: Mapping[str, Sequence[PluginAssignment]], *,
@@ -302,11 +309,22 @@ class PluginManager:
         :param host: the host, for messages.
         """
         views = self.views
+        items = {name: self._provider_items(name, nodename) for name in views}
+        providers = {name: Providers.of(nodename, items[name] or (),
+                                        self._tree_uuids.get(nodename))
+                     for name in views}
+        # NOTE: a plugin that never contributed (its contribution failed)
+        # has no providers its state could name: say why, not a KeyError.
+        no_providers = {
+            name: "it failed to %s: %s" % (failure.stage, failure.reason)
+            for name, failure in self.failures.items()
+            if name in views and failure.stage in ("contribute", "conflict")
+            and not items[name]}
         return self.plugins.host_states(
-            views, {name: self.providers(name, nodename) for name in views},
-            usage, strict=strict, host=host,
+            views, providers, usage, strict=strict, host=host,
             unavailable={name: failure.reason
-                         for name, failure in self.failures.items()})
+                         for name, failure in self.failures.items()},
+            no_providers=no_providers)
 
     def update_provider_tree(
         self,

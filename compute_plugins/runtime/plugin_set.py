@@ -405,6 +405,7 @@ class PluginSet(Mapping[str, AnyPlugin]):
                     providers: Mapping[str, Providers],
                     usage: Mapping[str, Sequence[PluginAssignment]], *,
                     unavailable: Optional[Mapping[str, str]] = None,
+                    no_providers: Optional[Mapping[str, str]] = None,
                     strict: bool = False, host: str = ""
                     ) -> tuple[dict[str, object], list[Rejection]]:
         """Every plugin's host state under ``usage``.
@@ -415,6 +416,8 @@ class PluginSet(Mapping[str, AnyPlugin]):
             (:meth:`Providers.of <compute_plugins.tree.contribution.Providers.of>`).
         :param usage: plugin -> the assignments in force.
         :param unavailable: plugin -> why it has no view.
+        :param no_providers: plugin -> why it has no providers on the node
+            (it never contributed: its state would name none).
         :param strict: raise :class:`AssignmentConflict` when the
             assignments in force do not hold on the host (the user's input
             is wrong) instead of a rejection of that plugin.
@@ -430,6 +433,11 @@ class PluginSet(Mapping[str, AnyPlugin]):
                 broken.append(Rejection(
                     "the plugin could not discover the host: %s"
                     % why.get(name, "no view"), plugin=name))
+                continue
+            if no_providers and name in no_providers:
+                broken.append(Rejection(
+                    "the plugin has no providers on the host: %s"
+                    % no_providers[name], plugin=name))
                 continue
             try:
                 state = self.host_state(name, views[name], providers[name],

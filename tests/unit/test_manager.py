@@ -305,3 +305,21 @@ def test_impure_plugins_are_asked_every_periodic(conf):
     manager.plugins["flaky"].fail = True
     run(manager, tree)
     assert manager.failures["flaky"].stage == "contribute"
+
+
+def test_a_plugin_that_never_contributed_says_so_instead_of_a_state(conf):
+    """Its contribution failed since the start: it has no providers its
+    host state could name; the rejection says why (not a KeyError)."""
+    from resources.disk import DiskPlugin
+
+    class BrokenDisk(DiskPlugin):
+        def provider_contributions(self, view, nodename):
+            raise ValueError("no instances path")
+
+    manager = make_manager(conf, BrokenDisk)
+    run(manager)
+    states, broken = manager.host_states("node1", {}, host="node1")
+    assert states == {}
+    assert [(r.plugin, r.reason) for r in broken] == [(
+        "disk", "the plugin has no providers on the host: it failed to "
+        "contribute: no instances path")]
