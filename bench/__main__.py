@@ -1,4 +1,9 @@
-"""Run every benchmark package under ``bench/`` (or those named on the command line)."""
+"""Run every benchmark package under ``bench/`` (or those named on the command line).
+
+``python -m bench [NAME ...] [OPTIONS]``: the options (from the first word
+that starts with ``-``) go to every benchmark run, as ``python -m
+bench.NAME OPTIONS`` would take them.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import sys
 def main(argv: list[str]) -> int:
     here = pathlib.Path(__file__).parent
     available = sorted(p.name for p in here.iterdir() if (p / "__main__.py").exists())
-    wanted = argv or available
+    split = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    names, options = argv[:split], argv[split:]
+    wanted = names or available
     unknown = sorted(set(wanted) - set(available))
     if unknown:
         print("unknown benchmark(s): %s; available: %s"
@@ -19,10 +26,14 @@ def main(argv: list[str]) -> int:
     failed = 0
     for name in wanted:
         print("== bench.%s" % name, flush=True)
+        # NOTE: each benchmark parses sys.argv[1:]: its options, not the names.
+        saved, sys.argv = sys.argv, ["bench.%s" % name, *options]
         try:
             runpy.run_module("bench.%s" % name, run_name="__main__")
         except SystemExit as done:
             failed += done.code not in (0, None)
+        finally:
+            sys.argv = saved
     return 1 if failed else 0
 
 
