@@ -15,6 +15,7 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_plugins.cmd import common
+from compute_plugins.plugin.contract import describe_fields
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.spec import RequestSpec
@@ -105,8 +106,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         print("valid request: flavor %s, %d vCPU(s), %d MiB"
               % (printable(spec.flavor.name or "(unnamed)"), spec.flavor.vcpus,
                  spec.flavor.memory_mb))
-        for name in spec.requests:
-            print("  %s: %s" % (name, printable(spec.requests[name])))
+        for name, request in spec.requests.items():
+            for line in describe_fields(request):
+                print("  %s: %s" % (name, printable(line)))
         print("placement query (microversion %s):" % query.microversion)
         print(query)
     return EXIT_OK

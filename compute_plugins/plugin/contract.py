@@ -143,13 +143,15 @@ class GuestFragment:
                              % (self.parent, ", ".join(FRAGMENT_PARENTS)))
 
 
-def describe_fields(assignment: PluginAssignment) -> list[str]:
-    """Any assignment in a few ``field=value`` lines: one for its plain
-    fields, one per item of each list of objects (a device, a VF...).
+def describe_fields(value: Union[PluginRequest, PluginAssignment]) -> list[str]:
+    """Any request or assignment in a few ``field=value`` lines: one for
+    its plain fields, one per item of each list of objects (a device, a
+    VF, a guest cell...).
 
-    The default of :meth:`ResourcePlugin.describe`.
+    The default of :meth:`ResourcePlugin.describe`; ``validate`` prints
+    each plugin's request with it.
     """
-    doc = encode(assignment)
+    doc = encode(value)
     if not isinstance(doc, Mapping):
         return [json.dumps(doc, sort_keys=True)]
 

@@ -41,6 +41,20 @@ def test_valid_request_prints_the_query(tmp_path):
     assert "%3A" not in result.stdout
 
 
+def test_valid_request_says_each_plugins_request_in_words(tmp_path):
+    result = cli("validate", "--flavor", write(tmp_path, "f.json", FLAVOR))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "valid request: flavor pinned, 4 vCPU(s), 4096 MiB"
+    assert "  numa: cells[0]: id=0, cpus=[], pcpus=[0, 1], memory_mb=2048" in lines
+    assert "  numa: cells[1]: id=1, cpus=[], pcpus=[2, 3], memory_mb=2048" in lines
+    assert any(line.startswith("  numa: vcpus=4, memory_mb=4096, cpu_policy=dedicated, ")
+               for line in lines), lines
+    assert any(line.startswith("  disk: disk_gb=10, root_gb=10, ") for line in lines), lines
+    # no Python reprs of the typed requests
+    assert "NUMARequest(" not in result.stdout and "frozenset(" not in result.stdout
+
+
 def test_valid_request_json(tmp_path):
     flavor = write(tmp_path, "f.json", FLAVOR)
     image = write(tmp_path, "i.json", {"name": "img", "properties": {
