@@ -20,6 +20,12 @@ from compute_plugins.host.model import HostInfo
 LOG = logging.getLogger(__name__)
 
 
+#: Said when libvirt cannot be reached: where a host's facts can come from
+#: without a libvirt daemon.
+NO_DAEMON_HINT = ("; without a libvirt daemon, try --libvirt-uri test:///default "
+                  "(libvirt's test driver) or --host-snapshot DIR (a recorded "
+                  "host, e.g. compute_plugins/demo/hosts/numa)")
+
 def _silence(_ctx: object, _error: object) -> None:
     """Drop libvirt's default print-to-stderr; errors come as exceptions."""
 
@@ -56,9 +62,9 @@ def fetch_libvirt(uri: str) -> RawHost:
     try:
         conn = libvirt.openReadOnly(uri)
     except libvirt.libvirtError as exc:
-        raise HostConnectionError(uri, _message(exc)) from None
+        raise HostConnectionError(uri, _message(exc) + NO_DAEMON_HINT) from None
     if conn is None:  # old bindings returned None instead of raising
-        raise HostConnectionError(uri, "connection failed")
+        raise HostConnectionError(uri, "connection failed" + NO_DAEMON_HINT)
     try:
         hostname = conn.getHostname()
         info = conn.getInfo()

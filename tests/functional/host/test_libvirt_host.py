@@ -146,6 +146,10 @@ def test_cannot_connect():
     assert err.value.uri == uri
     assert str(err.value).startswith(uri + ": libvirt error: ")
     assert "/no/such/host.xml" in err.value.libvirt_message
+    # where a host's facts come from without a daemon
+    assert str(err.value).endswith("try --libvirt-uri test:///default (libvirt's "
+                                   "test driver) or --host-snapshot DIR (a recorded "
+                                   "host, e.g. compute_plugins/demo/hosts/numa)")
 
 
 def test_test_driver_rejects_unsupported_device_xml(tmp_path):
