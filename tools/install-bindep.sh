@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wait_s=${APT_LOCK_TIMEOUT:-300}
+if [[ ! "$wait_s" =~ ^[0-9]+$ ]]; then
+    echo "install-bindep: APT_LOCK_TIMEOUT=$wait_s: expected whole seconds (e.g. 300)" >&2
+    exit 2
+fi
 missing=()
 while read -r pkg _; do
     [[ -z "$pkg" || "$pkg" == \#* ]] && continue

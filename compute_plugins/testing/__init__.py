@@ -91,7 +91,8 @@ def check_plugin(
         read after each host's own (the plugin's options).
     :param hosts: where to run it (default: :func:`demo_hosts`).
     :param companions: the classes of the plugins it runs after (default:
-        the installed plugins its ``fit_after`` names).
+        the installed plugins its ``fit_after`` names and those providing a
+        role it ``needs``).
     :param checks: the names of the checks to run (default: every one of
         :data:`CHECKS`, in that order).
     :param xml_validator: the ``virt-xml-validate`` command the
