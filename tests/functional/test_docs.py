@@ -5,10 +5,9 @@ blocks tagged ``console``: each line starting with ``$ `` is a command (a
 line ending with ``\\`` continues on the next), the lines after it up to the
 next command are what it prints. Each page's commands run, in order, in one
 ``bash`` session (variables and ``cd`` carry over, as in a reader's
-terminal), in a scratch directory that holds a link to every top-level
-entry of the repository, so the commands see the paths they name relative
-to the repository root while whatever they write stays in the scratch
-directory. ``XDG_STATE_HOME`` points into it too, and the checkout's code
+terminal), in a scratch copy of the repository's tree whose files are
+links, so the commands see the paths they name relative to the repository
+root while whatever they write stays in the scratch tree. ``XDG_STATE_HOME`` points into it too, and the checkout's code
 wins imports (``PYTHONPATH``), as in the other tests.
 
 What is compared:
@@ -33,9 +32,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,7 +137,10 @@ def script(commands: list[Command], logs: Path) -> str:
         if c.background:
             body = c.text.rstrip()[:-1]
             log = logs / ("bg%d.log" % i)
-            out.append("{ %s\n} > %s 2>&1 &" % (body, log))
+            # A simple command replaces its subshell (exec), so that the job
+            # is the command itself, as in an interactive shell (kill %1).
+            simple = not re.search(r"[;&|]", body)
+            out.append("{ %s%s\n} > %s 2>&1 &" % ("exec " if simple else "", body, log))
             out.append("__rc=0")
             if c.expected:
                 # Wait for the line(s) the page shows, as the reader does.
@@ -149,7 +153,8 @@ def script(commands: list[Command], logs: Path) -> str:
             out.append("{ %s\n} 2> %s" % (c.text, logs / ("err%d.log" % i)))
             out.append("__rc=$?")
         out.append("printf '\\n%s end %d %%d\\n' $__rc" % (MARK, i))
-    out.append("kill $(jobs -p) 2>/dev/null; wait")
+    # What still runs in the background is stopped by run_page (the whole
+    # process group), not waited for.
     return "\n".join(out) + "\n"
 
 
@@ -164,14 +169,42 @@ def split_output(stdout: str, count: int) -> dict[int, tuple[str, int]]:
     return found
 
 
+SKIP_DIRS = {".git", ".venv", ".tox", "build", "__pycache__", ".mypy_cache",
+             ".ruff_cache", ".pytest_cache", ".hypothesis", "e2e"}
+
+
 def scratch_dir(tmp_path: Path) -> Path:
-    """A directory that looks like the repository root to the commands."""
+    """The repository's tree, its directories real and its files links.
+
+    The commands find every file they name where the docs say, relative to
+    the repository root, and whatever they write (state directories,
+    databases) lands in the scratch tree, never in the checkout.
+    """
     work = tmp_path / "repo"
-    work.mkdir()
-    for entry in ROOT.iterdir():
-        if entry.name not in (".git", ".venv", ".tox"):
-            (work / entry.name).symlink_to(entry)
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        here = work / Path(top).relative_to(ROOT)
+        here.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            (here / name).symlink_to(Path(top) / name)
     return work
+
+
+def stop_group(proc: subprocess.Popen[str]) -> None:
+    """Stop the page's shell and everything it started (its process group)."""
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+    proc.wait(timeout=5)
 
 
 def run_page(path: Path, tmp_path: Path) -> list[str]:
@@ -187,7 +220,7 @@ def run_page(path: Path, tmp_path: Path) -> list[str]:
         XDG_STATE_HOME=str(tmp_path / "state"),
         PYTHONDONTWRITEBYTECODE="1",
     )
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", "-c", script(commands, logs)],
         cwd=work,
         env=env,
@@ -195,13 +228,17 @@ def run_page(path: Path, tmp_path: Path) -> list[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=240,
+        start_new_session=True,  # its own process group: stopped as one below
     )
-    results = split_output(proc.stdout, len(commands))
+    try:
+        stdout, _ = proc.communicate(timeout=240)
+    finally:
+        stop_group(proc)
+    results = split_output(stdout, len(commands))
     problems: list[str] = []
     for i, c in enumerate(commands):
         if i not in results:
-            problems.append("%s\n  did not run to the end; output:\n%s" % (c.where(), proc.stdout[-3000:]))
+            problems.append("%s\n  did not run to the end; output:\n%s" % (c.where(), stdout[-3000:]))
             break
         out, rc = results[i]
         if c.background:
