@@ -14,7 +14,8 @@ What is compared:
 
 - a command whose output the page shows must print it: its stdout, or its
   stderr and stdout together (the docs show an error line where the reader
-  sees it). ``...`` on a line of its own stands for any number of lines,
+  sees it). ``...`` on a line of its own (possibly followed by a note in
+  parentheses) stands for any number of lines,
   ``...`` inside a line for any text (uuids, timings);
 - a command whose output the page does not show must exit 0, unless the
   next command is ``echo $?`` (which then shows the status);
@@ -49,6 +50,9 @@ PAGES = sorted(
 )
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^`]*)$")
 MARK = "@@docs-test@@"
+#: A line of its own standing for any number of lines: ``...``, possibly
+#: followed by a note in parentheses (``...   (the other hosts' trees)``).
+ELLIPSIS_LINE = re.compile(r"\s*\.\.\.(\s+\(.*\))?\s*")
 
 
 @dataclass
@@ -119,7 +123,7 @@ def matches(expected: list[str], actual: str) -> bool:
     """Whether ``actual`` is what ``expected`` shows (``...`` placeholders)."""
     parts: list[str] = []
     for line in expected:
-        if line.strip() == "...":
+        if ELLIPSIS_LINE.fullmatch(line):
             parts.append(r"(?:[^\n]*\n)*?")
         else:
             pieces = [re.escape(p) for p in line.rstrip().split("...")]
@@ -144,7 +148,7 @@ def script(commands: list[Command], logs: Path) -> str:
             out.append("__rc=0")
             if c.expected:
                 # Wait for the line(s) the page shows, as the reader does.
-                n = len([x for x in c.expected if x.strip() != "..."])
+                n = len([x for x in c.expected if not ELLIPSIS_LINE.fullmatch(x)])
                 out.append(
                     "for __i in $(seq 600); do [ $(wc -l < %s) -ge %d ] && break; sleep 0.1; done"
                     % (log, n)
