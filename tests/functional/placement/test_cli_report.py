@@ -463,7 +463,7 @@ def test_a_bad_checkpoint_is_ignored_with_a_warning_every_periodic_works(
 def test_the_state_is_private_to_the_agents_user(tmp_path):
     """New state directory 0700, database and checkpoint 0600; an existing
     database readable by others is tightened; an existing directory is
-    left as it is (it may be shared: README)."""
+    left as it is (it may be shared: doc/source/state-and-claims.md)."""
     import os
     import stat
 
