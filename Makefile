@@ -1,6 +1,6 @@
 # Two set-up commands (see README.md); each installs what it needs first:
-# `make run` only the runtime requirements, `make test` (and pep8, bench,
-# docs) the test extra on top.
+# `make run` (and docs) only the runtime requirements, `make test` (and pep8, bench)
+# the test extra on top.
 PYTHON ?= python3
 VENV ?= .venv
 RUN_STAMP := $(VENV)/.installed-run
@@ -25,7 +25,7 @@ pep8: $(TEST_STAMP)
 	$(VENV)/bin/mypy
 
 # The Sphinx documentation (doc/source -> doc/build/html), warnings as errors.
-docs: $(TEST_STAMP)
+docs: $(RUN_STAMP)
 	$(VENV)/bin/pip install -q -r doc/requirements.txt
 	$(VENV)/bin/sphinx-build -W -b html doc/source doc/build/html
 

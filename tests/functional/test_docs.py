@@ -7,8 +7,9 @@ next command are what it prints. Each page's commands run, in order, in one
 ``bash`` session (variables and ``cd`` carry over, as in a reader's
 terminal), in a scratch copy of the repository's tree whose files are
 links, so the commands see the paths they name relative to the repository
-root while whatever they write stays in the scratch tree. ``XDG_STATE_HOME`` points into it too, and the checkout's code
-wins imports (``PYTHONPATH``), as in the other tests.
+root while whatever they write stays in the scratch tree.
+``XDG_STATE_HOME`` points into it too, and the checkout's code wins imports
+(``PYTHONPATH``), as in the other tests.
 
 What is compared:
 
@@ -242,7 +243,9 @@ def run_page(path: Path, tmp_path: Path) -> list[str]:
     problems: list[str] = []
     for i, c in enumerate(commands):
         if i not in results:
-            problems.append("%s\n  did not run to the end; output:\n%s" % (c.where(), stdout[-3000:]))
+            problems.append(
+                "%s\n  did not run to the end; output:\n%s" % (c.where(), stdout[-3000:])
+            )
             break
         out, rc = results[i]
         if c.background:
