@@ -175,7 +175,7 @@ def split_output(stdout: str, count: int) -> dict[int, tuple[str, int]]:
 
 
 SKIP_DIRS = {".git", ".venv", ".tox", "build", "__pycache__", ".mypy_cache",
-             ".ruff_cache", ".pytest_cache", ".hypothesis", "e2e"}
+             ".ruff_cache", ".pytest_cache", ".hypothesis", "e2e", "fpga-target"}
 
 
 def scratch_dir(tmp_path: Path) -> Path:
