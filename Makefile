@@ -1,31 +1,45 @@
-# Two set-up commands (see README.md); each installs what it needs first.
+# Two set-up commands (see README.md); each installs what it needs first:
+# `make run` (and docs) only the runtime requirements, `make test` (and pep8, bench)
+# the test extra on top.
 PYTHON ?= python3
 VENV ?= .venv
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench genconfig pep8 bootstrap
+.PHONY: run test bench genconfig pep8 docs bootstrap
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/compute-plugins demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q tests
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(VENV)/bin/python -m bench
 
-genconfig: $(STAMP)
+genconfig: $(RUN_STAMP)
 	$(VENV)/bin/oslo-config-generator --config-file etc/compute-plugins/compute-plugins-config-generator.conf
 
-pep8: $(STAMP)
+pep8: $(TEST_STAMP)
 	$(VENV)/bin/ruff check compute_plugins resources tests bench examples tools
 	$(VENV)/bin/mypy
 
-bootstrap: $(STAMP)
+# The Sphinx documentation (doc/source -> doc/build/html), warnings as errors.
+docs: $(RUN_STAMP)
+	$(VENV)/bin/pip install -q -r doc/requirements.txt
+	$(VENV)/bin/sphinx-build -W -b html doc/source doc/build/html
 
-$(STAMP): setup.cfg bindep.txt
+bootstrap: $(TEST_STAMP)
+
+# The runtime requirements only: what the demo needs.
+$(RUN_STAMP): setup.cfg bindep.txt
 	tools/install-bindep.sh
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e .
+	touch $@
+
+# The test extra (pytest, linters, nova, database drivers) on top.
+$(TEST_STAMP): $(RUN_STAMP)
 	$(VENV)/bin/pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $@

@@ -9,7 +9,7 @@ and patterns, plus values outside them), each tested in a flavor where the
 key is meaningful (``hw:cpu_thread_policy`` with ``hw:cpu_policy=dedicated``
 ...). The few values where we are stricter on purpose are listed in
 :data:`STRICTER` with the reason. The keys nova knows and we do not must be
-exactly those listed, with why, in doc/nova-compat.md.
+exactly those listed, with why, in doc/source/nova-compat.md.
 
 Skipped without nova, except under ``COMPUTE_PLUGINS_COMPAT``.
 """
@@ -42,7 +42,7 @@ from tests.unit.resources import helpers  # noqa: E402
 
 nova_validators.load_validators()
 
-DOC = Path(__file__).resolve().parents[2] / "doc" / "nova-compat.md"
+DOC = Path(__file__).resolve().parents[2] / "doc" / "source" / "nova-compat.md"
 
 #: Sample values of the validators' name parameters.
 PARAMS = {"num": ["0"], "group": ["", "1"], "resource": ["FOO"],
@@ -252,7 +252,7 @@ def test_the_keys_nova_knows_and_we_do_not_are_documented(plugins):
     documented = set(re.findall(r"^- `([^`]+)`", section, re.MULTILINE))
     headings = {"capabilities:*", "quota:*"}  # the doc's group lines
     missing = set(unknown_to_us(plugins))
-    print("\nkeys nova knows and we do not: %d (doc/nova-compat.md)" % len(missing))
+    print("\nkeys nova knows and we do not: %d (doc/source/nova-compat.md)" % len(missing))
     assert missing == documented - headings
 
 

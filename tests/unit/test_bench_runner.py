@@ -1,4 +1,4 @@
-"""``python -m bench [NAME ...] [OPTIONS]``, as the README and ``tox -e
+"""``python -m bench [NAME ...] [OPTIONS]``, as doc/source/benchmarks.md and ``tox -e
 bench`` document it: names choose benchmarks, options go to each one."""
 
 from __future__ import annotations

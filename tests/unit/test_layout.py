@@ -1,6 +1,6 @@
 """The package's layout shows its architecture: no import cycles (lazy
 imports included), a handful of modules at the package root, the rest in
-packages by flow (doc/architecture.md)."""
+packages by flow (doc/source/architecture.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The snapshots are what ``tools/demo_hosts.py`` makes from libvirt's real
 captures (``--check``), each host's tree (with its own
-``compute-plugins.conf``) is the one the demo and the README describe, every
+``compute-plugins.conf``) is the one the demo and doc/source/demo.md describe, every
 request is valid, and ``compute-plugins fit`` (offline, every plugin) puts
 each request on the hosts it is meant for and nowhere else.
 

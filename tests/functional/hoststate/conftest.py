@@ -1,5 +1,5 @@
 """A database per test on the PostgreSQL and MariaDB servers this machine
-kind runs (see README "Services"): one per module and backend, without a
+kind runs (see doc/source/testing.md): one per module and backend, without a
 row (``url``) or without a table (``empty_url``) when a test starts. A server that is
 not there fails the test with what to start; it never skips."""
 

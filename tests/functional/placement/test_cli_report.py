@@ -463,7 +463,7 @@ def test_a_bad_checkpoint_is_ignored_with_a_warning_every_periodic_works(
 def test_the_state_is_private_to_the_agents_user(tmp_path):
     """New state directory 0700, database and checkpoint 0600; an existing
     database readable by others is tightened; an existing directory is
-    left as it is (it may be shared: README)."""
+    left as it is (it may be shared: doc/source/state-and-claims.md)."""
     import os
     import stat
 
@@ -587,14 +587,16 @@ def test_an_answer_without_the_body_placement_sends_is_a_named_error(
 
 
 def test_the_readme_example_is_what_report_prints(tmp_path):
-    """README's ``report`` example: the calls of the first two periodics on
-    the libvirt test driver with the embedded Placement, as they are."""
+    """The ``report`` example of doc/source/usage.md: the calls of the first
+    two periodics on the libvirt test driver with the embedded Placement, as
+    they are."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    example = readme.split("periodics (forever without N)", 1)[1]
-    example = [ln for ln in example.split("```", 2)[1].splitlines() if ln.strip()]
+    usage = (Path(__file__).parents[3] / "doc" / "source" / "usage.md").read_text()
+    example = usage.split("periodics (forever without N)", 1)[1]
+    # The block's lines after its tag (console) and the command ($ ...).
+    example = [ln for ln in example.split("```", 2)[1].splitlines() if ln.strip()][2:]
     proc = subprocess.run(
         CLI + HOST + ["report", "--periodic", "2", "--interval", "0"],
         capture_output=True, text=True, timeout=120,

@@ -17,7 +17,7 @@ periodic comes after the operator's last write: each agent meets at least
 one generation conflict.
 
 Uses the PostgreSQL server this machine kind runs (127.0.0.1:5432, user
-``postgres``, trust auth; see README "Services"); it fails, not skips, when
+``postgres``, trust auth; see doc/source/testing.md); it fails, not skips, when
 that server is not there.
 """
 
