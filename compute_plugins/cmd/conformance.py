@@ -85,7 +85,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         reports.append(report)
         if args.format != "json":
             for line in report.lines():
-                common.say(line)
+                print(line)
             sys.stdout.flush()
     if args.format == "json":
         common.print_json([report.to_dict() for report in reports])

@@ -285,7 +285,7 @@ def test_the_text_fits_100_columns_and_cuts_nothing(first):
             assert " ".join(said.split()) in words, said
     for request in first["requests"]:
         assert " ".join(request["about"].split()) in words
-        for plugin, lines in request["describe"].items():
+        for plugin, lines in request.get("describe", {}).items():
             for line in lines:
                 assert "%s: %s" % (plugin, " ".join(line.split())) in words
 
