@@ -14,7 +14,7 @@ from compute_plugins import exception
 from compute_plugins import host as host_discovery
 from compute_plugins.host.model import HostInfo
 from compute_plugins.runtime.manager import PluginManager
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import printable, wrap_lines
 
 
 def check_values(conf: cfg.ConfigOpts) -> None:
@@ -74,3 +74,25 @@ def print_json(document: Any) -> None:
     on stdout. Non-ASCII is escaped (``\\ud800`` included)."""
     text = json.dumps(document, indent=2, sort_keys=False)
     sys.stdout.write(text + "\n")
+
+
+#: What Ctrl-C prints, whatever the command (exit :data:`EXIT_INTERRUPTED`).
+INTERRUPTED = "compute-plugins: interrupted"
+EXIT_INTERRUPTED = 130
+
+
+def interrupted(detail: str = "") -> int:
+    """Say on stderr, in one line, that the command was interrupted;
+    returns 130 (128 + SIGINT, as a shell reports it)."""
+    try:
+        print(INTERRUPTED + (" (%s)" % detail if detail else ""), file=sys.stderr,
+              flush=True)
+    except (KeyboardInterrupt, OSError):
+        pass
+    return EXIT_INTERRUPTED
+
+
+def say(text: str) -> None:
+    """Print human output (``text`` output): lines wider than
+    :data:`~compute_plugins.util.text.WIDTH` are wrapped, never cut."""
+    print(wrap_lines(text))

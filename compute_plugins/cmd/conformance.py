@@ -32,15 +32,18 @@ import sys
 from oslo_config import cfg
 
 from compute_plugins import exception, testing
-from compute_plugins.cmd import common
+from compute_plugins.cmd import arguments, common
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "conformance", help="check installed plugins against the plugin "
-        "contract, on the demo's hosts (one line per check and plugin)")
+    parser = arguments.command(
+        subparsers, "conformance", "check installed plugins against the "
+        "plugin contract, on the demo's hosts (one line per check and plugin)",
+        uses=("format", "host_snapshot"),
+        unused="it runs the plugins on the demo's hosts or --host-snapshot, "
+        "without Placement")
     parser.add_argument("plugins", nargs="*", metavar="PLUGIN",
                         help="an installed plugin (default: every one)")
     # NOTE: no argparse ``choices``: an unknown check is one error line

@@ -27,17 +27,20 @@ from typing import Optional, TextIO
 
 from oslo_config import cfg
 
-from compute_plugins import exception
-from compute_plugins.cmd import common
+from compute_plugins.cmd import arguments, common
 from compute_plugins.util.text import printable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "demo", help="the whole flow on bundled hosts: report, schedule, "
-        "claim, guest XML (embedded Placement, no set-up)")
+    parser = arguments.command(
+        subparsers, "demo", "run the whole flow on bundled hosts: report, "
+        "schedule, claim, guest XML (embedded Placement, no set-up)",
+        uses=("format",), unused=UNUSED, details="""The config files
+        (--config-file, --config-dir) set logging only ([DEFAULT] debug,
+        log_file...): each bundled host brings its own configuration
+        (compute_plugins/demo/hosts/*/compute-plugins.conf).""")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="keep the demo's state (Placement's and the "
                         "store's databases, the agents' ledgers) here; a "
@@ -102,26 +105,10 @@ class Progress:
             self.stream.flush()
 
 
-#: Common options the demo has no use for: it brings its own hosts (with
-#: their own configuration) and its own Placement.
-UNUSED_OPTIONS = (
-    ("libvirt_uri", "--libvirt-uri"), ("host_snapshot", "--host-snapshot"),
-    ("placement_url", "--placement-url"), ("config_file", "--config-file"),
-    ("config_dir", "--config-dir"),
-)
-
-
-def check_unused_options(args: argparse.Namespace) -> None:
-    """Refuse a common option the demo would silently ignore.
-
-    :raises InputError: naming the option.
-    """
-    for attr, option in UNUSED_OPTIONS:
-        if getattr(args, attr, None):
-            raise exception.InputError(
-                "demo: %s is not used: the demo runs its own embedded Placement "
-                "on its bundled hosts, each with its own configuration "
-                "(compute_plugins/demo/hosts/*/compute-plugins.conf)" % option)
+#: Why the demo takes no --libvirt-uri, --host-snapshot or --placement-url.
+UNUSED = ("the demo runs its own embedded Placement on its bundled hosts, each "
+          "with its own configuration (compute_plugins/demo/hosts/*/"
+          "compute-plugins.conf)")
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
@@ -129,7 +116,6 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.demo import render
     from compute_plugins.demo.run import run_demo
 
-    check_unused_options(args)
     quiet_placement_logs(conf.debug)
     if not conf.debug:
         # NOTE: the agents log each claim at INFO; the report says it.

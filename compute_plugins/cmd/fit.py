@@ -41,7 +41,7 @@ from typing import Any
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from compute_plugins.cmd import common, validate
+from compute_plugins.cmd import arguments, common, validate
 from compute_plugins.compute import guest
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin.state import AssignmentConflict
@@ -69,9 +69,11 @@ class BadInput(Exception):
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "fit", help="would a request fit on this host, and how? (every "
-        "plugin's decision and the guest XML; no Placement)")
+    parser = arguments.command(
+        subparsers, "fit", "say whether a request fits on this host, and how: "
+        "every plugin's decision and the guest XML (no Placement)",
+        uses=("format", "libvirt_uri", "host_snapshot"),
+        unused="it decides on this host alone, without Placement")
     validate.add_request_arguments(parser)
     parser.add_argument(
         "--usage", metavar="USAGE.json",
@@ -218,23 +220,23 @@ def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
         spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
         "" if spec.flavor.vcpus == 1 else "s", spec.flavor.memory_mb)
     if not result.fits:
-        print("does not fit on host %s (%s):" % (host.hostname, flavor))
+        common.say("does not fit on host %s (%s):" % (host.hostname, flavor))
         for rejection in result.rejections:
             where = " [%s]" % rejection.provider if rejection.provider else ""
-            print("  %s: %s%s" % (rejection.plugin, rejection.reason, where))
+            common.say("  %s: %s%s" % (rejection.plugin, rejection.reason, where))
         return
-    print("fits on host %s (%s)" % (host.hostname, flavor))
+    common.say("fits on host %s (%s)" % (host.hostname, flavor))
     for name in manager.plugins.order:
         request = spec.requests.get(name)
         if request is None:
             continue
         assignment = result.assignments.get(name)
         if assignment is None:
-            print("  %s: nothing to choose on the host" % name)
+            common.say("  %s: nothing to choose on the host" % name)
             continue
         for line in manager.plugins.describe(name, request, assignment):
-            print("  %s: %s" % (name, line))
+            common.say("  %s: %s" % (name, line))
     if xml is not None:
-        print("guest XML (--format json prints it whole):")
+        common.say("guest XML (--format json prints it whole):")
         for line in guest.summary(xml).splitlines():
-            print("  " + line)
+            common.say("  " + line)

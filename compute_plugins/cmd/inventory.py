@@ -10,14 +10,16 @@ import argparse
 
 from oslo_config import cfg
 
-from compute_plugins.cmd import common
+from compute_plugins.cmd import arguments, common
 from compute_plugins.tree import render as tree_view
 from compute_plugins.tree.provider_tree import ProviderTree
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "inventory", help="print the host's provider tree (no Placement)")
+    parser = arguments.command(
+        subparsers, "inventory", "discover the host with the enabled plugins "
+        "and print its provider tree (no Placement)",
+        uses=("format", "libvirt_uri", "host_snapshot"))
     parser.set_defaults(func=run)
 
 
@@ -32,5 +34,5 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     if args.format == "json":
         common.print_json(document)
     else:
-        print(tree_view.render_text(document))
+        common.say(tree_view.render_text(document))
     return common.report_degraded(manager)

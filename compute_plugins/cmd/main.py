@@ -4,8 +4,8 @@ Global options are parsed here; each subcommand lives in its own module of
 this package with ``register(subparsers)`` and ``run(conf, args) -> int``.
 Exit codes: 0 success, 1 the job failed (or the host is degraded),
 2 bad usage, configuration or input (:class:`~compute_plugins.exception.
-InputError`). Errors are one clear line on stderr, never a traceback
-(``--debug`` logs the traceback too).
+InputError`), 130 interrupted (Ctrl-C, at any moment). Errors are one clear
+line on stderr, never a traceback (``--debug`` logs the traceback too).
 """
 
 from __future__ import annotations
@@ -14,16 +14,18 @@ import argparse
 import glob
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
-from typing import Optional
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import conf as conf_areas
 from compute_plugins import exception, version
-from compute_plugins.cmd import common
+from compute_plugins.cmd import arguments, common
 from compute_plugins.util import files
 from compute_plugins.util.text import printable
 
@@ -36,49 +38,45 @@ SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "schedul
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def add_common_options(group: argparse._ArgumentGroup, suppress: bool) -> None:
-    """The options every command takes, before or after its name."""
-
-    def default(value: object) -> object:
-        return argparse.SUPPRESS if suppress else value
-
-    group.add_argument("--config-file", action="append", default=default([]),
-                       metavar="PATH", help="config file (repeatable)")
-    group.add_argument("--config-dir", action="append", default=default([]),
-                       metavar="DIR", help="directory of *.conf files (repeatable)")
-    group.add_argument("--debug", "-d", action="store_true", default=default(False),
-                       help="log at DEBUG level")
-    group.add_argument("--log-file", metavar="PATH", default=default(None),
-                       help="log to this file")
-    group.add_argument("--format", choices=("text", "json"), default=default("text"),
-                       help="output format (default: text)")
-    group.add_argument("--libvirt-uri", metavar="URI", default=default(None),
-                       help="libvirt URI of the host (overrides [libvirt] "
-                       "connection_uri; e.g. test:///default)")
-    group.add_argument("--host-snapshot", metavar="DIR", default=default(None),
-                       help="replay a host snapshot written by record-host")
-    group.add_argument("--placement-url", metavar="URL", default=default(None),
-                       help="a Placement running with noauth2 (token admin); "
-                       "default: [placement] options, else embedded Placement")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: the common options on every command (before or
+    after its name), each shared option on the commands that use it."""
     parser = argparse.ArgumentParser(
         prog="compute-plugins",
         description="Discover a compute host's resources with plugins and "
         "report them as a Placement provider tree.")
     parser.add_argument("--version", action="version",
                         version="%(prog)s " + version.version_string())
-    add_common_options(parser.add_argument_group("common options"), suppress=False)
+    arguments.add_common_options(parser, suppress=False)
+    shared = parser.add_argument_group(
+        "options of some commands (before or after the command; see each "
+        "command's --help)")
+    for dest, (flags, kwargs) in arguments.SHARED_OPTIONS.items():
+        shared.add_argument(*flags, dest=dest, default=arguments.SHARED_DEFAULTS[dest],
+                            **kwargs)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMANDS:
         importlib.import_module("compute_plugins.cmd." + name).register(subparsers)
-    for subparser in subparsers.choices.values():
-        # NOTE: accepted after the command too (``inventory --format json``);
-        # SUPPRESS keeps a value given before the command.
-        add_common_options(subparser.add_argument_group("common options"), suppress=True)
+    _add_options(subparsers)
     return parser
+
+
+def _add_options(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
+                 ) -> None:
+    """The common options on every parser under ``subparsers`` (``placement``
+    and ``placement serve`` alike); the shared options on each command.
+
+    NOTE: SUPPRESS keeps a value given before the command.
+    """
+    for subparser in subparsers.choices.values():
+        uses = subparser.get_default("shared_options")
+        if uses is not None:
+            arguments.add_shared_options(subparser, uses, suppress=True)
+        arguments.add_common_options(subparser, suppress=True)
+        for action in subparser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_options(action)
 
 
 def check_config_files(args: argparse.Namespace) -> None:
@@ -148,16 +146,56 @@ def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The command line (``argv``, default ``sys.argv[1:]``); the exit code.
+
+    Ctrl-C at any moment is exit 130 and one line on stderr
+    (:func:`common.interrupted`): while the subcommands load, while a command runs
+    (each command cleans up as the ``KeyboardInterrupt`` unwinds it), and
+    when it lands in a destructor or a weakref callback, where Python would
+    print it and carry on (:func:`_redeliver_interrupts`).
+    """
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_interrupts(previous_hook)
     try:
-        # NOTE: importing the subcommands takes most of a second: Ctrl-C
-        # there is exit 130 too, not a traceback.
-        parser = build_parser()
+        return _main(argv)
     except KeyboardInterrupt:
-        return 130
+        return common.interrupted()
+    finally:
+        sys.unraisablehook = previous_hook
+        if argv is None:
+            # NOTE: the process's own command line, about to exit: a
+            # second Ctrl-C must not print a traceback from the
+            # interpreter's shutdown (joining threads, atexit).
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _redeliver_interrupts(previous: Callable[[Any], object]
+                          ) -> Callable[[Any], object]:
+    """An ``unraisablehook`` that raises SIGINT again for a Ctrl-C that
+    landed where Python drops exceptions (a ``__del__``, a weakref callback
+    of the garbage collector: the demo then ran on and exited 0); other
+    unraisable exceptions go to ``previous``."""
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # NOTE: from another thread, a moment later: a signal sent from
+            # the main thread would be handled here at once, in the hook,
+            # and dropped again.
+            threading.Timer(0.01, signal.pthread_kill,
+                            (threading.main_thread().ident, signal.SIGINT)).start()
+            return
+        previous(unraisable)
+    return hook
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+    # NOTE: importing the subcommands takes most of a second: Ctrl-C there
+    # is exit 130 too (main), not a traceback.
+    parser = build_parser()
     args = parser.parse_args(argv)
     # NOTE: every message below is one line: printable() escapes the
     # newlines and control characters a user's value may carry.
     try:
+        arguments.refuse_unused(args)
         conf = load_config(args)
         common.check_values(conf)
         return int(args.func(conf, args))
@@ -178,8 +216,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # and Python must not complain when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        return 130
     except Exception as err:  # noqa: BLE001 - the last resort: one line
         LOG.debug("unexpected error", exc_info=True)
         print("compute-plugins: unexpected error (a bug; --debug logs the "

@@ -7,8 +7,8 @@ client. The HTTP server is waitress (:mod:`compute_plugins.placement.server`:
 worker threads, keep-alive, a stalled client blocks nobody and is closed
 after ``--timeout`` seconds of silence); Placement itself, built once,
 answers one request at a time (SQLite). The first line on stdout is
-``Placement listening on http://127.0.0.1:PORT``. SIGTERM or SIGINT stops
-it (exit 0).
+``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
+0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
+from compute_plugins.cmd import arguments, common
 from compute_plugins.placement import connect, embedded
 from compute_plugins.placement import server as pserver
 
@@ -29,13 +30,17 @@ LOG = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "placement", help="run the embedded Placement as a service")
+    parser = arguments.command(
+        subparsers, "placement", "run the embedded Placement as a service")
     sub = parser.add_subparsers(dest="placement_command", metavar="ACTION")
     sub.required = True
-    serve = sub.add_parser(
-        "serve", help="serve the embedded Placement over HTTP on 127.0.0.1 "
-        "(noauth2, token admin)")
+    serve = arguments.command(
+        sub, "serve", "serve the embedded Placement over HTTP on 127.0.0.1 "
+        "(noauth2, token admin) until SIGINT or SIGTERM",
+        unused="it is the Placement, on no host", details="""[placement]
+        embedded_connection or embedded_state_dir of the config files name
+        its database unless --db does. The first line on stdout is
+        'Placement listening on http://127.0.0.1:PORT'.""")
     serve.add_argument("--port", type=_port, default=8778,
                        help="TCP port, 1-65535 (default 8778; 0: any free "
                        "port)")
@@ -109,12 +114,15 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     print("Placement listening on %s (noauth2: token admin; database %s)"
           % (server.url, connection), flush=True)
 
+    stopped_by: list[int] = []
+
     def stop(signum: int, frame: Any) -> NoReturn:
         # NOTE: no lock may be taken here (the main thread may hold it):
         # serve_forever ends on this exception and stops the workers; a
         # second signal while it does is ignored.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stopped_by.append(signum)
         raise _Stop()
 
     signal.signal(signal.SIGTERM, stop)
@@ -126,6 +134,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     finally:
         server.close()
         service.close()
+    if stopped_by == [signal.SIGINT]:
+        return common.interrupted("Placement stopped")
     return 0
 
 

@@ -11,12 +11,15 @@ import argparse
 
 from oslo_config import cfg
 
+from compute_plugins.cmd import arguments
 from compute_plugins.host import snapshot
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "record-host", help="save a snapshot of a libvirt host")
+    parser = arguments.command(
+        subparsers, "record-host", "save a snapshot of a libvirt host (its "
+        "capabilities, devices and disk) for --host-snapshot",
+        uses=("libvirt_uri",))
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="directory to write the snapshot to")
     parser.add_argument("--instances-path", metavar="PATH",

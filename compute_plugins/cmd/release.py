@@ -29,9 +29,11 @@ EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "release", help="release a consumer's claim: the host's agent frees "
-        "its resources and its Placement allocations")
+    parser = arguments.command(
+        subparsers, "release", "release a consumer's claim: the host's agent "
+        "frees its resources and its Placement allocations",
+        uses=("format", "placement_url"),
+        unused="the consumer's host is found through Placement")
     parser.add_argument("--consumer", required=True, type=_consumer, metavar="UUID",
                         help="the consumer (instance) uuid")
     parser.add_argument("--timeout", type=arguments.seconds, metavar="S",
@@ -116,7 +118,7 @@ def _say(args: argparse.Namespace, done: Any, line: str, code: int) -> int:
             "status": None if decision is None else decision.status.value,
         })
     elif code == EXIT_OK:
-        print(printable(line))
+        common.say(printable(line))
     if code != EXIT_OK:
         print("compute-plugins: error: %s" % printable(line), file=sys.stderr)
     return code

@@ -8,8 +8,9 @@ host (claims, releases); between periodics it polls for decisions every
 ``[compute] claim_poll_interval``. It prints the Placement calls of each
 periodic by method and path template and a ``claims:`` line. SIGHUP
 clears the provider cache (the next periodic re-reads the tree from
-Placement); SIGTERM and SIGINT stop after the current periodic (a second
-SIGINT stops at once, exit 130). What the plugins contributed is committed
+Placement); SIGTERM and SIGINT stop after the current periodic (SIGINT,
+Ctrl-C, as an interrupt: exit 130 and one line; a second one stops at
+once). What the plugins contributed is committed
 after each periodic that reached Placement and checkpointed in
 ``[compute_plugins] state_dir``.
 """
@@ -31,7 +32,7 @@ from compute_plugins import exception
 from compute_plugins.cmd import arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import printable, wrap_lines
 
 if TYPE_CHECKING:
     from compute_plugins.runtime.manager import PluginManager
@@ -40,10 +41,11 @@ LOG = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "report",
-        help="run the compute periodic: discover, update the provider tree, "
-        "sync to Placement; print the Placement calls of each periodic")
+    parser = arguments.command(
+        subparsers, "report",
+        "run the compute periodic: discover, update the provider tree, "
+        "sync to Placement; print the Placement calls of each periodic",
+        uses=("format", "libvirt_uri", "host_snapshot", "placement_url"))
     parser.add_argument("--periodic", type=_positive_int, metavar="N",
                         help="run N periodics, then exit (default: forever)")
     parser.add_argument("--interval", type=arguments.seconds, default=60.0,
@@ -154,6 +156,8 @@ class Loop:
         #: attributes: a handler runs in the main thread, which may hold a
         #: lock (threading.Event's) at that moment.
         self.stop_requested = False
+        #: Set by SIGINT (Ctrl-C): the command exits 130.
+        self.interrupted = False
         self.results: list[Any] = []
         #: Set by SIGHUP: re-read the mutable options before the next
         #: periodic.
@@ -168,6 +172,7 @@ class Loop:
     def on_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = True
         if signum == signal.SIGINT:
+            self.interrupted = True
             # NOTE: a second Ctrl-C interrupts the periodic at once
             # (KeyboardInterrupt, exit 130).
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -181,7 +186,7 @@ class Loop:
 
     def _print(self, result: Any) -> None:
         print(format_json(result) if self.fmt == "json"
-              else format_text(result), file=self.out, flush=True)
+              else wrap_lines(format_text(result)), file=self.out, flush=True)
 
     def _wait(self, seconds: float) -> None:
         """Sleep ``seconds`` in short steps, returning early on a stop;
@@ -257,6 +262,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         loop.install_signals()
         rc = loop.run()
     degraded = common.report_degraded(manager)
+    if loop.interrupted:
+        return common.interrupted("stopped after the current periodic")
     return rc or degraded
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_plugins import exception
-from compute_plugins.cmd import common, validate
+from compute_plugins.cmd import arguments, common, validate
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import connect
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
@@ -42,9 +42,11 @@ DEFAULT_PROJECT = "compute-plugins"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "schedule", help="place a flavor (and image, ports) on a host: "
-        "Placement, every plugin's fit, the host's agent claims it")
+    parser = arguments.command(
+        subparsers, "schedule", "place a flavor (and image, ports) on a host: "
+        "Placement, every plugin's fit, the host's agent claims it",
+        uses=("format", "placement_url"),
+        unused="it reads the hosts from Placement and the host-state store")
     validate.add_request_arguments(parser)
     parser.add_argument("--count", type=int, default=1, metavar="N",
                         help="instances to place (each its own consumer)")
@@ -168,19 +170,19 @@ def _print_text(plugins: PluginSet, results: list[ScheduleResult]) -> None:
                 lines = plugins.describe(name, result.spec.requests[name],
                                          assignment)
                 parts.append("%s: %s" % (name, "; ".join(lines)))
-            print("%s: host %s (%d candidate(s), %d fit, %d Placement call(s)): %s"
+            common.say("%s: host %s (%d candidate(s), %d fit, %d Placement call(s)): %s"
                   % (result.consumer, decision.host, result.candidates,
                      result.fitting, result.placement_call_count,
                      printable(" | ".join(parts))))
             continue
-        print("%s: not placed (%d candidate(s) from Placement, %d fit, %d tried)"
+        common.say("%s: not placed (%d candidate(s) from Placement, %d fit, %d tried)"
               % (result.consumer, result.candidates, result.fitting,
                  len(result.attempts)))
         if not result.reasons:
-            print("  no host in the host-state store (is any compute agent "
+            common.say("  no host in the host-state store (is any compute agent "
                   "publishing?)")
         for host in result.reasons:
-            print("  host %s:" % host.host)
+            common.say("  host %s:" % host.host)
             for r in host.reasons:
-                print("    %s%s" % ("%s: " % r.plugin if r.plugin else "",
+                common.say("    %s%s" % ("%s: " % r.plugin if r.plugin else "",
                                     printable(r.reason)))

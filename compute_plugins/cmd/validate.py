@@ -14,7 +14,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from compute_plugins.cmd import common
+from compute_plugins.cmd import arguments, common
 from compute_plugins.plugin.contract import describe_fields
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.inputs import RequestInput
@@ -27,9 +27,11 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "validate", help="check a flavor (and image, ports) against every "
-        "plugin's rules; print the Placement query")
+    parser = arguments.command(
+        subparsers, "validate", "check a flavor (and image, ports) against "
+        "every plugin's rules; print every problem, or the Placement query",
+        uses=("format",), unused="it checks the request alone, without a host "
+        "or Placement")
     add_request_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -93,22 +95,22 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         if args.format == "json":
             common.print_json({"valid": False, **err.to_dict()})
         else:
-            print("invalid request: %d problem(s)" % len(err.problems))
+            common.say("invalid request: %d problem(s)" % len(err.problems))
             for problem in err.problems:
                 # NOTE: str(problem) escapes what is not printable.
-                print("  %s" % problem)
+                common.say("  %s" % problem)
         return EXIT_INVALID
     query = preview(spec)
     if args.format == "json":
         common.print_json({"request_spec": spec.to_dict(),
                            "placement_query": query.to_dict()})
     else:
-        print("valid request: flavor %s, %d vCPU(s), %d MiB"
+        common.say("valid request: flavor %s, %d vCPU(s), %d MiB"
               % (printable(spec.flavor.name or "(unnamed)"), spec.flavor.vcpus,
                  spec.flavor.memory_mb))
         for name, request in spec.requests.items():
             for line in describe_fields(request):
-                print("  %s: %s" % (name, printable(line)))
-        print("placement query (microversion %s):" % query.microversion)
-        print(query)
+                common.say("  %s: %s" % (name, printable(line)))
+        common.say("placement query (microversion %s):" % query.microversion)
+        common.say(str(query))
     return EXIT_OK

@@ -12,8 +12,8 @@ and what a correct run shows (:func:`checks`).
      "usage": {provider name: {"uuid", "host", "inventories", "usages", ...}},
      "final_periodic": {host: calls}, "final_periodic_calls": 0, ...}
 
-The text is the same, abridged: long reasons are cut (the JSON has them
-whole).
+The text says the same in lines of at most 100 columns: long lines are
+wrapped (:func:`compute_plugins.util.text.wrap`), never cut.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import WIDTH, printable, wrap, wrap_lines
 
 #: Short names of resource classes in the trees and the table.
 SHORT = {
@@ -31,8 +31,6 @@ SHORT = {
     "NET_BW_EGR_KILOBIT_PER_SEC": "BW_EGR_kbps",
     "NET_BW_IGR_KILOBIT_PER_SEC": "BW_IGR_kbps",
 }
-#: A reason longer than this is cut in the text.
-WIDTH = 150
 SHARED = "demo-shared-storage"
 #: The scheduler's "no room" reasons, said in one line per host in the text.
 _NO_ROOM = re.compile(r"^Placement: no provider of this host has room for "
@@ -41,11 +39,6 @@ _NO_ROOM = re.compile(r"^Placement: no provider of this host has room for "
 
 def to_json(report: Mapping[str, Any]) -> dict[str, Any]:
     return dict(report)
-
-
-def _cut(text: str, width: int = WIDTH) -> str:
-    text = printable(text)
-    return text if len(text) <= width else text[:width - 4] + " ..."
 
 
 def _rc(name: str) -> str:
@@ -64,10 +57,11 @@ def _amounts(doc: Mapping[str, Any], usage: bool) -> str:
 
 
 def tree(providers: Mapping[str, Mapping[str, Any]], root: str,
-         usage: bool) -> list[str]:
+         usage: bool, indent: str = "") -> list[str]:
     """``root``'s tree, each provider with what it offers (what can be
     allocated: total - reserved), as ``used/total`` with ``usage``; and its
-    custom traits."""
+    custom traits. Every line starts with ``indent``; a provider's line
+    wrapped to :data:`WIDTH` continues under its name."""
     children: dict[str, list[str]] = {}
     for name, doc in providers.items():
         parent = doc["parent_provider_uuid"]
@@ -82,13 +76,17 @@ def tree(providers: Mapping[str, Mapping[str, Any]], root: str,
                   and not t.startswith("CUSTOM_VNIC")]
         details = "; ".join(x for x in (_amounts(doc, usage), ", ".join(traits)) if x)
         text = "%s%s%s" % (prefix, branch, printable(name))
-        lines.append("%s  [%s]" % (text, details) if details else text)
         kids = sorted(children.get(doc["uuid"], []))
         inner = prefix + ("" if top else ("    " if last else "│   "))
+        # NOTE: a wrapped line continues under its provider's name, the
+        # tree's lines drawn on.
+        hang = inner + ("│" if kids else " ") + "     "
+        lines.extend(wrap("[%s]" % details, indent=text + "  ", hang=hang)
+                     if details else [text])
         for index, kid in enumerate(kids):
             draw(kid, inner, index == len(kids) - 1, False)
 
-    draw(root, "", True, True)
+    draw(root, indent, True, True)
     return lines
 
 
@@ -102,7 +100,7 @@ def _hosts(report: Mapping[str, Any]) -> list[str]:
     for host in report["hosts"]:
         out.append("%s (snapshot %s): first periodic, %d Placement calls"
                    % (host["name"], host["snapshot"], host["placement_calls"]))
-        out += ["  " + line for line in tree(usage, host["name"], usage=False)]
+        out += tree(usage, host["name"], usage=False, indent="  ")
     operator = report["operator"]
     shared = operator["shared_storage"]
     out.append("operator: %s  [DISK_GB %d; %s; aggregate %s], %d Placement calls" % (
@@ -121,7 +119,7 @@ def _verdicts(request: Mapping[str, Any]) -> list[str]:
         if any(reason.startswith("Placement:") for reason in verdicts.values()):
             left_out.append(host)
             continue
-        out.append("    %s: %s" % (host, _cut(", ".join(
+        out.append("    %s: %s" % (host, printable(", ".join(
             "%s %s" % (plugin, reason) for plugin, reason in verdicts.items()))))
     if left_out:
         out.append("    Placement left out (no room): %s" % ", ".join(left_out))
@@ -154,9 +152,9 @@ def _request(request: Mapping[str, Any]) -> list[str]:
         out.append("  chosen: %s, claimed by its agent (%.2f s)" % (
             request["host"], request["seconds"]))
         for plugin, lines in request["describe"].items():
-            out += ["    %s: %s" % (plugin, _cut(line)) for line in lines]
+            out += ["    %s: %s" % (plugin, printable(line)) for line in lines]
         out.append("    guest XML: %s" % request["guest_xml"][0])
-        out += ["               %s" % _cut(line) for line in request["guest_xml"][1:]]
+        out += ["               %s" % printable(line) for line in request["guest_xml"][1:]]
         return out
     out.append("  every host's and plugin's reason (Placement's, then each "
                "plugin's fit on the host's state):")
@@ -189,7 +187,7 @@ def _request(request: Mapping[str, Any]) -> list[str]:
                   if (host, plugin) not in refused]
     for host, lines in by_host.items():
         out.append("    %s" % host)
-        out += ["      %s" % _cut(line) for line in lines]
+        out += ["      %s" % printable(line) for line in lines]
     return out
 
 
@@ -217,13 +215,27 @@ def _table(report: Mapping[str, Any]) -> list[str]:
         rows.append([owner] + ["%d/%d" % tuple(sums[(owner, rc)])
                                if (owner, rc) in sums else "-" for rc in classes])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for index, row in enumerate(rows):
-        out.append("  " + "  ".join(
-            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
-            for i, cell in enumerate(row)).rstrip())
-        if index == 0:
-            out.append("  " + "  ".join("-" * w for w in widths))
+    # NOTE: wider than the output, the table is split into tables of the
+    # columns that fit, each with the host column.
+    parts: list[list[int]] = [[]]
+    used = 2 + widths[0]
+    for column in range(1, len(widths)):
+        if parts[-1] and used + 2 + widths[column] > WIDTH:
+            parts.append([])
+            used = 2 + widths[0]
+        parts[-1].append(column)
+        used += 2 + widths[column]
+    out: list[str] = []
+    for part in parts:
+        if out:
+            out.append("")
+        columns = [0] + part
+        for index, row in enumerate(rows):
+            out.append("  " + "  ".join(
+                row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i])
+                for i in columns).rstrip())
+            if index == 0:
+                out.append("  " + "  ".join("-" * widths[i] for i in columns))
     return out
 
 
@@ -261,7 +273,8 @@ def text(report: Mapping[str, Any]) -> str:
     out.append("  last periodic of every host       %3d" % report["final_periodic_calls"])
     out.append("")
     out.append("done in %.1f s" % report["seconds"])
-    return "\n".join(out)
+    return wrap_lines("\n".join(out))
+
 
 
 def checks(report: Mapping[str, Any]) -> list[str]:

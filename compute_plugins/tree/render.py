@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from compute_plugins.tree.provider_tree import ProviderTree
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import printable, wrap
 
 INVENTORY_FIELDS = ("total", "reserved", "min_unit", "max_unit", "step_size",
                     "allocation_ratio")
@@ -64,16 +64,20 @@ def render_text(document: dict[str, Any]) -> str:
         inner = prefix + ("" if top else ("    " if last else "│   "))
         kids = children.get(provider["uuid"], [])
         bar = "│   " if kids else "    "
+        # NOTE: a line wider than the output wraps under its own text,
+        # the tree's lines drawn on.
+        hang = inner + bar + "    "
         for rc, inv in provider["inventories"].items():
-            lines.append(
-                "%s%s%s: total=%s reserved=%s min_unit=%s max_unit=%s "
+            lines.extend(wrap(
+                "%s: total=%s reserved=%s min_unit=%s max_unit=%s "
                 "step_size=%s allocation_ratio=%s"
-                % (inner, bar, rc, *(inv[f] for f in INVENTORY_FIELDS)))
+                % (rc, *(inv[f] for f in INVENTORY_FIELDS)), inner + bar, hang))
         if provider["traits"]:
-            lines.append("%s%straits: %s" % (inner, bar, ", ".join(provider["traits"])))
+            lines.extend(wrap("traits: " + ", ".join(provider["traits"]),
+                              inner + bar, hang))
         if provider["aggregates"]:
-            lines.append("%s%saggregates: %s"
-                         % (inner, bar, ", ".join(provider["aggregates"])))
+            lines.extend(wrap("aggregates: " + ", ".join(provider["aggregates"]),
+                              inner + bar, hang))
         for i, kid in enumerate(kids):
             draw(kid, inner, i == len(kids) - 1, False)
 

@@ -75,3 +75,82 @@ def ascii_int(text: str, base: int = 10) -> int:
         digits = stripped.lstrip("+-")
         return int(stripped, 16 if digits[:2].lower() == "0x" else 10)
     return int(stripped, base)
+
+
+#: The width of the commands' human output: lines are wrapped to it, never
+#: cut (:func:`wrap`).
+WIDTH = 100
+
+#: Where a word too long for a line may be broken: after a comma or an
+#: ampersand (a CPU list, a query string), else anywhere.
+_BREAK_AFTER = re.compile(r"(?<=[,&])")
+#: A word and the spaces before it (kept inside a line: a value's spaces
+#: are part of it).
+_WORD = re.compile(r"( *)(\S+)")
+
+
+def wrap(text: str, indent: str = "", hang: str | None = None,
+         width: int = WIDTH) -> list[str]:
+    """``text`` as lines of at most ``width`` columns, nothing dropped.
+
+    The first line starts with ``indent``, the others with ``hang``
+    (default: ``indent`` and four spaces), so that a wrapped line reads as
+    one. Lines break at spaces (the spaces inside a line are kept as
+    given); a word longer than a line (a Placement query, a CPU list)
+    breaks after a comma or an ampersand, and only failing those anywhere.
+    Joining the lines, less ``indent`` and ``hang``, with a space gives
+    ``text`` back (less its leading spaces), except where a long word was
+    broken.
+    """
+    hang = indent + "    " if hang is None else hang
+    room = max(1, width - len(hang))
+    words: list[tuple[str, str]] = []  # (the spaces before it, piece)
+    for match in _WORD.finditer(text):
+        spaces, word = match.groups()
+        for index, chunk in enumerate(_chunks(word, room)):
+            words.append((spaces if index == 0 else "", chunk))
+    lines: list[str] = []
+    line, empty = indent, True
+    for spaces, piece in words:
+        gap = "" if empty else spaces
+        if not empty and len(line) + len(gap) + len(piece) > width:
+            # NOTE: the line break stands for one space; more are kept.
+            lines.append(line)
+            line, gap = hang, spaces[1:]
+        line += gap + piece
+        empty = False
+    lines.append(line)
+    return lines
+
+
+def _chunks(word: str, room: int) -> list[str]:
+    """``word`` in pieces of at most ``room`` characters, broken after
+    commas and ampersands where it can be."""
+    if len(word) <= room:
+        return [word]
+    chunks: list[str] = []
+    current = ""
+    for part in _BREAK_AFTER.split(word):
+        pieces = [part[i:i + room] for i in range(0, len(part), room)] or [""]
+        for piece in pieces:
+            if current and len(current) + len(piece) > room:
+                chunks.append(current)
+                current = ""
+            current += piece
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def wrap_lines(text: str, width: int = WIDTH) -> str:
+    """Each line of ``text`` wider than ``width`` wrapped under its own
+    indent (:func:`wrap`: its continuation lines four columns further in);
+    the other lines as they are."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out.extend(wrap(line, indent=indent, width=width))
+    return "\n".join(out)

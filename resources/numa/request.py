@@ -598,8 +598,16 @@ def parse(ri: RequestInput) -> NUMARequest:
                 "or be specified with none of them.")
         dedicated_cpus = dedicated_cpus or realtime_cpus
 
+    # NOTE: the guest nodes are checked whatever else is wrong (every
+    # problem is said in one run), unless their own inputs are invalid:
+    # a bad hw:numa_nodes would be read as 1 node, a bad page size would
+    # make every node's memory look wrong.
+    before = len(ri.problems)
     nodes, nodes_from_image = _numa_nodes(ri)
+    nodes_ok = len(ri.problems) == before
+    before = len(ri.problems)
     page_alias, page_kb, page_asked, page_from_image = _page_size(ri)
+    pages_ok = len(ri.problems) == before
     cpu_list, mem_list, maps_ok, maps_from_image = _cell_maps(ri, vcpus)
     extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
     # nova's four triggers (less vPMEM); hw:numa_cpus.N / hw:numa_mem.N alone
@@ -613,13 +621,13 @@ def parse(ri: RequestInput) -> NUMARequest:
                   "NUMA nodes: set hw%snuma_nodes too (nova ignores them without "
                   "a NUMA topology)" % (sep, sep, sep), source)
     cells: list[GuestCell] = []
-    if (wants_topology and not ri.has_problems()
+    if (wants_topology and nodes_ok
             and _cpus_numbered(ri, "vcpus", vcpus, vcpus)):
         cells = _cells(ri, vcpus, memory_mb, nodes or 1, cpu_policy,
                        dedicated_cpus, cpu_list, mem_list, maps_ok,
                        _where("hw:numa_nodes", nodes_from_image),
                        maps_from_image)
-    for cell in cells:
+    for cell in cells if pages_ok else ():
         _check_memory_choices(ri, cell, page_alias, page_kb,
                               _where("hw:mem_page_size", page_from_image))
     return NUMARequest(

@@ -155,10 +155,14 @@ def test_schedule_claim_and_release_from_the_command_line(cloud):
         assert usages(client, rp) == resources  # nobody else uses these cells
     assert list(numa4.ledger(numa4.snapshot.name)) == [consumer]
 
-    # the text form: one line, the host and the pinned CPUs
+    # the text form: one line (wrapped to 100 columns, its continuation
+    # lines indented), the host and the pinned CPUs
     proc = run(cloud, "schedule", "--flavor", two, "--timeout", "30")
     assert proc.returncode == 0, proc.stderr
-    [line] = proc.stdout.splitlines()
+    first, *more = proc.stdout.splitlines()
+    assert len(first) <= 100
+    assert all(len(x) <= 100 and x.startswith("    ") for x in more), proc.stdout
+    line = " ".join([first] + [x[4:] for x in more])
     assert "host %s" % numa4.snapshot.name in line and "numa:" in line
     other = line.split(":")[0]
     assert len(numa4.ledger(numa4.snapshot.name)) == 2

@@ -208,6 +208,30 @@ def test_placement_serve_bad_db_names_the_database():
     assert "Traceback" not in proc.stderr
 
 
+def test_ctrl_c_stops_after_the_periodic_with_exit_130_and_one_line(tmp_path):
+    # NOTE: SIGTERM (the service manager's stop) is exit 0; Ctrl-C is an
+    # interrupt, as in every command. The next run finds nothing to mend.
+    env = cli_env(XDG_STATE_HOME=str(tmp_path))
+    proc = subprocess.Popen(
+        CLI + HOST + ["--format", "json", "report", "--interval", "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        read_json_line(proc.stdout)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.splitlines() == [
+        "compute-plugins: interrupted (stopped after the current periodic)"], stderr
+    again = subprocess.run(CLI + HOST + ["report", "--periodic", "1"],
+                           capture_output=True, text=True, timeout=120, env=env)
+    succeeded(again.returncode, again.stderr)
+
+
 def test_sighup_with_a_bad_config_keeps_the_agent_running(tmp_path):
     """A reload that finds a bad value, then a malformed file, is one error
     line each; the agent keeps its old values and goes on."""

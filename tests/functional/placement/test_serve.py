@@ -8,6 +8,7 @@ project's keystoneauth :class:`PlacementClient`.
 from __future__ import annotations
 
 import http.client
+import signal
 import socket
 import threading
 import uuid
@@ -176,6 +177,27 @@ def test_sigterm_stops_it_with_exit_0(tmp_path):
     conn.getresponse().read()
     placement.stop()
     conn.close()
+    assert placement.returncode == 0
+
+
+def test_ctrl_c_stops_it_with_exit_130_and_one_line(tmp_path):
+    # NOTE: Ctrl-C is an interrupt, as in every command (SIGTERM, the
+    # service manager's stop, is exit 0); --debug is taken (issue 22).
+    placement = ServedPlacement(str(tmp_path / "p.sqlite"), free_port(), ["--debug"])
+    placement.start()
+    client(placement).get("/resource_providers")
+    assert placement.proc is not None
+    placement.proc.send_signal(signal.SIGINT)
+    assert placement.proc.wait(timeout=10) == 130
+    log = (tmp_path / "p.sqlite.log").read_text()
+    assert "Traceback" not in log
+    assert log.splitlines()[-1] == "compute-plugins: interrupted (Placement stopped)"
+    assert " DEBUG " in log
+    placement.proc = None
+    # NOTE: the database is whole: a new service starts on it.
+    placement.start()
+    assert client(placement).get("/resource_providers")["resource_providers"] == []
+    placement.stop()
     assert placement.returncode == 0
 
 

@@ -19,6 +19,18 @@ def cli(*args):
                           timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
+def unwrap(stdout):
+    """The lines of the text output, each wrapped line (its continuation
+    lines four columns further in than it) joined back into one."""
+    lines = []
+    for line in stdout.splitlines():
+        if lines and lines[-1][1] and line.startswith(lines[-1][1] + "    "):
+            lines[-1][0].append(line[len(lines[-1][1]) + 4:])
+        else:
+            lines.append(([line], line[:len(line) - len(line.lstrip(" "))]))
+    return [" ".join(parts) for parts, _ in lines]
+
+
 def write(tmp_path, name, doc):
     path = tmp_path / name
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
@@ -83,6 +95,35 @@ def test_invalid_request_lists_every_problem(tmp_path):
     assert result.returncode == 1
     problems = json.loads(result.stdout)["problems"]
     assert {p["key"] for p in problems} == {"hw:cpu_policy", "hw:numa_nodes", "hw:nope"}
+
+
+def test_an_invalid_policy_and_an_uneven_split_are_both_said_in_one_run(tmp_path):
+    # NOTE: issue 22: the split problem showed only once the policy was
+    # fixed; the guest nodes are checked whatever else is wrong.
+    flavor = write(tmp_path, "f.json", {**FLAVOR, "extra_specs": {
+        "hw:cpu_policy": "pinned", "hw:numa_nodes": "3"}})
+    result = cli("validate", "--flavor", flavor)
+    assert result.returncode == 1, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+    lines = unwrap(result.stdout)
+    assert lines[0] == "invalid request: 2 problem(s)"
+    assert lines[1].startswith("  flavor hw:cpu_policy='pinned': Validation failed; "
+                               "'pinned' is not one of: dedicated, shared, mixed")
+    assert lines[2].startswith("  flavor hw:numa_nodes=3: Instance CPUs and/or memory "
+                               "cannot be evenly distributed across instance NUMA nodes")
+
+
+def test_an_invalid_node_count_does_not_also_blame_the_node_maps(tmp_path):
+    # NOTE: a check whose input is invalid is skipped: hw:numa_nodes=x would
+    # be read as one node, and the maps of two nodes blamed for it.
+    flavor = write(tmp_path, "f.json", {**FLAVOR, "extra_specs": {
+        "hw:cpu_policy": "dedicated", "hw:numa_nodes": "x",
+        "hw:numa_cpus.0": "0,1", "hw:numa_cpus.1": "2,3",
+        "hw:numa_mem.0": "2048", "hw:numa_mem.1": "2048"}})
+    result = cli("--format", "json", "validate", "--flavor", flavor)
+    assert result.returncode == 1, result.stderr
+    problems = json.loads(result.stdout)["problems"]
+    assert [(p["key"], p["value"]) for p in problems] == [("hw:numa_nodes", "x")]
 
 
 def test_unusable_inputs_exit_2(tmp_path):
@@ -191,7 +232,7 @@ def test_an_object_valued_image_property_gives_a_whole_json_document(tmp_path):
     assert "given: '{'a': 1}'" in problem["rule"]
     text = cli("validate", "--flavor", flavor, "--image", image)
     assert text.returncode == 1
-    assert text.stdout.splitlines()[1] == (
+    assert unwrap(text.stdout)[1] == (
         "  image hw_cpu_thread_policy={'a': 1}: CPU thread policy requested "
         "from 'image properties' is invalid, given: '{'a': 1}', available: "
         "'('prefer', 'isolate', 'require')'.")
@@ -203,7 +244,7 @@ def test_a_lone_surrogate_in_a_value_is_escaped_in_text_and_json(tmp_path):
     text = cli("validate", "--flavor", flavor, "--image", image)
     assert text.returncode == 1, text.stderr
     assert text.stderr == ""
-    assert text.stdout.splitlines()[1] == (
+    assert unwrap(text.stdout)[1] == (
         "  image hw_cpu_thread_policy='\\ud800': CPU thread policy requested "
         "from 'image properties' is invalid, given: '\\ud800', available: "
         "'('prefer', 'isolate', 'require')'.")
@@ -220,7 +261,7 @@ def test_control_characters_in_keys_and_values_stay_on_their_line(tmp_path):
         "hw:evil\nkey": "1"}})
     result = cli("validate", "--flavor", flavor)
     assert result.returncode == 1, result.stderr
-    lines = result.stdout.splitlines()
+    lines = unwrap(result.stdout)
     assert lines[0] == "invalid request: 2 problem(s)"
     assert len(lines) == 3, result.stdout
     assert "\x1b" not in result.stdout
