@@ -143,9 +143,10 @@ def _private_dir(prefix: str, owner: pwd.struct_passwd | None) -> Path:
 
 
 def _wrapper(path: Path, command: str) -> str:
-    """An executable script at ``path`` that execs ``command`` with its
-    arguments (the executors take one program path, not a command line)."""
-    path.write_text('#!/bin/sh\nexec %s "$@"\n' % command)
+    """An executable script at ``path`` that execs ``command``, where
+    ``"$@"`` is its arguments (the executors take one program path, not a
+    command line)."""
+    path.write_text("#!/bin/sh\nexec %s\n" % command)
     path.chmod(0o755)
     return str(path)
 
@@ -166,7 +167,7 @@ def postgresql() -> Iterator[DatabaseServer]:
     base = _private_dir("compute-plugins-pg-", owner)
     try:
         if owner is not None:
-            pg_ctl = _wrapper(base / "pg_ctl", "setpriv --reuid=%s --regid=%s --init-groups %s"
+            pg_ctl = _wrapper(base / "pg_ctl", 'setpriv --reuid=%s --regid=%s --init-groups %s "$@"'
                               % (owner.pw_name, owner.pw_gid, pg_ctl))
         for attempt in range(1, START_TRIES + 1):
             executor = PostgreSQLExecutor(
@@ -176,8 +177,14 @@ def postgresql() -> Iterator[DatabaseServer]:
                 dbname="postgres", user="postgres", postgres_options=PG_OPTIONS)
             try:
                 executor.start()
+                # NOTE: the executor returns once the port accepts
+                # connections, when PostgreSQL may still answer "the
+                # database system is starting up"; `pg_ctl start -w`
+                # exits 0 only when it accepts sessions.
+                if executor.process is not None and executor.process.wait(60):
+                    raise OSError("pg_ctl start exited %d" % executor.process.returncode)
                 break
-            except (ExecutorError, OSError) as err:
+            except (ExecutorError, OSError, subprocess.TimeoutExpired) as err:
                 with contextlib.suppress(Exception):
                     executor.stop()
                 if attempt == START_TRIES:
@@ -204,12 +211,16 @@ def mariadb() -> Iterator[DatabaseServer]:
     owner = _service_user("mysql", "mariadb-server")
     base = _private_dir("compute-plugins-mariadb-", owner)
     try:
-        safe = _wrapper(base / "mysqld_safe", "%s --no-defaults" % safe)
-        install_db = _wrapper(base / "install_db", "%s --no-defaults "
-                              "--auth-root-authentication-method=normal --skip-test-db"
-                              % install_db)
-        admin = _wrapper(base / "admin", "%s --no-defaults" % admin)
+        # NOTE: the executor gives ``--user=root`` to all three: the SQL
+        # superuser that shuts the server down, and the OS user the server
+        # would run as. The later --user here (the last one wins) runs it as
+        # ``mysql`` when this is root, as this user otherwise.
         user = owner.pw_name if owner is not None else getpass.getuser()
+        safe = _wrapper(base / "mysqld_safe", '%s --no-defaults "$@" --user=%s' % (safe, user))
+        install_db = _wrapper(base / "install_db", '%s --no-defaults "$@" --user=%s '
+                              "--auth-root-authentication-method=normal --skip-test-db"
+                              % (install_db, user))
+        admin = _wrapper(base / "admin", '%s --no-defaults "$@"' % admin)
         for attempt in range(1, START_TRIES + 1):
             port = port_for.select_random()
             # NOTE: the executor makes its data directory itself, owned by
@@ -219,7 +230,7 @@ def mariadb() -> Iterator[DatabaseServer]:
             executor = MySQLExecutor(
                 mysqld_safe=Path(safe), mysqld=Path(mariadbd), admin_exec=admin,
                 logfile_path=str(log), params=MARIADB_PARAMS, base_directory=base,
-                user=user, host=HOST, port=port, install_db=install_db)
+                user="root", host=HOST, port=port, install_db=install_db)
             try:
                 executor.start()
                 break
