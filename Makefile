@@ -9,7 +9,7 @@ run: $(STAMP)
 	$(VENV)/bin/compute-plugins demo
 
 test: $(STAMP)
-	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q tests
+	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadfile tests
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m bench
