@@ -64,6 +64,10 @@ MARIADB_PARAMS = ("--bind-address=%s --skip-name-resolve --skip-log-bin "
                   "--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci "
                   "--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 "
                   "--max-connections=200" % HOST)
+#: Where Debian installs each PostgreSQL version's pg_ctl (not on PATH).
+PG_CTL_GLOB = "/usr/lib/postgresql/*/bin/pg_ctl"
+#: Searched after PATH (/usr/sbin is not on a user's PATH).
+SYSTEM_DIRS = ("/usr/sbin", "/usr/bin")
 BINDEP = "bindep.txt (tools/install-bindep.sh, run by `make test`, installs it)"
 
 
@@ -94,9 +98,10 @@ class DatabaseServer:
 
 
 def _find(names: tuple[str, ...], package: str, what: str,
-          dirs: tuple[str, ...] = ("/usr/sbin", "/usr/bin")) -> str:
-    """The first of ``names`` on PATH or in ``dirs``; else fail naming the
-    Debian package that ships it."""
+          dirs: tuple[str, ...] | None = None) -> str:
+    """The first of ``names`` on PATH or in ``dirs`` (SYSTEM_DIRS); else
+    fail naming the Debian package that ships it."""
+    dirs = SYSTEM_DIRS if dirs is None else dirs
     path = os.pathsep.join([os.environ.get("PATH", ""), *dirs])
     for name in names:
         found = shutil.which(name, path=path)
@@ -111,13 +116,13 @@ def _find(names: tuple[str, ...], package: str, what: str,
 def _pg_ctl() -> str:
     """pg_ctl of the newest PostgreSQL (Debian keeps it off PATH, under
     /usr/lib/postgresql/VERSION/bin)."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+    found = sorted(glob.glob(PG_CTL_GLOB),
                    key=lambda p: [int(x) if x.isdigit() else 0
                                   for x in Path(p).parts[-3].split(".")])
     if found:
         return found[-1]
     return _find(("pg_ctl",), "postgresql", "the PostgreSQL server",
-                 ("/usr/lib/postgresql/*/bin",))
+                 (os.path.dirname(PG_CTL_GLOB),))
 
 
 def _service_user(name: str, package: str) -> pwd.struct_passwd | None:
