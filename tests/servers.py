@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import getpass
 import glob
 import os
 import pwd
@@ -191,7 +190,8 @@ def postgresql() -> Iterator[DatabaseServer]:
                 break
             except (ExecutorError, OSError, subprocess.TimeoutExpired) as err:
                 with contextlib.suppress(Exception):
-                    executor.stop()
+                    if executor.running():
+                        executor.stop()
                 if attempt == START_TRIES:
                     pytest.fail("the private PostgreSQL (%s) did not start: %s%s"
                                 % (pg_ctl, err, _log_tail(base / "postgresql.log")),
@@ -220,7 +220,7 @@ def mariadb() -> Iterator[DatabaseServer]:
         # superuser that shuts the server down, and the OS user the server
         # would run as. The later --user here (the last one wins) runs it as
         # ``mysql`` when this is root, as this user otherwise.
-        user = owner.pw_name if owner is not None else getpass.getuser()
+        user = (owner or pwd.getpwuid(os.geteuid())).pw_name
         safe = _wrapper(base / "mysqld_safe", '%s --no-defaults "$@" --user=%s' % (safe, user))
         install_db = _wrapper(base / "install_db", '%s --no-defaults "$@" --user=%s '
                               "--auth-root-authentication-method=normal --skip-test-db"
