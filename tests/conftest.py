@@ -6,11 +6,18 @@ Nothing a test runs may write to the real ``$HOME``: the state directory
 default_state_dir``), so ``XDG_STATE_HOME`` points into a temporary
 directory, for the session (module-scoped fixtures that start subprocesses)
 and for each test. Subprocesses inherit ``os.environ``.
+
+The database tests get the session's own PostgreSQL and MariaDB servers
+(:mod:`tests.servers`), started when a test first needs one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests import servers
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -24,3 +31,17 @@ def _session_state_home(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _state_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+
+
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[servers.DatabaseServer]:
+    """This session's (this xdist worker's) private PostgreSQL."""
+    with servers.postgresql() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[servers.DatabaseServer]:
+    """This session's (this xdist worker's) private MariaDB."""
+    with servers.mariadb() as server:
+        yield server

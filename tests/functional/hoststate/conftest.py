@@ -1,23 +1,20 @@
-"""A database per test on the PostgreSQL and MariaDB servers this machine
-kind runs (see doc/source/testing.md): one per module and backend, without a
-row (``url``) or without a table (``empty_url``) when a test starts. A server that is
-not there fails the test with what to start; it never skips."""
+"""A database per module and backend on the session's private PostgreSQL
+and MariaDB servers (:mod:`tests.servers`), without a row (``url``) or
+without a table (``empty_url``) when a test starts. A server that cannot
+start fails the test with the package to install; it never skips."""
 
 from __future__ import annotations
 
 import uuid
 
-import psycopg2
 import pymysql
 import pytest
 import sqlalchemy as sa
 
 from compute_plugins import hoststate
 from compute_plugins.hoststate import schema
+from tests.servers import DatabaseServer
 from tests.unit.hoststate.cases import make_store, store  # noqa: F401 - fixtures
-
-PG_ADMIN = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "dbname": "postgres"}
-MYSQL_ADMIN = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": ""}
 
 BACKENDS = ("postgresql", "mariadb")
 
@@ -25,30 +22,12 @@ BACKENDS = ("postgresql", "mariadb")
 PASSWORD = "s3cret"
 
 
-def _pg_admin():
-    try:
-        conn = psycopg2.connect(connect_timeout=5, **PG_ADMIN)
-    except psycopg2.OperationalError as err:
-        pytest.fail("PostgreSQL is needed on 127.0.0.1:5432 (user postgres, trust "
-                    "auth); start it with `pg_ctlcluster --skip-systemctl-redirect "
-                    "$(ls /etc/postgresql) main start`: %s" % err)
-    conn.autocommit = True
-    return conn
-
-
-def _mysql_admin():
-    try:
-        return pymysql.connect(connect_timeout=5, autocommit=True, **MYSQL_ADMIN)
-    except pymysql.err.OperationalError as err:
-        pytest.fail("MariaDB is needed on 127.0.0.1:3306 (user root, empty "
-                    "password); start it with `service mariadb start`: %s" % err)
-
-
-def create_database(backend: str):
-    """``(url, drop)``: a new empty database and the function dropping it."""
+def create_database(server: DatabaseServer):
+    """``(url, drop)``: a new empty database on ``server`` and the function
+    dropping it."""
     name = "hoststate_%s" % uuid.uuid4().hex[:12]
-    if backend == "postgresql":
-        admin = _pg_admin()
+    admin = server.admin()
+    if server.backend == "postgresql":
         with admin.cursor() as cur:
             cur.execute("CREATE DATABASE %s" % name)
 
@@ -58,8 +37,7 @@ def create_database(backend: str):
             admin.close()
         # NOTE: trust auth ignores the password: it is there for the tests
         # to check that no message shows it.
-        return "postgresql+psycopg2://postgres:%s@127.0.0.1:5432/%s" % (PASSWORD, name), drop
-    admin = _mysql_admin()
+        return server.url(name, PASSWORD), drop
     with admin.cursor() as cur:
         cur.execute("CREATE DATABASE %s CHARACTER SET utf8mb4" % name)
 
@@ -67,7 +45,7 @@ def create_database(backend: str):
         with admin.cursor() as cur:
             cur.execute("DROP DATABASE IF EXISTS %s" % name)
         admin.close()
-    return "mysql+pymysql://root@127.0.0.1:3306/%s" % name, drop_mysql
+    return server.url(name), drop_mysql
 
 
 def empty_database(url: str) -> None:
@@ -77,7 +55,9 @@ def empty_database(url: str) -> None:
     its tables takes longer)."""
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() != "postgresql":
-        admin = _mysql_admin()
+        admin = pymysql.connect(host=parsed.host, port=parsed.port, user=parsed.username,
+                                password=parsed.password or "", connect_timeout=10,
+                                autocommit=True)
         try:
             with admin.cursor() as cur:
                 cur.execute("DROP DATABASE IF EXISTS %s" % parsed.database)
@@ -125,9 +105,9 @@ def backend(request):
 
 
 @pytest.fixture(scope="module")
-def database(backend):
+def database(backend, request):
     """One database per module and backend, emptied for each test."""
-    url, drop = create_database(backend)
+    url, drop = create_database(request.getfixturevalue("%s_server" % backend))
     yield url
     drop()
 

@@ -16,9 +16,8 @@ operator finishes however slow the machine is, and every agent's last
 periodic comes after the operator's last write: each agent meets at least
 one generation conflict.
 
-Uses the PostgreSQL server this machine kind runs (127.0.0.1:5432, user
-``postgres``, trust auth; see doc/source/testing.md); it fails, not skips, when
-that server is not there.
+Uses the session's private PostgreSQL server (:mod:`tests.servers`); it
+fails, not skips, when that server cannot start.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg2
 import pytest
 from oslo_config import cfg
 
@@ -48,7 +46,6 @@ from compute_plugins.runtime.manager import PluginManager
 from tests.functional.placement.test_report import placement_state
 
 SNAPSHOT = Path(__file__).parents[2] / "fixtures" / "hosts" / "sriov"
-PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 NODES = ["pg-node%d" % i for i in range(4)]
 PERIODICS = 12
 #: Read-modify-writes an operator loses to the agents before taking a turn.
@@ -56,18 +53,12 @@ OPERATOR_RACES = 5
 
 
 @pytest.fixture(scope="module")
-def database():
-    try:
-        admin = psycopg2.connect(PG_DSN, connect_timeout=5)
-    except psycopg2.OperationalError as err:
-        pytest.fail("PostgreSQL is needed on 127.0.0.1:5432 (user postgres, trust "
-                    "auth); start it with `pg_ctlcluster --skip-systemctl-redirect "
-                    "$(ls /etc/postgresql) main start`: %s" % err)
-    admin.autocommit = True
+def database(postgresql_server):
+    admin = postgresql_server.admin()
     name = "compute_plugins_%s" % uuid.uuid4().hex[:12]
     with admin.cursor() as cur:
         cur.execute("CREATE DATABASE %s" % name)
-    yield "postgresql+psycopg2://postgres@127.0.0.1:5432/%s" % name
+    yield postgresql_server.url(name)
     with admin.cursor() as cur:
         cur.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
     admin.close()

@@ -1,0 +1,253 @@
+"""Private, throwaway PostgreSQL and MariaDB servers for the test session.
+
+The database tests need real servers, and they must not depend on what the
+machine happens to run: each server here gets its own temporary directory
+(data, unix socket, log), a free TCP port on 127.0.0.1 (never the default
+5432/3306, so a machine that runs its own servers is left alone) and no
+configuration from ``/etc``; the session starts it on first use and stops
+and removes it at its end. Under pytest-xdist each worker that needs a
+server starts its own (initdb and mariadb-install-db take about a second
+each: cheaper and simpler than sharing one between processes).
+
+The processes are run by pytest-postgresql's and pytest-mysql's executors
+(initdb/pg_ctl and mariadb-install-db/mysqld_safe, waited on until they
+accept connections, stopped with pg_ctl/mariadb-admin). Their fixture
+factories are not used, for two reasons:
+
+- PostgreSQL refuses to run as root (initdb and postgres exit at once), and
+  the suite runs as root on CI. As root the server runs as the package's
+  own unprivileged ``postgres`` user (``mysql`` for MariaDB) through a
+  two-line ``setpriv`` wrapper given to the executor as its pg_ctl; such a
+  user cannot reach pytest's temporary directories (``/tmp/pytest-of-root``
+  is 0700), where the factories put the data directory, so the directory
+  here is a new one under ``$TMPDIR``, owned by that user.
+- pytest-mysql starts ``mysqld_safe`` and ``mysql_install_db`` without
+  ``--no-defaults``, so they read ``/etc/mysql/my.cnf`` (a machine's
+  ``user = mysql``, ``log-error``, ...); the wrappers here add it, and have
+  ``root`` log in with an empty password over TCP, as the tests do.
+
+A missing server binary or user fails the tests that need the server, with
+the Debian package (listed in ``bindep.txt``) to install; nothing skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import port_for
+import psycopg2
+import pymysql
+import pytest
+from mirakuru.exceptions import ExecutorError
+from pytest_mysql.executor import MySQLExecutor
+from pytest_postgresql.executors import PostgreSQLExecutor
+
+HOST = "127.0.0.1"
+#: Tries to start a server, each on a new free port (another process may
+#: take the port picked between the pick and the server's bind).
+START_TRIES = 3
+#: Settings of a throwaway server: nothing it writes needs to survive a crash.
+PG_OPTIONS = ("-c listen_addresses=%s -c fsync=off -c synchronous_commit=off "
+              "-c full_page_writes=off -c max_connections=200" % HOST)
+MARIADB_PARAMS = ("--bind-address=%s --skip-name-resolve --skip-log-bin "
+                  "--character-set-server=utf8mb4 --collation-server=utf8mb4_general_ci "
+                  "--innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 "
+                  "--max-connections=200" % HOST)
+#: Where Debian installs each PostgreSQL version's pg_ctl (not on PATH).
+PG_CTL_GLOB = "/usr/lib/postgresql/*/bin/pg_ctl"
+#: Searched after PATH (/usr/sbin is not on a user's PATH).
+SYSTEM_DIRS = ("/usr/sbin", "/usr/bin")
+BINDEP = "bindep.txt (tools/install-bindep.sh, run by `make test`, installs it)"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatabaseServer:
+    """Where a private server listens, and its superuser (no password)."""
+
+    backend: str  # "postgresql" or "mariadb"
+    host: str
+    port: int
+    user: str
+
+    def url(self, database: str, password: str | None = None) -> str:
+        """SQLAlchemy URL of ``database`` on this server."""
+        auth = self.user if password is None else "%s:%s" % (self.user, password)
+        driver = "postgresql+psycopg2" if self.backend == "postgresql" else "mysql+pymysql"
+        return "%s://%s@%s:%d/%s" % (driver, auth, self.host, self.port, database)
+
+    def admin(self) -> Any:
+        """A new autocommit superuser connection (DB-API) to the server."""
+        if self.backend == "postgresql":
+            conn = psycopg2.connect(host=self.host, port=self.port, user=self.user,
+                                    dbname="postgres", connect_timeout=10)
+            conn.autocommit = True
+            return conn
+        return pymysql.connect(host=self.host, port=self.port, user=self.user,
+                               password="", connect_timeout=10, autocommit=True)
+
+
+def _find(names: tuple[str, ...], package: str, what: str,
+          dirs: tuple[str, ...] | None = None) -> str:
+    """The first of ``names`` on PATH or in ``dirs`` (SYSTEM_DIRS); else
+    fail naming the Debian package that ships it."""
+    dirs = SYSTEM_DIRS if dirs is None else dirs
+    path = os.pathsep.join([os.environ.get("PATH", ""), *dirs])
+    for name in names:
+        found = shutil.which(name, path=path)
+        if found:
+            return found
+    pytest.fail("%s is not installed (no %s on PATH or in %s): install the Debian "
+                "package %s, listed in %s"
+                % (what, " or ".join(names), ", ".join(dirs), package, BINDEP),
+                pytrace=False)
+
+
+def _pg_ctl() -> str:
+    """pg_ctl of the newest PostgreSQL (Debian keeps it off PATH, under
+    /usr/lib/postgresql/VERSION/bin)."""
+    found = sorted(glob.glob(PG_CTL_GLOB),
+                   key=lambda p: [int(x) if x.isdigit() else 0
+                                  for x in Path(p).parts[-3].split(".")])
+    if found:
+        return found[-1]
+    return _find(("pg_ctl",), "postgresql", "the PostgreSQL server",
+                 (os.path.dirname(PG_CTL_GLOB),))
+
+
+def _service_user(name: str, package: str) -> pwd.struct_passwd | None:
+    """The unprivileged user to run a server as when this is root (the
+    servers refuse or should not run as root); None when this is not root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pytest.fail("the tests run as root and the database server runs as the "
+                    "user %r, which does not exist: install the Debian package "
+                    "%s, listed in %s (it creates the user)" % (name, package, BINDEP),
+                    pytrace=False)
+
+
+def _private_dir(prefix: str, owner: pwd.struct_passwd | None) -> Path:
+    """A new directory under $TMPDIR for one server, owned by ``owner``."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    if owner is not None:
+        os.chown(base, owner.pw_uid, owner.pw_gid)
+    return base
+
+
+def _wrapper(path: Path, command: str) -> str:
+    """An executable script at ``path`` that execs ``command``, where
+    ``"$@"`` is its arguments (the executors take one program path, not a
+    command line)."""
+    path.write_text("#!/bin/sh\nexec %s\n" % command)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        return "; log %s: %s" % (path, " | ".join(path.read_text().splitlines()[-8:]))
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def postgresql() -> Iterator[DatabaseServer]:
+    """A private PostgreSQL (trust auth, superuser ``postgres``) while the
+    block runs; its directory removed after."""
+    pg_ctl = _pg_ctl()
+    owner = _service_user("postgres", "postgresql")
+    base = _private_dir("compute-plugins-pg-", owner)
+    try:
+        if owner is not None:
+            pg_ctl = _wrapper(base / "pg_ctl", 'setpriv --reuid=%s --regid=%s --init-groups %s "$@"'
+                              % (owner.pw_name, owner.pw_gid, pg_ctl))
+        for attempt in range(1, START_TRIES + 1):
+            executor = PostgreSQLExecutor(
+                executable=pg_ctl, host=HOST, port=port_for.select_random(),
+                datadir=str(base / "data"), unixsocketdir=str(base),
+                logfile=str(base / "postgresql.log"), startparams="-w",
+                dbname="postgres", user="postgres", postgres_options=PG_OPTIONS)
+            try:
+                executor.start()
+                # NOTE: the executor returns once the port accepts
+                # connections, when PostgreSQL may still answer "the
+                # database system is starting up"; `pg_ctl start -w`
+                # exits 0 only when it accepts sessions.
+                if executor.process is not None and executor.process.wait(60):
+                    raise OSError("pg_ctl start exited %d" % executor.process.returncode)
+                break
+            except (ExecutorError, OSError, subprocess.TimeoutExpired) as err:
+                with contextlib.suppress(Exception):
+                    if executor.running():
+                        executor.stop()
+                if attempt == START_TRIES:
+                    pytest.fail("the private PostgreSQL (%s) did not start: %s%s"
+                                % (pg_ctl, err, _log_tail(base / "postgresql.log")),
+                                pytrace=False)
+        try:
+            yield DatabaseServer("postgresql", HOST, executor.port, "postgres")
+        finally:
+            executor.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mariadb() -> Iterator[DatabaseServer]:
+    """A private MariaDB (``root`` without a password over TCP) while the
+    block runs; its directory removed after."""
+    what = "the MariaDB server"
+    mariadbd = _find(("mariadbd", "mysqld"), "mariadb-server", what)
+    safe = _find(("mariadbd-safe", "mysqld_safe"), "mariadb-server", what)
+    install_db = _find(("mariadb-install-db", "mysql_install_db"), "mariadb-server", what)
+    admin = _find(("mariadb-admin", "mysqladmin"), "mariadb-server", what)
+    owner = _service_user("mysql", "mariadb-server")
+    base = _private_dir("compute-plugins-mariadb-", owner)
+    try:
+        # NOTE: the executor gives ``--user=root`` to all three: the SQL
+        # superuser that shuts the server down, and the OS user the server
+        # would run as. The later --user here (the last one wins) runs it as
+        # ``mysql`` when this is root, as this user otherwise.
+        user = (owner or pwd.getpwuid(os.geteuid())).pw_name
+        safe = _wrapper(base / "mysqld_safe", '%s --no-defaults "$@" --user=%s' % (safe, user))
+        install_db = _wrapper(base / "install_db", '%s --no-defaults "$@" --user=%s '
+                              "--auth-root-authentication-method=normal --skip-test-db"
+                              % (install_db, user))
+        admin = _wrapper(base / "admin", '%s --no-defaults "$@"' % admin)
+        for attempt in range(1, START_TRIES + 1):
+            port = port_for.select_random()
+            # NOTE: the executor makes its data directory itself, owned by
+            # this process; mariadb-install-db --user hands it to ``user``.
+            shutil.rmtree(base / ("mysqldata_%d" % port), ignore_errors=True)
+            log = base / "mariadb.log"
+            executor = MySQLExecutor(
+                mysqld_safe=Path(safe), mysqld=Path(mariadbd), admin_exec=admin,
+                logfile_path=str(log), params=MARIADB_PARAMS, base_directory=base,
+                user="root", host=HOST, port=port, install_db=install_db)
+            try:
+                executor.start()
+                break
+            except (ExecutorError, OSError, subprocess.CalledProcessError) as err:
+                with contextlib.suppress(Exception):
+                    executor.kill()
+                if attempt == START_TRIES:
+                    pytest.fail("the private MariaDB (%s) did not start: %s%s"
+                                % (mariadbd, err, _log_tail(log)), pytrace=False)
+        try:
+            yield DatabaseServer("mariadb", HOST, port, "root")
+        finally:
+            executor.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
