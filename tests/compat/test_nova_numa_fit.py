@@ -154,3 +154,23 @@ def test_same_cells_and_pinning_as_nova_where_nova_is_right():
         assert by_core(st, mine) == by_core(st, theirs), where
         agreed += 1
     assert agreed > CASES // 5, (agreed, nova_wrong, nova_skipped, nova_missed)
+
+
+# -- nova's semantics, case by case (issue 17) ---------------------------------------
+
+def test_isolate_on_an_smt_cell_is_refused_as_nova_bug_1889633():
+    """With ``[compute] cpu_dedicated_set`` (a cell's PCPUs are not its
+    VCPUs), nova's ``_pack_instance_onto_cores`` refuses
+    ``hw:cpu_thread_policy=isolate`` on a cell with thread siblings: the
+    siblings it would hold idle are not in the Placement request (bug
+    1889633). A cell without siblings still takes the guest, in both."""
+    from tests.unit.resources.numa_fit.helpers import smt_cell
+    req = request([(2, 256)], thread="isolate")
+    smt_only = state(smt_cell(0, 4))
+    assert nova_model.placed(nova_model.fit(smt_only, req)) is None
+    got = fit(smt_only, req, None)
+    assert not isinstance(got, NUMAAssignment)
+    assert "1889633" in got.reason and "thread siblings" in got.reason
+    mixed_host = state(smt_cell(0, 4), cell(1, range(8, 12)))
+    assert [h for h, _ in nova_model.placed(nova_model.fit(mixed_host, req))] == [1]
+    assert [h for h, _ in ours(mixed_host, req)] == [1]
