@@ -33,7 +33,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
-from resources.numa import guest, provider, summary
+from resources.numa import guest, options, provider, summary
 from resources.numa import request as numa_request
 from resources.numa.request import NUMAAssignment, NUMARequest
 from resources.numa.state import NUMAState, build_state
@@ -75,8 +75,9 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
         return provider.contributions(view, nodename)
 
     def parse_request(self, request_input: Any) -> Optional[NUMARequest]:
-        """CPU policies, guest NUMA topology and page size (``hw:`` keys)."""
-        return numa_request.parse(request_input)
+        """CPU policies, guest NUMA topology and page size (``hw:`` keys),
+        locked memory and guest CPU topology (:mod:`resources.numa.options`)."""
+        return options.parse(request_input, numa_request.parse(request_input))
 
     def request_groups(self, plugin_request: NUMARequest) -> list[RequestGroup]:
         """One group per guest NUMA node, or one floating group."""

@@ -116,6 +116,11 @@ class NUMARequest(PluginRequest):
     :param cells: the guest NUMA topology; empty for a floating guest.
     :param extra_pcpus: PCPUs for emulator threads
         (``hw:emulator_threads_policy=isolate``).
+    :param locked_memory: ``hw:locked_memory`` (:mod:`resources.numa.options`).
+    :param cpu_topology: the guest's ``(sockets, cores, threads)``
+        (:mod:`resources.numa.options`); empty when nothing constrains it
+        (or in a request recorded before it was read): the guest XML then
+        uses nova's default, a socket per vCPU.
     """
 
     vcpus: int = min_field(1)
@@ -128,6 +133,8 @@ class NUMARequest(PluginRequest):
     page_size_kb: Optional[int] = None
     cells: tuple[GuestCell, ...] = ()
     extra_pcpus: int = 0
+    locked_memory: bool = False
+    cpu_topology: tuple[int, ...] = ()
 
 @dataclasses.dataclass(frozen=True)
 class CellAssignment:
