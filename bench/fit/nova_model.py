@@ -1,7 +1,8 @@
 """The same host and guest as nova's objects, for nova's NUMA fit.
 
 :func:`host` turns a :class:`~resources.numa.state.NUMAState` into nova's
-``NUMATopology`` (small pages as the smallest ``mempages`` pool, huge pages
+``NUMATopology`` (small pages as the smallest ``mempages`` pool, of the
+cell's ``small_page_kb``, huge pages
 as the others, the host's reserved memory as that pool's ``reserved``),
 :func:`instance` a :class:`~resources.numa.request.NUMARequest` with a NUMA
 topology into an ``InstanceNUMATopology`` (fresh each call: nova's fit
@@ -16,7 +17,6 @@ from typing import Any, Optional
 from resources.numa.request import NUMARequest
 from resources.numa.state import NUMAState
 
-SMALL_PAGE_KB = 4
 _NOVA: dict[str, Any] = {}
 
 
@@ -36,10 +36,11 @@ def host(state: NUMAState) -> Any:
     objects = nova()["objects"]
     cells = []
     for cell in state.cells:
+        small = cell.small_page_kb
         pages = [objects.NUMAPagesTopology(
-            size_kb=SMALL_PAGE_KB, total=cell.memory_mb * 1024 // SMALL_PAGE_KB,
-            used=cell.used_memory_mb * 1024 // SMALL_PAGE_KB,
-            reserved=cell.reserved_memory_mb * 1024 // SMALL_PAGE_KB)]
+            size_kb=small, total=cell.memory_mb * 1024 // small,
+            used=cell.used_memory_mb * 1024 // small,
+            reserved=cell.reserved_memory_mb * 1024 // small)]
         pages += [objects.NUMAPagesTopology(size_kb=p.size_kb, total=p.total,
                                             used=p.used, reserved=0)
                   for p in cell.pages]

@@ -55,8 +55,9 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     """
 
     name = "numa"
-    #: 1.1: ``NUMAAssignment.floating``.
-    version = "1.1"
+    #: 1.1: ``NUMAAssignment.floating``; 1.2: ``CellState.small_page_kb``,
+    #: ``NUMARequest.locked_memory`` and ``cpu_topology`` (issue 17).
+    version = "1.2"
     request_type = NUMARequest
     assignment_type = NUMAAssignment
     state_type = NUMAState

@@ -77,8 +77,14 @@ PAGE_SIZE_PATTERN = r"(large|small|any|\d{1,15}([kKMGT]i?)?(b|bit|B)?)"
 PAGE_ALIASES = ("small", "large", "any")
 #: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
 LARGE_PAGE_SIZES_KB = (2048, 1048576)
-#: The small (base) page size; a request of exactly this size is ``small``.
-SMALL_PAGE_KB = 4
+#: Base (small) page sizes of the hosts nova runs on: 4 KiB (x86, and
+#: aarch64/ppc64le with 4 KiB pages), 16 KiB and 64 KiB (aarch64,
+#: ppc64le). An explicit request of one of them is a host's small pages
+#: where that is its base page (``MEMORY_MB``), else that pool.
+BASE_PAGE_SIZES_KB = (4, 16, 64)
+#: Of those, the huge page sizes of other hosts (64 KiB: contiguous pages
+#: of 4 KiB-page aarch64 hosts).
+BASE_AND_HUGE_PAGE_SIZES_KB = (64,)
 #: nova's ``ImageMetaProps.NUMA_NODES_MAX``.
 NUMA_NODES_MAX = 128
 #: How many NUMA cells a floating guest may be spread over by the query.
@@ -379,8 +385,8 @@ def _page_value(ri: RequestInput, key: str, request: str, source: str
     if size_kb <= 0:
         ri.report(key, request, "Invalid memory page size '%s'" % (request,), source)
         return None, None
-    if size_kb == SMALL_PAGE_KB:
-        return "small", None
+    # NOTE: an explicit 4, 16 or 64 KiB stays a size, as in nova: which of
+    # them is "small" depends on the host (resources.numa.cell.page_order).
     return None, size_kb
 
 
@@ -744,16 +750,23 @@ def memory_choices(page_alias: Optional[str], page_kb: Optional[int],
     As nova's ``_numa_cell_supports_pagesize_request``: ``large`` and
     ``any`` try the largest page size first (then ``any`` falls back to
     small pages). A page size that does not divide the memory is no choice.
+    A base page size (:data:`BASE_PAGE_SIZES_KB`) is the small pages
+    (``MEMORY_MB``) of the hosts whose base page it is; where it is a huge
+    page size elsewhere (:data:`BASE_AND_HUGE_PAGE_SIZES_KB`), that is a
+    second choice. The fit checks the cell's small page size.
     """
     def pages(size_kb: int) -> Optional[dict[str, int]]:
         if (memory_mb * 1024) % size_kb:
             return None
         return {page_resource_class(size_kb): memory_mb * 1024 // size_kb}
 
+    small = {orc.MEMORY_MB: memory_mb}
+    if page_kb in BASE_PAGE_SIZES_KB:
+        huge = pages(page_kb) if page_kb in BASE_AND_HUGE_PAGE_SIZES_KB else None
+        return [small] + ([huge] if huge else [])
     if page_kb:
         choice = pages(page_kb)
         return [choice] if choice else []
-    small = {orc.MEMORY_MB: memory_mb}
     large = [c for c in (pages(s) for s in sorted(LARGE_PAGE_SIZES_KB, reverse=True))
              if c]
     if page_alias == "large":

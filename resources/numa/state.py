@@ -69,6 +69,9 @@ class CellState:
     :param reserved_memory_mb: of which reserved for the host.
     :param used_memory_mb: small-page memory guests take.
     :param pages: huge pages per size (ascending).
+    :param small_page_kb: the size of the small pages (KiB; 4 on x86, 16
+        or 64 on aarch64 and ppc64le hosts): an explicit page size request
+        of that size is served by the small pages, as in nova.
     """
 
     id: int
@@ -82,6 +85,7 @@ class CellState:
     reserved_memory_mb: int = 0
     used_memory_mb: int = 0
     pages: tuple[PagesState, ...] = ()
+    small_page_kb: int = min_field(1, default=4)
 
     @functools.cached_property
     def free_pcpus(self) -> frozenset[int]:
@@ -253,6 +257,7 @@ def build_state(view: NUMAView, providers: Providers,
             used_memory_mb=used.memory_mb,
             pages=tuple(PagesState(size, count, used.pages.get(size, 0))
                         for size, count in cell.huge_pages),
+            small_page_kb=cell.small_page_kb,
         ))
     share: frozenset[int] = frozenset()
     if view.shared_set:

@@ -82,6 +82,10 @@ class CellView:
     #: Cores with more than one usable thread (sorted by lowest CPU id);
     #: every other usable CPU is a core of its own.
     siblings: tuple[frozenset[int], ...] = ()
+    #: The size of the cell's small pages (KiB): what ``hw:mem_page_size=small``
+    #: and an explicit request of that size get (16 or 64 KiB on aarch64
+    #: and ppc64le hosts).
+    small_page_kb: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,15 +239,16 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
             memory_mb = small_kb // 1024
             reserved = min(to_reserve, memory_mb)
             to_reserve -= reserved
+        small_page = _small_page_kb(cell, host.base_page_kb)
         views.append(CellView(
             id=cell.id,
             pcpus=pcpus,
             vcpus=vcpus,
             memory_mb=memory_mb,
             reserved_memory_mb=reserved,
-            huge_pages=_huge_pages(
-                cell, _small_page_kb(cell, host.base_page_kb)),
+            huge_pages=_huge_pages(cell, small_page),
             siblings=_siblings(cell, pcpus | vcpus),
+            small_page_kb=small_page,
         ))
     if to_reserve and any(v.memory_mb is not None for v in views):
         LOG.warning("[compute] reserved_host_memory_mb = %d MiB exceeds the "

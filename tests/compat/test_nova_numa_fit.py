@@ -174,3 +174,27 @@ def test_isolate_on_an_smt_cell_is_refused_as_nova_bug_1889633():
     mixed_host = state(smt_cell(0, 4), cell(1, range(8, 12)))
     assert [h for h, _ in nova_model.placed(nova_model.fit(mixed_host, req))] == [1]
     assert [h for h, _ in ours(mixed_host, req)] == [1]
+
+
+@pytest.mark.parametrize("base", [4, 16, 64])
+@pytest.mark.parametrize("page", ["small", "4", "16", "64", "large", "any"])
+def test_page_sizes_on_16k_and_64k_hosts_as_nova(base, page):
+    """On a host whose base page is 16 or 64 KiB (aarch64, ppc64le) nova's
+    ``_numa_cell_supports_pagesize_request`` takes the cell's smallest
+    pool as ``small`` and an explicit size as that pool only: we fit
+    exactly when nova does, in the same page size."""
+    from dataclasses import replace
+    host_cell = replace(cell(0, pcpus=range(4), memory_mb=2048,
+                             pages=[(524288, 2, 0)]), small_page_kb=base)
+    st = state(host_cell)
+    alias = page if page in ("small", "large", "any") else None
+    req = request([(2, 512)], page=alias,
+                  page_kb=None if alias else int(page))
+    theirs = nova_model.fit(st, req)
+    got = fit(st, req, None)
+    if theirs is None:
+        assert not isinstance(got, NUMAAssignment), got
+        return
+    assert isinstance(got, NUMAAssignment), got.reason
+    nova_page = theirs.cells[0].pagesize
+    assert got.cells[0].page_size_kb == (None if nova_page == base else nova_page)

@@ -110,3 +110,51 @@ def test_floating_guest_and_its_xml(conf):
     xml = "".join(f.xml for f in plugin.guest_config(spec.requests["numa"], numa))
     assert '<vcpupin vcpu="1" cpuset="6-7" />' in xml
     assert '<memory mode="strict" nodeset="0" />' in xml
+
+
+# -- hosts whose base page is 16 KiB or 64 KiB (aarch64, ppc64le) -------------
+
+
+def base_page_host(base_kb: int) -> HostInfo:
+    """One cell: 3 GiB in base pages of ``base_kb``, 1 GiB in 512 MiB pages
+    (libvirt lists the base pool first, as on aarch64/ppc64le)."""
+    cpus = tuple(CPU(id=i) for i in range(4))
+    cell = NUMACell(id=0, cpus=cpus, memory_kb=4 * GIB_KB,
+                    pages=(PagePool(base_kb, 3 * GIB_KB // base_kb),
+                           PagePool(524288, 2)))
+    return HostInfo(hostname=NODE, source="test", cells=(cell,),
+                    base_page_kb=base_kb)
+
+
+def fit_on(conf, info, page):
+    conf.set_override("cpu_dedicated_set", "0-3", "compute")
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    mgr.discover(info)
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(info)
+    spec = build_request_spec(mgr.plugins, flavor(
+        2, 1024, **{"hw:cpu_policy": "dedicated", "hw:mem_page_size": page}))
+    return mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+
+
+def test_small_and_the_base_page_size_mean_the_hosts_smallest_page(conf):
+    """nova's ``_numa_cell_supports_pagesize_request``: ``small`` is the
+    cell's smallest page, and an explicit size is that pool: ``16`` fits a
+    16 KiB host (as small pages, MEMORY_MB), ``64`` a 64 KiB one; ``4`` is
+    refused on a cell without 4 KiB pages (compat:
+    test_page_sizes_on_16k_and_64k_hosts_as_nova)."""
+    for base, page in ((16, "small"), (16, "16"), (16, "16KiB"), (64, "small"),
+                       (64, "64"), (4, "4"), (4, "small")):
+        result = fit_on(conf, base_page_host(base), page)
+        assert result.fits, (base, page, result.rejections)
+        (cell,) = result.assignments["numa"].cells
+        assert cell.page_size_kb is None, (base, page)     # small pages
+    for base, page in ((64, "4"), (16, "4"), (64, "16"), (4, "64")):
+        result = fit_on(conf, base_page_host(base), page)
+        assert not result.fits, (base, page)
+        reason = " ".join(r.reason for r in result.rejections)
+        assert "has no %s KiB pages" % page in reason, reason
+        assert "its small pages are %d KiB" % base in reason, reason
+    result = fit_on(conf, base_page_host(64), "large")
+    assert result.assignments["numa"].cells[0].page_size_kb == 524288
