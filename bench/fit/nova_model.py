@@ -52,7 +52,8 @@ def host(state: NUMAState) -> Any:
             memory_usage=cell.used_memory_mb + huge_used,
             cpu_usage=cell.shared_load, pinned_cpus=set(cell.pinned),
             siblings=[set(core) for core in cell.cores], mempages=pages,
-            socket=None))
+            socket=None, network_metadata=objects.NetworkMetadata(
+                physnets=set(cell.physnets), tunneled=cell.tunneled)))
     return objects.NUMATopology(cells=cells)
 
 
@@ -81,12 +82,17 @@ def limits(state: NUMAState) -> Any:
 
 def fit(state: NUMAState, request: NUMARequest) -> Any:
     """nova's ``numa_fit_instance_to_host`` on the same host and guest,
-    with the state's packing strategy."""
+    with the state's packing strategy (and the guest's networks as nova's
+    ``limits.network_metadata``)."""
     n = nova()
     n["CONF"].set_override("packing_host_numa_cells_allocation_strategy",
                            state.pack, "compute")
+    nova_limits = limits(state)
+    if request.physnets or request.tunneled:
+        nova_limits.network_metadata = n["objects"].NetworkMetadata(
+            physnets=set(request.physnets), tunneled=request.tunneled)
     return n["hardware"].numa_fit_instance_to_host(
-        host(state), instance(request), None, limits(state))
+        host(state), instance(request), None, nova_limits)
 
 
 def placed(result: Any) -> Optional[list[tuple[int, dict[int, int]]]]:

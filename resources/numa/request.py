@@ -127,6 +127,9 @@ class NUMARequest(PluginRequest):
         (:mod:`resources.numa.options`); empty when nothing constrains it
         (or in a request recorded before it was read): the guest XML then
         uses nova's default, a socket per vCPU.
+    :param physnets: physnets of the guest's ports, and
+    :param tunneled: whether one is on a tunneled network, for a guest with
+        a NUMA topology (:mod:`resources.numa.networks`).
     """
 
     vcpus: int = min_field(1)
@@ -141,6 +144,8 @@ class NUMARequest(PluginRequest):
     extra_pcpus: int = 0
     locked_memory: bool = False
     cpu_topology: tuple[int, ...] = ()
+    physnets: frozenset[str] = frozenset()
+    tunneled: bool = False
 
 @dataclasses.dataclass(frozen=True)
 class CellAssignment:

@@ -72,6 +72,8 @@ class CellState:
     :param small_page_kb: the size of the small pages (KiB; 4 on x86, 16
         or 64 on aarch64 and ppc64le hosts): an explicit page size request
         of that size is served by the small pages, as in nova.
+    :param physnets: physnets whose NICs are on the cell.
+    :param tunneled: tunneled networks' NICs are on the cell.
     """
 
     id: int
@@ -86,6 +88,8 @@ class CellState:
     used_memory_mb: int = 0
     pages: tuple[PagesState, ...] = ()
     small_page_kb: int = min_field(1, default=4)
+    physnets: frozenset[str] = frozenset()
+    tunneled: bool = False
 
     @functools.cached_property
     def free_pcpus(self) -> frozenset[int]:
@@ -258,6 +262,8 @@ def build_state(view: NUMAView, providers: Providers,
             pages=tuple(PagesState(size, count, used.pages.get(size, 0))
                         for size, count in cell.huge_pages),
             small_page_kb=cell.small_page_kb,
+            physnets=cell.physnets,
+            tunneled=cell.tunneled,
         ))
     share: frozenset[int] = frozenset()
     if view.shared_set:

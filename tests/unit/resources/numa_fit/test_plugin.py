@@ -158,3 +158,47 @@ def test_small_and_the_base_page_size_mean_the_hosts_smallest_page(conf):
         assert "its small pages are %d KiB" % base in reason, reason
     result = fit_on(conf, base_page_host(64), "large")
     assert result.assignments["numa"].cells[0].page_size_kb == 524288
+
+
+# -- NUMA-affine networks ([neutron_physnet_NAME], [neutron_tunnel]) -----------
+
+
+def network_fit(conf, ports, **extra_specs):
+    conf.set_override("cpu_dedicated_set", "0-5,8-13", "compute")
+    conf.set_override("cpu_shared_set", "6-7,14-15", "compute")
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    conf.set_override("physnets", ["foo", "bar"], "neutron")
+    plugin = mgr.plugins["numa"]
+    plugin.discover(smt_host())                    # registers the physnet groups
+    conf.set_override("numa_nodes", [1], "neutron_physnet_foo")
+    conf.set_override("numa_nodes", [0], "neutron_tunnel")
+    mgr.discover(smt_host())
+    view = plugin.discover(smt_host())
+    assert [(c.physnets, c.tunneled) for c in view.cells] == [
+        (frozenset(), True), ({"foo"}, False)]
+    spec = build_request_spec(mgr.plugins, flavor(2, 1024, **extra_specs),
+                              ports=ports)
+    return mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+
+
+def test_ports_on_numa_affine_networks_place_the_guest_on_their_cells(conf):
+    """nova's options as nova spells them: the guest goes on a cell of each
+    of its networks with an affinity; physnet bar has none (compat:
+    test_network_numa_affinity_as_nova)."""
+    pinned = {"hw:cpu_policy": "dedicated"}
+    cells = lambda result: [c.host_cell for c in result.assignments["numa"].cells]  # noqa: E731
+    assert cells(network_fit(conf, [], **pinned)) == [0]
+    assert cells(network_fit(conf, [{"physnet": "foo"}], **pinned)) == [1]
+    assert cells(network_fit(conf, [{"physnet": "bar"}], **pinned)) == [0]
+    assert cells(network_fit(conf, [{"tunneled": True}], **pinned)) == [0]
+    both = network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}], **pinned)
+    assert not both.fits
+    assert ("the guest's ports on physnet foo need one of its NUMA nodes on "
+            "host cell(s) 1 ([neutron_physnet_foo] numa_nodes), it is on 0"
+            ) in both.rejections[0].reason
+    two = network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}],
+                      **pinned, **{"hw:numa_nodes": "2"})
+    assert sorted(cells(two)) == [0, 1]
+    # a guest without NUMA topology floats: no affinity, as in nova
+    assert network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}]).fits
