@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from compute_plugins.plugin import names
 from compute_plugins.plugin.cpuset import format_cpu_spec
 from compute_plugins.plugin.state import AssignmentConflict, PluginState
-from compute_plugins.request.types import min_field
+from compute_plugins.request.types import FrozenMap, min_field
 from compute_plugins.tree.contribution import Providers
 from resources.numa.request import PLUGIN, NUMAAssignment
 from resources.numa.view import CellView, NUMAView
@@ -147,6 +147,12 @@ class NUMAState(PluginState):
     :param emulator_share_cpus: ``[compute] cpu_shared_set`` (online), where
         emulator threads of ``hw:emulator_threads_policy=share`` guests run;
         empty when the option is unset (they then run with the vCPUs).
+    :param cell_devices: host cell -> free PCI devices on it, and
+    :param devices_wanted: whether the guest asks PCI devices; both given
+        at fit time by the framework
+        (:func:`compute_plugins.plugin.topology.order_by_cell_devices`),
+        never published: nova's PCI-aware cell order
+        (:mod:`resources.numa.order`).
     """
 
     cells: tuple[CellState, ...] = ()
@@ -154,6 +160,15 @@ class NUMAState(PluginState):
     ram_allocation_ratio: float = min_field(0, default=1.0)
     pack: bool = True
     emulator_share_cpus: frozenset[int] = frozenset()
+    cell_devices: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
+    devices_wanted: bool = False
+
+    def with_cell_devices(self, free: Mapping[int, int],
+                          wanted: bool) -> NUMAState:
+        """This state for a fit that orders cells by their free PCI
+        devices (:class:`compute_plugins.plugin.topology.OrdersByCellDevices`)."""
+        return dataclasses.replace(self, cell_devices=FrozenMap(free),
+                                   devices_wanted=wanted)
 
     @functools.cached_property
     def by_id(self) -> dict[int, CellState]:
