@@ -314,3 +314,14 @@ def test_pci_aware_cell_order_as_nova():
     # doc): nearly all, not all, are the same cells
     assert compared > 80 and moved > 10 and same > compared * 0.9, (
         compared, moved, same)
+
+
+def test_pinned_small_page_memory_stays_within_placements_capacity_unlike_nova():
+    """Where we differ on purpose (doc/nova-compat.md): a pinned guest's
+    small pages are held within Placement's capacity too; with
+    ``ram_allocation_ratio`` below 1 nova checks only the free pages and
+    places a guest Placement could never allocate."""
+    st = state(cell(0, range(4), memory_mb=4096), ram_ratio=0.5)
+    assert nova_model.placed(nova_model.fit(st, request([(2, 3000)]))) is not None
+    assert ours(st, request([(2, 3000)])) is None
+    assert ours(st, request([(2, 2048)])) is not None
