@@ -156,14 +156,19 @@ def order_by_cell_devices(states: Mapping[str, object],
     plugin among ``requested`` (those with a request) holds them; the same
     mapping when no state holds any.
     """
+    # NOTE: a class attribute test, not isinstance() on the runtime
+    # protocols: this runs for every host of every request.
     holders = [(name, state) for name, state in states.items()
-               if isinstance(state, HoldsCellDevices)]
+               if hasattr(type(state), "free_devices_by_cell")]
     if not holders:
         return states
     free: dict[int, int] = {}
     for _, state in holders:
+        assert isinstance(state, HoldsCellDevices)
         for cell, count in state.free_devices_by_cell().items():
             free[cell] = free.get(cell, 0) + count
+    if not free:
+        return states
     wanted = any(name in requested for name, _ in holders)
     counts: FrozenMap[int, int] = FrozenMap(free)
     return {name: (state.with_cell_devices(counts, wanted)

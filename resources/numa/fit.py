@@ -266,7 +266,7 @@ def fit_topology(state: NUMAState, request: NUMARequest,
     required = networks.constraints(state.cells, request.physnets,
                                     request.tunneled)
     rank = {cell.id: index for index, cell in enumerate(
-        cell_order(state, len(demands), pins(request)))}
+        cell_order(state, len(demands), pins(request)))} if required else {}
     matched = network_matching(prefs, required, rank)
     if matched is None:
         unconstrained = preferred_matching(prefs)
