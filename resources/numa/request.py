@@ -838,14 +838,15 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
 
 def samples() -> list[RequestInput]:
     """Representative requests (the plugin's ``sample_requests``): floating
-    CPUs, pinned CPUs, two guest NUMA nodes on 1 GiB pages, isolated
-    threads with an isolated emulator thread, a mixed policy."""
+    CPUs, pinned CPUs, two guest NUMA nodes on locked 1 GiB pages, two
+    sockets, isolated threads with an isolated emulator thread, a mixed
+    policy."""
     flavors = [
         (2, 2048, {}),
         (4, 4096, {"hw:cpu_policy": "dedicated"}),
         (8, 8192, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
-                   "hw:mem_page_size": "1GB"}),
-        (4, 8192, {"hw:numa_nodes": "2"}),
+                   "hw:mem_page_size": "1GB", "hw:locked_memory": "true"}),
+        (4, 8192, {"hw:numa_nodes": "2", "hw:cpu_sockets": "2"}),
         (2, 2048, {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
                    "hw:emulator_threads_policy": "isolate"}),
         (4, 4096, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"}),
