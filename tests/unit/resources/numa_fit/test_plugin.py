@@ -202,3 +202,32 @@ def test_ports_on_numa_affine_networks_place_the_guest_on_their_cells(conf):
     assert sorted(cells(two)) == [0, 1]
     # a guest without NUMA topology floats: no affinity, as in nova
     assert network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}]).fits
+
+
+#: The capabilities of a 64 KiB-page aarch64 host as libvirt writes them (the
+#: host's <pages> list its base page first; each cell's pools by size).
+AARCH64_64K_CAPS = """<capabilities><host>
+  <cpu><arch>aarch64</arch><pages unit='KiB' size='64'/>
+    <pages unit='KiB' size='2048'/><pages unit='KiB' size='524288'/></cpu>
+  <topology><cells num='1'><cell id='0'>
+    <memory unit='KiB'>4194304</memory>
+    <pages unit='KiB' size='64'>49152</pages>
+    <pages unit='KiB' size='2048'>0</pages>
+    <pages unit='KiB' size='524288'>2</pages>
+    <cpus num='4'><cpu id='0'/><cpu id='1'/><cpu id='2'/><cpu id='3'/></cpus>
+  </cell></cells></topology>
+</host></capabilities>"""
+
+
+def test_a_64k_host_from_its_capabilities(conf):
+    """Discovery reads the base page from <host><cpu><pages>: on this host
+    ``64`` and ``small`` are its small pages, ``4`` is refused, as nova."""
+    from compute_plugins.host.libvirt_xml import host_info_from_xml
+    info = host_info_from_xml(hostname=NODE, source="test",
+                              capabilities_xml=AARCH64_64K_CAPS, nodedev_xmls={})
+    assert info.base_page_kb == 64
+    for page, fits in (("small", True), ("64", True), ("64KiB", True),
+                       ("4", False), ("512MB", True)):
+        result = fit_on(conf, info, page)
+        assert result.fits is fits, (page, result.rejections)
+    assert "its small pages are 64 KiB" in fit_on(conf, info, "4").rejections[0].reason
