@@ -124,6 +124,8 @@ from compute_plugins.plugin.topology import (
     AffinityKey,
     CellSockets,
     GuestTopology,
+    HoldsCellDevices,
+    OrdersByCellDevices,
     PlacesGuest,
     RecordsGuestCells,
     cell_sockets,
@@ -188,6 +190,7 @@ __all__ = [
     "Budget", "DEFAULT_STEPS", "Outcome", "first_fit",
     # topology: where the guest sits, and devices' affinity to it
     "AFFINE", "Affinity", "AffinityKey", "CellSockets", "FALLBACK", "GuestTopology",
+    "HoldsCellDevices", "OrdersByCellDevices",
     "PlacesGuest", "RecordsGuestCells", "TOPOLOGY", "cell_sockets", "guest_host_cells",
     "guest_topology", "recorded_cells_problem", "topology_provider",
     # errors and options

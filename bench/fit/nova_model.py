@@ -1,7 +1,8 @@
 """The same host and guest as nova's objects, for nova's NUMA fit.
 
 :func:`host` turns a :class:`~resources.numa.state.NUMAState` into nova's
-``NUMATopology`` (small pages as the smallest ``mempages`` pool, huge pages
+``NUMATopology`` (small pages as the smallest ``mempages`` pool, of the
+cell's ``small_page_kb``, huge pages
 as the others, the host's reserved memory as that pool's ``reserved``),
 :func:`instance` a :class:`~resources.numa.request.NUMARequest` with a NUMA
 topology into an ``InstanceNUMATopology`` (fresh each call: nova's fit
@@ -16,7 +17,6 @@ from typing import Any, Optional
 from resources.numa.request import NUMARequest
 from resources.numa.state import NUMAState
 
-SMALL_PAGE_KB = 4
 _NOVA: dict[str, Any] = {}
 
 
@@ -36,10 +36,11 @@ def host(state: NUMAState) -> Any:
     objects = nova()["objects"]
     cells = []
     for cell in state.cells:
+        small = cell.small_page_kb
         pages = [objects.NUMAPagesTopology(
-            size_kb=SMALL_PAGE_KB, total=cell.memory_mb * 1024 // SMALL_PAGE_KB,
-            used=cell.used_memory_mb * 1024 // SMALL_PAGE_KB,
-            reserved=cell.reserved_memory_mb * 1024 // SMALL_PAGE_KB)]
+            size_kb=small, total=cell.memory_mb * 1024 // small,
+            used=cell.used_memory_mb * 1024 // small,
+            reserved=cell.reserved_memory_mb * 1024 // small)]
         pages += [objects.NUMAPagesTopology(size_kb=p.size_kb, total=p.total,
                                             used=p.used, reserved=0)
                   for p in cell.pages]
@@ -51,7 +52,8 @@ def host(state: NUMAState) -> Any:
             memory_usage=cell.used_memory_mb + huge_used,
             cpu_usage=cell.shared_load, pinned_cpus=set(cell.pinned),
             siblings=[set(core) for core in cell.cores], mempages=pages,
-            socket=None))
+            socket=None, network_metadata=objects.NetworkMetadata(
+                physnets=set(cell.physnets), tunneled=cell.tunneled)))
     return objects.NUMATopology(cells=cells)
 
 
@@ -80,12 +82,17 @@ def limits(state: NUMAState) -> Any:
 
 def fit(state: NUMAState, request: NUMARequest) -> Any:
     """nova's ``numa_fit_instance_to_host`` on the same host and guest,
-    with the state's packing strategy."""
+    with the state's packing strategy (and the guest's networks as nova's
+    ``limits.network_metadata``)."""
     n = nova()
     n["CONF"].set_override("packing_host_numa_cells_allocation_strategy",
                            state.pack, "compute")
+    nova_limits = limits(state)
+    if request.physnets or request.tunneled:
+        nova_limits.network_metadata = n["objects"].NetworkMetadata(
+            physnets=set(request.physnets), tunneled=request.tunneled)
     return n["hardware"].numa_fit_instance_to_host(
-        host(state), instance(request), None, limits(state))
+        host(state), instance(request), None, nova_limits)
 
 
 def placed(result: Any) -> Optional[list[tuple[int, dict[int, int]]]]:

@@ -47,8 +47,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                         "'properties' (and 'name')")
     parser.add_argument("--port", action="append", default=[], metavar="PORT.json",
                         help="a requested port (vnic_type, physnet, "
-                        "min_kbps_egress, min_kbps_ingress) or a list of "
-                        "them; repeatable")
+                        "min_kbps_egress, min_kbps_ingress, tunneled) or a "
+                        "list of them; repeatable")
     parser.add_argument("--hints", metavar="HINTS.json", help="scheduler hints")
 
 

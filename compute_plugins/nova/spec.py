@@ -100,8 +100,13 @@ def ports(spec_obj: Any) -> list[Port]:
     A neutron port of an SR-IOV vnic type is one PCI request of nova's
     (``requester_id`` the port id, ``spec[0]`` its physnet and device
     type); a port with a minimum bandwidth rule is a request group of
-    nova's (``requester_id`` the port id). Other requested networks ask
-    nothing of the host and are left out.
+    nova's (``requester_id`` the port id); nova's ``network_metadata`` (the
+    physnets and tunnel of every port) adds a normal port
+    ``network:<physnet>`` per physnet no port above names and a tunneled
+    ``network:tunneled`` (the networks' NUMA affinity). Other requested
+    networks ask nothing of the host and are left out. (nova does not
+    persist ``network_metadata``: a spec nova loads again lacks them, and a
+    record made with them is then parsed again.)
     """
     bandwidth: dict[str, dict[str, int]] = {}
     for group in _get(spec_obj, "requested_resources") or ():
@@ -121,6 +126,17 @@ def ports(spec_obj: Any) -> list[Port]:
             "physnet": tags.get("physical_network")}
     for port_id in bandwidth:
         found.setdefault(port_id, {"id": port_id, "vnic_type": "normal"})
+    # NOTE: nova's network_metadata: the physnets and tunnel of every port
+    # (normal ones too), for the networks' NUMA affinity. A physnet no port
+    # above names, and the tunnel, become a normal port each.
+    meta = _get(spec_obj, "network_metadata")
+    named = {doc.get("physnet") for doc in found.values()}
+    for physnet in sorted(set(_get(meta, "physnets") or ()) - named):
+        found.setdefault("network:" + physnet, {
+            "id": "network:" + physnet, "vnic_type": "normal", "physnet": physnet})
+    if _get(meta, "tunneled", False):
+        found.setdefault("network:tunneled", {
+            "id": "network:tunneled", "vnic_type": "normal", "tunneled": True})
     result = []
     for index, (port_id, doc) in enumerate(sorted(found.items())):
         rates = bandwidth.get(port_id, {})

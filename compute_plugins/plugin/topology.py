@@ -37,6 +37,15 @@ nova passes the instance's cells); then, by policy:
 - ``None`` (no policy; nova has no mdev affinity): any device, affine ones
   first.
 
+Which cells the provider prefers depends on the devices too (nova's
+``numa_fit_instance_to_host`` sorts host cells by their free PCI devices
+last: fewest first for a guest without PCI requests, keeping the cells
+with devices for guests that need them; most first for one with PCI
+requests). A consumer's state that :class:`HoldsCellDevices` says how many
+devices are free per cell; :func:`order_by_cell_devices` hands their sum,
+and whether the guest asks any of those consumers for devices, to a
+provider's state that :class:`OrdersByCellDevices` before its ``fit``.
+
 A guest without topology (no provider's assignment, one without nodes, or
 one that floats) has no affinity constraint, as in nova. Affine devices
 always rank first (nova takes them whenever there are enough), so
@@ -56,8 +65,9 @@ from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.types import FrozenMap, enum_field
 
 __all__ = ["AFFINE", "AFFINITY_POLICIES", "Affinity", "AffinityKey", "CellSockets",
-           "FALLBACK", "GuestTopology", "PlacesGuest", "RecordsGuestCells",
-           "TOPOLOGY", "cell_sockets", "guest_host_cells", "guest_topology",
+           "FALLBACK", "GuestTopology", "HoldsCellDevices", "OrdersByCellDevices",
+           "PlacesGuest", "RecordsGuestCells", "TOPOLOGY", "cell_sockets",
+           "guest_host_cells", "guest_topology", "order_by_cell_devices",
            "recorded_cells_problem", "topology_provider"]
 
 #: The role of the plugin whose assignment places the guest on host cells
@@ -114,6 +124,56 @@ class RecordsGuestCells(Protocol):
     @property
     def host_cells(self) -> Collection[int]:
         ...
+
+
+@runtime_checkable
+class HoldsCellDevices(Protocol):
+    """A consumer's host state whose devices sit on host cells, of the
+    kind nova's PCI pools count (PCI devices; not mediated devices)."""
+
+    def free_devices_by_cell(self) -> Mapping[int, int]:
+        """Host cell -> devices free on it (cells without any left out)."""
+        ...
+
+
+@runtime_checkable
+class OrdersByCellDevices(Protocol):
+    """A provider's host state that orders the host cells by the free
+    devices on them, as nova's NUMA fit does."""
+
+    def with_cell_devices(self, free: Mapping[int, int],
+                          wanted: bool) -> object:
+        """This state with ``free`` (host cell -> free devices of every
+        :class:`HoldsCellDevices` consumer) and ``wanted`` (the guest asks
+        one of them for devices) for the cell order."""
+        ...
+
+
+def order_by_cell_devices(states: Mapping[str, object],
+                          requested: Collection[str]) -> Mapping[str, object]:
+    """``states`` with every :class:`OrdersByCellDevices` state told the free
+    devices per cell of the :class:`HoldsCellDevices` states, and whether a
+    plugin among ``requested`` (those with a request) holds them; the same
+    mapping when no state holds any.
+    """
+    # NOTE: a class attribute test, not isinstance() on the runtime
+    # protocols: this runs for every host of every request.
+    holders = [(name, state) for name, state in states.items()
+               if hasattr(type(state), "free_devices_by_cell")]
+    if not holders:
+        return states
+    free: dict[int, int] = {}
+    for _, state in holders:
+        assert isinstance(state, HoldsCellDevices)
+        for cell, count in state.free_devices_by_cell().items():
+            free[cell] = free.get(cell, 0) + count
+    if not free:
+        return states
+    wanted = any(name in requested for name, _ in holders)
+    counts: FrozenMap[int, int] = FrozenMap(free)
+    return {name: (state.with_cell_devices(counts, wanted)
+                   if isinstance(state, OrdersByCellDevices) else state)
+            for name, state in states.items()}
 
 
 def topology_provider(earlier: Mapping[str, object]

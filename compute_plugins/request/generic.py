@@ -53,9 +53,7 @@ FRAMEWORK_NAMESPACES = frozenset({"hw", "resources", "trait", "pci_passthrough"}
 #: ``hw:`` keys nova validates that no built-in plugin schedules on: accepted
 #: (nova's libvirt driver reads them from the flavor) but not interpreted.
 NOVA_OTHER_HW_KEYS = frozenset({
-    "hw:hide_hypervisor_id", "hw:locked_memory", "hw:cpu_sockets",
-    "hw:cpu_cores", "hw:cpu_threads", "hw:cpu_max_sockets",
-    "hw:cpu_max_cores", "hw:cpu_max_threads", "hw:boot_menu",
+    "hw:hide_hypervisor_id", "hw:boot_menu",
     "hw:vif_multiqueue_enabled", "hw:mem_encryption",
     "hw:mem_encryption_model", "hw:pmem", "hw:pmu", "hw:serial_port_count",
     "hw:tpm_model", "hw:tpm_version", "hw:tpm_secret_security",

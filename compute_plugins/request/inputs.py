@@ -113,6 +113,9 @@ class Port:
     :param physnet: the physical network of the port's network.
     :param min_kbps_egress: minimum bandwidth rule, egress (kbps), or 0.
     :param min_kbps_ingress: minimum bandwidth rule, ingress (kbps), or 0.
+    :param tunneled: the port's network is a tunnel (neutron's
+        ``provider:network_type`` vxlan, gre or geneve: nova's
+        ``NetworkMetadata.tunneled``).
     """
 
     id: str
@@ -120,6 +123,7 @@ class Port:
     physnet: Optional[str] = None
     min_kbps_egress: int = 0
     min_kbps_ingress: int = 0
+    tunneled: bool = False
 
     @classmethod
     def from_dict(cls, doc: Any, index: int) -> Port:
@@ -145,6 +149,11 @@ class Port:
         for key in ("min_kbps_egress", "min_kbps_ingress"):
             kwargs[key] = check_amount(doc.get(key) or 0,
                                        "port %d field %r" % (index, key))
+        tunneled = doc.get("tunneled", False)
+        if not isinstance(tunneled, bool):
+            raise RequestInputError("port %d field 'tunneled' must be true or "
+                                    "false" % index)
+        kwargs["tunneled"] = tunneled
         return cls(**kwargs)
 
 

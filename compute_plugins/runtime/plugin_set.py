@@ -52,7 +52,11 @@ from compute_plugins.plugin.contract import (
     ViewT,
 )
 from compute_plugins.plugin.state import AssignmentConflict, PluginState, StateFormatError
-from compute_plugins.plugin.topology import TOPOLOGY, recorded_cells_problem
+from compute_plugins.plugin.topology import (
+    TOPOLOGY,
+    order_by_cell_devices,
+    recorded_cells_problem,
+)
 from compute_plugins.request.errors import Problem, RequestValidationError
 from compute_plugins.request.groups import (
     Decision,
@@ -552,6 +556,9 @@ class PluginSet(Mapping[str, AnyPlugin]):
         except search.FitOrderCycle as cycle:
             return search.FitResult(rejections=(cycle.rejection(),))
         failures: list[Rejection] = []
+        # NOTE: nova's cell order counts the host's free PCI devices
+        # (compute_plugins.plugin.topology.order_by_cell_devices).
+        states = order_by_cell_devices(states, order)
 
         def decide(name: str, earlier: search.Decided
                    ) -> Union[PluginAssignment, Rejection, None]:

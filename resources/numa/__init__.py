@@ -4,7 +4,9 @@ The tree gets a ``<nodename>_NUMA<id>`` child of the compute root per cell
 (trait ``HW_NUMA_ROOT``); see :mod:`resources.numa.view` for how the
 ``[compute]`` options split CPUs and memory, and :mod:`resources.numa.provider`
 for the inventory records. The plugin has no options of its own: it reads
-the framework's ``[compute]`` group, named as in nova.
+the framework's ``[compute]`` group, and nova's ``[neutron] physnets``,
+``[neutron_physnet_NAME]`` and ``[neutron_tunnel]`` (:mod:`resources.numa.networks`),
+named as in nova.
 
 The decision: :mod:`resources.numa.state` (what is free per cell under the
 guests in force), :mod:`resources.numa.fit` (which host cell, CPUs and page
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
+
+from oslo_config import cfg
 
 from compute_plugins.host.model import HostInfo
 from compute_plugins.plugin.contract import (
@@ -33,7 +37,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.tree.contribution import ProviderContribution, Providers
 from resources.numa import allocation as numa_allocation
 from resources.numa import fit as numa_fit
-from resources.numa import guest, provider, summary
+from resources.numa import guest, networks, options, provider, summary
 from resources.numa import request as numa_request
 from resources.numa.request import NUMAAssignment, NUMARequest
 from resources.numa.state import NUMAState, build_state
@@ -55,14 +59,22 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     """
 
     name = "numa"
-    #: 1.1: ``NUMAAssignment.floating``.
-    version = "1.1"
+    #: 1.1: ``NUMAAssignment.floating``; 1.2: ``CellState.small_page_kb``,
+    #: ``NUMARequest.locked_memory`` and ``cpu_topology`` (issue 17).
+    version = "1.2"
     request_type = NUMARequest
     assignment_type = NUMAAssignment
     state_type = NUMAState
     #: Its assignment says where the guest's nodes run
     #: (``NUMAAssignment.guest_topology``): devices that need it run after.
     provides = (TOPOLOGY,)
+
+    @classmethod
+    def list_opts(cls) -> list[tuple[str, list[cfg.Opt]]]:
+        """nova's network NUMA affinity groups (:mod:`resources.numa.networks`;
+        the ``[neutron_physnet_NAME]`` groups are registered from
+        ``[neutron] physnets`` when the view is built)."""
+        return networks.list_opts()
 
     def discover(self, host: HostInfo) -> NUMAView:
         """The cells of ``host``; :class:`InvalidCPUSet` on bad CPU sets."""
@@ -75,8 +87,10 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
         return provider.contributions(view, nodename)
 
     def parse_request(self, request_input: Any) -> Optional[NUMARequest]:
-        """CPU policies, guest NUMA topology and page size (``hw:`` keys)."""
-        return numa_request.parse(request_input)
+        """CPU policies, guest NUMA topology and page size (``hw:`` keys),
+        locked memory and guest CPU topology (:mod:`resources.numa.options`)."""
+        request = options.parse(request_input, numa_request.parse(request_input))
+        return networks.parse(request_input, request)
 
     def request_groups(self, plugin_request: NUMARequest) -> list[RequestGroup]:
         """One group per guest NUMA node, or one floating group."""

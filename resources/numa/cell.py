@@ -7,11 +7,14 @@ distinct host cell, as in nova), so :func:`place` answers per pair, and
 ``_numa_fit_instance_cell``:
 
 - **memory**, in the page sizes the request allows, tried in nova's order
-  (:func:`page_order`): ``small`` the small pages, ``large`` the cell's huge
-  page sizes largest first, ``any`` those then the small pages, a size just
-  that size, none the small pages. Huge pages and pinned or page-sized
-  guests never overcommit (nova's ``use_free``: free = total - reserved -
-  used, and within Placement's capacity); other guests' small-page memory
+  (:func:`page_order`): ``small`` the small pages (the cell's smallest
+  page: 4 KiB on x86, 16 or 64 KiB on aarch64/ppc64le hosts), ``large`` the
+  cell's huge page sizes largest first, ``any`` those then the small
+  pages, a size just that size (the small pages when it is theirs; a cell
+  without pages of that size cannot take it), none the small pages. Huge
+  pages and pinned or page-sized guests never overcommit (nova's
+  ``use_free``: free = total - reserved - used, and within Placement's
+  capacity); other guests' small-page memory
   may be overcommitted up to ``ram_allocation_ratio`` of total - reserved
   (Placement's capacity) but a node may not be larger than the cell;
 - **shared CPUs**: a node's shared vCPUs may not outnumber the cell's
@@ -38,7 +41,7 @@ from compute_plugins.plugin.cpuset import format_cpu_spec
 from compute_plugins.request.types import FrozenMap
 from resources.numa import pinning
 from resources.numa.pinning import Subject, plural
-from resources.numa.request import CellAssignment
+from resources.numa.request import BASE_PAGE_SIZES_KB, CellAssignment
 from resources.numa.state import CellState, NUMAState
 
 #: A page size choice: a huge page size (KiB), or None for small pages.
@@ -81,8 +84,12 @@ class NodeDemand:
 
 
 def page_order(cell: CellState, demand: NodeDemand) -> list[PageSize]:
-    """The page sizes ``demand`` may use on ``cell``, in nova's order."""
+    """The page sizes ``demand`` may use on ``cell``, in nova's order (an
+    explicit size that is the cell's small page size is the small pages,
+    nova's smallest ``mempages`` pool)."""
     if demand.page_size_kb:
+        if demand.page_size_kb == cell.small_page_kb:
+            return [None]
         return [demand.page_size_kb]
     huge: list[PageSize] = [p.size_kb for p in reversed(cell.pages)]
     if demand.page_alias == "large":
@@ -124,8 +131,12 @@ def memory_problem(state: NUMAState, cell: CellState, demand: NodeDemand,
         return None
     pool = cell.page(size)
     if pool is None:
-        return ("%s %s no %d KiB pages, %s needs %d MiB in them"
-                % (subject.name, subject.has, size, demand.who, need))
+        # NOTE: a base page size asked of a host with another one (4 KiB of
+        # a 64 KiB aarch64 host) says what the host's small pages are.
+        small = (" (its small pages are %d KiB)" % cell.small_page_kb
+                 if size in BASE_PAGE_SIZES_KB else "")
+        return ("%s %s no %d KiB pages%s, %s needs %d MiB in them"
+                % (subject.name, subject.has, size, small, demand.who, need))
     if need * 1024 % size:
         return ("%s's %d MiB is not a whole number of %d KiB pages"
                 % (demand.who, need, size))
@@ -283,7 +294,7 @@ def place(state: NUMAState, cell: CellState, demand: NodeDemand,
         page_size_kb=size,
         memory_mb=demand.memory_mb,
         shared_vcpus=demand.shared,
-        held_cpus=chosen.emulator | chosen.idle,
+        held_cpus=chosen.emulator,
     )
     problem = check(state, cell, demand, assignment, chosen.emulator)
     if problem:
@@ -302,4 +313,5 @@ def signature(cell: CellState) -> tuple[object, ...]:
         len(cell.shared_cpus), cell.shared_load,
         cell.memory_mb, cell.reserved_memory_mb, cell.used_memory_mb,
         tuple((p.size_kb, p.total, p.used) for p in cell.pages),
+        cell.small_page_kb,
     )

@@ -20,13 +20,14 @@ choice through.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
 from compute_plugins.plugin.contract import Mappings, Rejection
 from compute_plugins.plugin.cpuset import format_cpu_spec
 from resources.numa import cell as cellfit
-from resources.numa import floating
+from resources.numa import floating, networks
 from resources.numa.cell import NodeDemand
 from resources.numa.matching import NoMatching, preferred_matching
 from resources.numa.order import cell_order
@@ -200,14 +201,79 @@ def _assignment(state: NUMAState, request: NUMARequest,
         emulator_threads=emulator_threads(state, request, placed_cells, isolated))
 
 
+#: At most this many held matchings are tried for a guest's network
+#: affinity (:func:`network_matching`): far more than hosts of 8 cells and
+#: guests of 4 nodes with several affine networks need.
+NETWORK_TRIES = 4096
+
+
+def network_matching(prefs: Sequence[Sequence[int]],
+                     required: Sequence[tuple[str, frozenset[int]]],
+                     rank: dict[int, int]
+                     ) -> Union[list[int], NoMatching, None]:
+    """The preferred matching whose cells include one cell of each of
+    ``required`` (:func:`resources.numa.networks.constraints`); None when
+    every matching misses one.
+
+    nova takes the first permutation, in cell order, that meets the
+    networks. Every such matching uses, for each constraint, one of its
+    cells: so for each choice of one cell per constraint, and each way of
+    giving those cells to distinct guest nodes, the preferred matching with
+    the nodes held to them is a candidate, and the best by ``rank`` (the
+    cells' order) is nova's first. Polynomial per try; the tries are
+    bounded by :data:`NETWORK_TRIES`.
+    """
+    first = preferred_matching(prefs)
+    if isinstance(first, NoMatching) or not required:
+        return first
+    if networks.problem(required, first) is None:
+        return first
+    best: Optional[tuple[list[int], list[int]]] = None
+    seen: set[tuple[int, ...]] = set()
+    tries = 0
+    for pick in itertools.product(*(sorted(cells) for _, cells in required)):
+        hit = tuple(sorted(set(pick)))
+        if len(hit) > len(prefs) or hit in seen:
+            continue
+        seen.add(hit)
+        for owners in itertools.permutations(range(len(prefs)), len(hit)):
+            tries += 1
+            if tries > NETWORK_TRIES:
+                return best[1] if best else None
+            if any(cell not in prefs[node]
+                   for cell, node in zip(hit, owners, strict=True)):
+                continue
+            held = [[c for c in choices if c not in hit] for choices in prefs]
+            for cell, node in zip(hit, owners, strict=True):
+                held[node] = [cell]
+            matched = preferred_matching(held)
+            if isinstance(matched, NoMatching):
+                continue
+            key = [rank[cell] for cell in matched]
+            if best is None or key < best[0]:
+                best = (key, matched)
+    return best[1] if best else None
+
+
 def fit_topology(state: NUMAState, request: NUMARequest,
                  placement: Mappings) -> Union[NUMAAssignment, Rejection]:
-    """Place every guest node of ``request`` on a distinct host cell."""
+    """Place every guest node of ``request`` on a distinct host cell (with
+    its networks' NUMA affinity: :mod:`resources.numa.networks`)."""
     prepared = _preferences(state, request, placement)
     if isinstance(prepared, Rejection):
         return prepared
     demands, allowed, prefs = prepared
-    matched = preferred_matching(prefs)
+    required = networks.constraints(state.cells, request.physnets,
+                                    request.tunneled)
+    rank = {cell.id: index for index, cell in enumerate(
+        cell_order(state, len(demands), pins(request)))} if required else {}
+    matched = network_matching(prefs, required, rank)
+    if matched is None:
+        unconstrained = preferred_matching(prefs)
+        assert not isinstance(unconstrained, NoMatching)
+        return Rejection("%s; no placement of the guest's NUMA nodes on this "
+                         "host's cells meets it"
+                         % networks.problem(required, unconstrained))
     if isinstance(matched, NoMatching):
         return _explain(state, demands, allowed, placement, matched)
     return _assignment(state, request, demands, matched)
@@ -241,6 +307,8 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
     if isinstance(prepared, Rejection):  # NOTE: fit passed the same checks
         return
     demands, _, prefs = prepared
+    required = networks.constraints(state.cells, request.physnets,
+                                    request.tunneled)
     covered = set(_host_cells(first))
     for cell in cell_order(state, len(demands), pins(request)):
         if cell.id in covered:
@@ -252,7 +320,8 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
                     else [c for c in choices if c != cell.id]
                     for other, choices in enumerate(prefs)]
             matched = preferred_matching(held)
-            if isinstance(matched, NoMatching):
+            if (isinstance(matched, NoMatching)
+                    or networks.problem(required, matched) is not None):
                 continue
             placed = _assignment(state, request, demands, matched)
             if isinstance(placed, NUMAAssignment):
@@ -310,6 +379,10 @@ def _verify_topology(state: NUMAState, request: NUMARequest,
     if len(set(hosts)) != len(hosts):
         return Rejection("the decision puts two guest nodes on one host cell "
                          "(host cells %s)" % ", ".join(map(str, hosts)))
+    network = networks.problem(networks.constraints(
+        state.cells, request.physnets, request.tunneled), hosts)
+    if network is not None:
+        return Rejection(network)
     isolated: frozenset[int] = frozenset()
     for demand in demands:
         recorded = by_node[demand.node]

@@ -8,12 +8,14 @@ One fragment per top-level element under ``<domain>``
   ``<vcpusched scheduler='fifo' priority='1'>`` for realtime vCPUs;
 - ``<numatune>``: ``<memory mode='strict'>`` on the host cells and a
   ``<memnode>`` per guest node;
-- ``<cpu><numa>``: a ``<cell>`` per guest node (its CPUs and memory;
-  ``memAccess='shared'`` with huge pages, as nova);
+- ``<cpu>``: ``<topology sockets cores threads>`` (nova's
+  ``get_best_cpu_topology``, :mod:`resources.numa.options`; every guest, as
+  nova's driver) and ``<numa>``, a ``<cell>`` per guest node (its CPUs and
+  memory; ``memAccess='shared'`` with huge pages, as nova);
 - ``<memoryBacking>``: ``<hugepages>`` with a ``<page>`` per page size and
   the guest nodes using it; ``<nosharepages/>`` and ``<locked/>`` for a
-  realtime guest (nova's ``_get_guest_memory_backing_config``;
-  ``hw:locked_memory`` is accepted but not interpreted here).
+  realtime guest, ``<locked/>`` for ``hw:locked_memory`` (nova's
+  ``_get_guest_memory_backing_config``).
 
 A guest without NUMA topology gets no guest NUMA cells: its vCPUs are pinned
 to the shared CPUs of the cells holding them and its memory is kept on the
@@ -85,9 +87,27 @@ def _numatune(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
     return tune
 
 
+def _cpu_topology(request: NUMARequest) -> ET.Element:
+    """``<cpu><topology>``: the request's, or nova's default (a socket per
+    vCPU) for a request recorded before the topology was read.
+
+    :raises GuestConfigError: the topology does not make the flavor's vCPUs
+        (libvirt refuses such a domain; a decision edited by hand).
+    """
+    sockets, cores, threads = request.cpu_topology or (request.vcpus, 1, 1)
+    if sockets * cores * threads != request.vcpus:
+        raise GuestConfigError(
+            PLUGIN, "CPU topology %d sockets x %d cores x %d threads is not "
+            "the flavor's %d vCPUs" % (sockets, cores, threads, request.vcpus))
+    cpu = ET.Element("cpu")
+    ET.SubElement(cpu, "topology", sockets=str(sockets), cores=str(cores),
+                  threads=str(threads))
+    return cpu
+
+
 def _cpu_numa(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
     huge = any(c.page_size_kb for c in assignment.cells)
-    cpu = ET.Element("cpu")
+    cpu = _cpu_topology(request)
     numa = ET.SubElement(cpu, "numa")
     for guest in request.cells:
         attrs = {"id": str(guest.id),
@@ -101,13 +121,14 @@ def _cpu_numa(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:
 
 def _memory_backing(request: NUMARequest, assignment: NUMAAssignment
                     ) -> Optional[ET.Element]:
-    """nova's ``_get_guest_memory_backing_config``: the huge pages, and for
-    a realtime guest locked, unshared memory (in nova's element order)."""
+    """nova's ``_get_guest_memory_backing_config``: the huge pages, for a
+    realtime guest locked, unshared memory, and locked memory for
+    ``hw:locked_memory`` (in nova's element order)."""
     sizes: dict[int, list[int]] = {}
     for cell in assignment.cells:
         if cell.page_size_kb:
             sizes.setdefault(cell.page_size_kb, []).append(cell.guest_cell)
-    if not sizes and not request.realtime_cpus:
+    if not sizes and not request.realtime_cpus and not request.locked_memory:
         return None
     backing = ET.Element("memoryBacking")
     if sizes:
@@ -117,6 +138,7 @@ def _memory_backing(request: NUMARequest, assignment: NUMAAssignment
                           nodeset=format_cpu_spec(sizes[size]))
     if request.realtime_cpus:
         ET.SubElement(backing, "nosharepages")
+    if request.realtime_cpus or request.locked_memory:
         ET.SubElement(backing, "locked")
     return backing
 
@@ -131,6 +153,8 @@ def fragments(request: NUMARequest, assignment: NUMAAssignment
         cpu = _cpu_numa(request, assignment)
         check_cells(cpu, request.vcpus, request.memory_mb)
         elements.append(cpu)
+    else:
+        elements.append(_cpu_topology(request))
     backing = _memory_backing(request, assignment)
     if backing is not None:
         elements.append(backing)

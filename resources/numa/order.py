@@ -8,7 +8,12 @@ dominant, as nova's:
 
 1. by memory available (most used first when packing);
 2. pinned guests: by free dedicated CPUs (fewest first when packing);
-   others: by shared-CPU load (most loaded first when packing).
+   others: by shared-CPU load (most loaded first when packing);
+3. when the host has PCI devices (:attr:`NUMAState.cell_devices`, given by
+   the framework from the device plugins' states), by the free ones on
+   each cell: fewest first for a guest without PCI requests (nova keeps
+   those cells for guests that need them), most first for one with
+   (:attr:`NUMAState.devices_wanted`).
 
 Packing is ``[compute] packing_host_numa_cells_allocation_strategy``
 (:attr:`NUMAState.pack`); spreading reverses both sorts.
@@ -33,4 +38,8 @@ def cell_order(state: NUMAState, nodes: int, pinned: bool) -> list[CellState]:
         cells.sort(key=lambda cell: len(cell.free_pcpus), reverse=not pack)
     else:
         cells.sort(key=lambda cell: cell.shared_load, reverse=pack)
+    devices = state.cell_devices
+    if devices:
+        cells.sort(key=lambda cell: devices.get(cell.id, 0),
+                   reverse=state.devices_wanted)
     return cells

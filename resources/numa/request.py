@@ -77,8 +77,14 @@ PAGE_SIZE_PATTERN = r"(large|small|any|\d{1,15}([kKMGT]i?)?(b|bit|B)?)"
 PAGE_ALIASES = ("small", "large", "any")
 #: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
 LARGE_PAGE_SIZES_KB = (2048, 1048576)
-#: The small (base) page size; a request of exactly this size is ``small``.
-SMALL_PAGE_KB = 4
+#: Base (small) page sizes of the hosts nova runs on: 4 KiB (x86, and
+#: aarch64/ppc64le with 4 KiB pages), 16 KiB and 64 KiB (aarch64,
+#: ppc64le). An explicit request of one of them is a host's small pages
+#: where that is its base page (``MEMORY_MB``), else that pool.
+BASE_PAGE_SIZES_KB = (4, 16, 64)
+#: Of those, the huge page sizes of other hosts (64 KiB: contiguous pages
+#: of 4 KiB-page aarch64 hosts).
+BASE_AND_HUGE_PAGE_SIZES_KB = (64,)
 #: nova's ``ImageMetaProps.NUMA_NODES_MAX``.
 NUMA_NODES_MAX = 128
 #: How many NUMA cells a floating guest may be spread over by the query.
@@ -116,6 +122,14 @@ class NUMARequest(PluginRequest):
     :param cells: the guest NUMA topology; empty for a floating guest.
     :param extra_pcpus: PCPUs for emulator threads
         (``hw:emulator_threads_policy=isolate``).
+    :param locked_memory: ``hw:locked_memory`` (:mod:`resources.numa.options`).
+    :param cpu_topology: the guest's ``(sockets, cores, threads)``
+        (:mod:`resources.numa.options`); empty when nothing constrains it
+        (or in a request recorded before it was read): the guest XML then
+        uses nova's default, a socket per vCPU.
+    :param physnets: physnets of the guest's ports, and
+    :param tunneled: whether one is on a tunneled network, for a guest with
+        a NUMA topology (:mod:`resources.numa.networks`).
     """
 
     vcpus: int = min_field(1)
@@ -128,6 +142,10 @@ class NUMARequest(PluginRequest):
     page_size_kb: Optional[int] = None
     cells: tuple[GuestCell, ...] = ()
     extra_pcpus: int = 0
+    locked_memory: bool = False
+    cpu_topology: tuple[int, ...] = ()
+    physnets: frozenset[str] = frozenset()
+    tunneled: bool = False
 
 @dataclasses.dataclass(frozen=True)
 class CellAssignment:
@@ -146,8 +164,9 @@ class CellAssignment:
     :param shared_vcpus: guest vCPUs floating on ``shared_cpus`` (their
         load, counted against ``cpu_allocation_ratio``).
     :param held_cpus: dedicated host CPUs taken without a vCPU on them: the
-        emulator threads' CPU (``hw:emulator_threads_policy=isolate``) and
-        the idle thread siblings of ``hw:cpu_thread_policy=isolate``.
+        emulator threads' CPU (``hw:emulator_threads_policy=isolate``).
+        (``hw:cpu_thread_policy=isolate`` on SMT, which held idle siblings
+        here, is refused as in nova: :data:`resources.numa.pinning.ISOLATE_ON_SMT`.)
     """
 
     guest_cell: int
@@ -371,8 +390,8 @@ def _page_value(ri: RequestInput, key: str, request: str, source: str
     if size_kb <= 0:
         ri.report(key, request, "Invalid memory page size '%s'" % (request,), source)
         return None, None
-    if size_kb == SMALL_PAGE_KB:
-        return "small", None
+    # NOTE: an explicit 4, 16 or 64 KiB stays a size, as in nova: which of
+    # them is "small" depends on the host (resources.numa.cell.page_order).
     return None, size_kb
 
 
@@ -744,16 +763,23 @@ def memory_choices(page_alias: Optional[str], page_kb: Optional[int],
     As nova's ``_numa_cell_supports_pagesize_request``: ``large`` and
     ``any`` try the largest page size first (then ``any`` falls back to
     small pages). A page size that does not divide the memory is no choice.
+    A base page size (:data:`BASE_PAGE_SIZES_KB`) is the small pages
+    (``MEMORY_MB``) of the hosts whose base page it is; where it is a huge
+    page size elsewhere (:data:`BASE_AND_HUGE_PAGE_SIZES_KB`), that is a
+    second choice. The fit checks the cell's small page size.
     """
     def pages(size_kb: int) -> Optional[dict[str, int]]:
         if (memory_mb * 1024) % size_kb:
             return None
         return {page_resource_class(size_kb): memory_mb * 1024 // size_kb}
 
+    small = {orc.MEMORY_MB: memory_mb}
+    if page_kb in BASE_PAGE_SIZES_KB:
+        huge = pages(page_kb) if page_kb in BASE_AND_HUGE_PAGE_SIZES_KB else None
+        return [small] + ([huge] if huge else [])
     if page_kb:
         choice = pages(page_kb)
         return [choice] if choice else []
-    small = {orc.MEMORY_MB: memory_mb}
     large = [c for c in (pages(s) for s in sorted(LARGE_PAGE_SIZES_KB, reverse=True))
              if c]
     if page_alias == "large":
@@ -820,14 +846,15 @@ def request_groups(req: NUMARequest) -> list[RequestGroup]:
 
 def samples() -> list[RequestInput]:
     """Representative requests (the plugin's ``sample_requests``): floating
-    CPUs, pinned CPUs, two guest NUMA nodes on 1 GiB pages, isolated
-    threads with an isolated emulator thread, a mixed policy."""
+    CPUs, pinned CPUs, two guest NUMA nodes on locked 1 GiB pages, two
+    sockets, isolated threads with an isolated emulator thread, a mixed
+    policy."""
     flavors = [
         (2, 2048, {}),
         (4, 4096, {"hw:cpu_policy": "dedicated"}),
         (8, 8192, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
-                   "hw:mem_page_size": "1GB"}),
-        (4, 8192, {"hw:numa_nodes": "2"}),
+                   "hw:mem_page_size": "1GB", "hw:locked_memory": "true"}),
+        (4, 8192, {"hw:numa_nodes": "2", "hw:cpu_sockets": "2"}),
         (2, 2048, {"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate",
                    "hw:emulator_threads_policy": "isolate"}),
         (4, 4096, {"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0"}),

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from compute_plugins.plugin import names
 from compute_plugins.plugin.cpuset import format_cpu_spec
 from compute_plugins.plugin.state import AssignmentConflict, PluginState
-from compute_plugins.request.types import min_field
+from compute_plugins.request.types import FrozenMap, min_field
 from compute_plugins.tree.contribution import Providers
 from resources.numa.request import PLUGIN, NUMAAssignment
 from resources.numa.view import CellView, NUMAView
@@ -69,6 +69,11 @@ class CellState:
     :param reserved_memory_mb: of which reserved for the host.
     :param used_memory_mb: small-page memory guests take.
     :param pages: huge pages per size (ascending).
+    :param small_page_kb: the size of the small pages (KiB; 4 on x86, 16
+        or 64 on aarch64 and ppc64le hosts): an explicit page size request
+        of that size is served by the small pages, as in nova.
+    :param physnets: physnets whose NICs are on the cell.
+    :param tunneled: tunneled networks' NICs are on the cell.
     """
 
     id: int
@@ -82,6 +87,9 @@ class CellState:
     reserved_memory_mb: int = 0
     used_memory_mb: int = 0
     pages: tuple[PagesState, ...] = ()
+    small_page_kb: int = min_field(1, default=4)
+    physnets: frozenset[str] = frozenset()
+    tunneled: bool = False
 
     @functools.cached_property
     def free_pcpus(self) -> frozenset[int]:
@@ -139,6 +147,12 @@ class NUMAState(PluginState):
     :param emulator_share_cpus: ``[compute] cpu_shared_set`` (online), where
         emulator threads of ``hw:emulator_threads_policy=share`` guests run;
         empty when the option is unset (they then run with the vCPUs).
+    :param cell_devices: host cell -> free PCI devices on it, and
+    :param devices_wanted: whether the guest asks PCI devices; both given
+        at fit time by the framework
+        (:func:`compute_plugins.plugin.topology.order_by_cell_devices`),
+        never published: nova's PCI-aware cell order
+        (:mod:`resources.numa.order`).
     """
 
     cells: tuple[CellState, ...] = ()
@@ -146,6 +160,15 @@ class NUMAState(PluginState):
     ram_allocation_ratio: float = min_field(0, default=1.0)
     pack: bool = True
     emulator_share_cpus: frozenset[int] = frozenset()
+    cell_devices: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
+    devices_wanted: bool = False
+
+    def with_cell_devices(self, free: Mapping[int, int],
+                          wanted: bool) -> NUMAState:
+        """This state for a fit that orders cells by their free PCI
+        devices (:class:`compute_plugins.plugin.topology.OrdersByCellDevices`)."""
+        return dataclasses.replace(self, cell_devices=FrozenMap(free),
+                                   devices_wanted=wanted)
 
     @functools.cached_property
     def by_id(self) -> dict[int, CellState]:
@@ -253,6 +276,9 @@ def build_state(view: NUMAView, providers: Providers,
             used_memory_mb=used.memory_mb,
             pages=tuple(PagesState(size, count, used.pages.get(size, 0))
                         for size, count in cell.huge_pages),
+            small_page_kb=cell.small_page_kb,
+            physnets=cell.physnets,
+            tunneled=cell.tunneled,
         ))
     share: frozenset[int] = frozenset()
     if view.shared_set:

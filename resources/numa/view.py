@@ -26,6 +26,9 @@ Rules (``[compute]`` options, nova's meaning):
 - ``reserved_host_memory_mb`` is reserved on the cells in order of their id:
   cell 0 first, up to its whole memory, and what does not fit there on the
   next cell. What does not fit on any cell is dropped (with a warning).
+- Networks: the physnets and tunneled networks whose NICs are on each
+  cell (nova's ``[neutron_physnet_NAME]`` / ``[neutron_tunnel]``
+  ``numa_nodes``, :mod:`resources.numa.networks`).
 - Thread siblings: per cell, the cores with more than one usable (online,
   dedicated or shared) thread, from libvirt's ``<cpu siblings=...>``
   restricted to the cell's usable CPUs; a CPU in none of them is a core of
@@ -56,6 +59,7 @@ from compute_plugins.plugin.cpuset import (
 )
 from compute_plugins.plugin.devices import InvalidOptionValue
 from compute_plugins.plugin.names import page_resource_class as page_resource_class  # API
+from resources.numa import networks
 
 LOG = logging.getLogger(__name__)
 
@@ -82,6 +86,15 @@ class CellView:
     #: Cores with more than one usable thread (sorted by lowest CPU id);
     #: every other usable CPU is a core of its own.
     siblings: tuple[frozenset[int], ...] = ()
+    #: The size of the cell's small pages (KiB): what ``hw:mem_page_size=small``
+    #: and an explicit request of that size get (16 or 64 KiB on aarch64
+    #: and ppc64le hosts).
+    small_page_kb: int = 4
+    #: Physnets whose NICs are on this cell (``[neutron_physnet_NAME]
+    #: numa_nodes``, :mod:`resources.numa.networks`).
+    physnets: frozenset[str] = frozenset()
+    #: Tunneled networks' NICs are on this cell (``[neutron_tunnel]``).
+    tunneled: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +237,7 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
     memory_kb = _small_memory_kb(cells, host) if cells else {}
 
     to_reserve = conf.compute.reserved_host_memory_mb
+    nets = networks.cell_networks(conf, (cell.id for cell in cells))
     views = []
     for cell in cells:
         pcpus = cell.cpu_ids & online & dedicated
@@ -235,15 +249,18 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
             memory_mb = small_kb // 1024
             reserved = min(to_reserve, memory_mb)
             to_reserve -= reserved
+        small_page = _small_page_kb(cell, host.base_page_kb)
         views.append(CellView(
             id=cell.id,
             pcpus=pcpus,
             vcpus=vcpus,
             memory_mb=memory_mb,
             reserved_memory_mb=reserved,
-            huge_pages=_huge_pages(
-                cell, _small_page_kb(cell, host.base_page_kb)),
+            huge_pages=_huge_pages(cell, small_page),
             siblings=_siblings(cell, pcpus | vcpus),
+            small_page_kb=small_page,
+            physnets=nets[cell.id][0],
+            tunneled=nets[cell.id][1],
         ))
     if to_reserve and any(v.memory_mb is not None for v in views):
         LOG.warning("[compute] reserved_host_memory_mb = %d MiB exceeds the "

@@ -21,6 +21,7 @@ The PFs' provider uuids are the plugin's providers handed to ``host_state``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Optional
 
@@ -88,6 +89,24 @@ class SRIOVState(PluginState):
     devices: tuple[DeviceState, ...] = ()
     sockets: FrozenMap[int, Optional[int]] = dataclasses.field(
         default_factory=FrozenMap)
+
+    @functools.cached_property
+    def _free_by_cell(self) -> FrozenMap[int, int]:
+        free: dict[int, set[str]] = {}
+        for pf in self.pfs:
+            if pf.cell is not None:
+                free.setdefault(pf.cell, set()).update(
+                    vf.address for vf in pf.free_vfs())
+        for device in self.devices:
+            if device.cell is not None and not device.used:
+                free.setdefault(device.cell, set()).add(device.address)
+        return FrozenMap({cell: len(found) for cell, found in free.items() if found})
+
+    def free_devices_by_cell(self) -> FrozenMap[int, int]:
+        """Host cell -> its free VFs and alias devices (nova's PCI pools'
+        counts), for the guest's cell order
+        (:class:`compute_plugins.plugin.topology.HoldsCellDevices`)."""
+        return self._free_by_cell
 
     def pf(self, address: str) -> Optional[PFState]:
         for pf in self.pfs:

@@ -55,6 +55,8 @@ NUMA2 = {"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-3",
 #: Extra specs that make a key meaningful (nova ignores some keys without
 #: them; we refuse a key that would be ignored).
 CONTEXT = {
+    # nova's numa_get_constraints: LockMemoryForbidden without a page size
+    "hw:locked_memory": {"hw:mem_page_size": "small"},
     "hw:cpu_thread_policy": DEDICATED,
     "hw:emulator_threads_policy": DEDICATED,
     "hw:cpu_realtime": DEDICATED,

@@ -323,6 +323,28 @@ def test_from_nova_reads_flavor_image_ports_and_hints(conf):
         frozenset({0, 1}), frozenset({2, 3})]
 
 
+def test_from_nova_reads_the_networks_numa_affinity_needs(conf):
+    """nova's ``network_metadata`` (the physnets and tunnel of every port,
+    normal ones too) reaches the numa plugin: a physnet no SR-IOV port
+    already names becomes a normal port on it, a tunnel one tunneled port."""
+    manager = helpers.manager(conf, ("numa", "sriov"))
+    port = objects.InstancePCIRequest(
+        count=1, spec=[{"physical_network": "physnet1", "remote_managed": "False"}],
+        request_id="11111111-1111-1111-1111-111111111111",
+        requester_id="port-a")
+    spec_obj = nova_spec_obj(extra_specs={"hw:cpu_policy": "dedicated"},
+                             pci_requests=[port])
+    spec_obj.network_metadata = objects.NetworkMetadata(
+        physnets={"physnet1", "physnet2"}, tunneled=True)
+    ours = nova_spec.from_nova(spec_obj, manager.plugins)
+    assert [(p.id, p.vnic_type, p.physnet, p.tunneled) for p in ours.ports] == [
+        ("network:physnet2", "normal", "physnet2", False),
+        ("network:tunneled", "normal", None, True),
+        ("port-a", "direct", "physnet1", False)]
+    numa = ours.requests["numa"]
+    assert (numa.physnets, numa.tunneled) == ({"physnet1", "physnet2"}, True)
+
+
 def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
         nova_conf, conf, store):
     handler, filt = loaded_filter()

@@ -215,3 +215,94 @@ def test_nova_fits_we_fit_and_only_ours_are_valid():
     assert counts["only_ours"] == counts["only_ours_reference_fits"], counts
     assert counts["both"] > CASES // 4, counts
     assert counts["neither"] > CASES // 10, counts
+
+
+# -- guest options read from the flavor and image (issue 17) ------------------------
+
+def _nova_flavor_image(vcpus, specs, props):
+    objects = nova_model.nova()["objects"]
+    flavor = objects.Flavor(vcpus=vcpus, memory_mb=1024, extra_specs=dict(specs))
+    image = objects.ImageMeta.from_dict({"properties": dict(props)})
+    return flavor, image
+
+
+def _ours(vcpus, specs, props):
+    from compute_plugins.request.inputs import RequestInput
+    from resources.numa import options
+    from resources.numa import request as numa_request
+    ri = RequestInput.from_dicts(
+        {"name": "f", "vcpus": vcpus, "memory_mb": 1024, "extra_specs": specs},
+        image={"properties": props}).for_plugin("numa")
+    req = options.parse(ri, numa_request.parse(ri))
+    return req, [p.rule for p in ri.problems]
+
+
+TOPOLOGY_KEYS = ("sockets", "cores", "threads", "max_sockets", "max_cores",
+                 "max_threads")
+
+
+def test_cpu_topology_is_novas_get_best_cpu_topology():
+    """``<cpu><topology>`` (sockets, cores, threads) equals nova's
+    ``get_best_cpu_topology`` for random flavor and image constraints;
+    where nova raises, we report a problem (the same message)."""
+    from nova import exception as nova_exception
+
+    from resources.numa import guest
+    hardware = nova_model.nova()["hardware"]
+    rng = random.Random(17)
+    agreed = refused = 0
+    for case in range(600):
+        vcpus = rng.choice([1, 2, 3, 4, 6, 8, 12, 16, 24, 32])
+        specs, props = {}, {}
+        for key in TOPOLOGY_KEYS:
+            if rng.random() < 0.3:
+                specs["hw:cpu_" + key] = str(rng.choice([1, 2, 3, 4, 8]))
+            if rng.random() < 0.2:
+                props["hw_cpu_" + key] = rng.choice([1, 2, 4, 8])
+        flavor, image = _nova_flavor_image(vcpus, specs, props)
+        try:
+            best = hardware.get_best_cpu_topology(flavor, image)
+            theirs = (best.sockets, best.cores, best.threads)
+        except nova_exception.Invalid as err:
+            theirs = str(err)
+        req, problems = _ours(vcpus, specs, props)
+        where = (case, vcpus, specs, props, theirs, problems)
+        if isinstance(theirs, str):
+            assert any(theirs in p for p in problems), where
+            refused += 1
+        else:
+            topology = guest._cpu_topology(req).find("topology")
+            ours = tuple(int(topology.get(k)) for k in ("sockets", "cores",
+                                                        "threads"))
+            assert problems == [] and ours == theirs, where
+            agreed += 1
+    assert agreed > 300 and refused > 20, (agreed, refused)
+
+
+@pytest.mark.parametrize("specs, props", [
+    ({"hw:locked_memory": "true"}, {}),
+    ({"hw:locked_memory": "true", "hw:mem_page_size": "large"}, {}),
+    ({"hw:locked_memory": "false"}, {}),
+    ({"hw:mem_page_size": "large"}, {"hw_locked_memory": True}),
+    ({}, {"hw_locked_memory": True}),
+    ({"hw:locked_memory": "true", "hw:mem_page_size": "small"},
+     {"hw_locked_memory": False}),
+    ({"hw:locked_memory": "yes", "hw:mem_page_size": "2048"},
+     {"hw_locked_memory": "true"}),
+])
+def test_locked_memory_is_novas_get_locked_memory_constraint(specs, props):
+    """``hw:locked_memory``/``hw_locked_memory``: locked exactly when nova's
+    ``get_locked_memory_constraint`` says so; refused with nova's message
+    where nova raises (LockMemoryForbidden, FlavorImageLockedMemoryConflict)."""
+    from nova import exception as nova_exception
+    hardware = nova_model.nova()["hardware"]
+    flavor, image = _nova_flavor_image(2, specs, props)
+    try:
+        theirs = bool(hardware.get_locked_memory_constraint(flavor, image))
+    except nova_exception.NovaException as err:
+        theirs = str(err)
+    req, problems = _ours(2, specs, props)
+    if isinstance(theirs, str):
+        assert any(theirs in p for p in problems), (theirs, problems)
+    else:
+        assert problems == [] and req.locked_memory is theirs

@@ -154,3 +154,174 @@ def test_same_cells_and_pinning_as_nova_where_nova_is_right():
         assert by_core(st, mine) == by_core(st, theirs), where
         agreed += 1
     assert agreed > CASES // 5, (agreed, nova_wrong, nova_skipped, nova_missed)
+
+
+# -- nova's semantics, case by case (issue 17) ---------------------------------------
+
+def test_isolate_on_an_smt_cell_is_refused_as_nova_bug_1889633():
+    """With ``[compute] cpu_dedicated_set`` (a cell's PCPUs are not its
+    VCPUs), nova's ``_pack_instance_onto_cores`` refuses
+    ``hw:cpu_thread_policy=isolate`` on a cell with thread siblings: the
+    siblings it would hold idle are not in the Placement request (bug
+    1889633). A cell without siblings still takes the guest, in both."""
+    from tests.unit.resources.numa_fit.helpers import smt_cell
+    req = request([(2, 256)], thread="isolate")
+    smt_only = state(smt_cell(0, 4))
+    assert nova_model.placed(nova_model.fit(smt_only, req)) is None
+    got = fit(smt_only, req, None)
+    assert not isinstance(got, NUMAAssignment)
+    assert "1889633" in got.reason and "thread siblings" in got.reason
+    mixed_host = state(smt_cell(0, 4), cell(1, range(8, 12)))
+    assert [h for h, _ in nova_model.placed(nova_model.fit(mixed_host, req))] == [1]
+    assert [h for h, _ in ours(mixed_host, req)] == [1]
+
+
+@pytest.mark.parametrize("base", [4, 16, 64])
+@pytest.mark.parametrize("page", ["small", "4", "16", "64", "large", "any"])
+def test_page_sizes_on_16k_and_64k_hosts_as_nova(base, page):
+    """On a host whose base page is 16 or 64 KiB (aarch64, ppc64le) nova's
+    ``_numa_cell_supports_pagesize_request`` takes the cell's smallest
+    pool as ``small`` and an explicit size as that pool only: we fit
+    exactly when nova does, in the same page size."""
+    from dataclasses import replace
+    host_cell = replace(cell(0, pcpus=range(4), memory_mb=2048,
+                             pages=[(524288, 2, 0)]), small_page_kb=base)
+    st = state(host_cell)
+    alias = page if page in ("small", "large", "any") else None
+    req = request([(2, 512)], page=alias,
+                  page_kb=None if alias else int(page))
+    theirs = nova_model.fit(st, req)
+    got = fit(st, req, None)
+    if theirs is None:
+        assert not isinstance(got, NUMAAssignment), got
+        return
+    assert isinstance(got, NUMAAssignment), got.reason
+    nova_page = theirs.cells[0].pagesize
+    assert got.cells[0].page_size_kb == (None if nova_page == base else nova_page)
+
+
+def test_network_numa_affinity_as_nova():
+    """``[neutron_physnet_NAME]``/``[neutron_tunnel] numa_nodes``: on random
+    hosts whose cells are affine to random physnets and tunnels, and guests
+    with ports on them, nova's ``numa_fit_instance_to_host`` (with
+    ``network_metadata``) and ours: wherever nova places the guest, we do,
+    on cells no later in nova's order; every placement of ours has, for
+    each affine network of the guest, one of the network's cells."""
+    from dataclasses import replace
+
+    from resources.numa import networks
+    rng = random.Random(4)
+    compared = constrained = 0
+    for case in range(500):
+        st, req = random_case(rng)
+        if not req.cells:
+            continue
+        cells = tuple(replace(c, physnets=frozenset(
+            p for p in ("a", "b") if rng.random() < 0.4),
+            tunneled=rng.random() < 0.3) for c in st.cells)
+        st = replace(st, cells=cells)
+        req = replace(req, physnets=frozenset(
+            p for p in ("a", "b", "c") if rng.random() < 0.5),
+            tunneled=rng.random() < 0.3)
+        required = networks.constraints(st.cells, req.physnets, req.tunneled)
+        constrained += bool(required)
+        theirs = nova_model.placed(nova_model.fit(st, req))
+        mine = ours(st, req)
+        where = (case, st, req, theirs, mine)
+        if mine is not None:
+            assert networks.problem(required, [h for h, _ in mine]) is None, where
+        if theirs is None or not nova_valid(st, req, theirs):
+            continue
+        assert mine is not None, where
+        if req.cpu_thread_policy == "require":
+            continue
+        rank = {c.id: i for i, c in enumerate(cell_order(st, len(req.cells),
+                                                         pins(req)))}
+        assert [rank[h] for h, _ in mine] <= [rank[h] for h, _ in theirs], where
+        compared += 1
+    assert compared > 100 and constrained > 100, (compared, constrained)
+
+
+def nova_pci(st, devices, wanted):
+    """nova's real ``PciDeviceStats`` with ``devices[cell]`` free PCI
+    devices on each cell, and a PCI request (``preferred`` affinity, so the
+    order alone decides) when ``wanted``."""
+    from nova.pci import stats, whitelist
+    objects = nova_model.nova()["objects"]
+    pci_stats = stats.PciDeviceStats(
+        nova_model.host(st), dev_filter=whitelist.Whitelist(
+            ['{"vendor_id": "8086", "product_id": "1515"}']))
+    index = 0
+    for cell_id, count in sorted(devices.items()):
+        for _ in range(count):
+            address = "0000:%02x:00.%d" % (0x80 + index // 8, index % 8)
+            index += 1
+            pci_stats.add_device(objects.PciDevice(
+                compute_node_id=1, address=address, vendor_id="8086",
+                product_id="1515", status="available", request_id=None,
+                dev_type="type-PCI", numa_node=cell_id, parent_addr=None,
+                extra_info={}, dev_id="pci_" + address, label="label_8086_1515"))
+    requests = None
+    if wanted:
+        # NOTE: the list, as nova's NUMATopologyFilter passes it
+        requests = [objects.InstancePCIRequest(
+            count=1, spec=[{"vendor_id": "8086", "product_id": "1515"}],
+            request_id="33333333-3333-3333-3333-333333333333",
+            numa_policy="preferred")]
+    return pci_stats, requests
+
+
+def test_pci_aware_cell_order_as_nova():
+    """nova's ``numa_fit_instance_to_host`` with its real ``PciDeviceStats``:
+    host cells with free PCI devices come last for a guest without PCI
+    requests, first for one with. Ours, told the same counts
+    (``NUMAState.with_cell_devices``, as the framework does from the sriov
+    plugin's state), picks cells no later in nova's order wherever nova
+    fits, and the same cells as often as in the order-only comparison."""
+    from dataclasses import replace
+    n = nova_model.nova()
+    rng = random.Random(3)
+    compared = moved = same = 0
+    for case in range(400):
+        st, req = random_case(rng)
+        if not req.cells or len(st.cells) <= len(req.cells):
+            continue
+        devices = {c.id: rng.choice([0, 0, 1, 3]) for c in st.cells}
+        wanted = rng.random() < 0.5
+        pci_stats, pci_requests = nova_pci(st, devices, wanted)
+        n["CONF"].set_override("packing_host_numa_cells_allocation_strategy",
+                               st.pack, "compute")
+        result = n["hardware"].numa_fit_instance_to_host(
+            nova_model.host(st), nova_model.instance(req), None,
+            nova_model.limits(st), pci_requests=pci_requests, pci_stats=pci_stats)
+        theirs = nova_model.placed(result)
+        ordered = st.with_cell_devices({c: k for c, k in devices.items() if k},
+                                       wanted)
+        mine = ours(ordered, req)
+        where = (case, devices, wanted, st, req, theirs, mine)
+        if theirs is None or not nova_valid(st, req, theirs):
+            continue
+        assert mine is not None, where
+        if req.cpu_thread_policy == "require":
+            continue
+        rank = {c.id: i for i, c in enumerate(cell_order(ordered, len(req.cells),
+                                                         pins(req)))}
+        assert [rank[h] for h, _ in mine] <= [rank[h] for h, _ in theirs], where
+        compared += 1
+        same += [h for h, _ in mine] == [h for h, _ in theirs]
+        moved += [h for h, _ in mine] != [h for h, _ in ours(replace(st), req)]
+    # nova's fit cache sometimes skips its first permutation (see the module
+    # doc): nearly all, not all, are the same cells
+    assert compared > 80 and moved > 10 and same > compared * 0.9, (
+        compared, moved, same)
+
+
+def test_pinned_small_page_memory_stays_within_placements_capacity_unlike_nova():
+    """Where we differ on purpose (doc/nova-compat.md): a pinned guest's
+    small pages are held within Placement's capacity too; with
+    ``ram_allocation_ratio`` below 1 nova checks only the free pages and
+    places a guest Placement could never allocate."""
+    st = state(cell(0, range(4), memory_mb=4096), ram_ratio=0.5)
+    assert nova_model.placed(nova_model.fit(st, request([(2, 3000)]))) is not None
+    assert ours(st, request([(2, 3000)])) is None
+    assert ours(st, request([(2, 2048)])) is not None

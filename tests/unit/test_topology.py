@@ -122,3 +122,37 @@ def test_roles_that_need_each_other_are_a_cycle():
                "b": Plugin(provides=("y",), needs=("x",))}
     with pytest.raises(exception.ConfigError, match="a, b run after each other"):
         fit_order(plugins)
+
+
+# -- the provider's cell order by the consumers' free devices -----------------
+
+
+class _Devices:
+    def __init__(self, free):
+        self.free = free
+
+    def free_devices_by_cell(self):
+        return self.free
+
+
+class _Ordered:
+    def __init__(self, free=None, wanted=None):
+        self.free, self.wanted = free, wanted
+
+    def with_cell_devices(self, free, wanted):
+        return _Ordered(dict(free), wanted)
+
+
+def test_order_by_cell_devices_sums_the_holders_and_says_if_one_is_asked():
+    from compute_plugins.plugin.topology import order_by_cell_devices
+    states = {"cells": _Ordered(), "nics": _Devices({0: 2, 1: 1}),
+              "gpus": _Devices({1: 3}), "disk": object()}
+    got = order_by_cell_devices(states, ["cells", "disk"])
+    assert (got["cells"].free, got["cells"].wanted) == ({0: 2, 1: 4}, False)
+    assert got["nics"] is states["nics"] and got["disk"] is states["disk"]
+    assert order_by_cell_devices(states, ["cells", "gpus"])["cells"].wanted
+    # nothing to order by: the same mapping
+    plain = {"cells": _Ordered(), "disk": object()}
+    assert order_by_cell_devices(plain, ["cells"]) is plain
+    empty = {"cells": _Ordered(), "nics": _Devices({})}
+    assert order_by_cell_devices(empty, ["cells", "nics"]) is empty

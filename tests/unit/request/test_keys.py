@@ -306,3 +306,12 @@ def test_amounts_above_placement_max_are_unusable_input(manager, field):
     kwargs = {"vcpus": 2, "memory_mb": 2048, field: 2**31}
     with pytest.raises(RequestInputError, match="2147483647"):
         build(manager, {}, **kwargs)
+
+
+def test_a_port_is_tunneled_or_not(manager):
+    """``tunneled`` (nova's NetworkMetadata.tunneled): true or false only."""
+    spec = build(manager, {}, ports=[{"id": "p", "tunneled": True}])
+    assert spec.ports[0].tunneled is True
+    with pytest.raises(RequestInputError,
+                       match="port 0 field 'tunneled' must be true or false"):
+        build(manager, {}, ports=[{"id": "p", "tunneled": "yes"}])

@@ -94,7 +94,9 @@ def test_image_numa_properties(manager):
 @pytest.mark.parametrize("value,alias,size", [
     ("small", "small", None), ("large", "large", None), ("any", "any", None),
     ("2048", None, 2048), ("2MB", None, 2048), ("1GB", None, 1048576),
-    ("4", "small", None)])
+    # nova keeps an explicit size: 4 KiB is the small pages only on a host
+    # whose small pages are 4 KiB (test_plugin: ..._hosts_smallest_page)
+    ("4", None, 4), ("64KiB", None, 64)])
 def test_mem_page_size(manager, value, alias, size):
     req = numa(build(manager, {"hw:mem_page_size": value}))
     assert (req.mem_page_size, req.page_size_kb) == (alias, size)
@@ -118,6 +120,18 @@ def test_largest_page_size_first(manager, size, order):
     assert got == order
 
 
+@pytest.mark.parametrize("size,order", [
+    ("4", ["MEMORY_MB"]), ("16", ["MEMORY_MB"]),
+    ("64", ["MEMORY_MB", "CUSTOM_MEMORY_PAGE_64KB"])])
+def test_a_base_page_size_asks_small_pages_first(manager, size, order):
+    """4, 16 or 64 KiB are some host's small pages (MEMORY_MB); 64 KiB is a
+    huge page of 4 KiB-page aarch64 hosts too. The fit checks the cell."""
+    spec = build(manager, {"hw:mem_page_size": size}, vcpus=2, memory_mb=2048)
+    got = [next(rc for rc in group_of(a, "_NUMA0").resources if "MEM" in rc)
+           for a in preview(spec).alternatives]
+    assert got == order
+
+
 def test_pcpu_resources_means_dedicated(manager):
     req = numa(build(manager, {"resources:PCPU": "4"}))
     assert req.cpu_policy == "dedicated"
@@ -133,11 +147,15 @@ def test_nova_keys_no_plugin_schedules_are_accepted(manager):
     """nova's guest-shape keys that do not affect scheduling are kept for
     the driver and change neither the NUMA request nor the query; a key
     nova does not know in the same namespace is refused."""
-    keys = {"hw:cpu_sockets": "2", "hw:watchdog_action": "reset"}
+    keys = {"hw:hide_hypervisor_id": "true", "hw:watchdog_action": "reset"}
     spec = build(manager, keys)
     plain = build(manager, {})
     assert dict(spec.flavor.extra_specs) == keys
     assert numa(spec) == numa(plain)
+    assert preview(spec) == preview(plain)
+    # hw:cpu_sockets shapes the guest (<cpu><topology>), not the query
+    spec = build(manager, {"hw:cpu_sockets": "2"})
+    assert numa(spec).cpu_topology == (2, 2, 1)
     assert preview(spec) == preview(plain)
     assert_problem(problems(manager, {"hw:cpu_sokets": "2"}), "hw:cpu_sokets",
                    "does not appear to be a valid extra spec")
@@ -306,3 +324,34 @@ def test_one_error_lists_every_problem(manager):
             "hw_cpu_thread_policy"} <= keys
     for problem in found:
         assert problem.rule and problem.source in ("flavor", "image")
+
+
+# -- hw:locked_memory and the guest CPU topology (resources.numa.options) -----
+
+
+def test_locked_memory_needs_a_page_size_as_in_nova(manager):
+    assert_problem(problems(manager, {"hw:locked_memory": "true"}),
+                   "hw:locked_memory", "forbidden when mem_page_size is not set")
+    assert numa(build(manager, {"hw:locked_memory": "true",
+                                "hw:mem_page_size": "small"})).locked_memory
+    assert not numa(build(manager, {"hw:locked_memory": "false"})).locked_memory
+    assert_problem(problems(manager, {"hw:locked_memory": "true",
+                                      "hw:mem_page_size": "small"},
+                            image={"hw_locked_memory": False}),
+                   "hw_locked_memory", "conflict")
+
+
+def test_cpu_topology_limits_are_checked_as_in_nova(manager):
+    assert numa(build(manager, {"hw:cpu_max_sockets": "1"})).cpu_topology == (
+        1, 4, 1)
+    assert numa(build(manager, {"hw:cpu_threads": "2"})).cpu_topology == (2, 1, 2)
+    assert_problem(problems(manager, {"hw:cpu_max_sockets": "1",
+                                      "hw:cpu_max_cores": "1",
+                                      "hw:cpu_max_threads": "2"}),
+                   "hw:cpu_max_sockets", "Requested vCPU limits 1:1:2 are "
+                   "impossible to satisfy for vcpus count 4")
+    assert_problem(problems(manager, {"hw:cpu_max_sockets": "2"},
+                            image={"hw_cpu_max_sockets": 4}),
+                   "hw_cpu_max_sockets", "exceeds the limits of the flavor")
+    assert_problem(problems(manager, {"hw:cpu_sockets": "x"}),
+                   "hw:cpu_sockets", "not a valid")

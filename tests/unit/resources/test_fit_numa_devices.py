@@ -152,8 +152,11 @@ def test_a_device_off_the_first_cell_choice_moves_the_guest(pinning, extra, port
 
 
 def test_an_exhausted_budget_says_so(pinning):
+    # NOTE: a vGPU, not a port: with a PCI request nova's (and our) cell
+    # order puts the cell with the VF first, and no alternative is needed
     plugins = pinning
-    spec = build_request_spec(plugins, PINNED, ports=PORT)
+    spec = build_request_spec(plugins, {**PINNED, "extra_specs": {
+        **PINNED["extra_specs"], "resources:VGPU": "1"}})
     result = plugins.fit(states(plugins, DEVICES_ON_CELL_1), spec, budget=2)
     assert not result.fits
     assert [(r.plugin, r.reason) for r in result.rejections][-1] == (
@@ -242,3 +245,43 @@ def test_a_device_on_the_last_of_many_cells_is_found(pinning, conf):
     assert result.fits, result.rejections
     assert [c.host_cell for c in result.assignments["numa"].cells] == [31]
     assert verified(pinning, info, spec, result) == ()
+
+
+# -- PCI-aware cell order (nova's numa_fit_instance_to_host with pci_stats) -----
+
+PF2 = "0000:b0:00.0"
+
+
+def test_a_guest_without_pci_devices_keeps_the_cells_with_them_free(pinning):
+    """nova sorts the host cells by their free PCI devices last: fewest first
+    for a guest without PCI requests. Packing alone takes cell 0 (both
+    empty); its VFs leave it for guests that need them."""
+    plugins = pinning
+    info = host([cell(0, range(4)), cell(1, range(4, 8))], [pf(PF, 4, 0)])
+    _, result = decide(plugins, info, PINNED)
+    assert [c.host_cell for c in result.assignments["numa"].cells] == [1]
+    # a vGPU is no PCI request of nova's, and a pGPU no PCI device of its pools
+    info = host([cell(0, range(4)), cell(1, range(4, 8))],
+                [pf(PF, 4, 0), gpu(GPU, 1, nvidia_35=2)])
+    flavor = {**PINNED, "extra_specs": {**PINNED["extra_specs"],
+                                        "hw:pci_numa_affinity_policy": "preferred",
+                                        "resources:VGPU": "1"}}
+    _, result = decide(plugins, info, flavor)
+    assert [c.host_cell for c in result.assignments["numa"].cells] == [1]
+
+
+def test_a_guest_with_pci_devices_prefers_the_cells_with_most(pinning, conf):
+    """With PCI requests nova sorts the other way: most free devices first
+    (here cell 1's 4 VFs over cell 0's 2, though packing takes cell 0 and
+    cell 0's VFs would do)."""
+    plugins = pinning
+    conf.set_override("physical_device_mappings",
+                      ["physnet1:%s" % PF, "physnet1:%s" % PF2], "sriov")
+    info = host([cell(0, range(4)), cell(1, range(4, 8))],
+                [pf(PF, 2, 0), pf(PF2, 4, 1)])
+    flavor = {**PINNED, "extra_specs": {**PINNED["extra_specs"],
+                                        "hw:pci_numa_affinity_policy": "preferred"}}
+    spec, result = decide(plugins, info, flavor, PORT)
+    assert [c.host_cell for c in result.assignments["numa"].cells] == [1]
+    assert result.assignments["sriov"].vfs[0].pf_address == PF2
+    assert verified(plugins, info, spec, result) == ()

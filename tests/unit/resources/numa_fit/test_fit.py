@@ -202,13 +202,18 @@ def test_prefer_packs_siblings_first():
     assert sorted(pins_of(got).values()) == [1, 2, 3, 5, 6]
 
 
-def test_isolate_on_smt_takes_whole_cores_and_holds_the_siblings():
+def test_isolate_on_smt_is_refused_as_nova_does_bug_1889633():
+    """nova with cpu_dedicated_set refuses isolate on a cell with siblings
+    (tests/compat: test_isolate_on_an_smt_cell_is_refused_as_nova_bug_1889633);
+    a cell without them takes the guest."""
     st = state(smt_cell(0, 4, pinned=[0]))
-    got = fits(st, request([(2, 256)], thread="isolate"))
-    assert pins_of(got) == {0: 2, 1: 4}
-    assert got.cells[0].held_cpus == {3, 5}
-    got = rejects(st, request([(4, 256)], thread="isolate"))
-    assert "host cell 0 has 3 wholly free cores, guest node 0 needs 4" in got.reason
+    got = rejects(st, request([(2, 256)], thread="isolate"))
+    assert ("host cell 0 has thread siblings (SMT) and guest node 0 asks "
+            "hw:cpu_thread_policy=isolate") in got.reason
+    assert "nova bug 1889633" in got.reason
+    got = fits(state(smt_cell(0, 4), cell(1, range(8, 10))),
+               request([(2, 256)], thread="isolate"))
+    assert placed(got) == {0: 1} and got.cells[0].held_cpus == set()
 
 
 def test_isolate_without_smt_is_plain_pinning():
@@ -252,11 +257,10 @@ def test_emulator_isolate_takes_one_more_cpu_on_node_0s_cell():
     assert placed(got) == {0: 0, 1: 1} and got.emulator_threads == {2}
 
 
-def test_emulator_isolate_with_isolated_threads_takes_a_whole_core():
+def test_emulator_isolate_with_isolated_threads_on_smt_is_refused():
     st = state(smt_cell(0, 3))
-    got = fits(st, request([(2, 256)], thread="isolate", emulator="isolate"))
-    assert pins_of(got) == {0: 0, 1: 2} and got.emulator_threads == {4}
-    assert got.cells[0].held_cpus == {1, 3, 4, 5}
+    got = rejects(st, request([(2, 256)], thread="isolate", emulator="isolate"))
+    assert "nova bug 1889633" in got.reason
 
 
 def test_emulator_isolate_counts_in_the_message():

@@ -75,7 +75,8 @@ def test_floating_guest_is_kept_on_its_cells():
     req = floating(2, 4096)   # vCPUs on cell 0, memory on cell 1
     got = decide(st, req)
     xml = elements(req, got)
-    assert set(xml) == {"cputune", "numatune"}
+    assert set(xml) == {"cputune", "numatune", "cpu"}
+    assert [e.tag for e in xml["cpu"]] == ["topology"]      # no guest cells
     assert [p.get("cpuset") for p in xml["cputune"].iter("vcpupin")] == ["0-1", "0-1"]
     assert xml["numatune"].find("memory").get("nodeset") == "1"
     assert xml["numatune"].find("memnode") is None
@@ -179,3 +180,64 @@ def test_the_plugins_own_fragment_is_checked():
     with pytest.raises(GuestConfigError, match="2097152 KiB of memory; the "
                        "flavor has 4096 MiB"):
         fragments(wrong, got)
+
+
+# -- hw:locked_memory and the guest CPU topology (resources.numa.options) ------
+
+
+@pytest.mark.parametrize("page, realtime, expected", [
+    ("small", (), ["locked"]),
+    ("large", (), ["hugepages", "locked"]),
+    ("large", (1,), ["hugepages", "nosharepages", "locked"]),
+])
+def test_locked_memory_is_locked_in_the_memory_backing(page, realtime, expected):
+    """nova's driver: ``membacking.locked`` for hw:locked_memory (once, also
+    for a realtime guest); compat: test_locked_memory_is_novas_..."""
+    req = dataclasses.replace(request([(2, 512)], page=page, realtime=realtime),
+                              locked_memory=True)
+    xml = elements(req, decide(host(), req))
+    assert [e.tag for e in xml["memoryBacking"]] == expected
+
+
+def test_cpu_topology_goes_before_the_guest_cells_and_libvirt_keeps_it():
+    req = dataclasses.replace(request([(2, 512), (2, 512)]),
+                              cpu_topology=(2, 2, 1))
+    got = decide(host(), req)
+    xml = elements(req, got)
+    assert [e.tag for e in xml["cpu"]] == ["topology", "numa"]
+    assert xml["cpu"].find("topology").attrib == {
+        "sockets": "2", "cores": "2", "threads": "1"}
+    body = "".join(f.xml for f in fragments(req, got))
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(
+            "<domain type='test'><name>topology</name><memory unit='KiB'>"
+            "1048576</memory><vcpu>4</vcpu><os><type>hvm</type></os>%s"
+            "</domain>" % body)
+        back = ET.fromstring(dom.XMLDesc(0))
+        dom.undefine()
+    finally:
+        conn.close()
+    kept = back.find("cpu/topology")
+    assert (kept.get("sockets"), kept.get("cores"), kept.get("threads")) == (
+        "2", "2", "1")
+
+
+def test_a_floating_guest_gets_its_cpu_topology_and_a_recorded_one_nova_default():
+    req = dataclasses.replace(floating(4, 1024), cpu_topology=(1, 2, 2))
+    st = state(cell(0, shared=range(4), memory_mb=4096))
+    xml = elements(req, decide(st, req))
+    assert [e.tag for e in xml["cpu"]] == ["topology"]
+    assert xml["cpu"].find("topology").attrib == {
+        "sockets": "1", "cores": "2", "threads": "2"}
+    # a request recorded before the topology was read: nova's default
+    xml = elements(floating(4, 1024), decide(st, floating(4, 1024)))
+    assert xml["cpu"].find("topology").attrib == {
+        "sockets": "4", "cores": "1", "threads": "1"}
+
+
+def test_a_topology_that_does_not_multiply_to_the_vcpus_names_the_plugin():
+    req = dataclasses.replace(request([(2, 512)]), cpu_topology=(3, 1, 1))
+    with pytest.raises(GuestConfigError, match="topology 3 sockets x 1 cores "
+                       "x 1 threads is not the flavor's 2 vCPUs"):
+        fragments(req, decide(host(), req))

@@ -110,3 +110,124 @@ def test_floating_guest_and_its_xml(conf):
     xml = "".join(f.xml for f in plugin.guest_config(spec.requests["numa"], numa))
     assert '<vcpupin vcpu="1" cpuset="6-7" />' in xml
     assert '<memory mode="strict" nodeset="0" />' in xml
+
+
+# -- hosts whose base page is 16 KiB or 64 KiB (aarch64, ppc64le) -------------
+
+
+def base_page_host(base_kb: int) -> HostInfo:
+    """One cell: 3 GiB in base pages of ``base_kb``, 1 GiB in 512 MiB pages
+    (libvirt lists the base pool first, as on aarch64/ppc64le)."""
+    cpus = tuple(CPU(id=i) for i in range(4))
+    cell = NUMACell(id=0, cpus=cpus, memory_kb=4 * GIB_KB,
+                    pages=(PagePool(base_kb, 3 * GIB_KB // base_kb),
+                           PagePool(524288, 2)))
+    return HostInfo(hostname=NODE, source="test", cells=(cell,),
+                    base_page_kb=base_kb)
+
+
+def fit_on(conf, info, page):
+    conf.set_override("cpu_dedicated_set", "0-3", "compute")
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    mgr.discover(info)
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(info)
+    spec = build_request_spec(mgr.plugins, flavor(
+        2, 1024, **{"hw:cpu_policy": "dedicated", "hw:mem_page_size": page}))
+    return mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+
+
+def test_small_and_the_base_page_size_mean_the_hosts_smallest_page(conf):
+    """nova's ``_numa_cell_supports_pagesize_request``: ``small`` is the
+    cell's smallest page, and an explicit size is that pool: ``16`` fits a
+    16 KiB host (as small pages, MEMORY_MB), ``64`` a 64 KiB one; ``4`` is
+    refused on a cell without 4 KiB pages (compat:
+    test_page_sizes_on_16k_and_64k_hosts_as_nova)."""
+    for base, page in ((16, "small"), (16, "16"), (16, "16KiB"), (64, "small"),
+                       (64, "64"), (4, "4"), (4, "small")):
+        result = fit_on(conf, base_page_host(base), page)
+        assert result.fits, (base, page, result.rejections)
+        (cell,) = result.assignments["numa"].cells
+        assert cell.page_size_kb is None, (base, page)     # small pages
+    for base, page in ((64, "4"), (16, "4"), (64, "16"), (4, "64")):
+        result = fit_on(conf, base_page_host(base), page)
+        assert not result.fits, (base, page)
+        reason = " ".join(r.reason for r in result.rejections)
+        assert "has no %s KiB pages" % page in reason, reason
+        assert "its small pages are %d KiB" % base in reason, reason
+    result = fit_on(conf, base_page_host(64), "large")
+    assert result.assignments["numa"].cells[0].page_size_kb == 524288
+
+
+# -- NUMA-affine networks ([neutron_physnet_NAME], [neutron_tunnel]) -----------
+
+
+def network_fit(conf, ports, **extra_specs):
+    conf.set_override("cpu_dedicated_set", "0-5,8-13", "compute")
+    conf.set_override("cpu_shared_set", "6-7,14-15", "compute")
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    conf.set_override("physnets", ["foo", "bar"], "neutron")
+    plugin = mgr.plugins["numa"]
+    plugin.discover(smt_host())                    # registers the physnet groups
+    conf.set_override("numa_nodes", [1], "neutron_physnet_foo")
+    conf.set_override("numa_nodes", [0], "neutron_tunnel")
+    mgr.discover(smt_host())
+    view = plugin.discover(smt_host())
+    assert [(c.physnets, c.tunneled) for c in view.cells] == [
+        (frozenset(), True), ({"foo"}, False)]
+    spec = build_request_spec(mgr.plugins, flavor(2, 1024, **extra_specs),
+                              ports=ports)
+    return mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+
+
+def test_ports_on_numa_affine_networks_place_the_guest_on_their_cells(conf):
+    """nova's options as nova spells them: the guest goes on a cell of each
+    of its networks with an affinity; physnet bar has none (compat:
+    test_network_numa_affinity_as_nova)."""
+    pinned = {"hw:cpu_policy": "dedicated"}
+    cells = lambda result: [c.host_cell for c in result.assignments["numa"].cells]  # noqa: E731
+    assert cells(network_fit(conf, [], **pinned)) == [0]
+    assert cells(network_fit(conf, [{"physnet": "foo"}], **pinned)) == [1]
+    assert cells(network_fit(conf, [{"physnet": "bar"}], **pinned)) == [0]
+    assert cells(network_fit(conf, [{"tunneled": True}], **pinned)) == [0]
+    both = network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}], **pinned)
+    assert not both.fits
+    assert ("the guest's ports on physnet foo need one of its NUMA nodes on "
+            "host cell(s) 1 ([neutron_physnet_foo] numa_nodes), it is on 0"
+            ) in both.rejections[0].reason
+    two = network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}],
+                      **pinned, **{"hw:numa_nodes": "2"})
+    assert sorted(cells(two)) == [0, 1]
+    # a guest without NUMA topology floats: no affinity, as in nova
+    assert network_fit(conf, [{"physnet": "foo"}, {"tunneled": True}]).fits
+
+
+#: The capabilities of a 64 KiB-page aarch64 host as libvirt writes them (the
+#: host's <pages> list its base page first; each cell's pools by size).
+AARCH64_64K_CAPS = """<capabilities><host>
+  <cpu><arch>aarch64</arch><pages unit='KiB' size='64'/>
+    <pages unit='KiB' size='2048'/><pages unit='KiB' size='524288'/></cpu>
+  <topology><cells num='1'><cell id='0'>
+    <memory unit='KiB'>4194304</memory>
+    <pages unit='KiB' size='64'>49152</pages>
+    <pages unit='KiB' size='2048'>0</pages>
+    <pages unit='KiB' size='524288'>2</pages>
+    <cpus num='4'><cpu id='0'/><cpu id='1'/><cpu id='2'/><cpu id='3'/></cpus>
+  </cell></cells></topology>
+</host></capabilities>"""
+
+
+def test_a_64k_host_from_its_capabilities(conf):
+    """Discovery reads the base page from <host><cpu><pages>: on this host
+    ``64`` and ``small`` are its small pages, ``4`` is refused, as nova."""
+    from compute_plugins.host.libvirt_xml import host_info_from_xml
+    info = host_info_from_xml(hostname=NODE, source="test",
+                              capabilities_xml=AARCH64_64K_CAPS, nodedev_xmls={})
+    assert info.base_page_kb == 64
+    for page, fits in (("small", True), ("64", True), ("64KiB", True),
+                       ("4", False), ("512MB", True)):
+        result = fit_on(conf, info, page)
+        assert result.fits is fits, (page, result.rejections)
+    assert "its small pages are 64 KiB" in fit_on(conf, info, "4").rejections[0].reason

@@ -47,8 +47,7 @@ def ref_pinning_ok(c, policy, cpus, emulator):
     if policy == "require":
         return smt and all(len(ref_core(c, x) & free) >= 2 for x in cpus)
     if policy == "isolate" and smt:
-        cores = [ref_core(c, x) for x in everything]
-        return all(core <= free for core in cores) and len(set(cores)) == len(cores)
+        return False  # nova with cpu_dedicated_set (bug 1889633)
     return True
 
 
@@ -257,13 +256,7 @@ def check_assignment(st, req, got, expected_cells):
         assert placed.memory_mb == guest.memory_mb
         assert placed.shared_vcpus == len(guest.cpus)
         assert placed.shared_cpus == (c.shared_cpus if guest.cpus else frozenset())
-        smt = any(len(core) > 1 for core in ref_cores(c))
-        if req.cpu_thread_policy == "isolate" and smt:
-            cores = [ref_core(c, x) for x in [*placed.pinning.values(), *emulator]]
-            idle = set().union(*cores) - set(placed.pinning.values()) - set(emulator)
-            assert placed.held_cpus == idle | set(emulator)
-        else:
-            assert placed.held_cpus == set(emulator)
+        assert placed.held_cpus == set(emulator)
 
 
 def test_fit_agrees_with_the_exhaustive_reference():
