@@ -7,6 +7,7 @@ Layout of a snapshot directory::
     host.json             hostname, memory_kb, disk, online_cpus,
                           cpu_count, format_version            (optional)
     sysfs.umockdev        umockdev-record of /sys/bus/pci/devices/* (optional)
+    domaincapabilities.xml  virsh domcapabilities --machine q35   (optional)
 
 Without ``host.json`` the hostname is the directory's name, memory is the
 sum of the cells' memory and there is no disk data. With ``sysfs.umockdev``
@@ -22,6 +23,7 @@ gives what the live host gave.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -48,6 +50,7 @@ CAPABILITIES = "capabilities.xml"
 NODEDEV_DIR = "nodedev"
 HOST_JSON = "host.json"
 SYSFS_UMOCKDEV = "sysfs.umockdev"
+DOMAIN_CAPABILITIES = "domaincapabilities.xml"
 
 _GIB = 1024**3
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -302,7 +305,7 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
     json_path = os.path.join(directory, HOST_JSON)
     meta = _load_host_json(json_path)
     hostname = meta.get("hostname")
-    return _with_udev(libvirt_xml.host_info_from_xml(
+    host = _with_udev(libvirt_xml.host_info_from_xml(
         hostname=hostname or os.path.basename(directory),
         hostname_source=json_path if hostname else directory,
         source=directory,
@@ -314,6 +317,11 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
         online_cpus=meta.get("online_cpus"),
         cpu_count=meta.get("cpu_count"),
     ), directory, use_udev)
+    domcaps_path = os.path.join(directory, DOMAIN_CAPABILITIES)
+    if os.path.lexists(domcaps_path):
+        host = dataclasses.replace(host, domain_caps=libvirt_xml.parse_domain_capabilities(
+            _read(domcaps_path), domcaps_path))
+    return host
 
 
 def _with_udev(host: HostInfo, directory: str, use_udev: bool) -> HostInfo:

@@ -135,3 +135,46 @@ def affinity_policy(ri: RequestInput, key: str) -> Optional[str]:
                   "'hw:%s' flavor extra spec." % (key, key), source="image")
         return None
     return flavor_ok or image_ok
+
+
+def flavor_image_bool(ri: RequestInput, key: str) -> Optional[bool]:
+    """``hw:<key>`` and its image twin ``hw_<key>`` (or ``image_key``) as
+    one boolean, by nova's rule for ``hw:mem_encryption`` and
+    ``hw:ephemeral_encryption``: None when neither asks (both unset or
+    false), else True, unless the two are given and differ, which is
+    reported (nova's ``FlavorImageConflict`` wording) and gives None.
+    Problems are reported on ``ri``; both keys are claimed."""
+    flavor_value, image_value = ri.flavor_image(key)
+    image_name = "hw_" + key
+    flavor_bool = check_bool(ri, "hw:" + key, flavor_value)
+    image_bool = check_bool(ri, image_name, image_value, source="image")
+    if not flavor_bool and not image_bool:
+        return None
+    if (flavor_bool is not None and image_bool is not None
+            and flavor_bool != image_bool):
+        ri.report(image_name, image_value,
+                  "Flavor %s has hw:%s extra spec explicitly set to %s, "
+                  "conflicting with image %s which has %s property explicitly "
+                  "set to %s" % (ri.flavor.name, key, flavor_value,
+                                 ri.image_name or None, image_name, image_bool),
+                  source="image")
+        return None
+    return True
+
+
+def flavor_image_same(ri: RequestInput, key: str, allowed: Sequence[str]
+                      ) -> Optional[str]:
+    """``hw:<key>`` or its image twin ``hw_<key>``, each one of
+    ``allowed``; the two given and different is reported in nova's words
+    (``_check_for_mem_encryption_model_conflicts``,
+    ``_get_unique_flavor_image_meta``). None when unset or wrong."""
+    flavor_ok, image_ok = flavor_image_enum(ri, key, allowed)
+    if flavor_ok and image_ok and flavor_ok != image_ok:
+        ri.report("hw_" + key, image_ok,
+                  "Flavor %s has hw:%s extra spec explicitly set to %s, "
+                  "conflicting with image %s which has hw_%s property "
+                  "explicitly set to %s" % (ri.flavor.name, key, flavor_ok,
+                                            ri.image_name or None, key, image_ok),
+                  source="image")
+        return None
+    return flavor_ok or image_ok

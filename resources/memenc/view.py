@@ -1,0 +1,118 @@
+"""The memenc plugin's view: the memory encryption models the host offers.
+
+As nova's libvirt driver finds them (``nova.virt.libvirt.host``:
+``supports_amd_sev``, ``supports_amd_sev_es``, ``supports_amd_sev_snp``,
+``supports_intel_tdx``, ``get_mem_encryption_inventories``), from the
+domain capabilities of the q35 machine type (``HostInfo.domain_caps``):
+
+- ``amd_sev``: ``<sev supported='yes'>`` on x86_64, ``maxGuests`` slots;
+- ``amd_sev_snp``: SEV and ``sev-snp`` among the ``<launchSecurity>``
+  types, ``maxESGuests`` slots;
+- ``amd_sev_es``: SEV with ``maxESGuests`` > 0, ``maxESGuests`` slots,
+  unless SEV-SNP is offered (nova ignores SEV-ES then: the two share the
+  ES ASIDs);
+- ``intel_tdx``: ``<tdx supported='yes'>`` on x86_64, with
+  ``[memenc] num_intel_tdx_guests`` slots (nova's ``[libvirt]
+  num_intel_tdx_guests``; nova also reads the misc cgroup's ``tdx``
+  capacity on a live host, which discovery does not record); unset: 0 and
+  no TDX, as nova.
+
+A model with 0 slots has no provider. Nova's kernel checks
+(``/sys/module/kvm_amd/parameters/sev*``) are not made: libvirt reports
+``<sev supported='yes'>`` only when the kernel exposes ``/dev/sev``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import os_traits
+
+from compute_plugins.host.model import HostInfo
+
+X86_64 = "x86_64"
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """One memory encryption model (nova's ``MemEncryptionConfig``).
+
+    :param name: nova's ``MemEncryptionModel`` value (``amd-sev``), the
+        value of ``hw:mem_encryption_model``.
+    :param trait: the trait nova requires and reports.
+    :param launch_security: the ``<launchSecurity type>`` of the guest.
+    :param policy: the guest policy nova sets (None: libvirt's default).
+    :param locked_memory: the guest's memory must be locked (nova's
+        ``needs_locked_memory``).
+    :param stateless_firmware: the image must say
+        ``hw_firmware_stateless=true`` (nova's ``needs_stateless_firmware``).
+    """
+
+    name: str
+    trait: str
+    launch_security: str
+    policy: Optional[int]
+    locked_memory: bool
+    stateless_firmware: bool = False
+
+    @property
+    def provider_suffix(self) -> str:
+        """nova's provider name suffix (``amd_sev``: ``<nodename>_amd_sev``)."""
+        return self.name.replace("-", "_")
+
+
+#: nova's ``LibvirtConfigGuestSEVLaunchSecurity`` policies (NODBG, NOKS,
+#: DOMAIN, SEV; ES adds 0x4) and ``LibvirtConfigGuestSEVSNPLaunchSecurity``'s.
+SEV_POLICY = 0x0033
+SEV_ES_POLICY = 0x0037
+SEV_SNP_POLICY = 0x00030000
+
+AMD_SEV = Model("amd-sev", os_traits.HW_CPU_X86_AMD_SEV, "sev", SEV_POLICY, True)
+AMD_SEV_ES = Model("amd-sev-es", os_traits.HW_CPU_X86_AMD_SEV_ES, "sev",
+                   SEV_ES_POLICY, True)
+AMD_SEV_SNP = Model("amd-sev-snp", os_traits.HW_CPU_X86_AMD_SEV_SNP, "sev-snp",
+                    SEV_SNP_POLICY, False, stateless_firmware=True)
+INTEL_TDX = Model("intel-tdx", os_traits.HW_CPU_X86_INTEL_TDX, "tdx", None, False)
+
+#: nova's ``MemEncryptionModel.ALL``, in its order.
+MODELS: dict[str, Model] = {m.name: m for m in (AMD_SEV, AMD_SEV_ES, AMD_SEV_SNP,
+                                                 INTEL_TDX)}
+#: nova's default model (``get_mem_encryption_constraint``).
+DEFAULT_MODEL = AMD_SEV.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Slots:
+    """The slots (guests at once) of one model on this host."""
+
+    model: str
+    total: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MemEncView:
+    """The models this host offers, each with its slots (none: no model)."""
+
+    slots: tuple[Slots, ...] = ()
+
+
+def build_view(host: HostInfo, tdx_guests: Optional[int]) -> MemEncView:
+    """The :class:`MemEncView` of ``host`` (the module's rules).
+
+    :param tdx_guests: ``[memenc] num_intel_tdx_guests``.
+    """
+    caps = host.domain_caps
+    if caps is None or caps.arch != X86_64:
+        return MemEncView()
+    found: list[Slots] = []
+    if caps.sev is not None:
+        found.append(Slots(AMD_SEV.name, caps.sev.max_guests))
+        snp = "sev-snp" in caps.launch_security
+        if not snp:
+            found.append(Slots(AMD_SEV_ES.name, caps.sev.max_es_guests))
+        else:
+            found.append(Slots(AMD_SEV_SNP.name, caps.sev.max_es_guests))
+    if caps.tdx:
+        found.append(Slots(INTEL_TDX.name, tdx_guests or 0))
+    return MemEncView(slots=tuple(s for s in found if s.total > 0))
