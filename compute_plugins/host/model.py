@@ -162,6 +162,27 @@ class DomainCaps:
 
 
 @dataclasses.dataclass(frozen=True)
+class PMEMNamespace:
+    """A persistent memory namespace in devdax mode (``ndctl list -X``).
+
+    :param name: the namespace's name (``ndctl create-namespace --name``),
+        which ``[libvirt] pmem_namespaces`` refers to.
+    :param dev: ndctl's device name (``namespace0.0``).
+    :param devpath: the DAX character device (``/dev/dax0.0``).
+    :param size: bytes.
+    :param align: the DAX region's alignment, bytes.
+    :param numa_node: the host cell it is attached to, if known.
+    """
+
+    name: str
+    dev: str
+    devpath: str
+    size: int
+    align: int
+    numa_node: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class HostInfo:
     """Everything discovery learnt about one host."""
 
@@ -185,6 +206,8 @@ class HostInfo:
     #: The domain capabilities of the host's q35 machine type (memory
     #: encryption, firmware); None when discovery had none.
     domain_caps: Optional[DomainCaps] = None
+    #: Named devdax persistent memory namespaces (``ndctl list -X``).
+    pmem_namespaces: tuple[PMEMNamespace, ...] = ()
 
     @functools.cached_property
     def _pci_by_address(self) -> dict[str, PCIDevice]:

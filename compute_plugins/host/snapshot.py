@@ -8,6 +8,7 @@ Layout of a snapshot directory::
                           cpu_count, format_version            (optional)
     sysfs.umockdev        umockdev-record of /sys/bus/pci/devices/* (optional)
     domaincapabilities.xml  virsh domcapabilities --machine q35   (optional)
+    ndctl.json            ndctl list -X (persistent memory)      (optional)
 
 Without ``host.json`` the hostname is the directory's name, memory is the
 sum of the cells' memory and there is no disk data. With ``sysfs.umockdev``
@@ -34,7 +35,7 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from compute_plugins.host import libvirt_xml, udev
+from compute_plugins.host import libvirt_xml, ndctl, udev
 from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.uri import is_local_uri
@@ -321,6 +322,10 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
     if os.path.lexists(domcaps_path):
         host = dataclasses.replace(host, domain_caps=libvirt_xml.parse_domain_capabilities(
             _read(domcaps_path), domcaps_path))
+    ndctl_path = os.path.join(directory, ndctl.NDCTL_JSON)
+    if os.path.lexists(ndctl_path):
+        host = dataclasses.replace(host, pmem_namespaces=ndctl.parse_namespaces(
+            _read(ndctl_path), ndctl_path))
     return host
 
 
