@@ -7,7 +7,9 @@ nova's ``_guest_configure_sev_mem_encryption`` /
   same with policy ``0x0037``. ``cbitpos`` and ``reducedPhysBits`` are left
   to libvirt, which fills them from the host's domain capabilities, as
   nova does;
-- SEV-SNP: ``<launchSecurity type="sev-snp"><policy>0x00030000</policy>``;
+- SEV-SNP: ``<launchSecurity type="sev-snp" authorKey="no" vcek="yes"
+  kernelHashes="no"><policy>0x00030000</policy>`` (nova sets kernelHashes
+  for a guest booted from a kernel image, which no request here asks);
 - TDX: ``<launchSecurity type="tdx"><quoteGenerationService/>``;
 - SEV and SEV-ES guests' memory is locked (``<memoryBacking><locked/>``,
   nova's ``needs_locked_memory``: encrypted pages cannot be swapped).
@@ -30,8 +32,11 @@ def launch_security(model_name: str) -> str:
     """The ``<launchSecurity>`` element of ``model_name`` (nova's name)."""
     model = MODELS[model_name]
     element = ET.Element("launchSecurity", {"type": model.launch_security})
+    if model.launch_security == "sev-snp":
+        element.attrib.update(authorKey="no", vcek="yes", kernelHashes="no")
     if model.policy is not None:
-        ET.SubElement(element, "policy").text = "0x%04x" % model.policy
+        ET.SubElement(element, "policy").text = (
+            "0x%08x" if model.launch_security == "sev-snp" else "0x%04x") % model.policy
     if model.launch_security == "tdx":
         ET.SubElement(element, "quoteGenerationService")
     return ET.tostring(element, encoding="unicode")
