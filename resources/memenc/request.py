@@ -74,10 +74,20 @@ def parse(ri: RequestInput) -> Optional[MemEncRequest]:
     image = ri.image_properties
     firmware = image.get("hw_firmware_type")
     if firmware != REQUIRED_FIRMWARE:
-        ri.report("hw_firmware_type", firmware,
-                  "Memory encryption is requested but the image metadata "
+        # NOTE: on the key that asked, as nova names the requesters.
+        flavor_asked = rules.parse_bool(ri.extra_specs.get("hw:mem_encryption", False))
+        requesters = ([("hw:mem_encryption", "flavor",
+                        "hw:mem_encryption extra spec in %s flavor" % ri.flavor.name)]
+                      if flavor_asked else []) + (
+            [("hw_mem_encryption", "image", "hw_mem_encryption property of image %s"
+              % (ri.image_name or "<no-id>"))]
+            if rules.parse_bool(image.get("hw_mem_encryption", False)) else [])
+        key, source, _ = requesters[0]
+        ri.report(key, ri.extra_specs.get(key) if source == "flavor" else image.get(key),
+                  "Memory encryption is requested by %s but the image metadata "
                   "doesn't have the 'hw_firmware_type' property set to '%s'"
-                  % REQUIRED_FIRMWARE, source="image")
+                  % (" and ".join(r[2] for r in requesters), REQUIRED_FIRMWARE),
+                  source=source)
     machine = image.get("hw_machine_type")
     if machine is not None and REQUIRED_MACHINE not in str(machine):
         ri.report("hw_machine_type", machine,

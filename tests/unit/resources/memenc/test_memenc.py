@@ -118,8 +118,11 @@ def test_false_asks_nothing(conf):
 
 
 @pytest.mark.parametrize("specs, image, key, rule", [
-    (SEV, {}, "hw_firmware_type", "doesn't have the 'hw_firmware_type' property set "
-     "to 'uefi'"),
+    (SEV, {}, "hw:mem_encryption", "Memory encryption is requested by "
+     "hw:mem_encryption extra spec in f flavor but the image metadata doesn't have "
+     "the 'hw_firmware_type' property set to 'uefi'"),
+    ({}, {"hw_mem_encryption": "yes", "hw_firmware_type": "bios"}, "hw_mem_encryption",
+     "requested by hw_mem_encryption property of image img but"),
     (SEV, {**UEFI, "hw_machine_type": "pc-i440fx-8.0"}, "hw_machine_type",
      "q35 type is required for amd-sev to work"),
     ({"hw:mem_encryption": "false"}, {**UEFI, "hw_mem_encryption": True},
@@ -146,7 +149,7 @@ def test_a_problem_is_one_line_of_the_request_error(conf):
                           RequestInput.from_dicts({"name": "f", "vcpus": 1,
                                                    "memory_mb": 512,
                                                    "extra_specs": SEV}))
-    assert "hw_firmware_type" in str(err.value)
+    assert "'hw_firmware_type' property set to 'uefi'" in str(err.value)
 
 
 def test_fit_takes_a_slot_and_verify_refuses_when_full(conf, sev_host):
