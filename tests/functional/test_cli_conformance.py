@@ -73,7 +73,7 @@ def test_an_unknown_plugin_is_exit_2(capsys):
     out = conformance(capsys, "disk", "gpu", code=2)
     assert out.out == ""
     assert out.err == ("compute-plugins: error: unknown plugin(s) gpu; installed "
-                       "plugins: disk, numa, sriov, vgpu\n")
+                       "plugins: disk, memenc, numa, pmem, sriov, vgpu\n")
 
 
 def test_an_unknown_check_is_exit_2_one_line(capsys):
