@@ -143,6 +143,12 @@ def record_host(
         files.write_atomic(
             out_fd, HOST_JSON, json.dumps(host, indent=2, sort_keys=True) + "\n"
         )
+        # NOTE: written when libvirt gave it, removed otherwise: another
+        # host's domain capabilities would give this one its SEV slots.
+        if raw.domain_capabilities_xml is not None:
+            files.write_atomic(out_fd, DOMAIN_CAPABILITIES, raw.domain_capabilities_xml)
+        else:
+            files.remove(out_fd, DOMAIN_CAPABILITIES)
         recorded = record_sysfs and _record_pci_sysfs_at(
             out_fd, os.path.join(output_dir, SYSFS_UMOCKDEV))
         if not recorded:
