@@ -21,7 +21,8 @@ def discover_host(
     snapshot with ``sysfs.umockdev`` (replayed with umockdev) and for a live
     local host (``qemu:///system``), never for ``test:///`` or remote URIs,
     whose devices are not this machine's; so does ``ndctl list -X`` (the
-    persistent memory namespaces), where ndctl is installed.
+    persistent memory namespaces), where ndctl is installed, and the
+    ``kvm_amd`` module's SEV parameters.
 
     :raises HostDataError: (and its subclass HostConnectionError) when the
         host cannot be read.
@@ -32,7 +33,7 @@ def discover_host(
         return snapshot.load_snapshot(host_snapshot, use_udev=use_udev)
     import dataclasses
 
-    from compute_plugins.host import libvirt_host, ndctl, udev
+    from compute_plugins.host import kernel, libvirt_host, ndctl, udev
     from compute_plugins.host.uri import is_local_uri
 
     uri = libvirt_uri or DEFAULT_URI
@@ -41,5 +42,6 @@ def discover_host(
         host = udev.enrich_with_udev(host)
     if is_local_uri(uri):
         # NOTE: persistent memory is this machine's only (ndctl, as nova).
-        host = dataclasses.replace(host, pmem_namespaces=ndctl.live_namespaces())
+        host = dataclasses.replace(host, pmem_namespaces=ndctl.live_namespaces(),
+                                   kvm_amd_sev=kernel.kvm_amd_sev())
     return host

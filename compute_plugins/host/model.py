@@ -208,6 +208,11 @@ class HostInfo:
     domain_caps: Optional[DomainCaps] = None
     #: Named devdax persistent memory namespaces (``ndctl list -X``).
     pmem_namespaces: tuple[PMEMNamespace, ...] = ()
+    #: The AMD SEV flavours the kernel enables (``sev``, ``sev-es``,
+    #: ``sev-snp``: ``/sys/module/kvm_amd/parameters/sev*``, what nova's
+    #: ``_kernel_supports_amd_sev`` reads); None when discovery did not
+    #: read them (a snapshot recorded without them).
+    kvm_amd_sev: Optional[frozenset[str]] = None
 
     @functools.cached_property
     def _pci_by_address(self) -> dict[str, PCIDevice]:

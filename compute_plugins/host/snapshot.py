@@ -5,7 +5,7 @@ Layout of a snapshot directory::
     capabilities.xml      virsh capabilities                     (required)
     nodedev/<name>.xml    virsh nodedev-dumpxml, one per device  (optional)
     host.json             hostname, memory_kb, disk, online_cpus,
-                          cpu_count, format_version            (optional)
+                          cpu_count, kvm_amd_sev, format_version (optional)
     sysfs.umockdev        umockdev-record of /sys/bus/pci/devices/* (optional)
     domaincapabilities.xml  virsh domcapabilities --machine q35   (optional)
     ndctl.json            ndctl list -X (persistent memory)      (optional)
@@ -35,7 +35,7 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from compute_plugins.host import libvirt_xml, ndctl, udev
+from compute_plugins.host import kernel, libvirt_xml, ndctl, udev
 from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.uri import is_local_uri
@@ -120,6 +120,8 @@ def record_host(
         if raw.online_cpus is None
         else sorted(raw.online_cpus),
         "cpu_count": raw.cpu_count,
+        # NOTE: this machine's kernel only: a remote host's is not ours.
+        "kvm_amd_sev": sorted(kernel.kvm_amd_sev()) if is_local_uri(uri) else None,
         "disk": None
         if disk is None
         else {
@@ -324,6 +326,8 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
         online_cpus=meta.get("online_cpus"),
         cpu_count=meta.get("cpu_count"),
     ), directory, use_udev)
+    if meta.get("kvm_amd_sev") is not None:
+        host = dataclasses.replace(host, kvm_amd_sev=meta["kvm_amd_sev"])
     domcaps_path = os.path.join(directory, DOMAIN_CAPABILITIES)
     if os.path.lexists(domcaps_path):
         host = dataclasses.replace(host, domain_caps=libvirt_xml.parse_domain_capabilities(
@@ -406,7 +410,16 @@ def _load_host_json(path: str) -> dict[str, Any]:
                 f"{MAX_CPU_ID}), not {online!r}",
             )
         online = frozenset(online)
+    sev = data.get("kvm_amd_sev")
+    if sev is not None:
+        if not isinstance(sev, list) or not all(
+                isinstance(f, str) and f in kernel.SEV_FLAVOURS for f in sev):
+            raise HostDataError(
+                path, "kvm_amd_sev must be a list of the SEV flavours the kernel "
+                f"enables ({', '.join(kernel.SEV_FLAVOURS)}), not {sev!r}")
+        sev = frozenset(sev)
     return {
+        "kvm_amd_sev": sev,
         "hostname": hostname,
         "memory_kb": memory_kb,
         "disk": _disk(data.get("disk"), path),

@@ -7,7 +7,7 @@ domain capabilities of the q35 machine type (``HostInfo.domain_caps``):
 
 - ``amd_sev``: ``<sev supported='yes'>`` on x86_64, ``maxGuests`` slots;
 - ``amd_sev_snp``: SEV and ``sev-snp`` among the ``<launchSecurity>``
-  types, ``maxESGuests`` slots;
+  types (and the kernel's ``sev_snp``), ``maxESGuests`` slots;
 - ``amd_sev_es``: SEV with ``maxESGuests`` > 0, ``maxESGuests`` slots,
   unless SEV-SNP is offered (nova ignores SEV-ES then: the two share the
   ES ASIDs);
@@ -17,9 +17,13 @@ domain capabilities of the q35 machine type (``HostInfo.domain_caps``):
   capacity on a live host, which discovery does not record); unset: 0 and
   no TDX, as nova.
 
-A model with 0 slots has no provider. Nova's kernel checks
-(``/sys/module/kvm_amd/parameters/sev*``) are not made: libvirt reports
-``<sev supported='yes'>`` only when the kernel exposes ``/dev/sev``.
+Each AMD model also needs the kernel to enable it (nova's
+``_kernel_supports_amd_sev``: ``HostInfo.kvm_amd_sev``, the ``kvm_amd``
+module's ``sev``, ``sev_es``, ``sev_snp`` parameters): SEV-SNP is offered
+when the kernel enables it and the domain capabilities list it. A host
+whose kernel facts are unknown (a snapshot recorded without them) is
+judged on its domain capabilities alone. A model with 0 slots has no
+provider.
 """
 
 from __future__ import annotations
@@ -105,14 +109,19 @@ def build_view(host: HostInfo, tdx_guests: Optional[int]) -> MemEncView:
     caps = host.domain_caps
     if caps is None or caps.arch != X86_64:
         return MemEncView()
+    kernel = host.kvm_amd_sev
+
+    def enabled(flavour: str) -> bool:
+        return kernel is None or flavour in kernel
+
     found: list[Slots] = []
-    if caps.sev is not None:
+    if caps.sev is not None and enabled("sev"):
         found.append(Slots(AMD_SEV.name, caps.sev.max_guests))
-        snp = "sev-snp" in caps.launch_security
-        if not snp:
-            found.append(Slots(AMD_SEV_ES.name, caps.sev.max_es_guests))
-        else:
+        snp = "sev-snp" in caps.launch_security and enabled("sev-snp")
+        if snp:
             found.append(Slots(AMD_SEV_SNP.name, caps.sev.max_es_guests))
+        elif enabled("sev-es"):
+            found.append(Slots(AMD_SEV_ES.name, caps.sev.max_es_guests))
     if caps.tdx:
         found.append(Slots(INTEL_TDX.name, tdx_guests or 0))
     return MemEncView(slots=tuple(s for s in found if s.total > 0))

@@ -47,7 +47,7 @@ def test_inventory_of_the_sev_host(capsys, enabled):
     assert "memenc-sev-01_amd_sev (" in out
     assert ("MEM_ENCRYPTION_CONTEXT: total=59 reserved=0 min_unit=1 max_unit=1 "
             "step_size=1 allocation_ratio=1.0") in out
-    assert "traits: HW_CPU_X86_AMD_SEV_SNP" in out
+    assert "traits: HW_CPU_X86_AMD_SEV_ES" in out  # the kernel enables sev_es
 
 
 def test_fit_a_sev_guest_and_its_launch_security(capsys, tmp_path, enabled):

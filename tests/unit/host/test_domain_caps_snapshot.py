@@ -48,3 +48,23 @@ def test_recording_a_host_without_domain_capabilities_removes_a_stale_file(tmp_p
     record_host("test:///default", str(tmp_path))
     assert "domaincapabilities.xml" not in os.listdir(tmp_path)
     assert load_snapshot(str(tmp_path)).domain_caps is None
+
+
+def test_kvm_amd_sev_parameters_as_nova_reads_them(tmp_path):
+    from compute_plugins.host.kernel import kvm_amd_sev
+
+    (tmp_path / "sev").write_text("Y\n")
+    (tmp_path / "sev_es").write_text("1\n")
+    (tmp_path / "sev_snp").write_text("N\n")
+    assert kvm_amd_sev(str(tmp_path)) == {"sev", "sev-es"}
+    assert kvm_amd_sev(str(tmp_path / "missing")) == frozenset()
+
+
+def test_kvm_amd_sev_in_host_json(tmp_path):
+    snap = copy(tmp_path, "memenc/sev")
+    assert load_snapshot(str(snap)).kvm_amd_sev == {"sev", "sev-es"}
+    text = (snap / "host.json").read_text().replace('"sev-es"', '"sev-tdx"')
+    (snap / "host.json").write_text(text)
+    with pytest.raises(HostInputError, match="host.json.*kvm_amd_sev must be a list "
+                       "of the SEV flavours"):
+        load_snapshot(str(snap))

@@ -4,6 +4,7 @@ with nova's own ``LibvirtConfigGuest*LaunchSecurity``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import xml.etree.ElementTree as ET
 
@@ -51,27 +52,32 @@ def test_a_bad_count_names_the_file_and_field():
 
 
 def test_sev_host_reports_nova_34s_child_providers(conf, sev_host):
+    # the snapshot's kernel enables sev and sev_es (host.json kvm_amd_sev)
     tree = update(manager(conf, ["memenc"]), sev_host)
-    name = NODE
-    sev = tree.data(name + "_amd_sev")
-    snp = tree.data(name + "_amd_sev_snp")
+    sev = tree.data(NODE + "_amd_sev")
+    es = tree.data(NODE + "_amd_sev_es")
     assert sev.inventory == {"MEM_ENCRYPTION_CONTEXT": {
         "total": 59, "min_unit": 1, "max_unit": 1, "step_size": 1,
         "allocation_ratio": 1.0}}
-    assert snp.inventory["MEM_ENCRYPTION_CONTEXT"]["total"] == 450
+    assert es.inventory["MEM_ENCRYPTION_CONTEXT"]["total"] == 450
     assert sev.traits == {"HW_CPU_X86_AMD_SEV"}
-    assert snp.traits == {"HW_CPU_X86_AMD_SEV_SNP"}
-    # SEV-SNP offered: SEV-ES is not (nova: they share the ES ASIDs)
-    assert not tree.exists(name + "_amd_sev_es")
-    assert tree.data(name).inventory == {}  # nothing on the root (nova 34)
+    assert es.traits == {"HW_CPU_X86_AMD_SEV_ES"}
+    assert not tree.exists(NODE + "_amd_sev_snp")
+    assert tree.data(NODE).inventory == {}  # nothing on the root (nova 34)
 
 
-def test_sev_es_without_sev_snp(conf, sev_host):
-    import dataclasses
-    caps = dataclasses.replace(sev_host.domain_caps, launch_security=frozenset({"sev"}))
-    tree = update(manager(conf, ["memenc"]), dataclasses.replace(sev_host, domain_caps=caps))
-    assert tree.data(NODE + "_amd_sev_es").inventory[
-        "MEM_ENCRYPTION_CONTEXT"]["total"] == 450
+@pytest.mark.parametrize("kernel, models", [
+    # SEV-SNP enabled: SEV-ES is not offered (nova: they share the ES ASIDs)
+    ({"sev", "sev-es", "sev-snp"}, ["amd-sev", "amd-sev-snp"]),
+    ({"sev", "sev-es"}, ["amd-sev", "amd-sev-es"]),
+    ({"sev"}, ["amd-sev"]),
+    (set(), []),  # kvm_amd without SEV: libvirt's <sev> alone is not enough
+    (None, ["amd-sev", "amd-sev-snp"]),  # unknown kernel: domain capabilities
+])
+def test_the_kernel_enables_each_model_as_novas_checks(conf, sev_host, kernel, models):
+    host = dataclasses.replace(sev_host, kvm_amd_sev=None if kernel is None
+                               else frozenset(kernel))
+    assert [s.model for s in MemEncPlugin(conf).discover(host).slots] == models
 
 
 def test_tdx_needs_num_intel_tdx_guests(conf, tdx_host):
@@ -84,7 +90,6 @@ def test_tdx_needs_num_intel_tdx_guests(conf, tdx_host):
 
 
 def test_no_domain_capabilities_no_provider(conf, tdx_host):
-    import dataclasses
     host = dataclasses.replace(tdx_host, domain_caps=None)
     assert MemEncPlugin(conf).discover(host).slots == ()
 
@@ -166,8 +171,8 @@ def test_fit_takes_a_slot_and_verify_refuses_when_full(conf, sev_host):
     assert isinstance(why, Rejection) and "all 59 amd-sev slots" in why.reason
     assert isinstance(plugin.fit(full, request, None, {}), Rejection)
     # the other model's slots are not these
-    snp = plugin.fit(full, MemEncRequest(model="amd-sev-snp"), None, {})
-    assert isinstance(snp, MemEncAssignment)
+    es = plugin.fit(full, MemEncRequest(model="amd-sev-es"), None, {})
+    assert isinstance(es, MemEncAssignment)
 
 
 def test_fit_follows_the_mappings_and_refuses_an_absent_model(conf, sev_host):
@@ -212,10 +217,10 @@ def test_conformance_on_the_sev_capture():
     report = assert_conformant(MemEncPlugin, hosts=[snapshot_host(str(HOSTS / "sev"))])
     assert report.result("fit-verify").status == "PASS"
     assert report.result("guest-xml").status in ("PASS", "SKIP")
-    assert "40 decisions" in report.result("fit-verify").detail
+    assert "60 decisions" in report.result("fit-verify").detail  # SEV and SEV-ES
 
 
 def test_nodename_is_the_root(conf, sev_host):
     plugin = MemEncPlugin(conf)
     names = [c.name for c in plugin.provider_contributions(plugin.discover(sev_host), NODE)]
-    assert names == [NODE + "_amd_sev", NODE + "_amd_sev_snp"]
+    assert names == [NODE + "_amd_sev", NODE + "_amd_sev_es"]
