@@ -15,7 +15,8 @@ either; both given and different is nova's conflict) asks the root trait
 ``COMPUTE_EPHEMERAL_ENCRYPTION``, and ``hw:ephemeral_encryption_format`` /
 ``hw_ephemeral_encryption_format`` (``plain``, ``luks``, ``luksv2``; the two
 may not differ) ``COMPUTE_EPHEMERAL_ENCRYPTION_<FORMAT>`` too. A format
-without encryption asks nothing, as in nova.
+without encryption asks nothing, as in nova (nor are the two formats
+compared then).
 
 Requests recorded by version 1.0 may name ``shared_aggregate``: they asked
 ``DISK_GB`` in a ``_DISK`` group restricted to that aggregate, and are still
@@ -103,8 +104,10 @@ def parse(ri: RequestInput) -> Optional[DiskRequest]:
         if value is not None:
             total, override = value, True
     encrypted = rules.flavor_image_bool(ri, "ephemeral_encryption")
-    encryption_format = rules.flavor_image_same(ri, "ephemeral_encryption_format",
-                                                EPHEMERAL_ENCRYPTION_FORMATS)
+    # NOTE: nova compares the two formats only when encryption is asked.
+    encryption_format = rules.flavor_image_same(
+        ri, "ephemeral_encryption_format", EPHEMERAL_ENCRYPTION_FORMATS,
+        compare=rules.either_true(ri, "ephemeral_encryption"))
     return DiskRequest(disk_gb=total, root_gb=flavor.root_gb,
                        ephemeral_gb=flavor.ephemeral_gb, swap_mb=flavor.swap,
                        override=override, ephemeral_encryption=bool(encrypted),

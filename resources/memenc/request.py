@@ -7,9 +7,10 @@ nova's ``hardware.get_mem_encryption_constraint`` and the scheduler's
   either asks for memory encryption; both given and different is nova's
   ``FlavorImageConflict``;
 - ``hw:mem_encryption_model`` / ``hw_mem_encryption_model``: one of nova's
-  models (default ``amd-sev``), the two may not differ;
+  models (default ``amd-sev``), the two may not differ when encryption is
+  asked (nova ignores the models otherwise);
 - the image must say ``hw_firmware_type=uefi``; an image
-  ``hw_machine_type`` must be of the q35 family; SEV-SNP needs
+  ``hw_machine_type`` must be of the q35 family; SEV-SNP and TDX need
   ``hw_firmware_stateless=true`` (nova's ``check_constraints``). A
   machine type from the host's ``[libvirt] hw_machine_type`` is not known
   here (nova's driver checks it at spawn);
@@ -67,7 +68,9 @@ def parse(ri: RequestInput) -> Optional[MemEncRequest]:
     """The request of ``ri``, or None when it asks no memory encryption
     (problems reported on ``ri``, nova's wording)."""
     wanted = rules.flavor_image_bool(ri, "mem_encryption")
-    model_name = rules.flavor_image_same(ri, "mem_encryption_model", tuple(MODELS))
+    # NOTE: nova compares the two models only once encryption is asked.
+    model_name = rules.flavor_image_same(ri, "mem_encryption_model", tuple(MODELS),
+                                         compare=rules.either_true(ri, "mem_encryption"))
     if not wanted:
         return None
     model = MODELS[model_name or DEFAULT_MODEL]

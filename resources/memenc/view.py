@@ -9,8 +9,9 @@ domain capabilities of the q35 machine type (``HostInfo.domain_caps``):
 - ``amd_sev_snp``: SEV and ``sev-snp`` among the ``<launchSecurity>``
   types (and the kernel's ``sev_snp``), ``maxESGuests`` slots;
 - ``amd_sev_es``: SEV with ``maxESGuests`` > 0, ``maxESGuests`` slots,
-  unless SEV-SNP is offered (nova ignores SEV-ES then: the two share the
-  ES ASIDs);
+  unless the kernel enables SEV-SNP (nova's ``supports_amd_sev_es``
+  ignores SEV-ES then, the two sharing the ES ASIDs, even where libvirt
+  does not list ``sev-snp`` and SEV-SNP is not offered either);
 - ``intel_tdx``: ``<tdx supported='yes'>`` on x86_64, with
   ``[memenc] num_intel_tdx_guests`` slots (nova's ``[libvirt]
   num_intel_tdx_guests``; nova also reads the misc cgroup's ``tdx``
@@ -77,7 +78,8 @@ AMD_SEV_ES = Model("amd-sev-es", os_traits.HW_CPU_X86_AMD_SEV_ES, "sev",
                    SEV_ES_POLICY, True)
 AMD_SEV_SNP = Model("amd-sev-snp", os_traits.HW_CPU_X86_AMD_SEV_SNP, "sev-snp",
                     SEV_SNP_POLICY, False, stateless_firmware=True)
-INTEL_TDX = Model("intel-tdx", os_traits.HW_CPU_X86_INTEL_TDX, "tdx", None, False)
+INTEL_TDX = Model("intel-tdx", os_traits.HW_CPU_X86_INTEL_TDX, "tdx", None, False,
+                  stateless_firmware=True)
 
 #: nova's ``MemEncryptionModel.ALL``, in its order.
 MODELS: dict[str, Model] = {m.name: m for m in (AMD_SEV, AMD_SEV_ES, AMD_SEV_SNP,
@@ -118,9 +120,10 @@ def build_view(host: HostInfo, tdx_guests: Optional[int]) -> MemEncView:
     if caps.sev is not None and enabled("sev"):
         found.append(Slots(AMD_SEV.name, caps.sev.max_guests))
         snp = "sev-snp" in caps.launch_security and enabled("sev-snp")
+        kernel_snp = kernel is not None and "sev-snp" in kernel
         if snp:
             found.append(Slots(AMD_SEV_SNP.name, caps.sev.max_es_guests))
-        elif enabled("sev-es"):
+        elif enabled("sev-es") and not kernel_snp:
             found.append(Slots(AMD_SEV_ES.name, caps.sev.max_es_guests))
     if caps.tdx:
         found.append(Slots(INTEL_TDX.name, tdx_guests or 0))

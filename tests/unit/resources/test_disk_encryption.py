@@ -80,3 +80,15 @@ def test_fit_and_verify_check_the_host_supports_the_format(conf):
     bfv = parse(plugin, {**ENC, "resources:DISK_GB": "0"}, root_gb=10)
     assert plugin.fit(luks_host, bfv, None, {}) is None
     assert isinstance(plugin.fit(plain_host, bfv, None, {}), Rejection)
+
+
+def test_formats_without_encryption_are_not_compared_as_nova(conf):
+    # nova's _update_ephemeral_encryption_bdms reads the format only once
+    # hw:ephemeral_encryption asks for encryption
+    ri = RequestInput.from_dicts(
+        {"name": "f", "vcpus": 1, "memory_mb": 512, "root_gb": 1,
+         "extra_specs": {"hw:ephemeral_encryption_format": "luks"}},
+        {"name": "img", "properties": {"hw_ephemeral_encryption_format": "plain"}}
+    ).for_plugin("disk")
+    request = DiskPlugin(conf).parse_request(ri)
+    assert ri.problems == () and not request.ephemeral_encryption

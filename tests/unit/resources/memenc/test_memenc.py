@@ -224,3 +224,47 @@ def test_nodename_is_the_root(conf, sev_host):
     plugin = MemEncPlugin(conf)
     names = [c.name for c in plugin.provider_contributions(plugin.discover(sev_host), NODE)]
     assert names == [NODE + "_amd_sev", NODE + "_amd_sev_es"]
+
+
+@pytest.mark.parametrize("model", ["amd-sev", "amd-sev-es", "amd-sev-snp", "intel-tdx"])
+def test_each_models_rules_are_novas(model):
+    """Trait, locked memory and stateless firmware as nova 34's
+    ``MemEncryptionConfig`` classes say (TDX needs stateless firmware)."""
+    from nova.virt.hardware import MemEncryptionConfig
+
+    from resources.memenc.view import MODELS
+
+    theirs, ours = MemEncryptionConfig.create(model), MODELS[model]
+    assert (ours.trait, ours.locked_memory, ours.stateless_firmware) == (
+        theirs.required_trait, theirs.needs_locked_memory,
+        theirs.needs_stateless_firmware)
+
+
+def test_tdx_without_stateless_firmware_is_refused_as_nova(conf):
+    request, found = problems(conf, {**SEV, "hw:mem_encryption_model": "intel-tdx"},
+                              UEFI)
+    assert request is None
+    assert ("hw_firmware_stateless", "The intel-tdx memory encryption model requires "
+            "stateless firmware but the image metadata doesn't have the "
+            "'hw_firmware_stateless' property set to True") in found
+    ok = parse(MemEncPlugin(conf), {**SEV, "hw:mem_encryption_model": "intel-tdx"},
+               image={**UEFI, "hw_firmware_stateless": True})
+    assert ok == MemEncRequest(model="intel-tdx")
+
+
+def test_kernel_sev_snp_hides_sev_es_even_when_libvirt_lacks_snp(conf, sev_host):
+    # nova's supports_amd_sev_es: the kernel's sev_snp alone ignores SEV-ES;
+    # supports_amd_sev_snp also needs libvirt's sectype: neither is offered
+    host = dataclasses.replace(
+        sev_host, kvm_amd_sev=frozenset({"sev", "sev-es", "sev-snp"}),
+        domain_caps=dataclasses.replace(sev_host.domain_caps,
+                                        launch_security=frozenset({"sev"})))
+    assert [s.model for s in MemEncPlugin(conf).discover(host).slots] == ["amd-sev"]
+
+
+def test_a_model_conflict_without_encryption_asks_nothing(conf):
+    # nova reads the model only once encryption is asked
+    # (get_mem_encryption_constraint returns None first)
+    request, found = problems(conf, {"hw:mem_encryption_model": "amd-sev-es"},
+                              {"hw_mem_encryption_model": "amd-sev"})
+    assert (request, found) == (None, [])
