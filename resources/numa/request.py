@@ -17,8 +17,9 @@ messages, but reports every problem instead of stopping at the first:
 - ``hw:mem_page_size`` (small|large|any|<size>[KMGT][i][B]) and
   ``hw_mem_page_size`` (allowed only against ``large``/``any``).
 
-A guest gets a NUMA topology (nova's four triggers, less vPMEM) when it asks
-for NUMA nodes, a page size, or a dedicated/mixed CPU policy; otherwise its
+A guest gets a NUMA topology (nova's four triggers) when it asks for NUMA
+nodes, a page size, vPMEM (``hw:pmem``, the pmem plugin's key) or a
+dedicated/mixed CPU policy; otherwise its
 CPUs and memory *float* (see :func:`request_groups`). As in nova, the
 topology has ``hw:numa_nodes`` nodes, else one, and ``hw:numa_cpus.N`` /
 ``hw:numa_mem.N`` must then describe exactly those nodes. Where this parser
@@ -465,6 +466,13 @@ def _cell_maps(ri: RequestInput, vcpus: int
     return cpus_list, mem_list, ok, source == "image"
 
 
+def _vpmem_labels(ri: RequestInput) -> bool:
+    """``hw:pmem`` names a label (nova's ``get_vpmems``: comma-separated,
+    blanks dropped): nova's fourth NUMA topology trigger."""
+    value = ri.extra_specs.get("hw:pmem")
+    return isinstance(value, str) and any(label.strip() for label in value.split(","))
+
+
 def parse(ri: RequestInput) -> NUMARequest:
     """The NUMA request of ``ri``; every problem is reported on ``ri``."""
     flavor = ri.flavor
@@ -602,9 +610,11 @@ def parse(ri: RequestInput) -> NUMARequest:
     page_alias, page_kb, page_asked, page_from_image = _page_size(ri)
     cpu_list, mem_list, maps_ok, maps_from_image = _cell_maps(ri, vcpus)
     extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
-    # nova's four triggers (less vPMEM); hw:numa_cpus.N / hw:numa_mem.N alone
-    # are not one of them.
-    wants_topology = bool(nodes or page_asked
+    # nova's four triggers; hw:numa_cpus.N / hw:numa_mem.N alone are not one
+    # of them. hw:pmem is the pmem plugin's key, read (not claimed) here: an
+    # NVDIMM needs a guest NUMA node (libvirt refuses memory devices
+    # without one), so nova gives a vPMEM guest one.
+    wants_topology = bool(nodes or page_asked or _vpmem_labels(ri)
                           or cpu_policy in ("dedicated", "mixed"))
     if not wants_topology and (cpu_list is not None or mem_list is not None):
         key, source = _where("hw:numa_cpus.N", maps_from_image)

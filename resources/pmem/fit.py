@@ -5,8 +5,10 @@ compute root (the provider of its ``CUSTOM_PMEM_NAMESPACE_*`` class).
 ``fit`` gives each of the request's labels the first free namespace of its
 class, in configuration order (nova's ``_get_ordered_vpmem_resources``
 pairs labels with the namespaces the resource tracker claimed); the guest
-NUMA node of the devices is node 0 of the guest's topology when it has one
-(nova: a vPMEM guest always has a NUMA topology, node 0 holds them).
+NUMA node of the devices is the guest's first node (nova: a vPMEM guest
+always has a NUMA topology, node 0 holds them). A guest without one is
+refused: libvirt refuses memory devices (``<maxMemory>``) in a guest
+without NUMA nodes.
 ``verify`` checks the same on a recorded assignment: each namespace is this
 host's, of the label's class, free, and given once.
 """
@@ -88,6 +90,13 @@ def fit(state: PMEMState, request: PMEMRequest, mappings: Mappings,
         return Rejection("group %s is allocated from %s, not from this host's root %s"
                          % (GROUP, ", ".join(mappings.get(GROUP, ())) or "no provider",
                             state.provider_uuid), state.provider_uuid)
+    node = _guest_node(earlier)
+    if node is None:
+        # NOTE: libvirt refuses memory devices (and <maxMemory>) in a guest
+        # without NUMA nodes; nova gives every vPMEM guest one.
+        return Rejection("an NVDIMM needs a guest NUMA node and this guest has "
+                         "no NUMA topology (the numa plugin gives a hw:pmem guest "
+                         "one, as nova; enable it)", state.provider_uuid)
     chosen: list[NamespaceAssignment] = []
     taken: set[str] = set()
     for label in request.labels:
@@ -106,7 +115,7 @@ def fit(state: PMEMState, request: PMEMRequest, mappings: Mappings,
                                           free.align_kib))
     assignment = PMEMAssignment(namespaces=tuple(chosen),
                                 provider_uuid=state.provider_uuid,
-                                guest_node=_guest_node(earlier))
+                                guest_node=node)
     return verify(state, request, assignment) or assignment
 
 

@@ -8,8 +8,8 @@ As nova's ``LibvirtConfigGuestVPMEM`` (``_guest_add_vpmems``)::
     </memory>
 
 sizes in KiB (libvirt's default unit). ``<node>`` is the guest NUMA node
-the assignment records; a guest without topology gets none (libvirt
-refuses a node the guest lacks). The domain's ``<maxMemory>`` (memory plus
+the assignment records (an assignment recorded without one, before ``fit``
+refused guests without topology, gets none). The domain's ``<maxMemory>`` (memory plus
 every device, one slot each, as nova) is the framework's, from the
 ``<memory>`` devices (:func:`compute_plugins.compute.guest.assemble`).
 """

@@ -120,10 +120,10 @@ def test_fit_gives_free_namespaces_in_order_and_verify_refuses_them_later(
     held = state_of(plugin, view, [first])
     why = plugin.verify(held, request, first)
     assert isinstance(why, Rejection) and "ns_1 (/dev/dax0.1) is in use" in why.reason
-    second = plugin.fit(held, PMEMRequest(labels=("SMALL",)), None, {})
+    second = plugin.fit(held, PMEMRequest(labels=("SMALL",)), None, on_cells(1))
     assert [n.name for n in second.namespaces] == ["ns_2"]
-    assert second.guest_node is None  # no guest topology: no <node>
-    none_left = plugin.fit(held, request, None, {})
+    assert second.guest_node == 0
+    none_left = plugin.fit(held, request, None, on_cells(0))
     assert isinstance(none_left, Rejection)
     assert "no free CUSTOM_PMEM_NAMESPACE_4GB namespace for label 4GB: 1 of 1" in (
         none_left.reason)
@@ -131,7 +131,7 @@ def test_fit_gives_free_namespaces_in_order_and_verify_refuses_them_later(
 
 def test_verify_refuses_a_namespace_of_another_label(plugin, pmem_host):
     state = state_of(plugin, plugin.discover(pmem_host))
-    decided = plugin.fit(state, PMEMRequest(labels=("SMALL",)), None, {})
+    decided = plugin.fit(state, PMEMRequest(labels=("SMALL",)), None, on_cells(0))
     forged = dataclasses.replace(decided, namespaces=(dataclasses.replace(
         decided.namespaces[0], name="ns_0"),))
     why = plugin.verify(state, PMEMRequest(labels=("SMALL",)), forged)
@@ -165,3 +165,30 @@ def test_conformance_on_the_pmem_snapshot():
         str(FIXTURES / "hosts" / "pmem"))])
     assert report.result("double-booking").status == "PASS"
     assert "rejected once held" in report.result("double-booking").detail
+
+
+def test_a_guest_without_numa_topology_gets_no_nvdimm(plugin, pmem_host):
+    # libvirt: "At least one numa node has to be configured when enabling
+    # memory hotplug"; nova never builds such a guest
+    state = state_of(plugin, plugin.discover(pmem_host))
+    why = plugin.fit(state, PMEMRequest(labels=("SMALL",)), None, {})
+    assert isinstance(why, Rejection) and "no NUMA topology" in why.reason
+
+
+@pytest.mark.parametrize("specs, nodes", [
+    ({"hw:pmem": "SMALL"}, 1),  # nova's fourth trigger: one node
+    ({"hw:pmem": "SMALL", "hw:numa_nodes": "2"}, 2),
+    ({"hw:pmem": " , "}, 0),  # no label (nova's get_vpmems): no trigger
+])
+def test_a_vpmem_guest_has_a_numa_topology_as_nova(conf, specs, nodes):
+    from nova import objects
+    from nova.virt import hardware
+
+    from resources.numa import NUMAPlugin
+
+    request = parse(NUMAPlugin(conf), specs)
+    assert len(request.cells) == nodes
+    objects.register_all()
+    flavor = objects.Flavor(vcpus=2, memory_mb=2048, extra_specs=specs)
+    theirs = hardware.numa_get_constraints(flavor, objects.ImageMeta.from_dict({}))
+    assert (len(theirs.cells) if theirs else 0) == nodes
