@@ -40,11 +40,26 @@ def _natural(value: Any, source: str, what: str) -> int:
 
 
 def _namespace(doc: Mapping[str, Any], source: str) -> Optional[PMEMNamespace]:
-    name = doc.get("name")
+    """The namespace of one ``ndctl list -X`` object; None when it cannot
+    back a vPMEM (no name, not devdax).
+
+    :raises HostDataError: not a namespace (neither ``dev`` nor ``name``:
+        another listing, e.g. ``ndctl list -R``), or a name or device that
+        is not a string.
+    """
+    if "dev" not in doc and "name" not in doc:
+        raise HostDataError(source, "%s is not a namespace object (no dev, no "
+                            "name: capture ndctl list -X)" % _short(doc))
     dev = doc.get("dev", "?")
+    if not isinstance(dev, str):
+        raise HostDataError(source, "namespace dev must be a string, got %r" % (dev,))
+    name = doc.get("name")
     if not name:
         LOG.debug("%s: namespace %s has no name: not usable as a vPMEM", source, dev)
         return None
+    if not isinstance(name, str):
+        raise HostDataError(source, "namespace %s: name must be a string, got %r"
+                            % (dev, name))
     region = doc.get("daxregion")
     if not isinstance(region, Mapping):
         region = {}
@@ -54,15 +69,25 @@ def _namespace(doc: Mapping[str, Any], source: str) -> Optional[PMEMNamespace]:
         LOG.warning("%s: namespace %s (%s) has no DAX device (mode %s, devdax "
                     "needed): skipped", source, name, dev, doc.get("mode"))
         return None
+    chardev = devices[0]["chardev"]
+    if not isinstance(chardev, str) or "/" in chardev:
+        raise HostDataError(source, "namespace %s: chardev must be a device name "
+                            "(dax0.0), got %r" % (name, chardev))
     what = "namespace %s" % name
     align = region.get("align", doc.get("align"))
     node = doc.get("numa_node")
     return PMEMNamespace(
-        name=str(name), dev=str(dev), devpath="/dev/" + str(devices[0]["chardev"]),
+        name=name, dev=dev, devpath="/dev/" + chardev,
         size=_natural(doc.get("size"), source, what + " size"),
         align=_natural(align, source, what + " align"),
         numa_node=node if isinstance(node, int) and not isinstance(node, bool)
         and node >= 0 else None)
+
+
+def _short(doc: Any, limit: int = 80) -> str:
+    """``doc`` as JSON, cut to ``limit`` characters (for a one-line error)."""
+    text = json.dumps(doc, sort_keys=True)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def parse_namespaces(text: str, source: str = NDCTL_JSON) -> tuple[PMEMNamespace, ...]:

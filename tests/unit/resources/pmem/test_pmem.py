@@ -59,6 +59,12 @@ def test_newer_ndctl_align_and_an_unnamed_namespace():
     ('[{"name": "a", "dev": "n0", "size": 1, "daxregion": {"align": 1, '
      '"devices": [{"chardev": "dax0.0"}]}}, {"name": "a", "dev": "n1", "size": 1, '
      '"daxregion": {"align": 1, "devices": [{"chardev": "dax0.1"}]}}]', "given twice"),
+    # ndctl list -R (regions), not -X: no namespace in it, not "none on the host"
+    ('{"regions": [{"dev": "region0", "namespaces": []}]}', "not a namespace"),
+    ('[{"dev": "namespace0.0", "name": ["a"], "size": 1, "daxregion": {"align": 1, '
+     '"devices": [{"chardev": "dax0.0"}]}}]', "name must be a string"),
+    ('[{"dev": "namespace0.0", "name": "a", "size": 1, "daxregion": {"align": 1, '
+     '"devices": [{"chardev": 7}]}}]', "chardev must be a device name"),
 ])
 def test_bad_ndctl_output_names_the_file(text, rule):
     with pytest.raises(HostDataError, match="ndctl.json.*" + rule.replace(" a ", ".*")):
