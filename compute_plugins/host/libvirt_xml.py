@@ -651,10 +651,12 @@ def host_info_from_xml(
 
 
 def _supported(element: Optional[ET.Element]) -> bool:
+    """``supported='yes'`` on ``element`` (libvirt's feature flag)."""
     return element is not None and element.get("supported") == "yes"
 
 
 def _enum_values(parent: Optional[ET.Element], name: str) -> frozenset[str]:
+    """The ``<value>``s of ``parent``'s ``<enum name=name>``."""
     if parent is None:
         return frozenset()
     return frozenset(

@@ -33,6 +33,7 @@ NDCTL_TIMEOUT = 30
 
 
 def _natural(value: Any, source: str, what: str) -> int:
+    """``value`` as a byte count; :raises HostDataError: it is not one."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise HostDataError(source, "%s must be a non-negative integer (bytes; "
                             "capture ndctl list -X without -u), got %r" % (what, value))

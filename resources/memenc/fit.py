@@ -33,6 +33,8 @@ class ModelState:
 
     @property
     def free(self) -> int:
+        """Slots no guest holds (negative when slots were lowered under
+        running guests)."""
         return self.total - self.used
 
 
@@ -43,6 +45,7 @@ class MemEncState(PluginState):
     models: tuple[ModelState, ...] = ()
 
     def model(self, name: str) -> Optional[ModelState]:
+        """The provider of model ``name`` (nova's name), if this host offers it."""
         return next((m for m in self.models if m.model == name), None)
 
 
@@ -86,6 +89,7 @@ def fit(state: MemEncState, request: MemEncRequest, mappings: Mappings,
 
 
 def _absent(state: MemEncState, request: MemEncRequest) -> Rejection:
+    """Why a host without the requested model cannot serve it."""
     offered = ", ".join("%s (%d slots)" % (m.model, m.total) for m in state.models)
     return Rejection("this host offers no %s memory encryption (%s)"
                      % (request.model, "it offers " + offered if offered

@@ -24,6 +24,7 @@ def provider_name(nodename: str, model: str) -> str:
 
 
 def contributions(view: MemEncView, nodename: str) -> list[ProviderContribution]:
+    """A ``<nodename>_<model>`` child per model with slots (module doc)."""
     return [
         ProviderContribution(
             name=provider_name(nodename, slots.model),

@@ -35,6 +35,9 @@ from resources.pmem.view import PMEMView, resource_class
 
 @dataclasses.dataclass(frozen=True)
 class NamespaceState:
+    """One configured namespace as the state counts it (the view's facts
+    the guest XML needs, and whether a guest holds it)."""
+
     name: str
     label: str
     resource_class: str
@@ -52,6 +55,7 @@ class PMEMState(PluginState):
     namespaces: tuple[NamespaceState, ...] = ()
 
     def namespace(self, name: str) -> Optional[NamespaceState]:
+        """The configured namespace called ``name``, if any."""
         return next((n for n in self.namespaces if n.name == name), None)
 
 
@@ -77,6 +81,7 @@ def build_state(view: PMEMView, providers: Providers,
 
 
 def _guest_node(earlier: Earlier) -> Optional[int]:
+    """The guest's first NUMA node (None: no topology, or a floating one)."""
     topology = guest_topology(earlier)
     if topology is None or topology.floating or not topology.nodes:
         return None
@@ -125,6 +130,10 @@ def verify(state: PMEMState, request: PMEMRequest,
     if assignment.provider_uuid != state.provider_uuid:
         return Rejection("the namespaces are counted on provider %s, this host's "
                          "root is %s" % (assignment.provider_uuid, state.provider_uuid),
+                         state.provider_uuid)
+    if assignment.guest_node is None:
+        return Rejection("the NVDIMMs have no guest NUMA node (libvirt refuses "
+                         "memory devices in a guest without NUMA nodes)",
                          state.provider_uuid)
     labels = tuple(given.label for given in assignment.namespaces)
     if labels != request.labels:

@@ -43,5 +43,6 @@ def nvdimm(namespace: NamespaceAssignment, node: Optional[int]) -> str:
 
 
 def fragments(assignment: PMEMAssignment) -> tuple[GuestFragment, ...]:
+    """An NVDIMM device per assigned namespace, in the flavor's order."""
     return tuple(GuestFragment("devices", nvdimm(n, assignment.guest_node))
                  for n in assignment.namespaces)

@@ -65,6 +65,8 @@ class PMEMAssignment(PluginAssignment):
 
 
 def parse(ri: RequestInput) -> Optional[PMEMRequest]:
+    """``hw:pmem``'s labels (module doc); None when unset, without a label,
+    or malformed (reported on ``ri`` in nova's validator's words)."""
     if KEY not in ri.extra_specs:
         return None
     ri.claim(KEY)
@@ -81,6 +83,7 @@ def amounts(req: PMEMRequest) -> dict[str, int]:
 
 
 def request_groups(req: PMEMRequest) -> list[RequestGroup]:
+    """``_PMEM``: one ``CUSTOM_PMEM_NAMESPACE_<LABEL>`` per label."""
     return [RequestGroup(requester_id=GROUP, resources=FrozenMap(amounts(req)),
                          owner=PLUGIN, kind=KIND_DEVICE)]
 

@@ -64,6 +64,7 @@ class PMEMView:
     namespaces: tuple[NamespaceView, ...] = ()
 
     def by_class(self) -> dict[str, list[NamespaceView]]:
+        """Resource class -> its namespaces (configuration order)."""
         out: dict[str, list[NamespaceView]] = {}
         for namespace in self.namespaces:
             out.setdefault(namespace.resource_class, []).append(namespace)

@@ -179,6 +179,10 @@ def test_a_guest_without_numa_topology_gets_no_nvdimm(plugin, pmem_host):
     state = state_of(plugin, plugin.discover(pmem_host))
     why = plugin.fit(state, PMEMRequest(labels=("SMALL",)), None, {})
     assert isinstance(why, Rejection) and "no NUMA topology" in why.reason
+    decided = plugin.fit(state, PMEMRequest(labels=("SMALL",)), None, on_cells(0))
+    recorded = dataclasses.replace(decided, guest_node=None)
+    why = plugin.verify(state, PMEMRequest(labels=("SMALL",)), recorded)
+    assert isinstance(why, Rejection) and "no guest NUMA node" in why.reason
 
 
 @pytest.mark.parametrize("specs, nodes", [
