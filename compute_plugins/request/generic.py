@@ -84,8 +84,11 @@ def _asks(key: str, value: Any) -> bool:
     return rules.parse_bool(value) is True
 
 
-def _unprovided(ri: RequestInput, claimed: set[tuple[str, str]]) -> None:
-    """Report the :data:`ASKS_FOR` keys that ask while no plugin claimed them."""
+def unprovided(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:
+    """Report the :data:`ASKS_FOR` keys that ask while no plugin claimed
+    them (call it when every plugin parsed: one that failed may be the one
+    that gives it, and its own problem is the one to show)."""
+    claimed = set(claimed)
     for key, (what, plugin) in sorted(ASKS_FOR.items()):
         for source, name, value in (("flavor", "hw:" + key, ri.extra_specs.get("hw:" + key)),
                                     ("image", "hw_" + key,
@@ -271,7 +274,6 @@ def unknown_keys(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:
             ns = namespace(key)
             if ns:
                 known.add(ns)
-    _unprovided(ri, claimed)
     for key, value in sorted(ri.extra_specs.items()):
         if ("flavor", key) in claimed or key in NOVA_OTHER_HW_KEYS:
             continue

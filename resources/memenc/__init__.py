@@ -35,6 +35,9 @@ from resources.memenc.fit import MemEncState
 from resources.memenc.request import MemEncAssignment, MemEncRequest
 from resources.memenc.view import MemEncView, build_view
 
+#: nova's option group: an operator's nova.conf value carries over.
+OPTION_GROUP = "libvirt"
+
 __all__ = ["MemEncAssignment", "MemEncPlugin", "MemEncRequest", "MemEncState",
            "MemEncView"]
 
@@ -43,7 +46,8 @@ class MemEncPlugin(ResourcePlugin[MemEncView, MemEncRequest, MemEncState,
                                   MemEncAssignment]):
     """Memory encryption slots per model, on ``<nodename>_<model>`` children.
 
-    :param conf: the service configuration; ``[memenc]`` is registered on it.
+    :param conf: the service configuration; ``[libvirt]
+        num_intel_tdx_guests`` is registered on it.
     """
 
     name = "memenc"
@@ -53,20 +57,22 @@ class MemEncPlugin(ResourcePlugin[MemEncView, MemEncRequest, MemEncState,
     state_type = MemEncState
 
     @classmethod
-    def options(cls) -> list[cfg.Opt]:
-        return [
+    def list_opts(cls) -> list[tuple[str, list[cfg.Opt]]]:
+        """nova's option, in nova's group ``[libvirt]``: an operator's
+        nova.conf value carries over (as ``pmem``'s ``pmem_namespaces``)."""
+        return [(OPTION_GROUP, [
             cfg.IntOpt(
                 "num_intel_tdx_guests",
                 min=0,
                 help="Intel TDX guests this host can run at once (nova's "
-                "``[libvirt] num_intel_tdx_guests``). Unset: no TDX slots, "
-                "as nova when the misc cgroup does not say either.",
+                "option, in nova's group). Unset: no TDX slots, as nova when "
+                "the misc cgroup does not say either.",
             ),
-        ]
+        ])]
 
     def discover(self, host: HostInfo) -> MemEncView:
         """The models of ``host``'s domain capabilities, with their slots."""
-        return build_view(host, self.options_group.num_intel_tdx_guests)
+        return build_view(host, self.conf[OPTION_GROUP].num_intel_tdx_guests)
 
     def provider_contributions(
         self, view: MemEncView, nodename: str

@@ -13,8 +13,7 @@ domain capabilities of the q35 machine type (``HostInfo.domain_caps``):
   ignores SEV-ES then, the two sharing the ES ASIDs, even where libvirt
   does not list ``sev-snp`` and SEV-SNP is not offered either);
 - ``intel_tdx``: ``<tdx supported='yes'>`` on x86_64, with
-  ``[memenc] num_intel_tdx_guests`` slots (nova's ``[libvirt]
-  num_intel_tdx_guests``; nova also reads the misc cgroup's ``tdx``
+  ``[libvirt] num_intel_tdx_guests`` slots (nova's option; nova also reads the misc cgroup's ``tdx``
   capacity on a live host, which discovery does not record); unset: 0 and
   no TDX, as nova.
 
@@ -106,7 +105,7 @@ class MemEncView:
 def build_view(host: HostInfo, tdx_guests: Optional[int]) -> MemEncView:
     """The :class:`MemEncView` of ``host`` (the module's rules).
 
-    :param tdx_guests: ``[memenc] num_intel_tdx_guests``.
+    :param tdx_guests: ``[libvirt] num_intel_tdx_guests``.
     """
     caps = host.domain_caps
     if caps is None or caps.arch != X86_64:

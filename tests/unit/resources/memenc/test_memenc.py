@@ -82,7 +82,7 @@ def test_the_kernel_enables_each_model_as_novas_checks(conf, sev_host, kernel, m
 
 def test_tdx_needs_num_intel_tdx_guests(conf, tdx_host):
     assert not update(manager(conf, ["memenc"]), tdx_host).exists(NODE + "_intel_tdx")
-    conf.set_override("num_intel_tdx_guests", 8, "memenc")
+    conf.set_override("num_intel_tdx_guests", 8, "libvirt")
     tree = update(manager(conf, ["memenc"]), tdx_host)
     tdx = tree.data(NODE + "_intel_tdx")
     assert tdx.inventory["MEM_ENCRYPTION_CONTEXT"]["total"] == 8
