@@ -11,8 +11,11 @@ as nova). The namespaces are found by name among the host's
 (``HostInfo.pmem_namespaces``: ``ndctl list -X``, or a snapshot's
 ``ndctl.json``), as nova's ``_discover_vpmems``:
 
-- an entry without ``:``, or a namespace configured twice, is the
-  operator's error (:class:`InvalidPMEMConfig`, exit 2);
+- an entry without ``:``, a label ``hw:pmem`` cannot name (nova accepts
+  ``a-b`` or ``Ä``, whose namespaces its driver never attaches: its
+  flavor's labels are ``[a-zA-Z0-9_]+`` and matched to the configured
+  label as written), or a namespace configured twice, is the operator's
+  error (:class:`InvalidPMEMConfig`, exit 2);
 - a configured namespace the host does not have is
   :class:`PMEMNamespaceMissing` (the host is degraded, as nova refuses to
   start).
@@ -21,6 +24,7 @@ as nova). The namespaces are found by name among the host's
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Optional
 
@@ -34,6 +38,10 @@ OPTION = "[libvirt] pmem_namespaces"
 #: Sizes are kept in KiB (the guest XML's unit, and JSON's integers reach
 #: 2**31: a namespace of up to 2 TiB).
 KIB = 1024
+
+
+#: A label ``hw:pmem`` can name (nova's validator: ``[a-zA-Z0-9_]+``, ASCII).
+LABEL = re.compile(r"[a-zA-Z0-9_]+", re.ASCII)
 
 
 class InvalidPMEMConfig(InvalidOptionValue):
@@ -79,8 +87,8 @@ def resource_class(label: str) -> str:
 def parse_config(entries: Sequence[str]) -> list[tuple[str, list[str]]]:
     """``[(label, [namespace names])]`` of the option's entries.
 
-    :raises InvalidPMEMConfig: an entry is not ``LABEL:NS[|NS]``, or a
-        namespace is configured twice.
+    :raises InvalidPMEMConfig: an entry is not ``LABEL:NS[|NS]``, a label
+        is not one ``hw:pmem`` can name, or a namespace is configured twice.
     """
     value = ",".join(entries)
     seen: set[str] = set()
@@ -92,6 +100,11 @@ def parse_config(entries: Sequence[str]) -> list[tuple[str, list[str]]]:
             raise InvalidPMEMConfig(
                 OPTION, value, "each entry is $LABEL:$NSNAME[|$NSNAME] "
                 "(nova's format), %r is not" % entry)
+        if not LABEL.fullmatch(label.strip()):
+            raise InvalidPMEMConfig(
+                OPTION, value, "label %r is not one hw:pmem can name "
+                "(letters, digits, _: nova's flavor validator), so its "
+                "namespaces could never be given" % label.strip())
         for name in names:
             if name in seen:
                 raise InvalidPMEMConfig(OPTION, value,

@@ -85,6 +85,9 @@ def test_inventory_on_the_root_as_nova(conf, pmem_host):
 @pytest.mark.parametrize("config, match", [
     (["4GB"], r"\[libvirt\] pmem_namespaces.*\$LABEL:\$NSNAME"),
     (["A:ns_0", "B:ns_0"], "namespace ns_0 is configured twice"),
+    # CUSTOM_PMEM_NAMESPACE_A_B / _: no hw:pmem label could ever ask them
+    (["a-b:ns_0"], "label 'a-b' is not one hw:pmem can name"),
+    (["\u00c4:ns_0"], "label '\u00c4' is not one hw:pmem can name"),
 ])
 def test_bad_option_is_the_operators(conf, pmem_host, config, match):
     conf.set_override("pmem_namespaces", config, "libvirt")
