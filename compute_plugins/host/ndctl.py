@@ -123,16 +123,22 @@ def parse_namespaces(text: str, source: str = NDCTL_JSON) -> tuple[PMEMNamespace
     return tuple(found.values())
 
 
-def live_namespaces() -> tuple[PMEMNamespace, ...]:
-    """``ndctl list -X`` on this machine; none when ndctl is not installed
-    or fails (logged: a host without persistent memory is the rule)."""
+def live_output() -> Optional[str]:
+    """``ndctl list -X``'s output on this machine; None when ndctl is not
+    installed or fails (logged: a host without persistent memory is the
+    rule)."""
     command = shutil.which("ndctl")
     if command is None:
-        return ()
+        return None
     try:
-        out = subprocess.run([command, "list", "-X"], capture_output=True, text=True,
-                             timeout=NDCTL_TIMEOUT, check=True).stdout
+        return subprocess.run([command, "list", "-X"], capture_output=True, text=True,
+                              timeout=NDCTL_TIMEOUT, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         LOG.warning("ndctl list -X failed: %s; no persistent memory namespaces", exc)
-        return ()
-    return parse_namespaces(out, "ndctl list -X")
+        return None
+
+
+def live_namespaces() -> tuple[PMEMNamespace, ...]:
+    """The namespaces of :func:`live_output` (none without ndctl)."""
+    out = live_output()
+    return () if out is None else parse_namespaces(out, "ndctl list -X")

@@ -91,8 +91,10 @@ def record_host(
     followed. ``nodedev/`` is recorded into a fresh directory that then
     replaces the old one, so no device of an earlier recording stays
     behind, and a ``sysfs.umockdev`` this recording does not write is
-    removed: it would replay another host's devices. Other files in
-    ``output_dir`` are left alone.
+    removed: it would replay another host's devices; so are a
+    ``domaincapabilities.xml`` and an ``ndctl.json`` (``ndctl list -X`` on
+    a local host, where ndctl is installed) it does not write. Other files
+    in ``output_dir`` are left alone.
 
     :param instances_path: measure this path's file system into
         ``host.json`` ``disk``.
@@ -110,6 +112,11 @@ def record_host(
     # that would fail later.
     libvirt_host.host_info_from_raw(raw)
     disk = disk_info(instances_path) if instances_path else None
+    # NOTE: this machine's namespaces only, as discovery reads them; parsed
+    # before writing, like the rest.
+    ndctl_out = ndctl.live_output() if is_local_uri(uri) else None
+    if ndctl_out is not None:
+        ndctl.parse_namespaces(ndctl_out, "ndctl list -X")
     host = {
         "format_version": FORMAT_VERSION,
         "hostname": raw.hostname,
@@ -151,6 +158,11 @@ def record_host(
             files.write_atomic(out_fd, DOMAIN_CAPABILITIES, raw.domain_capabilities_xml)
         else:
             files.remove(out_fd, DOMAIN_CAPABILITIES)
+        # NOTE: likewise: an earlier recording's namespaces are not this host's.
+        if ndctl_out is not None and ndctl_out.strip():
+            files.write_atomic(out_fd, ndctl.NDCTL_JSON, ndctl_out)
+        else:
+            files.remove(out_fd, ndctl.NDCTL_JSON)
         recorded = record_sysfs and _record_pci_sysfs_at(
             out_fd, os.path.join(output_dir, SYSFS_UMOCKDEV))
         if not recorded:

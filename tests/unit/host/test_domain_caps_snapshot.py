@@ -50,6 +50,14 @@ def test_recording_a_host_without_domain_capabilities_removes_a_stale_file(tmp_p
     assert load_snapshot(str(tmp_path)).domain_caps is None
 
 
+def test_recording_a_host_removes_a_stale_ndctl_capture(tmp_path):
+    # another host's namespaces would be this one's otherwise
+    shutil.copy(FIXTURES / "pmem" / "ndctl.json", tmp_path / "ndctl.json")
+    record_host("test:///default", str(tmp_path))
+    assert "ndctl.json" not in os.listdir(tmp_path)
+    assert load_snapshot(str(tmp_path)).pmem_namespaces == ()
+
+
 def test_kvm_amd_sev_parameters_as_nova_reads_them(tmp_path):
     from compute_plugins.host.kernel import kvm_amd_sev
 
