@@ -93,14 +93,22 @@ def check_bool(ri: RequestInput, key: str, value: Any,
 
 
 def check_pattern(ri: RequestInput, key: str, value: Any, pattern: str,
-                  source: str = "flavor") -> Optional[str]:
+                  source: str = "flavor", shown: Optional[str] = None) -> Optional[str]:
+    """``value`` when it matches ``pattern`` (whole, ASCII), else None and
+    the problem reported in nova's validator's words.
+
+    :param shown: the pattern named in the message (nova's), where
+        ``pattern`` is an equivalent one that matches in linear time: some
+        of nova's nest quantifiers (``([a-zA-Z0-9_]+(,)?)+``) and take
+        exponential time on a value that almost matches.
+    """
     if value is None:
         return None
     # NOTE: re.ASCII: nova's patterns say \d, which would match "\u0663" or
     # "\uff11" (read by int() as 3 and 1); only ASCII digits are accepted.
     if not isinstance(value, str) or not re.fullmatch(pattern, value, re.ASCII):
         ri.report(key, value, "Validation failed; '%s' is not of the format "
-                  "'%s'." % (value, pattern), source)
+                  "'%s'." % (value, shown or pattern), source)
         return None
     return value
 

@@ -32,8 +32,12 @@ from resources.pmem.view import resource_class
 PLUGIN = "pmem"
 KEY = "hw:pmem"
 GROUP = "_PMEM"
-#: nova's validator for ``hw:pmem``.
+#: nova's validator for ``hw:pmem`` (named in the messages).
 PATTERN = r"([a-zA-Z0-9_]+(,)?)+"
+#: The same language without nested quantifiers (nova's backtracks
+#: exponentially on ``aaaa...a!``): labels separated by single commas, one
+#: trailing comma allowed.
+MATCH = r"[a-zA-Z0-9_]+(?:,[a-zA-Z0-9_]+)*,?"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +74,7 @@ def parse(ri: RequestInput) -> Optional[PMEMRequest]:
     if KEY not in ri.extra_specs:
         return None
     ri.claim(KEY)
-    value = rules.check_pattern(ri, KEY, ri.extra_specs[KEY], PATTERN)
+    value = rules.check_pattern(ri, KEY, ri.extra_specs[KEY], MATCH, shown=PATTERN)
     if value is None:
         return None
     labels = tuple(label.strip() for label in value.split(",") if label.strip())

@@ -205,3 +205,24 @@ def test_a_vpmem_guest_has_a_numa_topology_as_nova(conf, specs, nodes):
     flavor = objects.Flavor(vcpus=2, memory_mb=2048, extra_specs=specs)
     theirs = hardware.numa_get_constraints(flavor, objects.ImageMeta.from_dict({}))
     assert (len(theirs.cells) if theirs else 0) == nodes
+
+
+def test_hw_pmem_is_checked_as_novas_pattern_in_linear_time(plugin):
+    import re
+    import time
+
+    from resources.pmem.request import MATCH, PATTERN
+
+    for value in ["a", "a,", "a,b", "a,b,", "A_1,b2", ",a", "a,,b", "a b", "", "a,b,,",
+                  "ä", "a-b"]:
+        assert bool(re.fullmatch(MATCH, value, re.ASCII)) == bool(
+            re.fullmatch(PATTERN, value, re.ASCII)), value
+    # nova's pattern backtracks exponentially here (~1.5 s at 24 characters,
+    # x4 per 2 more): a flavor must not hang the parser
+    ri = RequestInput.from_dicts({"name": "f", "vcpus": 1, "memory_mb": 512,
+                                  "extra_specs": {"hw:pmem": "a" * 200 + "!"}}
+                                 ).for_plugin("pmem")
+    start = time.monotonic()
+    assert plugin.parse_request(ri) is None
+    assert time.monotonic() - start < 1
+    assert "is not of the format '([a-zA-Z0-9_]+(,)?)+'" in ri.problems[0].rule
