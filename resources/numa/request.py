@@ -74,6 +74,10 @@ EMULATOR_POLICIES = ("share", "isolate")
 # of Python's int-digit limit (or a huge CPU set) deep in the parser.
 CPU_MASK_PATTERN = r"\^?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
 REALTIME_MASK_PATTERN = r"(\^)?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
+#: Both masks' language without nested quantifiers (nova's patterns, which
+#: the messages name, backtrack exponentially on ``1-2,1-2,...,x``): a
+#: number, then ``-<number>`` or ``,[^]<number>`` any number of times.
+CPU_MASK_MATCH = r"\^?\d{1,6}(?:-\d{1,6}|,\^?\d{1,6})*"
 PAGE_SIZE_PATTERN = r"(large|small|any|\d{1,15}([kKMGT]i?)?(b|bit|B)?)"
 PAGE_ALIASES = ("small", "large", "any")
 #: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
@@ -278,9 +282,10 @@ def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
     ri.claim("hw:cpu_realtime")
     flavor_mask, image_mask = ri.flavor_image("cpu_realtime_mask")
     flavor_mask = rules.check_pattern(ri, "hw:cpu_realtime_mask", flavor_mask,
-                                      REALTIME_MASK_PATTERN)
+                                      CPU_MASK_MATCH, shown=REALTIME_MASK_PATTERN)
     image_mask = rules.check_pattern(ri, "hw_cpu_realtime_mask", image_mask,
-                                     REALTIME_MASK_PATTERN, source="image")
+                                     CPU_MASK_MATCH, source="image",
+                                     shown=REALTIME_MASK_PATTERN)
     if not enabled:
         return None
     mask = image_mask or flavor_mask
@@ -310,7 +315,8 @@ def _dedicated_cpus(ri: RequestInput, vcpus: int) -> Optional[frozenset[int]]:
     """nova's ``get_dedicated_cpu_constraint``."""
     key = "hw:cpu_dedicated_mask"
     ri.claim(key)
-    mask = rules.check_pattern(ri, key, ri.extra_specs.get(key), CPU_MASK_PATTERN)
+    mask = rules.check_pattern(ri, key, ri.extra_specs.get(key), CPU_MASK_MATCH,
+                               shown=CPU_MASK_PATTERN)
     if not mask:
         return None
     pcpus = _mask(ri, key, mask, vcpus)
@@ -435,7 +441,7 @@ def _cell_maps(ri: RequestInput, vcpus: int
         for index in sorted(found[source]["cpus"]):
             key = "hw%snuma_cpus.%d" % (sep, index)
             text = str(found[source]["cpus"][index])
-            if not re.fullmatch(CPU_MASK_PATTERN, text, re.ASCII):
+            if not re.fullmatch(CPU_MASK_MATCH, text, re.ASCII):
                 ri.report(key, text, "Validation failed; '%s' is not of the "
                           "format '%s'." % (text, CPU_MASK_PATTERN), source)
                 ok = False
