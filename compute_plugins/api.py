@@ -64,12 +64,15 @@ from compute_plugins.host.errors import HostDataError
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
+    DomainCaps,
     HostInfo,
     Mdev,
     MdevType,
     NUMACell,
     PagePool,
     PCIDevice,
+    PMEMNamespace,
+    SEVCaps,
 )
 from compute_plugins.plugin.choice import DEFAULT_STEPS, Budget, Outcome, first_fit
 from compute_plugins.plugin.contract import (
@@ -165,6 +168,7 @@ __all__ = [
     # the host
     "CPU", "DiskInfo", "HostDataError", "HostInfo", "Mdev", "MdevType", "NUMACell",
     "PCIDevice", "PagePool", "ProviderContribution", "Providers",
+    "DomainCaps", "PMEMNamespace", "SEVCaps",
     # the request
     "AFFINITY_POLICIES", "Flavor", "KINDS", "KIND_DEVICE", "KIND_DISK",
     "KIND_FLOATING", "KIND_GENERIC", "KIND_GUEST_NODE", "KIND_ROOT", "MAX_AMOUNT",

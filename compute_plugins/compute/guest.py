@@ -231,6 +231,7 @@ def assemble(
             else:
                 _merge_into(have, element, plugin)
     _check_vcpupins(merged.get("cputune"), vcpus)
+    _max_memory(domain, devices, memory_mb)
     os_el = ET.SubElement(domain, "os")
     type_el = ET.SubElement(os_el, "type")
     if arch:
@@ -242,6 +243,31 @@ def assemble(
     devices_el.extend(devices)
     ET.indent(domain)
     return ET.tostring(domain, encoding="unicode")
+
+
+def _max_memory(domain: ET.Element, devices: Sequence[ET.Element],
+                memory_mb: int) -> None:
+    """``<maxMemory>`` when plugins give ``<memory>`` devices (NVDIMMs):
+    libvirt refuses memory devices without it. As nova's
+    ``_guest_add_vpmems``: the flavor's memory plus every device's target
+    size, one slot per device."""
+    memories = [d for d in devices if d.tag == "memory"]
+    if not memories:
+        return
+    total_kib = memory_mb * 1024
+    for device in memories:
+        size = device.find("target/size")
+        scale = MEMORY_UNITS.get(size.get("unit", "KiB"), 0) if size is not None else 0
+        text = _text(size) if size is not None else ""
+        if not scale or not text.isdigit():
+            raise GuestConfigError(
+                "framework", "a <memory> device has no <target><size> in a libvirt "
+                "unit: %s" % ET.tostring(device, encoding="unicode"))
+        total_kib += int(text) * scale // 1024
+    element = ET.Element("maxMemory", slots=str(len(memories)), unit="KiB")
+    element.text = str(total_kib)
+    position = next(i for i, child in enumerate(domain) if child.tag == "memory")
+    domain.insert(position + 1, element)
 
 
 def _check_single_children(element: ET.Element, plugin: str) -> None:

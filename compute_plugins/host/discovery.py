@@ -20,7 +20,9 @@ def discover_host(
     The snapshot wins when both are given. udev enrichment runs for a
     snapshot with ``sysfs.umockdev`` (replayed with umockdev) and for a live
     local host (``qemu:///system``), never for ``test:///`` or remote URIs,
-    whose devices are not this machine's.
+    whose devices are not this machine's; so does ``ndctl list -X`` (the
+    persistent memory namespaces), where ndctl is installed, and the
+    ``kvm_amd`` module's SEV parameters.
 
     :raises HostDataError: (and its subclass HostConnectionError) when the
         host cannot be read.
@@ -29,11 +31,17 @@ def discover_host(
 
     if host_snapshot:
         return snapshot.load_snapshot(host_snapshot, use_udev=use_udev)
-    from compute_plugins.host import libvirt_host, udev
+    import dataclasses
+
+    from compute_plugins.host import kernel, libvirt_host, ndctl, udev
     from compute_plugins.host.uri import is_local_uri
 
     uri = libvirt_uri or DEFAULT_URI
     host = libvirt_host.discover_libvirt(uri)
     if use_udev and is_local_uri(uri):
         host = udev.enrich_with_udev(host)
+    if is_local_uri(uri):
+        # NOTE: persistent memory is this machine's only (ndctl, as nova).
+        host = dataclasses.replace(host, pmem_namespaces=ndctl.live_namespaces(),
+                                   kvm_amd_sev=kernel.kvm_amd_sev())
     return host

@@ -50,6 +50,9 @@ class RawHost:
     online_cpus: Optional[frozenset[int]] = None
     #: ``getInfo()`` CPU count.
     cpu_count: Optional[int] = None
+    #: ``getDomainCapabilities`` of the q35 machine type, None when the
+    #: driver has none (the test driver, a host without q35).
+    domain_capabilities_xml: Optional[str] = None
 
 
 def fetch_libvirt(uri: str) -> RawHost:
@@ -70,6 +73,7 @@ def fetch_libvirt(uri: str) -> RawHost:
         info = conn.getInfo()
         capabilities = conn.getCapabilities()
         online_cpus = _online_cpus(conn, uri, int(info[2]))
+        domcaps = _domain_capabilities(conn, uri)
         nodedevs: dict[str, str] = {}
         for device in conn.listAllDevices(0):
             try:
@@ -92,7 +96,18 @@ def fetch_libvirt(uri: str) -> RawHost:
         nodedevs=nodedevs,
         online_cpus=online_cpus,
         cpu_count=int(info[2]),
+        domain_capabilities_xml=domcaps,
     )
+
+
+def _domain_capabilities(conn: libvirt.virConnect, uri: str) -> Optional[str]:
+    """The q35 machine type's domain capabilities (where nova looks for
+    memory encryption), None where libvirt has none to give."""
+    try:
+        return str(conn.getDomainCapabilities(None, None, "q35", None, 0))
+    except libvirt.libvirtError as exc:
+        LOG.debug("%s: no domain capabilities for q35: %s", uri, exc)
+        return None
 
 
 def _online_cpus(conn: libvirt.virConnect, uri: str, cpu_count: int) -> Optional[frozenset[int]]:
@@ -118,7 +133,7 @@ def _online_cpus(conn: libvirt.virConnect, uri: str, cpu_count: int) -> Optional
 
 def host_info_from_raw(raw: RawHost) -> HostInfo:
     """Parse a :class:`RawHost` into a :class:`HostInfo` (no udev)."""
-    return libvirt_xml.host_info_from_xml(
+    host = libvirt_xml.host_info_from_xml(
         hostname=raw.hostname,
         source=raw.uri,
         capabilities_xml=raw.capabilities_xml,
@@ -131,6 +146,10 @@ def host_info_from_raw(raw: RawHost) -> HostInfo:
         online_cpus=raw.online_cpus,
         cpu_count=raw.cpu_count,
     )
+    if raw.domain_capabilities_xml is None:
+        return host
+    return dataclasses.replace(host, domain_caps=libvirt_xml.parse_domain_capabilities(
+        raw.domain_capabilities_xml, f"{raw.uri} domain capabilities"))
 
 
 def discover_libvirt(uri: str) -> HostInfo:

@@ -27,12 +27,14 @@ from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import (
     CPU,
     DiskInfo,
+    DomainCaps,
     HostInfo,
     Mdev,
     MdevType,
     NUMACell,
     PagePool,
     PCIDevice,
+    SEVCaps,
 )
 from compute_plugins.plugin.cpuset import MAX_CPU_ID, InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.plugin.names import provider_name_problem
@@ -642,4 +644,63 @@ def host_info_from_xml(
         online_cpus=online_cpus,
         cpu_count=cpu_count,
         base_page_kb=base_page_kb,
+    )
+
+
+# ------------------------------------------------------ domain capabilities
+
+
+def _supported(element: Optional[ET.Element]) -> bool:
+    """``supported='yes'`` on ``element`` (libvirt's feature flag)."""
+    return element is not None and element.get("supported") == "yes"
+
+
+def _enum_values(parent: Optional[ET.Element], name: str) -> frozenset[str]:
+    """The ``<value>``s of ``parent``'s ``<enum name=name>``."""
+    if parent is None:
+        return frozenset()
+    return frozenset(
+        (value.text or "").strip()
+        for enum in parent.findall("enum") if enum.get("name") == name
+        for value in enum.findall("value") if (value.text or "").strip())
+
+
+def parse_domain_capabilities(text: Union[str, bytes],
+                              source: str = "domaincapabilities.xml") -> DomainCaps:
+    """The :class:`DomainCaps` of a ``<domainCapabilities>`` document
+    (``virsh domcapabilities --machine q35``).
+
+    Read as nova's ``LibvirtConfigDomainCaps`` reads it: ``<sev
+    supported='yes'>`` with ``cbitpos``, ``reducedPhysBits``, ``maxGuests``
+    and ``maxESGuests`` (absent counts are 0, as libvirt omits them when
+    the kernel does not say), ``<tdx supported='yes'>``, the
+    ``<launchSecurity>`` ``sectype`` values and the ``<os>`` firmware values.
+
+    :raises HostDataError: not a domainCapabilities document, or a count
+        that is not a non-negative integer (names ``source`` and the field).
+    """
+    root = _parse_document(text, source, "domainCapabilities")
+    features = root.find("features")
+    sev: Optional[SEVCaps] = None
+    sev_el = features.find("sev") if features is not None else None
+    if _supported(sev_el):
+        assert sev_el is not None
+
+        def field(tag: str) -> Optional[int]:
+            return _opt_int(_text(sev_el.find(tag)), source, f"<sev><{tag}>",
+                            minimum=0, maximum=MAX_INT)
+
+        sev = SEVCaps(cbitpos=field("cbitpos"),
+                      reduced_phys_bits=field("reducedPhysBits"),
+                      max_guests=field("maxGuests") or 0,
+                      max_es_guests=field("maxESGuests") or 0)
+    launch = features.find("launchSecurity") if features is not None else None
+    return DomainCaps(
+        machine=_text(root.find("machine")) or "",
+        arch=_text(root.find("arch")) or "",
+        firmware=_enum_values(root.find("os"), "firmware"),
+        sev=sev,
+        tdx=_supported(features.find("tdx") if features is not None else None),
+        launch_security=(_enum_values(launch, "sectype") if _supported(launch)
+                         else frozenset()),
     )

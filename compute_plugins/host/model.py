@@ -122,6 +122,67 @@ class DiskInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class SEVCaps:
+    """AMD SEV as the domain capabilities give it (``<features><sev>``).
+
+    :param cbitpos: the C-bit position in guest page table entries.
+    :param reduced_phys_bits: physical address bits lost to encryption.
+    :param max_guests: SEV guests the platform can run at once
+        (``maxGuests``; nova's SEV slots).
+    :param max_es_guests: SEV-ES (and SEV-SNP) guests (``maxESGuests``).
+    """
+
+    cbitpos: Optional[int] = None
+    reduced_phys_bits: Optional[int] = None
+    max_guests: int = 0
+    max_es_guests: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainCaps:
+    """What ``virConnectGetDomainCapabilities`` says about guests of one
+    emulator and machine type, the part plugins schedule on.
+
+    :param machine: the machine type the capabilities are for
+        (``pc-q35-10.0``).
+    :param arch: the guest architecture (``x86_64``).
+    :param firmware: the ``<os><enum name='firmware'>`` values (``efi``).
+    :param sev: AMD SEV when ``<sev supported='yes'>``, else None.
+    :param tdx: ``<tdx supported='yes'>`` (Intel TDX).
+    :param launch_security: the ``<launchSecurity><enum name='sectype'>``
+        values (``sev``, ``sev-snp``, ``tdx``) when supported.
+    """
+
+    machine: str = ""
+    arch: str = ""
+    firmware: frozenset[str] = frozenset()
+    sev: Optional[SEVCaps] = None
+    tdx: bool = False
+    launch_security: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class PMEMNamespace:
+    """A persistent memory namespace in devdax mode (``ndctl list -X``).
+
+    :param name: the namespace's name (``ndctl create-namespace --name``),
+        which ``[libvirt] pmem_namespaces`` refers to.
+    :param dev: ndctl's device name (``namespace0.0``).
+    :param devpath: the DAX character device (``/dev/dax0.0``).
+    :param size: bytes.
+    :param align: the DAX region's alignment, bytes.
+    :param numa_node: the host cell it is attached to, if known.
+    """
+
+    name: str
+    dev: str
+    devpath: str
+    size: int
+    align: int
+    numa_node: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class HostInfo:
     """Everything discovery learnt about one host."""
 
@@ -142,6 +203,16 @@ class HostInfo:
     #: Base (small) page size in KiB: the smallest ``<host><cpu><pages>``
     #: of the capabilities, else 4 (x86's).
     base_page_kb: int = 4
+    #: The domain capabilities of the host's q35 machine type (memory
+    #: encryption, firmware); None when discovery had none.
+    domain_caps: Optional[DomainCaps] = None
+    #: Named devdax persistent memory namespaces (``ndctl list -X``).
+    pmem_namespaces: tuple[PMEMNamespace, ...] = ()
+    #: The AMD SEV flavours the kernel enables (``sev``, ``sev-es``,
+    #: ``sev-snp``: ``/sys/module/kvm_amd/parameters/sev*``, what nova's
+    #: ``_kernel_supports_amd_sev`` reads); None when discovery did not
+    #: read them (a snapshot recorded without them).
+    kvm_amd_sev: Optional[frozenset[str]] = None
 
     @functools.cached_property
     def _pci_by_address(self) -> dict[str, PCIDevice]:

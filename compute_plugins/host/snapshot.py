@@ -5,8 +5,10 @@ Layout of a snapshot directory::
     capabilities.xml      virsh capabilities                     (required)
     nodedev/<name>.xml    virsh nodedev-dumpxml, one per device  (optional)
     host.json             hostname, memory_kb, disk, online_cpus,
-                          cpu_count, format_version            (optional)
+                          cpu_count, kvm_amd_sev, format_version (optional)
     sysfs.umockdev        umockdev-record of /sys/bus/pci/devices/* (optional)
+    domaincapabilities.xml  virsh domcapabilities --machine q35   (optional)
+    ndctl.json            ndctl list -X (persistent memory)      (optional)
 
 Without ``host.json`` the hostname is the directory's name, memory is the
 sum of the cells' memory and there is no disk data. With ``sysfs.umockdev``
@@ -22,6 +24,7 @@ gives what the live host gave.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -32,7 +35,7 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
-from compute_plugins.host import libvirt_xml, udev
+from compute_plugins.host import kernel, libvirt_xml, ndctl, udev
 from compute_plugins.host.errors import HostDataError, HostInputError
 from compute_plugins.host.model import DiskInfo, HostInfo
 from compute_plugins.host.uri import is_local_uri
@@ -48,6 +51,7 @@ CAPABILITIES = "capabilities.xml"
 NODEDEV_DIR = "nodedev"
 HOST_JSON = "host.json"
 SYSFS_UMOCKDEV = "sysfs.umockdev"
+DOMAIN_CAPABILITIES = "domaincapabilities.xml"
 
 _GIB = 1024**3
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -87,8 +91,10 @@ def record_host(
     followed. ``nodedev/`` is recorded into a fresh directory that then
     replaces the old one, so no device of an earlier recording stays
     behind, and a ``sysfs.umockdev`` this recording does not write is
-    removed: it would replay another host's devices. Other files in
-    ``output_dir`` are left alone.
+    removed: it would replay another host's devices; so are a
+    ``domaincapabilities.xml`` and an ``ndctl.json`` (``ndctl list -X`` on
+    a local host, where ndctl is installed) it does not write. Other files
+    in ``output_dir`` are left alone.
 
     :param instances_path: measure this path's file system into
         ``host.json`` ``disk``.
@@ -106,6 +112,11 @@ def record_host(
     # that would fail later.
     libvirt_host.host_info_from_raw(raw)
     disk = disk_info(instances_path) if instances_path else None
+    # NOTE: this machine's namespaces only, as discovery reads them; parsed
+    # before writing, like the rest.
+    ndctl_out = ndctl.live_output() if is_local_uri(uri) else None
+    if ndctl_out is not None:
+        ndctl.parse_namespaces(ndctl_out, "ndctl list -X")
     host = {
         "format_version": FORMAT_VERSION,
         "hostname": raw.hostname,
@@ -116,6 +127,8 @@ def record_host(
         if raw.online_cpus is None
         else sorted(raw.online_cpus),
         "cpu_count": raw.cpu_count,
+        # NOTE: this machine's kernel only: a remote host's is not ours.
+        "kvm_amd_sev": sorted(kernel.kvm_amd_sev()) if is_local_uri(uri) else None,
         "disk": None
         if disk is None
         else {
@@ -139,6 +152,17 @@ def record_host(
         files.write_atomic(
             out_fd, HOST_JSON, json.dumps(host, indent=2, sort_keys=True) + "\n"
         )
+        # NOTE: written when libvirt gave it, removed otherwise: another
+        # host's domain capabilities would give this one its SEV slots.
+        if raw.domain_capabilities_xml is not None:
+            files.write_atomic(out_fd, DOMAIN_CAPABILITIES, raw.domain_capabilities_xml)
+        else:
+            files.remove(out_fd, DOMAIN_CAPABILITIES)
+        # NOTE: likewise: an earlier recording's namespaces are not this host's.
+        if ndctl_out is not None and ndctl_out.strip():
+            files.write_atomic(out_fd, ndctl.NDCTL_JSON, ndctl_out)
+        else:
+            files.remove(out_fd, ndctl.NDCTL_JSON)
         recorded = record_sysfs and _record_pci_sysfs_at(
             out_fd, os.path.join(output_dir, SYSFS_UMOCKDEV))
         if not recorded:
@@ -302,7 +326,7 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
     json_path = os.path.join(directory, HOST_JSON)
     meta = _load_host_json(json_path)
     hostname = meta.get("hostname")
-    return _with_udev(libvirt_xml.host_info_from_xml(
+    host = _with_udev(libvirt_xml.host_info_from_xml(
         hostname=hostname or os.path.basename(directory),
         hostname_source=json_path if hostname else directory,
         source=directory,
@@ -314,6 +338,17 @@ def _load_snapshot(path: str, use_udev: bool) -> HostInfo:
         online_cpus=meta.get("online_cpus"),
         cpu_count=meta.get("cpu_count"),
     ), directory, use_udev)
+    if meta.get("kvm_amd_sev") is not None:
+        host = dataclasses.replace(host, kvm_amd_sev=meta["kvm_amd_sev"])
+    domcaps_path = os.path.join(directory, DOMAIN_CAPABILITIES)
+    if os.path.lexists(domcaps_path):
+        host = dataclasses.replace(host, domain_caps=libvirt_xml.parse_domain_capabilities(
+            _read(domcaps_path), domcaps_path))
+    ndctl_path = os.path.join(directory, ndctl.NDCTL_JSON)
+    if os.path.lexists(ndctl_path):
+        host = dataclasses.replace(host, pmem_namespaces=ndctl.parse_namespaces(
+            _read(ndctl_path), ndctl_path))
+    return host
 
 
 def _with_udev(host: HostInfo, directory: str, use_udev: bool) -> HostInfo:
@@ -387,7 +422,16 @@ def _load_host_json(path: str) -> dict[str, Any]:
                 f"{MAX_CPU_ID}), not {online!r}",
             )
         online = frozenset(online)
+    sev = data.get("kvm_amd_sev")
+    if sev is not None:
+        if not isinstance(sev, list) or not all(
+                isinstance(f, str) and f in kernel.SEV_FLAVOURS for f in sev):
+            raise HostDataError(
+                path, "kvm_amd_sev must be a list of the SEV flavours the kernel "
+                f"enables ({', '.join(kernel.SEV_FLAVOURS)}), not {sev!r}")
+        sev = frozenset(sev)
     return {
+        "kvm_amd_sev": sev,
         "hostname": hostname,
         "memory_kb": memory_kb,
         "disk": _disk(data.get("disk"), path),

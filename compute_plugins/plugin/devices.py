@@ -117,8 +117,11 @@ MAX_INVENTORY = 2147483647
 
 def inventory_record(total: int, allocation_ratio: float = 1.0,
                      reserved: Optional[int] = None,
-                     what: str = "inventory") -> dict[str, Any]:
-    """A Placement inventory record whose ``max_unit`` is the ``total``.
+                     what: str = "inventory",
+                     max_unit: Optional[int] = None) -> dict[str, Any]:
+    """A Placement inventory record whose ``max_unit`` is the ``total``
+    (or ``max_unit``, at most the total: one guest takes at most that many,
+    e.g. one memory encryption slot).
 
     ``reserved``: classes whose reservation the configuration owns
     (``MEMORY_MB`` from ``[compute] reserved_host_memory_mb``, ``DISK_GB``
@@ -138,7 +141,8 @@ def inventory_record(total: int, allocation_ratio: float = 1.0,
     record: dict[str, Any] = {"total": total}
     if reserved is not None:
         record["reserved"] = _bounded(reserved, what, "reserved")
-    record.update(min_unit=1, max_unit=total, step_size=1,
+    record.update(min_unit=1, max_unit=total if max_unit is None else min(max_unit, total),
+                  step_size=1,
                   allocation_ratio=allocation_ratio)
     return record
 

@@ -29,7 +29,7 @@ import dataclasses
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Optional
+from typing import Any, Optional
 
 from compute_plugins.plugin import names
 from compute_plugins.request import rules
@@ -61,6 +61,42 @@ NOVA_OTHER_HW_KEYS = frozenset({
     "hw:sound_model", "hw:usb_model", "hw:redirected_usb_ports",
     "hw:ephemeral_encryption", "hw:ephemeral_encryption_format",
 })
+
+
+#: Keys of :data:`NOVA_OTHER_HW_KEYS` (and their image twins) that ask nova
+#: for something the guest would silently lack if no enabled plugin claims
+#: them, with what they ask and the built-in plugin that gives it (opt-in
+#: plugins: ``memenc``, ``pmem``): refused rather than ignored then.
+ASKS_FOR = {
+    "mem_encryption": ("memory encryption", "memenc"),
+    "ephemeral_encryption": ("ephemeral disk encryption", "disk"),
+    "pmem": ("virtual persistent memory", "pmem"),
+}
+
+
+def _asks(key: str, value: Any) -> bool:
+    """``value`` of ``hw:<key>`` / ``hw_<key>`` asks for the thing (a true
+    boolean; for ``pmem``, a label)."""
+    if key == "pmem":
+        return isinstance(value, str) and any(p.strip() for p in value.split(","))
+    return rules.parse_bool(value) is True
+
+
+def unprovided(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:
+    """Report the :data:`ASKS_FOR` keys that ask while no plugin claimed
+    them (call it when every plugin parsed: one that failed may be the one
+    that gives it, and its own problem is the one to show)."""
+    claimed = set(claimed)
+    for key, (what, plugin) in sorted(ASKS_FOR.items()):
+        for source, name, value in (("flavor", "hw:" + key, ri.extra_specs.get("hw:" + key)),
+                                    ("image", "hw_" + key,
+                                     ri.image_properties.get("hw_" + key))):
+            if (source, name) in claimed or not _asks(key, value):
+                continue
+            ri.report(name, value, "asks for %s, which no enabled plugin provides "
+                      "(the %s plugin does: add it to [compute_plugins] "
+                      "enabled_plugins); nova would give it, the guest would "
+                      "silently lack it" % (what, plugin), source=source)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -93,14 +93,22 @@ def check_bool(ri: RequestInput, key: str, value: Any,
 
 
 def check_pattern(ri: RequestInput, key: str, value: Any, pattern: str,
-                  source: str = "flavor") -> Optional[str]:
+                  source: str = "flavor", shown: Optional[str] = None) -> Optional[str]:
+    """``value`` when it matches ``pattern`` (whole, ASCII), else None and
+    the problem reported in nova's validator's words.
+
+    :param shown: the pattern named in the message (nova's), where
+        ``pattern`` is an equivalent one that matches in linear time: some
+        of nova's nest quantifiers (``([a-zA-Z0-9_]+(,)?)+``) and take
+        exponential time on a value that almost matches.
+    """
     if value is None:
         return None
     # NOTE: re.ASCII: nova's patterns say \d, which would match "\u0663" or
     # "\uff11" (read by int() as 3 and 1); only ASCII digits are accepted.
     if not isinstance(value, str) or not re.fullmatch(pattern, value, re.ASCII):
         ri.report(key, value, "Validation failed; '%s' is not of the format "
-                  "'%s'." % (value, pattern), source)
+                  "'%s'." % (value, shown or pattern), source)
         return None
     return value
 
@@ -133,5 +141,61 @@ def affinity_policy(ri: RequestInput, key: str) -> Optional[str]:
         ri.report("hw_" + key, image_ok,
                   "Image property 'hw_%s' is not permitted to override the "
                   "'hw:%s' flavor extra spec." % (key, key), source="image")
+        return None
+    return flavor_ok or image_ok
+
+
+def flavor_image_bool(ri: RequestInput, key: str) -> Optional[bool]:
+    """``hw:<key>`` and its image twin ``hw_<key>`` as one boolean, by
+    nova's rule for ``hw:mem_encryption`` and ``hw:ephemeral_encryption``:
+    None when neither asks (both unset or false), else True, unless the
+    two are given and differ, which is reported (nova's
+    ``FlavorImageConflict`` wording) and gives None.
+    Problems are reported on ``ri``; both keys are claimed."""
+    flavor_value, image_value = ri.flavor_image(key)
+    flavor_bool = check_bool(ri, "hw:" + key, flavor_value)
+    image_bool = check_bool(ri, "hw_" + key, image_value, source="image")
+    if not flavor_bool and not image_bool:
+        return None
+    if (flavor_bool is not None and image_bool is not None
+            and flavor_bool != image_bool):
+        _report_conflict(ri, key, flavor_value, image_bool, image_value)
+        return None
+    return True
+
+
+def either_true(ri: RequestInput, key: str) -> bool:
+    """``hw:<key>`` or ``hw_<key>`` says true (conflicts and bad values
+    aside: :func:`flavor_image_bool` reports those): whether nova goes on
+    to read the keys that depend on it (a memory encryption model, an
+    ephemeral encryption format)."""
+    return any(parse_bool(value) is True for value in ri.flavor_image(key))
+
+
+def _report_conflict(ri: RequestInput, key: str, flavor_value: Any,
+                     image_value: Any, given: Any) -> None:
+    """nova's ``FlavorImageConflict`` between ``hw:<key>`` and ``hw_<key>``
+    (the values as nova words them), reported on the image's key with the
+    value the image ``given``."""
+    ri.report("hw_" + key, given,
+              "Flavor %s has hw:%s extra spec explicitly set to %s, "
+              "conflicting with image %s which has hw_%s property "
+              "explicitly set to %s" % (ri.flavor.name, key, flavor_value,
+                                        ri.image_name or None, key, image_value),
+              source="image")
+
+
+def flavor_image_same(ri: RequestInput, key: str, allowed: Sequence[str],
+                      compare: bool = True) -> Optional[str]:
+    """``hw:<key>`` or its image twin ``hw_<key>``, each one of
+    ``allowed``; with ``compare``, the two given and different is reported
+    in nova's words (``_check_for_mem_encryption_model_conflicts``,
+    ``_get_unique_flavor_image_meta``). ``compare=False`` where nova reads
+    the pair only when another key asks for it (a model without
+    encryption): the values are still checked. None when unset or wrong
+    (or in conflict)."""
+    flavor_ok, image_ok = flavor_image_enum(ri, key, allowed)
+    if compare and flavor_ok and image_ok and flavor_ok != image_ok:
+        _report_conflict(ri, key, flavor_ok, image_ok, image_ok)
         return None
     return flavor_ok or image_ok

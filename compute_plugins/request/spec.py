@@ -184,6 +184,8 @@ class RequestSpec:
         view = request_input.for_plugin("framework")
         generic_req = generic.parse(view, parsed.claimed)
         generic.unknown_keys(view, parsed.claimed | view.claimed)
+        if not parsed.problems:
+            generic.unprovided(view, parsed.claimed | view.claimed)
         problems.extend(view.problems)
         groups.extend(generic_req.groups)
         problems.extend(_check_groups(groups))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
-from oslo_config import cfg
+from oslo_config import cfg, types
 
 from compute_plugins.conf import ratio_opt
 from compute_plugins.host.model import HostInfo
@@ -36,8 +36,9 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
     """
 
     name = "disk"
-    #: 1.1: DiskAssignment.disk_gb; host states.
-    version = "1.1"
+    #: 1.1: DiskAssignment.disk_gb; host states. 1.2: ephemeral encryption
+    #: (DiskRequest.ephemeral_encryption*, DiskState.ephemeral_encryption_formats).
+    version = "1.2"
     request_type = DiskRequest
     assignment_type = DiskAssignment
     state_type = DiskState
@@ -69,6 +70,19 @@ class DiskPlugin(ResourcePlugin[DiskView, DiskRequest, DiskState, DiskAssignment
                 "and joins this aggregate; the operator creates the sharing "
                 "provider (trait ``MISC_SHARES_VIA_AGGREGATE``, inventory "
                 "``DISK_GB``) in the same aggregate, as nova documents.",
+            ),
+            cfg.ListOpt(
+                "ephemeral_encryption_formats",
+                default=[],
+                item_type=types.String(choices=disk_request.EPHEMERAL_ENCRYPTION_FORMATS),
+                help="The ephemeral encryption formats (``plain``, ``luks``, "
+                "``luksv2``) the host's instance disks support. When set, the "
+                "compute root has the traits ``COMPUTE_EPHEMERAL_ENCRYPTION`` "
+                "and ``COMPUTE_EPHEMERAL_ENCRYPTION_<FORMAT>`` that nova's "
+                "``hw:ephemeral_encryption`` and "
+                "``hw:ephemeral_encryption_format`` require. nova's libvirt "
+                "driver reports them from its image backend, and no backend "
+                "of nova 34 supports encryption yet: the default reports none.",
             ),
         ]
 

@@ -57,6 +57,8 @@ class DiskState(PluginState):
     allocation_ratio: float = min_field(0, default=1.0)
     used_gb: int = 0
     shared_aggregate: Optional[str] = None
+    #: The ephemeral encryption formats the host supports (its root traits).
+    ephemeral_encryption_formats: frozenset[str] = frozenset()
 
     @property
     def capacity_gb(self) -> int:
@@ -99,7 +101,24 @@ def build_state(view: DiskView, providers: Providers,
     return DiskState(provider_uuid=root, total_gb=view.total_gb,
                      reserved_gb=view.reserved_gb,
                      allocation_ratio=view.allocation_ratio, used_gb=used,
-                     shared_aggregate=view.shared_aggregate)
+                     shared_aggregate=view.shared_aggregate,
+                     ephemeral_encryption_formats=view.ephemeral_encryption_formats)
+
+
+def _encryption_problem(state: DiskState, request: DiskRequest) -> Optional[Rejection]:
+    """Why the host cannot encrypt the guest's ephemeral disks, if it cannot
+    (the root traits Placement checks, checked on the host state too)."""
+    if not request.ephemeral_encryption:
+        return None
+    wanted = request.ephemeral_encryption_format
+    if state.ephemeral_encryption_formats and (
+            wanted is None or wanted in state.ephemeral_encryption_formats):
+        return None
+    return Rejection("the guest asks ephemeral encryption%s; this host supports %s"
+                     % (" in %s" % wanted if wanted else "",
+                        ", ".join(sorted(state.ephemeral_encryption_formats))
+                        or "none ([disk] ephemeral_encryption_formats)"),
+                     state.provider_uuid)
 
 
 def _where(request: DiskRequest) -> str:
@@ -110,7 +129,7 @@ def fit(state: DiskState, request: DiskRequest, placement: Mappings,
         earlier: Earlier) -> Union[DiskAssignment, Rejection, None]:
     """The provider of the guest's ``DISK_GB`` (module doc)."""
     if not request.disk_gb:
-        return None
+        return _encryption_problem(state, request)
     if request.shared_aggregate:
         provider = ""
         if placement is not None:
@@ -144,6 +163,9 @@ def fit(state: DiskState, request: DiskRequest, placement: Mappings,
 def verify(state: DiskState, request: DiskRequest,
            assignment: DiskAssignment) -> Optional[Rejection]:
     """None when ``assignment`` still holds on ``state`` (module doc)."""
+    encryption = _encryption_problem(state, request)
+    if encryption is not None:
+        return encryption
     if assignment.disk_gb != request.disk_gb:
         return Rejection("the assignment takes %d GB of disk, %s"
                          % (assignment.disk_gb, _where(request)))

@@ -55,6 +55,9 @@ class DiskView:
     reserved_gb: int = 0
     allocation_ratio: float = 1.0
     shared_aggregate: Optional[str] = None
+    #: The ephemeral encryption formats the host's instance disks support
+    #: (``[disk] ephemeral_encryption_formats``).
+    ephemeral_encryption_formats: frozenset[str] = frozenset()
 
 
 def is_live_local(host: HostInfo) -> bool:
@@ -86,17 +89,19 @@ def _aggregate(conf: cfg.ConfigOpts) -> Optional[str]:
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> DiskView:
     """The :class:`DiskView` of ``host`` (see the module rules)."""
     group = conf[GROUP]
+    formats = frozenset(group.ephemeral_encryption_formats)
     aggregate = _aggregate(conf)
     if aggregate is not None:
-        return DiskView(shared_aggregate=aggregate)
+        return DiskView(shared_aggregate=aggregate, ephemeral_encryption_formats=formats)
     disk = host.disk
     if disk is None and is_live_local(host):
         disk = measure(group.instances_path)
     if disk is None or disk.total_gb <= 0:
-        return DiskView()
+        return DiskView(ephemeral_encryption_formats=formats)
     reserved = math.ceil(group.reserved_host_disk_mb / 1024)
     return DiskView(
         total_gb=disk.total_gb,
         reserved_gb=min(reserved, disk.total_gb),
         allocation_ratio=group.disk_allocation_ratio,
+        ephemeral_encryption_formats=formats,
     )

@@ -17,8 +17,9 @@ messages, but reports every problem instead of stopping at the first:
 - ``hw:mem_page_size`` (small|large|any|<size>[KMGT][i][B]) and
   ``hw_mem_page_size`` (allowed only against ``large``/``any``).
 
-A guest gets a NUMA topology (nova's four triggers, less vPMEM) when it asks
-for NUMA nodes, a page size, or a dedicated/mixed CPU policy; otherwise its
+A guest gets a NUMA topology (nova's four triggers) when it asks for NUMA
+nodes, a page size, vPMEM (``hw:pmem``, the pmem plugin's key) or a
+dedicated/mixed CPU policy; otherwise its
 CPUs and memory *float* (see :func:`request_groups`). As in nova, the
 topology has ``hw:numa_nodes`` nodes, else one, and ``hw:numa_cpus.N`` /
 ``hw:numa_mem.N`` must then describe exactly those nodes. Where this parser
@@ -73,6 +74,10 @@ EMULATOR_POLICIES = ("share", "isolate")
 # of Python's int-digit limit (or a huge CPU set) deep in the parser.
 CPU_MASK_PATTERN = r"\^?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
 REALTIME_MASK_PATTERN = r"(\^)?\d{1,6}((-\d{1,6})?(,\^?\d{1,6}(-\d{1,6})?)?)*"
+#: Both masks' language without nested quantifiers (nova's patterns, which
+#: the messages name, backtrack exponentially on ``1-2,1-2,...,x``): a
+#: number, then ``-<number>`` or ``,[^]<number>`` any number of times.
+CPU_MASK_MATCH = r"\^?\d{1,6}(?:-\d{1,6}|,\^?\d{1,6})*"
 PAGE_SIZE_PATTERN = r"(large|small|any|\d{1,15}([kKMGT]i?)?(b|bit|B)?)"
 PAGE_ALIASES = ("small", "large", "any")
 #: Huge page sizes tried for ``large``/``any`` (x86: 2 MiB and 1 GiB).
@@ -296,9 +301,10 @@ def _realtime_cpus(ri: RequestInput, vcpus: int, emulator: Optional[str]
     ri.claim("hw:cpu_realtime")
     flavor_mask, image_mask = ri.flavor_image("cpu_realtime_mask")
     flavor_mask = rules.check_pattern(ri, "hw:cpu_realtime_mask", flavor_mask,
-                                      REALTIME_MASK_PATTERN)
+                                      CPU_MASK_MATCH, shown=REALTIME_MASK_PATTERN)
     image_mask = rules.check_pattern(ri, "hw_cpu_realtime_mask", image_mask,
-                                     REALTIME_MASK_PATTERN, source="image")
+                                     CPU_MASK_MATCH, source="image",
+                                     shown=REALTIME_MASK_PATTERN)
     if not enabled:
         return None
     mask = image_mask or flavor_mask
@@ -328,7 +334,8 @@ def _dedicated_cpus(ri: RequestInput, vcpus: int) -> Optional[frozenset[int]]:
     """nova's ``get_dedicated_cpu_constraint``."""
     key = "hw:cpu_dedicated_mask"
     ri.claim(key)
-    mask = rules.check_pattern(ri, key, ri.extra_specs.get(key), CPU_MASK_PATTERN)
+    mask = rules.check_pattern(ri, key, ri.extra_specs.get(key), CPU_MASK_MATCH,
+                               shown=CPU_MASK_PATTERN)
     if not mask:
         return None
     pcpus = _mask(ri, key, mask, vcpus)
@@ -453,7 +460,7 @@ def _cell_maps(ri: RequestInput, vcpus: int
         for index in sorted(found[source]["cpus"]):
             key = "hw%snuma_cpus.%d" % (sep, index)
             text = str(found[source]["cpus"][index])
-            if not re.fullmatch(CPU_MASK_PATTERN, text, re.ASCII):
+            if not re.fullmatch(CPU_MASK_MATCH, text, re.ASCII):
                 ri.report(key, text, "Validation failed; '%s' is not of the "
                           "format '%s'." % (text, CPU_MASK_PATTERN), source)
                 ok = False
@@ -482,6 +489,13 @@ def _cell_maps(ri: RequestInput, vcpus: int
                       % ", ".join(map(str, indexes)), source)
             ok = False
     return cpus_list, mem_list, ok, source == "image"
+
+
+def _vpmem_labels(ri: RequestInput) -> bool:
+    """``hw:pmem`` names a label (nova's ``get_vpmems``: comma-separated,
+    blanks dropped): nova's fourth NUMA topology trigger."""
+    value = ri.extra_specs.get("hw:pmem")
+    return isinstance(value, str) and any(label.strip() for label in value.split(","))
 
 
 def parse(ri: RequestInput) -> NUMARequest:
@@ -629,9 +643,11 @@ def parse(ri: RequestInput) -> NUMARequest:
     pages_ok = len(ri.problems) == before
     cpu_list, mem_list, maps_ok, maps_from_image = _cell_maps(ri, vcpus)
     extra = 1 if emulator == "isolate" and cpu_policy in ("dedicated", "mixed") else 0
-    # nova's four triggers (less vPMEM); hw:numa_cpus.N / hw:numa_mem.N alone
-    # are not one of them.
-    wants_topology = bool(nodes or page_asked
+    # nova's four triggers; hw:numa_cpus.N / hw:numa_mem.N alone are not one
+    # of them. hw:pmem is the pmem plugin's key, read (not claimed) here: an
+    # NVDIMM needs a guest NUMA node (libvirt refuses memory devices
+    # without one), so nova gives a vPMEM guest one.
+    wants_topology = bool(nodes or page_asked or _vpmem_labels(ri)
                           or cpu_policy in ("dedicated", "mixed"))
     if not wants_topology and (cpu_list is not None or mem_list is not None):
         key, source = _where("hw:numa_cpus.N", maps_from_image)

@@ -39,6 +39,10 @@ PLUGIN = "sriov"
 ALIAS_KEY = "pci_passthrough:alias"
 # nova's pattern with the count bounded (``\d{1,4}``): no int-digit limit.
 ALIAS_PATTERN = r"[^:]+:\d{1,4}(?:\s*,\s*[^:]+:\d{1,4})*"
+#: The same language without the ambiguity (``[^:]+`` takes blanks too, so
+#: nova's ``\s*,\s*[^:]+`` splits them 2**n ways on ``a:1 , a:1 , ...:``,
+#: exponential time): the blanks after the comma are the name's.
+ALIAS_MATCH = r"[^:]+:\d{1,4}(?:\s*,[^:]+:\d{1,4})*"
 VF_VNIC_TYPES = ("direct", "macvtap")
 #: vnic types that need a device this plugin does not provide.
 UNSUPPORTED_VNIC_TYPES = ("direct-physical", "vdpa", "remote-managed",
@@ -165,7 +169,7 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
     if ALIAS_KEY in ri.extra_specs:
         ri.claim(ALIAS_KEY)
         value = rules.check_pattern(ri, ALIAS_KEY, ri.extra_specs[ALIAS_KEY],
-                                    ALIAS_PATTERN)
+                                    ALIAS_MATCH, shown=ALIAS_PATTERN)
         if value:
             seen: set[str] = set()
             for part in value.split(","):

@@ -63,7 +63,7 @@ def test_unknown_plugin_is_a_usage_error(tmp_path):
     result = cli("--config-file", str(config), "inventory",
                  "--libvirt-uri", "test:///default", check_rc=2)
     assert "nosuch" in result.stderr
-    assert "available plugins: disk, numa, sriov, vgpu" in result.stderr
+    assert "available plugins: disk, memenc, numa, pmem, sriov, vgpu" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -33,7 +33,7 @@ def test_one_line_per_check_and_plugin_exit_0(capsys):
     assert [line.split(":")[0] for line in lines] == [
         "PASS disk json-roundtrip", "PASS disk double-booking",
         lines[2].split(":")[0]]
-    assert lines[0] == ("PASS disk json-roundtrip: 75 requests, 20 states, "
+    assert lines[0] == ("PASS disk json-roundtrip: 100 requests, 20 states, "
                         "200 assignments, 5 hosts")
     assert lines[2].split(":")[0] in ("PASS disk guest-xml", "SKIP disk guest-xml")
     assert out.err == ""
@@ -42,7 +42,7 @@ def test_one_line_per_check_and_plugin_exit_0(capsys):
 def test_every_installed_plugin_by_default(capsys):
     lines = conformance(capsys, code=0).out.splitlines()
     assert [line.split(":")[0].split(" ", 1)[1] for line in lines] == [
-        "%s %s" % (plugin, check) for plugin in ("disk", "numa", "sriov", "vgpu")
+        "%s %s" % (plugin, check) for plugin in ("disk", "memenc", "numa", "pmem", "sriov", "vgpu")
         for check in CHECKS]
     assert all(line.startswith(STATUSES) for line in lines), lines
 
@@ -73,7 +73,7 @@ def test_an_unknown_plugin_is_exit_2(capsys):
     out = conformance(capsys, "disk", "gpu", code=2)
     assert out.out == ""
     assert out.err == ("compute-plugins: error: unknown plugin(s) gpu; installed "
-                       "plugins: disk, numa, sriov, vgpu\n")
+                       "plugins: disk, memenc, numa, pmem, sriov, vgpu\n")
 
 
 def test_an_unknown_check_is_exit_2_one_line(capsys):

@@ -152,7 +152,7 @@ def test_unknown_plugin_name_lists_the_available_ones(conf):
         PluginManager(conf, names=["numa", "nosuch"])
     message = str(err.value)
     assert "nosuch" in message
-    assert "available plugins: disk, numa, sriov, vgpu" in message
+    assert "available plugins: disk, memenc, numa, pmem, sriov, vgpu" in message
 
 
 @pytest.fixture

@@ -238,7 +238,8 @@ def test_a_sample_that_asks_nothing_of_the_plugin_fails():
 
     result = check_plugin(Misleading, checks=["sample-requests"]).result("sample-requests")
     assert result.status == FAIL
-    assert result.line.startswith("FAIL disk sample-requests: sample 3 asks nothing "
+    # the added sample is the last one: index len(the disk plugin's samples)
+    assert result.line.startswith("FAIL disk sample-requests: sample 4 asks nothing "
                                   "of the plugin on any host: ")
     assert "resources:DISK_GB" in result.line
 

@@ -315,3 +315,24 @@ def test_a_port_is_tunneled_or_not(manager):
     with pytest.raises(RequestInputError,
                        match="port 0 field 'tunneled' must be true or false"):
         build(manager, {}, ports=[{"id": "p", "tunneled": "yes"}])
+
+
+# -- keys nova schedules on that only an opt-in plugin gives -----------------------
+
+@pytest.mark.parametrize("specs, image, key, what", [
+    ({"hw:mem_encryption": "true"}, None, "hw:mem_encryption", "memory encryption"),
+    ({}, {"properties": {"hw_mem_encryption": True, "hw_firmware_type": "uefi"}},
+     "hw_mem_encryption", "memory encryption"),
+    ({"hw:pmem": "SMALL"}, None, "hw:pmem", "virtual persistent memory"),
+])
+def test_asking_what_no_enabled_plugin_gives_is_refused(manager, specs, image, key,
+                                                        what):
+    # memenc and pmem are opt-in: without them the guest would run
+    # unencrypted / without its NVDIMM, and nothing would say so
+    found = problems(manager, specs, image=image)
+    assert_problem(found, key, "asks for %s, which no enabled plugin provides" % what)
+
+
+def test_not_asking_is_still_accepted_without_the_plugins(manager):
+    build(manager, {"hw:mem_encryption": "false", "hw:mem_encryption_model": "amd-sev"},
+          image={"properties": {"hw_mem_encryption": False}})

@@ -82,7 +82,7 @@ def test_round_trip_with_decision(manager):
     text = spec.to_json()
     doc = json.loads(text)
     assert doc["version"] == FORMAT_VERSION
-    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.1", "sriov": "1.1", "disk": "1.1"}
+    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.1", "sriov": "1.1", "disk": "1.2"}
     again = RequestSpec.from_json(text, manager.plugins)
     assert again == spec
     assert again.to_json() == text
@@ -270,8 +270,9 @@ def test_a_payload_of_the_previous_format_reads_as_the_spec_it_was(manager):
     assert doc["version"] == "1.0" and any(g["kind"] == "numa_cell" for g in doc["groups"])
     read = RequestSpec.from_dict(doc, manager.plugins)
     # the plugins' data versions it was recorded with stay its own (numa
-    # 1.1 there; 1.2 added fields with defaults that read as before)
-    assert read.plugin_versions["numa"] == "1.1"
+    # 1.1, disk 1.1 there; numa 1.2 and disk 1.2 added fields with defaults
+    # that read as before)
+    assert dict(read.plugin_versions) == doc["plugins"]
     built = build(manager, RICH, ports=PORTS).with_decision(decision())
     # numa 1.2 records the ports' physnets of a NUMA guest (network
     # affinity); a 1.1 request has none and reads without them

@@ -28,14 +28,17 @@ from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.tree.contribution import Providers
 from compute_plugins.tree.provider_tree import ProviderTree
 from resources.disk import DiskPlugin
+from resources.memenc import MemEncPlugin
 from resources.numa import NUMAPlugin
 from resources.numa.request import CellAssignment, NUMAAssignment
+from resources.pmem import PMEMPlugin
 from resources.sriov import SRIOVPlugin
 from resources.vgpu import VGPUPlugin
 
 NODE = "node1"
 PLUGINS: dict[str, type[ResourcePlugin]] = {
-    "numa": NUMAPlugin, "vgpu": VGPUPlugin, "sriov": SRIOVPlugin, "disk": DiskPlugin}
+    "numa": NUMAPlugin, "vgpu": VGPUPlugin, "sriov": SRIOVPlugin, "disk": DiskPlugin,
+    "memenc": MemEncPlugin, "pmem": PMEMPlugin}
 GIB_KB = 1024 * 1024
 
 
