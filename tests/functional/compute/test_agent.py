@@ -38,6 +38,7 @@ from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.scheduler import query
 from compute_plugins.scheduler.query import preview
 from tests.functional.placement.conftest import CLI, cli_env
+from tests.output import flat
 
 HOSTS = Path(__file__).parents[2] / "fixtures" / "hosts"
 NUMA4 = HOSTS / "numa4"
@@ -405,7 +406,7 @@ def test_release_command_waits_for_the_agent(host, tmp_path):
         stop.set()
         runner.join(timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == (
+    assert flat(proc.stdout) == (
         "consumer %s: released by host %s (decision %d): its resources and "
         "Placement allocations are free"
         % (consumer, host.name, host.store.latest_decision(consumer).id))
@@ -485,9 +486,9 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     base = ["--config-file", str(conf_file), "release", "--consumer", consumer]
     assert main(base + ["--no-wait"]) == 0
     out, err = capsys.readouterr()
-    assert out == ("consumer %s: release of decision %d requested; host %s's "
-                   "agent frees it at its next poll\n"
-                   % (consumer, decision_id, host.name))
+    assert flat(out) == ("consumer %s: release of decision %d requested; host %s's "
+                         "agent frees it at its next poll"
+                         % (consumer, decision_id, host.name))
     assert main(base + ["--timeout", "0"]) == 1
     out, err = capsys.readouterr()
     assert out == ""

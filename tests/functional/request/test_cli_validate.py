@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from compute_plugins.cmd.main import main
+from tests.output import unwrap
 
 COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
 
@@ -17,18 +18,6 @@ COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
 def cli(*args):
     return subprocess.run(COMMAND + list(args), capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-
-
-def unwrap(stdout):
-    """The lines of the text output, each wrapped line (its continuation
-    lines four columns further in than it) joined back into one."""
-    lines = []
-    for line in stdout.splitlines():
-        if lines and lines[-1][1] and line.startswith(lines[-1][1] + "    "):
-            lines[-1][0].append(line[len(lines[-1][1]) + 4:])
-        else:
-            lines.append(([line], line[:len(line) - len(line.lstrip(" "))]))
-    return [" ".join(parts) for parts, _ in lines]
 
 
 def write(tmp_path, name, doc):

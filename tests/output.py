@@ -1,0 +1,24 @@
+"""Reading the commands' human output back in tests."""
+
+from __future__ import annotations
+
+
+def unwrap(stdout: str) -> list[str]:
+    """The lines of the text output, each wrapped line (its continuation
+    lines four columns further in than it: :func:`compute_plugins.util.text.
+    wrap`) joined back into one. Lines without an indent are left alone
+    (what follows them four columns in is theirs, not a continuation):
+    :func:`flat` reads a one-line message back."""
+    lines: list[tuple[list[str], str]] = []
+    for line in stdout.splitlines():
+        if lines and lines[-1][1] and line.startswith(lines[-1][1] + "    "):
+            lines[-1][0].append(line[len(lines[-1][1]) + 4:])
+        else:
+            lines.append(([line], line[:len(line) - len(line.lstrip(" "))]))
+    return [" ".join(parts) for parts, _ in lines]
+
+
+def flat(text: str) -> str:
+    """``text`` with every run of white space, line breaks included, one
+    space: a message as one line, however it was wrapped."""
+    return " ".join(text.split())
