@@ -52,6 +52,27 @@ class LedgerError(exception.InputError):
                          % (path, reason))
 
 
+class LedgerMissing(exception.InputError):
+    """The ledger is missing or empty while the host-state store or
+    Placement still show claims on the host (exit 2): starting would hand
+    the guests' CPUs and devices out again.
+
+    :param path: the ledger file.
+    :param missing: True: no file; False: a ledger without claims.
+    :param where: what still shows claims, in words (the store, Placement).
+    """
+
+    def __init__(self, path: str, missing: bool, where: str) -> None:
+        self.path = path
+        self.missing = missing
+        self.where = where
+        super().__init__(
+            "claims ledger %s is %s but %s: the guests may still run; rebuild "
+            "the ledger from the store with `compute-plugins report "
+            "--rebuild-ledger`, or release those consumers first"
+            % (path, "missing" if missing else "empty", where))
+
+
 @dataclasses.dataclass(frozen=True)
 class LedgerEntry:
     """One claim in force.

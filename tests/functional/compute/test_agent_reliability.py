@@ -1,0 +1,263 @@
+"""Nothing given twice, whatever the operator does (issue 20, items 1-3):
+the host's identity in its state directory, one agent per host (a lock on
+the state directory, a lease with a fencing token in the store), and the
+ledger and the store reconciled (neither is ever silently empty).
+
+Real parts as in :mod:`tests.functional.compute.test_agent`: the real
+plugins on the numa4 snapshot, an embedded Placement, an SQLite store, the
+command line as a subprocess where its exit code and line are the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from compute_plugins import exception
+from compute_plugins.compute import identity
+from compute_plugins.compute.agent import ComputeAgent
+from compute_plugins.host import discover_host
+from compute_plugins.compute.ledger import LedgerMissing
+from compute_plugins.hoststate import (
+    AgentLeaseHeld,
+    DecisionStatus,
+    Fenced,
+    HostStateStore,
+)
+from tests.functional.compute.test_agent import (  # noqa: F401 - fixtures
+    AGENT_CONF,
+    Host,
+    host,
+    pinned_cpus,
+    make_conf,
+    placement,
+    said,
+)
+from tests.functional.placement.conftest import CLI, cli_env
+
+
+@pytest.fixture(scope="module")
+def placement_url(placement):
+    """The module's Placement served over HTTP, for the command line."""
+    server = placement.make_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.url
+
+
+def agent_in(host: Host, state_dir: Path) -> ComputeAgent:
+    """An agent for ``host`` with another state directory (another node)."""
+    return ComputeAgent.from_config(
+        make_conf(state_dir, host.overrides), host.placement.client(), host.store,
+        lambda: discover_host(host_snapshot=str(host.snapshot)))
+
+
+def claimed(host: Host) -> str:
+    host.agent.run_once()
+    consumer = host.decide()
+    assert host.agent.poll().claimed
+    return consumer
+
+
+def cli(args, tmp_path, host: Host, timeout=180, **popen):
+    """``compute-plugins --host-snapshot <host> ARGS`` on the host's state
+    directory and store (its own embedded Placement)."""
+    conf_file = tmp_path / "agent.conf"
+    conf_file.write_text(AGENT_CONF + "[host_state]\nconnection = %s\n"
+                         "[compute_plugins]\nstate_dir = %s\n"
+                         % (host.store_url, host.state_dir))
+    command = CLI + ["--config-file", str(conf_file), "--host-snapshot",
+                     str(host.snapshot)] + list(args)
+    if popen:
+        return subprocess.Popen(command, env=cli_env(), text=True, **popen)
+    return subprocess.run(command, capture_output=True, text=True,
+                          timeout=timeout, env=cli_env())
+
+
+# -- 3. the ledger and the store reconcile ----------------------------------
+
+
+def test_a_recreated_store_gets_the_claims_back_instead_of_releasing_them(host):
+    """Recreating the store (the way back from a corrupt one) made every
+    agent free all its claims and delete their allocations at its first
+    periodic, while the guests still ran."""
+    consumer = claimed(host)
+    allocations = host.allocations(consumer)
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(host.store_url[len("sqlite:///"):] + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    restarted = host.start_agent()
+    result = restarted.run_once()
+    assert result.ok, (result.periodic.error, result.error)
+    assert result.releases == []
+    assert consumer in restarted.ledger
+    assert host.allocations(consumer) == allocations
+    decision = host.store.active_decision(consumer)
+    assert decision is not None and decision.status == DecisionStatus.CLAIMED
+    assert decision.host == host.name
+    assert restarted.ledger.get(consumer).decision_id == decision.id
+    assert len(pinned_cpus(host.published())) == 4
+    # and it stays so: the next periodic frees nothing
+    again = restarted.run_once()
+    assert again.releases == [] and consumer in restarted.ledger
+
+
+def test_a_deleted_ledger_refuses_to_start_naming_both(host, tmp_path):
+    consumer = claimed(host)
+    ledger = Path(host.agent.ledger.path)
+    ledger.unlink()
+    with pytest.raises(LedgerMissing) as info:
+        host.start_agent().run_once()
+    message = str(info.value)
+    assert str(ledger) in message and "missing" in message
+    assert "host-state" in message and consumer in message
+    assert "--rebuild-ledger" in message
+    assert not ledger.exists()
+    # nothing was published as free meanwhile
+    assert len(pinned_cpus(host.published())) == 4
+    proc = cli(["report", "--periodic", "1"], tmp_path, host)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = said(proc.stderr).splitlines()
+    assert line.startswith("compute-plugins: error: claims ledger %s is missing" % ledger)
+    assert "Traceback" not in proc.stderr
+    # the operator rebuilds it from the store
+    restarted = host.start_agent()
+    restarted.rebuild_ledger = True
+    result = restarted.run_once()
+    assert result.ok and result.releases == []
+    assert restarted.ledger.get(consumer).decision_id == host.store.active_decision(
+        consumer).id
+    assert json.loads(ledger.read_text())["claims"][consumer]["decision_id"]
+    assert len(pinned_cpus(host.published())) == 4
+    # an emptied ledger is refused the same way
+    ledger.write_text(json.dumps({"format": "compute-plugins-ledger", "version": 1,
+                                  "host": host.name, "claims": {}}))
+    with pytest.raises(LedgerMissing, match="is empty"):
+        host.start_agent().run_once()
+
+
+def test_the_rebuild_command_line(host, tmp_path):
+    consumer = claimed(host)
+    Path(host.agent.ledger.path).unlink()
+    proc = cli(["report", "--periodic", "1", "--rebuild-ledger"], tmp_path, host)
+    assert proc.returncode in (0, 1), proc.stderr   # 1: its own Placement lacks it
+    assert consumer in Path(host.agent.ledger.path).read_text()
+
+
+# -- 2. one agent per host ---------------------------------------------------
+
+
+def test_a_second_report_on_one_state_dir_exits_2_naming_the_first(host, tmp_path):
+    first = cli(["report", "--interval", "3600"], tmp_path, host,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lock = host.state_dir / identity.LOCK_FILE
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if lock.exists() and lock.read_text().strip() == str(first.pid):
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.2)
+        second = cli(["report", "--periodic", "1"], tmp_path, host)
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert second.returncode == 2, second.stderr
+    (line,) = said(second.stderr).splitlines()
+    assert "pid %d" % first.pid in line and str(host.state_dir) in line, line
+
+
+def test_the_state_dir_lock_is_held_for_the_agents_life(tmp_path):
+    held = identity.StateDirLock(str(tmp_path))
+    with held:
+        child = subprocess.run(
+            [sys.executable, "-c",
+             "import sys\nfrom compute_plugins.compute import identity\n"
+             "try:\n identity.StateDirLock(sys.argv[1]).__enter__()\n"
+             "except identity.AgentRunning as e:\n print(e)\n",
+             str(tmp_path)], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert "pid %d" % os.getpid() in child.stdout, child
+    with identity.StateDirLock(str(tmp_path)):
+        pass   # free again once released
+
+
+def test_a_second_agent_for_the_host_cannot_take_it_and_a_fenced_one_stops(
+        host, tmp_path):
+    claimed(host)
+    # another state directory, the same host name: another node
+    other = agent_in(host, tmp_path / "other-state")
+    with pytest.raises(AgentLeaseHeld) as info:
+        other.run_once()
+    assert host.agent.node.uuid in str(info.value)
+    assert isinstance(info.value, exception.InputError)
+    # the first one hangs: its lease lapses, the other takes over ...
+    host.agent.lease_duration = other.lease_duration = 1.0
+    host.agent._renew_at = 0.0
+    host.agent.poll()
+    time.sleep(1.2)
+    assert other.run_once().ok
+    # ... and the first one's next write is refused: it stops
+    host.decide()
+    with pytest.raises(Fenced) as fenced:
+        host.agent.poll()
+    assert other.node.uuid in str(fenced.value)
+
+
+# -- 1. host identity ---------------------------------------------------------
+
+
+def test_a_renamed_host_refuses_to_start(host, tmp_path):
+    consumer = claimed(host)
+    new = host.name + "-renamed"
+    (host.snapshot / "host.json").write_text(json.dumps({"hostname": new}))
+    with pytest.raises(identity.HostRenamed) as info:
+        host.start_agent()
+    message = str(info.value)
+    assert host.name in message and new in message
+    assert "compute-plugins host rename %s %s" % (host.name, new) in message
+    proc = cli(["report", "--periodic", "1"], tmp_path, host)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = said(proc.stderr).splitlines()
+    assert "host rename" in line
+    # nothing registered under the new name
+    assert host.store.get_host(new) is None
+    assert consumer in host.agent.ledger
+
+
+def test_host_rename_moves_providers_ledger_and_store_records(host, tmp_path,
+                                                             placement_url):
+    consumer = claimed(host)
+    old = host.name
+    allocations = host.allocations(consumer)
+    root = host.placement.client().get(
+        "/resource_providers?name=%s" % old)["resource_providers"][0]["uuid"]
+    new = old + "-renamed"
+    proc = cli(["--placement-url", placement_url, "host", "rename", old, new],
+               tmp_path, host)
+    assert proc.returncode == 0, proc.stderr
+    assert old in proc.stdout and new in proc.stdout
+    (host.snapshot / "host.json").write_text(json.dumps({"hostname": new}))
+    host.name = new
+    agent = host.start_agent()
+    result = agent.run_once()
+    assert result.ok, (result.periodic.error, result.error)
+    assert result.releases == [] and consumer in agent.ledger
+    client = host.placement.client()
+    assert client.get("/resource_providers?name=%s" % new)["resource_providers"][0][
+        "uuid"] == root
+    assert client.get("/resource_providers?name=%s" % old)["resource_providers"] == []
+    assert host.allocations(consumer) == allocations
+    assert host.store.get_host(old) is None
+    assert host.store.active_decision(consumer).host == new
+    assert len(pinned_cpus(host.published())) == 4
