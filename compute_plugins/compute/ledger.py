@@ -114,6 +114,11 @@ class Ledger:
         self._plugins = plugins
         self._entries: dict[str, LedgerEntry] = {}
         self._lock = threading.Lock()
+        #: Whether the file existed when it was read.
+        self.existed = False
+        #: The uuid of the host-state store the claims were last reconciled
+        #: with (None: not yet, or a ledger from before it was recorded).
+        self.store_id: Optional[str] = None
 
     @classmethod
     def load(cls, state_dir: str, host: str, plugins: PluginSet) -> Ledger:
@@ -131,6 +136,7 @@ class Ledger:
     def _read(self) -> None:
         if not os.path.lexists(self.path):
             return
+        self.existed = True
         try:
             document = jsonload.loads(files.read_bytes(self.path))
         except files.UnreadableFile as err:
@@ -146,6 +152,10 @@ class Ledger:
         if document.get("host") != self.host:
             raise LedgerError(self.path, "written for host %r, this host is %r"
                               % (document.get("host"), self.host))
+        store = document.get("store")
+        if store is not None and not isinstance(store, str):
+            raise LedgerError(self.path, "\"store\" is not a store uuid")
+        self.store_id = store
         claims = document.get("claims")
         if not isinstance(claims, dict):
             raise LedgerError(self.path, "\"claims\" is not an object")
@@ -168,13 +178,18 @@ class Ledger:
             self._entries[consumer] = LedgerEntry(consumer, item["decision_id"],
                                                   spec, text)
 
-    def _write_with_lock(self, entries: Mapping[str, LedgerEntry]) -> None:
-        text = json.dumps({
+    def _write_with_lock(self, entries: Mapping[str, LedgerEntry],
+                         store_id: Optional[str] = None) -> None:
+        document = {
             "format": FORMAT, "version": FORMAT_VERSION, "host": self.host,
             "claims": {c: {"decision_id": e.decision_id,
                            "spec": json.loads(e.spec_json)}
                        for c, e in sorted(entries.items())},
-        }, indent=1, sort_keys=True)
+        }
+        store_id = store_id or self.store_id
+        if store_id is not None:
+            document["store"] = store_id
+        text = json.dumps(document, indent=1, sort_keys=True)
         directory = os.path.dirname(self.path) or "."
         try:
             files.ensure_private_dir(directory)
@@ -238,7 +253,21 @@ class Ledger:
             wanted[consumer] = entry
             self._write_with_lock(wanted)
             self._entries = wanted
+            self.existed = True
         return entry
+
+    def set_store(self, store_id: str) -> None:
+        """Record that the claims are those of the host-state store
+        ``store_id`` (written before it returns).
+
+        :raises LedgerError: the file cannot be written.
+        """
+        with self._lock:
+            if store_id == self.store_id and self.existed:
+                return
+            self._write_with_lock(self._entries, store_id)
+            self.store_id = store_id
+            self.existed = True
 
     def remove(self, consumer: str) -> Optional[LedgerEntry]:
         """Forget the claim of ``consumer`` (None when it had none); written
@@ -253,4 +282,5 @@ class Ledger:
             entry = wanted.pop(consumer)
             self._write_with_lock(wanted)
             self._entries = wanted
+            self.existed = True
         return entry

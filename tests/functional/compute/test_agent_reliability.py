@@ -206,6 +206,8 @@ def test_a_second_agent_for_the_host_cannot_take_it_and_a_fenced_one_stops(
     host.agent._renew_at = 0.0
     host.agent.poll()
     time.sleep(1.2)
+    # (its own ledger is empty while the store holds the host's claim)
+    other.rebuild_ledger = True
     assert other.run_once().ok
     # ... and the first one's next write is refused: it stops
     host.decide()
