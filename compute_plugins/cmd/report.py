@@ -29,7 +29,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.cmd import arguments
+from compute_plugins.cmd import agent_guard, arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
 from compute_plugins.util.text import printable, wrap_lines
@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--interval", type=arguments.seconds, default=60.0,
                         metavar="S",
                         help="seconds between periodics, >= 0 (default: 60)")
+    agent_guard.add_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -228,6 +229,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.hoststate.store import HostStateStore
 
     quiet_placement_logs(conf.debug)
+    # NOTE: one agent per state directory, held until the process ends.
+    state_dir_lock = agent_guard.lock_state_dir(conf)  # noqa: F841
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or
@@ -248,7 +251,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         agent = compute_agent.ComputeAgent(
             manager, client, store, ledger,
             lambda: common.discover(conf, args), first=first,
-            claim_poll_interval=conf.compute.claim_poll_interval)
+            claim_poll_interval=conf.compute.claim_poll_interval,
+            lease_duration=conf.compute.agent_lease_duration,
+            rebuild_ledger=args.rebuild_ledger)
 
         def step() -> compute_agent.AgentResult:
             if loop.reload_requested:
