@@ -146,12 +146,23 @@ def test_a_deleted_ledger_refuses_to_start_naming_both(host, tmp_path):
         host.start_agent().run_once()
 
 
-def test_the_rebuild_command_line(host, tmp_path):
+def test_the_rebuild_command_line(host, tmp_path, placement_url):
     consumer = claimed(host)
-    Path(host.agent.ledger.path).unlink()
-    proc = cli(["report", "--periodic", "1", "--rebuild-ledger"], tmp_path, host)
-    assert proc.returncode in (0, 1), proc.stderr   # 1: its own Placement lacks it
-    assert consumer in Path(host.agent.ledger.path).read_text()
+    ledger = Path(host.agent.ledger.path)
+    ledger.unlink()
+    proc = cli(["--placement-url", placement_url, "report", "--periodic", "1",
+                "--rebuild-ledger"], tmp_path, host)
+    assert proc.returncode == 0, proc.stderr
+    assert "mismatch" not in proc.stdout and "0 released" in proc.stdout, proc.stdout
+    assert json.loads(ledger.read_text())["claims"][consumer]["decision_id"] == (
+        host.store.active_decision(consumer).id)
+    assert host.allocations(consumer)
+    # refused on a ledger that holds claims: exit 2, one line
+    again = cli(["--placement-url", placement_url, "report", "--periodic", "1",
+                 "--rebuild-ledger"], tmp_path, host)
+    assert again.returncode == 2, again.stderr
+    (line,) = said(again.stderr).splitlines()
+    assert "only a missing or empty ledger is rebuilt" in line
 
 
 # -- 2. one agent per host ---------------------------------------------------
