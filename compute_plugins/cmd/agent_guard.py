@@ -6,6 +6,7 @@ report command's own code stays as it is."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from oslo_config import cfg
 
@@ -20,6 +21,17 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "host-state store holds for this host, then run (the agent refuses "
         "to start on a missing or empty ledger while the store or Placement "
         "still show claims on the host); refused when the ledger holds claims")
+
+
+def check_then_lock(check: Callable[[cfg.ConfigOpts], None],
+                    held: list[identity.StateDirLock]) -> Callable[[cfg.ConfigOpts], None]:
+    """``check`` (the options' values), then :func:`lock_state_dir` kept in
+    ``held``: a bad option creates nothing in the state directory, and
+    nothing is read or written there (identity, ledger) without the lock."""
+    def run(conf: cfg.ConfigOpts) -> None:
+        check(conf)
+        held.append(lock_state_dir(conf))
+    return run
 
 
 def lock_state_dir(conf: cfg.ConfigOpts) -> identity.StateDirLock:

@@ -229,8 +229,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.hoststate.store import HostStateStore
 
     quiet_placement_logs(conf.debug)
-    # NOTE: one agent per state directory, held until the process ends.
-    state_dir_lock = agent_guard.lock_state_dir(conf)  # noqa: F841
+    # NOTE: one agent per state directory: its lock, taken once the options
+    # were checked, is held until the process ends.
+    state_dir_lock: list[Any] = []
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or
@@ -240,7 +241,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # (exit 2: it holds the claims, it is never discarded); the first
     # periodic uses that discovery.
     manager, first, ledger = compute_agent.load_host(
-        conf, lambda: common.discover(conf, args), check=common.check_values)
+        conf, lambda: common.discover(conf, args),
+        check=agent_guard.check_then_lock(common.check_values, state_dir_lock))
     with connect.placement_client(conf, args.placement_url) as placement, \
             HostStateStore.from_config(conf) as store:
         # NOTE: fail fast, as one line, when Placement cannot be reached or

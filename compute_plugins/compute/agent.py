@@ -27,6 +27,18 @@ its tree with the ledger and reports every mismatch
 ledger claim whose decision is no longer in force is forgotten, and its
 allocation deleted only when it is still that claim's
 (:meth:`ComputeAgent._allocation_is_ours`).
+
+One agent per host, nothing given twice (issue 20): the node's identity
+(:mod:`compute_plugins.compute.identity`) is checked before anything; the
+agent takes its host's lease in the store before its first periodic and
+renews it every third of ``lease_duration``, and every write it makes
+carries the lease's epoch (a fenced agent stops, :class:`~compute_plugins.
+hoststate.errors.Fenced`). Before it executes anything it checks that its
+ledger did not lose claims the store or Placement still show
+(:meth:`ComputeAgent._check_ledger`), and at each periodic that the store is
+the one its ledger was reconciled with: a new or recreated store gets the
+ledger's claims back (:meth:`ComputeAgent._adopt_store`), so that no claim
+is freed because the store forgot it.
 """
 
 from __future__ import annotations
@@ -586,6 +598,8 @@ class ComputeAgent:
         flight); empty when Placement cannot be asked (said once)."""
         placement = self.client.placement
         found: set[str] = set()
+        if not self.nodename:
+            return found
         try:
             roots = placement.get("/resource_providers?name=%s" % urllib.parse.quote(
                 self.nodename, safe="")).get("resource_providers") or []

@@ -12,7 +12,11 @@ directory), rewritten atomically (:func:`compute_plugins.util.files.write_atomic
 on every change. Unlike the plugins' checkpoint, a ledger that cannot be
 read is never ignored (it holds the claims: discarding it would hand their
 CPUs and devices out twice): :class:`LedgerError`, one line naming the file
-and what is wrong, and the agent does not start.
+and what is wrong, and the agent does not start. The file also records the
+uuid of the host-state store the claims were last reconciled with
+(``"store"``): a store with another uuid was recreated, and gets the claims
+back from the ledger. A missing or empty ledger while the store or
+Placement still show claims is refused (:class:`LedgerMissing`).
 """
 
 from __future__ import annotations

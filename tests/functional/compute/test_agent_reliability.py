@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,24 +23,37 @@ import pytest
 from compute_plugins import exception
 from compute_plugins.compute import identity
 from compute_plugins.compute.agent import ComputeAgent
-from compute_plugins.host import discover_host
 from compute_plugins.compute.ledger import LedgerMissing
+from compute_plugins.host import discover_host
 from compute_plugins.hoststate import (
     AgentLeaseHeld,
     DecisionStatus,
     Fenced,
     HostStateStore,
 )
-from tests.functional.compute.test_agent import (  # noqa: F401 - fixtures
+from compute_plugins.placement import embedded
+from tests.functional.compute.test_agent import (
     AGENT_CONF,
     Host,
-    host,
-    pinned_cpus,
     make_conf,
-    placement,
+    pinned_cpus,
     said,
 )
 from tests.functional.placement.conftest import CLI, cli_env
+
+
+@pytest.fixture(scope="module")
+def placement():
+    emb = embedded.EmbeddedPlacement("sqlite://").start()
+    yield emb
+    emb.close()
+
+
+@pytest.fixture
+def host(tmp_path, placement):
+    h = Host(tmp_path, placement)
+    yield h
+    h.store.close()
 
 
 @pytest.fixture(scope="module")
