@@ -268,8 +268,15 @@ def test_host_rename_moves_providers_ledger_and_store_records(host, tmp_path,
     root = host.placement.client().get(
         "/resource_providers?name=%s" % old)["resource_providers"][0]["uuid"]
     new = old + "-renamed"
-    proc = cli(["--placement-url", placement_url, "host", "rename", old, new],
-               tmp_path, host)
+    rename = ["--placement-url", placement_url, "host", "rename", old, new]
+    # refused while an agent runs on the state directory: exit 2, nothing moved
+    with identity.StateDirLock(str(host.state_dir)):
+        busy = cli(rename, tmp_path, host)
+    assert busy.returncode == 2, busy.stderr
+    (line,) = said(busy.stderr).splitlines()
+    assert "pid %d" % os.getpid() in line
+    assert host.store.get_host(old) is not None
+    proc = cli(rename, tmp_path, host)
     assert proc.returncode == 0, proc.stderr
     assert old in proc.stdout and new in proc.stdout
     (host.snapshot / "host.json").write_text(json.dumps({"hostname": new}))
