@@ -40,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rename.add_argument("old", metavar="OLD", help="the node's current name")
     rename.add_argument("new", metavar="NEW", help="its new name")
     rename.set_defaults(func=run_rename)
+    # NOTE: the common options after the action too (``host rename OLD NEW
+    # --config-file F``), as after every command; imported here: main
+    # imports this module.
+    from compute_plugins.cmd import main
+
+    main.add_common_options(rename.add_argument_group("common options"), suppress=True)
 
 
 def run_rename(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
