@@ -298,6 +298,8 @@ class ComputeAgent:
         self._lease: Optional[AgentLease] = None
         #: time.monotonic() at which the lease is renewed next.
         self._renew_at = 0.0
+        #: True while the store could not be reached to take or renew it.
+        self._lease_outage = False
         #: True once the ledger was checked against the store and Placement
         #: (once per start, :meth:`_check_ledger`).
         self._ledger_checked = False
@@ -449,7 +451,8 @@ class ComputeAgent:
             raise
         except store_errors.Fenced as err:
             if not err.lost:
-                LOG.error("host %s: %s: this agent stops", self.host, err)
+                # NOTE: not logged here: whoever runs the agent says it once
+                # (run() logs it, the command line prints it).
                 raise
             # NOTE: a new or recreated store: take the lease again at the
             # next run (the claims are republished, :meth:`_adopt_store`).
@@ -508,14 +511,18 @@ class ComputeAgent:
             if held is None:
                 raise
             raise store_errors.Fenced(self.host, held.epoch, err.lease) from None
-        except store_errors.Fenced as err:
-            LOG.error("host %s: %s: this agent stops", self.host, err)
-            raise
         except store_errors.StoreUnavailable as err:
             # NOTE: kept: the writes carry the token still in hand, and the
             # store refuses them if another agent took the host meanwhile.
-            LOG.error("host %s: cannot renew the agent's lease: %s", self.host, err)
+            # Tried again at every poll, said once per outage.
+            if not self._lease_outage:
+                LOG.error("host %s: cannot %s the agent's lease: %s", self.host,
+                          "take" if held is None else "renew", err)
+            self._lease_outage = True
             return
+        if self._lease_outage:
+            LOG.info("host %s: the agent's lease is held again", self.host)
+            self._lease_outage = False
         if held is None or lease.epoch != held.epoch:
             self.store = cast(HostStateTransport, leases.fenced(lease))
             self._claims = None

@@ -230,7 +230,8 @@ class Fenced(HostStateError):
             why = "another agent took it over: %s, epoch %d" % (
                 _lease_words(current), current.epoch)
         super().__init__("host %s: this compute agent's lease (epoch %d) is "
-                         "lost: %s; write refused" % (host, epoch, why))
+                         "lost: %s; its writes are refused: the agent stops"
+                         % (host, epoch, why))
 
     @property
     def lost(self) -> bool:

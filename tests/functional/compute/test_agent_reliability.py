@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -293,3 +294,38 @@ def test_host_rename_moves_providers_ledger_and_store_records(host, tmp_path,
     assert host.store.get_host(old) is None
     assert host.store.active_decision(consumer).host == new
     assert len(pinned_cpus(host.published())) == 4
+
+
+def test_a_hung_report_taken_over_stops_with_one_line(host, tmp_path):
+    """The agent hangs (SIGSTOP) past its lease, another node takes the
+    host over; resumed, the agent's next renewal is refused and it stops:
+    one line, exit 1, nothing written after."""
+    conf_extra = tmp_path / "lease.conf"
+    conf_extra.write_text("[compute]\nagent_lease_duration = 3\n"
+                          "claim_poll_interval = 0.2\n")
+    first = cli(["--config-file", str(conf_extra), "report", "--interval", "3600"],
+                tmp_path, host, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while host.store.get_lease(host.name) is None or host.store.get_host(
+                host.name) is None:
+            assert time.monotonic() < deadline and first.poll() is None, \
+                first.communicate()
+            time.sleep(0.2)
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(3.5)
+        taken = host.store.acquire_lease(host.name, "0" * 8 + "-0000-4000-8000-"
+                                         + "0" * 12, "the test", 60)
+        generation = host.store.get_host(host.name).generation
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1, err
+    (line,) = said(err).splitlines()
+    assert "lease (epoch" in line and taken.node in line and "the agent stops" in line
+    assert "Traceback" not in err
+    assert host.store.get_host(host.name).generation == generation
