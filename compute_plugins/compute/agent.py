@@ -526,8 +526,9 @@ class ComputeAgent:
         if held is None or lease.epoch != held.epoch:
             self.store = cast(HostStateTransport, leases.fenced(lease))
             self._claims = None
-            LOG.info("host %s: agent lease taken (node %s, epoch %d, %g s)",
-                     self.host, self.node.uuid, lease.epoch, self.lease_duration)
+            # NOTE: debug: the first periodic's output is the start's record.
+            LOG.debug("host %s: agent lease taken (node %s, epoch %d, %g s)",
+                      self.host, self.node.uuid, lease.epoch, self.lease_duration)
         self._lease = lease
         self._renew_at = time.monotonic() + self.lease_duration / 3
 
