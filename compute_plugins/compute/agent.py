@@ -48,7 +48,6 @@ import os
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import Any, Optional, cast
 
@@ -437,6 +436,13 @@ class ComputeAgent:
             if not self._ledger_checked:
                 self._check_ledger()
             if reconcile:
+                if not self._placement_checked and self._providers and not len(
+                        self.ledger):
+                    # NOTE: an empty ledger first (adopting the store and
+                    # reconciling change nothing then): Placement's
+                    # allocations on the tree must not be the claims it lost.
+                    self._check_placement(result)
+                    self._placement_checked = True
                 self._adopt_store()
                 self._reconcile(result)
                 if not self._placement_checked and self._providers:
@@ -546,12 +552,13 @@ class ComputeAgent:
                       "host-state store yet: %s", self.host, err)
 
     def _check_ledger(self) -> None:
-        """Refuse to start on a missing or empty ledger while the store or
-        Placement still show claims on the host (neither is ever taken as
-        "nothing is claimed"), unless told to rebuild it from the store.
+        """Refuse to start on a missing or empty ledger while the store
+        still shows claims on the host (never taken as "nothing is
+        claimed"), unless told to rebuild it from the store. Placement's
+        allocations are compared by the first periodic
+        (:meth:`_check_placement`).
 
-        :raises LedgerMissing: the ledger lost the claims the store or
-            Placement show.
+        :raises LedgerMissing: the ledger lost the claims the store shows.
         :raises LedgerError: ``rebuild_ledger`` with a ledger holding claims.
         """
         held = len(self.ledger)
@@ -569,20 +576,15 @@ class ComputeAgent:
             self._rebuild_ledger(in_store)
             self._ledger_checked = True
             return
-        where = []
         if in_store:
-            where.append("the host-state store %s holds %s of host %s (%s)" % (
-                getattr(self._unfenced, "url", "(in memory)"),
-                _count(len(in_store), "claim"), self.host,
-                _listed(d.consumer for d in in_store)))
-        on_placement = self._placement_consumers()
-        if on_placement:
-            where.append("Placement holds allocations of %s on its providers (%s)"
-                         % (_count(len(on_placement), "consumer"),
-                            _listed(on_placement)))
-        if where:
-            raise LedgerMissing(self.ledger.path, not self.ledger.existed,
-                                " and ".join(where))
+            raise LedgerMissing(
+                self.ledger.path, not self.ledger.existed,
+                "the host-state store %s holds %s of host %s (%s)" % (
+                    getattr(self._unfenced, "url", "(in memory)"),
+                    _count(len(in_store), "claim"), self.host,
+                    _listed(d.consumer for d in in_store)))
+        # NOTE: Placement's side is checked once the first periodic read the
+        # tree (:meth:`_check_placement`, no extra call).
         self._ledger_checked = True
 
     def _rebuild_ledger(self, decisions: list[HostDecision]) -> None:
@@ -599,32 +601,6 @@ class ComputeAgent:
             self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
         LOG.warning("host %s: claims ledger %s rebuilt from the host-state store: "
                     "%s", self.host, self.ledger.path, _count(len(decisions), "claim"))
-
-    def _placement_consumers(self) -> set[str]:
-        """The consumers with allocations on the node's providers in
-        Placement, but for those of decisions pending for the host (in
-        flight); empty when Placement cannot be asked (said once)."""
-        placement = self.client.placement
-        found: set[str] = set()
-        if not self.nodename:
-            return found
-        try:
-            roots = placement.get("/resource_providers?name=%s" % urllib.parse.quote(
-                self.nodename, safe="")).get("resource_providers") or []
-            if not roots:
-                return set()
-            tree = placement.get("/resource_providers?in_tree=%s" % roots[0]["uuid"]
-                                 ).get("resource_providers") or []
-            for rp in tree:
-                found |= set(placement.get("/resource_providers/%s/allocations"
-                                           % rp["uuid"]).get("allocations") or {})
-        except pexc.PlacementError as err:
-            LOG.warning("host %s: cannot compare the empty claims ledger with "
-                        "Placement's allocations: %s", self.host, err)
-            return set()
-        pending = {d.consumer for d in self._unfenced.list_decisions(
-            self.host, DecisionStatus.PENDING)}
-        return found - pending
 
     def _adopt_store(self) -> None:
         """A store that is not the one the ledger was reconciled with (new,
@@ -763,6 +739,10 @@ class ComputeAgent:
         allocation still holds the host's CPUs and devices (the guest may
         run): it is kept until released. A decision pending for this host
         is in flight: not a mismatch.
+
+        :raises LedgerMissing: the ledger is empty (not rebuilt) while
+            Placement holds allocations of consumers without a decision
+            pending on the host: the claims of a lost ledger.
         """
         on_host: dict[str, set[str]] = {}
         for rp in sorted(self._providers or {}):
@@ -790,6 +770,12 @@ class ComputeAgent:
                 "no allocation in Placement on this host: kept until it is "
                 "released (Placement may place others on what it holds)"
                 % entry.decision_id)))
+        lost = [m.consumer for m in found if m.consumer not in held]
+        if not held and lost and not self.rebuild_ledger:
+            raise LedgerMissing(
+                self.ledger.path, not self.ledger.existed,
+                "Placement holds allocations of %s on host %s's providers (%s)"
+                % (_count(len(lost), "consumer"), self.host, _listed(lost)))
         for mismatch in found:
             LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
                         mismatch.reason)

@@ -329,3 +329,25 @@ def test_a_hung_report_taken_over_stops_with_one_line(host, tmp_path):
     assert "lease (epoch" in line and taken.node in line and "the agent stops" in line
     assert "Traceback" not in err
     assert host.store.get_host(host.name).generation == generation
+
+
+def test_a_lost_ledger_and_a_recreated_store_refuse_on_placements_allocations(host):
+    """Both the ledger and the store lost the claim: Placement still has
+    its allocation on the host's providers, and the agent refuses."""
+    consumer = claimed(host)
+    Path(host.agent.ledger.path).unlink()
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(host.store_url[len("sqlite:///"):] + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    restarted = host.start_agent()
+    with pytest.raises(LedgerMissing) as info:
+        restarted.run_once()
+    message = str(info.value)
+    assert "Placement holds allocations of 1 consumer" in message
+    assert consumer in message and restarted.ledger.path in message
+    # nothing published as free, nothing released
+    assert host.store.get_host(host.name) is None
+    assert host.allocations(consumer)
