@@ -16,36 +16,36 @@ import json
 
 from oslo_config import cfg
 
+from compute_plugins.cmd import arguments
 from compute_plugins.util.text import printable
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "host", help="manage this compute node's identity (rename it)")
+    parser = arguments.command(
+        subparsers, "host", "manage this compute node's identity (rename it)")
     actions = parser.add_subparsers(dest="host_command", metavar="ACTION")
     actions.required = True
-    rename = actions.add_parser(
-        "rename",
-        help="rename this compute node from OLD to NEW, with its agent stopped",
-        description="Rename this compute node on purpose: with its agent "
-        "(compute-plugins report) stopped, move its Placement providers "
-        "(root OLD -> NEW, children OLD_* -> NEW_*; their uuids and the "
-        "guests' allocations are kept), its host-state store records "
-        "(decisions in force re-addressed; its published state is "
-        "published again by the agent) and its claims ledger to NEW, then "
-        "record NEW as the node's name. Change the host's name (the OS "
-        "hostname, or host.json of a snapshot) to NEW, then start the "
-        "agent. Run it again if it stopped half-way: done steps are "
-        "skipped. Exit 2 when the agent runs or the new name is taken.")
+    rename = arguments.command(
+        actions, "rename",
+        "rename this compute node from OLD to NEW, with its agent stopped",
+        uses=("format", "placement_url"),
+        unused="it renames what the state directory, the host-state store "
+        "and Placement hold, not a host it discovers",
+        details="""With its agent (compute-plugins report) stopped, it moves
+        the node's Placement providers (root OLD -> NEW, children OLD_* ->
+        NEW_*; their uuids and the guests' allocations are kept), its
+        host-state store records (its decisions in force re-addressed; the
+        agent publishes its state again) and its claims ledger to NEW, then
+        records NEW as the node's name ([compute_plugins] state_dir,
+        compute_node.json).
+
+        Then change the host's name (the OS hostname, or host.json of a
+        snapshot) to NEW and start the agent. Run it again if it stopped
+        half-way: done steps are skipped. Exit 2 when the agent runs, the
+        state directory belongs to another node or NEW is taken.""")
     rename.add_argument("old", metavar="OLD", help="the node's current name")
     rename.add_argument("new", metavar="NEW", help="its new name")
     rename.set_defaults(func=run_rename)
-    # NOTE: the common options after the action too (``host rename OLD NEW
-    # --config-file F``), as after every command; imported here: main
-    # imports this module.
-    from compute_plugins.cmd import main
-
-    main.add_common_options(rename.add_argument_group("common options"), suppress=True)
 
 
 def run_rename(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:

@@ -81,13 +81,14 @@ def claimed(host: Host) -> str:
 
 def cli(args, tmp_path, host: Host, timeout=180, **popen):
     """``compute-plugins --host-snapshot <host> ARGS`` on the host's state
-    directory and store (its own embedded Placement)."""
+    directory and store (its own embedded Placement); ``host ...`` without
+    the snapshot (it discovers no host)."""
     conf_file = tmp_path / "agent.conf"
     conf_file.write_text(AGENT_CONF + "[host_state]\nconnection = %s\n"
                          "[compute_plugins]\nstate_dir = %s\n"
                          % (host.store_url, host.state_dir))
-    command = CLI + ["--config-file", str(conf_file), "--host-snapshot",
-                     str(host.snapshot)] + list(args)
+    command = CLI + ["--config-file", str(conf_file)] + (
+        [] if "host" in args else ["--host-snapshot", str(host.snapshot)]) + list(args)
     if popen:
         return subprocess.Popen(command, env=cli_env(), text=True, **popen)
     return subprocess.run(command, capture_output=True, text=True,
