@@ -33,7 +33,7 @@ LOG = logging.getLogger(__name__)
 
 #: Subcommand modules in ``compute_plugins.cmd``, in help order.
 SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "schedule",
-               "release", "demo", "placement", "conformance")
+               "release", "demo", "placement", "conformance", "host")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -29,7 +29,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.cmd import arguments
+from compute_plugins.cmd import agent_guard, arguments
 from compute_plugins.placement import connect
 from compute_plugins.placement import report as preport
 from compute_plugins.util.text import printable, wrap_lines
@@ -51,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--interval", type=arguments.seconds, default=60.0,
                         metavar="S",
                         help="seconds between periodics, >= 0 (default: 60)")
+    agent_guard.add_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -228,6 +229,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.hoststate.store import HostStateStore
 
     quiet_placement_logs(conf.debug)
+    # NOTE: one agent per state directory: its lock, taken once the options
+    # were checked, is held until the process ends.
+    state_dir_lock: list[Any] = []
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or
@@ -237,7 +241,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # (exit 2: it holds the claims, it is never discarded); the first
     # periodic uses that discovery.
     manager, first, ledger = compute_agent.load_host(
-        conf, lambda: common.discover(conf, args), check=common.check_values)
+        conf, lambda: common.discover(conf, args),
+        check=agent_guard.check_then_lock(common.check_values, state_dir_lock))
     with connect.placement_client(conf, args.placement_url) as placement, \
             HostStateStore.from_config(conf) as store:
         # NOTE: fail fast, as one line, when Placement cannot be reached or
@@ -248,7 +253,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         agent = compute_agent.ComputeAgent(
             manager, client, store, ledger,
             lambda: common.discover(conf, args), first=first,
-            claim_poll_interval=conf.compute.claim_poll_interval)
+            claim_poll_interval=conf.compute.claim_poll_interval,
+            lease_duration=conf.compute.agent_lease_duration,
+            rebuild_ledger=args.rebuild_ledger)
 
         def step() -> compute_agent.AgentResult:
             if loop.reload_requested:

@@ -27,26 +27,41 @@ its tree with the ledger and reports every mismatch
 ledger claim whose decision is no longer in force is forgotten, and its
 allocation deleted only when it is still that claim's
 (:meth:`ComputeAgent._allocation_is_ours`).
+
+One agent per host, nothing given twice (issue 20): the node's identity
+(:mod:`compute_plugins.compute.identity`) is checked before anything; the
+agent takes its host's lease in the store before its first periodic and
+renews it every third of ``lease_duration``, and every write it makes
+carries the lease's epoch (a fenced agent stops, :class:`~compute_plugins.
+hoststate.errors.Fenced`). Before it executes anything it checks that its
+ledger did not lose claims the store or Placement still show
+(:meth:`ComputeAgent._check_ledger`), and at each periodic that the store is
+the one its ledger was reconciled with: a new or recreated store gets the
+ledger's claims back (:meth:`ComputeAgent._adopt_store`), so that no claim
+is freed because the store forgot it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from oslo_log import log as logging
 
 from compute_plugins import exception
+from compute_plugins.compute import identity
 from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
-from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError
+from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError, LedgerMissing
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
-from compute_plugins.hoststate.records import DecisionStatus, HostDecision
-from compute_plugins.hoststate.transport import HostStateTransport
+from compute_plugins.hoststate.records import AgentLease, DecisionStatus, HostDecision
+from compute_plugins.hoststate.transport import AgentLeases, HostStateTransport
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
@@ -141,6 +156,19 @@ class AgentResult:
         return out
 
 
+def _count(n: int, word: str) -> str:
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def _listed(names: Any, limit: int = 5) -> str:
+    """The first ``limit`` names, then how many more."""
+    items = sorted(names)
+    text = ", ".join(items[:limit])
+    if len(items) > limit:
+        text += " and %d more" % (len(items) - limit)
+    return text
+
+
 def run_periodic(client: preport.ReportClient, manager: PluginManager,
                  nodename: str) -> preport.PeriodicResult:
     """One Placement periodic with a ``PluginManager(auto_commit=False)``:
@@ -191,6 +219,8 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
         there, so that a bad one is named before anything runs).
     :raises ConfigError: a plugin's options are wrong.
     :raises LedgerError: the ledger cannot be read.
+    :raises HostRenamed: the host's name is not the one its state
+        directory belongs to (:func:`compute_plugins.compute.identity.ensure`).
     """
     from compute_plugins.conf import plugins as plugins_conf
     from compute_plugins.runtime.manager import PluginManager
@@ -202,6 +232,9 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     first = discover()
     manager.discover(first)
     manager.raise_config_errors()
+    # NOTE: before the ledger: a renamed host must not start on an empty
+    # ledger of its new name (identity.ensure raises HostRenamed).
+    identity.ensure(state_dir, first.hostname)
     return manager, first, Ledger.load(state_dir, first.hostname, manager.plugins)
 
 
@@ -224,19 +257,51 @@ class ComputeAgent:
         first discovery's host name).
     :param claim_poll_interval: seconds between polls for decisions in
         :meth:`run`.
+    :param node: the node's identity (default: the one recorded in the
+        ledger's directory, recorded there now when missing).
+    :param lease_duration: seconds of the agent's lease on its host in the
+        store (``[compute] agent_lease_duration``), renewed every third of
+        it; at least 3 x ``claim_poll_interval``.
+    :param rebuild_ledger: at start, fill a missing or empty ledger with
+        the claims the store holds for the host (``report
+        --rebuild-ledger``), instead of refusing to start.
     """
 
     def __init__(self, manager: PluginManager, client: preport.ReportClient,
                  store: HostStateTransport, ledger: Ledger,
                  discover: Callable[[], HostInfo], *,
                  first: Optional[HostInfo] = None, host: Optional[str] = None,
-                 claim_poll_interval: float = 1.0) -> None:
+                 claim_poll_interval: float = 1.0,
+                 node: Optional[identity.NodeIdentity] = None,
+                 lease_duration: float = 60.0,
+                 rebuild_ledger: bool = False) -> None:
         if not claim_poll_interval > 0:
             raise ValueError("claim_poll_interval %r: expected seconds > 0"
                              % (claim_poll_interval,))
+        if not lease_duration >= 3 * claim_poll_interval:
+            raise exception.ConfigError(
+                "[compute] agent_lease_duration %g: must be at least 3 x "
+                "[compute] claim_poll_interval (%g): the agent renews its "
+                "lease between polls" % (lease_duration, claim_poll_interval))
         self.manager = manager
         self.client = client
+        #: The store as given (no fencing token): reads, and the leases.
+        self._unfenced = store
+        #: The store the agent writes through: once it holds its lease,
+        #: every write carries the lease's token.
         self.store = store
+        self.node = node if node is not None else identity.ensure(
+            os.path.dirname(ledger.path) or ".", ledger.host)
+        self.lease_duration = lease_duration
+        self.rebuild_ledger = rebuild_ledger
+        self._lease: Optional[AgentLease] = None
+        #: time.monotonic() at which the lease is renewed next.
+        self._renew_at = 0.0
+        #: True while the store could not be reached to take or renew it.
+        self._lease_outage = False
+        #: True once the ledger was checked against the store and Placement
+        #: (once per start, :meth:`_check_ledger`).
+        self._ledger_checked = False
         self.ledger = ledger
         self._discover = discover
         self._first = first
@@ -280,7 +345,8 @@ class ComputeAgent:
         client = preport.ReportClient(
             placement, conf.compute.resource_provider_association_refresh)
         return cls(manager, client, store, ledger, discover, first=first,
-                   claim_poll_interval=conf.compute.claim_poll_interval)
+                   claim_poll_interval=conf.compute.claim_poll_interval,
+                   lease_duration=conf.compute.agent_lease_duration)
 
     # -- identity -----------------------------------------------------------
 
@@ -331,6 +397,8 @@ class ComputeAgent:
         ledger cannot be written (the host's claims must not be lost).
         """
         with self._lock:
+            self._hold_lease()
+            self._check_ledger_at_start()
             self._discover_now()
             periodic = run_periodic(self.client, self.manager, self.nodename)
             result = AgentResult(periodic=periodic, calls=dict(periodic.calls))
@@ -346,6 +414,7 @@ class ComputeAgent:
             result = AgentResult()
             if self._host_info is None:
                 return result
+            self._hold_lease()
             self._claims_side(result, reconcile=False)
             return result
 
@@ -360,7 +429,21 @@ class ComputeAgent:
     def _claims_side(self, result: AgentResult, reconcile: bool) -> None:
         before = self.client.placement.calls.snapshot()
         try:
+            if isinstance(self._unfenced, AgentLeases) and self._lease is None:
+                raise store_errors.HostStateError(
+                    "host %s: no lease on the host in the host-state store yet: "
+                    "no claim executed" % self.host)
+            if not self._ledger_checked:
+                self._check_ledger()
             if reconcile:
+                if not self._placement_checked and self._providers and not len(
+                        self.ledger):
+                    # NOTE: an empty ledger first (adopting the store and
+                    # reconciling change nothing then): Placement's
+                    # allocations on the tree must not be the claims it lost.
+                    self._check_placement(result)
+                    self._placement_checked = True
+                self._adopt_store()
                 self._reconcile(result)
                 if not self._placement_checked and self._providers:
                     self._check_placement(result)
@@ -372,6 +455,16 @@ class ComputeAgent:
             self._execute(result)
         except LedgerError:
             raise
+        except store_errors.Fenced as err:
+            if not err.lost:
+                # NOTE: not logged here: whoever runs the agent says it once
+                # (run() logs it, the command line prints it).
+                raise
+            # NOTE: a new or recreated store: take the lease again at the
+            # next run (the claims are republished, :meth:`_adopt_store`).
+            self._drop_lease()
+            result.error = str(err)
+            LOG.error("host %s: claims: %s", self.host, err)
         except (store_errors.HostStateError, pexc.PlacementError) as err:
             result.error = str(err)
             LOG.error("host %s: claims: %s", self.host, err)
@@ -379,6 +472,167 @@ class ComputeAgent:
             for call, count in calls_between(
                     before, self.client.placement.calls.snapshot()).items():
                 result.calls[call] = result.calls.get(call, 0) + count
+
+    # -- one agent per host -------------------------------------------------
+
+    @property
+    def holder(self) -> str:
+        """This agent in words, as its lease names it."""
+        return "pid %d on %s" % (os.getpid(), socket.gethostname())
+
+    def _drop_lease(self) -> None:
+        self._lease = None
+        self.store = self._unfenced
+        self._claims = None
+
+    def _hold_lease(self) -> None:
+        """Take the host's lease (first run) or renew it (every third of
+        its duration); from then on every write carries its token.
+
+        :raises AgentLeaseHeld: another node holds the host (at start).
+        :raises Fenced: another agent took the host over: this one stops.
+        """
+        leases = self._unfenced
+        if not isinstance(leases, AgentLeases):
+            return
+        if self._lease is not None and time.monotonic() < self._renew_at:
+            return
+        held = self._lease
+        try:
+            if held is None:
+                lease = leases.acquire_lease(self.host, self.node.uuid, self.holder,
+                                             self.lease_duration)
+            else:
+                try:
+                    lease = leases.renew_lease(held, self.lease_duration)
+                except store_errors.Fenced as err:
+                    if not err.lost:
+                        raise
+                    LOG.warning("host %s: the host-state store holds no lease for "
+                                "it any more (a new or recreated store): taking "
+                                "it again", self.host)
+                    lease = leases.acquire_lease(self.host, self.node.uuid,
+                                                 self.holder, self.lease_duration)
+        except store_errors.AgentLeaseHeld as err:
+            if held is None:
+                raise
+            raise store_errors.Fenced(self.host, held.epoch, err.lease) from None
+        except store_errors.StoreUnavailable as err:
+            # NOTE: kept: the writes carry the token still in hand, and the
+            # store refuses them if another agent took the host meanwhile.
+            # Tried again at every poll, said once per outage.
+            if not self._lease_outage:
+                LOG.error("host %s: cannot %s the agent's lease: %s", self.host,
+                          "take" if held is None else "renew", err)
+            self._lease_outage = True
+            return
+        if self._lease_outage:
+            LOG.info("host %s: the agent's lease is held again", self.host)
+            self._lease_outage = False
+        if held is None or lease.epoch != held.epoch:
+            self.store = cast(HostStateTransport, leases.fenced(lease))
+            self._claims = None
+            # NOTE: debug: the first periodic's output is the start's record.
+            LOG.debug("host %s: agent lease taken (node %s, epoch %d, %g s)",
+                      self.host, self.node.uuid, lease.epoch, self.lease_duration)
+        self._lease = lease
+        self._renew_at = time.monotonic() + self.lease_duration / 3
+
+    # -- the ledger and the store reconcile -----------------------------------
+
+    def _check_ledger_at_start(self) -> None:
+        """:meth:`_check_ledger` before the first periodic; a store that
+        cannot be reached is tried again before any claim is executed."""
+        if self._ledger_checked:
+            return
+        try:
+            self._check_ledger()
+        except store_errors.StoreUnavailable as err:
+            LOG.error("host %s: cannot compare the claims ledger with the "
+                      "host-state store yet: %s", self.host, err)
+
+    def _check_ledger(self) -> None:
+        """Refuse to start on a missing or empty ledger while the store
+        still shows claims on the host (never taken as "nothing is
+        claimed"), unless told to rebuild it from the store. Placement's
+        allocations are compared by the first periodic
+        (:meth:`_check_placement`).
+
+        :raises LedgerMissing: the ledger lost the claims the store shows.
+        :raises LedgerError: ``rebuild_ledger`` with a ledger holding claims.
+        """
+        held = len(self.ledger)
+        if held:
+            if self.rebuild_ledger:
+                raise LedgerError(self.ledger.path, "--rebuild-ledger: it holds %d "
+                                  "claim%s; only a missing or empty ledger is "
+                                  "rebuilt from the store"
+                                  % (held, "" if held == 1 else "s"))
+            self._ledger_checked = True
+            return
+        in_store = [d for status in (DecisionStatus.CLAIMED, DecisionStatus.RELEASING)
+                    for d in self._unfenced.list_decisions(self.host, status)]
+        if self.rebuild_ledger:
+            self._rebuild_ledger(in_store)
+            self._ledger_checked = True
+            return
+        if in_store:
+            raise LedgerMissing(
+                self.ledger.path, not self.ledger.existed,
+                "the host-state store %s holds %s of host %s (%s)" % (
+                    getattr(self._unfenced, "url", "(in memory)"),
+                    _count(len(in_store), "claim"), self.host,
+                    _listed(d.consumer for d in in_store)))
+        # NOTE: Placement's side is checked once the first periodic read the
+        # tree (:meth:`_check_placement`, no extra call).
+        self._ledger_checked = True
+
+    def _rebuild_ledger(self, decisions: list[HostDecision]) -> None:
+        from compute_plugins.request.errors import RequestFormatError
+        from compute_plugins.request.spec import RequestSpec
+
+        for decision in sorted(decisions, key=lambda d: d.id):
+            try:
+                spec = RequestSpec.from_json(decision.spec, self.manager.plugins)
+            except RequestFormatError as err:
+                raise LedgerError(self.ledger.path, "--rebuild-ledger: decision %d "
+                                  "(consumer %s) in the store: %s"
+                                  % (decision.id, decision.consumer, err)) from None
+            self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
+        LOG.warning("host %s: claims ledger %s rebuilt from the host-state store: "
+                    "%s", self.host, self.ledger.path, _count(len(decisions), "claim"))
+
+    def _adopt_store(self) -> None:
+        """A store that is not the one the ledger was reconciled with (new,
+        recreated, emptied) gets the ledger's claims back (claimed
+        decisions, :meth:`~compute_plugins.hoststate.agents.SqlAgentLeases.
+        restore_claim`): never taken as "every claim was released"."""
+        leases = self._unfenced
+        if not isinstance(leases, AgentLeases):
+            return
+        store_id = leases.store_id()
+        if store_id == self.ledger.store_id:
+            return
+        if self.ledger.store_id is not None:
+            entries = sorted(self.ledger.entries().values(), key=lambda e: e.decision_id)
+            LOG.warning("host %s: the host-state store (id %s) is not the one the "
+                        "claims ledger %s was reconciled with (id %s): a new or "
+                        "recreated store; republishing its %s", self.host, store_id,
+                        self.ledger.path, self.ledger.store_id,
+                        _count(len(entries), "claim"))
+            restore = cast(AgentLeases, self.store).restore_claim
+            for entry in entries:
+                try:
+                    decision = restore(entry.consumer, self.host, entry.spec_json)
+                except store_errors.DecisionExists as err:
+                    LOG.warning("host %s: consumer %s: not republished: %s",
+                                self.host, entry.consumer, err)
+                    continue
+                self.ledger.record(entry.consumer, decision.id, entry.spec,
+                                   entry.spec_json)
+            self._generation = None
+            self._published = None
+        self.ledger.set_store(store_id)
 
     # -- publishing ---------------------------------------------------------
 
@@ -485,6 +739,10 @@ class ComputeAgent:
         allocation still holds the host's CPUs and devices (the guest may
         run): it is kept until released. A decision pending for this host
         is in flight: not a mismatch.
+
+        :raises LedgerMissing: the ledger is empty (not rebuilt) while
+            Placement holds allocations of consumers without a decision
+            pending on the host: the claims of a lost ledger.
         """
         on_host: dict[str, set[str]] = {}
         for rp in sorted(self._providers or {}):
@@ -512,6 +770,12 @@ class ComputeAgent:
                 "no allocation in Placement on this host: kept until it is "
                 "released (Placement may place others on what it holds)"
                 % entry.decision_id)))
+        lost = [m.consumer for m in found if m.consumer not in held]
+        if not held and lost and not self.rebuild_ledger:
+            raise LedgerMissing(
+                self.ledger.path, not self.ledger.existed,
+                "Placement holds allocations of %s on host %s's providers (%s)"
+                % (_count(len(lost), "consumer"), self.host, _listed(lost)))
         for mismatch in found:
             LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
                         mismatch.reason)

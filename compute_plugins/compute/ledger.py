@@ -12,7 +12,11 @@ directory), rewritten atomically (:func:`compute_plugins.util.files.write_atomic
 on every change. Unlike the plugins' checkpoint, a ledger that cannot be
 read is never ignored (it holds the claims: discarding it would hand their
 CPUs and devices out twice): :class:`LedgerError`, one line naming the file
-and what is wrong, and the agent does not start.
+and what is wrong, and the agent does not start. The file also records the
+uuid of the host-state store the claims were last reconciled with
+(``"store"``): a store with another uuid was recreated, and gets the claims
+back from the ledger. A missing or empty ledger while the store or
+Placement still show claims is refused (:class:`LedgerMissing`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,27 @@ class LedgerError(exception.InputError):
         super().__init__("claims ledger %s: %s (it holds the host's claims: "
                          "fix or move it by hand; it is never discarded)"
                          % (path, reason))
+
+
+class LedgerMissing(exception.InputError):
+    """The ledger is missing or empty while the host-state store or
+    Placement still show claims on the host (exit 2): starting would hand
+    the guests' CPUs and devices out again.
+
+    :param path: the ledger file.
+    :param missing: True: no file; False: a ledger without claims.
+    :param where: what still shows claims, in words (the store, Placement).
+    """
+
+    def __init__(self, path: str, missing: bool, where: str) -> None:
+        self.path = path
+        self.missing = missing
+        self.where = where
+        super().__init__(
+            "claims ledger %s is %s but %s: the guests may still run; rebuild "
+            "the ledger from the store with `compute-plugins report "
+            "--rebuild-ledger`, or release those consumers first"
+            % (path, "missing" if missing else "empty", where))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +118,11 @@ class Ledger:
         self._plugins = plugins
         self._entries: dict[str, LedgerEntry] = {}
         self._lock = threading.Lock()
+        #: Whether the file existed when it was read.
+        self.existed = False
+        #: The uuid of the host-state store the claims were last reconciled
+        #: with (None: not yet, or a ledger from before it was recorded).
+        self.store_id: Optional[str] = None
 
     @classmethod
     def load(cls, state_dir: str, host: str, plugins: PluginSet) -> Ledger:
@@ -110,6 +140,7 @@ class Ledger:
     def _read(self) -> None:
         if not os.path.lexists(self.path):
             return
+        self.existed = True
         try:
             document = jsonload.loads(files.read_bytes(self.path))
         except files.UnreadableFile as err:
@@ -125,6 +156,10 @@ class Ledger:
         if document.get("host") != self.host:
             raise LedgerError(self.path, "written for host %r, this host is %r"
                               % (document.get("host"), self.host))
+        store = document.get("store")
+        if store is not None and not isinstance(store, str):
+            raise LedgerError(self.path, "\"store\" is not a store uuid")
+        self.store_id = store
         claims = document.get("claims")
         if not isinstance(claims, dict):
             raise LedgerError(self.path, "\"claims\" is not an object")
@@ -147,13 +182,18 @@ class Ledger:
             self._entries[consumer] = LedgerEntry(consumer, item["decision_id"],
                                                   spec, text)
 
-    def _write_with_lock(self, entries: Mapping[str, LedgerEntry]) -> None:
-        text = json.dumps({
+    def _write_with_lock(self, entries: Mapping[str, LedgerEntry],
+                         store_id: Optional[str] = None) -> None:
+        document = {
             "format": FORMAT, "version": FORMAT_VERSION, "host": self.host,
             "claims": {c: {"decision_id": e.decision_id,
                            "spec": json.loads(e.spec_json)}
                        for c, e in sorted(entries.items())},
-        }, indent=1, sort_keys=True)
+        }
+        store_id = store_id or self.store_id
+        if store_id is not None:
+            document["store"] = store_id
+        text = json.dumps(document, indent=1, sort_keys=True)
         directory = os.path.dirname(self.path) or "."
         try:
             files.ensure_private_dir(directory)
@@ -217,7 +257,21 @@ class Ledger:
             wanted[consumer] = entry
             self._write_with_lock(wanted)
             self._entries = wanted
+            self.existed = True
         return entry
+
+    def set_store(self, store_id: str) -> None:
+        """Record that the claims are those of the host-state store
+        ``store_id`` (written before it returns).
+
+        :raises LedgerError: the file cannot be written.
+        """
+        with self._lock:
+            if store_id == self.store_id and self.existed:
+                return
+            self._write_with_lock(self._entries, store_id)
+            self.store_id = store_id
+            self.existed = True
 
     def remove(self, consumer: str) -> Optional[LedgerEntry]:
         """Forget the claim of ``consumer`` (None when it had none); written
@@ -232,4 +286,5 @@ class Ledger:
             entry = wanted.pop(consumer)
             self._write_with_lock(wanted)
             self._entries = wanted
+            self.existed = True
         return entry

@@ -74,6 +74,19 @@ OPTS = [
         "to free the consumer before it gives up (the release stays "
         "requested: the agent frees it when it runs).",
     ),
+    cfg.Opt(
+        "agent_lease_duration",
+        type=FiniteFloat(min=3.0, max=3600.0),
+        default=60.0,
+        help="Seconds the compute agent's lease on its host in the host-state "
+        "store lasts (one agent per host: another agent for the same host "
+        "name, from another state directory, is refused while it holds). "
+        "The agent renews it every third of that (one store write); when it "
+        "crashed or hangs, another agent may take the host over once the "
+        "lease expired, and the old one's writes are refused from then on "
+        "(fencing). At least 3 x claim_poll_interval; the machines' clocks "
+        "must agree to within a small part of it.",
+    ),
 ]
 
 

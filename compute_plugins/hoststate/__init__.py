@@ -10,10 +10,12 @@ the decision protocol, over a swappable transport.
 """
 
 from compute_plugins.hoststate.errors import (
+    AgentLeaseHeld,
     AnswerTimeout,
     DecisionExists,
     DecisionNotFound,
     DecisionStatusConflict,
+    Fenced,
     GenerationConflict,
     HostStateError,
     ProviderConflict,
@@ -22,6 +24,7 @@ from compute_plugins.hoststate.errors import (
 )
 from compute_plugins.hoststate.records import (
     ACTIVE,
+    AgentLease,
     DecisionStatus,
     HostDecision,
     HostSnapshot,
@@ -35,9 +38,10 @@ from compute_plugins.hoststate.transport import (
     HostStateTransport,
 )
 
-__all__ = ["ACTIVE", "AnswerTimeout", "DecisionExists", "DecisionNotFound",
+__all__ = ["ACTIVE", "AgentLease", "AgentLeaseHeld", "AnswerTimeout", "DecisionExists",
+           "DecisionNotFound",
            "DecisionQueue", "DecisionStatus", "DecisionStatusConflict",
-           "GenerationConflict", "HostDecision", "HostPublication", "HostSnapshot",
+           "Fenced", "GenerationConflict", "HostDecision", "HostPublication", "HostSnapshot",
            "HostStateError", "HostStateStore", "HostStateTransport",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
            "SchemaVersionMismatch", "StoreUnavailable"]

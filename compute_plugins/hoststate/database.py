@@ -19,14 +19,15 @@ import datetime
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import sqlalchemy as sa
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection, Engine
 
 from compute_plugins.hoststate import engine as engines
-from compute_plugins.hoststate import errors
+from compute_plugins.hoststate import errors, schema
+from compute_plugins.hoststate.records import AgentLease
 
 LOG = logging.getLogger(__name__)
 
@@ -75,6 +76,12 @@ def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
     """``items`` in slices of :data:`CHUNK` (one ``IN (...)`` each)."""
     for start in range(0, len(items), CHUNK):
         yield items[start:start + CHUNK]
+
+
+def lease_of(row: Any) -> AgentLease:
+    """A ``hoststate_leases`` row as an :class:`AgentLease`."""
+    return AgentLease(host=row.host, epoch=int(row.epoch), node=row.node,
+                      holder=row.holder, expires_at=row.expires_at)
 
 
 def _is_deadlock(err: sa.exc.DBAPIError) -> bool:
@@ -174,6 +181,24 @@ class OnDatabase:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        #: The fencing token every write carries: (host, epoch), None for a
+        #: writer that is no host's agent (a scheduler, an operator).
+        self.fence: Optional[tuple[str, int]] = None
+
+    def check_fence(self, conn: Connection) -> None:
+        """In a write transaction: refuse it unless the writer's token is
+        still its host's lease (the lease row locked until the commit, so
+        that a takeover cannot slip between the check and the write).
+
+        :raises Fenced: the lease has another epoch, or is gone.
+        """
+        if self.fence is None:
+            return
+        host, epoch = self.fence
+        row = conn.execute(sa.select(schema.leases).where(
+            schema.leases.c.host == host).with_for_update()).one_or_none()
+        if row is None or int(row.epoch) != epoch:
+            raise errors.Fenced(host, epoch, None if row is None else lease_of(row))
 
     @property
     def url(self) -> str:
@@ -185,5 +210,5 @@ class OnDatabase:
         return self.db.engine
 
 
-__all__ = ["CHUNK", "DEADLOCK_ATTEMPTS", "NAME_LENGTH", "UUID_LENGTH", "Database",
+__all__ = ["lease_of", "CHUNK", "DEADLOCK_ATTEMPTS", "NAME_LENGTH", "UUID_LENGTH", "Database",
            "OnDatabase", "canonical", "check_name", "chunks", "listed", "utcnow"]

@@ -98,6 +98,40 @@ class SqlDecisionQueue(database.OnDatabase):
         raise errors.HostStateError("consumer %s: could not submit its decision "
                                     "(its decisions keep changing)" % consumer)
 
+    def restore_claim(self, consumer: str, host: str, spec: str) -> HostDecision:
+        """Record a claim the host's ledger holds and the store lacks (a
+        new or recreated store): a decision of ``host`` for ``consumer``,
+        already claimed. Only the host's agent calls it (fenced).
+
+        :raises DecisionExists: the consumer has a decision in force.
+        :raises Fenced: the agent's lease is not the host's.
+        """
+        database.check_name("consumer", consumer, database.UUID_LENGTH)
+        database.check_name("host name", host, database.NAME_LENGTH)
+        now = database.utcnow()
+        values = {"consumer": consumer, "host": host, "spec": spec,
+                  "status": DecisionStatus.CLAIMED.value, "reasons": None,
+                  "active_consumer": consumer, "created_at": now, "updated_at": now}
+
+        def insert() -> HostDecision:
+            with self.db.write() as conn:
+                self.check_fence(conn)
+                key = conn.execute(sa.insert(t_decisions).values(**values)
+                                   ).inserted_primary_key
+                assert key is not None
+                new_id = key[0]
+            return HostDecision(id=int(new_id), consumer=consumer, host=host,
+                                spec=spec, status=DecisionStatus.CLAIMED,
+                                reasons=(), created_at=now, updated_at=now)
+
+        try:
+            return self.db.retrying(insert)
+        except sa.exc.IntegrityError:
+            existing = self.active_decision(consumer)
+            if existing is None:
+                raise
+            raise errors.DecisionExists(existing) from None
+
     def get_decision(self, decision_id: int) -> HostDecision:
         """:raises DecisionNotFound: no decision with this id."""
         with self.db.read() as conn:
@@ -168,6 +202,7 @@ class SqlDecisionQueue(database.OnDatabase):
 
         def swap() -> tuple[int, Any]:
             with self.db.write() as conn:
+                self.check_fence(conn)
                 result = conn.execute(
                     sa.update(t_decisions)
                     .where(t_decisions.c.id == decision_id,

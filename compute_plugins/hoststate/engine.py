@@ -268,6 +268,19 @@ def _schema_transaction(conn: Connection) -> Iterator[None]:
         yield
 
 
+def _upgrade(conn: Connection, found: int, tables: set[str]) -> None:
+    """Bring a store of schema version ``found`` (a key of
+    :data:`~compute_plugins.hoststate.schema.UPGRADES`) to
+    :data:`~compute_plugins.hoststate.schema.SCHEMA_VERSION`: create the
+    tables it lacks, then record the new version (last: on MySQL, whose
+    DDL commits at once, an interrupted upgrade is run again)."""
+    missing = [t for t in schema.UPGRADES[found] if t.name not in tables]
+    if missing:
+        schema.metadata.create_all(conn, tables=missing)
+    conn.execute(sa.delete(schema.version))
+    conn.execute(sa.insert(schema.version).values(version=schema.SCHEMA_VERSION))
+
+
 def ensure_schema(engine: Engine) -> None:
     """Create the tables in an empty database, else check their version.
 
@@ -280,6 +293,9 @@ def ensure_schema(engine: Engine) -> None:
             tables = set(sa.inspect(conn).get_table_names())
             if schema.version.name in tables:
                 found = conn.execute(sa.select(sa.func.max(schema.version.c.version))).scalar()
+                if found in schema.UPGRADES:
+                    _upgrade(conn, int(found), tables)
+                    return
             elif tables & {t.name for t in schema.DATA_TABLES}:
                 found = None
             else:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Optional
 
 from compute_plugins import exception
-from compute_plugins.hoststate.records import HostDecision
+from compute_plugins.hoststate.records import AgentLease, HostDecision
 
 
 class HostStateError(exception.ComputePluginsError):
@@ -187,3 +187,53 @@ class AnswerTimeout(HostStateError, TimeoutError):
             "(%s)%s" % (host, consumer, timeout, why,
                         "; the decision was withdrawn" if withdrawn
                         else "; the decision was not withdrawn"))
+
+
+def _lease_words(lease: AgentLease) -> str:
+    return "node %s (%s), lease until %s UTC" % (
+        lease.node, lease.holder, lease.expires_at.isoformat(sep=" ", timespec="seconds"))
+
+
+class AgentLeaseHeld(HostStateError, exception.InputError):
+    """Another agent holds the host's lease and it has not expired: one
+    agent per host (exit 2 on the command line).
+
+    :param lease: the lease in force.
+    """
+
+    def __init__(self, lease: AgentLease) -> None:
+        self.lease = lease
+        super().__init__(
+            "host %s is served by another compute agent: %s; stop that agent "
+            "(if it crashed, this one can start once its lease expired: "
+            "[compute] agent_lease_duration)" % (lease.host, _lease_words(lease)))
+
+
+class Fenced(HostStateError):
+    """This agent's lease is no longer the host's (another agent took it
+    over after it expired, or the store has none): its writes are refused
+    and it must stop.
+
+    :param host: the host.
+    :param epoch: the token the writer carried.
+    :param current: the lease in force now (None: the store has none).
+    """
+
+    def __init__(self, host: str, epoch: int, current: Optional[AgentLease]) -> None:
+        self.host = host
+        self.epoch = epoch
+        self.current = current
+        if current is None:
+            why = ("the host-state store holds no lease for it (a new or "
+                   "recreated store)")
+        else:
+            why = "another agent took it over: %s, epoch %d" % (
+                _lease_words(current), current.epoch)
+        super().__init__("host %s: this compute agent's lease (epoch %d) is "
+                         "lost: %s; its writes are refused: the agent stops"
+                         % (host, epoch, why))
+
+    @property
+    def lost(self) -> bool:
+        """True when the store has no lease at all (it may be taken again)."""
+        return self.current is None

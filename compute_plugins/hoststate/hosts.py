@@ -189,6 +189,7 @@ class SqlHostPublication(database.OnDatabase):
         old = current or _HostRows(0, "", database.utcnow(), {}, {})
         try:
             with self.db.write() as conn:
+                self.check_fence(conn)
                 if not self._bump(conn, host, expected, nodename):
                     raise errors.GenerationConflict(
                         host, expected, self._generation(conn, host))

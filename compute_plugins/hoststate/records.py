@@ -99,4 +99,24 @@ class HostDecision:
         return self.status != DecisionStatus.PENDING
 
 
-__all__ = ["ACTIVE", "DecisionStatus", "HostDecision", "HostSnapshot", "PublishResult"]
+@dataclasses.dataclass(frozen=True)
+class AgentLease:
+    """The lease of the agent that serves a host (one agent per host).
+
+    :param host: the host.
+    :param epoch: the fencing token: bumped by every acquisition, so that
+        the writes of an agent whose lease was taken over are refused.
+    :param node: the holder's node uuid (its state directory's identity).
+    :param holder: the holder in words (pid and machine).
+    :param expires_at: when it lapses unless renewed (naive UTC).
+    """
+
+    host: str
+    epoch: int
+    node: str
+    holder: str
+    expires_at: datetime.datetime
+
+
+__all__ = ["ACTIVE", "AgentLease", "DecisionStatus", "HostDecision", "HostSnapshot",
+           "PublishResult"]

@@ -19,8 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 #: The schema this code reads and writes. Bump it with every change to the
-#: tables below. 2: ``hoststate_version.version`` is its primary key.
-SCHEMA_VERSION = 2
+#: tables below (and say in :data:`UPGRADES` what an older one lacks).
+#: 2: ``hoststate_version.version`` is its primary key. 3: the store's
+#: identity (``hoststate_store``) and the agents' leases
+#: (``hoststate_leases``).
+SCHEMA_VERSION = 3
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -95,5 +98,37 @@ decisions = sa.Table(
     **_MYSQL,
 )
 
+#: The store's identity: one row (``id`` 1), a uuid made when the row is
+#: first needed. An agent's ledger records the store it reconciled with: a
+#: store with another uuid (recreated, or emptied) is re-filled from the
+#: ledger, never taken as "every claim was released".
+store_identity = sa.Table(
+    "hoststate_store", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("uuid", sa.String(36), nullable=False),
+    sa.Column("created_at", _TIME, nullable=False),
+    **_MYSQL,
+)
+
+#: One row per host: the lease of the agent that serves it. ``epoch`` is
+#: the fencing token, bumped by every acquisition; ``node`` the holder's
+#: node uuid (its state directory's identity), ``holder`` its pid and
+#: machine, in words; the lease lapses at ``expires_at`` unless renewed.
+leases = sa.Table(
+    "hoststate_leases", metadata,
+    sa.Column("host", sa.String(255), primary_key=True),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("node", sa.String(36), nullable=False),
+    sa.Column("holder", sa.String(255), nullable=False),
+    sa.Column("expires_at", _TIME, nullable=False),
+    **_MYSQL,
+)
+
 #: The tables besides ``hoststate_version``, in creation order.
-DATA_TABLES = (hosts, states, providers, decisions)
+DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases)
+
+#: Older schema version -> the tables it lacks: opening such a store
+#: creates them (portable ``CREATE TABLE``; no column changes) and
+#: records :data:`SCHEMA_VERSION`. A version not listed here is refused
+#: (:class:`~compute_plugins.hoststate.errors.SchemaVersionMismatch`).
+UPGRADES = {2: (store_identity, leases)}

@@ -20,15 +20,16 @@ from typing import Any
 from oslo_config import cfg
 
 from compute_plugins.conf import host_state as host_state_conf
+from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
 from compute_plugins.hoststate.decisions import SqlDecisionQueue
 from compute_plugins.hoststate.hosts import SqlHostPublication
 from compute_plugins.hoststate.transport import HostStateTransport
 
 
-class HostStateStore(SqlHostPublication, SqlDecisionQueue):
-    """The host-state store on one database: host publication and the
-    decision queue.
+class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases):
+    """The host-state store on one database: host publication, the
+    decision queue, and the agents' leases (:mod:`.agents`).
 
     :param connection: an SQLAlchemy URL; see :class:`Database` for the
         kinds, what opening checks and what it raises.

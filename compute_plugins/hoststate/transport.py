@@ -22,9 +22,10 @@ notifications instead.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from compute_plugins.hoststate.records import (
+    AgentLease,
     DecisionStatus,
     HostDecision,
     HostSnapshot,
@@ -114,4 +115,30 @@ class HostStateTransport(HostPublication, DecisionQueue, Protocol):
     """Both channels: what a scheduler and a compute agent talk to."""
 
 
-__all__ = ["DecisionQueue", "HostPublication", "HostStateTransport"]
+@runtime_checkable
+class AgentLeases(Protocol):
+    """What a transport that keeps one agent per host offers the agents
+    (the SQL store: :mod:`compute_plugins.hoststate.agents`). An agent on a
+    transport without it runs unfenced."""
+
+    def store_id(self) -> str:
+        """The store's uuid (another one: a new or recreated store)."""
+
+    def acquire_lease(self, host: str, node: str, holder: str,
+                      duration: float) -> AgentLease:
+        """:raises AgentLeaseHeld: another node's lease is in force."""
+
+    def renew_lease(self, lease: AgentLease, duration: float) -> AgentLease:
+        """:raises Fenced: it is not the host's lease any more."""
+
+    def fenced(self, lease: AgentLease) -> Any:
+        """This transport, every write carrying ``lease``'s token."""
+
+    def restore_claim(self, consumer: str, host: str, spec: str) -> HostDecision:
+        """A claimed decision the ledger holds and the store lacks.
+
+        :raises DecisionExists: the consumer has a decision in force.
+        """
+
+
+__all__ = ["AgentLeases", "DecisionQueue", "HostPublication", "HostStateTransport"]

@@ -178,6 +178,11 @@ class DiesBeforeAnswering:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
+    def fenced(self, lease):
+        """The agent writes through its fenced view of the store: that
+        one dies too."""
+        return DiesBeforeAnswering(self._store.fenced(lease))
+
     def swap_status(self, decision_id, sources, target, reasons=(), *, move=None):
         if move == protocol.Move.CLAIM:
             raise AgentKilled(decision_id)

@@ -34,10 +34,11 @@ EXPECTED_SHARED = {
     "demo": {"format"},
     "placement serve": set(),
     "conformance": {"format", "host_snapshot"},
+    "host rename": {"format", "placement_url"},
 }
 COMMON = {"config_file", "config_dir", "debug", "log_file"}
 #: Defaults set by :func:`arguments.command` and the subparsers, not options.
-NOT_OPTIONS = {"func", "command", "placement_command", "command_name",
+NOT_OPTIONS = {"func", "command", "placement_command", "host_command", "command_name",
                "shared_options", "unused_reason"}
 #: A value every required option of the commands accepts.
 ANY_VALUE = "00000000-0000-0000-0000-000000000000"
@@ -164,6 +165,10 @@ def _required(parser: argparse.ArgumentParser) -> list[str]:
     for action in parser._actions:
         if action.required and action.option_strings:
             argv += [action.option_strings[0], ANY_VALUE]
+    # the positional arguments (``host rename OLD NEW``) after the options
+    argv += [ANY_VALUE + str(i) for i, action in enumerate(parser._actions)
+             if not action.option_strings and action.nargs is None
+             and not isinstance(action, argparse._SubParsersAction)]
     return argv
 
 

@@ -15,6 +15,7 @@ from compute_plugins import hoststate
 from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
+    TestAgentLeases,
     TestDecisions,
     TestPublish,
     TestSchema,

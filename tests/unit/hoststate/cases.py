@@ -751,3 +751,105 @@ class TestSchema:
                     hoststate.SCHEMA_VERSION]
         finally:
             engine.dispose()
+
+
+class TestAgentLeases:
+    """One agent per host (issue 20, item 2): a lease with a fencing token
+    (epoch) per host; every write of a fenced agent carries its token."""
+
+    def test_a_second_node_cannot_take_a_held_lease(self, store):
+        first = store.acquire_lease("h1", "node-a", "pid 1 on m1", 60)
+        assert (first.host, first.epoch, first.node) == ("h1", 1, "node-a")
+        with pytest.raises(hoststate.AgentLeaseHeld) as info:
+            store.acquire_lease("h1", "node-b", "pid 2 on m2", 60)
+        message = str(info.value)
+        assert "h1" in message and "node-a" in message and "pid 1 on m1" in message
+        # the same node (a restart: its state-dir lock says the old one is
+        # gone) takes it over at once, under a new epoch
+        again = store.acquire_lease("h1", "node-a", "pid 3 on m1", 60)
+        assert again.epoch == 2
+
+    def test_an_expired_lease_is_taken_over_and_the_old_token_fenced(self, store):
+        old = store.acquire_lease("h1", "node-a", "pid 1", 0.2)
+        time.sleep(0.3)
+        new = store.acquire_lease("h1", "node-b", "pid 2", 60)
+        assert new.epoch == old.epoch + 1
+        with pytest.raises(hoststate.Fenced) as info:
+            store.renew_lease(old, 60)
+        assert "node-b" in str(info.value) and "pid 2" in str(info.value)
+        assert store.renew_lease(new, 60).epoch == new.epoch
+
+    def test_every_write_with_a_stale_token_is_refused(self, store):
+        old = store.acquire_lease("h1", "node-a", "pid 1", 0.1)
+        fenced_old = store.fenced(old)
+        fenced_old.publish("h1", states(a=1), 0)
+        d = store.submit_decision("c1", "h1", SPEC)
+        time.sleep(0.2)
+        new = store.acquire_lease("h1", "node-b", "pid 2", 60)
+        with pytest.raises(hoststate.Fenced):
+            fenced_old.publish("h1", states(a=2), 1)
+        with pytest.raises(hoststate.Fenced):
+            protocol.claim(fenced_old, d.id)
+        with pytest.raises(hoststate.Fenced):
+            fenced_old.restore_claim("c2", "h1", SPEC)
+        assert store.get_host("h1").generation == 1
+        assert store.get_decision(d.id).status == "pending"
+        fenced_new = store.fenced(new)
+        assert fenced_new.publish("h1", states(a=2), 1).written
+        assert protocol.claim(fenced_new, d.id).status == "claimed"
+        # the scheduler's and the operator's writes carry no token
+        protocol.request_release(store, "c1")
+
+    def test_a_store_without_the_lease_fences_the_writer(self, store):
+        lease = store.acquire_lease("h1", "node-a", "pid 1", 60)
+        with store.engine.begin() as conn:
+            conn.execute(sa.delete(schema.leases))
+        with pytest.raises(hoststate.Fenced) as info:
+            store.fenced(lease).publish("h1", states(a=1), 0)
+        assert info.value.lost
+
+    def test_the_store_has_a_stable_id(self, make_store):
+        first = make_store().store_id()
+        assert uuid.UUID(first) and make_store().store_id() == first
+
+    def test_restore_claim(self, store):
+        d = store.restore_claim("c1", "h1", SPEC)
+        assert d.status == "claimed" and d.host == "h1"
+        assert store.active_decision("c1") == d
+        with pytest.raises(hoststate.DecisionExists):
+            store.restore_claim("c1", "h1", SPEC)
+
+    def test_rename_host(self, store):
+        store.publish("h1", states(a=1), 0, nodename="h1", providers={"u1": "h1"})
+        d = store.submit_decision("c1", "h1", SPEC)
+        protocol.claim(store, d.id)
+        store.acquire_lease("h1", "node-a", "pid 1", 60)
+        moved = store.rename_host("h1", "h2")
+        assert moved == 1
+        assert store.get_host("h1") is None
+        assert store.active_decision("c1").host == "h2"
+        assert '"h2"' in store.active_decision("c1").spec
+        assert store.acquire_lease("h2", "node-b", "pid 2", 60).epoch == 1
+
+    def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_leases"))
+                conn.execute(sa.text("DROP TABLE hoststate_store"))
+                conn.execute(sa.update(schema.version).values(version=2))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.get_host("h1").generation == 1
+            assert s.acquire_lease("h1", "node-a", "pid 1", 60).epoch == 1
+            assert uuid.UUID(s.store_id())
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
+                    hoststate.SCHEMA_VERSION]
+        finally:
+            engine.dispose()

@@ -19,6 +19,7 @@ from compute_plugins.hoststate import protocol
 from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
+    TestAgentLeases,
     TestDecisions,
     TestPublish,
     TestSchema,

@@ -1,0 +1,45 @@
+"""What ``compute-plugins report`` adds to keep one agent per host and its
+claims whole (issue 20): the state directory's lock, held for the agent's
+life, and ``--rebuild-ledger``. Kept apart from :mod:`.report` so that the
+report command's own code stays as it is."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from oslo_config import cfg
+
+from compute_plugins.compute import identity
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """``report``'s options of this module."""
+    parser.add_argument(
+        "--rebuild-ledger", action="store_true",
+        help="rebuild a missing or empty claims ledger from the claims the "
+        "host-state store holds for this host, then run (the agent refuses "
+        "to start on a missing or empty ledger while the store or Placement "
+        "still show claims on the host); refused when the ledger holds claims")
+
+
+def check_then_lock(check: Callable[[cfg.ConfigOpts], None],
+                    held: list[identity.StateDirLock]) -> Callable[[cfg.ConfigOpts], None]:
+    """``check`` (the options' values), then :func:`lock_state_dir` kept in
+    ``held``: a bad option creates nothing in the state directory, and
+    nothing is read or written there (identity, ledger) without the lock."""
+    def run(conf: cfg.ConfigOpts) -> None:
+        check(conf)
+        held.append(lock_state_dir(conf))
+    return run
+
+
+def lock_state_dir(conf: cfg.ConfigOpts) -> identity.StateDirLock:
+    """Take ``[compute_plugins] state_dir``'s lock for the process's life
+    (the kernel drops it when the process ends, however it ends).
+
+    :raises AgentRunning: another agent holds it (exit 2, naming its pid).
+    """
+    from compute_plugins.conf import plugins as plugins_conf
+
+    return identity.StateDirLock(plugins_conf.state_dir(conf)).__enter__()

@@ -1,0 +1,252 @@
+"""The compute node's identity and the agent's hold on its state directory.
+
+As nova's stable compute node uuid (``compute_id`` in nova's state path,
+``nova.virt.node.write_local_node_uuid``): on its first start the agent
+records its node in ``<state_dir>/compute_node.json`` (the host name and a
+uuid made then). On every later start the host name it discovers (the
+OS's, or ``host.json`` of a snapshot) must be that one: a host renamed
+under its state directory would otherwise register a second host over the
+same CPUs and devices, ignore the claims in the old name's ledger and leave
+the old host in the store as a ghost candidate. It refuses to start
+instead (:class:`HostRenamed`, exit 2), and an operator who renames on
+purpose runs ``compute-plugins host rename OLD NEW``
+(:mod:`compute_plugins.compute.rename`).
+
+One agent per state directory: the agent holds an exclusive ``flock`` on
+``<state_dir>/agent.lock`` (its pid inside) for its whole life
+(:class:`StateDirLock`); a second one exits 2 naming the first one's pid.
+The kernel drops the lock when the process dies, however it dies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import glob
+import json
+import os
+import uuid
+from typing import Any, Optional
+
+from compute_plugins import exception
+from compute_plugins.util import files, jsonload
+
+#: The identity file in the state directory.
+IDENTITY_FILE = "compute_node.json"
+#: The lock file in the state directory.
+LOCK_FILE = "agent.lock"
+FORMAT = "compute-plugins-node"
+FORMAT_VERSION = 1
+_LEDGER_SUFFIX = ".ledger.json"
+
+
+class IdentityError(exception.InputError):
+    """The identity file cannot be read or written (exit 2).
+
+    :param path: the file.
+    :param reason: what is wrong.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__("compute node identity %s: %s" % (path, reason))
+
+
+class HostRenamed(exception.InputError):
+    """The host's name is not the one its state directory belongs to
+    (exit 2: nothing was registered under the new name).
+
+    :param path: the identity file (or the old name's ledger).
+    :param recorded: the name the state directory belongs to.
+    :param found: the name discovered now.
+    :param node: the node's uuid (None: a state directory from before the
+        identity file, known by its ledger).
+    """
+
+    def __init__(self, path: str, recorded: str, found: str,
+                 node: Optional[str]) -> None:
+        self.path = path
+        self.recorded = recorded
+        self.found = found
+        self.node = node
+        super().__init__(
+            "the host's name is now %s but its state directory belongs to "
+            "compute node %s%s (%s): restore the old name, or rename the node "
+            "on purpose with `compute-plugins host rename %s %s` (the agent "
+            "stopped; it moves its Placement providers, claims ledger and "
+            "host-state records)"
+            % (found, recorded, "" if node is None else " (uuid %s)" % node, path,
+               recorded, found))
+
+
+class AgentRunning(exception.InputError):
+    """Another process holds the state directory's lock (exit 2).
+
+    :param state_dir: the state directory.
+    :param pid: the holder's pid as it wrote it (None: unreadable).
+    """
+
+    def __init__(self, state_dir: str, pid: Optional[int]) -> None:
+        self.state_dir = state_dir
+        self.pid = pid
+        super().__init__(
+            "another compute agent (%s) runs on the state directory %s: stop "
+            "it first (one agent per host; lock %s)"
+            % ("pid %d" % pid if pid is not None else "pid unknown", state_dir,
+               os.path.join(state_dir, LOCK_FILE)))
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeIdentity:
+    """The compute node a state directory belongs to.
+
+    :param host: its host name (the node name, the root provider's name).
+    :param uuid: made on the first start, never changed (the agent's lease
+        holder in the host-state store).
+    :param path: the identity file.
+    """
+
+    host: str
+    uuid: str
+    path: str
+
+
+def path_for(state_dir: str) -> str:
+    return os.path.join(state_dir, IDENTITY_FILE)
+
+
+def read(state_dir: str) -> Optional[NodeIdentity]:
+    """The identity recorded in ``state_dir`` (None: none yet).
+
+    :raises IdentityError: the file exists but is not an identity.
+    """
+    path = path_for(state_dir)
+    if not os.path.lexists(path):
+        return None
+    try:
+        document = jsonload.loads(files.read_bytes(path))
+    except files.UnreadableFile as err:
+        raise IdentityError(path, err.reason) from None
+    except ValueError as err:
+        raise IdentityError(path, "not JSON: %s" % err) from None
+    if (not isinstance(document, dict) or document.get("format") != FORMAT
+            or document.get("version") != FORMAT_VERSION):
+        raise IdentityError(path, "not a compute node identity (\"format\": %r, "
+                            "\"version\": %d)" % (FORMAT, FORMAT_VERSION))
+    host, node = document.get("host"), document.get("uuid")
+    if not isinstance(host, str) or not host:
+        raise IdentityError(path, "\"host\" is not a host name")
+    try:
+        node = str(uuid.UUID(str(node)))
+    except ValueError:
+        raise IdentityError(path, "\"uuid\" %r is not a uuid" % (node,)) from None
+    return NodeIdentity(host, node, path)
+
+
+def write(state_dir: str, host: str, node: str) -> NodeIdentity:
+    """Record ``host`` and ``node`` in ``state_dir`` (atomically, 0600).
+
+    :raises IdentityError: it cannot be written.
+    """
+    path = path_for(state_dir)
+    text = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "host": host,
+                       "uuid": node}, indent=1, sort_keys=True)
+    try:
+        files.ensure_private_dir(state_dir)
+        dir_fd = files.open_dir(state_dir)
+        try:
+            files.write_atomic(dir_fd, IDENTITY_FILE, text, mode=files.PRIVATE_FILE_MODE)
+        finally:
+            os.close(dir_fd)
+    except OSError as err:
+        raise IdentityError(path, "cannot write: %s" % (err.strerror or err)) from None
+    return NodeIdentity(host, node, path)
+
+
+def ledger_hosts(state_dir: str) -> list[str]:
+    """The hosts whose claims ledgers are in ``state_dir`` (by the host each
+    ledger says it belongs to)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(state_dir),
+                                              "*" + _LEDGER_SUFFIX))):
+        try:
+            document: Any = jsonload.loads(files.read_bytes(path))
+        except (files.UnreadableFile, ValueError):
+            continue
+        if isinstance(document, dict) and isinstance(document.get("host"), str):
+            found.append(document["host"])
+    return found
+
+
+def ensure(state_dir: str, hostname: str) -> NodeIdentity:
+    """The node ``state_dir`` belongs to, checked against the host name
+    discovered now; recorded on the first start.
+
+    A state directory from before the identity file is recognised by its
+    claims ledger: one of another host name is a rename too.
+
+    :raises HostRenamed: the name changed.
+    :raises IdentityError: the file cannot be read or written.
+    """
+    current = read(state_dir)
+    if current is not None:
+        if current.host != hostname:
+            raise HostRenamed(current.path, current.host, hostname, current.uuid)
+        return current
+    others = [h for h in ledger_hosts(state_dir) if h != hostname]
+    if others:
+        from compute_plugins.compute import ledger
+
+        raise HostRenamed(ledger.path_for(state_dir, others[0]), others[0], hostname,
+                          None)
+    return write(state_dir, hostname, str(uuid.uuid4()))
+
+
+class StateDirLock:
+    """An exclusive ``flock`` on ``<state_dir>/agent.lock`` while the block
+    runs (the agent's life), its pid written inside.
+
+    :raises AgentRunning: another process holds it (on enter).
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.path = os.path.join(state_dir, LOCK_FILE)
+        self._fd: Optional[int] = None
+
+    def __enter__(self) -> StateDirLock:
+        files.ensure_private_dir(self.state_dir)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     files.PRIVATE_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise AgentRunning(self.state_dir, self._holder()) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, b"%d\n" % os.getpid())
+        self._fd = fd
+        return self
+
+    def _holder(self) -> Optional[int]:
+        try:
+            with open(self.path, "rb") as f:
+                return int(f.read(32).strip() or b"x")
+        except (OSError, ValueError):
+            return None
+
+    def __exit__(self, *exc_info: Any) -> None:
+        # NOTE: the file stays: removing a lock file races with the next
+        # taker (it would lock a file nobody else opens).
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+__all__ = ["IDENTITY_FILE", "LOCK_FILE", "AgentRunning", "HostRenamed",
+           "IdentityError", "NodeIdentity", "StateDirLock", "ensure", "ledger_hosts",
+           "path_for", "read", "write"]

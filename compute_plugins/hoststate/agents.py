@@ -1,0 +1,231 @@
+"""What the host-state store keeps about the agents themselves: the
+store's identity, each host's agent lease (one agent per host), and the
+move of a host's records when an operator renames it.
+
+One agent per host (issue 20): an agent takes its host's lease before it
+writes anything, renews it while it runs, and carries the lease's epoch
+(the fencing token) on every write (:meth:`SqlAgentLeases.fenced`): a
+write whose token is not the host's lease any more is refused
+(:class:`~compute_plugins.hoststate.errors.Fenced`). Another node (another
+state directory) cannot take a lease in force
+(:class:`~compute_plugins.hoststate.errors.AgentLeaseHeld`); it takes over
+a lease that expired (its holder crashed or hangs), under a new epoch. The
+same node takes its own lease back at once: its state directory's lock
+says the previous process is gone.
+
+Expiry is compared with the taker's clock: the machines' clocks must
+agree to within a small part of the lease duration (NTP).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import uuid
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate.records import AgentLease
+from compute_plugins.hoststate.schema import decisions as t_decisions
+from compute_plugins.hoststate.schema import hosts as t_hosts
+from compute_plugins.hoststate.schema import leases as t_leases
+from compute_plugins.hoststate.schema import providers as t_providers
+from compute_plugins.hoststate.schema import states as t_states
+from compute_plugins.hoststate.schema import store_identity as t_store
+
+S = TypeVar("S", bound="SqlAgentLeases")
+
+#: Longest holder description kept (its column's size).
+_HOLDER_LENGTH = 255
+
+
+def _duration(seconds: float) -> datetime.timedelta:
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ValueError("lease duration %r: expected seconds > 0" % (seconds,))
+    return datetime.timedelta(seconds=seconds)
+
+
+class SqlAgentLeases(database.OnDatabase):
+    """The store's identity and the hosts' agent leases, on one database."""
+
+    # -- the store's identity ----------------------------------------------
+
+    def store_id(self) -> str:
+        """The store's uuid, made the first time it is asked for: another
+        uuid than the one a ledger recorded means another store (recreated,
+        or emptied)."""
+        with self.db.read() as conn:
+            found = conn.execute(sa.select(t_store.c.uuid)
+                                 .where(t_store.c.id == 1)).scalar()
+        if found is not None:
+            return str(found)
+        try:
+            with self.db.write() as conn:
+                conn.execute(sa.insert(t_store).values(
+                    id=1, uuid=str(uuid.uuid4()), created_at=database.utcnow()))
+        except sa.exc.IntegrityError:
+            pass  # NOTE: another opener made it first: read theirs.
+        with self.db.read() as conn:
+            return str(conn.execute(sa.select(t_store.c.uuid)
+                                    .where(t_store.c.id == 1)).scalar_one())
+
+    # -- leases -------------------------------------------------------------
+
+    def get_lease(self, host: str) -> AgentLease | None:
+        """The lease of ``host`` (None: no agent ever took it here)."""
+        with self.db.read() as conn:
+            row = conn.execute(sa.select(t_leases).where(
+                t_leases.c.host == host)).one_or_none()
+        return None if row is None else database.lease_of(row)
+
+    def acquire_lease(self, host: str, node: str, holder: str,
+                      duration: float) -> AgentLease:
+        """Take the lease of ``host`` for ``duration`` seconds, under a new
+        epoch: when nobody holds it, when it expired, or when ``node``
+        holds it (its restart).
+
+        :param node: the taker's node uuid.
+        :param holder: the taker in words (pid and machine).
+        :raises AgentLeaseHeld: another node's lease is in force.
+        """
+        database.check_name("host name", host, database.NAME_LENGTH)
+        database.check_name("node", node, database.UUID_LENGTH)
+        holder = holder[:_HOLDER_LENGTH] or "?"
+        length = _duration(duration)
+
+        def take() -> AgentLease:
+            with self.db.write() as conn:
+                row = conn.execute(sa.select(t_leases).where(
+                    t_leases.c.host == host).with_for_update()).one_or_none()
+                now = database.utcnow()
+                expires = now + length
+                values: dict[str, Any] = {"node": node, "holder": holder,
+                                          "expires_at": expires}
+                if row is None:
+                    conn.execute(sa.insert(t_leases).values(host=host, epoch=1, **values))
+                    return AgentLease(host, 1, node, holder, expires)
+                current = database.lease_of(row)
+                if current.node != node and current.expires_at > now:
+                    raise errors.AgentLeaseHeld(current)
+                epoch = current.epoch + 1
+                conn.execute(sa.update(t_leases).where(
+                    t_leases.c.host == host, t_leases.c.epoch == current.epoch)
+                    .values(epoch=epoch, **values))
+                return AgentLease(host, epoch, node, holder, expires)
+
+        try:
+            return self.db.retrying(take)
+        except sa.exc.IntegrityError:
+            # NOTE: two first takers inserted together: the loser sees the
+            # winner's lease now.
+            return self.db.retrying(take)
+
+    def renew_lease(self, lease: AgentLease, duration: float) -> AgentLease:
+        """Extend ``lease`` by ``duration`` seconds from now.
+
+        :raises Fenced: it is not the host's lease any more.
+        """
+        length = _duration(duration)
+
+        def renew() -> AgentLease:
+            with self.db.write() as conn:
+                row = conn.execute(sa.select(t_leases).where(
+                    t_leases.c.host == lease.host).with_for_update()).one_or_none()
+                if row is None or int(row.epoch) != lease.epoch:
+                    raise errors.Fenced(lease.host, lease.epoch,
+                                        None if row is None else database.lease_of(row))
+                expires = database.utcnow() + length
+                conn.execute(sa.update(t_leases).where(
+                    t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
+                    .values(expires_at=expires))
+            return AgentLease(host=lease.host, epoch=lease.epoch, node=lease.node,
+                              holder=lease.holder, expires_at=expires)
+
+        return self.db.retrying(renew)
+
+    def end_lease(self, lease: AgentLease) -> bool:
+        """Let the lease lapse now (an agent that stops cleanly): another
+        node may take the host at once. False when it was not ours any more."""
+        with self.db.write() as conn:
+            done = conn.execute(sa.update(t_leases).where(
+                t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
+                .values(expires_at=database.utcnow()))
+        return bool(done.rowcount == 1)
+
+    def fenced(self: S, lease: AgentLease) -> S:
+        """This store, its writes carrying ``lease``'s token: each write
+        first checks, in its own transaction, that the lease is still the
+        host's (:meth:`~compute_plugins.hoststate.database.OnDatabase.check_fence`).
+        Shares the connections."""
+        view = copy.copy(self)
+        view.fence = (lease.host, lease.epoch)
+        return view
+
+    # -- renaming -----------------------------------------------------------
+
+    def rename_host(self, old: str, new: str) -> int:
+        """Move ``old``'s records to ``new`` (an operator renaming the host,
+        its agent stopped): its decisions in force are re-addressed (their
+        spec's decision names the new host), its published rows and its
+        lease dropped (the agent publishes again under the new name).
+
+        :returns: the decisions moved.
+        :raises HostStateError: ``new`` has published states or decisions
+            in force already (another host has that name).
+        """
+        database.check_name("host name", old, database.NAME_LENGTH)
+        database.check_name("host name", new, database.NAME_LENGTH)
+
+        def move() -> int:
+            with self.db.write() as conn:
+                self._refuse_taken(conn, new)
+                rows = conn.execute(sa.select(t_decisions.c.id, t_decisions.c.spec).where(
+                    t_decisions.c.host == old,
+                    t_decisions.c.active_consumer.is_not(None))).all()
+                for row in rows:
+                    conn.execute(sa.update(t_decisions).where(
+                        t_decisions.c.id == row.id).values(
+                            host=new, spec=renamed_spec(row.spec, old, new),
+                            updated_at=database.utcnow()))
+                for table in (t_states, t_providers, t_leases, t_hosts):
+                    conn.execute(sa.delete(table).where(table.c.host == old))
+            return len(rows)
+
+        return self.db.retrying(move)
+
+    @staticmethod
+    def _refuse_taken(conn: Connection, new: str) -> None:
+        published = conn.execute(sa.select(t_hosts.c.host).where(
+            t_hosts.c.host == new)).first()
+        active = conn.execute(sa.select(t_decisions.c.id).where(
+            t_decisions.c.host == new,
+            t_decisions.c.active_consumer.is_not(None))).first()
+        if published is not None or active is not None:
+            raise errors.HostStateError(
+                "cannot rename to host %s: the host-state store has %s for "
+                "that name (another host has it)"
+                % (new, "its published state" if published is not None
+                   else "decisions in force"))
+
+
+def renamed_spec(text: str, old: str, new: str) -> str:
+    """A serialised RequestSpec whose decision names ``new`` where it named
+    ``old`` (its host and node name); other text is left as it is."""
+    try:
+        document: Any = json.loads(text)
+    except ValueError:
+        return text
+    decision = document.get("decision") if isinstance(document, dict) else None
+    if not isinstance(decision, dict):
+        return text
+    for key in ("host", "nodename"):
+        if decision.get(key) == old:
+            decision[key] = new
+    return json.dumps(document, sort_keys=True)
+
+
+__all__ = ["SqlAgentLeases", "renamed_spec"]

@@ -1,0 +1,354 @@
+"""Nothing given twice, whatever the operator does (issue 20, items 1-3):
+the host's identity in its state directory, one agent per host (a lock on
+the state directory, a lease with a fencing token in the store), and the
+ledger and the store reconciled (neither is ever silently empty).
+
+Real parts as in :mod:`tests.functional.compute.test_agent`: the real
+plugins on the numa4 snapshot, an embedded Placement, an SQLite store, the
+command line as a subprocess where its exit code and line are the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from compute_plugins import exception
+from compute_plugins.compute import identity
+from compute_plugins.compute.agent import ComputeAgent
+from compute_plugins.compute.ledger import LedgerMissing
+from compute_plugins.host import discover_host
+from compute_plugins.hoststate import (
+    AgentLeaseHeld,
+    DecisionStatus,
+    Fenced,
+    HostStateStore,
+)
+from compute_plugins.placement import embedded
+from tests.functional.compute.test_agent import (
+    AGENT_CONF,
+    Host,
+    make_conf,
+    pinned_cpus,
+    said,
+)
+from tests.functional.placement.conftest import CLI, cli_env
+
+
+@pytest.fixture(scope="module")
+def placement():
+    emb = embedded.EmbeddedPlacement("sqlite://").start()
+    yield emb
+    emb.close()
+
+
+@pytest.fixture
+def host(tmp_path, placement):
+    h = Host(tmp_path, placement)
+    yield h
+    h.store.close()
+
+
+@pytest.fixture(scope="module")
+def placement_url(placement):
+    """The module's Placement served over HTTP, for the command line."""
+    server = placement.make_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.url
+
+
+def agent_in(host: Host, state_dir: Path) -> ComputeAgent:
+    """An agent for ``host`` with another state directory (another node)."""
+    return ComputeAgent.from_config(
+        make_conf(state_dir, host.overrides), host.placement.client(), host.store,
+        lambda: discover_host(host_snapshot=str(host.snapshot)))
+
+
+def claimed(host: Host) -> str:
+    host.agent.run_once()
+    consumer = host.decide()
+    assert host.agent.poll().claimed
+    return consumer
+
+
+def cli(args, tmp_path, host: Host, timeout=180, **popen):
+    """``compute-plugins --host-snapshot <host> ARGS`` on the host's state
+    directory and store (its own embedded Placement); ``host ...`` without
+    the snapshot (it discovers no host)."""
+    conf_file = tmp_path / "agent.conf"
+    conf_file.write_text(AGENT_CONF + "[host_state]\nconnection = %s\n"
+                         "[compute_plugins]\nstate_dir = %s\n"
+                         % (host.store_url, host.state_dir))
+    command = CLI + ["--config-file", str(conf_file)] + (
+        [] if "host" in args else ["--host-snapshot", str(host.snapshot)]) + list(args)
+    if popen:
+        return subprocess.Popen(command, env=cli_env(), text=True, **popen)
+    return subprocess.run(command, capture_output=True, text=True,
+                          timeout=timeout, env=cli_env())
+
+
+# -- 3. the ledger and the store reconcile ----------------------------------
+
+
+def test_a_recreated_store_gets_the_claims_back_instead_of_releasing_them(host):
+    """Recreating the store (the way back from a corrupt one) made every
+    agent free all its claims and delete their allocations at its first
+    periodic, while the guests still ran."""
+    consumer = claimed(host)
+    allocations = host.allocations(consumer)
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(host.store_url[len("sqlite:///"):] + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    restarted = host.start_agent()
+    result = restarted.run_once()
+    assert result.ok, (result.periodic.error, result.error)
+    assert result.releases == []
+    assert consumer in restarted.ledger
+    assert host.allocations(consumer) == allocations
+    decision = host.store.active_decision(consumer)
+    assert decision is not None and decision.status == DecisionStatus.CLAIMED
+    assert decision.host == host.name
+    assert restarted.ledger.get(consumer).decision_id == decision.id
+    assert len(pinned_cpus(host.published())) == 4
+    # and it stays so: the next periodic frees nothing
+    again = restarted.run_once()
+    assert again.releases == [] and consumer in restarted.ledger
+
+
+def test_a_deleted_ledger_refuses_to_start_naming_both(host, tmp_path):
+    consumer = claimed(host)
+    ledger = Path(host.agent.ledger.path)
+    ledger.unlink()
+    with pytest.raises(LedgerMissing) as info:
+        host.start_agent().run_once()
+    message = str(info.value)
+    assert str(ledger) in message and "missing" in message
+    assert "host-state" in message and consumer in message
+    assert "--rebuild-ledger" in message
+    assert not ledger.exists()
+    # nothing was published as free meanwhile
+    assert len(pinned_cpus(host.published())) == 4
+    proc = cli(["report", "--periodic", "1"], tmp_path, host)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = said(proc.stderr).splitlines()
+    assert line.startswith("compute-plugins: error: claims ledger %s is missing" % ledger)
+    assert "Traceback" not in proc.stderr
+    # the operator rebuilds it from the store
+    restarted = host.start_agent()
+    restarted.rebuild_ledger = True
+    result = restarted.run_once()
+    assert result.ok and result.releases == []
+    assert restarted.ledger.get(consumer).decision_id == host.store.active_decision(
+        consumer).id
+    assert json.loads(ledger.read_text())["claims"][consumer]["decision_id"]
+    assert len(pinned_cpus(host.published())) == 4
+    # an emptied ledger is refused the same way
+    ledger.write_text(json.dumps({"format": "compute-plugins-ledger", "version": 1,
+                                  "host": host.name, "claims": {}}))
+    with pytest.raises(LedgerMissing, match="is empty"):
+        host.start_agent().run_once()
+
+
+def test_the_rebuild_command_line(host, tmp_path, placement_url):
+    consumer = claimed(host)
+    ledger = Path(host.agent.ledger.path)
+    ledger.unlink()
+    proc = cli(["--placement-url", placement_url, "report", "--periodic", "1",
+                "--rebuild-ledger"], tmp_path, host)
+    assert proc.returncode == 0, proc.stderr
+    assert "mismatch" not in proc.stdout and "0 released" in proc.stdout, proc.stdout
+    assert json.loads(ledger.read_text())["claims"][consumer]["decision_id"] == (
+        host.store.active_decision(consumer).id)
+    assert host.allocations(consumer)
+    # refused on a ledger that holds claims: exit 2, one line
+    again = cli(["--placement-url", placement_url, "report", "--periodic", "1",
+                 "--rebuild-ledger"], tmp_path, host)
+    assert again.returncode == 2, again.stderr
+    (line,) = said(again.stderr).splitlines()
+    assert "only a missing or empty ledger is rebuilt" in line
+
+
+# -- 2. one agent per host ---------------------------------------------------
+
+
+def test_a_second_report_on_one_state_dir_exits_2_naming_the_first(host, tmp_path):
+    first = cli(["report", "--interval", "3600"], tmp_path, host,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        lock = host.state_dir / identity.LOCK_FILE
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if lock.exists() and lock.read_text().strip() == str(first.pid):
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.2)
+        second = cli(["report", "--periodic", "1"], tmp_path, host)
+    finally:
+        first.terminate()
+        first.communicate(timeout=60)
+    assert second.returncode == 2, second.stderr
+    (line,) = said(second.stderr).splitlines()
+    assert "pid %d" % first.pid in line and str(host.state_dir) in line, line
+
+
+def test_the_state_dir_lock_is_held_for_the_agents_life(tmp_path):
+    held = identity.StateDirLock(str(tmp_path))
+    with held:
+        child = subprocess.run(
+            [sys.executable, "-c",
+             "import sys\nfrom compute_plugins.compute import identity\n"
+             "try:\n identity.StateDirLock(sys.argv[1]).__enter__()\n"
+             "except identity.AgentRunning as e:\n print(e)\n",
+             str(tmp_path)], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": os.getcwd()})
+        assert "pid %d" % os.getpid() in child.stdout, child
+    with identity.StateDirLock(str(tmp_path)):
+        pass   # free again once released
+
+
+def test_a_second_agent_for_the_host_cannot_take_it_and_a_fenced_one_stops(
+        host, tmp_path):
+    claimed(host)
+    # another state directory, the same host name: another node
+    other = agent_in(host, tmp_path / "other-state")
+    with pytest.raises(AgentLeaseHeld) as info:
+        other.run_once()
+    assert host.agent.node.uuid in str(info.value)
+    assert isinstance(info.value, exception.InputError)
+    # the first one hangs: its lease lapses, the other takes over ...
+    host.agent.lease_duration = other.lease_duration = 1.0
+    host.agent._renew_at = 0.0
+    host.agent.poll()
+    time.sleep(1.2)
+    # (its own ledger is empty while the store holds the host's claim)
+    other.rebuild_ledger = True
+    assert other.run_once().ok
+    # ... and the first one's next write is refused: it stops
+    host.decide()
+    with pytest.raises(Fenced) as fenced:
+        host.agent.poll()
+    assert other.node.uuid in str(fenced.value)
+
+
+# -- 1. host identity ---------------------------------------------------------
+
+
+def test_a_renamed_host_refuses_to_start(host, tmp_path):
+    consumer = claimed(host)
+    new = host.name + "-renamed"
+    (host.snapshot / "host.json").write_text(json.dumps({"hostname": new}))
+    with pytest.raises(identity.HostRenamed) as info:
+        host.start_agent()
+    message = str(info.value)
+    assert host.name in message and new in message
+    assert "compute-plugins host rename %s %s" % (host.name, new) in message
+    proc = cli(["report", "--periodic", "1"], tmp_path, host)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = said(proc.stderr).splitlines()
+    assert "host rename" in line
+    # nothing registered under the new name
+    assert host.store.get_host(new) is None
+    assert consumer in host.agent.ledger
+
+
+def test_host_rename_moves_providers_ledger_and_store_records(host, tmp_path,
+                                                             placement_url):
+    consumer = claimed(host)
+    old = host.name
+    allocations = host.allocations(consumer)
+    root = host.placement.client().get(
+        "/resource_providers?name=%s" % old)["resource_providers"][0]["uuid"]
+    new = old + "-renamed"
+    rename = ["--placement-url", placement_url, "host", "rename", old, new]
+    # refused while an agent runs on the state directory: exit 2, nothing moved
+    with identity.StateDirLock(str(host.state_dir)):
+        busy = cli(rename, tmp_path, host)
+    assert busy.returncode == 2, busy.stderr
+    (line,) = said(busy.stderr).splitlines()
+    assert "pid %d" % os.getpid() in line
+    assert host.store.get_host(old) is not None
+    proc = cli(rename, tmp_path, host)
+    assert proc.returncode == 0, proc.stderr
+    assert old in proc.stdout and new in proc.stdout
+    (host.snapshot / "host.json").write_text(json.dumps({"hostname": new}))
+    host.name = new
+    agent = host.start_agent()
+    result = agent.run_once()
+    assert result.ok, (result.periodic.error, result.error)
+    assert result.releases == [] and consumer in agent.ledger
+    client = host.placement.client()
+    assert client.get("/resource_providers?name=%s" % new)["resource_providers"][0][
+        "uuid"] == root
+    assert client.get("/resource_providers?name=%s" % old)["resource_providers"] == []
+    assert host.allocations(consumer) == allocations
+    assert host.store.get_host(old) is None
+    assert host.store.active_decision(consumer).host == new
+    assert len(pinned_cpus(host.published())) == 4
+
+
+def test_a_hung_report_taken_over_stops_with_one_line(host, tmp_path):
+    """The agent hangs (SIGSTOP) past its lease, another node takes the
+    host over; resumed, the agent's next renewal is refused and it stops:
+    one line, exit 1, nothing written after."""
+    conf_extra = tmp_path / "lease.conf"
+    conf_extra.write_text("[compute]\nagent_lease_duration = 3\n"
+                          "claim_poll_interval = 0.2\n")
+    first = cli(["--config-file", str(conf_extra), "report", "--interval", "3600"],
+                tmp_path, host, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while host.store.get_lease(host.name) is None or host.store.get_host(
+                host.name) is None:
+            assert time.monotonic() < deadline and first.poll() is None, \
+                first.communicate()
+            time.sleep(0.2)
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(3.5)
+        taken = host.store.acquire_lease(host.name, "0" * 8 + "-0000-4000-8000-"
+                                         + "0" * 12, "the test", 60)
+        generation = host.store.get_host(host.name).generation
+        os.kill(first.pid, signal.SIGCONT)
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGCONT)
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1, err
+    (line,) = said(err).splitlines()
+    assert "lease (epoch" in line and taken.node in line and "the agent stops" in line
+    assert "Traceback" not in err
+    assert host.store.get_host(host.name).generation == generation
+
+
+def test_a_lost_ledger_and_a_recreated_store_refuse_on_placements_allocations(host):
+    """Both the ledger and the store lost the claim: Placement still has
+    its allocation on the host's providers, and the agent refuses."""
+    consumer = claimed(host)
+    Path(host.agent.ledger.path).unlink()
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(host.store_url[len("sqlite:///"):] + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    restarted = host.start_agent()
+    with pytest.raises(LedgerMissing) as info:
+        restarted.run_once()
+    message = str(info.value)
+    assert "Placement holds allocations of 1 consumer" in message
+    assert consumer in message and restarted.ledger.path in message
+    # nothing published as free, nothing released
+    assert host.store.get_host(host.name) is None
+    assert host.allocations(consumer)
