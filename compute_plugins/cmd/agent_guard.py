@@ -23,13 +23,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "still show claims on the host); refused when the ledger holds claims")
 
 
-def check_then_lock(check: Callable[[cfg.ConfigOpts], None],
-                    held: list[identity.StateDirLock]) -> Callable[[cfg.ConfigOpts], None]:
-    """``check`` (the options' values), then :func:`lock_state_dir` kept in
-    ``held``: a bad option creates nothing in the state directory, and
-    nothing is read or written there (identity, ledger) without the lock."""
+def lock_into(held: list[identity.StateDirLock]) -> Callable[[cfg.ConfigOpts], None]:
+    """:func:`lock_state_dir`, the lock kept in ``held``: for
+    :func:`~compute_plugins.compute.agent.load_host`'s ``lock``, which
+    takes it once the options and the host were checked (a bad option or
+    host name creates nothing in the state directory) and before the
+    identity and the ledger are read."""
     def run(conf: cfg.ConfigOpts) -> None:
-        check(conf)
         held.append(lock_state_dir(conf))
     return run
 

@@ -230,7 +230,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
     quiet_placement_logs(conf.debug)
     # NOTE: one agent per state directory: its lock, taken once the options
-    # were checked, is held until the process ends.
+    # and the host were checked, is held until the process ends.
     state_dir_lock: list[Any] = []
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
@@ -242,7 +242,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # periodic uses that discovery.
     manager, first, ledger = compute_agent.load_host(
         conf, lambda: common.discover(conf, args),
-        check=agent_guard.check_then_lock(common.check_values, state_dir_lock))
+        check=common.check_values, lock=agent_guard.lock_into(state_dir_lock))
     with connect.placement_client(conf, args.placement_url) as placement, \
             HostStateStore.from_config(conf) as store:
         # NOTE: fail fast, as one line, when Placement cannot be reached or

@@ -207,7 +207,8 @@ def domain_type(host: HostInfo) -> str:
 
 
 def load_host(conf: Any, discover: Callable[[], HostInfo],
-              check: Optional[Callable[[Any], None]] = None
+              check: Optional[Callable[[Any], None]] = None,
+              lock: Optional[Callable[[Any], None]] = None
               ) -> tuple[Any, HostInfo, Ledger]:
     """What an agent starts from, before Placement is contacted: the
     enabled plugins (``PluginManager(auto_commit=False)``, contributions
@@ -217,6 +218,10 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     :param check: called with ``conf`` once the plugins registered their
         options, before the discovery (the command line reads every value
         there, so that a bad one is named before anything runs).
+    :param lock: called with ``conf`` once the host was discovered and
+        the plugins' options were checked, before anything in the state
+        directory is read or written (the command line takes the state
+        directory's lock there: a bad option or host name creates nothing).
     :raises ConfigError: a plugin's options are wrong.
     :raises LedgerError: the ledger cannot be read.
     :raises HostRenamed: the host's name is not the one its state
@@ -232,6 +237,8 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     first = discover()
     manager.discover(first)
     manager.raise_config_errors()
+    if lock is not None:
+        lock(conf)
     # NOTE: before the ledger: a renamed host must not start on an empty
     # ledger of its new name (identity.ensure raises HostRenamed).
     identity.ensure(state_dir, first.hostname)

@@ -346,10 +346,15 @@ def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
     first = _report(snap, state, "--placement-url", served.url)
     assert first.returncode == 0, first.stderr
     assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
-    # NOTE: and the host-state store's default database, by its fixed name.
-    assert _files_under(tmp_path / "xdg") == [
+    # NOTE: the checkpoint and the ledger by the encoded name; the
+    # host-state store's default database, the agent's lock and the node's
+    # identity by their fixed names.
+    assert sorted(_files_under(tmp_path / "xdg")) == sorted([
         "state/compute-plugins/%s.contributions.json" % stem,
-        "state/compute-plugins/host_state.sqlite"]
+        "state/compute-plugins/%s.ledger.json" % stem,
+        "state/compute-plugins/agent.lock",
+        "state/compute-plugins/compute_node.json",
+        "state/compute-plugins/host_state.sqlite"])
     assert not (tmp_path / ("escaped" + hostname[-7:] + ".contributions.json")).exists()
     checkpoint = json.loads((state / "compute-plugins" / (
         stem + ".contributions.json")).read_text())

@@ -270,7 +270,7 @@ def test_report_command_discovers_once_per_periodic(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdout", io.StringIO())
     args = argparse.Namespace(
         host_snapshot=str(SNAPSHOT), libvirt_uri=None, placement_url=None,
-        periodic=2, interval=0.0, format="json")
+        periodic=2, interval=0.0, format="json", rebuild_ledger=False)
     assert report_cmd.run(conf, args) == 0
     assert len(calls) == 2
     assert (tmp_path / "state" / ("%s.contributions.json" % NODE)).exists()
