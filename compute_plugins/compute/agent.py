@@ -7,7 +7,10 @@
 2. lets the plugins update the provider tree and sends Placement what
    changed (:class:`~compute_plugins.placement.report.ReportClient`), then
    commits the plugins' contributions (discards them when Placement was not
-   reached);
+   reached); the root's ``COMPUTE_STATUS_DISABLED`` trait follows the
+   store's record of an operator disabling the host (``compute-plugins
+   host disable``, :func:`status_trait_update`): it keeps running,
+   reporting and releasing, and takes no new decision;
 3. publishes every plugin's host state, built under the claims in force
    (the ledger's assignments), to the host-state store, only when it
    changed: in steady state a periodic makes no Placement call and no store
@@ -56,6 +59,7 @@ from oslo_log import log as logging
 from compute_plugins import exception
 from compute_plugins.compute import identity
 from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
+from compute_plugins.compute.disable import DISABLED_TRAIT
 from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError, LedgerMissing
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
@@ -170,17 +174,58 @@ def _listed(names: Any, limit: int = 5) -> str:
 
 
 def run_periodic(client: preport.ReportClient, manager: PluginManager,
-                 nodename: str) -> preport.PeriodicResult:
+                 nodename: str, disabled: Optional[bool] = None) -> preport.PeriodicResult:
     """One Placement periodic with a ``PluginManager(auto_commit=False)``:
     the plugins' contributions are committed when the sync reached
     Placement, discarded when it failed (the next periodic diffs against
-    what Placement last accepted)."""
-    result = client.periodic(manager.update_provider_tree, nodename)
+    what Placement last accepted).
+
+    :param disabled: whether an operator disabled the host (the store's
+        record): the root gets, or loses, ``COMPUTE_STATUS_DISABLED``
+        (:func:`status_trait_update`); None (unknown: the store could not
+        be read) leaves the trait as Placement has it.
+    """
+    result = client.periodic(status_trait_update(manager.update_provider_tree, disabled),
+                             nodename)
     if result.ok:
         manager.commit()
     else:
         manager.discard()
     return result
+
+
+def status_trait_update(update_tree: preport.UpdateTree,
+                        disabled: Optional[bool]) -> preport.UpdateTree:
+    """``update_tree`` that also makes the root's ``COMPUTE_STATUS_DISABLED``
+    trait say ``disabled``, as nova's compute sets it from its service's
+    disabled flag: the agent and the operator (``compute-plugins host
+    disable``, which sets the trait and the store's record) agree, and a
+    trait lost or half-written (the command interrupted, Placement
+    unreachable then) is put right at the next periodic. No plugin
+    contributes the trait, so the plugins' merge never removes it.
+
+    The trait is set before the plugins update the tree (after, on a root
+    the first update creates): the plugins' manager then sees the tree as
+    it will be in Placement, and skips its next update when nothing else
+    changed.
+    """
+    if disabled is None:
+        return update_tree
+
+    def set_trait(tree: Any, nodename: str) -> None:
+        if disabled:
+            tree.add_traits(nodename, DISABLED_TRAIT)
+        else:
+            tree.remove_traits(nodename, DISABLED_TRAIT)
+
+    def update(tree: Any, nodename: str, allocations: Optional[dict[str, Any]]) -> None:
+        existed = tree.exists(nodename)
+        if existed:
+            set_trait(tree, nodename)
+        update_tree(tree, nodename, allocations)
+        if not existed:
+            set_trait(tree, nodename)
+    return update
 
 
 def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
@@ -333,6 +378,8 @@ class ComputeAgent:
         #: the ledger (once per start).
         self._placement_checked = False
         self._lock = threading.Lock()
+        #: Whether an operator disabled the host, as last read (None: not read).
+        self._disabled: Optional[bool] = None
 
     @classmethod
     def from_config(cls, conf: Any, placement: Any, store: HostStateTransport,
@@ -407,7 +454,8 @@ class ComputeAgent:
             self._hold_lease()
             self._check_ledger_at_start()
             self._discover_now()
-            periodic = run_periodic(self.client, self.manager, self.nodename)
+            periodic = run_periodic(self.client, self.manager, self.nodename,
+                                    self._disabled_now())
             result = AgentResult(periodic=periodic, calls=dict(periodic.calls))
             if periodic.ok:
                 self._providers = self._tree_providers()
@@ -424,6 +472,27 @@ class ComputeAgent:
             self._hold_lease()
             self._claims_side(result, reconcile=False)
             return result
+
+    def _disabled_now(self) -> Optional[bool]:
+        """Whether an operator disabled this host (the store's record);
+        None when the store cannot be read (the trait is left as it is).
+        A change is logged once."""
+        try:
+            record = self._unfenced.disabled_hosts([self.host]).get(self.host)
+        except store_errors.HostStateError as err:
+            LOG.warning("cannot read whether host %s is disabled (%s): its "
+                        "%s trait is left as it is", self.host, err, DISABLED_TRAIT)
+            return None
+        disabled = record is not None
+        if disabled != self._disabled:
+            if record is not None:
+                LOG.warning("%s (by %s at %s): it takes no new instance, its "
+                            "root provider gets %s", record.describe(), record.by,
+                            record.at.isoformat(timespec="seconds"), DISABLED_TRAIT)
+            elif self._disabled is not None:
+                LOG.warning("host %s is enabled again", self.host)
+            self._disabled = disabled
+        return disabled
 
     def _tree_providers(self) -> dict[str, str]:
         """uuid -> name of the node's providers as Placement has them."""

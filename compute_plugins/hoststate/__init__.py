@@ -27,6 +27,7 @@ from compute_plugins.hoststate.records import (
     AgentLease,
     DecisionStatus,
     HostDecision,
+    HostDisabled,
     HostSnapshot,
     PublishResult,
 )
@@ -41,7 +42,8 @@ from compute_plugins.hoststate.transport import (
 __all__ = ["ACTIVE", "AgentLease", "AgentLeaseHeld", "AnswerTimeout", "DecisionExists",
            "DecisionNotFound",
            "DecisionQueue", "DecisionStatus", "DecisionStatusConflict",
-           "Fenced", "GenerationConflict", "HostDecision", "HostPublication", "HostSnapshot",
+           "Fenced", "GenerationConflict", "HostDecision", "HostDisabled",
+           "HostPublication", "HostSnapshot",
            "HostStateError", "HostStateStore", "HostStateTransport",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
            "SchemaVersionMismatch", "StoreUnavailable"]

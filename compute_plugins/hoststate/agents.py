@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection
 from compute_plugins.hoststate import database, errors
 from compute_plugins.hoststate.records import AgentLease
 from compute_plugins.hoststate.schema import decisions as t_decisions
+from compute_plugins.hoststate.schema import disabled as t_disabled
 from compute_plugins.hoststate.schema import hosts as t_hosts
 from compute_plugins.hoststate.schema import leases as t_leases
 from compute_plugins.hoststate.schema import providers as t_providers
@@ -193,6 +194,11 @@ class SqlAgentLeases(database.OnDatabase):
                             updated_at=database.utcnow()))
                 for table in (t_states, t_providers, t_leases, t_hosts):
                     conn.execute(sa.delete(table).where(table.c.host == old))
+                # NOTE: the host keeps its disabled flag (or its absence)
+                # under its new name.
+                conn.execute(sa.delete(t_disabled).where(t_disabled.c.host == new))
+                conn.execute(sa.update(t_disabled).where(
+                    t_disabled.c.host == old).values(host=new))
             return len(rows)
 
         return self.db.retrying(move)

@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from compute_plugins.hoststate import database, errors
-from compute_plugins.hoststate.records import HostSnapshot, PublishResult
+from compute_plugins.hoststate.records import HostDisabled, HostSnapshot, PublishResult
+from compute_plugins.hoststate.schema import disabled as t_disabled
 from compute_plugins.hoststate.schema import hosts as t_hosts
 from compute_plugins.hoststate.schema import providers as t_providers
 from compute_plugins.hoststate.schema import states as t_states
@@ -275,5 +276,83 @@ class SqlHostPublication(database.OnDatabase):
         if added:
             conn.execute(sa.insert(t_providers), added)
 
+    # -- hosts an operator disabled ------------------------------------------
 
-__all__ = ["SqlHostPublication"]
+    def disabled_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostDisabled]:
+        """host -> why it is disabled, for the disabled ones of ``hosts``
+        (None: every disabled host)."""
+        query = sa.select(t_disabled)
+        if hosts is None:
+            chunks: list[Any] = [None]
+        else:
+            chunks = list(database.chunks(sorted(set(database.listed(hosts, "host names")))))
+        result: dict[str, HostDisabled] = {}
+        with self.db.read() as conn:
+            for chunk in chunks:
+                q = query if chunk is None else query.where(t_disabled.c.host.in_(chunk))
+                result.update((row.host, _disabled_of(row)) for row in conn.execute(q))
+        return dict(sorted(result.items()))
+
+    def disable_host(self, host: str, reason: str, by: str) -> tuple[HostDisabled, bool]:
+        """Record ``host`` as disabled (``compute-plugins host disable``).
+
+        :param reason: the operator's text ("" for none), at most
+            :data:`REASON_LENGTH` characters.
+        :param by: who disabled it (cut to 255 characters).
+        :returns: the host's record, and whether this call disabled it
+            (False: it was disabled already; its record is kept as it was).
+        """
+        database.check_name("host name", host, database.NAME_LENGTH)
+        if not isinstance(reason, str) or len(reason) > REASON_LENGTH:
+            raise ValueError("reason %r: expected at most %d characters"
+                             % (reason, REASON_LENGTH))
+        record = HostDisabled(host, reason, by[:database.NAME_LENGTH] or "?",
+                              database.utcnow())
+
+        def write() -> tuple[HostDisabled, bool]:
+            try:
+                with self.db.write() as conn:
+                    conn.execute(sa.insert(t_disabled).values(
+                        host=host, reason=record.reason, disabled_by=record.by,
+                        disabled_at=record.at))
+                return record, True
+            except sa.exc.IntegrityError:
+                # NOTE: disabled already (or by a concurrent command): keep
+                # the first record, its reason and time.
+                found = self.disabled_hosts([host]).get(host)
+                if found is None:
+                    raise
+                return found, False
+
+        return self.db.retrying(write)
+
+    def enable_host(self, host: str) -> Optional[HostDisabled]:
+        """Forget that ``host`` was disabled.
+
+        :returns: the record removed (None: it was not disabled).
+        """
+        database.check_name("host name", host, database.NAME_LENGTH)
+
+        def write() -> Optional[HostDisabled]:
+            with self.db.write() as conn:
+                row = conn.execute(sa.select(t_disabled).where(
+                    t_disabled.c.host == host).with_for_update()).one_or_none()
+                if row is None:
+                    return None
+                conn.execute(sa.delete(t_disabled).where(t_disabled.c.host == host))
+                return _disabled_of(row)
+
+        return self.db.retrying(write)
+
+
+#: Longest reason an operator may give for disabling a host.
+REASON_LENGTH = 255
+
+
+def _disabled_of(row: Any) -> HostDisabled:
+    """A ``hoststate_disabled`` row as a :class:`HostDisabled`."""
+    return HostDisabled(host=row.host, reason=row.reason, by=row.disabled_by,
+                        at=row.disabled_at)
+
+
+__all__ = ["REASON_LENGTH", "SqlHostPublication"]

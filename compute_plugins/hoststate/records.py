@@ -118,5 +118,31 @@ class AgentLease:
     expires_at: datetime.datetime
 
 
-__all__ = ["ACTIVE", "AgentLease", "DecisionStatus", "HostDecision", "HostSnapshot",
-           "PublishResult"]
+@dataclasses.dataclass(frozen=True)
+class HostDisabled:
+    """A host an operator disabled (``compute-plugins host disable``): no
+    new decision goes to it; its instances stay.
+
+    :param host: the host.
+    :param reason: the operator's text ("" when none was given).
+    :param by: who disabled it (user@machine of the command).
+    :param at: when (naive UTC).
+    """
+
+    host: str
+    reason: str
+    by: str
+    at: datetime.datetime
+
+    def describe(self) -> str:
+        """``host X is disabled: REASON`` (what schedule says of it)."""
+        return "host %s is disabled%s" % (
+            self.host, ": %s" % self.reason if self.reason else " (no reason given)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "reason": self.reason, "by": self.by,
+                "at": self.at.isoformat() + "Z"}
+
+
+__all__ = ["ACTIVE", "AgentLease", "DecisionStatus", "HostDecision", "HostDisabled",
+           "HostSnapshot", "PublishResult"]

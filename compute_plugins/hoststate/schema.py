@@ -22,8 +22,9 @@ from sqlalchemy.dialects import mysql
 #: tables below (and say in :data:`UPGRADES` what an older one lacks).
 #: 2: ``hoststate_version.version`` is its primary key. 3: the store's
 #: identity (``hoststate_store``) and the agents' leases
-#: (``hoststate_leases``).
-SCHEMA_VERSION = 3
+#: (``hoststate_leases``). 4: the hosts an operator disabled
+#: (``hoststate_disabled``).
+SCHEMA_VERSION = 4
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -124,11 +125,27 @@ leases = sa.Table(
     **_MYSQL,
 )
 
+#: One row per host an operator disabled (``compute-plugins host disable``):
+#: no new decision goes to it (the scheduler skips it, and its agent keeps
+#: ``COMPUTE_STATUS_DISABLED`` on its root provider), its instances stay.
+#: ``reason`` is the operator's text (empty: none given), ``disabled_by``
+#: who ran the command (user@machine), ``disabled_at`` when. No foreign key
+#: to ``hoststate_hosts``: a host stays disabled while its published rows
+#: are dropped and written again (a rename moves the row).
+disabled = sa.Table(
+    "hoststate_disabled", metadata,
+    sa.Column("host", sa.String(255), primary_key=True),
+    sa.Column("reason", _TEXT, nullable=False),
+    sa.Column("disabled_by", sa.String(255), nullable=False),
+    sa.Column("disabled_at", _TIME, nullable=False),
+    **_MYSQL,
+)
+
 #: The tables besides ``hoststate_version``, in creation order.
-DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases)
+DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases, disabled)
 
 #: Older schema version -> the tables it lacks: opening such a store
 #: creates them (portable ``CREATE TABLE``; no column changes) and
 #: records :data:`SCHEMA_VERSION`. A version not listed here is refused
 #: (:class:`~compute_plugins.hoststate.errors.SchemaVersionMismatch`).
-UPGRADES = {2: (store_identity, leases)}
+UPGRADES = {2: (store_identity, leases, disabled), 3: (disabled,)}

@@ -28,6 +28,7 @@ from compute_plugins.hoststate.records import (
     AgentLease,
     DecisionStatus,
     HostDecision,
+    HostDisabled,
     HostSnapshot,
     PublishResult,
 )
@@ -59,6 +60,10 @@ class HostPublication(Protocol):
 
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown ones absent)."""
+
+    def disabled_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostDisabled]:
+        """host -> why an operator disabled it, for the disabled ones of
+        ``hosts`` (None: every disabled host)."""
 
 
 class DecisionQueue(Protocol):

@@ -12,8 +12,10 @@ guest node on which cell) are the plugins' ``fit`` on the host's state
 (:mod:`compute_plugins.scheduler.fitting`), and Placement checks the
 capacity atomically when the allocation is written.
 
-A host is a candidate when its root passes the root query and, for every
-requirement, some provider of its tree has room (a necessary condition):
+A host is a candidate when an operator did not disable it in the host-state
+store (:func:`operator_disabled`), its root passes the root query and, for
+every requirement, some provider of its tree has room (a necessary
+condition):
 
 - a numbered group (a guest node, a port, ``resources1:``): its resources,
   traits and aggregates on one provider; with *choices* (page sizes), any
@@ -288,7 +290,11 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
                     room[owner].setdefault(key, []).append(uuid)
     candidates: list[str] = []
     excluded: dict[str, tuple[Rejection, ...]] = {}
+    off = operator_disabled(store, known)
     for host in known:
+        if host in off:
+            excluded[host] = (off[host],)
+            continue
         reasons = []
         for why in root_reasons.get(host, ()):
             reasons.append(Rejection("Placement: %s" % why, plugin=PLACEMENT))
@@ -310,6 +316,22 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
         hosts=tuple(candidates), room=final, excluded=excluded,
         queries=tuple(s.short() for s in shapes) + tuple(extra_queries),
         calls=len(shapes) + len(extra_queries))
+
+
+def operator_disabled(store: HostPublication,
+                      hosts: Sequence[str]) -> dict[str, Rejection]:
+    """host -> why, for the ``hosts`` an operator disabled (``compute-plugins
+    host disable``: the store's record, with the reason given).
+
+    Placement's ``COMPUTE_STATUS_DISABLED`` trait already excludes them;
+    the store's record is read too because it is written first (the trait
+    follows, from the command or the host's agent), and it says why: the
+    one reason given for such a host is ``host X is disabled: REASON``.
+    """
+    if not hosts:
+        return {}
+    return {host: Rejection(record.describe())
+            for host, record in store.disabled_hosts(hosts).items()}
 
 
 _UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ([A-Za-z0-9_, ]+)")

@@ -35,6 +35,8 @@ EXPECTED_SHARED = {
     "placement serve": set(),
     "conformance": {"format", "host_snapshot"},
     "host rename": {"format", "placement_url"},
+    "host disable": {"format", "placement_url"},
+    "host enable": {"format", "placement_url"},
 }
 COMMON = {"config_file", "config_dir", "debug", "log_file"}
 #: Defaults set by :func:`arguments.command` and the subparsers, not options.

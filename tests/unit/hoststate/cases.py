@@ -831,12 +831,46 @@ class TestAgentLeases:
         assert '"h2"' in store.active_decision("c1").spec
         assert store.acquire_lease("h2", "node-b", "pid 2", 60).epoch == 1
 
+    def test_rename_host_keeps_it_disabled(self, store):
+        store.publish("h1", states(a=1), 0, nodename="h1", providers={"u1": "h1"})
+        store.disable_host("h1", "disk swap", "ops@desk")
+        store.disable_host("h2", "stale record of the new name", "ops@desk")
+        store.rename_host("h1", "h2")
+        assert list(store.disabled_hosts()) == ["h2"]
+        assert store.disabled_hosts()["h2"].reason == "disk swap"
+
+    def test_a_version_3_store_is_upgraded_in_place(self, empty_url):
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            lease = s.acquire_lease("h1", "node-a", "pid 1", 60)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
+                conn.execute(sa.update(schema.version).values(version=3))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.get_host("h1").generation == 1
+            assert s.get_lease("h1") == lease
+            assert s.disabled_hosts() == {}
+            record, changed = s.disable_host("h1", "bios update", "ops@desk")
+            assert changed and s.disabled_hosts() == {"h1": record}
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
+                    hoststate.SCHEMA_VERSION] == [4]
+        finally:
+            engine.dispose()
+
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
         engine = sa.create_engine(empty_url)
         try:
             with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
                 conn.execute(sa.text("DROP TABLE hoststate_leases"))
                 conn.execute(sa.text("DROP TABLE hoststate_store"))
                 conn.execute(sa.update(schema.version).values(version=2))
@@ -846,6 +880,7 @@ class TestAgentLeases:
             assert s.get_host("h1").generation == 1
             assert s.acquire_lease("h1", "node-a", "pid 1", 60).epoch == 1
             assert uuid.UUID(s.store_id())
+            assert s.disable_host("h1", "", "ops@desk")[1]
         engine = sa.create_engine(empty_url)
         try:
             with engine.connect() as conn:
@@ -853,3 +888,49 @@ class TestAgentLeases:
                     hoststate.SCHEMA_VERSION]
         finally:
             engine.dispose()
+
+
+class TestDisabledHosts:
+    """An operator's record of a disabled host (``host disable``)."""
+
+    def test_disable_records_reason_who_and_when(self, store):
+        before = database.utcnow()
+        record, changed = store.disable_host("h1", "firmware upgrade", "ops@desk")
+        assert changed
+        assert (record.host, record.reason, record.by) == ("h1", "firmware upgrade",
+                                                           "ops@desk")
+        assert before <= record.at <= database.utcnow()
+        assert store.disabled_hosts() == {"h1": record}
+        assert store.disabled_hosts(["h1", "h2"]) == {"h1": record}
+        assert store.disabled_hosts(["h2"]) == {}
+        assert record.describe() == "host h1 is disabled: firmware upgrade"
+
+    def test_disabling_twice_keeps_the_first_record(self, store):
+        first, _ = store.disable_host("h1", "first", "ops@desk")
+        again, changed = store.disable_host("h1", "second", "other@desk")
+        assert not changed and again == first
+        assert store.disabled_hosts()["h1"].reason == "first"
+
+    def test_enable_removes_the_record_and_returns_it(self, store):
+        record, _ = store.disable_host("h1", "", "ops@desk")
+        assert record.describe() == "host h1 is disabled (no reason given)"
+        assert store.enable_host("h1") == record
+        assert store.disabled_hosts() == {}
+        assert store.enable_host("h1") is None
+
+    def test_bad_input_is_refused_and_writes_nothing(self, store):
+        with pytest.raises(ValueError, match="reason .* expected at most 255 characters"):
+            store.disable_host("h1", "x" * 256, "ops@desk")
+        with pytest.raises(ValueError, match="host name"):
+            store.disable_host("", "why", "ops@desk")
+        with pytest.raises(TypeError, match="string"):
+            store.disabled_hosts("h1")
+        assert store.disabled_hosts() == {}
+
+    def test_a_disabled_host_still_publishes_and_answers(self, store):
+        store.disable_host("h1", "maintenance", "ops@desk")
+        assert store.publish("h1", states(a=1), 0).written
+        d = store.submit_decision("c1", "h1", SPEC)
+        protocol.claim(store, d.id)
+        protocol.request_release(store, "c1")
+        assert store.active_decision("c1").status == "releasing"
