@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 from oslo_config import cfg
 
-if TYPE_CHECKING:
-    from compute_plugins.compute.disable import HostStatusResult
-
 from compute_plugins.cmd import arguments, common
 from compute_plugins.util.text import printable
+
+if TYPE_CHECKING:
+    from compute_plugins.compute.disable import HostStatusResult
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -131,26 +131,31 @@ def run_disable(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     """``host disable``: exit 0 disabled (or so already), 1 Placement not
     updated, 2 unknown host or reason too long (InputError)."""
     from compute_plugins import exception
+    from compute_plugins.cmd.report import quiet_placement_logs
     from compute_plugins.compute import disable as status
     from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.placement import connect
 
+    quiet_placement_logs(conf.debug)
     with HostStateStore.from_config(conf) as store, \
             connect.placement_client(conf, args.placement_url) as placement:
         try:
             done = status.disable_host(store, placement, args.name, args.reason)
         except ValueError as err:
-            raise exception.InputError("--reason: %s" % err) from None
+            # NOTE: the store's own message names the value and the rule.
+            raise exception.InputError(str(err)) from None
     return _said(args, done)
 
 
 def run_enable(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     """``host enable``: exit 0 enabled (or so already), 1 Placement not
     updated, 2 unknown host (InputError)."""
+    from compute_plugins.cmd.report import quiet_placement_logs
     from compute_plugins.compute import disable as status
     from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.placement import connect
 
+    quiet_placement_logs(conf.debug)
     with HostStateStore.from_config(conf) as store, \
             connect.placement_client(conf, args.placement_url) as placement:
         done = status.enable_host(store, placement, args.name)
@@ -183,9 +188,9 @@ def _status_line(done: HostStatusResult) -> str:
         what = ("host %s enabled (it was disabled%s%s)" % (done.host, since, why)
                 if done.changed else "host %s is already enabled; nothing changed" % done.host)
     if done.placement_error is not None:
-        part = ("Placement not updated (%s): the host's agent makes its %s "
-                "trait follow at its next periodic" % (
-                    done.placement_error, "COMPUTE_STATUS_DISABLED"))
+        part = ("Placement not updated (%s): the host's agent %s "
+                "COMPUTE_STATUS_DISABLED at its next periodic, or run this again"
+                % (done.placement_error, "sets" if done.disabled else "removes"))
     elif done.root is None:
         part = "Placement has no root provider for it yet"
     elif done.trait_changed:

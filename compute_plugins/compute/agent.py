@@ -9,8 +9,9 @@
    commits the plugins' contributions (discards them when Placement was not
    reached); the root's ``COMPUTE_STATUS_DISABLED`` trait follows the
    store's record of an operator disabling the host (``compute-plugins
-   host disable``, :func:`status_trait_update`): it keeps running,
-   reporting and releasing, and takes no new decision;
+   host disable``, :func:`status_trait_update`): the scheduler sends a
+   disabled host no new decision; its agent keeps running, reporting and
+   releasing;
 3. publishes every plugin's host state, built under the claims in force
    (the ledger's assignments), to the host-state store, only when it
    changed: in steady state a periodic makes no Placement call and no store

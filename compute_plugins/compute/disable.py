@@ -53,8 +53,7 @@ class UnknownHost(exception.InputError):
     def __init__(self, host: str) -> None:
         super().__init__(
             "host %s: unknown to the host-state store (no compute agent ever "
-            "published it; see the hosts its agents published with "
-            "compute-plugins schedule --format json)" % host)
+            "published it)" % host)
         self.host = host
 
 
