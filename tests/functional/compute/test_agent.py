@@ -697,3 +697,33 @@ def test_a_new_decision_replaces_the_stale_claim_of_its_consumer(host):
     assert host.store.active_decision(consumer).status == DecisionStatus.CLAIMED
     assert host.allocations(consumer)
     assert len(pinned_cpus(host.published())) == 4
+
+
+def root_traits(host) -> set[str]:
+    client = host.placement.client()
+    [root] = client.get("/resource_providers?name=%s" % host.name)["resource_providers"]
+    return set(client.get("/resource_providers/%s/traits" % root["uuid"])["traits"])
+
+
+def test_a_disabled_host_keeps_the_trait_claims_and_releases(host):
+    """``host disable``'s record in the store: the agent's periodic sets
+    COMPUTE_STATUS_DISABLED on its root once, then is silent again; a
+    decision addressed before the host was disabled is still executed (as
+    nova builds an instance already scheduled) and released."""
+    assert host.agent.run_once().ok
+    consumer = host.decide()  # addressed before the operator disabled the host
+    host.store.disable_host(host.name, "firmware upgrade", "ops@desk")
+    first = host.agent.run_once()
+    assert first.ok and first.claimed and first.claimed[0].consumer == consumer
+    assert "COMPUTE_STATUS_DISABLED" in root_traits(host)
+    assert first.periodic.calls == {"PUT /resource_providers/{uuid}/traits": 1}
+    steady = host.agent.run_once()
+    assert steady.ok and steady.placement_calls == 0 and steady.store_writes == 0
+    assert "COMPUTE_STATUS_DISABLED" in root_traits(host)
+    protocol.request_release(host.store, consumer)
+    (released,) = host.agent.poll().releases
+    assert released.consumer == consumer and host.allocations(consumer) == {}
+    host.store.enable_host(host.name)
+    assert host.agent.run_once().ok
+    assert "COMPUTE_STATUS_DISABLED" not in root_traits(host)
+    assert host.agent.run_once().placement_calls == 0
