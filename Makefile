@@ -31,7 +31,8 @@ docs: $(RUN_STAMP)
 
 bootstrap: $(TEST_STAMP)
 
-# The runtime requirements only: what the demo needs.
+# The runtime requirements only: what the demo needs (bindep.txt without its
+# test profile).
 $(RUN_STAMP): setup.cfg bindep.txt
 	tools/install-bindep.sh
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -39,7 +40,9 @@ $(RUN_STAMP): setup.cfg bindep.txt
 	$(VENV)/bin/pip install -q -e .
 	touch $@
 
-# The test extra (pytest, linters, nova, database drivers) on top.
+# The test extra (pytest, linters, nova, database drivers) on top, with the
+# Debian packages of bindep.txt's test profile (the database servers, umockdev).
 $(TEST_STAMP): $(RUN_STAMP)
+	tools/install-bindep.sh test
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@

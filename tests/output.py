@@ -22,3 +22,16 @@ def flat(text: str) -> str:
     """``text`` with every run of white space, line breaks included, one
     space: a message as one line, however it was wrapped."""
     return " ".join(text.split())
+
+
+def records(stdout: str) -> list[str]:
+    """The records of an output whose every record starts at column 0
+    (``conformance``: one per check and plugin): each line with the lines
+    four columns in that follow it (its wrapped rest) joined back."""
+    joined: list[str] = []
+    for line in stdout.splitlines():
+        if joined and line.startswith("    "):
+            joined[-1] += " " + line[4:]
+        else:
+            joined.append(line)
+    return joined

@@ -7,7 +7,10 @@ machine happens to run: each server here gets its own temporary directory
 configuration from ``/etc``; the session starts it on first use and stops
 and removes it at its end. Under pytest-xdist each worker that needs a
 server starts its own (initdb and mariadb-install-db take about a second
-each: cheaper and simpler than sharing one between processes).
+each: cheaper and simpler than sharing one between processes). A run killed
+before its clean-up (a Ctrl-C whose teardown xdist cuts short) leaves its
+directory, and maybe its server; the next run's first server stops and
+removes them (:func:`clean_stale`: the directory's lock no process holds).
 
 The processes are run by pytest-postgresql's and pytest-mysql's executors
 (initdb/pg_ctl and mariadb-install-db/mysqld_safe, waited on until they
@@ -34,12 +37,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,12 +144,81 @@ def _service_user(name: str, package: str) -> pwd.struct_passwd | None:
                     pytrace=False)
 
 
-def _private_dir(prefix: str, owner: pwd.struct_passwd | None) -> Path:
-    """A new directory under $TMPDIR for one server, owned by ``owner``."""
+#: The lock file in each server's directory: held (flock) by the process
+#: that started the server for as long as the server is its.
+LOCK = ".owner.lock"
+#: A directory without its lock file is one being made (or one of a version
+#: of these tests without locks): removed only once this old.
+UNLOCKED_GRACE_S = 600
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """The pids of the processes whose command line names ``path`` (a
+    server's mysqld_safe, mariadbd, postgres: their data directory is in it)."""
+    needle = str(path).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    if needle in f.read():
+                        found.append(int(entry))
+            except OSError:  # gone meanwhile
+                pass
+    return found
+
+
+def clean_stale(prefix: str) -> None:
+    """Stop the servers and remove the directories that runs killed before
+    their clean-up left under $TMPDIR (``prefix*``): those whose lock no
+    process holds. A SIGKILLed xdist worker (a Ctrl-C whose teardown was
+    cut short) runs neither the fixtures' teardown nor mirakuru's atexit
+    kill, and its server runs on. Directories of live runs (theirs or
+    another session's, concurrently) keep their lock and are left alone."""
+    for base in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        lock_path = base / LOCK
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                young = time.time() - base.stat().st_mtime < UNLOCKED_GRACE_S
+            except OSError:
+                continue
+            if young or _processes_naming(base):
+                continue
+            shutil.rmtree(base, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live run's
+            for pid in _processes_naming(base):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(base, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _private_dir(prefix: str, owner: pwd.struct_passwd | None) -> Iterator[Path]:
+    """A new directory under $TMPDIR for one server, owned by ``owner``,
+    locked by this process while the block runs and removed after; the
+    directories earlier runs left (:func:`clean_stale`) removed first."""
+    clean_stale(prefix)
     base = Path(tempfile.mkdtemp(prefix=prefix))
-    if owner is not None:
-        os.chown(base, owner.pw_uid, owner.pw_gid)
-    return base
+    fd = os.open(base / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if owner is not None:
+            os.chown(base, owner.pw_uid, owner.pw_gid)
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        os.close(fd)
 
 
 def _wrapper(path: Path, command: str) -> str:
@@ -168,8 +243,7 @@ def postgresql() -> Iterator[DatabaseServer]:
     block runs; its directory removed after."""
     pg_ctl = _pg_ctl()
     owner = _service_user("postgres", "postgresql")
-    base = _private_dir("compute-plugins-pg-", owner)
-    try:
+    with _private_dir("compute-plugins-pg-", owner) as base:
         if owner is not None:
             pg_ctl = _wrapper(base / "pg_ctl", 'setpriv --reuid=%s --regid=%s --init-groups %s "$@"'
                               % (owner.pw_name, owner.pw_gid, pg_ctl))
@@ -200,8 +274,6 @@ def postgresql() -> Iterator[DatabaseServer]:
             yield DatabaseServer("postgresql", HOST, executor.port, "postgres")
         finally:
             executor.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -214,8 +286,7 @@ def mariadb() -> Iterator[DatabaseServer]:
     install_db = _find(("mariadb-install-db", "mysql_install_db"), "mariadb-server", what)
     admin = _find(("mariadb-admin", "mysqladmin"), "mariadb-server", what)
     owner = _service_user("mysql", "mariadb-server")
-    base = _private_dir("compute-plugins-mariadb-", owner)
-    try:
+    with _private_dir("compute-plugins-mariadb-", owner) as base:
         # NOTE: the executor gives ``--user=root`` to all three: the SQL
         # superuser that shuts the server down, and the OS user the server
         # would run as. The later --user here (the last one wins) runs it as
@@ -249,5 +320,3 @@ def mariadb() -> Iterator[DatabaseServer]:
             yield DatabaseServer("mariadb", HOST, port, "root")
         finally:
             executor.stop()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)

@@ -5,7 +5,8 @@ plugin's own test suite calls).
 Each plugin named (default: every plugin installed in the
 ``compute_plugins.resources`` entry-point namespace) runs on the demo's
 bundled hosts (``--host-snapshot DIR``: on that host instead) with the
-requests it offers; the output is one line per check and plugin::
+requests it offers; the output is one line per check and plugin (wrapped
+at 100 columns: a longer one goes on 4 columns in)::
 
     PASS numa json-roundtrip: 130 requests, 20 states, 223 assignments, 5 hosts
     SKIP disk guest-xml: 5 domains assembled; not validated against ...
@@ -33,6 +34,7 @@ from oslo_config import cfg
 
 from compute_plugins import exception, testing
 from compute_plugins.cmd import arguments, common
+from compute_plugins.util import text
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -85,7 +87,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         reports.append(report)
         if args.format != "json":
             for line in report.lines():
-                print(line)
+                # One record per check, wrapped at 100 columns as every
+                # command's text: its rest 4 columns in.
+                print("\n".join(text.wrap(line)))
             sys.stdout.flush()
     if args.format == "json":
         common.print_json([report.to_dict() for report in reports])

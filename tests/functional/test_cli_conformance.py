@@ -15,6 +15,7 @@ import pytest
 from compute_plugins.cmd.main import main
 from compute_plugins.testing import CHECKS, _framework
 from tests.functional.testing.test_kit import LenientDisk
+from tests.output import records
 
 STATUSES = ("PASS ", "SKIP ")
 
@@ -29,7 +30,7 @@ def conformance(capsys, *args, code):
 def test_one_line_per_check_and_plugin_exit_0(capsys):
     out = conformance(capsys, "disk", "--check", "json-roundtrip", "--check", "guest-xml",
                       "--check", "double-booking", code=0)
-    lines = out.out.splitlines()
+    lines = records(out.out)
     assert [line.split(":")[0] for line in lines] == [
         "PASS disk json-roundtrip", "PASS disk double-booking",
         lines[2].split(":")[0]]
@@ -40,7 +41,10 @@ def test_one_line_per_check_and_plugin_exit_0(capsys):
 
 
 def test_every_installed_plugin_by_default(capsys):
-    lines = conformance(capsys, code=0).out.splitlines()
+    out = conformance(capsys, code=0).out
+    # Wrapped at 100 columns as every command's text output, nothing cut.
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    lines = records(out)
     assert [line.split(":")[0].split(" ", 1)[1] for line in lines] == [
         "%s %s" % (plugin, check) for plugin in ("disk", "memenc", "numa", "pmem", "sriov", "vgpu")
         for check in CHECKS]
@@ -51,7 +55,9 @@ def test_a_failing_check_is_exit_1(capsys, monkeypatch):
     monkeypatch.setattr(_framework, "installed_class",
                         lambda name: LenientDisk if name == "disk" else None)
     lines = conformance(capsys, "disk", "--check", "discovery", "--check", "fit-verify",
-                        code=1).out.splitlines()
+                        code=1).out
+    assert max(len(line) for line in lines.splitlines()) <= 100, lines
+    lines = records(lines)
     assert len(lines) == 2
     assert lines[0] == "PASS disk discovery: 5 of 5 hosts"
     assert lines[1].startswith("FAIL disk fit-verify: host numa, 8 guests, sample 1 "
@@ -109,6 +115,7 @@ def test_on_a_host_snapshot_of_ones_own(capsys):
     from compute_plugins import demo
 
     lines = conformance(capsys, "vgpu", "--check", "discovery", "--check", "double-booking",
-                        "--host-snapshot", demo.host_dir("gpu"), code=0).out.splitlines()
+                        "--host-snapshot", demo.host_dir("gpu"), code=0).out
+    lines = records(lines)
     assert lines == ["PASS vgpu discovery: 1 of 1 host",
                      "PASS vgpu double-booking: 36 decisions: 36 rejected once held"]

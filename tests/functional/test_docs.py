@@ -31,6 +31,7 @@ install software, change a real host or need a real cloud.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -309,3 +310,131 @@ def test_documented_commands_work_as_written(page: Path, tmp_path: Path) -> None
         pytest.fail("bash is needed to run the documented commands")
     problems = run_page(page, tmp_path)
     assert not problems, "\n\n".join(problems)
+
+
+#: A Markdown link or image: ``[text](target)`` (``target`` without spaces).
+LINK = re.compile(r"!?\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*#*\s*$")
+#: An explicit MyST target, ``(name)=`` on a line of its own.
+MYST_TARGET = re.compile(r"^\((?P<name>[^)]+)\)=\s*$")
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """The lines of a Markdown page outside its fenced blocks: (number, line)."""
+    out, inside = [], False
+    for n, line in enumerate(path.read_text().split("\n"), 1):
+        if FENCE.match(line) and (not inside or line.strip() == "```"):
+            inside = not inside
+            continue
+        if not inside:
+            out.append((n, line))
+    return out
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub and MyST
+    (``myst_heading_anchors``) make them, and its explicit targets."""
+    found = set()
+    for _, line in _prose(path):
+        if m := HEADING.match(line):
+            title = re.sub(r"[^\w\- ]", "", m["title"].strip().lower())
+            found.add(title.replace(" ", "-"))
+        elif m := MYST_TARGET.match(line):
+            found.add(m["name"])
+    return found
+
+
+def test_relative_links_resolve() -> None:
+    """Every relative link of the README and of ``doc/source`` names a file
+    of the repository (relative to the page, as GitHub and Sphinx read it)
+    and, with ``#anchor``, a heading of that page."""
+    broken = []
+    for page in PAGES:
+        for n, line in _prose(page):
+            for m in LINK.finditer(line):
+                target = m["target"]
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, mailto:...
+                    continue
+                path_part, _, anchor = target.partition("#")
+                linked = (page.parent / path_part).resolve() if path_part else page
+                where = "%s:%d: %s" % (page.relative_to(ROOT), n, target)
+                if not linked.exists():
+                    broken.append(where + " (no such file)")
+                elif not linked.is_relative_to(ROOT):
+                    broken.append(where + " (outside the repository)")
+                elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                    broken.append(where + " (no such heading in %s)" % linked.name)
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def _known_options() -> dict[str, set[str]]:
+    """Every option this project registers, by group: the config
+    generator's namespaces (``compute_plugins``, ``oslo.log``), the nova
+    adapters' ``[compute_plugins] config_file`` (nova.conf) and the example
+    plugin's ``[fpga]``."""
+    from oslo_config import generator
+
+    from compute_plugins.nova.conf import GROUP, NOVA_OPTS
+
+    known: dict[str, set[str]] = {}
+    for _, groups in generator._list_opts(["compute_plugins", "oslo.log"]):
+        for group, opts in groups:
+            name = getattr(group, "name", group) or "DEFAULT"
+            known.setdefault(name, set()).update(o.dest for o in opts)
+    known[GROUP].update(o.dest for o in NOVA_OPTS)
+    sys.path.insert(0, str(ROOT / "examples" / "fpga"))
+    try:
+        fpga_view = importlib.import_module("compute_plugins_fpga.view")
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "fpga"))
+    known[fpga_view.GROUP] = {o.dest for o in fpga_view.OPTS}
+    return known
+
+
+def _ini_blocks() -> list[tuple[str, list[tuple[int, str]]]]:
+    """The ``ini`` fenced blocks of the pages: (where, [(line number, line)])."""
+    blocks = []
+    for page in PAGES:
+        inside: str | None = None
+        start = 0
+        lines: list[tuple[int, str]] = []
+        for n, line in enumerate(page.read_text().split("\n"), 1):
+            m = FENCE.match(line)
+            if m and inside is None:
+                inside, start, lines = m["info"].strip(), n, []
+            elif m and line.strip() == "```":
+                if inside == "ini":
+                    blocks.append(("%s:%d" % (page.relative_to(ROOT), start), lines))
+                inside = None
+            elif inside == "ini":
+                lines.append((n, line.strip()))
+    return blocks
+
+
+def test_config_examples_name_real_options_with_comments_on_their_own_lines() -> None:
+    """Every option of an ``ini`` block in one of this project's groups is
+    an option it registers, and no value carries an inline comment
+    (oslo.config keeps ``value  # comment`` as the value)."""
+    known = _known_options()
+    problems = []
+    blocks = _ini_blocks()
+    assert blocks, "no ini block found"
+    for where, lines in blocks:
+        group = "DEFAULT"
+        for n, line in lines:
+            if not line or line.startswith(("#", ";")):
+                continue
+            if m := re.fullmatch(r"\[(?P<group>[^\]]+)\]", line):
+                group = m["group"]
+                continue
+            name, sep, value = line.partition("=")
+            if not sep:
+                problems.append("%s: line %d is no option: %r" % (where, n, line))
+                continue
+            if re.search(r"\s[#;]", value):
+                problems.append("%s: line %d: inline comment in the value of %s"
+                                % (where, n, name.strip()))
+            if group in known and name.strip() not in known[group]:
+                problems.append("%s: line %d: [%s] %s is no option of compute-plugins"
+                                % (where, n, group, name.strip()))
+    assert not problems, "\n".join(problems)

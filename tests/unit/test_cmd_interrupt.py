@@ -52,3 +52,73 @@ def test_ctrl_c_in_a_destructor_still_stops_the_command(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert ran_on == [] and captured.out == ""
     assert captured.err == "compute-plugins: interrupted\n"
+
+
+def _console_script() -> str:
+    """What pip's ``compute-plugins`` script runs: the setup.cfg entry
+    point, imported and called."""
+    import configparser
+    from pathlib import Path
+
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).parents[2] / "setup.cfg")
+    scripts = dict(line.split(" = ") for line in
+                   setup["entry_points"]["console_scripts"].strip().splitlines())
+    module, func = scripts["compute-plugins"].split(":")
+    return "import sys\nfrom %s import %s\nsys.exit(%s())\n" % (module, func, func)
+
+
+#: A Ctrl-C landing while the script imports the command line's modules
+#: (oslo.config, the subcommands: the first quarter second).
+_INTERRUPTED_IMPORT = """
+import sys
+class InterruptedImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "oslo_config":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, InterruptedImport())
+"""
+
+
+def test_ctrl_c_while_the_script_imports_the_command_line_is_exit_130():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT + _console_script(),
+                           "validate", "--flavor", "f.json"],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        130, "", "compute-plugins: interrupted\n")
+
+
+def test_ctrl_c_at_any_moment_of_the_start_is_no_traceback():
+    """A real SIGINT, early and late in the start (once Python itself
+    started and the script imported the entry point: a signal before then
+    kills Python or makes it print a fatal error, which no program can
+    help): exit 130 with one line, or the command's own exit when it
+    finished first."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    flavor = Path(__file__).parents[2] / "examples" / "fit" / "nfv.medium.json"
+    seen = []
+    # NOTE: "started" once the script imported the entry point (the
+    # compute_plugins and compute_plugins.cmd packages, a millisecond of
+    # nothing but the import machinery), right before calling it.
+    script = _console_script().replace("sys.exit(", "print('started', flush=True)\nsys.exit(")
+    for delay in (0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45):
+        proc = subprocess.Popen([sys.executable, "-c", script,
+                                 "validate", "--flavor", str(flavor)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        seen.append((delay, proc.returncode, err))
+        assert "Traceback" not in err, (delay, err)
+        assert (proc.returncode, err) in ((130, "compute-plugins: interrupted\n"),
+                                          (0, "")), (delay, err)
+    assert any(code == 130 for _, code, _ in seen), seen

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from compute_plugins import demo, testing
+from tests.output import records
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "fpga"
@@ -117,8 +118,8 @@ def test_inventory_has_a_provider_per_card_under_its_cell(target, conf_file):
 def test_it_passes_the_conformance_command(target):
     """``compute-plugins conformance fpga``: every check of the kit, on the
     installed plugin (with the numa plugin it runs after)."""
-    lines = run(target, "-m", "compute_plugins.cmd.main", "conformance",
-                "fpga").splitlines()
+    lines = records(run(target, "-m", "compute_plugins.cmd.main", "conformance",
+                        "fpga"))
     assert [line.split(":")[0].split(" ", 1)[1] for line in lines] == [
         "fpga " + check for check in testing.CHECKS]
     for line in lines:
