@@ -17,6 +17,7 @@ from compute_plugins.hoststate.errors import (
     DecisionStatusConflict,
     Fenced,
     GenerationConflict,
+    HostDown,
     HostStateError,
     ProviderConflict,
     SchemaVersionMismatch,
@@ -28,6 +29,7 @@ from compute_plugins.hoststate.records import (
     DecisionStatus,
     HostDecision,
     HostSnapshot,
+    HostStatus,
     PublishResult,
 )
 from compute_plugins.hoststate.schema import SCHEMA_VERSION
@@ -41,7 +43,8 @@ from compute_plugins.hoststate.transport import (
 __all__ = ["ACTIVE", "AgentLease", "AgentLeaseHeld", "AnswerTimeout", "DecisionExists",
            "DecisionNotFound",
            "DecisionQueue", "DecisionStatus", "DecisionStatusConflict",
-           "Fenced", "GenerationConflict", "HostDecision", "HostPublication", "HostSnapshot",
-           "HostStateError", "HostStateStore", "HostStateTransport",
+           "Fenced", "GenerationConflict", "HostDecision", "HostDown", "HostPublication",
+           "HostSnapshot",
+           "HostStateError", "HostStateStore", "HostStateTransport", "HostStatus",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
            "SchemaVersionMismatch", "StoreUnavailable"]

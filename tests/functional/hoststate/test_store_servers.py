@@ -17,6 +17,7 @@ from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
     TestAgentLeases,
     TestDecisions,
+    TestLiveness,
     TestPublish,
     TestSchema,
     TestTransitions,
