@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING
 
 from compute_plugins.cmd import arguments
 from compute_plugins.util.text import printable
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from typing import Any
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
