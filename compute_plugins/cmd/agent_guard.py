@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from oslo_config import cfg
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
-from compute_plugins.compute import identity
+    from compute_plugins.compute import identity
+
+
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +44,7 @@ def lock_state_dir(conf: cfg.ConfigOpts) -> identity.StateDirLock:
 
     :raises AgentRunning: another agent holds it (exit 2, naming its pid).
     """
+    from compute_plugins.compute import identity
     from compute_plugins.conf import plugins as plugins_conf
 
     return identity.StateDirLock(plugins_conf.state_dir(conf)).__enter__()

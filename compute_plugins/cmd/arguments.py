@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -24,6 +24,24 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             "invalid value %r: must be a finite number of seconds >= 0" % text)
     return value
+
+
+class Deferred:
+    """A value a help text shows, computed only when the help is printed
+    (a module's constant whose import is not free: the command line's
+    start-up imports no command's dependencies).
+
+    Set it as an attribute of the option's action and name it in the help
+    (``%(NAME)s``), as argparse's ``%(default)s``.
+
+    :param compute: makes the value.
+    """
+
+    def __init__(self, compute: Callable[[], object]) -> None:
+        self._compute = compute
+
+    def __str__(self) -> str:
+        return str(self._compute())
 
 
 #: Where a command's ``--help`` wraps its description.

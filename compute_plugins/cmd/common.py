@@ -1,4 +1,9 @@
-"""What several subcommands share: host selection, plugin loading, output."""
+"""What several subcommands share: host selection, plugin loading, output.
+
+Light to import (the command line's start-up, :mod:`compute_plugins.cmd.main`):
+oslo.config, the plugins and host discovery are imported by the functions
+that use them.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,16 @@ import argparse
 import json
 import re
 import sys
-from typing import Any
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins import exception
-from compute_plugins import host as host_discovery
-from compute_plugins.host.model import HostInfo
-from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.util.text import printable, wrap_lines
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from compute_plugins.host.model import HostInfo
+    from compute_plugins.runtime.manager import PluginManager
 
 
 def check_values(conf: cfg.ConfigOpts) -> None:
@@ -23,6 +29,8 @@ def check_values(conf: cfg.ConfigOpts) -> None:
     oslo.config converts values lazily; without this a typo in a config file
     would surface as a traceback in the middle of a periodic.
     """
+    from oslo_config import cfg
+
     for name, _ in list(conf.items()):
         group = conf[name]
         if isinstance(group, cfg.ConfigOpts.GroupAttr):
@@ -45,6 +53,8 @@ def _value_error(err: cfg.ConfigSourceValueError) -> str:
 
 def plugin_manager(conf: cfg.ConfigOpts) -> PluginManager:
     """Load the enabled plugins and validate every option they registered."""
+    from compute_plugins.runtime.manager import PluginManager
+
     manager = PluginManager(conf)
     check_values(conf)
     return manager
@@ -52,6 +62,8 @@ def plugin_manager(conf: cfg.ConfigOpts) -> PluginManager:
 
 def discover(conf: cfg.ConfigOpts, args: argparse.Namespace) -> HostInfo:
     """The host named by ``--host-snapshot``/``--libvirt-uri`` or the config."""
+    from compute_plugins import host as host_discovery
+
     snapshot = args.host_snapshot or conf.libvirt.host_snapshot
     uri = args.libvirt_uri or conf.libvirt.connection_uri
     if snapshot:

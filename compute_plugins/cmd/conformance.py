@@ -29,12 +29,14 @@ import argparse
 import glob
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from oslo_config import cfg
-
-from compute_plugins import exception, testing
+from compute_plugins import exception
 from compute_plugins.cmd import arguments, common
 from compute_plugins.util import text
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -50,10 +52,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="an installed plugin (default: every one)")
     # NOTE: no argparse ``choices``: an unknown check is one error line
     # (InputError, exit 2), as an unknown plugin is, not the usage text.
-    parser.add_argument("--check", action="append", dest="checks", metavar="CHECK",
-                        help="run only this check (repeatable): %s"
-                        % ", ".join(testing.CHECKS))
+    checks = parser.add_argument("--check", action="append", dest="checks",
+                                 metavar="CHECK",
+                                 help="run only this check (repeatable): %(check_names)s")
+    checks.check_names = arguments.Deferred(_check_names)  # type: ignore[attr-defined]
     parser.set_defaults(func=run)
+
+
+def _check_names() -> str:
+    from compute_plugins import testing
+
+    return ", ".join(testing.CHECKS)
 
 
 def _config_files(args: argparse.Namespace) -> list[str]:
@@ -66,6 +75,8 @@ def _config_files(args: argparse.Namespace) -> list[str]:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins import testing
+
     installed = testing.installed_plugins()
     names = args.plugins or installed
     unknown = [name for name in names if name not in installed]

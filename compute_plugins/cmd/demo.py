@@ -23,12 +23,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Optional, TextIO
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Optional, TextIO
 
 from compute_plugins.cmd import arguments, common
 from compute_plugins.util.text import printable
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -34,23 +34,21 @@ is said on stderr, one line per problem, nothing on stdout.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from oslo_config import cfg
-from oslo_log import log as logging
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments, common, validate
-from compute_plugins.compute import guest
-from compute_plugins.host.model import HostInfo
-from compute_plugins.plugin.state import AssignmentConflict
-from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request.groups import Decision, PluginAssignment
-from compute_plugins.request.spec import RequestSpec
-from compute_plugins.request.types import CodecError, decode
-from compute_plugins.runtime import FitResult, PluginSet
-from compute_plugins.runtime.manager import PluginManager
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from compute_plugins.host.model import HostInfo
+    from compute_plugins.request.groups import PluginAssignment
+    from compute_plugins.request.spec import RequestSpec
+    from compute_plugins.runtime import FitResult, PluginSet
+    from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
 
@@ -95,6 +93,8 @@ def read_usage(doc: Any, plugins: PluginSet, path: str
     :raises BadInput: not a list of objects; a plugin not loaded or that
         has no assignment type; an assignment of the wrong shape.
     """
+    from compute_plugins.request.types import CodecError, decode
+
     if not isinstance(doc, list):
         raise BadInput("usage file %s: expected a JSON list of assignments "
                        "objects (the 'assignments' that fit prints), got %s"
@@ -146,6 +146,11 @@ def decide(manager: PluginManager, host: HostInfo, spec: RequestSpec,
     :raises BadInput: the usage does not hold on the host
         (:class:`AssignmentConflict`).
     """
+    from compute_plugins.compute import guest
+    from compute_plugins.plugin.state import AssignmentConflict
+    from compute_plugins.request.groups import Decision
+    from compute_plugins.runtime import FitResult
+
     try:
         states, broken = manager.host_states(host.hostname, usage, strict=True,
                                              host=host.hostname)
@@ -166,6 +171,9 @@ def decide(manager: PluginManager, host: HostInfo, spec: RequestSpec,
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.request.errors import RequestInputError, RequestValidationError
+    from compute_plugins.request.spec import RequestSpec
+
     try:
         inputs = validate.request_input(args)
         usage_doc = validate.load_json(args.usage, "usage") if args.usage else []
@@ -216,6 +224,8 @@ def _bad(*lines: str) -> int:
 
 def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
                 result: FitResult, xml: str | None) -> None:
+    from compute_plugins.compute import guest
+
     flavor = "flavor %s: %d vCPU%s, %d MiB" % (
         spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
         "" if spec.flavor.vcpus == 1 else "s", spec.flavor.memory_mb)

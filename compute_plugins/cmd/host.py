@@ -16,12 +16,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from oslo_config import cfg
-
 from compute_plugins.cmd import arguments, common
 from compute_plugins.util.text import printable
 
 if TYPE_CHECKING:
+    from oslo_config import cfg
+
     from compute_plugins.compute.disable import HostStatusResult
 
 EXIT_OK, EXIT_FAILED = 0, 1

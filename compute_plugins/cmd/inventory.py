@@ -7,12 +7,12 @@ talks to no Placement.
 from __future__ import annotations
 
 import argparse
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING
 
 from compute_plugins.cmd import arguments, common
-from compute_plugins.tree import render as tree_view
-from compute_plugins.tree.provider_tree import ProviderTree
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.tree import render as tree_view
+    from compute_plugins.tree.provider_tree import ProviderTree
+
     manager = common.plugin_manager(conf)
     host = common.discover(conf, args)
     manager.discover(host)

@@ -6,6 +6,12 @@ Exit codes: 0 success, 1 the job failed (or the host is degraded),
 2 bad usage, configuration or input (:class:`~compute_plugins.exception.
 InputError`), 130 interrupted (Ctrl-C, at any moment). Errors are one clear
 line on stderr, never a traceback (``--debug`` logs the traceback too).
+
+Start-up is kept short (issue 19, item 5; ``python -m bench.startup``):
+building the parser imports only the subcommands' light modules
+(``register``), never oslo.config, oslo.log, SQLAlchemy, Placement or the
+plugins: ``--version`` and ``--help`` run without them, and each command
+imports what it needs in its ``run`` (``tests/unit/test_cli_startup.py``).
 """
 
 from __future__ import annotations
@@ -18,18 +24,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from oslo_config import cfg
-from oslo_log import log as logging
-
-from compute_plugins import conf as conf_areas
-from compute_plugins import exception, version
-from compute_plugins.cmd import arguments, common
-from compute_plugins.util import files
+from compute_plugins import exception
+from compute_plugins.cmd import arguments
 from compute_plugins.util.text import printable
 
-LOG = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 #: Subcommand modules in ``compute_plugins.cmd``, in help order.
 SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "schedule",
@@ -45,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compute-plugins",
         description="Discover a compute host's resources with plugins and "
         "report them as a Placement provider tree.")
-    parser.add_argument("--version", action="version",
-                        version="%(prog)s " + version.version_string())
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show program's version number and exit")
     arguments.add_common_options(parser, suppress=False)
     shared = parser.add_argument_group(
         "options of some commands (before or after the command; see each "
@@ -60,6 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module("compute_plugins.cmd." + name).register(subparsers)
     _add_options(subparsers)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, read only when
+    asked (``importlib.metadata`` is not free)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> None:
+        from compute_plugins import version
+
+        sys.stdout.write("%s %s\n" % (parser.prog, version.version_string()))
+        parser.exit()
 
 
 def _add_options(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
@@ -90,6 +104,8 @@ def check_config_files(args: argparse.Namespace) -> None:
 
     :raises ConfigError: naming the option, the file and the reason.
     """
+    from compute_plugins.util import files
+
     for path in args.config_file:
         if os.path.lexists(path):
             try:
@@ -112,6 +128,8 @@ def check_config_files(args: argparse.Namespace) -> None:
 
 def setup_logging(conf: cfg.ConfigOpts) -> None:
     """oslo.log's set-up; a log file it cannot open is a ConfigError."""
+    from oslo_log import log as logging
+
     try:
         logging.setup(conf, "compute-plugins")
     except OSError as err:
@@ -123,6 +141,12 @@ def setup_logging(conf: cfg.ConfigOpts) -> None:
 
 def load_config(args: argparse.Namespace) -> cfg.ConfigOpts:
     """A private ConfigOpts loaded from the files named on the command line."""
+    from oslo_config import cfg
+    from oslo_log import log as logging
+
+    from compute_plugins import conf as conf_areas
+    from compute_plugins import version
+
     check_config_files(args)
     conf = cfg.ConfigOpts()
     logging.register_options(conf)
@@ -159,6 +183,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
+        from compute_plugins.cmd import common
+
         return common.interrupted()
     finally:
         sys.unraisablehook = previous_hook
@@ -192,6 +218,14 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     # is exit 130 too (main), not a traceback.
     parser = build_parser()
     args = parser.parse_args(argv)
+    # NOTE: imported once the command line parsed: --version and --help
+    # need none of them (module doc).
+    from oslo_config import cfg
+    from oslo_log import log as logging
+
+    from compute_plugins.cmd import common
+
+    log = logging.getLogger(__name__)
     # NOTE: every message below is one line: printable() escapes the
     # newlines and control characters a user's value may carry.
     try:
@@ -204,11 +238,11 @@ def _main(argv: Optional[Sequence[str]]) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     except exception.InputError as err:
-        LOG.debug("unusable input", exc_info=True)
+        log.debug("unusable input", exc_info=True)
         print("compute-plugins: error: %s" % printable(err), file=sys.stderr)
         return EXIT_USAGE
     except exception.ComputePluginsError as err:
-        LOG.debug("command failed", exc_info=True)
+        log.debug("command failed", exc_info=True)
         print("compute-plugins: error: %s" % printable(err), file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
@@ -217,7 +251,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
     except Exception as err:  # noqa: BLE001 - the last resort: one line
-        LOG.debug("unexpected error", exc_info=True)
+        log.debug("unexpected error", exc_info=True)
         print("compute-plugins: unexpected error (a bug; --debug logs the "
               "traceback): %s: %s" % (type(err).__name__, printable(err)),
               file=sys.stderr)

@@ -14,17 +14,16 @@ answers one request at a time (SQLite). The first line on stdout is
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
-from typing import Any, NoReturn
-
-from oslo_config import cfg
-from oslo_log import log as logging
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from compute_plugins import exception
 from compute_plugins.cmd import arguments, common
-from compute_plugins.placement import connect, embedded
-from compute_plugins.placement import server as pserver
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
 
@@ -48,17 +47,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="SQLite database file (created if missing); "
                        "':memory:' for a throw-away database; default: "
                        "[placement] embedded_connection / embedded_state_dir")
-    serve.add_argument("--threads", type=_positive("threads"),
-                       default=pserver.DEFAULT_THREADS,
-                       help="worker threads of the HTTP server (default "
-                       "%(default)s; Placement answers one request at a "
-                       "time)")
-    serve.add_argument("--timeout", type=_positive("timeout"),
-                       default=pserver.DEFAULT_CHANNEL_TIMEOUT,
-                       metavar="SECONDS",
-                       help="close a connection that sends nothing for this "
-                       "long, idle or in the middle of a request (default "
-                       "%(default)s)")
+    # NOTE: the defaults are the server's, read when used or shown
+    # (importing the server is not free: the command line's start-up).
+    threads = serve.add_argument("--threads", type=_positive("threads"),
+                                 help="worker threads of the HTTP server (default "
+                                 "%(server_default)s; Placement answers one request "
+                                 "at a time)")
+    threads.server_default = arguments.Deferred(  # type: ignore[attr-defined]
+        lambda: _server().DEFAULT_THREADS)
+    timeout = serve.add_argument("--timeout", type=_positive("timeout"),
+                                 metavar="SECONDS",
+                                 help="close a connection that sends nothing for this "
+                                 "long, idle or in the middle of a request (default "
+                                 "%(server_default)s)")
+    timeout.server_default = arguments.Deferred(  # type: ignore[attr-defined]
+        lambda: _server().DEFAULT_CHANNEL_TIMEOUT)
     serve.set_defaults(func=run)
 
 
@@ -76,6 +79,12 @@ def _positive(what: str) -> Any:
     return parse
 
 
+def _server() -> Any:
+    from compute_plugins.placement import server as pserver
+
+    return pserver
+
+
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -90,6 +99,8 @@ def _port(text: str) -> int:
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.cmd import report
+    from compute_plugins.placement import connect, embedded
+    from compute_plugins.placement import server as pserver
 
     report.quiet_placement_logs(conf.debug)
     connection = (embedded.sqlite_url(args.db) if args.db
@@ -104,8 +115,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     # NOTE: loopback only: noauth2 lets anyone who can connect be admin.
     try:
         server = service.make_server("127.0.0.1", args.port,
-                                     threads=args.threads,
-                                     channel_timeout=args.timeout)
+                                     threads=(pserver.DEFAULT_THREADS if args.threads
+                                              is None else args.threads),
+                                     channel_timeout=(pserver.DEFAULT_CHANNEL_TIMEOUT
+                                                      if args.timeout is None
+                                                      else args.timeout))
     except OSError as err:
         service.close()
         print("compute-plugins: error: cannot listen on 127.0.0.1:%s: %s"

@@ -8,11 +8,12 @@ with ``--host-snapshot DIR``, without its hardware.
 from __future__ import annotations
 
 import argparse
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING
 
 from compute_plugins.cmd import arguments
-from compute_plugins.host import snapshot
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.host import snapshot
+
     uri = args.libvirt_uri or conf.libvirt.connection_uri
     snapshot.record_host(uri, args.output, instances_path=args.instances_path)
     print("recorded %s into %s" % (uri, args.output))

@@ -7,11 +7,14 @@ Placement (``--placement-url``, ``[placement]`` or the embedded one); a
 claimed one becomes ``releasing`` and the
 host's agent frees it (ledger, Placement allocations) at its next poll. The
 command waits for that up to ``--timeout`` (default ``[compute]
-release_timeout``), or returns at once with ``--no-wait``.
+release_timeout``), or returns at once with ``--no-wait``. When the host is
+down (its agent's lease in the host-state store expired) it returns at once:
+the release stays recorded and the agent frees the consumer when it comes
+back.
 
-Exit codes: 0 released (or requested, with ``--no-wait``; or nothing was in
-force), 1 the consumer is unknown or the agent did not answer in time, 2 bad
-usage.
+Exit codes: 0 released (or requested, with ``--no-wait`` or on a host that
+is down; or nothing was in force), 1 the consumer is unknown or the agent
+did not answer in time, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from typing import Any
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -95,6 +99,12 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         return _say(args, done, "consumer %s: released by host %s (decision %d): "
                     "its resources and Placement allocations are free"
                     % (consumer, decision.host, decision.id), EXIT_OK)
+    if done.outcome == "host-down":
+        return _say(args, done, "consumer %s: host %s is down (its agent's lease "
+                    "expired at %s): the release of decision %d is recorded; the "
+                    "host frees it when its agent comes back"
+                    % (consumer, decision.host, _when(done.lease_expired_at),
+                       decision.id), EXIT_OK)
     if args.no_wait:
         return _say(args, done, "consumer %s: release of decision %d requested; "
                     "host %s's agent frees it at its next poll"
@@ -103,6 +113,12 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 "%d within %gs; the release stays requested (is the agent "
                 "running?)" % (consumer, decision.host, decision.id, timeout),
                 EXIT_FAILED)
+
+
+def _when(moment: Any) -> str:
+    from compute_plugins.hoststate.records import utc_words
+
+    return "?" if moment is None else utc_words(moment)
 
 
 def _say(args: argparse.Namespace, done: Any, line: str, code: int) -> int:

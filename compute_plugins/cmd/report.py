@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional, TextIO
 
-from oslo_config import cfg
-from oslo_log import log as logging
-
 from compute_plugins import exception
 from compute_plugins.cmd import agent_guard, arguments
-from compute_plugins.placement import connect
-from compute_plugins.placement import report as preport
 from compute_plugins.util.text import printable, wrap_lines
 
 if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from compute_plugins.placement import report as preport
     from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
@@ -227,6 +226,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.cmd import common
     from compute_plugins.compute import agent as compute_agent
     from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.placement import connect
+    from compute_plugins.placement import report as preport
 
     quiet_placement_logs(conf.debug)
     # NOTE: one agent per state directory: its lock, taken once the options
@@ -283,6 +284,8 @@ def reload_mutable(conf: cfg.ConfigOpts,
 
     :returns: whether the new values were taken.
     """
+    from oslo_config import cfg
+
     # NOTE: oslo.config keeps the mutable options' values in _mutable_ns;
     # a reload that fails after replacing it (a bad value is only found
     # when read) is rolled back so every reader keeps the old values.

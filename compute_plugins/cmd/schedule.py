@@ -17,24 +17,17 @@ import argparse
 import math
 import sys
 import uuid
-from typing import Any
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins import exception
 from compute_plugins.cmd import arguments, common, validate
-from compute_plugins.hoststate.store import HostStateStore
-from compute_plugins.placement import connect
-from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request.spec import RequestSpec
-from compute_plugins.runtime import PluginSet
-from compute_plugins.scheduler.selection import (
-    ConsumerAllocated,
-    ConsumerInUse,
-    Scheduler,
-    ScheduleResult,
-)
 from compute_plugins.util.text import printable
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from compute_plugins.runtime import PluginSet
+    from compute_plugins.scheduler.selection import ScheduleResult
 
 EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
 #: ``project_id``/``user_id`` of the allocations when not given.
@@ -83,6 +76,12 @@ def _consumers(args: argparse.Namespace) -> list[str]:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.placement import connect
+    from compute_plugins.request.errors import RequestInputError, RequestValidationError
+    from compute_plugins.request.spec import RequestSpec
+    from compute_plugins.scheduler.selection import ConsumerAllocated, ConsumerInUse, Scheduler
+
     try:
         consumers = _consumers(args)
         if args.timeout is not None and not (math.isfinite(args.timeout)

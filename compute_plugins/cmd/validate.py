@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-from oslo_config import cfg
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments, common
-from compute_plugins.plugin.contract import describe_fields
-from compute_plugins.request.errors import RequestInputError, RequestValidationError
-from compute_plugins.request.inputs import RequestInput
-from compute_plugins.request.spec import RequestSpec
-from compute_plugins.scheduler.query import preview
-from compute_plugins.util import files, jsonload
 from compute_plugins.util.text import printable
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
+
+    from compute_plugins.request.inputs import RequestInput
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -55,6 +52,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 def load_json(path: str, what: str) -> Any:
     """The JSON document in ``path`` (regular files only, bounded depth);
     :class:`RequestInputError` naming ``what`` and the file otherwise."""
+    from compute_plugins.request.errors import RequestInputError
+    from compute_plugins.util import files, jsonload
+
     try:
         return jsonload.loads(files.read_bytes(path))
     except files.UnreadableFile as err:
@@ -72,6 +72,8 @@ def request_input(args: argparse.Namespace) -> RequestInput:
     :raises RequestInputError: a file cannot be read, is not JSON or is not
         a flavor/image/port/hints document.
     """
+    from compute_plugins.request.inputs import RequestInput
+
     flavor = load_json(args.flavor, "flavor")
     image = load_json(args.image, "image") if args.image else None
     ports: list[Any] = []
@@ -83,6 +85,11 @@ def request_input(args: argparse.Namespace) -> RequestInput:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.plugin.contract import describe_fields
+    from compute_plugins.request.errors import RequestInputError, RequestValidationError
+    from compute_plugins.request.spec import RequestSpec
+    from compute_plugins.scheduler.query import preview
+
     try:
         inputs = request_input(args)
     except RequestInputError as err:

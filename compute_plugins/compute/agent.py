@@ -326,7 +326,7 @@ class ComputeAgent:
                  first: Optional[HostInfo] = None, host: Optional[str] = None,
                  claim_poll_interval: float = 1.0,
                  node: Optional[identity.NodeIdentity] = None,
-                 lease_duration: float = 60.0,
+                 lease_duration: float = 30.0,
                  rebuild_ledger: bool = False) -> None:
         if not claim_poll_interval > 0:
             raise ValueError("claim_poll_interval %r: expected seconds > 0"
@@ -460,6 +460,11 @@ class ComputeAgent:
             result = AgentResult(periodic=periodic, calls=dict(periodic.calls))
             if periodic.ok:
                 self._providers = self._tree_providers()
+            # NOTE: the periodic may have taken a while (Placement slow or
+            # retried): renewed when due before the claims, so that a live
+            # agent's host is not taken as down (the scheduler would
+            # withdraw the decisions it is about to answer).
+            self._hold_lease()
             self._claims_side(result, reconcile=True)
             return result
 

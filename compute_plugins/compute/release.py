@@ -5,16 +5,20 @@ operator's tool; :func:`compute_plugins.hoststate.protocol.request_release`):
 a pending decision is withdrawn at once (no agent claimed it, so its
 allocations are deleted here); a claimed one becomes ``releasing`` and its
 host's agent frees it (:meth:`compute_plugins.compute.claims.Claims.release`),
-which this waits for, up to a timeout.
+which this waits for, up to a timeout. When the host is down (its agent's
+lease in the store expired, issue 19 item 3) nothing is waited for: the
+release stays recorded (releasing) and the agent executes it when it comes
+back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 from typing import Optional
 
-from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate import errors, protocol
 from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.placement import client as pclient
@@ -27,13 +31,16 @@ class ReleaseOutcome:
     :param consumer: the consumer.
     :param outcome: ``released`` (by the agent, or at once when it was
         pending), ``releasing`` (requested, the agent has not freed it yet),
-        ``nothing-in-force`` (its last decision was answered already) or
-        ``unknown`` (no decision was ever made for it).
+        ``host-down`` (requested, and the host is down: its agent frees it
+        when it comes back), ``nothing-in-force`` (its last decision was
+        answered already) or ``unknown`` (no decision was ever made for it).
     :param decision: its decision as it is now (None when unknown).
     :param was: the decision's status before the request (None when none
         was in force).
     :param allocations_deleted: a pending decision's allocations were
         deleted in Placement here (its agent never claimed it).
+    :param lease_expired_at: ``host-down``: when the host's agent lease
+        expired (naive UTC).
     """
 
     consumer: str
@@ -41,6 +48,7 @@ class ReleaseOutcome:
     decision: Optional[HostDecision]
     was: Optional[DecisionStatus] = None
     allocations_deleted: bool = False
+    lease_expired_at: Optional[datetime.datetime] = None
 
 
 def _released(decision: HostDecision) -> bool:
@@ -74,11 +82,21 @@ def request_release(store: DecisionQueue, consumer: str,
         deleted = placement is not None and placement.delete_allocations(consumer)
         return ReleaseOutcome(consumer, "released", decision, was, deleted)
     deadline = time.monotonic() + timeout
-    while not _released(decision):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return ReleaseOutcome(consumer, "releasing", decision, was)
-        # NOTE: releasing moves only to released (the protocol's table).
-        decision = store.wait_for_change(decision, left, poll_interval=poll_interval,
-                                         max_poll_interval=max_poll_interval)
+    try:
+        # NOTE: the host's liveness is read at once, even without a wait: a
+        # host that is down frees nothing before its agent comes back.
+        decision = store.wait_for_change(decision, timeout, poll_interval=poll_interval,
+                                         max_poll_interval=max_poll_interval,
+                                         until_host_down=True)
+        while not _released(decision):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ReleaseOutcome(consumer, "releasing", decision, was)
+            # NOTE: releasing moves only to released (the protocol's table).
+            decision = store.wait_for_change(decision, left, poll_interval=poll_interval,
+                                             max_poll_interval=max_poll_interval,
+                                             until_host_down=True)
+    except errors.HostDown as down:
+        return ReleaseOutcome(consumer, "host-down", down.decision, was,
+                              lease_expired_at=down.expired_at)
     return ReleaseOutcome(consumer, "released", decision, was)

@@ -77,15 +77,20 @@ OPTS = [
     cfg.Opt(
         "agent_lease_duration",
         type=FiniteFloat(min=3.0, max=3600.0),
-        default=60.0,
+        default=30.0,
         help="Seconds the compute agent's lease on its host in the host-state "
         "store lasts (one agent per host: another agent for the same host "
         "name, from another state directory, is refused while it holds). "
-        "The agent renews it every third of that (one store write); when it "
-        "crashed or hangs, another agent may take the host over once the "
-        "lease expired, and the old one's writes are refused from then on "
-        "(fencing). At least 3 x claim_poll_interval; the machines' clocks "
-        "must agree to within a small part of it.",
+        "The agent renews it every third of that (one store write, its only "
+        "steady-state write); when it crashed or hangs, another agent may "
+        "take the host over once the lease expired, and the old one's writes "
+        "are refused from then on (fencing). It is also the agent's "
+        "heartbeat: a host whose lease expired is down, no scheduling "
+        "candidate, and a decision pending on it is withdrawn and placed "
+        "elsewhere at once; a stopped agent's host is down within one lease "
+        "duration (the default keeps that within 30 s). At least 3 x "
+        "claim_poll_interval; the machines' clocks must agree to within a "
+        "small part of it.",
     ),
 ]
 

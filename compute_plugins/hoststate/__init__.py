@@ -17,6 +17,7 @@ from compute_plugins.hoststate.errors import (
     DecisionStatusConflict,
     Fenced,
     GenerationConflict,
+    HostDown,
     HostStateError,
     ProviderConflict,
     SchemaVersionMismatch,
@@ -29,6 +30,7 @@ from compute_plugins.hoststate.records import (
     HostDecision,
     HostDisabled,
     HostSnapshot,
+    HostStatus,
     PublishResult,
 )
 from compute_plugins.hoststate.schema import SCHEMA_VERSION
@@ -42,8 +44,8 @@ from compute_plugins.hoststate.transport import (
 __all__ = ["ACTIVE", "AgentLease", "AgentLeaseHeld", "AnswerTimeout", "DecisionExists",
            "DecisionNotFound",
            "DecisionQueue", "DecisionStatus", "DecisionStatusConflict",
-           "Fenced", "GenerationConflict", "HostDecision", "HostDisabled",
+           "Fenced", "GenerationConflict", "HostDecision", "HostDisabled", "HostDown",
            "HostPublication", "HostSnapshot",
-           "HostStateError", "HostStateStore", "HostStateTransport",
+           "HostStateError", "HostStateStore", "HostStateTransport", "HostStatus",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
            "SchemaVersionMismatch", "StoreUnavailable"]

@@ -26,8 +26,14 @@ import sqlalchemy as sa
 from oslo_log import log as logging
 
 from compute_plugins.hoststate import database, errors
-from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
+from compute_plugins.hoststate.records import (
+    ACTIVE,
+    DecisionStatus,
+    HostDecision,
+    down_reason,
+)
 from compute_plugins.hoststate.schema import decisions as t_decisions
+from compute_plugins.hoststate.schema import leases as t_leases
 from compute_plugins.plugin.contract import Rejection
 
 LOG = logging.getLogger(__name__)
@@ -223,7 +229,8 @@ class SqlDecisionQueue(database.OnDatabase):
 
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,
-                        max_poll_interval: float = 1.0) -> HostDecision:
+                        max_poll_interval: float = 1.0,
+                        until_host_down: bool = False) -> HostDecision:
         """Poll the decision until its status is not ``decision.status``,
         with exponential back-off from ``poll_interval`` (> 0) to
         ``max_poll_interval`` seconds, never past the deadline.
@@ -231,8 +238,14 @@ class SqlDecisionQueue(database.OnDatabase):
         A store that is unavailable meanwhile (a database restart, a
         fail-over) is polled again until the deadline.
 
+        :param until_host_down: stop as soon as the decision's host is
+            down (its agent's lease expired): checked at once, then with
+            every poll, in the same statement (the decision joined with its
+            host's lease).
         :returns: the decision once changed, or as last read at the deadline.
         :raises StoreUnavailable: the last read, at the deadline, failed.
+        :raises HostDown: ``until_host_down`` and the host is down while the
+            decision is still unchanged.
         """
         # NOTE: "not >": NaN too (it never passed the deadline).
         if not timeout >= 0:
@@ -244,6 +257,11 @@ class SqlDecisionQueue(database.OnDatabase):
         delay = poll_interval
         start = decision.status
         unavailable: Optional[errors.StoreUnavailable] = None
+        if until_host_down:
+            try:
+                decision = self._unless_host_down(decision.id, start)
+            except errors.StoreUnavailable as err:
+                unavailable = err
         while decision.status == start:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -251,7 +269,8 @@ class SqlDecisionQueue(database.OnDatabase):
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, max(max_poll_interval, poll_interval))
             try:
-                decision = self.get_decision(decision.id)
+                decision = (self._unless_host_down(decision.id, start) if until_host_down
+                            else self.get_decision(decision.id))
                 unavailable = None
             except errors.StoreUnavailable as err:
                 LOG.warning("waiting for host %s to move decision %d of consumer "
@@ -259,6 +278,27 @@ class SqlDecisionQueue(database.OnDatabase):
                 unavailable = err
         if unavailable is not None and decision.status == start:
             raise unavailable
+        return decision
+
+    def _unless_host_down(self, decision_id: int, start: DecisionStatus) -> HostDecision:
+        """The decision, read with its host's lease in one statement.
+
+        :raises HostDown: it is still ``start`` and the lease expired.
+        :raises DecisionNotFound: no such decision.
+        """
+        with self.db.read() as conn:
+            row = conn.execute(
+                sa.select(t_decisions, t_leases.c.expires_at.label("lease_expires_at"))
+                .select_from(t_decisions.outerjoin(
+                    t_leases, t_leases.c.host == t_decisions.c.host))
+                .where(t_decisions.c.id == decision_id)).one_or_none()
+        if row is None:
+            raise errors.DecisionNotFound(decision_id)
+        decision = _decision(row)
+        expired = row.lease_expires_at
+        if decision.status == start and expired is not None \
+                and expired <= database.utcnow():
+            raise errors.HostDown(decision, down_reason(decision.host, expired), expired)
         return decision
 
     def purge_decisions(self, before: datetime.datetime) -> int:

@@ -3,6 +3,7 @@ differently, each carrying what the caller needs to act."""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable
 from typing import Optional
 
@@ -192,6 +193,27 @@ class AnswerTimeout(HostStateError, TimeoutError):
 def _lease_words(lease: AgentLease) -> str:
     return "node %s (%s), lease until %s UTC" % (
         lease.node, lease.holder, lease.expires_at.isoformat(sep=" ", timespec="seconds"))
+
+
+class HostDown(HostStateError):
+    """The host a decision is addressed to is down: its agent's lease
+    expired while a scheduler or a requester waited for it (issue 19,
+    item 3). Waiting on would wait out the whole timeout for nothing.
+
+    :param decision: the decision as last read (after a scheduler's
+        withdrawal: withdrawn, released).
+    :param reason: ``host X is down: its agent's lease expired at T``.
+    :param expired_at: when the lease expired (naive UTC; None: unknown).
+    """
+
+    def __init__(self, decision: HostDecision, reason: str,
+                 expired_at: Optional[datetime.datetime] = None) -> None:
+        self.decision = decision
+        self.host = decision.host
+        self.reason = reason
+        self.expired_at = expired_at
+        super().__init__("%s (decision %d of consumer %s, %s)"
+                         % (reason, decision.id, decision.consumer, decision.status.value))
 
 
 class AgentLeaseHeld(HostStateError, exception.InputError):

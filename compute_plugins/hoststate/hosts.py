@@ -21,9 +21,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from compute_plugins.hoststate import database, errors
-from compute_plugins.hoststate.records import HostDisabled, HostSnapshot, PublishResult
+from compute_plugins.hoststate.records import (
+    HostDisabled,
+    HostSnapshot,
+    HostStatus,
+    PublishResult,
+)
 from compute_plugins.hoststate.schema import disabled as t_disabled
 from compute_plugins.hoststate.schema import hosts as t_hosts
+from compute_plugins.hoststate.schema import leases as t_leases
 from compute_plugins.hoststate.schema import providers as t_providers
 from compute_plugins.hoststate.schema import states as t_states
 from compute_plugins.request.types import FrozenMap
@@ -129,6 +135,28 @@ class SqlHostPublication(database.OnDatabase):
             for chunk in chunks:
                 q = query if chunk is None else query.where(t_hosts.c.host.in_(chunk))
                 result.update((r.host, int(r.generation)) for r in conn.execute(q))
+        return result
+
+    def host_statuses(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostStatus]:
+        """host -> its generation and its agent's lease expiry (None: every
+        host that published): one statement (the hosts joined with the
+        leases), what a scheduler reads first to tell which hosts changed
+        and which are down (issue 19, item 3)."""
+        query = sa.select(t_hosts.c.host, t_hosts.c.generation,
+                          t_leases.c.expires_at).select_from(
+            t_hosts.outerjoin(t_leases, t_leases.c.host == t_hosts.c.host))
+        if hosts is None:
+            chunks: list[Any] = [None]
+        else:
+            chunks = list(database.chunks(sorted(set(database.listed(hosts, "host names")))))
+        result: dict[str, HostStatus] = {}
+        if not chunks:
+            return result
+        with self.db.read() as conn:
+            for chunk in chunks:
+                q = query if chunk is None else query.where(t_hosts.c.host.in_(chunk))
+                result.update((r.host, HostStatus(r.host, int(r.generation), r.expires_at))
+                              for r in conn.execute(q))
         return result
 
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:

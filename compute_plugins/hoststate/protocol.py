@@ -14,6 +14,7 @@ gets :class:`~compute_plugins.hoststate.errors.DecisionStatusConflict`)::
     claim            agent                 pending              claimed
     reject           agent                 pending              rejected
     withdraw         scheduler, requester  pending              released
+    withdraw-down    scheduler             pending              released
     request-release  requester             claimed              releasing
     release          agent                 claimed, releasing   released
 
@@ -32,6 +33,13 @@ What each side does on each status:
   pending at its deadline: it
   withdraws the decision so that no late agent claims it, then frees the
   allocation; an answer that lands first wins over the withdrawal.
+- **host down** (issue 19, item 3): the scheduler waits only while the
+  host's agent holds its lease in the store; once it expired (the agent
+  stopped renewing it) the decision is withdrawn at once by its own move,
+  ``withdraw-down``, the reason recorded (``host X is down: its agent's
+  lease expired at T``), its allocation freed and the next host tried
+  (:data:`Outcome.HOST_DOWN`). The agent that comes back finds it
+  released and claims nothing.
 - **in doubt**: a submit or a withdrawal whose outcome is unknown (the
   transport failed after it may have committed) leaves the allocation in
   place whenever the host may hold the decision (:func:`in_doubt`,
@@ -95,6 +103,7 @@ class Move(enum.StrEnum):
     CLAIM = "claim"
     REJECT = "reject"
     WITHDRAW = "withdraw"
+    WITHDRAW_HOST_DOWN = "withdraw-down"
     REQUEST_RELEASE = "request-release"
     RELEASE = "release"
 
@@ -136,6 +145,9 @@ TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t
                "the host changed since it published: every reason recorded"),
     Transition(Move.WITHDRAW, (Side.SCHEDULER, Side.REQUESTER), (PENDING,), RELEASED,
                "given up before an answer: no agent may claim it any more"),
+    Transition(Move.WITHDRAW_HOST_DOWN, (Side.SCHEDULER,), (PENDING,), RELEASED,
+               "the host's agent lease expired before an answer: no agent may "
+               "claim it any more; the reason recorded, the next host tried"),
     Transition(Move.REQUEST_RELEASE, (Side.REQUESTER,), (CLAIMED,), RELEASING,
                "the host's agent is asked to free it"),
     Transition(Move.RELEASE, (Side.AGENT,), (CLAIMED, RELEASING), RELEASED,
@@ -272,6 +284,9 @@ class Outcome(enum.StrEnum):
     WITHDRAWN = "withdrawn"
     #: No answer by the deadline: withdrawn by the scheduler.
     TIMEOUT = "timeout"
+    #: The host's agent lease expired before an answer: withdrawn by the
+    #: scheduler at once (``withdraw-down``), the next host may be tried.
+    HOST_DOWN = "host-down"
 
 
 #: What the scheduler makes of the status the host's answer left: claimed
@@ -304,13 +319,15 @@ class Answer:
 
     @property
     def reasons(self) -> tuple[Rejection, ...]:
-        """Why the host rejected it (outcome rejected), else ()."""
+        """Why the host rejected it (outcome rejected), why it was
+        withdrawn (host down), else ()."""
         return self.decision.reasons if self.decision is not None else ()
 
 
 def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
                     withdraw_on_timeout: bool = True, poll_interval: float = 0.05,
-                    max_poll_interval: float = 1.0) -> HostDecision:
+                    max_poll_interval: float = 1.0,
+                    until_host_down: bool = False) -> HostDecision:
     """Scheduler: wait until the host answers the consumer's latest decision.
 
     A transport that is unavailable while it waits (a database restart, a
@@ -319,8 +336,14 @@ def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
     while the caller moved on.
 
     :param poll_interval: see :meth:`DecisionQueue.wait_for_change`.
+    :param until_host_down: stop waiting once the host is down (its agent's
+        lease expired): the decision is withdrawn at once
+        (:func:`withdraw_host_down`).
     :returns: the decision once it is not pending (claimed, rejected, or
         released by a withdrawal).
+    :raises HostDown: ``until_host_down`` and the host went down; its
+        ``decision`` is the withdrawn one. An answer that lands before
+        the withdrawal is returned instead.
     :raises DecisionNotFound: the consumer has no decision.
     :raises AnswerTimeout: still pending after ``timeout`` seconds. With
         ``withdraw_on_timeout`` the decision is withdrawn first (pending
@@ -340,9 +363,12 @@ def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
         try:
             decision = queue.wait_for_change(decision, timeout,
                                              poll_interval=poll_interval,
-                                             max_poll_interval=max_poll_interval)
+                                             max_poll_interval=max_poll_interval,
+                                             until_host_down=until_host_down)
         except errors.StoreUnavailable as err:
             unavailable = err
+        except errors.HostDown as err:
+            return withdraw_host_down(queue, err)
     if decision.answered:
         return decision
     withdrawn = False
@@ -358,6 +384,21 @@ def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
         consumer, decision.host, timeout, withdrawn=withdrawn,
         unavailable=None if unavailable is None else unavailable.reason
     ) from unavailable
+
+
+def withdraw_host_down(queue: DecisionQueue, down: errors.HostDown) -> HostDecision:
+    """Scheduler: withdraw a pending decision whose host is down
+    (``withdraw-down``, the reason recorded with it).
+
+    :returns: the host's answer when it landed first (claimed, rejected).
+    :raises HostDown: withdrawn; its ``decision`` is the withdrawn one.
+    """
+    try:
+        withdrawn = apply(queue, down.decision.id, Move.WITHDRAW_HOST_DOWN,
+                          (Rejection(down.reason),))
+    except errors.DecisionStatusConflict as err:
+        return err.decision
+    raise errors.HostDown(withdrawn, down.reason, down.expired_at) from None
 
 
 def in_doubt(queue: DecisionQueue, consumer: str, host: str) -> bool:
@@ -384,7 +425,7 @@ def in_doubt(queue: DecisionQueue, consumer: str, host: str) -> bool:
 
 def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
           timeout: float, *, free: Callable[[], object],
-          poll_interval: float = 0.05) -> Answer:
+          poll_interval: float = 0.05, until_host_down: bool = False) -> Answer:
     """Scheduler: submit a decision whose allocation is written, wait for
     the host's answer, and free the allocation whenever the host does not
     hold the decision (``free``: deletes the consumer's allocation).
@@ -395,6 +436,10 @@ def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
         withdrawn: the host may still claim it, the allocation stays.
     :raises HostStateError: the submit failed; freed unless the host may
         hold the decision (:func:`in_doubt`).
+
+    With ``until_host_down``, a host whose agent's lease expires while it
+    waits is given up at once: withdrawn, freed, :data:`Outcome.HOST_DOWN`
+    (the decision withdrawn, its reason recorded).
     """
     try:
         submit(queue, consumer, host, spec)
@@ -406,12 +451,16 @@ def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
             free()
         raise
     try:
-        answered = wait_for_answer(queue, consumer, timeout, poll_interval=poll_interval)
+        answered = wait_for_answer(queue, consumer, timeout, poll_interval=poll_interval,
+                                   until_host_down=until_host_down)
     except errors.AnswerTimeout as err:
         if not err.withdrawn:
             raise
         free()
         return Answer(Outcome.TIMEOUT, None)
+    except errors.HostDown as err:
+        free()
+        return Answer(Outcome.HOST_DOWN, err.decision)
     outcome = SCHEDULER_ON_ANSWER[answered.status]
     if outcome is not Outcome.CLAIMED:
         free()
@@ -467,4 +516,4 @@ __all__ = ["HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
            "Transition", "apply", "claim", "in_doubt", "in_force", "legal",
            "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
-           "withdraw"]
+           "withdraw", "withdraw_host_down"]

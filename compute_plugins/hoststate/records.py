@@ -144,5 +144,42 @@ class HostDisabled:
                 "at": self.at.isoformat() + "Z"}
 
 
+def utc_words(when: datetime.datetime) -> str:
+    """A naive UTC time as people read it in a message (to the second)."""
+    return "%s UTC" % when.isoformat(sep=" ", timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class HostStatus:
+    """What a scheduler reads of a host before it reads its states: its
+    generation and whether its agent is alive (issue 19, item 3).
+
+    :param host: the host.
+    :param generation: its published generation.
+    :param lease_expires_at: when its agent's lease lapses unless renewed
+        (naive UTC); None when no agent ever took one (a host published by
+        a tool, or before the leases existed): such a host is not judged.
+    """
+
+    host: str
+    generation: int
+    lease_expires_at: datetime.datetime | None
+
+    def down(self, now: datetime.datetime) -> bool:
+        """Whether its agent's lease expired at ``now`` (naive UTC): the
+        agent stopped renewing it (stopped, crashed, hangs, cut off)."""
+        return self.lease_expires_at is not None and self.lease_expires_at <= now
+
+    def down_reason(self) -> str:
+        """Why the host is down, one line (valid when :meth:`down`)."""
+        return down_reason(self.host, self.lease_expires_at)
+
+
+def down_reason(host: str, expired_at: datetime.datetime | None) -> str:
+    """``host X is down: its agent's lease expired at T``."""
+    return "host %s is down: its agent's lease expired at %s" % (
+        host, "?" if expired_at is None else utc_words(expired_at))
+
+
 __all__ = ["ACTIVE", "AgentLease", "DecisionStatus", "HostDecision", "HostDisabled",
-           "HostSnapshot", "PublishResult"]
+           "HostSnapshot", "HostStatus", "PublishResult", "down_reason", "utc_words"]

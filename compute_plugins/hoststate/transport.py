@@ -30,6 +30,7 @@ from compute_plugins.hoststate.records import (
     HostDecision,
     HostDisabled,
     HostSnapshot,
+    HostStatus,
     PublishResult,
 )
 from compute_plugins.plugin.contract import Rejection
@@ -57,6 +58,10 @@ class HostPublication(Protocol):
 
     def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
         """host -> generation (None: every host), without the states."""
+
+    def host_statuses(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostStatus]:
+        """host -> its generation and its agent's lease expiry (None: every
+        host), in one read: which hosts changed, which are down."""
 
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown ones absent)."""
@@ -105,15 +110,20 @@ class DecisionQueue(Protocol):
 
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,
-                        max_poll_interval: float = 1.0) -> HostDecision:
+                        max_poll_interval: float = 1.0,
+                        until_host_down: bool = False) -> HostDecision:
         """The decision once its status is not ``decision.status`` any more,
         or as last seen after ``timeout`` seconds.
 
         :param poll_interval: first delay of a transport that polls (> 0),
             doubling up to ``max_poll_interval``; one that is told of
             changes ignores both.
+        :param until_host_down: stop when the decision's host is down (its
+            agent's lease expired), checked at once and then while waiting.
         :raises StoreUnavailable: the transport could not be reached at the
             deadline (it is tried again until then).
+        :raises HostDown: ``until_host_down`` and the host is down while the
+            decision is unchanged.
         """
 
 class HostStateTransport(HostPublication, DecisionQueue, Protocol):

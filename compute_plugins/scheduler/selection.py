@@ -2,8 +2,11 @@
 
 :meth:`Scheduler.schedule`:
 
-1. Placement says which hosts have room (:mod:`.providers`: one
-   ``GET /resource_providers`` per distinct group shape, never
+1. the hosts the store knows, their generations and their agents' leases
+   in one read: a host whose lease expired is down, no candidate
+   (:mod:`.liveness`); Placement says which of the others have room
+   (:mod:`.providers`: one ``GET /resource_providers`` per distinct group
+   shape, never
    ``/allocation_candidates``, whose combinations explode on wide trees);
 2. the candidates' published states, in one read of the host-state store,
    and every plugin's ``fit`` on each (:mod:`.fitting`);
@@ -16,7 +19,9 @@
 5. the decision recorded in the spec and addressed to the host in the
    store; the scheduler waits for the host's agent. Claimed: done.
    Rejected (the host changed since it published), or no answer in
-   ``[scheduler] answer_timeout`` (the decision is withdrawn first): the
+   ``[scheduler] answer_timeout`` (the decision is withdrawn first), or
+   the host went down meanwhile (its agent's lease expired: withdrawn at
+   once, :mod:`.liveness`): the
    allocation is freed and the next host tried, up to ``[scheduler]
    max_attempts`` hosts. After a rejection the candidates are planned
    again on fresh states: the host that rejected is tried again only when
@@ -48,7 +53,7 @@ from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
-from compute_plugins.scheduler import allocation, fitting, providers, weighers
+from compute_plugins.scheduler import allocation, fitting, liveness, providers, weighers
 
 LOG = logging.getLogger(__name__)
 
@@ -99,7 +104,9 @@ class Attempt:
     :param host: the host.
     :param outcome: ``claimed``, ``conflict`` (Placement refused the
         allocation: 409), ``rejected`` (the agent refused: see reasons),
-        ``timeout`` (no answer; withdrawn and freed), ``withdrawn`` (released
+        ``timeout`` (no answer; withdrawn and freed), ``down`` (the host's
+        agent lease expired before an answer: withdrawn and freed at once,
+        the next host tried), ``withdrawn`` (released
         by someone else before an answer), ``unbuildable`` (no allocation
         could be built from the assignments).
     :param reasons: why, per plugin.
@@ -247,7 +254,8 @@ class Scheduler:
         """Steps 1 to 3 (module doc): candidates, fit, order; no writes."""
         timings: dict[str, float] = {}
         start = time.monotonic()
-        generations = self.store.generations()
+        alive = liveness.read(self.store)
+        generations = alive.generations
         found = providers.find(self.placement, self.store, spec.groups,
                                hosts=sorted(generations))
         timings["placement"] = time.monotonic() - start
@@ -257,6 +265,7 @@ class Scheduler:
         start = time.monotonic()
         fits = fitting.fit_hosts(self.plugins, spec, decoded)
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
+        verdicts.update(alive.down)
         for host in found.hosts:
             if host not in fits:
                 verdicts[host] = (Rejection(
@@ -395,7 +404,8 @@ class Scheduler:
         try:
             answer = protocol.offer(self.store, consumer, host, decided.to_json(), wait,
                                     free=lambda: self._free(consumer, calls),
-                                    poll_interval=self.poll_interval)
+                                    poll_interval=self.poll_interval,
+                                    until_host_down=True)
         except store_errors.DecisionExists as err:
             raise ConsumerInUse(consumer, err.decision.host,
                                 err.decision.status.value) from None
@@ -404,6 +414,8 @@ class Scheduler:
         if answer.outcome is protocol.Outcome.REJECTED:
             return Attempt(host, "rejected", answer.reasons or (
                 Rejection("the host rejected the decision without a reason"),))
+        if answer.outcome is protocol.Outcome.HOST_DOWN:
+            return self._host_down(host, answer)
         if answer.outcome is protocol.Outcome.TIMEOUT:
             return Attempt(host, "timeout", (Rejection(
                 "host %s did not answer within %g s (is its agent running?); "
@@ -411,6 +423,15 @@ class Scheduler:
                 % (host, wait)),))
         return Attempt(host, "withdrawn", (Rejection(
             "the decision was released before host %s answered" % host),))
+
+    @staticmethod
+    def _host_down(host: str, answer: protocol.Answer) -> Attempt:
+        """The attempt on a host that went down while the scheduler waited
+        (:data:`~compute_plugins.hoststate.protocol.Outcome.HOST_DOWN`):
+        given up at once, the next host tried."""
+        why = answer.reasons[0].reason if answer.reasons else "host %s is down" % host
+        return Attempt(host, "down", (Rejection(
+            "%s; the decision was withdrawn and its allocation freed" % why),))
 
     def _best_reasons(self, verdicts: Mapping[str, tuple[Rejection, ...]],
                       attempts: list[Attempt], fitting_hosts: list[str]

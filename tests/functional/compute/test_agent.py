@@ -521,6 +521,46 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     assert info.value.code == 2
 
 
+def test_release_on_a_down_host_is_recorded_for_its_return(host, tmp_path, capsys):
+    """Issue 19, item 3: the host's agent is gone (its lease expired):
+    ``release`` records the release (releasing) and returns at once, exit
+    0, saying the host frees it when its agent comes back; it does."""
+    import time
+
+    from compute_plugins.cmd.main import main
+
+    host.agent.lease_duration = 0.3
+    host.agent.run_once()
+    consumer = host.decide()
+    assert host.agent.poll().claimed[0].consumer == consumer
+    decision = host.store.active_decision(consumer)
+    time.sleep(0.4)   # the agent stopped: its lease lapses
+    expired = host.store.get_lease(host.name).expires_at
+    conf_file = tmp_path / "release.conf"
+    conf_file.write_text("[host_state]\nconnection = %s\n" % host.store_url)
+    start = time.monotonic()
+    assert main(["--config-file", str(conf_file), "release", "--consumer", consumer,
+                 "--timeout", "60"]) == 0
+    assert time.monotonic() - start < 10, "no wait for a host that is down"
+    out, err = capsys.readouterr()
+    assert flat(out) == (
+        "consumer %s: host %s is down (its agent's lease expired at %s UTC): the "
+        "release of decision %d is recorded; the host frees it when its agent "
+        "comes back" % (consumer, host.name,
+                        expired.isoformat(sep=" ", timespec="seconds"), decision.id))
+    assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
+    # JSON says so too
+    assert main(["--config-file", str(conf_file), "--format", "json", "release",
+                 "--consumer", consumer]) == 0
+    assert json.loads(capsys.readouterr().out)["outcome"] == "host-down"
+    # the agent comes back: it frees it
+    back = host.start_agent()
+    (freed,) = back.run_once().releases
+    assert freed.consumer == consumer
+    assert host.store.latest_decision(consumer).status == DecisionStatus.RELEASED
+    assert host.allocations(consumer) == {}
+
+
 def test_another_writer_bumps_the_generation_the_agent_reads_again(host):
     """Compare-and-swap: the agent keeps the generation in memory; when
     another writer moved it, the next publish reads it again and wins."""

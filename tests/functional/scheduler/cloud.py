@@ -182,16 +182,22 @@ class Cloud:
 
     def add_host(self, label: str, cells: list[dict], dedicated: Optional[str] = None,
                  pfs: tuple = (), gpus: tuple = (), disk_gb: int = 100,
-                 disk_aggregate: Optional[str] = None, start: bool = True) -> Host:
+                 disk_aggregate: Optional[str] = None, start: bool = True,
+                 lease_duration: Optional[float] = None) -> Host:
         """A host whose agent reported it and published its state.
 
         :param start: run its agent (a host without one: False).
+        :param lease_duration: the agent's lease in the store, seconds
+            (shorter than ``[compute] agent_lease_duration`` allows: a
+            stopped agent's host is down within it).
         """
         name = "%s-%s" % (label, uuid.uuid4().hex[:6])
         info = host_info(name, cells, pfs, gpus, disk_gb)
         conf = self.agent_conf(name, gpus, dedicated, disk_aggregate)
         agent = ComputeAgent.from_config(conf, self.placement.emb.client(),
                                          self.store, lambda: info)
+        if lease_duration is not None:
+            agent.lease_duration = lease_duration
         result = agent.run_once()
         assert result.ok, result.to_dict()
         assert result.store_writes == 1  # the state, published

@@ -340,6 +340,79 @@ def test_no_agent_is_a_timeout_naming_the_host(cloud):
     assert cloud.store.active_decision(consumer) is None
 
 
+def test_a_stopped_agents_host_is_down_within_its_lease_and_skipped(cloud):
+    """Issue 19, item 3: an agent that stops stops renewing its lease; its
+    host is no candidate once the lease expired (one lease period at most)
+    and the scheduler says why, instead of offering it a decision nobody
+    answers."""
+    import time
+
+    lease = 1.0
+    dead = cloud.add_host("dead", [cell(8, 8192)], lease_duration=lease)
+    live = cloud.add_host("live", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {}, 2, 1024)
+    assert not any("is down" in r.reason for rs in sched.plan(spec).verdicts.values()
+                   for r in rs)
+    time.sleep(0.2)   # a renewal or two by its polls
+    dead.stop()
+    stopped = time.monotonic()
+    while not sched.plan(spec).verdicts[dead.name]:
+        assert time.monotonic() - stopped < lease + 2, "still a candidate"
+        time.sleep(0.05)
+    excluded_after = time.monotonic() - stopped
+    assert excluded_after <= lease + 1.0, excluded_after
+    print("liveness: host %s excluded %.2f s after its agent stopped (lease %g s)"
+          % (dead.name, excluded_after, lease))
+    (reason,) = sched.plan(spec).verdicts[dead.name]
+    assert reason.reason.startswith("host %s is down: its agent's lease expired at "
+                                    % dead.name), reason
+    consumer = new_consumer()
+    start = time.monotonic()
+    result = sched.schedule(spec, consumer, "p", "u", timeout=60)
+    assert result.placed and result.host == live.name
+    assert [t.host for t in result.attempts] == [live.name]
+    assert time.monotonic() - start < 10
+    assert result.verdicts[dead.name] == (reason,)
+    assert cloud.usage(dead) == {}
+
+
+def test_a_decision_pending_on_a_host_that_goes_down_is_replaced_at_once(cloud):
+    """The host was alive when planned and chosen, its agent stopped before
+    it answered: once its lease expired the decision is withdrawn (freed)
+    and the next host tried, long before the answer timeout."""
+    import time
+
+    # NOTE: the bigger host is the first choice (spread).
+    dead = cloud.add_host("dying", [cell(8, 8192)], lease_duration=2.0)
+    live = cloud.add_host("other", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {}, 2, 1024)
+    assert sched.plan(spec).ordered[0][1].host == dead.name
+    dead.stop()
+    consumer = new_consumer()
+    start = time.monotonic()
+    result = sched.schedule(spec, consumer, "p", "u", timeout=60)
+    took = time.monotonic() - start
+    assert result.placed and result.host == live.name, result.attempts
+    assert [(t.host, t.outcome) for t in result.attempts] == [
+        (dead.name, "down"), (live.name, "claimed")]
+    assert took < 2.0 + 5, took
+    (why,) = result.attempts[0].reasons
+    assert why.reason.startswith("host %s is down: its agent's lease expired at "
+                                 % dead.name) and "withdrawn" in why.reason
+    (withdrawn, placed) = cloud.store.history(consumer)
+    assert (withdrawn.host, withdrawn.status.value) == (dead.name, "released")
+    assert withdrawn.reasons and "is down" in withdrawn.reasons[0].reason
+    assert placed.status.value == "claimed"
+    assert cloud.usage(dead) == {}
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    # the agent that comes back does not execute the withdrawn decision
+    cloud.restart(dead)
+    assert cloud.store.history(consumer)[0].status.value == "released"
+    assert consumer not in dead.agent.ledger
+
+
 @pytest.fixture(scope="module")
 def placement_url(placement):
     server = placement.emb.make_server()

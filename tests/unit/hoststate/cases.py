@@ -522,6 +522,7 @@ LEGAL = {
     (PENDING, Move.CLAIM): CLAIMED,
     (PENDING, Move.REJECT): REJECTED,
     (PENDING, Move.WITHDRAW): RELEASED,
+    (PENDING, Move.WITHDRAW_HOST_DOWN): RELEASED,
     (CLAIMED, Move.REQUEST_RELEASE): RELEASING,
     (CLAIMED, Move.RELEASE): RELEASED,
     (RELEASING, Move.RELEASE): RELEASED,
@@ -934,3 +935,85 @@ class TestDisabledHosts:
         protocol.claim(store, d.id)
         protocol.request_release(store, "c1")
         assert store.active_decision("c1").status == "releasing"
+
+
+class TestLiveness:
+    """Issue 19, item 3: the agents' leases tell which hosts are down; the
+    scheduler reads them with the generations, in one statement, and stops
+    waiting for an answer from a host whose lease expired."""
+
+    def test_host_statuses_read_the_leases_with_the_generations(self, store):
+        for host in ("h1", "h2", "h3"):
+            store.publish(host, states(a=1), 0)
+        live = store.acquire_lease("h1", "node-1", "pid 1", 60)
+        gone = store.acquire_lease("h2", "node-2", "pid 2", 0.1)
+        time.sleep(0.2)
+        with statements(store) as seen:
+            found = store.host_statuses()
+        selects = [q for q in seen if q.upper().startswith("SELECT")]
+        assert len(selects) == 1 and "hoststate_leases" in selects[0], seen
+        assert not writes(seen)
+        now = database.utcnow()
+        assert {h: (s.generation, s.lease_expires_at) for h, s in found.items()} == {
+            "h1": (1, live.expires_at), "h2": (1, gone.expires_at), "h3": (1, None)}
+        # NOTE: no lease at all (published by a tool, not by an agent) is
+        # not judged: only an agent's lapsed lease says its host is down.
+        assert [h for h, s in sorted(found.items()) if s.down(now)] == ["h2"]
+        assert found["h2"].down_reason() == (
+            "host h2 is down: its agent's lease expired at %s UTC"
+            % gone.expires_at.isoformat(sep=" ", timespec="seconds"))
+        assert set(store.host_statuses(["h2", "nowhere"])) == {"h2"}
+        assert store.host_statuses([]) == {}
+
+    def test_a_clean_stop_ends_the_lease_and_the_host_is_down_at_once(self, store):
+        store.publish("h1", states(a=1), 0)
+        lease = store.acquire_lease("h1", "node-1", "pid 1", 60)
+        assert not store.host_statuses()["h1"].down(database.utcnow())
+        assert store.end_lease(lease)
+        assert store.host_statuses()["h1"].down(database.utcnow())
+
+    def test_waiting_on_a_host_whose_lease_expires_withdraws_at_once(self, store):
+        store.acquire_lease("h1", "node-1", "pid 1", 0.3)
+        d = store.submit_decision("c1", "h1", SPEC)
+        start = time.monotonic()
+        with pytest.raises(hoststate.HostDown) as info:
+            protocol.wait_for_answer(store, "c1", timeout=60, until_host_down=True)
+        assert time.monotonic() - start < 5, "not the answer timeout"
+        err = info.value
+        assert err.host == "h1" and "host h1 is down: its agent's lease expired at" in str(err)
+        withdrawn = store.get_decision(d.id)
+        assert err.decision == withdrawn and withdrawn.status == RELEASED
+        assert [r.reason for r in withdrawn.reasons] == [err.reason]
+        assert store.active_decision("c1") is None
+        # the agent that comes back cannot claim it any more
+        with pytest.raises(hoststate.DecisionStatusConflict):
+            protocol.claim(store, d.id)
+
+    def test_a_live_host_is_waited_for_and_a_leaseless_one_too(self, store):
+        store.acquire_lease("h1", "node-1", "pid 1", 60)
+        store.submit_decision("c1", "h1", SPEC)
+        store.submit_decision("c2", "h2", SPEC)  # no lease: not judged
+        for consumer in ("c1", "c2"):
+            with pytest.raises(hoststate.AnswerTimeout):
+                protocol.wait_for_answer(store, consumer, timeout=0.2,
+                                         until_host_down=True)
+
+    def test_an_answer_before_the_withdrawal_wins(self, store):
+        store.acquire_lease("h1", "node-1", "pid 1", 0.1)
+        d = store.submit_decision("c1", "h1", SPEC)
+        time.sleep(0.2)
+        protocol.claim(store, d.id)   # the agent answered just before
+        answered = protocol.wait_for_answer(store, "c1", timeout=60, until_host_down=True)
+        assert answered.status == CLAIMED
+
+    def test_a_release_waiting_on_a_down_host_stops_at_once(self, store):
+        store.acquire_lease("h1", "node-1", "pid 1", 0.1)
+        d = store.submit_decision("c1", "h1", SPEC)
+        protocol.claim(store, d.id)
+        releasing = protocol.request_release(store, "c1")
+        time.sleep(0.2)
+        with pytest.raises(hoststate.HostDown) as info:
+            store.wait_for_change(releasing, 0, until_host_down=True)
+        # recorded for the agent: it frees it when it comes back
+        assert info.value.decision.status == RELEASING
+        assert store.get_decision(d.id).status == RELEASING

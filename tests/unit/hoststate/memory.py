@@ -41,6 +41,9 @@ class MemoryDecisionQueue:
         self.on_submit = on_submit
         #: Set to an error message: every call fails with StoreUnavailable.
         self.down: Optional[str] = None
+        #: host -> why it is down (its agent's lease expired): a wait
+        #: ``until_host_down`` on a decision of that host stops at once.
+        self.hosts_down: dict[str, str] = {}
         self._decisions: dict[int, HostDecision] = {}
         self._ids = itertools.count(1)
         self._changed = threading.Condition()
@@ -117,7 +120,8 @@ class MemoryDecisionQueue:
 
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,
-                        max_poll_interval: float = 1.0) -> HostDecision:
+                        max_poll_interval: float = 1.0,
+                        until_host_down: bool = False) -> HostDecision:
         if not timeout >= 0:
             raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
         deadline = time.monotonic() + timeout
@@ -125,6 +129,9 @@ class MemoryDecisionQueue:
             while True:
                 self._check_up()
                 now = self._decisions[decision.id]
+                if (until_host_down and now.status == decision.status
+                        and now.host in self.hosts_down):
+                    raise errors.HostDown(now, self.hosts_down[now.host])
                 left = deadline - time.monotonic()
                 if now.status != decision.status or left <= 0:
                     return now

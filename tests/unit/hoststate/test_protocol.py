@@ -48,6 +48,7 @@ def test_the_table():
         (Move.SUBMIT, (Side.SCHEDULER,), (), PENDING),
         (Move.CLAIM, (Side.AGENT,), (PENDING,), CLAIMED),
         (Move.REJECT, (Side.AGENT,), (PENDING,), REJECTED),
+        (Move.WITHDRAW_HOST_DOWN, (Side.SCHEDULER,), (PENDING,), RELEASED),
         (Move.WITHDRAW, (Side.SCHEDULER, Side.REQUESTER), (PENDING,), RELEASED),
         (Move.REQUEST_RELEASE, (Side.REQUESTER,), (CLAIMED,), RELEASING),
         (Move.RELEASE, (Side.AGENT,), (CLAIMED, RELEASING), RELEASED),
@@ -72,7 +73,7 @@ def test_moves_from_each_status():
     moves = {s: tuple(m for m in Move if m != Move.SUBMIT and protocol.legal(m, s))
              for s in hoststate.DecisionStatus}
     assert moves == {
-        PENDING: (Move.CLAIM, Move.REJECT, Move.WITHDRAW),
+        PENDING: (Move.CLAIM, Move.REJECT, Move.WITHDRAW, Move.WITHDRAW_HOST_DOWN),
         CLAIMED: (Move.REQUEST_RELEASE, Move.RELEASE),
         RELEASING: (Move.RELEASE,),
         REJECTED: (),
@@ -175,6 +176,23 @@ def test_released_before_the_answer_frees_it(moves, status):
     queue, answer, allocation = offered(*moves)
     assert answer.outcome == "withdrawn" and answer.decision.status == status
     assert allocation.freed == 1
+
+
+def test_a_host_down_while_waiting_is_withdrawn_and_freed_at_once():
+    """Issue 19, item 3: the host's agent lease expired while the
+    scheduler waited: the decision is withdrawn (its own move, the reason
+    recorded) and freed, and the scheduler may try another host at once."""
+    queue = MemoryDecisionQueue()
+    queue.hosts_down["h1"] = "host h1 is down: its agent's lease expired at T"
+    allocation = Allocation()
+    answer = protocol.offer(queue, "c1", "h1", SPEC, 60, free=allocation.free,
+                            until_host_down=True)
+    assert answer.outcome == "host-down" and answer.decision.status == RELEASED
+    assert [r.reason for r in answer.reasons] == [queue.hosts_down["h1"]]
+    assert allocation.freed == 1
+    transition = protocol.TRANSITIONS[Move.WITHDRAW_HOST_DOWN]
+    assert (transition.sides, transition.sources, transition.target) == (
+        (protocol.Side.SCHEDULER,), (PENDING,), RELEASED)
 
 
 def test_no_answer_withdraws_then_frees():

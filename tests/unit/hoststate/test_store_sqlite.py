@@ -22,6 +22,7 @@ from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     TestAgentLeases,
     TestDecisions,
     TestDisabledHosts,
+    TestLiveness,
     TestPublish,
     TestSchema,
     TestTransitions,

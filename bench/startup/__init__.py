@@ -1,0 +1,1 @@
+"""Benchmark of the command line's start-up (``--version``, ``--help``)."""
