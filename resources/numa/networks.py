@@ -33,6 +33,7 @@ from typing import Optional, Protocol
 
 from oslo_config import cfg, types
 
+from compute_plugins import exception
 from compute_plugins.request.inputs import RequestInput
 from resources.numa.request import NUMARequest
 
@@ -73,21 +74,44 @@ def _register(conf: cfg.ConfigOpts, group: str, opt: cfg.Opt) -> None:
         pass  # NOTE: nova's own CONF (the nova adapters) has them already
 
 
-def affinity(conf: cfg.ConfigOpts
-             ) -> tuple[dict[str, frozenset[int]], frozenset[int]]:
-    """``({physnet: cells}, tunnel cells)`` from the configuration; the
-    physnet groups are registered here, from ``[neutron] physnets``."""
+def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
+    """Register the static groups and a ``[neutron_physnet_<name>]`` group
+    per name of ``[neutron] physnets`` (nova's ``register_dynamic_opts``).
+
+    Call once the configuration files are loaded (the group names depend
+    on ``physnets``): the plugin does when it is built, so the command
+    line's check of every option at start finds a bad ``numa_nodes`` there
+    (exit 2, one line naming the group) as it does in static groups.
+    Calling it again is harmless.
+    """
     for group, opts in list_opts():
         for opt in opts:
             _register(conf, group, opt)
+    for name in conf[NEUTRON].physnets:
+        _register(conf, PHYSNET_GROUP % name, _numa_nodes_opt("physnet %s" % name))
+
+
+def _numa_nodes(conf: cfg.ConfigOpts, group: str) -> frozenset[int]:
+    """``[group] numa_nodes``; a bad value is a :class:`ConfigError` naming
+    the group and option (where no start-time check read it first)."""
+    try:
+        return frozenset(conf[group].numa_nodes)
+    except cfg.ConfigSourceValueError as err:
+        rule = str(err).rpartition("is not valid: ")[2] or str(err)
+        raise exception.ConfigError("[%s] numa_nodes: %s" % (group, rule)) from None
+
+
+def affinity(conf: cfg.ConfigOpts
+             ) -> tuple[dict[str, frozenset[int]], frozenset[int]]:
+    """``({physnet: cells}, tunnel cells)`` from the configuration (the
+    physnet groups registered: :func:`register_dynamic_opts`)."""
+    register_dynamic_opts(conf)
     physnets: dict[str, frozenset[int]] = {}
     for name in conf[NEUTRON].physnets:
-        group = PHYSNET_GROUP % name
-        _register(conf, group, _numa_nodes_opt("physnet %s" % name))
-        nodes = frozenset(conf[group].numa_nodes)
+        nodes = _numa_nodes(conf, PHYSNET_GROUP % name)
         if nodes:
             physnets[name] = nodes
-    return physnets, frozenset(conf[TUNNEL].numa_nodes)
+    return physnets, _numa_nodes(conf, TUNNEL)
 
 
 def cell_networks(conf: cfg.ConfigOpts, cell_ids: Iterable[int]

@@ -231,3 +231,23 @@ def test_a_64k_host_from_its_capabilities(conf):
         result = fit_on(conf, info, page)
         assert result.fits is fits, (page, result.rejections)
     assert "its small pages are 64 KiB" in fit_on(conf, info, "4").rejections[0].reason
+
+
+def test_a_bad_physnet_numa_nodes_names_its_group_where_nothing_checked_it(tmp_path):
+    """Where no start-time check read the options (nova's adapters), the
+    discovery's error names the group and option (it named neither: oslo's
+    'Value for option numa_nodes from LocationInfo(...)')."""
+    import pytest
+    from oslo_config import cfg
+
+    from compute_plugins.exception import ConfigError
+    from resources.numa import networks
+
+    path = tmp_path / "n.conf"
+    path.write_text("[neutron]\nphysnets = foo\n[neutron_physnet_foo]\nnuma_nodes = 1,x\n")
+    conf = cfg.ConfigOpts()
+    conf([], default_config_files=[str(path)], default_config_dirs=[])
+    with pytest.raises(ConfigError) as err:
+        networks.affinity(conf)
+    assert str(err.value) == ("[neutron_physnet_foo] numa_nodes: invalid literal "
+                              "for int() with base 10: 'x'")
