@@ -300,9 +300,11 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
     what matters to the devices is the *set* of host cells. After ``fit``'s
     answer, for each host cell in packing order that no placement yielded
     so far uses: the preferred placement with some guest node on that cell
-    (the matching with node ``i`` held to it, nodes in order), if any. At
-    most one placement per host cell, each one polynomial (one matching
-    per guest node): no search over permutations. A guest without NUMA
+    (the matching with node ``i`` held to it, nodes in order, meeting the
+    networks' NUMA affinity), if any. At most one placement per host cell,
+    each one polynomial (one matching per guest node, and per set of cells
+    meeting the networks when the guest has some): no search over
+    permutations. A guest without NUMA
     topology has no alternatives (devices ignore where it floats).
     """
     first = fit(state, request, placement)
@@ -318,7 +320,9 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
     required = networks.constraints(state.cells, request.physnets,
                                     request.tunneled)
     covered = set(_host_cells(first))
-    for cell in cell_order(state, len(demands), pins(request)):
+    order = cell_order(state, len(demands), pins(request))
+    rank = {cell.id: index for index, cell in enumerate(order)}
+    for cell in order:
         if cell.id in covered:
             continue
         for node, cells in enumerate(prefs):
@@ -327,9 +331,11 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
             held = [[cell.id] if other == node
                     else [c for c in choices if c != cell.id]
                     for other, choices in enumerate(prefs)]
-            matched = preferred_matching(held)
-            if (isinstance(matched, NoMatching)
-                    or networks.problem(required, matched) is not None):
+            # NOTE: the preferred placement with the node held that meets
+            # the networks (the unconstrained one may miss them where
+            # another with the same held cell meets them)
+            matched = network_matching(held, required, rank)
+            if matched is None or isinstance(matched, NoMatching):
                 continue
             placed = _assignment(state, request, demands, matched)
             if isinstance(placed, NUMAAssignment):

@@ -285,3 +285,28 @@ def test_a_guest_with_pci_devices_prefers_the_cells_with_most(pinning, conf):
     assert [c.host_cell for c in result.assignments["numa"].cells] == [1]
     assert result.assignments["sriov"].vfs[0].pf_address == PF2
     assert verified(plugins, info, spec, result) == ()
+
+
+def test_alternatives_keep_the_networks_numa_affinity(pinning, conf):
+    """A guest of 2 nodes with a port on physnet foo (affine to cell 2) and
+    a vGPU that must be on one of its cells (on cell 3): nova's first
+    permutation meeting both is cells 2 and 3. The numa plugin's first
+    answer (cells 0 and 2) leaves the vGPU out; its alternatives must still
+    meet the network (they offered only placements whose *unconstrained*
+    preferred matching did, so cells 2 and 3 never came and the host was
+    refused)."""
+    from resources.numa import networks
+
+    conf.set_override("physnets", ["foo"], "neutron")
+    networks.register_dynamic_opts(conf)
+    conf.set_override("numa_nodes", [2], "neutron_physnet_foo")
+    info = host([cell(i, range(2 * i, 2 * i + 2)) for i in range(4)],
+                [gpu(GPU, 3, nvidia_35=2)])
+    flavor = {"name": "f", "vcpus": 2, "memory_mb": 2048, "extra_specs": {
+        "hw:numa_nodes": "2", "hw:cpu_policy": "dedicated",
+        "hw:pci_numa_affinity_policy": "required", "resources:VGPU": "1"}}
+    spec, result = decide(pinning, info, flavor, [{"id": "p1", "physnet": "foo"}])
+    assert result.fits, result.rejections
+    assert sorted(c.host_cell for c in result.assignments["numa"].cells) == [2, 3]
+    assert result.assignments["vgpu"].host_cells == (2, 3)
+    assert verified(pinning, info, spec, result) == ()
