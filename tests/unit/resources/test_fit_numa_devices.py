@@ -310,3 +310,42 @@ def test_alternatives_keep_the_networks_numa_affinity(pinning, conf):
     assert sorted(c.host_cell for c in result.assignments["numa"].cells) == [2, 3]
     assert result.assignments["vgpu"].host_cells == (2, 3)
     assert verified(pinning, info, spec, result) == ()
+
+
+
+@pytest.mark.parametrize("hook, fault, plugin, text", [
+    ("free_devices_by_cell", "raise", "sriov",
+     "the plugin failed while counting its free devices per host cell on host "
+     "%s: RuntimeError: bug" % NODE),
+    ("free_devices_by_cell", "garbage", "sriov",
+     "the plugin's free_devices_by_cell on host %s returned a str, not a "
+     "mapping of host cell to free devices" % NODE),
+    ("with_cell_devices", "raise", "numa",
+     "the plugin failed while ordering its cells by free devices on host %s: "
+     "RuntimeError: bug" % NODE),
+    ("with_cell_devices", "garbage", "numa",
+     "the plugin's with_cell_devices on host %s returned a str, not its host "
+     "state" % NODE),
+])
+def test_a_failing_device_count_rejects_the_host_naming_the_plugin(
+        pinning, monkeypatch, hook, fault, plugin, text):
+    """The framework's cell order by free PCI devices calls the plugins'
+    ``HoldsCellDevices``/``OrdersByCellDevices`` methods: a bug there is
+    one rejection naming the plugin, as in any hook (it was an exception
+    out of ``PluginSet.fit``, for every host the filter asked)."""
+    from resources.numa.state import NUMAState
+    from resources.sriov.state import SRIOVState
+
+    def bug(*args):
+        if fault == "raise":
+            raise RuntimeError("bug")
+        return "garbage"
+
+    monkeypatch.setattr(SRIOVState if hook == "free_devices_by_cell" else NUMAState,
+                        hook, bug)
+    info = host([cell(0, range(4)), cell(1, range(4, 8))], [pf(PF, 4, 0)])
+    spec = build_request_spec(pinning, PINNED)
+    result = pinning.fit(states(pinning, info), spec, host=NODE)
+    assert not result.fits
+    assert [(r.plugin, r.reason.split(" (class ")[0]) for r in result.rejections] == [
+        (plugin, text)]
