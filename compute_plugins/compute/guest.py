@@ -14,7 +14,9 @@ the fragments into one complete domain:
   attribute are an error), children concatenated (two ``<cputune>`` give one
   ``<cputune>`` with every ``<vcpupin>``). A child libvirt allows once (an
   ``<emulatorpin>``, a ``<hugepages>``: any but :data:`REPEATED_CHILDREN`)
-  given twice is an error;
+  given twice is an error, unless the two are the same element (a flag
+  such as ``<memoryBacking><locked/>``, which the numa plugin gives for
+  ``hw:locked_memory`` and the memenc plugin for SEV): that is kept once;
 - ``parent="devices"`` fragments are appended under ``<devices>``.
 
 A fragment that is not one well-formed element, sits under the wrong parent
@@ -144,12 +146,25 @@ def _merge_into(merged: _Merged, element: ET.Element, plugin: str) -> None:
     for child in element:
         if _once(child.tag):
             for other in merged.element:
+                if other.tag == child.tag and _same(other, child):
+                    break  # NOTE: the same element twice is one (a flag)
                 if other.tag == child.tag:
                     raise GuestConfigError(
                         plugin, "<%s><%s> is allowed once and %s gives it too"
                         % (tag, child.tag, _who(merged.children[id(other)])))
+            else:
+                merged.element.append(child)
+                merged.children[id(child)] = plugin
+            continue
         merged.element.append(child)
         merged.children[id(child)] = plugin
+
+
+def _same(one: ET.Element, other: ET.Element) -> bool:
+    """``one`` and ``other`` are the same element (tag, attributes, text
+    and children alike)."""
+    return (ET.canonicalize(ET.tostring(one), strip_text=True)
+            == ET.canonicalize(ET.tostring(other), strip_text=True))
 
 
 def _once(tag: str) -> bool:

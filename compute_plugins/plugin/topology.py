@@ -58,8 +58,8 @@ consumer's (:class:`AffinityKey`): the rules do not depend on them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Optional, Protocol, runtime_checkable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.types import FrozenMap, enum_field
@@ -149,12 +149,53 @@ class OrdersByCellDevices(Protocol):
         ...
 
 
+#: How :func:`order_by_cell_devices` calls a plugin's method: ``(plugin
+#: name, method name, method, *arguments)``; the runtime's guards a
+#: plugin's failure (a rejection naming it).
+CallPlugin = Callable[..., Any]
+
+
+def _call(plugin: str, hook: str, fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def _free_devices(state: HoldsCellDevices) -> dict[int, int]:
+    """The state's free devices per cell, checked: a mapping of host cell
+    ids to counts (:class:`ReturnedGarbage` otherwise)."""
+    free = state.free_devices_by_cell()
+    if not isinstance(free, Mapping) or not all(
+            type(cell) is int and type(count) is int and count >= 0
+            for cell, count in free.items()):
+        raise ReturnedGarbage(free, "a mapping of host cell to free devices")
+    return dict(free)
+
+
+class ReturnedGarbage(TypeError):
+    """A device method (:class:`HoldsCellDevices`, :class:`OrdersByCellDevices`)
+    returned what its protocol does not allow: the runtime reports it as the
+    plugin's wrong value."""
+
+    def __init__(self, value: object, expected: str) -> None:
+        super().__init__("returned %s, not %s" % (
+            "a %s" % type(value).__name__, expected))
+        self.value = value
+        self.expected = expected
+
+
 def order_by_cell_devices(states: Mapping[str, object],
-                          requested: Collection[str]) -> Mapping[str, object]:
+                          requested: Collection[str],
+                          call: CallPlugin = _call) -> Mapping[str, object]:
     """``states`` with every :class:`OrdersByCellDevices` state told the free
     devices per cell of the :class:`HoldsCellDevices` states, and whether a
     plugin among ``requested`` (those with a request) holds them; the same
     mapping when no state holds any.
+
+    :param call: calls a plugin's method (``call(name, hook, method,
+        *args)``): the runtime passes one that turns a plugin's exception
+        into its failure; a holder whose count is not a mapping of host
+        cell ids to counts raises :class:`ReturnedGarbage` there, and so
+        does a provider whose ``with_cell_devices`` returns another type
+        than its state's.
     """
     # NOTE: a class attribute test, not isinstance() on the runtime
     # protocols: this runs for every host of every request.
@@ -163,17 +204,28 @@ def order_by_cell_devices(states: Mapping[str, object],
     if not holders:
         return states
     free: dict[int, int] = {}
-    for _, state in holders:
+    for name, state in holders:
         assert isinstance(state, HoldsCellDevices)
-        for cell, count in state.free_devices_by_cell().items():
+        for cell, count in call(name, "free_devices_by_cell", _free_devices,
+                                state).items():
             free[cell] = free.get(cell, 0) + count
     if not free:
         return states
     wanted = any(name in requested for name, _ in holders)
     counts: FrozenMap[int, int] = FrozenMap(free)
-    return {name: (state.with_cell_devices(counts, wanted)
+    return {name: (call(name, "with_cell_devices", _ordered, state, counts, wanted)
                    if isinstance(state, OrdersByCellDevices) else state)
             for name, state in states.items()}
+
+
+def _ordered(state: OrdersByCellDevices, free: FrozenMap[int, int],
+             wanted: bool) -> object:
+    """``state.with_cell_devices(free, wanted)``, checked: a state of the
+    same type."""
+    ordered = state.with_cell_devices(free, wanted)
+    if type(ordered) is not type(state):
+        raise ReturnedGarbage(ordered, "its host state")
+    return ordered
 
 
 def topology_provider(earlier: Mapping[str, object]

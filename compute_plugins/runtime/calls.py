@@ -44,6 +44,8 @@ DOING = {
     "guest_config": "building the guest configuration",
     "describe": "describing its assignment",
     "utilization": "weighing the host",
+    "free_devices_by_cell": "counting its free devices per host cell",
+    "with_cell_devices": "ordering its cells by free devices",
 }
 
 #: Hooks whose failures the manager reports (once per failure, not once

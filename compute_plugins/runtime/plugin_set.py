@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Optional, Protocol, TypeVar, Union, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Optional, Protocol, TypeVar, Union, cast
 
 from compute_plugins import exception
 from compute_plugins.host.model import HostInfo
@@ -54,6 +54,7 @@ from compute_plugins.plugin.contract import (
 from compute_plugins.plugin.state import AssignmentConflict, PluginState, StateFormatError
 from compute_plugins.plugin.topology import (
     TOPOLOGY,
+    ReturnedGarbage,
     order_by_cell_devices,
     recorded_cells_problem,
 )
@@ -557,8 +558,13 @@ class PluginSet(Mapping[str, AnyPlugin]):
             return search.FitResult(rejections=(cycle.rejection(),))
         failures: list[Rejection] = []
         # NOTE: nova's cell order counts the host's free PCI devices
-        # (compute_plugins.plugin.topology.order_by_cell_devices).
-        states = order_by_cell_devices(states, order)
+        # (compute_plugins.plugin.topology.order_by_cell_devices); a
+        # plugin's failure there rejects the host, naming it.
+        try:
+            states = order_by_cell_devices(states, order, self._guarded)
+        except PluginFailed as failed:
+            return search.FitResult(rejections=(
+                Rejection(failed.reason(host), plugin=failed.plugin),))
 
         def decide(name: str, earlier: search.Decided
                    ) -> Union[PluginAssignment, Rejection, None]:
@@ -608,6 +614,19 @@ class PluginSet(Mapping[str, AnyPlugin]):
         extra = tuple(r for r in dict.fromkeys(failures)
                       if r not in result.rejections)
         return dataclasses.replace(result, rejections=result.rejections + extra)
+
+    def _guarded(self, name: str, hook: str, fn: Callable[..., Any],
+                 *args: Any) -> Any:
+        """``fn(*args)``, a method of plugin ``name``'s state, with the
+        runtime's isolation (:class:`PluginFailed`; a
+        :class:`ReturnedGarbage` is the plugin's wrong value)."""
+        item = self._loaded.get(name)
+        if item is None:
+            return fn(*args)
+        try:
+            return invoke(name, item.origin, hook, (ReturnedGarbage,), fn, *args)
+        except ReturnedGarbage as bad:
+            raise garbage(name, item.origin(), hook, bad.value, bad.expected) from None
 
     def _is_assignment(self, name: str, value: object) -> bool:
         """``value`` is plugin ``name``'s declared assignment type."""

@@ -69,6 +69,14 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     #: (``NUMAAssignment.guest_topology``): devices that need it run after.
     provides = (TOPOLOGY,)
 
+    def __init__(self, conf: cfg.ConfigOpts) -> None:
+        super().__init__(conf)
+        # NOTE: the configuration is loaded when plugins are built: the
+        # [neutron_physnet_<name>] groups are registered now, so that the
+        # command line's check of every option at start finds a bad
+        # numa_nodes there (exit 2) instead of the discovery failing on it.
+        networks.register_dynamic_opts(conf)
+
     @classmethod
     def list_opts(cls) -> list[tuple[str, list[cfg.Opt]]]:
         """nova's network NUMA affinity groups (:mod:`resources.numa.networks`;

@@ -20,7 +20,6 @@ choice through.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
@@ -201,10 +200,19 @@ def _assignment(state: NUMAState, request: NUMARequest,
         emulator_threads=emulator_threads(state, request, placed_cells, isolated))
 
 
-#: At most this many held matchings are tried for a guest's network
-#: affinity (:func:`network_matching`): far more than hosts of 8 cells and
-#: guests of 4 nodes with several affine networks need.
-NETWORK_TRIES = 4096
+def _hitting_sets(required: Sequence[frozenset[int]], limit: int,
+                  hit: frozenset[int] = frozenset()) -> Iterator[frozenset[int]]:
+    """The sets of at most ``limit`` cells that take one cell of each of
+    ``required``, built one unmet set at a time (so no set holds a cell that
+    meets nothing new: the minimal ones and few others)."""
+    unmet = next((cells for cells in required if not cells & hit), None)
+    if unmet is None:
+        yield hit
+        return
+    if len(hit) == limit:
+        return
+    for cell in sorted(unmet):
+        yield from _hitting_sets(required, limit, hit | {cell})
 
 
 def network_matching(prefs: Sequence[Sequence[int]],
@@ -216,42 +224,42 @@ def network_matching(prefs: Sequence[Sequence[int]],
     every matching misses one.
 
     nova takes the first permutation, in cell order, that meets the
-    networks. Every such matching uses, for each constraint, one of its
-    cells: so for each choice of one cell per constraint, and each way of
-    giving those cells to distinct guest nodes, the preferred matching with
-    the nodes held to them is a candidate, and the best by ``rank`` (the
-    cells' order) is nova's first. Polynomial per try; the tries are
-    bounded by :data:`NETWORK_TRIES`.
+    networks. Every such matching uses a set of cells that takes one cell
+    of each network (a hitting set); for each such set ``H``, the preferred
+    matching that uses every cell of ``H`` is found by one matching with
+    placeholder nodes that may take any cell but those of ``H`` (as many as
+    the cells beyond the guest's nodes: every cell is used, so ``H``'s by
+    guest nodes), and the best of them by ``rank`` (the cells' order) is
+    nova's first. A set holding another gives no better matching, so the
+    sets are built minimal; cells no node may take, and networks another
+    network's cells meet, are left out first.
     """
     first = preferred_matching(prefs)
     if isinstance(first, NoMatching) or not required:
         return first
     if networks.problem(required, first) is None:
         return first
+    usable = frozenset(cell for choices in prefs for cell in choices)
+    sets = {cells & usable for _, cells in required}
+    if frozenset() in sets:
+        return None
+    needed = sorted((s for s in sets if not any(other < s for other in sets)),
+                    key=lambda s: (len(s), sorted(s)))
+    placeholders = len(usable) - len(prefs)
     best: Optional[tuple[list[int], list[int]]] = None
-    seen: set[tuple[int, ...]] = set()
-    tries = 0
-    for pick in itertools.product(*(sorted(cells) for _, cells in required)):
-        hit = tuple(sorted(set(pick)))
-        if len(hit) > len(prefs) or hit in seen:
+    tried: list[frozenset[int]] = []
+    for hit in _hitting_sets(needed, len(prefs)):
+        if any(done <= hit for done in tried):
             continue
-        seen.add(hit)
-        for owners in itertools.permutations(range(len(prefs)), len(hit)):
-            tries += 1
-            if tries > NETWORK_TRIES:
-                return best[1] if best else None
-            if any(cell not in prefs[node]
-                   for cell, node in zip(hit, owners, strict=True)):
-                continue
-            held = [[c for c in choices if c not in hit] for choices in prefs]
-            for cell, node in zip(hit, owners, strict=True):
-                held[node] = [cell]
-            matched = preferred_matching(held)
-            if isinstance(matched, NoMatching):
-                continue
-            key = [rank[cell] for cell in matched]
-            if best is None or key < best[0]:
-                best = (key, matched)
+        tried.append(hit)
+        others = sorted(usable - hit)
+        matched = preferred_matching(
+            list(prefs) + [others] * placeholders, ranked=len(prefs))
+        if isinstance(matched, NoMatching):
+            continue
+        key = [rank[cell] for cell in matched[:len(prefs)]]
+        if best is None or key < best[0]:
+            best = (key, matched[:len(prefs)])
     return best[1] if best else None
 
 
@@ -292,9 +300,11 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
     what matters to the devices is the *set* of host cells. After ``fit``'s
     answer, for each host cell in packing order that no placement yielded
     so far uses: the preferred placement with some guest node on that cell
-    (the matching with node ``i`` held to it, nodes in order), if any. At
-    most one placement per host cell, each one polynomial (one matching
-    per guest node): no search over permutations. A guest without NUMA
+    (the matching with node ``i`` held to it, nodes in order, meeting the
+    networks' NUMA affinity), if any. At most one placement per host cell,
+    each one polynomial (one matching per guest node, and per set of cells
+    meeting the networks when the guest has some): no search over
+    permutations. A guest without NUMA
     topology has no alternatives (devices ignore where it floats).
     """
     first = fit(state, request, placement)
@@ -310,7 +320,9 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
     required = networks.constraints(state.cells, request.physnets,
                                     request.tunneled)
     covered = set(_host_cells(first))
-    for cell in cell_order(state, len(demands), pins(request)):
+    order = cell_order(state, len(demands), pins(request))
+    rank = {cell.id: index for index, cell in enumerate(order)}
+    for cell in order:
         if cell.id in covered:
             continue
         for node, cells in enumerate(prefs):
@@ -319,9 +331,11 @@ def alternatives(state: Optional[NUMAState], request: NUMARequest,
             held = [[cell.id] if other == node
                     else [c for c in choices if c != cell.id]
                     for other, choices in enumerate(prefs)]
-            matched = preferred_matching(held)
-            if (isinstance(matched, NoMatching)
-                    or networks.problem(required, matched) is not None):
+            # NOTE: the preferred placement with the node held that meets
+            # the networks (the unconstrained one may miss them where
+            # another with the same held cell meets them)
+            matched = network_matching(held, required, rank)
+            if matched is None or isinstance(matched, NoMatching):
                 continue
             placed = _assignment(state, request, demands, matched)
             if isinstance(placed, NUMAAssignment):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Union
+from typing import Optional, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +102,17 @@ class _Matcher:
         self.fixed.add(node)
 
 
-def preferred_matching(prefs: Sequence[Sequence[int]]
+def preferred_matching(prefs: Sequence[Sequence[int]],
+                       ranked: Optional[int] = None
                        ) -> Union[list[int], NoMatching]:
     """The lexicographically first matching covering every node, or why none
     exists.
 
     :param prefs: per node, the cells it may take, most preferred first.
+    :param ranked: only the first ``ranked`` nodes' choices are made the
+        most preferred (the others, placeholders that only have to be
+        matched, keep any cells: :func:`resources.numa.fit.network_matching`);
+        None: every node's.
     :returns: the cell of each node, or a :class:`NoMatching`.
     """
     stranded = tuple(node for node, cells in enumerate(prefs) if not cells)
@@ -117,6 +122,6 @@ def preferred_matching(prefs: Sequence[Sequence[int]]
     for node in range(len(prefs)):
         if not matcher.augment(node, set()):
             return matcher.hall_violator(node)
-    for node in range(len(prefs)):
+    for node in range(len(prefs) if ranked is None else ranked):
         matcher.improve(node)
     return [cell for cell in matcher.match if cell is not None]

@@ -6,10 +6,14 @@ option names, ``nova.conf.neutron``):
 
 - ``[neutron] physnets``: the physnets of this host; for each, a group
   ``[neutron_physnet_<name>]`` with ``numa_nodes``, the host cells its NICs
-  are on (registered when the view is built, as nova's
+  are on (registered when the plugin is built, as nova's
   ``register_dynamic_opts`` does after reading ``physnets``);
 - ``[neutron_tunnel] numa_nodes``: the cells of the NICs tunneled networks
   (vxlan, gre, geneve) use.
+
+As nova's driver (``InvalidNetworkNUMAAffinity``), a physnet listed without
+``numa_nodes`` and a ``numa_nodes`` cell the host does not have are
+configuration errors (a typo would silently drop the affinity).
 
 A guest with a NUMA topology and ports on such networks goes on host cells
 that include, for every physnet of its ports with an affinity, one of that
@@ -27,16 +31,15 @@ permutation among them.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Optional, Protocol
 
 from oslo_config import cfg, types
 
+from compute_plugins import exception
+from compute_plugins.plugin.devices import InvalidOptionValue
 from compute_plugins.request.inputs import RequestInput
 from resources.numa.request import NUMARequest
-
-LOG = logging.getLogger(__name__)
 
 NEUTRON = "neutron"
 TUNNEL = "neutron_tunnel"
@@ -73,38 +76,76 @@ def _register(conf: cfg.ConfigOpts, group: str, opt: cfg.Opt) -> None:
         pass  # NOTE: nova's own CONF (the nova adapters) has them already
 
 
-def affinity(conf: cfg.ConfigOpts
-             ) -> tuple[dict[str, frozenset[int]], frozenset[int]]:
-    """``({physnet: cells}, tunnel cells)`` from the configuration; the
-    physnet groups are registered here, from ``[neutron] physnets``."""
+def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
+    """Register the static groups and a ``[neutron_physnet_<name>]`` group
+    per name of ``[neutron] physnets`` (nova's ``register_dynamic_opts``).
+
+    Call once the configuration files are loaded (the group names depend
+    on ``physnets``): the plugin does when it is built, so the command
+    line's check of every option at start finds a bad ``numa_nodes`` there
+    (exit 2, one line naming the group) as it does in static groups.
+    Calling it again is harmless.
+    """
     for group, opts in list_opts():
         for opt in opts:
             _register(conf, group, opt)
+    for name in conf[NEUTRON].physnets:
+        _register(conf, PHYSNET_GROUP % name, _numa_nodes_opt("physnet %s" % name))
+
+
+def _numa_nodes(conf: cfg.ConfigOpts, group: str) -> frozenset[int]:
+    """``[group] numa_nodes``; a bad value is a :class:`ConfigError` naming
+    the group and option (where no start-time check read it first)."""
+    try:
+        return frozenset(conf[group].numa_nodes)
+    except cfg.ConfigSourceValueError as err:
+        rule = str(err).rpartition("is not valid: ")[2] or str(err)
+        raise exception.ConfigError("[%s] numa_nodes: %s" % (group, rule)) from None
+
+
+def affinity(conf: cfg.ConfigOpts
+             ) -> tuple[dict[str, frozenset[int]], frozenset[int]]:
+    """``({physnet: cells}, tunnel cells)`` from the configuration (the
+    physnet groups registered: :func:`register_dynamic_opts`).
+
+    :raises ConfigError: a physnet of ``[neutron] physnets`` has no
+        ``numa_nodes`` (nova's driver refuses it too:
+        ``InvalidNetworkNUMAAffinity``; a typo in the group's name would
+        silently drop the affinity).
+    """
+    register_dynamic_opts(conf)
     physnets: dict[str, frozenset[int]] = {}
     for name in conf[NEUTRON].physnets:
         group = PHYSNET_GROUP % name
-        _register(conf, group, _numa_nodes_opt("physnet %s" % name))
-        nodes = frozenset(conf[group].numa_nodes)
-        if nodes:
-            physnets[name] = nodes
-    return physnets, frozenset(conf[TUNNEL].numa_nodes)
+        nodes = _numa_nodes(conf, group)
+        if not nodes:
+            raise exception.ConfigError(
+                "[%s] physnets lists %s, but [%s] numa_nodes is not set: "
+                "list the host cells of its NICs there, or leave it out of "
+                "[%s] physnets (nova refuses it too)" % (NEUTRON, name, group, NEUTRON))
+        physnets[name] = nodes
+    return physnets, _numa_nodes(conf, TUNNEL)
 
 
 def cell_networks(conf: cfg.ConfigOpts, cell_ids: Iterable[int]
                   ) -> dict[int, tuple[frozenset[str], bool]]:
     """Per host cell: the physnets affine to it and whether tunneled
-    networks are (a configured cell the host lacks is logged, as it
-    constrains nothing)."""
+    networks are.
+
+    :raises InvalidOptionValue: a ``numa_nodes`` names a cell the host does
+        not have (nova's driver refuses it: ``InvalidNetworkNUMAAffinity``).
+    """
     physnets, tunnel = affinity(conf)
     ids = frozenset(cell_ids)
     for where, nodes in [(PHYSNET_GROUP % n, c) for n, c in physnets.items()] + [
             (TUNNEL, tunnel)]:
         missing = sorted(nodes - ids)
         if missing:
-            LOG.warning("[%s] numa_nodes names NUMA cell(s) %s, which this "
-                        "host lacks (cells: %s)", where,
-                        ", ".join(map(str, missing)),
-                        ", ".join(map(str, sorted(ids))) or "none")
+            raise InvalidOptionValue(
+                "[%s] numa_nodes" % where, ",".join(map(str, sorted(nodes))),
+                "host cell %s %s not exist (the host's cells: %s)"
+                % (", ".join(map(str, missing)), "does" if len(missing) == 1 else "do",
+                   ", ".join(map(str, sorted(ids))) or "none"))
     return {cell: (frozenset(n for n, c in physnets.items() if cell in c),
                    cell in tunnel) for cell in ids}
 

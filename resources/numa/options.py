@@ -28,6 +28,7 @@ concern); the plugin's ``parse_request`` applies :func:`parse` after it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Optional
 
 from compute_plugins.request import rules
@@ -100,6 +101,23 @@ def _text(values: Topology) -> str:
     return "sockets=%d, cores=%d, threads=%d" % values
 
 
+def _report(ri: RequestInput, prefix: str, dimensions: Sequence[int],
+            rule: str, image_first: bool = True) -> None:
+    """Report ``rule`` on the key of the first of ``dimensions`` (indexes
+    into :data:`_DIMENSIONS`) that the image sets (``image_first``) or else
+    the flavor sets: the key, source and value the user wrote."""
+    for source in (("image", "flavor") if image_first else ("flavor", "image")):
+        for index in dimensions:
+            key = "cpu_%s%s" % (prefix, _DIMENSIONS[index])
+            flavor_value, image_value = ri.flavor_image(key)
+            value = image_value if source == "image" else flavor_value
+            if value:
+                ri.report(("hw_" if source == "image" else "hw:") + key, value,
+                          rule, source)
+                return
+    ri.report("hw:cpu_%s%s" % (prefix, _DIMENSIONS[0]), None, rule)
+
+
 def topology_constraints(ri: RequestInput
                          ) -> Optional[tuple[Topology, Topology]]:
     """nova's ``get_cpu_topology_constraints``: ``(preferred, maximum)``;
@@ -109,21 +127,23 @@ def topology_constraints(ri: RequestInput
     if limits is None or preferred is None:
         return None
     flavor_max, image_max = limits
-    if any(f and i > f for f, i in zip(flavor_max, image_max, strict=True)):
-        ri.report("hw_cpu_max_sockets", None, "Image vCPU topology limits "
-                  "(%s) exceeds the limits of the flavor (%s)"
-                  % (_text(image_max), _text(flavor_max)), source="image")
+    exceeded = [d for d, (f, i) in enumerate(zip(flavor_max, image_max, strict=True))
+                if f and i > f]
+    if exceeded:
+        _report(ri, "max_", exceeded, "Image vCPU topology limits (%s) exceeds "
+                "the limits of the flavor (%s)" % (_text(image_max), _text(flavor_max)))
         return None
     maximum = tuple(i or f or TOPOLOGY_MAX
                     for f, i in zip(flavor_max, image_max, strict=True))
     flavor_pref, image_pref = preferred
     if any(f > m for f, m in zip(flavor_pref, maximum, strict=True)):
         flavor_pref = (0, 0, 0)
-    if any(i > m for i, m in zip(image_pref, maximum, strict=True)):
-        ri.report("hw_cpu_sockets", None, "Image vCPU topology (%s) exceeds "
-                  "the limits of the flavor or image (%s)"
-                  % (_text(image_pref), _text(maximum)),  # type: ignore[arg-type]
-                  source="image")
+    exceeded = [d for d, (i, m) in enumerate(zip(image_pref, maximum, strict=True))
+                if i > m]
+    if exceeded:
+        _report(ri, "", exceeded, "Image vCPU topology (%s) exceeds the limits "
+                "of the flavor or image (%s)"
+                % (_text(image_pref), _text(maximum)))  # type: ignore[arg-type]
         return None
     wanted = image_pref if any(image_pref) else flavor_pref
     return wanted, (maximum[0], maximum[1], maximum[2])
@@ -182,9 +202,9 @@ def cpu_topology(ri: RequestInput, vcpus: int) -> Optional[tuple[int, ...]]:
     best = best_topology(vcpus, preferred, maximum)
     if best is None:
         limits = tuple(min(vcpus, m) for m in maximum)
-        ri.report("hw:cpu_max_sockets", None, "Requested vCPU limits "
-                  "%d:%d:%d are impossible to satisfy for vcpus count %d"
-                  % (*limits, vcpus))
+        # NOTE: the image's limit of a dimension wins over the flavor's
+        _report(ri, "max_", range(3), "Requested vCPU limits %d:%d:%d are "
+                "impossible to satisfy for vcpus count %d" % (*limits, vcpus))
     return best
 
 

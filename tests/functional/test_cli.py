@@ -259,6 +259,27 @@ def test_a_bad_mdev_type_option_fails_at_start_naming_group_and_option(
     assert not state.exists()  # no checkpoint, no embedded Placement
 
 
+@pytest.mark.parametrize("value, rule", [
+    ("abc", "invalid literal for int() with base 10: 'abc'"),
+    ("0,-1", "Should be greater than or equal to 0"),
+])
+def test_a_bad_physnet_numa_nodes_fails_at_start_naming_group_and_option(
+        tmp_path, value, rule):
+    """``[neutron_physnet_<name>]`` groups exist only once ``[neutron]
+    physnets`` is read (as in nova); a bad ``numa_nodes`` there is refused
+    at start like any option, in one line naming group, option and file (it
+    was the numa plugin failing to discover, its message naming no group)."""
+    config = tmp_path / "physnet.conf"
+    config.write_text("[neutron]\nphysnets = foo\n[neutron_physnet_foo]\n"
+                      "numa_nodes = %s\n" % value)
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    assert _one_error_line(result) == (
+        "compute-plugins: configuration error: [neutron_physnet_foo] numa_nodes: "
+        "%s (in %s)" % (rule, config))
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("option", ["cpu_allocation_ratio",
                                     "ram_allocation_ratio"])
 def test_an_allocation_ratio_placement_refuses_fails_at_start(tmp_path, option):

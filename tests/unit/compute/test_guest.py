@@ -320,8 +320,12 @@ def test_describe_fields_lists_one_line_per_device():
     ("<cpu><numa><cell id='0' cpus='0-1' memory='512' unit='MiB'/></numa></cpu>",
      "<cpu><numa><cell id='1' cpus='0-1' memory='512' unit='MiB'/></numa></cpu>",
      "<cpu><numa> is allowed once"),
-    ("<features><acpi/></features>", "<features><acpi/></features>",
-     "<features><acpi> is allowed once"),
+    ("<features><hyperv mode='custom'/></features>",
+     "<features><hyperv mode='passthrough'/></features>",
+     "<features><hyperv> is allowed once"),
+    # the same element twice is kept once (<memoryBacking><locked/> from the
+    # numa and memenc plugins): test_the_same_flag_from_two_plugins_is_one
+    ("<features><acpi/></features>", "<features><acpi/></features>", None),
     ("<numatune><memnode cellid='0' mode='strict' nodeset='0'/></numatune>",
      "<numatune><memnode cellid='1' mode='strict' nodeset='1'/></numatune>", None),
     ("<clock offset='utc'><timer name='rtc'/></clock>",
@@ -338,6 +342,24 @@ def test_children_libvirt_allows_once_by_its_schema(first, second, refused):
         return
     with pytest.raises(GuestConfigError, match=refused + " and plugin one gives it"):
         guest.assemble(contributions, name="g", vcpus=2, memory_mb=1024)
+
+
+def test_the_same_flag_from_two_plugins_is_one():
+    """Two plugins asking the same thing (locked memory: the numa plugin
+    for hw:locked_memory, the memenc plugin for SEV) give it once; a
+    different one is still refused, naming both."""
+    xml = guest.assemble(
+        [("numa", [D("<memoryBacking><hugepages/><locked/></memoryBacking>")]),
+         ("memenc", [D("<memoryBacking><locked/></memoryBacking>")])],
+        name="g", vcpus=2, memory_mb=1024)
+    backing = ET.fromstring(xml).find("memoryBacking")
+    assert [e.tag for e in backing] == ["hugepages", "locked"]
+    with pytest.raises(GuestConfigError, match="<memoryBacking><source> is allowed "
+                       "once and plugin numa gives it too"):
+        guest.assemble(
+            [("numa", [D("<memoryBacking><source type='file'/></memoryBacking>")]),
+             ("other", [D("<memoryBacking><source type='memfd'/></memoryBacking>")])],
+            name="g", vcpus=2, memory_mb=1024)
 
 
 RNG = "/usr/share/libvirt/schemas/domaincommon.rng"

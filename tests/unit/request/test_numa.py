@@ -355,3 +355,29 @@ def test_cpu_topology_limits_are_checked_as_in_nova(manager):
                    "hw_cpu_max_sockets", "exceeds the limits of the flavor")
     assert_problem(problems(manager, {"hw:cpu_sockets": "x"}),
                    "hw:cpu_sockets", "not a valid")
+
+
+@pytest.mark.parametrize("flavor_specs, image, key, source, value", [
+    # the image's limits alone make 4 vCPUs impossible: the image's key
+    ({}, {"hw_cpu_max_sockets": 1, "hw_cpu_max_cores": 1, "hw_cpu_max_threads": 1},
+     "hw_cpu_max_sockets", "image", 1),
+    # the flavor's threads and the image's sockets and cores: the image's
+    ({"hw:cpu_max_threads": "1"}, {"hw_cpu_max_sockets": 1, "hw_cpu_max_cores": 2},
+     "hw_cpu_max_sockets", "image", 1),
+    # the flavor's alone
+    ({"hw:cpu_max_sockets": "1", "hw:cpu_max_cores": "1", "hw:cpu_max_threads": "3"},
+     None, "hw:cpu_max_sockets", "flavor", "1"),
+    # the image lowers the flavor's cores beyond it: the image's cores
+    ({"hw:cpu_max_cores": "2"}, {"hw_cpu_max_cores": 4},
+     "hw_cpu_max_cores", "image", 4),
+    # the image's preferred threads exceed the flavor's limit: its threads
+    ({"hw:cpu_max_threads": "1"}, {"hw_cpu_threads": 2},
+     "hw_cpu_threads", "image", 2),
+])
+def test_cpu_topology_problems_name_the_key_that_set_them(
+        manager, flavor_specs, image, key, source, value):
+    """Each topology problem names the flavor or image key (and value) that
+    makes it, where the user set it: an image's impossible limits were
+    said of the flavor's hw:cpu_max_sockets, which the flavor did not set."""
+    found = problems(manager, flavor_specs, image=image)
+    assert [(p.source, p.key, p.value) for p in found] == [(source, key, value)], found

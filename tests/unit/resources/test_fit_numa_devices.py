@@ -285,3 +285,67 @@ def test_a_guest_with_pci_devices_prefers_the_cells_with_most(pinning, conf):
     assert [c.host_cell for c in result.assignments["numa"].cells] == [1]
     assert result.assignments["sriov"].vfs[0].pf_address == PF2
     assert verified(plugins, info, spec, result) == ()
+
+
+def test_alternatives_keep_the_networks_numa_affinity(pinning, conf):
+    """A guest of 2 nodes with a port on physnet foo (affine to cell 2) and
+    a vGPU that must be on one of its cells (on cell 3): nova's first
+    permutation meeting both is cells 2 and 3. The numa plugin's first
+    answer (cells 0 and 2) leaves the vGPU out; its alternatives must still
+    meet the network (they offered only placements whose *unconstrained*
+    preferred matching did, so cells 2 and 3 never came and the host was
+    refused)."""
+    from resources.numa import networks
+
+    conf.set_override("physnets", ["foo"], "neutron")
+    networks.register_dynamic_opts(conf)
+    conf.set_override("numa_nodes", [2], "neutron_physnet_foo")
+    info = host([cell(i, range(2 * i, 2 * i + 2)) for i in range(4)],
+                [gpu(GPU, 3, nvidia_35=2)])
+    flavor = {"name": "f", "vcpus": 2, "memory_mb": 2048, "extra_specs": {
+        "hw:numa_nodes": "2", "hw:cpu_policy": "dedicated",
+        "hw:pci_numa_affinity_policy": "required", "resources:VGPU": "1"}}
+    spec, result = decide(pinning, info, flavor, [{"id": "p1", "physnet": "foo"}])
+    assert result.fits, result.rejections
+    assert sorted(c.host_cell for c in result.assignments["numa"].cells) == [2, 3]
+    assert result.assignments["vgpu"].host_cells == (2, 3)
+    assert verified(pinning, info, spec, result) == ()
+
+
+
+@pytest.mark.parametrize("hook, fault, plugin, text", [
+    ("free_devices_by_cell", "raise", "sriov",
+     "the plugin failed while counting its free devices per host cell on host "
+     "%s: RuntimeError: bug" % NODE),
+    ("free_devices_by_cell", "garbage", "sriov",
+     "the plugin's free_devices_by_cell on host %s returned a str, not a "
+     "mapping of host cell to free devices" % NODE),
+    ("with_cell_devices", "raise", "numa",
+     "the plugin failed while ordering its cells by free devices on host %s: "
+     "RuntimeError: bug" % NODE),
+    ("with_cell_devices", "garbage", "numa",
+     "the plugin's with_cell_devices on host %s returned a str, not its host "
+     "state" % NODE),
+])
+def test_a_failing_device_count_rejects_the_host_naming_the_plugin(
+        pinning, monkeypatch, hook, fault, plugin, text):
+    """The framework's cell order by free PCI devices calls the plugins'
+    ``HoldsCellDevices``/``OrdersByCellDevices`` methods: a bug there is
+    one rejection naming the plugin, as in any hook (it was an exception
+    out of ``PluginSet.fit``, for every host the filter asked)."""
+    from resources.numa.state import NUMAState
+    from resources.sriov.state import SRIOVState
+
+    def bug(*args):
+        if fault == "raise":
+            raise RuntimeError("bug")
+        return "garbage"
+
+    monkeypatch.setattr(SRIOVState if hook == "free_devices_by_cell" else NUMAState,
+                        hook, bug)
+    info = host([cell(0, range(4)), cell(1, range(4, 8))], [pf(PF, 4, 0)])
+    spec = build_request_spec(pinning, PINNED)
+    result = pinning.fit(states(pinning, info), spec, host=NODE)
+    assert not result.fits
+    assert [(r.plugin, r.reason.split(" (class ")[0]) for r in result.rejections] == [
+        (plugin, text)]

@@ -241,3 +241,34 @@ def test_a_topology_that_does_not_multiply_to_the_vcpus_names_the_plugin():
     with pytest.raises(GuestConfigError, match="topology 3 sockets x 1 cores "
                        "x 1 threads is not the flavor's 2 vCPUs"):
         fragments(req, decide(host(), req))
+
+
+@pytest.mark.parametrize("locked, realtime", [(True, ()), (False, (1,))])
+def test_locked_memory_with_sev_is_one_locked_element(conf, locked, realtime):
+    """nova's ``get_locked_memory_constraint`` is True once for
+    ``hw:locked_memory`` and SEV's ``needs_locked_memory`` alike (and a
+    realtime guest's memory is locked too): one ``<locked/>``. The numa and
+    memenc plugins both lock the memory; the domain has it once and libvirt
+    takes it (it was a GuestConfigError: '<memoryBacking><locked> is allowed
+    once')."""
+    from compute_plugins.compute.guest import assemble
+    from resources.memenc import MemEncAssignment, MemEncPlugin, MemEncRequest
+
+    req = dataclasses.replace(request([(2, 512)], page="large", realtime=realtime),
+                              locked_memory=locked)
+    sev = MemEncPlugin(conf).guest_config(
+        MemEncRequest(model="amd-sev"),
+        MemEncAssignment(model="amd-sev", provider_uuid="u"))
+    xml = assemble([("numa", fragments(req, decide(host(), req))), ("memenc", sev)],
+                   name="sev-locked", vcpus=2, memory_mb=512, domain_type="test")
+    backing = ET.fromstring(xml).find("memoryBacking")
+    assert [e.tag for e in backing].count("locked") == 1
+    conn = libvirt.open("test:///default")
+    try:
+        dom = conn.defineXML(xml.replace("<launchSecurity", "<!--").replace(
+            "</launchSecurity>", "-->"))   # NOTE: the test driver has no SEV
+        back = ET.fromstring(dom.XMLDesc(0))
+        dom.undefine()
+    finally:
+        conn.close()
+    assert [e.tag for e in back.find("memoryBacking")].count("locked") == 1

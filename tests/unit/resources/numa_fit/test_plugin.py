@@ -8,6 +8,7 @@ import json
 from compute_plugins.host.model import CPU, HostInfo, NUMACell, PagePool
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.spec import RequestSpec, build_request_spec
+from resources.numa import networks
 from resources.numa.request import NUMAAssignment
 from tests.unit.resources.helpers import manager, state_of
 
@@ -168,9 +169,11 @@ def network_fit(conf, ports, **extra_specs):
     conf.set_override("cpu_shared_set", "6-7,14-15", "compute")
     conf.set_override("reserved_host_memory_mb", 0, "compute")
     mgr = manager(conf, ["numa"])
-    conf.set_override("physnets", ["foo", "bar"], "neutron")
+    # NOTE: physnet bar is not listed: no affinity (nova refuses one listed
+    # without numa_nodes: test_network_affinity_nova_refuses_is_refused)
+    conf.set_override("physnets", ["foo"], "neutron")
     plugin = mgr.plugins["numa"]
-    plugin.discover(smt_host())                    # registers the physnet groups
+    networks.register_dynamic_opts(conf)           # as nova, once physnets is read
     conf.set_override("numa_nodes", [1], "neutron_physnet_foo")
     conf.set_override("numa_nodes", [0], "neutron_tunnel")
     mgr.discover(smt_host())
@@ -184,7 +187,8 @@ def network_fit(conf, ports, **extra_specs):
 
 def test_ports_on_numa_affine_networks_place_the_guest_on_their_cells(conf):
     """nova's options as nova spells them: the guest goes on a cell of each
-    of its networks with an affinity; physnet bar has none (compat:
+    of its networks with an affinity; physnet bar, not in [neutron]
+    physnets, has none (compat:
     test_network_numa_affinity_as_nova)."""
     pinned = {"hw:cpu_policy": "dedicated"}
     cells = lambda result: [c.host_cell for c in result.assignments["numa"].cells]  # noqa: E731
@@ -231,3 +235,54 @@ def test_a_64k_host_from_its_capabilities(conf):
         result = fit_on(conf, info, page)
         assert result.fits is fits, (page, result.rejections)
     assert "its small pages are 64 KiB" in fit_on(conf, info, "4").rejections[0].reason
+
+
+def test_a_bad_physnet_numa_nodes_names_its_group_where_nothing_checked_it(tmp_path):
+    """Where no start-time check read the options (nova's adapters), the
+    discovery's error names the group and option (it named neither: oslo's
+    'Value for option numa_nodes from LocationInfo(...)')."""
+    import pytest
+    from oslo_config import cfg
+
+    from compute_plugins.exception import ConfigError
+    from resources.numa import networks
+
+    path = tmp_path / "n.conf"
+    path.write_text("[neutron]\nphysnets = foo\n[neutron_physnet_foo]\nnuma_nodes = 1,x\n")
+    conf = cfg.ConfigOpts()
+    conf([], default_config_files=[str(path)], default_config_dirs=[])
+    with pytest.raises(ConfigError) as err:
+        networks.affinity(conf)
+    assert str(err.value) == ("[neutron_physnet_foo] numa_nodes: invalid literal "
+                              "for int() with base 10: 'x'")
+
+
+def test_network_affinity_nova_refuses_is_refused(conf):
+    """nova's driver refuses (InvalidNetworkNUMAAffinity) a physnet listed
+    in [neutron] physnets without numa_nodes, and a numa_nodes cell the host
+    does not have: a typo there would silently drop the affinity. Both were
+    accepted here (the first as no affinity, the second with a warning)."""
+    import pytest
+
+    from compute_plugins.exception import ConfigError
+    from resources.numa import networks
+
+    plugin = manager(conf, ["numa"]).plugins["numa"]
+    conf.set_override("physnets", ["foo"], "neutron")
+    with pytest.raises(ConfigError, match=r"^\[neutron\] physnets lists foo, but "
+                       r"\[neutron_physnet_foo\] numa_nodes is not set"):
+        plugin.discover(smt_host())
+    networks.register_dynamic_opts(conf)
+    conf.set_override("numa_nodes", [1, 7], "neutron_physnet_foo")
+    with pytest.raises(ConfigError, match=r"^invalid \[neutron_physnet_foo\] numa_nodes "
+                       r"value '1,7': host cell 7 does not exist \(the host's "
+                       r"cells: 0, 1\)$"):
+        plugin.discover(smt_host())
+    conf.set_override("numa_nodes", [1], "neutron_physnet_foo")
+    conf.set_override("numa_nodes", [2], "neutron_tunnel")
+    with pytest.raises(ConfigError, match=r"^invalid \[neutron_tunnel\] numa_nodes "
+                       r"value '2': host cell 2 does not exist"):
+        plugin.discover(smt_host())
+    conf.clear_override("numa_nodes", "neutron_tunnel")
+    assert [c.physnets for c in plugin.discover(smt_host()).cells] == [
+        frozenset(), {"foo"}]

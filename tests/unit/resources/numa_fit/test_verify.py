@@ -135,3 +135,23 @@ def test_shared_cpus_recorded_must_be_the_cells():
     moved: CellState = dataclasses.replace(st.cells[0], shared_cpus=frozenset({0, 1}))
     assert "shared vCPUs are recorded on CPUs 0-3; host cell 0's shared CPUs are 0-1" \
         in reason(dataclasses.replace(st, cells=(moved,)), req, got)
+
+
+def test_network_affinity_is_rechecked():
+    """A decision whose guest ports' networks are affine to other host cells
+    (a decision edited, or the affinity configured since) does not verify:
+    verify re-checks what the fit checks (resources.numa.networks)."""
+    st = state(cell(0, range(4)), cell(1, range(4, 8)))
+    req = dataclasses.replace(request([(2, 512)]), physnets=frozenset({"foo"}))
+    assert decided(st, req).cells[0].host_cell == 0      # foo has no affinity
+    affine = with_cell(st, 1, physnets=frozenset({"foo"}))
+    got = decided(affine, req)
+    assert got.cells[0].host_cell == 1
+    moved = edit(got, host_cell=0, provider_uuid="uuid-0")
+    assert ("the guest's ports on physnet foo need one of its NUMA nodes on host "
+            "cell(s) 1 ([neutron_physnet_foo] numa_nodes), it is on 0"
+            ) in reason(affine, req, moved)
+    tunneled = dataclasses.replace(req, physnets=frozenset(), tunneled=True)
+    tunnel_on_1 = with_cell(st, 1, tunneled=True)
+    assert "tunneled networks need one of its NUMA nodes on host cell(s) 1" in \
+        reason(tunnel_on_1, tunneled, moved)
