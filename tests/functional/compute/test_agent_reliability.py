@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from compute_plugins import exception
 from compute_plugins.compute import identity
@@ -31,6 +32,7 @@ from compute_plugins.hoststate import (
     DecisionStatus,
     Fenced,
     HostStateStore,
+    schema,
 )
 from compute_plugins.placement import embedded
 from tests.functional.compute.test_agent import (
@@ -352,3 +354,135 @@ def test_a_lost_ledger_and_a_recreated_store_refuse_on_placements_allocations(ho
     # nothing published as free, nothing released
     assert host.store.get_host(host.name) is None
     assert host.allocations(consumer)
+
+
+# -- review: host rename refused or interrupted half-way ------------------------
+
+
+def _rename(host: Host, new: str):
+    from compute_plugins.compute.rename import rename_node
+    return rename_node(str(host.state_dir), host.name, new, host.placement.client(),
+                       host.store)
+
+
+def test_a_rename_refused_by_placement_changes_nothing(host):
+    """review: the new name taken in Placement was found after the store's
+    records had been moved: the agent restarted under the old name then
+    freed the claim (its decision now named another host) and deleted its
+    allocation, while the guest ran."""
+    from compute_plugins.compute.rename import RenameError
+
+    consumer = claimed(host)
+    allocations = host.allocations(consumer)
+    new = host.name + "-taken"
+    host.placement.client().post("/resource_providers", {"name": new})
+    with pytest.raises(RenameError, match="already has a provider named"):
+        _rename(host, new)
+    assert host.store.active_decision(consumer).host == host.name
+    assert host.store.get_host(host.name) is not None
+    restarted = host.start_agent()
+    result = restarted.run_once()
+    assert result.ok and result.releases == [], (result.error, result.releases)
+    assert consumer in restarted.ledger and host.allocations(consumer) == allocations
+
+
+def test_a_rename_interrupted_after_the_store_is_finished_by_running_it_again(host):
+    """review: "run it again if it stopped half-way" was refused once the
+    store's step was done (the new name then has decisions in force)."""
+    consumer = claimed(host)
+    old, new = host.name, host.name + "-renamed"
+    # the first run stopped after the store's step
+    host.store.rename_host(old, new, host.agent.node.uuid)
+    done = _rename(host, new)
+    assert done.claims == 1 and done.providers
+    assert host.store.active_decision(consumer).host == new
+    assert identity.read(str(host.state_dir)).host == new
+
+
+def test_a_rename_interrupted_between_the_ledgers_is_finished_by_running_it_again(host):
+    consumer = claimed(host)
+    old, new = host.name, host.name + "-renamed"
+    source = Path(host.agent.ledger.path)
+    kept = source.read_text()
+    _rename(host, new)
+    # it stopped after writing the new ledger, before removing the old one
+    source.write_text(kept)
+    (host.state_dir / "compute_node.json").unlink()
+    identity.write(str(host.state_dir), old, host.agent.node.uuid)
+    done = _rename(host, new)
+    assert not source.exists()
+    assert consumer in json.loads((host.state_dir / ("%s.ledger.json" % new))
+                                  .read_text())["claims"]
+    assert identity.read(str(host.state_dir)).host == new and done.new == new
+
+
+def test_a_rename_onto_a_name_whose_agent_runs_is_refused(host, tmp_path):
+    """review: another node's agent holding the new name's lease (started,
+    not published yet) or the old name's (an agent of another state
+    directory) was not looked at: its lease was dropped under it."""
+    consumer = claimed(host)
+    new = host.name + "-renamed"
+    other = "11111111-1111-4111-8111-111111111111"
+    host.store.acquire_lease(new, other, "pid 9 on elsewhere", 60)
+    with pytest.raises(AgentLeaseHeld, match="pid 9 on elsewhere"):
+        _rename(host, new)
+    assert host.store.active_decision(consumer).host == host.name
+    # refused: the node keeps its name, its agent starts
+    assert identity.ensure(str(host.state_dir), host.name).renaming is None
+    host.store.end_lease(host.store.get_lease(new))
+    # the old name's lease held by another node (another state directory)
+    with host.store.engine.begin() as conn:
+        conn.execute(sa.update(schema.leases).where(schema.leases.c.host == host.name)
+                     .values(node=other, holder="pid 8 on elsewhere"))
+    with pytest.raises(AgentLeaseHeld, match="pid 8 on elsewhere"):
+        _rename(host, new)
+    assert host.store.active_decision(consumer).host == host.name
+    assert host.store.get_lease(host.name).node == other
+    # its own node's lease (the agent was killed: the state-dir lock is
+    # free) does not stop it, nor an ended lease on the new name
+    with host.store.engine.begin() as conn:
+        conn.execute(sa.update(schema.leases).where(schema.leases.c.host == host.name)
+                     .values(node=host.agent.node.uuid))
+    assert _rename(host, new).decisions == 1
+
+
+class _DyingPlacement:
+    """A Placement client whose ``after``-th PUT fails (the rename killed
+    there)."""
+
+    def __init__(self, client, after):
+        self.client, self.after = client, after
+
+    def get(self, *args, **kwargs):
+        return self.client.get(*args, **kwargs)
+
+    def put(self, *args, **kwargs):
+        self.after -= 1
+        if self.after < 0:
+            raise KeyboardInterrupt("killed")
+        return self.client.put(*args, **kwargs)
+
+
+def test_no_agent_starts_while_a_rename_is_unfinished(host):
+    """review: a rename stopped after the store's step (records under the
+    new name) let the agent start under the old name: its claims'
+    decisions named another host, it freed them. And run again after some
+    children were renamed, a new name OLD_x renamed them OLD_x_x."""
+    from compute_plugins.compute.rename import rename_node
+
+    consumer = claimed(host)
+    old, new = host.name, host.name + "_2"
+    with pytest.raises(KeyboardInterrupt):
+        rename_node(str(host.state_dir), old, new,
+                    _DyingPlacement(host.placement.client(), 1), host.store)
+    with pytest.raises(identity.RenameUnfinished) as info:
+        host.start_agent()
+    assert "host rename %s %s" % (old, new) in str(info.value)
+    assert isinstance(info.value, exception.InputError)
+    assert consumer in json.loads(Path(host.agent.ledger.path).read_text())["claims"]
+    done = _rename(host, new)
+    assert done.claims == 1
+    names = [rp["name"] for rp in host.placement.client().get(
+        "/resource_providers")["resource_providers"] if rp["name"].startswith(old)]
+    assert new in names and not [n for n in names if n.startswith(new + "_2")], names
+    assert identity.read(str(host.state_dir)).renaming is None
