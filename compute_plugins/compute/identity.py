@@ -26,6 +26,7 @@ import fcntl
 import glob
 import json
 import os
+import stat
 import uuid
 from typing import Any, Optional
 
@@ -249,16 +250,32 @@ class StateDirLock:
         self._fd: Optional[int] = None
 
     def __enter__(self) -> StateDirLock:
-        files.ensure_private_dir(self.state_dir)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     files.PRIVATE_FILE_MODE)
+        """:raises AgentRunning: another process holds it.
+        :raises IdentityError: it cannot be opened (a symlink or a
+            directory planted there, no permission)."""
         try:
+            files.ensure_private_dir(self.state_dir)
+            # NOTE: O_NOFOLLOW: a planted symlink fails (ELOOP), its
+            # target is never created nor truncated.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC | os.O_NONBLOCK, files.PRIVATE_FILE_MODE)
+        except OSError as err:
+            raise IdentityError(self.path, "cannot open the agent's lock: %s%s" % (
+                err.strerror or err, " (a symbolic link)" if err.errno == errno.ELOOP
+                else "")) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IdentityError(self.path, "the agent's lock is not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+                raise IdentityError(self.path, "cannot lock: %s"
+                                    % (err.strerror or err)) from None
             raise AgentRunning(self.state_dir, self._holder()) from None
+        except BaseException:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, b"%d\n" % os.getpid())
         self._fd = fd
