@@ -722,15 +722,50 @@ class ComputeAgent:
         held = self.ledger.entries()
         if not held:
             return
+        current = protocol.in_force(self.store, self.host)
         stale = protocol.stale_claims({c: e.decision_id for c, e in held.items()},
-                                      protocol.in_force(self.store, self.host))
+                                      current)
         for consumer in stale:
             entry = held[consumer]
+            if consumer not in current and self._restore_lost(entry):
+                continue
             LOG.warning("consumer %s: its decision %d is not in force in the "
                         "store any more: freeing its claim", consumer,
                         entry.decision_id)
             self._release(result, consumer, None,
                           delete_allocations=self._allocation_is_ours(consumer, entry))
+
+    def _restore_lost(self, entry: LedgerEntry) -> bool:
+        """A ledger claim whose decision the store does not have (no row
+        with its id, or another consumer's: ids are never reused) was lost
+        by the store -- restored from a backup, which keeps the store's
+        uuid -- not released: its claimed decision is restored (as for a
+        recreated store, :meth:`_adopt_store`) instead of freeing it while
+        the guest runs. A released decision is a row until it is purged;
+        a claim freed only after its purge is then kept (a leak that
+        ``release`` ends), never given twice.
+
+        :returns: True when restored; False: the decision exists (freed
+            as usual), or the consumer has a decision in force elsewhere.
+        """
+        if not isinstance(self._unfenced, AgentLeases):
+            return False
+        try:
+            if self.store.get_decision(entry.decision_id).consumer == entry.consumer:
+                return False
+        except store_errors.DecisionNotFound:
+            pass
+        try:
+            decision = cast(AgentLeases, self.store).restore_claim(
+                entry.consumer, self.host, entry.spec_json)
+        except store_errors.DecisionExists:
+            return False
+        LOG.warning("host %s: consumer %s: its decision %d is not in the host-state "
+                    "store (restored from a backup?): its claim is republished as "
+                    "decision %d, not freed", self.host, entry.consumer,
+                    entry.decision_id, decision.id)
+        self.ledger.record(entry.consumer, decision.id, entry.spec, entry.spec_json)
+        return True
 
     def _check_placement(self, result: AgentResult) -> None:
         """Compare Placement's allocations on this host's providers with
@@ -747,7 +782,7 @@ class ComputeAgent:
         run): it is kept until released. A decision pending for this host
         is in flight: not a mismatch.
 
-        :raises LedgerMissing: the ledger is empty (not rebuilt) while
+        :raises LedgerMissing: the ledger is empty (nothing rebuilt from the store) while
             Placement holds allocations of consumers without a decision
             pending on the host: the claims of a lost ledger.
         """
@@ -778,11 +813,15 @@ class ComputeAgent:
                 "released (Placement may place others on what it holds)"
                 % entry.decision_id)))
         lost = [m.consumer for m in found if m.consumer not in held]
-        if not held and lost and not self.rebuild_ledger:
+        if not held and lost:
+            # NOTE: even when told to rebuild the ledger: the store held
+            # none of these claims (it would have been rebuilt), starting
+            # would hand their CPUs out again.
             raise LedgerMissing(
                 self.ledger.path, not self.ledger.existed,
                 "Placement holds allocations of %s on host %s's providers (%s)"
-                % (_count(len(lost), "consumer"), self.host, _listed(lost)))
+                % (_count(len(lost), "consumer"), self.host, _listed(lost)),
+                rebuildable=False)
         for mismatch in found:
             LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
                         mismatch.reason)

@@ -486,3 +486,76 @@ def test_no_agent_starts_while_a_rename_is_unfinished(host):
         "/resource_providers")["resource_providers"] if rp["name"].startswith(old)]
     assert new in names and not [n for n in names if n.startswith(new + "_2")], names
     assert identity.read(str(host.state_dir)).renaming is None
+
+
+def _store_file(host: Host) -> Path:
+    return Path(host.store_url[len("sqlite:///"):])
+
+
+def test_a_store_restored_from_a_backup_gets_the_lost_claims_back(host, tmp_path):
+    """review: a store restored from a backup (the other way back from a
+    corrupt one) keeps its uuid, so it was not taken as a new store: the
+    claims made after the backup, their decisions lost, were freed at the
+    agent's first periodic and their allocations deleted, the guests
+    running -- item 3's double allocation again."""
+    import sqlite3
+
+    first = claimed(host)
+    backup = tmp_path / "backup.sqlite"
+    with sqlite3.connect(_store_file(host)) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)
+    second = host.decide()
+    assert host.agent.poll().claimed
+    allocations = host.allocations(second)
+    # the store is lost, restored from the backup; a scheduler decides
+    # again before the agent restarts (the decision ids go on from the
+    # backup's: the lost claim's id is another consumer's now)
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(str(_store_file(host)) + suffix)
+        if path.exists():
+            path.unlink()
+    with sqlite3.connect(backup) as src, sqlite3.connect(_store_file(host)) as dst:
+        src.backup(dst)
+    host.store = HostStateStore(host.store_url)
+    assert host.store.active_decision(second) is None
+    third = host.decide()
+    assert host.store.active_decision(third).id == host.agent.ledger.get(
+        second).decision_id
+    restarted = host.start_agent()
+    result = restarted.run_once()
+    assert result.releases == [], result.releases
+    assert first in restarted.ledger and second in restarted.ledger
+    assert host.allocations(second) == allocations
+    decision = host.store.active_decision(second)
+    assert decision is not None and decision.status == DecisionStatus.CLAIMED
+    assert restarted.ledger.get(second).decision_id == decision.id
+    assert len(pinned_cpus(host.published())) == len(restarted.ledger) * 4
+    again = restarted.run_once()
+    assert again.releases == [] and second in restarted.ledger
+
+
+def test_rebuild_ledger_with_only_placements_allocations_left_is_refused(host):
+    """review: the ledger and the store both lost the claim; the refusal
+    said "rebuild the ledger from the store with --rebuild-ledger", which
+    rebuilt nothing from the empty store and started the agent with an
+    empty ledger over Placement's allocation: its CPUs given again."""
+    consumer = claimed(host)
+    Path(host.agent.ledger.path).unlink()
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(str(_store_file(host)) + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    with pytest.raises(LedgerMissing) as info:
+        host.start_agent().run_once()
+    assert "--rebuild-ledger" not in str(info.value)
+    restarted = host.start_agent()
+    restarted.rebuild_ledger = True
+    with pytest.raises(LedgerMissing) as info:
+        restarted.run_once()
+    message = str(info.value)
+    assert consumer in message and "DELETE /allocations/" in message, message
+    assert host.store.get_host(host.name) is None
+    assert host.allocations(consumer)
