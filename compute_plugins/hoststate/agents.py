@@ -13,8 +13,10 @@ a lease that expired (its holder crashed or hangs), under a new epoch. The
 same node takes its own lease back at once: its state directory's lock
 says the previous process is gone.
 
-Expiry is compared with the taker's clock: the machines' clocks must
-agree to within a small part of the lease duration (NTP).
+Expiry is set and compared by the database server's clock
+(:func:`~compute_plugins.hoststate.database.server_now`): the agents'
+machines' clocks do not matter. SQLite, a local file, has no server: its
+users' clocks must agree (one machine, or NTP).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class SqlAgentLeases(database.OnDatabase):
             with self.db.write() as conn:
                 row = conn.execute(sa.select(t_leases).where(
                     t_leases.c.host == host).with_for_update()).one_or_none()
-                now = database.utcnow()
+                now = database.server_now(conn)
                 expires = now + length
                 values: dict[str, Any] = {"node": node, "holder": holder,
                                           "expires_at": expires}
@@ -138,7 +140,7 @@ class SqlAgentLeases(database.OnDatabase):
                 if row is None or int(row.epoch) != lease.epoch:
                     raise errors.Fenced(lease.host, lease.epoch,
                                         None if row is None else database.lease_of(row))
-                expires = database.utcnow() + length
+                expires = database.server_now(conn) + length
                 conn.execute(sa.update(t_leases).where(
                     t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
                     .values(expires_at=expires))
@@ -153,7 +155,7 @@ class SqlAgentLeases(database.OnDatabase):
         with self.db.write() as conn:
             done = conn.execute(sa.update(t_leases).where(
                 t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
-                .values(expires_at=database.utcnow()))
+                .values(expires_at=database.server_now(conn)))
         return bool(done.rowcount == 1)
 
     def fenced(self: S, lease: AgentLease) -> S:
@@ -222,7 +224,7 @@ class SqlAgentLeases(database.OnDatabase):
         if row is None:
             return
         lease = database.lease_of(row)
-        if lease.node != node and lease.expires_at > database.utcnow():
+        if lease.node != node and lease.expires_at > database.server_now(conn):
             raise errors.AgentLeaseHeld(lease)
 
     @staticmethod

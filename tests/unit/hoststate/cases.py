@@ -877,6 +877,36 @@ class TestAgentLeases:
         with pytest.raises(hoststate.HostStateError, match="another host has it"):
             store.rename_host("h3", "h4")
 
+    def test_racing_openers_upgrade_a_version_2_store_with_data_once(self, empty_url):
+        # review: several agents restarted on the new code at once
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0, nodename="h1", providers={"u1": "h1"})
+            d = s.submit_decision("c1", "h1", SPEC)
+            protocol.claim(s, d.id)
+            s.submit_decision("c2", "h1", SPEC)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_leases"))
+                conn.execute(sa.text("DROP TABLE hoststate_store"))
+                conn.execute(sa.update(schema.version).values(version=2))
+        finally:
+            engine.dispose()
+        opened = run_threads(lambda i: hoststate.HostStateStore(empty_url), 4)
+        try:
+            ids = run_threads(lambda i: opened[i].store_id(), 4)
+            assert len(set(ids)) == 1
+            s = opened[0]
+            assert s.get_host("h1").providers == {"u1": "h1"}
+            assert s.active_decision("c1").status == "claimed"
+            assert s.active_decision("c2").status == "pending"
+            with s.engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
+                    == [hoststate.SCHEMA_VERSION]
+        finally:
+            for each in opened:
+                each.close()
+
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
