@@ -575,6 +575,7 @@ class ComputeAgent:
                                   "claim%s; only a missing or empty ledger is "
                                   "rebuilt from the store"
                                   % (held, "" if held == 1 else "s"))
+            self._record_missing_claims()
             self._ledger_checked = True
             return
         in_store = [d for status in (DecisionStatus.CLAIMED, DecisionStatus.RELEASING)
@@ -594,7 +595,24 @@ class ComputeAgent:
         # tree (:meth:`_check_placement`, no extra call).
         self._ledger_checked = True
 
-    def _rebuild_ledger(self, decisions: list[HostDecision]) -> None:
+    def _record_missing_claims(self) -> None:
+        """Record the claims the store holds as claimed by this host that
+        the ledger lacks: a ledger restored from an older copy (a backup, a
+        copied state directory). Only this host's agent makes a decision
+        claimed and it records the claim in its ledger first, so the store
+        is right: its CPUs and devices must not be published as free."""
+        entries = self.ledger.entries()
+        missing = [d for d in self._unfenced.list_decisions(self.host,
+                                                           DecisionStatus.CLAIMED)
+                   if d.consumer not in entries]
+        if missing:
+            self._rebuild_ledger(missing, "claims ledger %s lacked %s the host-state "
+                                 "store holds as claimed by this host (an older copy "
+                                 "of the ledger?): recorded back" % (
+                                     self.ledger.path, _count(len(missing), "claim")))
+
+    def _rebuild_ledger(self, decisions: list[HostDecision],
+                        said: Optional[str] = None) -> None:
         from compute_plugins.request.errors import RequestFormatError
         from compute_plugins.request.spec import RequestSpec
 
@@ -606,6 +624,10 @@ class ComputeAgent:
                                   "(consumer %s) in the store: %s"
                                   % (decision.id, decision.consumer, err)) from None
             self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
+        if said is not None:
+            LOG.warning("host %s: %s (%s)", self.host, said,
+                        _listed(d.consumer for d in decisions))
+            return
         LOG.warning("host %s: claims ledger %s rebuilt from the host-state store: "
                     "%s", self.host, self.ledger.path, _count(len(decisions), "claim"))
 

@@ -559,3 +559,24 @@ def test_rebuild_ledger_with_only_placements_allocations_left_is_refused(host):
     assert consumer in message and "DELETE /allocations/" in message, message
     assert host.store.get_host(host.name) is None
     assert host.allocations(consumer)
+
+
+def test_a_ledger_restored_from_an_older_copy_gets_the_stores_claims_back(host):
+    """review: only a missing or empty ledger was checked against the
+    store: a ledger restored from an older copy (a backup, a copied state
+    directory) lacked the later claims, the agent published their CPUs as
+    free while the store still held them claimed by this host."""
+    first = claimed(host)
+    ledger = Path(host.agent.ledger.path)
+    older = ledger.read_text()
+    second = host.decide()
+    assert host.agent.poll().claimed
+    ledger.write_text(older)
+    restarted = host.start_agent()
+    assert second not in restarted.ledger
+    result = restarted.run_once()
+    assert result.ok and result.releases == [], (result.error, result.releases)
+    assert first in restarted.ledger and second in restarted.ledger
+    assert restarted.ledger.get(second).decision_id == host.store.active_decision(
+        second).id
+    assert len(pinned_cpus(host.published())) == 8
