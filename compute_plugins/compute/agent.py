@@ -492,6 +492,23 @@ class ComputeAgent:
         self.store = self._unfenced
         self._claims = None
 
+    def end_lease(self) -> None:
+        """The agent stops cleanly: let its lease lapse now, so that
+        another node may take the host at once (a crashed agent's lapses
+        after ``lease_duration``). A store that cannot be reached leaves it
+        to lapse."""
+        with self._lock:
+            lease, self._lease = self._lease, None
+            self.store = self._unfenced
+            self._claims = None
+            if lease is None or not isinstance(self._unfenced, AgentLeases):
+                return
+            try:
+                self._unfenced.end_lease(lease)
+            except store_errors.HostStateError as err:
+                LOG.warning("host %s: the agent's lease is left to lapse: %s",
+                            self.host, err)
+
     def _hold_lease(self) -> None:
         """Take the host's lease (first run) or renew it (every third of
         its duration); from then on every write carries its token.

@@ -580,3 +580,16 @@ def test_a_ledger_restored_from_an_older_copy_gets_the_stores_claims_back(host):
     assert restarted.ledger.get(second).decision_id == host.store.active_decision(
         second).id
     assert len(pinned_cpus(host.published())) == 8
+
+
+def test_a_report_that_ends_lets_another_node_take_the_host_at_once(host, tmp_path,
+                                                                    placement_url):
+    """review: end_lease existed but nothing called it: after `report
+    --periodic 1` (or a Ctrl-C) the host stayed held for
+    agent_lease_duration, another node refused meanwhile."""
+    proc = cli(["--placement-url", placement_url, "report", "--periodic", "1"],
+               tmp_path, host)
+    assert proc.returncode == 0, proc.stderr
+    taken = host.store.acquire_lease(host.name, "2" * 8 + "-2222-4222-8222-" + "2" * 12,
+                                     "the test", 60)
+    assert taken.node.startswith("2222")
