@@ -306,6 +306,9 @@ class ComputeAgent:
         self._renew_at = 0.0
         #: True while the store could not be reached to take or renew it.
         self._lease_outage = False
+        #: time.monotonic() at which the lease in hand ends (measured from
+        #: before the call that took or renewed it).
+        self._lease_until = 0.0
         #: True once the ledger was checked against the store and Placement
         #: (once per start, :meth:`_check_ledger`).
         self._ledger_checked = False
@@ -405,6 +408,12 @@ class ComputeAgent:
         """
         with self._lock:
             self._hold_lease()
+            if self._lease_lapsed():
+                return AgentResult(error=(
+                    "host %s: the agent's lease ended while the host-state store "
+                    "could not be reached (another agent may hold the host now): "
+                    "nothing sent to Placement nor executed until it is renewed"
+                    % self.host))
             self._check_ledger_at_start()
             self._discover_now()
             periodic = run_periodic(self.client, self.manager, self.nodename)
@@ -422,6 +431,8 @@ class ComputeAgent:
             if self._host_info is None:
                 return result
             self._hold_lease()
+            if self._lease_lapsed():
+                return result   # NOTE: said by the periodic, and once per outage
             self._claims_side(result, reconcile=False)
             return result
 
@@ -492,6 +503,14 @@ class ComputeAgent:
         self.store = self._unfenced
         self._claims = None
 
+    def _lease_lapsed(self) -> bool:
+        """Whether the lease in hand ended by this agent's own clock
+        (monotonic, from before its last renewal was sent) while the store
+        could not be reached to renew it: another node may hold the host
+        now, and Placement's calls carry no token."""
+        return (self._lease is not None and self._lease_outage
+                and time.monotonic() >= self._lease_until)
+
     def end_lease(self) -> None:
         """The agent stops cleanly: let its lease lapse now, so that
         another node may take the host at once (a crashed agent's lapses
@@ -522,6 +541,7 @@ class ComputeAgent:
         if self._lease is not None and time.monotonic() < self._renew_at:
             return
         held = self._lease
+        sent = time.monotonic()
         try:
             if held is None:
                 lease = leases.acquire_lease(self.host, self.node.uuid, self.holder,
@@ -561,6 +581,7 @@ class ComputeAgent:
                       self.host, self.node.uuid, lease.epoch, self.lease_duration)
         self._lease = lease
         self._renew_at = time.monotonic() + self.lease_duration / 3
+        self._lease_until = sent + self.lease_duration
 
     # -- the ledger and the store reconcile -----------------------------------
 

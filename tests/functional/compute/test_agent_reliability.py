@@ -593,3 +593,61 @@ def test_a_report_that_ends_lets_another_node_take_the_host_at_once(host, tmp_pa
     taken = host.store.acquire_lease(host.name, "2" * 8 + "-2222-4222-8222-" + "2" * 12,
                                      "the test", 60)
     assert taken.node.startswith("2222")
+
+
+def test_rebuild_ledger_with_a_release_and_a_schedule_in_flight(host):
+    """review: --rebuild-ledger while the store holds a releasing decision
+    (released once rebuilt: its allocation deleted) and a pending one
+    (claimed as usual, not rebuilt as a claim)."""
+    from compute_plugins.hoststate import protocol
+
+    releasing = claimed(host)
+    protocol.request_release(host.store, releasing)
+    pending = host.decide()
+    Path(host.agent.ledger.path).unlink()
+    restarted = host.start_agent()
+    restarted.rebuild_ledger = True
+    result = restarted.run_once()
+    assert result.ok, (result.periodic.error, result.error)
+    assert [r.consumer for r in result.releases] == [releasing]
+    assert [c.consumer for c in result.claims if c.claimed] == [pending]
+    assert host.store.latest_decision(releasing).status == DecisionStatus.RELEASED
+    assert not host.allocations(releasing)
+    assert list(restarted.ledger.entries()) == [pending]
+    assert len(pinned_cpus(host.published())) == 4
+
+
+def test_an_agent_cut_off_from_the_store_past_its_lease_stops_acting(host):
+    """review: a store outage while renewing kept the lease in hand for as
+    long as it lasted: past the lease's end (another node may hold the host
+    by then) the agent still synced the host's tree to Placement at every
+    periodic, whose calls carry no token."""
+    import sqlite3
+
+    store = HostStateStore(host.store_url, lock_timeout=0.2)
+    try:
+        agent = ComputeAgent.from_config(
+            make_conf(host.state_dir, host.overrides), host.placement.client(), store,
+            lambda: discover_host(host_snapshot=str(host.snapshot)))
+        agent.lease_duration = 3.0
+        assert agent.run_once().ok
+        taken = time.monotonic()
+        blocker = sqlite3.connect(_store_file(host), isolation_level=None)
+        try:
+            blocker.execute("BEGIN EXCLUSIVE")   # the store refuses this agent's writes
+            agent._renew_at = 0.0                # (its renewal is due)
+            within = agent.run_once()            # the renewal fails, the lease holds
+            assert time.monotonic() - taken < 2.5, "too slow to test"
+            assert within.periodic is not None and within.periodic.ok
+            time.sleep(max(0.0, 3.1 - (time.monotonic() - taken)))
+            lapsed = agent.run_once()
+            assert lapsed.periodic is None and not lapsed.calls, lapsed
+            assert "lease" in lapsed.error and "Placement" in lapsed.error
+            assert not agent.poll().active
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        back = agent.run_once()                  # renewed: nobody took the host
+        assert back.ok and back.periodic is not None, (back.error, back.periodic)
+    finally:
+        store.close()
