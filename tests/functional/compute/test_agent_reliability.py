@@ -365,7 +365,7 @@ def _rename(host: Host, new: str):
                        host.store)
 
 
-def test_a_rename_refused_by_placement_changes_nothing(host):
+def test_a_rename_refused_by_placement_changes_nothing(host, tmp_path, placement_url):
     """review: the new name taken in Placement was found after the store's
     records had been moved: the agent restarted under the old name then
     freed the claim (its decision now named another host) and deleted its
@@ -378,6 +378,11 @@ def test_a_rename_refused_by_placement_changes_nothing(host):
     host.placement.client().post("/resource_providers", {"name": new})
     with pytest.raises(RenameError, match="already has a provider named"):
         _rename(host, new)
+    proc = cli(["--placement-url", placement_url, "host", "rename", host.name, new],
+               tmp_path, host)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = said(proc.stderr).splitlines()
+    assert "already has a provider named %s" % new in line
     assert host.store.active_decision(consumer).host == host.name
     assert host.store.get_host(host.name) is not None
     restarted = host.start_agent()
