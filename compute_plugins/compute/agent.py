@@ -789,6 +789,16 @@ class ComputeAgent:
             entry = held[consumer]
             if consumer not in current and self._restore_lost(entry):
                 continue
+            if consumer in current and current[consumer].status == DecisionStatus.CLAIMED:
+                # NOTE: claimed on this host under another id: only this
+                # host's agent claims, recording the claim first, so the
+                # ledger missed the id (killed between republishing a claim
+                # to a new store and recording it): the store's is kept.
+                self._rebuild_ledger([current[consumer]], (
+                    "consumer %s: its claim is decision %d in the host-state store, "
+                    "not %d: recorded" % (consumer, current[consumer].id,
+                                          entry.decision_id)))
+                continue
             LOG.warning("consumer %s: its decision %d is not in force in the "
                         "store any more: freeing its claim", consumer,
                         entry.decision_id)

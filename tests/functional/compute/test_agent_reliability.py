@@ -656,3 +656,32 @@ def test_an_agent_cut_off_from_the_store_past_its_lease_stops_acting(host):
         assert back.ok and back.periodic is not None, (back.error, back.periodic)
     finally:
         store.close()
+
+
+def test_an_agent_killed_while_republishing_to_a_recreated_store_keeps_the_claim(host):
+    """review: kill -9 between a claim republished to a recreated store and
+    its new decision id recorded in the ledger: restarted, the republish
+    was refused (the decision exists), and the ledger's old id made the
+    claim stale: freed while the store held it claimed."""
+    consumer = claimed(host)
+    entry = host.agent.ledger.get(consumer)
+    host.store.close()
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(str(_store_file(host)) + suffix)
+        if path.exists():
+            path.unlink()
+    host.store = HostStateStore(host.store_url)
+    # (another host's decision first: the new store's ids are not the old's)
+    host.store.submit_decision("9" * 8 + "-9999-4999-8999-" + "9" * 12, "other-host",
+                               entry.spec_json)
+    # what the killed agent got through: the decision, not the ledger
+    host.store.fenced(host.store.acquire_lease(
+        host.name, host.agent.node.uuid, "the killed agent", 60)).restore_claim(
+            consumer, host.name, entry.spec_json)
+    restarted = host.start_agent()
+    result = restarted.run_once()
+    assert result.ok and result.releases == [], (result.error, result.releases)
+    assert restarted.ledger.get(consumer).decision_id == host.store.active_decision(
+        consumer).id
+    assert len(pinned_cpus(host.published())) == 4
+    assert restarted.run_once().releases == []
