@@ -778,7 +778,10 @@ class ComputeAgent:
 
     def _reconcile(self, result: AgentResult) -> None:
         """Free the ledger's claims whose decision is no longer in force in
-        the store (released by another path, or purged)."""
+        the store (released or withdrawn by another path). A decision the
+        store does not have at all is restored (:meth:`_restore_lost`), one
+        claimed on the host under another id is recorded: neither is
+        freed."""
         held = self.ledger.entries()
         if not held:
             return
