@@ -511,6 +511,23 @@ class ComputeAgent:
         return (self._lease is not None and self._lease_outage
                 and time.monotonic() >= self._lease_until)
 
+    def _lease_in_hand(self) -> None:
+        """Before a Placement call that frees something (it carries no
+        token): a lease that ended by this agent's clock (the agent paused
+        since its last check, or a long run) is renewed first.
+
+        :raises Fenced: another agent took the host over: this one stops.
+        :raises HostStateError: it could not be renewed (store unreachable).
+        """
+        if self._lease is None or time.monotonic() < self._lease_until:
+            return
+        self._renew_at = 0.0
+        self._hold_lease()
+        if self._lease_lapsed():
+            raise store_errors.HostStateError(
+                "host %s: the agent's lease ended and cannot be renewed: no "
+                "allocation deleted" % self.host)
+
     def end_lease(self) -> None:
         """The agent stops cleanly: let its lease lapse now, so that
         another node may take the host at once (a crashed agent's lapses
@@ -768,6 +785,8 @@ class ComputeAgent:
     def _release(self, result: AgentResult, consumer: str,
                  decision: Optional[HostDecision],
                  delete_allocations: bool = True) -> None:
+        if delete_allocations:
+            self._lease_in_hand()
         freed = self._claims_for_host().release(
             consumer, decision,
             self.client.placement if delete_allocations else None)

@@ -685,3 +685,26 @@ def test_an_agent_killed_while_republishing_to_a_recreated_store_keeps_the_claim
         consumer).id
     assert len(pinned_cpus(host.published())) == 4
     assert restarted.run_once().releases == []
+
+
+def test_an_agent_paused_past_its_lease_deletes_no_allocation(host, tmp_path):
+    """review: Placement's calls carry no token: an agent paused (SIGSTOP,
+    a VM freeze) between its lease check and a release went on, once
+    resumed, to delete the consumer's allocations before its fenced store
+    write was refused, the host another node's by then."""
+    from compute_plugins.hoststate import protocol
+
+    consumer = claimed(host)
+    allocations = host.allocations(consumer)
+    host.agent.lease_duration = 1.0
+    host.agent._renew_at = 0.0
+    host.agent.poll()                       # renewed for 1 s
+    protocol.request_release(host.store, consumer)
+    host.agent._renew_at = time.monotonic() + 3600   # paused right after its check
+    time.sleep(1.2)
+    other = "3" * 8 + "-3333-4333-8333-" + "3" * 12
+    host.store.acquire_lease(host.name, other, "pid 3 on elsewhere", 60)
+    with pytest.raises(Fenced):
+        host.agent.poll()
+    assert host.allocations(consumer) == allocations
+    assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
