@@ -268,7 +268,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                     fmt=args.format, poll=agent.poll,
                     poll_interval=conf.compute.claim_poll_interval)
         loop.install_signals()
-        rc = loop.run()
+        try:
+            rc = loop.run()
+        finally:
+            agent.end_lease()
     degraded = common.report_degraded(manager)
     if loop.interrupted:
         return common.interrupted("stopped after the current periodic")

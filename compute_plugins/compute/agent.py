@@ -352,6 +352,9 @@ class ComputeAgent:
         self._renew_at = 0.0
         #: True while the store could not be reached to take or renew it.
         self._lease_outage = False
+        #: time.monotonic() at which the lease in hand ends (measured from
+        #: before the call that took or renewed it).
+        self._lease_until = 0.0
         #: True once the ledger was checked against the store and Placement
         #: (once per start, :meth:`_check_ledger`).
         self._ledger_checked = False
@@ -453,6 +456,12 @@ class ComputeAgent:
         """
         with self._lock:
             self._hold_lease()
+            if self._lease_lapsed():
+                return AgentResult(error=(
+                    "host %s: the agent's lease ended while the host-state store "
+                    "could not be reached (another agent may hold the host now): "
+                    "nothing sent to Placement nor executed until it is renewed"
+                    % self.host))
             self._check_ledger_at_start()
             self._discover_now()
             periodic = run_periodic(self.client, self.manager, self.nodename,
@@ -476,6 +485,8 @@ class ComputeAgent:
             if self._host_info is None:
                 return result
             self._hold_lease()
+            if self._lease_lapsed():
+                return result   # NOTE: said by the periodic, and once per outage
             self._claims_side(result, reconcile=False)
             return result
 
@@ -567,6 +578,48 @@ class ComputeAgent:
         self.store = self._unfenced
         self._claims = None
 
+    def _lease_lapsed(self) -> bool:
+        """Whether the lease in hand ended by this agent's own clock
+        (monotonic, from before its last renewal was sent) while the store
+        could not be reached to renew it: another node may hold the host
+        now, and Placement's calls carry no token."""
+        return (self._lease is not None and self._lease_outage
+                and time.monotonic() >= self._lease_until)
+
+    def _lease_in_hand(self) -> None:
+        """Before a Placement call that frees something (it carries no
+        token): a lease that ended by this agent's clock (the agent paused
+        since its last check, or a long run) is renewed first.
+
+        :raises Fenced: another agent took the host over: this one stops.
+        :raises HostStateError: it could not be renewed (store unreachable).
+        """
+        if self._lease is None or time.monotonic() < self._lease_until:
+            return
+        self._renew_at = 0.0
+        self._hold_lease()
+        if self._lease_lapsed():
+            raise store_errors.HostStateError(
+                "host %s: the agent's lease ended and cannot be renewed: no "
+                "allocation deleted" % self.host)
+
+    def end_lease(self) -> None:
+        """The agent stops cleanly: let its lease lapse now, so that
+        another node may take the host at once (a crashed agent's lapses
+        after ``lease_duration``). A store that cannot be reached leaves it
+        to lapse."""
+        with self._lock:
+            lease, self._lease = self._lease, None
+            self.store = self._unfenced
+            self._claims = None
+            if lease is None or not isinstance(self._unfenced, AgentLeases):
+                return
+            try:
+                self._unfenced.end_lease(lease)
+            except store_errors.HostStateError as err:
+                LOG.warning("host %s: the agent's lease is left to lapse: %s",
+                            self.host, err)
+
     def _hold_lease(self) -> None:
         """Take the host's lease (first run) or renew it (every third of
         its duration); from then on every write carries its token.
@@ -580,6 +633,7 @@ class ComputeAgent:
         if self._lease is not None and time.monotonic() < self._renew_at:
             return
         held = self._lease
+        sent = time.monotonic()
         try:
             if held is None:
                 lease = leases.acquire_lease(self.host, self.node.uuid, self.holder,
@@ -619,6 +673,7 @@ class ComputeAgent:
                       self.host, self.node.uuid, lease.epoch, self.lease_duration)
         self._lease = lease
         self._renew_at = time.monotonic() + self.lease_duration / 3
+        self._lease_until = sent + self.lease_duration
 
     # -- the ledger and the store reconcile -----------------------------------
 
@@ -650,6 +705,7 @@ class ComputeAgent:
                                   "claim%s; only a missing or empty ledger is "
                                   "rebuilt from the store"
                                   % (held, "" if held == 1 else "s"))
+            self._record_missing_claims()
             self._ledger_checked = True
             return
         in_store = [d for status in (DecisionStatus.CLAIMED, DecisionStatus.RELEASING)
@@ -669,7 +725,24 @@ class ComputeAgent:
         # tree (:meth:`_check_placement`, no extra call).
         self._ledger_checked = True
 
-    def _rebuild_ledger(self, decisions: list[HostDecision]) -> None:
+    def _record_missing_claims(self) -> None:
+        """Record the claims the store holds as claimed by this host that
+        the ledger lacks: a ledger restored from an older copy (a backup, a
+        copied state directory). Only this host's agent makes a decision
+        claimed and it records the claim in its ledger first, so the store
+        is right: its CPUs and devices must not be published as free."""
+        entries = self.ledger.entries()
+        missing = [d for d in self._unfenced.list_decisions(self.host,
+                                                           DecisionStatus.CLAIMED)
+                   if d.consumer not in entries]
+        if missing:
+            self._rebuild_ledger(missing, "claims ledger %s lacked %s the host-state "
+                                 "store holds as claimed by this host (an older copy "
+                                 "of the ledger?): recorded back" % (
+                                     self.ledger.path, _count(len(missing), "claim")))
+
+    def _rebuild_ledger(self, decisions: list[HostDecision],
+                        said: Optional[str] = None) -> None:
         from compute_plugins.request.errors import RequestFormatError
         from compute_plugins.request.spec import RequestSpec
 
@@ -681,6 +754,10 @@ class ComputeAgent:
                                   "(consumer %s) in the store: %s"
                                   % (decision.id, decision.consumer, err)) from None
             self.ledger.record(decision.consumer, decision.id, spec, decision.spec)
+        if said is not None:
+            LOG.warning("host %s: %s (%s)", self.host, said,
+                        _listed(d.consumer for d in decisions))
+            return
         LOG.warning("host %s: claims ledger %s rebuilt from the host-state store: "
                     "%s", self.host, self.ledger.path, _count(len(decisions), "claim"))
 
@@ -783,6 +860,8 @@ class ComputeAgent:
     def _release(self, result: AgentResult, consumer: str,
                  decision: Optional[HostDecision],
                  delete_allocations: bool = True) -> None:
+        if delete_allocations:
+            self._lease_in_hand()
         freed = self._claims_for_host().release(
             consumer, decision,
             self.client.placement if delete_allocations else None)
@@ -793,19 +872,67 @@ class ComputeAgent:
 
     def _reconcile(self, result: AgentResult) -> None:
         """Free the ledger's claims whose decision is no longer in force in
-        the store (released by another path, or purged)."""
+        the store (released or withdrawn by another path). A decision the
+        store does not have at all is restored (:meth:`_restore_lost`), one
+        claimed on the host under another id is recorded: neither is
+        freed."""
         held = self.ledger.entries()
         if not held:
             return
+        current = protocol.in_force(self.store, self.host)
         stale = protocol.stale_claims({c: e.decision_id for c, e in held.items()},
-                                      protocol.in_force(self.store, self.host))
+                                      current)
         for consumer in stale:
             entry = held[consumer]
+            if consumer not in current and self._restore_lost(entry):
+                continue
+            if consumer in current and current[consumer].status == DecisionStatus.CLAIMED:
+                # NOTE: claimed on this host under another id: only this
+                # host's agent claims, recording the claim first, so the
+                # ledger missed the id (killed between republishing a claim
+                # to a new store and recording it): the store's is kept.
+                self._rebuild_ledger([current[consumer]], (
+                    "consumer %s: its claim is decision %d in the host-state store, "
+                    "not %d: recorded" % (consumer, current[consumer].id,
+                                          entry.decision_id)))
+                continue
             LOG.warning("consumer %s: its decision %d is not in force in the "
                         "store any more: freeing its claim", consumer,
                         entry.decision_id)
             self._release(result, consumer, None,
                           delete_allocations=self._allocation_is_ours(consumer, entry))
+
+    def _restore_lost(self, entry: LedgerEntry) -> bool:
+        """A ledger claim whose decision the store does not have (no row
+        with its id, or another consumer's: ids are never reused) was lost
+        by the store -- restored from a backup, which keeps the store's
+        uuid -- not released: its claimed decision is restored (as for a
+        recreated store, :meth:`_adopt_store`) instead of freeing it while
+        the guest runs. A released decision is a row until it is purged;
+        a claim freed only after its purge is then kept (a leak that
+        ``release`` ends), never given twice.
+
+        :returns: True when restored; False: the decision exists (freed
+            as usual), or the consumer has a decision in force elsewhere.
+        """
+        if not isinstance(self._unfenced, AgentLeases):
+            return False
+        try:
+            if self.store.get_decision(entry.decision_id).consumer == entry.consumer:
+                return False
+        except store_errors.DecisionNotFound:
+            pass
+        try:
+            decision = cast(AgentLeases, self.store).restore_claim(
+                entry.consumer, self.host, entry.spec_json)
+        except store_errors.DecisionExists:
+            return False
+        LOG.warning("host %s: consumer %s: its decision %d is not in the host-state "
+                    "store (restored from a backup?): its claim is republished as "
+                    "decision %d, not freed", self.host, entry.consumer,
+                    entry.decision_id, decision.id)
+        self.ledger.record(entry.consumer, decision.id, entry.spec, entry.spec_json)
+        return True
 
     def _check_placement(self, result: AgentResult) -> None:
         """Compare Placement's allocations on this host's providers with
@@ -822,7 +949,7 @@ class ComputeAgent:
         run): it is kept until released. A decision pending for this host
         is in flight: not a mismatch.
 
-        :raises LedgerMissing: the ledger is empty (not rebuilt) while
+        :raises LedgerMissing: the ledger is empty (nothing rebuilt from the store) while
             Placement holds allocations of consumers without a decision
             pending on the host: the claims of a lost ledger.
         """
@@ -853,11 +980,15 @@ class ComputeAgent:
                 "released (Placement may place others on what it holds)"
                 % entry.decision_id)))
         lost = [m.consumer for m in found if m.consumer not in held]
-        if not held and lost and not self.rebuild_ledger:
+        if not held and lost:
+            # NOTE: even when told to rebuild the ledger: the store held
+            # none of these claims (it would have been rebuilt), starting
+            # would hand their CPUs out again.
             raise LedgerMissing(
                 self.ledger.path, not self.ledger.existed,
                 "Placement holds allocations of %s on host %s's providers (%s)"
-                % (_count(len(lost), "consumer"), self.host, _listed(lost)))
+                % (_count(len(lost), "consumer"), self.host, _listed(lost)),
+                rebuildable=False)
         for mismatch in found:
             LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
                         mismatch.reason)

@@ -26,6 +26,7 @@ import fcntl
 import glob
 import json
 import os
+import stat
 import uuid
 from typing import Any, Optional
 
@@ -81,6 +82,23 @@ class HostRenamed(exception.InputError):
                recorded, found))
 
 
+class RenameUnfinished(exception.InputError):
+    """A ``host rename`` of the node stopped half-way (exit 2): its
+    records are partly under each name; the agent must not start under
+    either until the rename is run again to its end.
+
+    :param node: the identity, its ``renaming`` set.
+    """
+
+    def __init__(self, node: NodeIdentity) -> None:
+        self.node = node
+        super().__init__(
+            "a rename of compute node %s to %s stopped half-way (%s): run "
+            "`compute-plugins host rename %s %s` again to finish it, then "
+            "start the agent under the new name"
+            % (node.host, node.renaming, node.path, node.host, node.renaming))
+
+
 class AgentRunning(exception.InputError):
     """Another process holds the state directory's lock (exit 2).
 
@@ -106,11 +124,15 @@ class NodeIdentity:
     :param uuid: made on the first start, never changed (the agent's lease
         holder in the host-state store).
     :param path: the identity file.
+    :param renaming: the name a ``host rename`` that has not finished is
+        moving the node to (None: none): the agent does not start until it
+        is run again to its end.
     """
 
     host: str
     uuid: str
     path: str
+    renaming: Optional[str] = None
 
 
 def path_for(state_dir: str) -> str:
@@ -142,17 +164,26 @@ def read(state_dir: str) -> Optional[NodeIdentity]:
         node = str(uuid.UUID(str(node)))
     except ValueError:
         raise IdentityError(path, "\"uuid\" %r is not a uuid" % (node,)) from None
-    return NodeIdentity(host, node, path)
+    renaming = document.get("renaming")
+    if renaming is not None and (not isinstance(renaming, str) or not renaming):
+        raise IdentityError(path, "\"renaming\" is not a host name")
+    return NodeIdentity(host, node, path, renaming)
 
 
-def write(state_dir: str, host: str, node: str) -> NodeIdentity:
+def write(state_dir: str, host: str, node: str,
+          renaming: Optional[str] = None) -> NodeIdentity:
     """Record ``host`` and ``node`` in ``state_dir`` (atomically, 0600).
 
+    :param renaming: a rename to this name is under way (``host rename``
+        records it before it changes anything, and drops it last).
     :raises IdentityError: it cannot be written.
     """
     path = path_for(state_dir)
-    text = json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "host": host,
-                       "uuid": node}, indent=1, sort_keys=True)
+    document: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION,
+                                "host": host, "uuid": node}
+    if renaming is not None:
+        document["renaming"] = renaming
+    text = json.dumps(document, indent=1, sort_keys=True)
     try:
         files.ensure_private_dir(state_dir)
         dir_fd = files.open_dir(state_dir)
@@ -162,7 +193,7 @@ def write(state_dir: str, host: str, node: str) -> NodeIdentity:
             os.close(dir_fd)
     except OSError as err:
         raise IdentityError(path, "cannot write: %s" % (err.strerror or err)) from None
-    return NodeIdentity(host, node, path)
+    return NodeIdentity(host, node, path, renaming)
 
 
 def ledger_hosts(state_dir: str) -> list[str]:
@@ -192,6 +223,8 @@ def ensure(state_dir: str, hostname: str) -> NodeIdentity:
     """
     current = read(state_dir)
     if current is not None:
+        if current.renaming is not None:
+            raise RenameUnfinished(current)
         if current.host != hostname:
             raise HostRenamed(current.path, current.host, hostname, current.uuid)
         return current
@@ -217,16 +250,32 @@ class StateDirLock:
         self._fd: Optional[int] = None
 
     def __enter__(self) -> StateDirLock:
-        files.ensure_private_dir(self.state_dir)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     files.PRIVATE_FILE_MODE)
+        """:raises AgentRunning: another process holds it.
+        :raises IdentityError: it cannot be opened (a symlink or a
+            directory planted there, no permission)."""
         try:
+            files.ensure_private_dir(self.state_dir)
+            # NOTE: O_NOFOLLOW: a planted symlink fails (ELOOP), its
+            # target is never created nor truncated.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC | os.O_NONBLOCK, files.PRIVATE_FILE_MODE)
+        except OSError as err:
+            raise IdentityError(self.path, "cannot open the agent's lock: %s%s" % (
+                err.strerror or err, " (a symbolic link)" if err.errno == errno.ELOOP
+                else "")) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IdentityError(self.path, "the agent's lock is not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)
             if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
+                raise IdentityError(self.path, "cannot lock: %s"
+                                    % (err.strerror or err)) from None
             raise AgentRunning(self.state_dir, self._holder()) from None
+        except BaseException:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, b"%d\n" % os.getpid())
         self._fd = fd
@@ -248,5 +297,6 @@ class StateDirLock:
 
 
 __all__ = ["IDENTITY_FILE", "LOCK_FILE", "AgentRunning", "HostRenamed",
-           "IdentityError", "NodeIdentity", "StateDirLock", "ensure", "ledger_hosts",
+           "IdentityError", "NodeIdentity", "RenameUnfinished", "StateDirLock", "ensure",
+           "ledger_hosts",
            "path_for", "read", "write"]

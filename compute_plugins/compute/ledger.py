@@ -64,17 +64,25 @@ class LedgerMissing(exception.InputError):
     :param path: the ledger file.
     :param missing: True: no file; False: a ledger without claims.
     :param where: what still shows claims, in words (the store, Placement).
+    :param rebuildable: whether the store holds the claims (False: only
+        Placement's allocations are left, ``--rebuild-ledger`` would
+        rebuild nothing).
     """
 
-    def __init__(self, path: str, missing: bool, where: str) -> None:
+    def __init__(self, path: str, missing: bool, where: str,
+                 rebuildable: bool = True) -> None:
         self.path = path
         self.missing = missing
         self.where = where
+        self.rebuildable = rebuildable
+        what = ("rebuild the ledger from the store with `compute-plugins report "
+                "--rebuild-ledger`, or release those consumers first" if rebuildable
+                else "the host-state store holds no claim to rebuild it from: once "
+                "those guests are gone, free their allocations (DELETE "
+                "/allocations/{consumer}), then start the agent")
         super().__init__(
-            "claims ledger %s is %s but %s: the guests may still run; rebuild "
-            "the ledger from the store with `compute-plugins report "
-            "--rebuild-ledger`, or release those consumers first"
-            % (path, "missing" if missing else "empty", where))
+            "claims ledger %s is %s but %s: the guests may still run; %s"
+            % (path, "missing" if missing else "empty", where, what))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from compute_plugins import exception
 from compute_plugins.compute import identity, ledger
+from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate.agents import renamed_spec
 from compute_plugins.tree import checkpoint
 from compute_plugins.util import files, jsonload
@@ -68,6 +69,8 @@ def _renamed(name: Any, old: str, new: str) -> Any:
     """``new`` for ``old``, ``new_x`` for ``old_x``; anything else as is."""
     if name == old:
         return new
+    if isinstance(name, str) and (name == new or name.startswith(new + "_")):
+        return name  # NOTE: renamed by a run that stopped half-way
     if isinstance(name, str) and name.startswith(old + "_"):
         return new + name[len(old):]
     return name
@@ -90,19 +93,43 @@ def rename_node(state_dir: str, old: str, new: str, placement: Any,
     if current is not None and current.host not in (old, new):
         raise RenameError("the state directory %s belongs to compute node %s "
                           "(%s), not %s" % (state_dir, current.host, current.path, old))
+    if current is not None and current.renaming not in (None, new):
+        raise RenameError("the rename of compute node %s to %s stopped half-way "
+                          "(%s): finish it first (`compute-plugins host rename %s %s`)"
+                          % (current.host, current.renaming, current.path,
+                             current.host, current.renaming))
     result = RenameResult(old, new, current.uuid if current else str(uuid.uuid4()))
+    # NOTE: every refusal before the first change (a store moved to the new
+    # name while Placement refused it left an agent restarted under the old
+    # name freeing its claims), then the identity says a rename is under
+    # way: an agent does not start under either name until it is finished.
+    roots = _placement_roots(placement, old, new)
+    renamed_ledger = _renamed_ledger(state_dir, old, new)
+    done = current is not None and current.host == new
+    if not done:
+        identity.write(state_dir, old, result.node, renaming=new)
     try:
-        result.decisions = store.rename_host(old, new)
-    except ValueError as err:
-        raise RenameError("host rename: %s" % err) from None
-    result.providers = _rename_providers(placement, old, new)
-    result.claims = _rename_ledger(state_dir, old, new)
+        result.decisions = store.rename_host(old, new, result.node)
+    except (ValueError, store_errors.HostStateError) as err:
+        if not done and not isinstance(err, store_errors.StoreUnavailable):
+            # NOTE: refused: nothing changed, the node keeps its name.
+            identity.write(state_dir, old, result.node, renaming=(
+                None if current is None else current.renaming))
+        if isinstance(err, ValueError):
+            raise RenameError("host rename: %s" % err) from None
+        raise
+    result.providers = _rename_providers(placement, roots, old, new)
+    result.claims = _rename_ledger(state_dir, old, new, renamed_ledger)
     _rename_checkpoint(state_dir, old, new)
     identity.write(state_dir, new, result.node)
     return result
 
 
-def _rename_providers(placement: Any, old: str, new: str) -> dict[str, str]:
+def _placement_roots(placement: Any, old: str, new: str) -> list[dict[str, Any]]:
+    """The root providers named ``old`` (none: renamed already).
+
+    :raises RenameError: Placement has a provider named ``new`` too.
+    """
     def named(name: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = placement.get(
             "/resource_providers?name=%s" % urllib.parse.quote(name, safe="")
@@ -110,12 +137,17 @@ def _rename_providers(placement: Any, old: str, new: str) -> dict[str, str]:
         return found
 
     roots = named(old)
-    if not roots:
-        return {}
-    if named(new):
+    if roots and named(new):
         raise RenameError("Placement already has a provider named %s (an agent "
                           "started under the new name?): delete that compute "
                           "node's providers first" % new)
+    return roots
+
+
+def _rename_providers(placement: Any, roots: list[dict[str, Any]], old: str,
+                      new: str) -> dict[str, str]:
+    if not roots:
+        return {}
     tree = placement.get("/resource_providers?in_tree=%s" % roots[0]["uuid"]
                          ).get("resource_providers") or []
     moved = {}
@@ -150,13 +182,16 @@ def _read_json(path: str, what: str) -> Any:
         raise RenameError("%s %s: not JSON: %s" % (what, path, err)) from None
 
 
-def _rename_ledger(state_dir: str, old: str, new: str) -> Optional[int]:
+def _renamed_ledger(state_dir: str, old: str, new: str) -> Optional[dict[str, Any]]:
+    """``old``'s claims ledger as ``new``'s (None: no ledger of ``old``:
+    moved already, or none).
+
+    :raises RenameError: it is not a ledger of ``old``, or another ledger
+        has the new name already.
+    """
     source, target = ledger.path_for(state_dir, old), ledger.path_for(state_dir, new)
     if not os.path.lexists(source):
         return None
-    if os.path.lexists(target):
-        raise RenameError("claims ledgers %s and %s both exist: move one aside "
-                          "by hand (neither is discarded)" % (source, target))
     document = _read_json(source, "claims ledger")
     if (not isinstance(document, dict) or document.get("format") != ledger.FORMAT
             or document.get("host") != old
@@ -166,6 +201,19 @@ def _rename_ledger(state_dir: str, old: str, new: str) -> Optional[int]:
     for item in document["claims"].values():
         if isinstance(item, dict) and isinstance(item.get("spec"), dict):
             item["spec"] = json.loads(renamed_spec(json.dumps(item["spec"]), old, new))
+    # NOTE: the same document: a rename that stopped between writing the
+    # new ledger and removing the old one.
+    if os.path.lexists(target) and _read_json(target, "claims ledger") != document:
+        raise RenameError("claims ledgers %s and %s both exist: move one aside "
+                          "by hand (neither is discarded)" % (source, target))
+    return document
+
+
+def _rename_ledger(state_dir: str, old: str, new: str,
+                   document: Optional[dict[str, Any]]) -> Optional[int]:
+    if document is None:
+        return None
+    source, target = ledger.path_for(state_dir, old), ledger.path_for(state_dir, new)
     _write(state_dir, os.path.basename(target),
            json.dumps(document, indent=1, sort_keys=True))
     os.unlink(source)

@@ -13,8 +13,10 @@ a lease that expired (its holder crashed or hangs), under a new epoch. The
 same node takes its own lease back at once: its state directory's lock
 says the previous process is gone.
 
-Expiry is compared with the taker's clock: the machines' clocks must
-agree to within a small part of the lease duration (NTP).
+Expiry is set and compared by the database server's clock
+(:func:`~compute_plugins.hoststate.database.server_now`): the agents'
+machines' clocks do not matter. SQLite, a local file, has no server: its
+users' clocks must agree (one machine, or NTP).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import copy
 import datetime
 import json
 import uuid
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -102,7 +104,7 @@ class SqlAgentLeases(database.OnDatabase):
             with self.db.write() as conn:
                 row = conn.execute(sa.select(t_leases).where(
                     t_leases.c.host == host).with_for_update()).one_or_none()
-                now = database.utcnow()
+                now = database.server_now(conn)
                 expires = now + length
                 values: dict[str, Any] = {"node": node, "holder": holder,
                                           "expires_at": expires}
@@ -139,7 +141,7 @@ class SqlAgentLeases(database.OnDatabase):
                 if row is None or int(row.epoch) != lease.epoch:
                     raise errors.Fenced(lease.host, lease.epoch,
                                         None if row is None else database.lease_of(row))
-                expires = database.utcnow() + length
+                expires = database.server_now(conn) + length
                 conn.execute(sa.update(t_leases).where(
                     t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
                     .values(expires_at=expires))
@@ -154,7 +156,7 @@ class SqlAgentLeases(database.OnDatabase):
         with self.db.write() as conn:
             done = conn.execute(sa.update(t_leases).where(
                 t_leases.c.host == lease.host, t_leases.c.epoch == lease.epoch)
-                .values(expires_at=database.utcnow()))
+                .values(expires_at=database.server_now(conn)))
         return bool(done.rowcount == 1)
 
     def fenced(self: S, lease: AgentLease) -> S:
@@ -168,25 +170,43 @@ class SqlAgentLeases(database.OnDatabase):
 
     # -- renaming -----------------------------------------------------------
 
-    def rename_host(self, old: str, new: str) -> int:
+    def rename_host(self, old: str, new: str, node: Optional[str] = None) -> int:
         """Move ``old``'s records to ``new`` (an operator renaming the host,
         its agent stopped): its decisions in force are re-addressed (their
         spec's decision names the new host), its published rows and its
         lease dropped (the agent publishes again under the new name).
 
+        Nothing left under ``old`` (a rename run again after it stopped
+        past this step) moves nothing and is not refused for the records
+        it moved to ``new``.
+
+        :param node: the renamed node's uuid: a lease of another node in
+            force on either name is an agent running for it (refused); the
+            node's own (its agent was killed: its state directory's lock,
+            held by the caller, says it is gone) is not.
         :returns: the decisions moved.
-        :raises HostStateError: ``new`` has published states or decisions
-            in force already (another host has that name).
+        :raises AgentLeaseHeld: another node's agent holds either name.
+        :raises HostNameTaken: ``new`` has published states or decisions in
+            force already (another host has that name).
         """
         database.check_name("host name", old, database.NAME_LENGTH)
         database.check_name("host name", new, database.NAME_LENGTH)
 
         def move() -> int:
             with self.db.write() as conn:
-                self._refuse_taken(conn, new)
+                for name in (new, old):
+                    self._refuse_held(conn, name, node)
                 rows = conn.execute(sa.select(t_decisions.c.id, t_decisions.c.spec).where(
                     t_decisions.c.host == old,
                     t_decisions.c.active_consumer.is_not(None))).all()
+                published = conn.execute(sa.select(t_hosts.c.host).where(
+                    t_hosts.c.host == old)).first()
+                if not rows and published is None:
+                    # NOTE: moved already (or never published): the new
+                    # name's decisions in force may be the ones moved.
+                    conn.execute(sa.delete(t_leases).where(t_leases.c.host == old))
+                    return 0
+                self._refuse_taken(conn, new)
                 for row in rows:
                     conn.execute(sa.update(t_decisions).where(
                         t_decisions.c.id == row.id).values(
@@ -204,6 +224,16 @@ class SqlAgentLeases(database.OnDatabase):
         return self.db.retrying(move)
 
     @staticmethod
+    def _refuse_held(conn: Connection, host: str, node: Optional[str]) -> None:
+        row = conn.execute(sa.select(t_leases).where(
+            t_leases.c.host == host).with_for_update()).one_or_none()
+        if row is None:
+            return
+        lease = database.lease_of(row)
+        if lease.node != node and lease.expires_at > database.server_now(conn):
+            raise errors.AgentLeaseHeld(lease)
+
+    @staticmethod
     def _refuse_taken(conn: Connection, new: str) -> None:
         published = conn.execute(sa.select(t_hosts.c.host).where(
             t_hosts.c.host == new)).first()
@@ -211,7 +241,7 @@ class SqlAgentLeases(database.OnDatabase):
             t_decisions.c.host == new,
             t_decisions.c.active_consumer.is_not(None))).first()
         if published is not None or active is not None:
-            raise errors.HostStateError(
+            raise errors.HostNameTaken(
                 "cannot rename to host %s: the host-state store has %s for "
                 "that name (another host has it)"
                 % (new, "its published state" if published is not None

@@ -48,6 +48,23 @@ def utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
+def server_now(conn: Connection) -> datetime.datetime:
+    """Now, naive UTC, by the database server's clock (PostgreSQL: its
+    current time, not the transaction's start; MySQL: the statement's):
+    the leases' expiries are compared with one clock whichever machine an
+    agent runs on. SQLite has no server: the local clock."""
+    kind = engines.backend(conn.engine)
+    if kind == "postgresql":
+        found = conn.execute(sa.text("SELECT clock_timestamp() AT TIME ZONE 'UTC'")).scalar_one()
+    elif kind == "mysql":
+        found = conn.execute(sa.text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    else:
+        return utcnow()
+    if not isinstance(found, datetime.datetime):
+        raise TypeError("the database's clock answered %r" % (found,))
+    return found.replace(tzinfo=None)
+
+
 def canonical(document: Any) -> str:
     """``document`` as canonical JSON (sorted keys, no spaces, no NaN): two
     equal documents have the same text."""
@@ -211,4 +228,5 @@ class OnDatabase:
 
 
 __all__ = ["lease_of", "CHUNK", "DEADLOCK_ATTEMPTS", "NAME_LENGTH", "UUID_LENGTH", "Database",
-           "OnDatabase", "canonical", "check_name", "chunks", "listed", "utcnow"]
+           "OnDatabase", "canonical", "check_name", "chunks", "listed", "server_now",
+           "utcnow"]

@@ -231,6 +231,11 @@ class AgentLeaseHeld(HostStateError, exception.InputError):
             "[compute] agent_lease_duration)" % (lease.host, _lease_words(lease)))
 
 
+class HostNameTaken(HostStateError, exception.InputError):
+    """A host cannot be renamed to a name another host has in the store
+    (exit 2 on the command line)."""
+
+
 class Fenced(HostStateError):
     """This agent's lease is no longer the host's (another agent took it
     over after it expired, or the store has none): its writes are refused

@@ -146,6 +146,9 @@ class AgentLeases(Protocol):
     def renew_lease(self, lease: AgentLease, duration: float) -> AgentLease:
         """:raises Fenced: it is not the host's lease any more."""
 
+    def end_lease(self, lease: AgentLease) -> bool:
+        """Let ``lease`` lapse now (its agent stops cleanly)."""
+
     def fenced(self, lease: AgentLease) -> Any:
         """This transport, every write carrying ``lease``'s token."""
 

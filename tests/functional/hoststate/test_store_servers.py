@@ -103,3 +103,35 @@ def test_schema_lock_is_held_until_the_creation_commits(empty_url, backend):
     finally:
         event.remove(sa.engine.Engine, "after_cursor_execute", open_second)
     assert seen[1:] == ([{}] if backend == "mariadb" else []), seen
+
+
+def test_a_lease_expires_by_the_servers_clock_not_the_takers(url, monkeypatch):
+    """review: a lease's expiry was compared with the taker's clock: an
+    agent on a machine whose clock ran an hour ahead took the host from a
+    live agent at once (and one behind made its own lease look expired to
+    the others early). With a database server the server's clock decides."""
+    import datetime
+
+    from compute_plugins.hoststate import database
+
+    with hoststate.HostStateStore(url) as s:
+        s.acquire_lease("h1", "node-a", "pid 1 on m1", 60)
+    right = database.utcnow
+    monkeypatch.setattr(database, "utcnow",
+                        lambda: right() + datetime.timedelta(hours=1))
+    with hoststate.HostStateStore(url) as s:
+        with pytest.raises(hoststate.AgentLeaseHeld, match="node-a"):
+            s.acquire_lease("h1", "node-b", "pid 2 on m2", 60)
+        lease = s.get_lease("h1")
+        assert lease.node == "node-a"
+    # a renewal by a machine whose clock is behind still extends it from
+    # the server's now
+    monkeypatch.setattr(database, "utcnow",
+                        lambda: right() - datetime.timedelta(hours=1))
+    with hoststate.HostStateStore(url) as s:
+        renewed = s.renew_lease(lease, 60)
+    monkeypatch.setattr(database, "utcnow", right)
+    assert renewed.expires_at > right() + datetime.timedelta(seconds=30)
+    with hoststate.HostStateStore(url) as s:
+        with pytest.raises(hoststate.AgentLeaseHeld):
+            s.acquire_lease("h1", "node-b", "pid 2 on m2", 60)

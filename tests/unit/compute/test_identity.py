@@ -51,3 +51,42 @@ def test_a_broken_identity_is_one_line_naming_the_file(tmp_path, text, reason):
     message = str(info.value)
     assert str(tmp_path / "compute_node.json") in message and reason in message
     assert isinstance(info.value, exception.InputError) and "\n" not in message
+
+
+@pytest.mark.parametrize("plant", ["symlink", "dangling", "directory"])
+def test_a_planted_lock_file_is_one_line_not_a_traceback(tmp_path, plant):
+    """review: agent.lock a symlink (O_NOFOLLOW: ELOOP) or a directory was
+    an OSError out of the lock: "unexpected error (a bug)"; and the
+    symlink's target is never written."""
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    lock = tmp_path / "state" / identity.LOCK_FILE
+    lock.parent.mkdir()
+    if plant == "symlink":
+        lock.symlink_to(target)
+    elif plant == "dangling":
+        lock.symlink_to(tmp_path / "nowhere")
+    else:
+        lock.mkdir()
+    with pytest.raises(identity.IdentityError) as info:
+        identity.StateDirLock(str(lock.parent)).__enter__()
+    message = str(info.value)
+    assert str(lock) in message and "\n" not in message
+    assert isinstance(info.value, exception.InputError)
+    assert target.read_text() == "keep" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_symlinked_identity_is_replaced_not_written_through(tmp_path):
+    """The identity is written with a new file renamed over the path
+    (0600): a planted symlink is replaced, its target never written."""
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    state = tmp_path / "state"
+    state.mkdir()
+    identity.write(str(state), "h", "11111111-1111-4111-8111-111111111111")
+    (state / "compute_node.json").unlink()
+    (state / "compute_node.json").symlink_to(target)
+    identity.write(str(state), "h", "11111111-1111-4111-8111-111111111111")
+    assert target.read_text() == "keep"
+    path = state / "compute_node.json"
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600

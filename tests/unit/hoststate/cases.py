@@ -92,6 +92,10 @@ def run_threads(target, count, *args):
     return results
 
 
+def store_lease(store):
+    return store.get_lease("h1")
+
+
 class TestPublish:
     def test_first_publish_and_read(self, store):
         result = store.publish("h1", states(numa=1, vgpu=2), 0, nodename="n1",
@@ -809,6 +813,35 @@ class TestAgentLeases:
             store.fenced(lease).publish("h1", states(a=1), 0)
         assert info.value.lost
 
+    @pytest.mark.parametrize("expired", [False, True], ids=["first", "takeover"])
+    def test_nodes_racing_for_a_lease_one_takes_it(self, make_store, expired):
+        # review: two agents of one host (other state directories) started
+        # at the same moment, each with its own connections: the first
+        # insert (no row to lock) and the takeover of an expired lease
+        # (the row locked) give the lease to one of them only.
+        count = 6
+        stores = [make_store() for _ in range(count)]
+        if expired:
+            stores[0].acquire_lease("h1", "node-old", "pid 0", 0.05)
+            time.sleep(0.1)
+
+        def take(i):
+            try:
+                return stores[i].acquire_lease("h1", "node-%d" % i, "pid %d" % i, 60)
+            except hoststate.AgentLeaseHeld as err:
+                return err
+        results = run_threads(take, count)
+        won = [r for r in results if not isinstance(r, Exception)]
+        assert len(won) == 1, results
+        assert store_lease(stores[0]).epoch == won[0].epoch == (2 if expired else 1)
+        assert store_lease(stores[0]).node == won[0].node
+
+    def test_the_store_id_is_made_once_by_racing_openers(self, make_store):
+        count = 6
+        stores = [make_store() for _ in range(count)]
+        ids = run_threads(lambda i: stores[i].store_id(), count)
+        assert len(set(ids)) == 1 and uuid.UUID(ids[0])
+
     def test_the_store_has_a_stable_id(self, make_store):
         first = make_store().store_id()
         assert uuid.UUID(first) and make_store().store_id() == first
@@ -825,12 +858,55 @@ class TestAgentLeases:
         d = store.submit_decision("c1", "h1", SPEC)
         protocol.claim(store, d.id)
         store.acquire_lease("h1", "node-a", "pid 1", 60)
-        moved = store.rename_host("h1", "h2")
+        # review: another node's agent holds the host: refused, nothing moved
+        with pytest.raises(hoststate.AgentLeaseHeld, match="node-a"):
+            store.rename_host("h1", "h2", "node-b")
+        assert store.active_decision("c1").host == "h1"
+        moved = store.rename_host("h1", "h2", "node-a")
         assert moved == 1
         assert store.get_host("h1") is None
         assert store.active_decision("c1").host == "h2"
         assert '"h2"' in store.active_decision("c1").spec
         assert store.acquire_lease("h2", "node-b", "pid 2", 60).epoch == 1
+        # review: run again (it stopped after this step): nothing to move,
+        # not refused for the decisions it moved
+        assert store.rename_host("h1", "h2", "node-b") == 0
+        assert store.active_decision("c1").host == "h2"
+        # a name another host has is refused
+        store.publish("h3", states(a=1), 0)
+        store.publish("h4", states(a=1), 0)
+        with pytest.raises(hoststate.HostStateError, match="another host has it"):
+            store.rename_host("h3", "h4")
+
+    def test_racing_openers_upgrade_a_version_2_store_with_data_once(self, empty_url):
+        # review: several agents restarted on the new code at once
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0, nodename="h1", providers={"u1": "h1"})
+            d = s.submit_decision("c1", "h1", SPEC)
+            protocol.claim(s, d.id)
+            s.submit_decision("c2", "h1", SPEC)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_leases"))
+                conn.execute(sa.text("DROP TABLE hoststate_store"))
+                conn.execute(sa.update(schema.version).values(version=2))
+        finally:
+            engine.dispose()
+        opened = run_threads(lambda i: hoststate.HostStateStore(empty_url), 4)
+        try:
+            ids = run_threads(lambda i: opened[i].store_id(), 4)
+            assert len(set(ids)) == 1
+            s = opened[0]
+            assert s.get_host("h1").providers == {"u1": "h1"}
+            assert s.active_decision("c1").status == "claimed"
+            assert s.active_decision("c2").status == "pending"
+            with s.engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
+                    == [hoststate.SCHEMA_VERSION]
+        finally:
+            for each in opened:
+                each.close()
 
     def test_rename_host_keeps_it_disabled(self, store):
         store.publish("h1", states(a=1), 0, nodename="h1", providers={"u1": "h1"})
