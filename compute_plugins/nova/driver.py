@@ -27,16 +27,21 @@ config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import shutil
 from typing import Any, Optional
 
 from nova import exception as nova_exception
 
 from compute_plugins import exception
-from compute_plugins.host.model import DiskInfo, HostInfo
+from compute_plugins.host.model import DiskInfo, DomainCaps, HostInfo, PMEMNamespace
 from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.tree.provider_tree import ProviderTree
 
 __all__ = ["PluginProviderTreeMixin", "copy_tree", "write_back"]
+
+LOG = logging.getLogger(__name__)
 
 
 def copy_tree(nova_tree: Any) -> ProviderTree:
@@ -118,7 +123,12 @@ class PluginProviderTreeMixin:
         - the memory (``Host.get_memory_mb_total``) and CPU count;
         - the disk from the driver's ``_get_local_gb_info`` (nova's
           ``[libvirt] images_type`` aware measure), so DISK_GB is what
-          nova's own driver would report.
+          nova's own driver would report;
+        - the q35 domain capabilities, the kernel's SEV flavours and the
+          persistent memory namespaces, as nova's driver reads them
+          (:meth:`_plugin_domain_caps`, :meth:`_plugin_kvm_amd_sev`,
+          :meth:`_plugin_pmem_namespaces`): the memenc and pmem plugins'
+          facts.
         """
         from compute_plugins.host import libvirt_xml
         host = self._host
@@ -128,7 +138,7 @@ class PluginProviderTreeMixin:
             "nova libvirt nodedev %s" % name:
                 host.device_lookup_by_name(name).XMLDesc(0)
             for name in names}
-        return libvirt_xml.host_info_from_xml(
+        info = libvirt_xml.host_info_from_xml(
             hostname=nodename, source="nova libvirt driver",
             capabilities_xml=conn.getCapabilities(),
             capabilities_source="nova libvirt capabilities",
@@ -137,6 +147,61 @@ class PluginProviderTreeMixin:
             disk=self._plugin_disk_info(),
             online_cpus=frozenset(host.get_online_cpus()),
             cpu_count=int(conn.getInfo()[2]))
+        return dataclasses.replace(
+            info, domain_caps=self._plugin_domain_caps(),
+            pmem_namespaces=self._plugin_pmem_namespaces(),
+            kvm_amd_sev=self._plugin_kvm_amd_sev())
+
+    def _plugin_domain_caps(self) -> Optional[DomainCaps]:
+        """The domain capabilities of the host's q35 machine type, asked of
+        nova's libvirt connection as nova's ``Host.get_domain_capabilities``
+        asks (the host architecture's guest emulator, nova's ``[libvirt]
+        virt_type``) and read with the snapshot's parser; None where the
+        emulator has no q35 machine type (not x86) or libvirt refuses."""
+        import nova.conf
+        from nova.virt.libvirt import host as nova_host
+
+        from compute_plugins.host import libvirt_xml
+        caps = self._host.get_capabilities()
+        arch = caps.host.cpu.arch
+        virt_type = nova.conf.CONF.libvirt.virt_type
+        for guest in caps.guests:
+            domain = guest.domains.get(virt_type, guest.default_domain)
+            if guest.arch != arch or domain is None or "q35" not in domain.aliases:
+                continue
+            try:
+                xml = self._host.get_connection().getDomainCapabilities(
+                    domain.emulator, arch, "q35", virt_type, 0)
+            except nova_host.libvirt.libvirtError as exc:
+                LOG.debug("no domain capabilities for %s q35: %s", arch, exc)
+                return None
+            return libvirt_xml.parse_domain_capabilities(
+                xml, "nova libvirt domain capabilities (%s q35)" % arch)
+        return None
+
+    def _plugin_kvm_amd_sev(self) -> frozenset[str]:
+        """The SEV flavours the kernel enables, by nova's own check
+        (``Host._kernel_supports_amd_sev``: ``kvm_amd``'s parameters)."""
+        from compute_plugins.host import kernel
+        check = self._host._kernel_supports_amd_sev
+        return frozenset(f for f in kernel.SEV_FLAVOURS if check(f))
+
+    def _plugin_pmem_namespaces(self) -> tuple[PMEMNamespace, ...]:
+        """The named devdax namespaces of ``ndctl list -X``, run as nova's
+        driver runs it (``nova.privsep.libvirt.get_pmem_namespaces``) and
+        read with the snapshot's parser; none where ndctl is not installed
+        (a host without persistent memory, the rule) or fails (logged)."""
+        from compute_plugins.host import ndctl
+        if shutil.which("ndctl") is None:
+            return ()
+        import nova.privsep.libvirt
+        try:
+            output = nova.privsep.libvirt.get_pmem_namespaces()
+        except Exception as exc:  # noqa: BLE001 - privsep re-raises any
+            LOG.warning("ndctl list -X failed: %s; no persistent memory "
+                        "namespaces", exc)
+            return ()
+        return ndctl.parse_namespaces(output or "", "nova privsep ndctl list -X")
 
     def _plugin_disk_info(self) -> Optional[DiskInfo]:
         """DISK_GB as nova's libvirt driver measures it (``_get_local_gb_info``:

@@ -56,7 +56,9 @@ class NovaLibvirt(fixtures.Fixture):
         objects.register_all()
         self.conf = nova.conf.CONF
         self.useFixture(nova_fixtures.ConfFixture(self.conf))
-        self.useFixture(nova_fixtures.LibvirtFixture())
+        #: nova's ``LibvirtFixture``; its ``amd_sev`` answers nova's
+        #: ``Host._kernel_supports_amd_sev`` (the ``kvm_amd`` parameters).
+        self.libvirt = self.useFixture(nova_fixtures.LibvirtFixture())
         self.connection: Any = None
         self.useFixture(fixtures.MockPatch(
             "nova.virt.libvirt.host.Host.get_connection",
