@@ -206,6 +206,12 @@ class ResourcePlugin(abc.ABC, Generic[ViewT, RequestT, StateT, AssignmentT]):
     #: the guest's cells (read with
     #: :func:`compute_plugins.plugin.topology.guest_topology`).
     needs: ClassVar[tuple[str, ...]] = ()
+    #: The flavor extra-spec keys this plugin owns (a trailing ``*``
+    #: matches any rest: ``hw:numa_cpus.*``). Declared so that where the
+    #: plugin is installed but not enabled, a flavor with one of them is
+    #: refused naming the plugin to enable, not as an unknown key
+    #: (:func:`compute_plugins.request.generic.unknown_keys`).
+    owned_keys: ClassVar[tuple[str, ...]] = ()
     #: Whether ``discover`` and ``provider_contributions`` depend on their
     #: arguments alone (and on options, which cannot change while the
     #: service runs). The manager then keeps the view while the host facts

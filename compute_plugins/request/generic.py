@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
 from compute_plugins.plugin import names
@@ -262,9 +262,24 @@ def _uuid(text: str) -> Optional[str]:
         return None
 
 
-def unknown_keys(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:
+def owner(key: str, owned: Mapping[str, Iterable[str]]) -> Optional[str]:
+    """The plugin of ``owned`` (name -> its ``owned_keys``) that owns
+    ``key`` (a pattern's trailing ``*`` matches any rest), else None."""
+    for plugin, patterns in sorted(owned.items()):
+        for pattern in patterns:
+            if key == pattern or (pattern.endswith("*")
+                                  and key.startswith(pattern[:-1])):
+                return plugin
+    return None
+
+
+def unknown_keys(ri: RequestInput, claimed: Iterable[tuple[str, str]],
+                 disabled: Optional[Mapping[str, Iterable[str]]] = None) -> None:
     """Report flavor keys nobody claimed in a namespace the framework or a
-    plugin owns (nova's "does not appear to be a valid extra spec")."""
+    plugin owns: a key an installed but not enabled plugin owns
+    (``disabled``: name -> its ``owned_keys``) as one no enabled plugin
+    provides, naming that plugin; any other in nova's words ("does not
+    appear to be a valid extra spec")."""
     claimed = set(claimed)
     known = set(FRAMEWORK_NAMESPACES)
     for source, key in claimed:
@@ -275,6 +290,11 @@ def unknown_keys(ri: RequestInput, claimed: Iterable[tuple[str, str]]) -> None:
     for key, value in sorted(ri.extra_specs.items()):
         if ("flavor", key) in claimed or key in NOVA_OTHER_HW_KEYS:
             continue
-        if namespace(key) in known:
+        plugin = owner(key, disabled or {})
+        if plugin is not None:
+            ri.report(key, value, "is the %s plugin's key, which no enabled "
+                      "plugin provides (add %s to [compute_plugins] "
+                      "enabled_plugins)" % (plugin, plugin))
+        elif namespace(key) in known:
             ri.report(key, value, rules.unknown_key_rule(key))
 

@@ -183,7 +183,10 @@ class RequestSpec:
         groups: list[RequestGroup] = list(parsed.groups)
         view = request_input.for_plugin("framework")
         generic_req = generic.parse(view, parsed.claimed)
-        generic.unknown_keys(view, parsed.claimed | view.claimed)
+        from compute_plugins.runtime.manager import installed_owned_keys
+        disabled = {name: keys for name, keys in installed_owned_keys().items()
+                    if name not in plugins}
+        generic.unknown_keys(view, parsed.claimed | view.claimed, disabled)
         if not parsed.problems:
             generic.unprovided(view, parsed.claimed | view.claimed)
         problems.extend(view.problems)

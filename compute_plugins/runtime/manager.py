@@ -12,6 +12,7 @@ the other plugins go on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
@@ -87,6 +88,28 @@ def available_plugins() -> list[str]:
     Read from package metadata without importing any plugin.
     """
     return sorted({ep.name for ep in metadata.entry_points(group=NAMESPACE)})
+
+
+def installed_owned_keys() -> dict[str, tuple[str, ...]]:
+    """Every installed plugin's :attr:`~compute_plugins.plugin.contract.
+    ResourcePlugin.owned_keys`, by name (the classes are imported, not
+    instantiated, once per process; one that fails to import owns none)."""
+    return dict(_owned_keys())
+
+
+@functools.lru_cache(maxsize=1)
+def _owned_keys() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    found = []
+    for ep in metadata.entry_points(group=NAMESPACE):
+        try:
+            keys = getattr(ep.load(), "owned_keys", ())
+        except Exception as exc:  # noqa: BLE001 - a broken plugin owns none
+            LOG.debug("resource plugin %s (%s) does not import: %s",
+                      ep.name, ep.value, exc)
+            continue
+        if isinstance(keys, tuple) and all(isinstance(k, str) for k in keys):
+            found.append((ep.name, keys))
+    return tuple(found)
 
 
 class PluginManager:

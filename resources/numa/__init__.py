@@ -68,6 +68,15 @@ class NUMAPlugin(ResourcePlugin[NUMAView, NUMARequest, NUMAState, NUMAAssignment
     #: Its assignment says where the guest's nodes run
     #: (``NUMAAssignment.guest_topology``): devices that need it run after.
     provides = (TOPOLOGY,)
+    #: The flavor keys parsed by :mod:`resources.numa.request` and
+    #: :mod:`resources.numa.options` (named when the plugin is disabled).
+    owned_keys = (
+        "hw:cpu_policy", "hw:cpu_thread_policy", "hw:cpu_dedicated_mask",
+        "hw:cpu_realtime", "hw:cpu_realtime_mask", "hw:emulator_threads_policy",
+        "hw:numa_nodes", "hw:numa_cpus.*", "hw:numa_mem.*", "hw:mem_page_size",
+        "hw:locked_memory", "hw:cpu_sockets", "hw:cpu_cores", "hw:cpu_threads",
+        "hw:cpu_max_sockets", "hw:cpu_max_cores", "hw:cpu_max_threads",
+    )
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)

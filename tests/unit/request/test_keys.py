@@ -336,3 +336,65 @@ def test_asking_what_no_enabled_plugin_gives_is_refused(manager, specs, image, k
 def test_not_asking_is_still_accepted_without_the_plugins(manager):
     build(manager, {"hw:mem_encryption": "false", "hw:mem_encryption_model": "amd-sev"},
           image={"properties": {"hw_mem_encryption": False}})
+
+
+# -- keys of an installed plugin that is not enabled -------------------------------
+
+def _without_numa():
+    manager = make_manager()
+    manager.conf.set_override("enabled_plugins", ["vgpu", "sriov", "disk"],
+                              group="compute_plugins")
+    return type(manager)(manager.conf)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("hw:cpu_sockets", "2"), ("hw:cpu_max_threads", "1"), ("hw:locked_memory", "true"),
+    ("hw:numa_nodes", "2"), ("hw:numa_cpus.0", "0,1"), ("hw:cpu_policy", "dedicated"),
+])
+def test_a_disabled_plugins_key_names_the_plugin_to_enable(key, value):
+    # the numa plugin declares the keys it owns: with it installed but not
+    # enabled, its keys are not "unknown" (nova knows them), they are keys
+    # nothing here provides
+    manager = _without_numa()
+    assert "numa" not in manager.plugins
+    found = problems(manager, {key: value})
+    assert_problem(found, key, "is the numa plugin's key, which no enabled plugin "
+                   "provides (add numa to [compute_plugins] enabled_plugins)")
+    assert not any("valid extra spec" in p.rule for p in found)
+
+
+def test_an_unknown_key_is_still_unknown_with_the_plugin_disabled():
+    found = problems(_without_numa(), {"hw:cpu_sockts": "2"})
+    assert_problem(found, "hw:cpu_sockts", "does not appear to be a valid extra spec")
+
+
+def test_any_disabled_plugins_declared_keys_are_named():
+    # not numa's names in the framework: whatever a plugin declares
+    from compute_plugins.request import generic
+    from compute_plugins.request.inputs import RequestInput
+    ri = RequestInput.from_dicts({"name": "f", "vcpus": 1, "memory_mb": 512,
+                                  "root_gb": 0,
+                                  "extra_specs": {"hw:acme_widgets": "2",
+                                                  "hw:acme": "1",
+                                                  "hw:other": "x"}})
+    view = ri.for_plugin("framework")
+    generic.unknown_keys(view, (), {"acme": ("hw:acme_*",)})
+    rules = {p.key: p.rule for p in view.problems}
+    assert rules["hw:acme_widgets"].startswith("is the acme plugin's key")
+    assert "valid extra spec" in rules["hw:acme"]
+    assert "valid extra spec" in rules["hw:other"]
+
+
+def test_the_numa_plugin_parses_every_key_it_declares(manager):
+    # owned_keys must not name a key the enabled plugin leaves unclaimed
+    from compute_plugins.request.errors import RequestValidationError
+    from resources.numa import NUMAPlugin
+    for pattern in NUMAPlugin.owned_keys:
+        key = pattern.replace("*", "0")
+        try:
+            build(manager, {key: "1"})
+            found = []
+        except RequestValidationError as err:
+            found = err.problems
+        assert not any("valid extra spec" in p.rule or "plugin's key" in p.rule
+                       for p in found), (key, found)
