@@ -15,7 +15,8 @@
    written with ``PUT /allocations/{consumer}`` (``consumer_generation``
    null: a new consumer; ``consumer_type`` INSTANCE). Placement checks the
    capacity atomically: on a 409 (another scheduler took the room since the
-   host published its state) the next host is tried;
+   host published its state) the candidates are planned again on fresh
+   state (a race, below);
 5. the decision recorded in the spec and addressed to the host in the
    store; the scheduler waits for the host's agent. Claimed: done.
    Rejected (the host changed since it published), or no answer in
@@ -27,6 +28,15 @@
    again on fresh states: the host that rejected is tried again only when
    it published a new state since (another claim landed there first; the
    fit may now choose other CPUs or devices).
+
+**Races do not refuse** (issue 20, item 5): a rejection by a host that
+published a new state since the fit, and Placement's 409, are races with
+other schedulers, not a lack of room: they do not count against
+``max_attempts``; the scheduler plans again on fresh state, waiting up to
+:data:`RACE_SETTLE` seconds for the racers' in-flight allocations to settle
+when it finds no room. At most ``[scheduler] max_races`` races per request
+are not counted (then each counts as an attempt again), so a request makes
+at most ``max_attempts + max_races`` offers: it cannot loop forever.
 
 When nothing is placed, :class:`ScheduleResult` says why per host and per
 plugin, the best few hosts first (those where the fewest plugins refused).
@@ -60,6 +70,10 @@ LOG = logging.getLogger(__name__)
 #: Placement microversion of ``consumer_type`` in ``PUT /allocations``.
 CONSUMER_TYPE_VERSION = (1, 38)
 CONSUMER_TYPE = "INSTANCE"
+#: Seconds a refit after a race waits, at most, for the racers' in-flight
+#: allocations to settle when the fresh state shows no room
+#: (:meth:`Scheduler._refit_after_race`).
+RACE_SETTLE = 2.0
 
 
 class ConsumerInUse(exception.ComputePluginsError):
@@ -316,6 +330,7 @@ class Scheduler:
         # the fit on its new state may choose other CPUs or devices.
         given_up: set[str] = set()
         rejected_at: dict[str, int] = {}
+        races = 0
         queue = list(ordered)
         while queue and tried < group.max_attempts:
             _weight, fit = queue.pop(0)
@@ -336,6 +351,17 @@ class Scheduler:
                     "Placement refused the allocation (409 %s): %s"
                     % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
                     time.monotonic() - began))
+                if races < group.max_races:
+                    # NOTE: another scheduler's allocation took the room
+                    # first: refit on fresh state (item 5 of issue 20).
+                    races += 1
+                    replanned = self._refit_after_race(spec, wait)
+                    calls["GET /resource_providers"] += replanned.found.calls
+                    found = replanned.found
+                    verdicts.update(replanned.verdicts)
+                    queue = list(replanned.ordered)
+                    ordered = replanned.ordered
+                    continue
                 given_up.add(fit.host)
                 continue
             except pexc.ProviderGone as err:
@@ -349,7 +375,6 @@ class Scheduler:
                 continue
             decided = spec.with_decision(decision)
             outcome = self._claim(consumer, fit.host, decided, wait, calls)
-            tried += 1
             attempts.append(dataclasses.replace(outcome, seconds=time.monotonic() - began))
             if outcome.outcome == "claimed":
                 placed = decided
@@ -360,11 +385,18 @@ class Scheduler:
                 # requester's delete of the allocation could hit the new one).
                 break
             if outcome.outcome != "rejected":
+                tried += 1
                 given_up.add(fit.host)
                 continue
             rejected_at[fit.host] = fit.generation
+            raced = races < group.max_races and self._raced(fit)
+            if raced:
+                races += 1
+            else:
+                tried += 1
             if tried < group.max_attempts:
-                replanned = self.plan(spec)
+                replanned = (self._refit_after_race(spec, wait) if raced
+                             else self.plan(spec))
                 calls["GET /resource_providers"] += replanned.found.calls
                 found = replanned.found
                 verdicts.update(replanned.verdicts)
@@ -383,6 +415,35 @@ class Scheduler:
             attempts=tuple(attempts), reasons=reasons, queries=found.queries,
             placement_calls=FrozenMap(sorted(calls.items())),
             timings=FrozenMap(timings))
+
+    # -- races (issue 20, item 5) ------------------------------------------
+
+    def _raced(self, fit: fitting.HostFit) -> bool:
+        """Whether the host that rejected ``fit`` published a new state
+        since it was fitted: another consumer's claim landed there first
+        (the agent publishes a claim's state before answering it), so the
+        rejection says nothing about the room left, only that the fit was
+        stale."""
+        generation = self.store.generations().get(fit.host)
+        return generation is not None and generation != fit.generation
+
+    def _refit_after_race(self, spec: Any, wait: float) -> Plan:
+        """A new plan on fresh state after a race (a rejection caused by
+        another claim, or Placement's 409 on the allocation).
+
+        The racers' allocations are in flight: one whose decision is being
+        rejected is freed a moment later. When the fresh plan finds no host,
+        it is made again, with back-off, for at most :data:`RACE_SETTLE`
+        seconds (never more than the answer timeout): a request is refused
+        only when no host has room once the race settled."""
+        deadline = time.monotonic() + min(RACE_SETTLE, wait)
+        delay = max(self.poll_interval, 0.01)
+        while True:
+            planned = self.plan(spec)
+            if planned.ordered or time.monotonic() + delay > deadline:
+                return planned
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def release(self, consumer: str, timeout: float = 0.0) -> ReleaseOutcome:
         """Free ``consumer``, as ``compute-plugins release`` does
