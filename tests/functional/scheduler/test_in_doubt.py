@@ -161,3 +161,65 @@ def test_a_release_between_two_hosts_wins(cloud):
     assert cloud.usage(b) == {}
     assert b.assignments.get("numa", []) == []
     assert protocol.Move.CANCEL in protocol.TRANSITIONS
+
+
+# -- the command line ---------------------------------------------------------
+
+from tests.functional.scheduler.test_schedule import placement_url, write_json  # noqa: E402,F401,I001
+
+
+def cli_common(cloud, tmp_path, placement_url):  # noqa: F811
+    config = tmp_path / "compute-plugins.conf"
+    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 2,
+                                              "memory_mb": 1024, "root_gb": 0})
+    return ["--config-file", str(config), "--placement-url", placement_url], flavor
+
+
+def test_cli_schedule_tells_the_consumer_before_it_waits(cloud, placement_url,  # noqa: F811
+                                                         tmp_path, capsys):
+    from compute_plugins.cmd import main
+
+    host = cloud.add_host("clitell", [cell(4, 4096)], start=False)
+    common, flavor = cli_common(cloud, tmp_path, placement_url)
+    code = main.main(common + ["schedule", "--flavor", flavor, "--timeout", "0.2"])
+    captured = capsys.readouterr()
+    assert code == 1
+    (told,) = [ln for ln in captured.err.splitlines() if "waiting" in ln]
+    consumer = told.split()[2].rstrip(":")
+    decision = cloud.store.latest_decision(consumer)
+    assert told == ("compute-plugins: consumer %s: decision %d offered to host %s; "
+                    "waiting up to 0.2 s for its agent" % (consumer, decision.id, host.name))
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_cli_schedule_interrupted_names_the_consumer_and_its_state(
+        cloud, placement_url, tmp_path, capsys, monkeypatch, fmt):  # noqa: F811
+    import json
+
+    from compute_plugins.cmd import main
+    from compute_plugins.hoststate.decisions import SqlDecisionQueue
+
+    host = cloud.add_host("cliint", [cell(4, 4096)], start=False)
+    common, flavor = cli_common(cloud, tmp_path, placement_url)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SqlDecisionQueue, "wait_for_change", interrupted)
+    code = main.main(common + ["--format", fmt, "schedule", "--flavor", flavor])
+    captured = capsys.readouterr()
+    assert code == 130
+    last = captured.err.splitlines()[-1]
+    (decision,) = cloud.store.list_decisions(host.name)
+    assert last == (
+        "compute-plugins: interrupted (consumer %s: decision %d on host %s is "
+        "pending: its agent may still claim it; `release --consumer %s` "
+        "withdraws it, `schedule --consumer %s` with the same request waits "
+        "for its answer)" % ((decision.consumer, decision.id, host.name)
+                             + (decision.consumer,) * 2))
+    if fmt == "json":
+        doc = json.loads(captured.out)
+        assert doc["interrupted"] == {"consumer": decision.consumer, "host": host.name,
+                                      "decision": decision.id, "status": "pending"}
+        assert doc["instances"] == []
