@@ -286,6 +286,9 @@ def cancel(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
     latest = queue.latest_decision(consumer)
     if latest is None or not legal(Move.CANCEL, latest.status):
         return None
+    if latest.status == RELEASED and any(r.reason == CANCEL_REASON
+                                         for r in latest.reasons):
+        return latest  # NOTE: cancelled already: one record is enough
     return queue.record_cancel(consumer, latest.host, latest.spec,
                                (Rejection(CANCEL_REASON),))
 

@@ -360,3 +360,11 @@ def test_reconcile_after_a_restart(store):
     assert protocol.stale_claims(recorded, in_force) == [
         "released", "replaced", "moved", "purged"]
     assert protocol.stale_claims({}, in_force) == []
+
+
+def test_a_second_cancel_records_nothing_more(store):
+    d = protocol.submit(store, "c1", "h1", SPEC)
+    protocol.withdraw(store, d.id)
+    first = protocol.cancel(store, "c1")
+    assert protocol.cancel(store, "c1") == first
+    assert [x.id for x in store.history("c1")] == [d.id, first.id]
