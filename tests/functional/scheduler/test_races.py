@@ -27,15 +27,18 @@ def cloud(placement, tmp_path):  # noqa: F811 - the module's fixture
     cloud.close()
 
 
-def race(cloud: Cloud, schedulers: int, vcpus: int, **overrides) -> list:
+def race(cloud: Cloud, schedulers: int, vcpus: int, extra_specs=None, **overrides
+         ) -> list:
     """``schedulers`` threads, each its own scheduler, start together and
-    each places one pinned guest of ``vcpus`` CPUs; their results."""
+    each places one pinned guest of ``vcpus`` CPUs (or, with
+    ``extra_specs``, a floating guest with those); their results."""
     results: list = []
     barrier = threading.Barrier(schedulers)
 
     def run() -> None:
         sched: Scheduler = cloud.scheduler(**overrides)
-        spec = spec_of(sched, *pinned(1, vcpus, 256))
+        spec = (spec_of(sched, *pinned(1, vcpus, 256)) if extra_specs is None
+                else spec_of(sched, extra_specs, vcpus, 256))
         barrier.wait(30)
         results.append(sched.schedule(spec, str(uuid.uuid4()), "p", "u"))
 
@@ -70,6 +73,22 @@ def test_n_schedulers_for_n_free_slots_all_placed(cloud, hosts):
             assert cloud.usage(host) == cloud.ledger_usage(host)
         for r in results:
             assert cloud.allocations(r.consumer) == expected_allocation(r.decision)
+
+
+def test_n_schedulers_for_n_free_vgpus_all_placed(cloud):
+    """4 mdevs of one GPU, 4 schedulers each asking one vGPU: all placed,
+    each mdev once (before the fix, some rounds refused one)."""
+    for round_ in range(5):
+        host = cloud.add_host("g%d" % round_, [cell(8, 8192)],
+                              gpus=((0, "nvidia-35", 4),))
+        results = race(cloud, 4, 1, {"resources:VGPU": "1"})
+        refused = [[(a.host, a.outcome) for a in r.attempts]
+                   for r in results if not r.placed]
+        assert not refused, "round %d: refused with room left: %s" % (round_, refused)
+        mdevs = [m for r in results for d in r.decision.assignments["vgpu"].devices
+                 for m in d.mdev_uuids]
+        assert len(mdevs) == len(set(mdevs))
+        assert cloud.usage(host) == cloud.ledger_usage(host)
 
 
 def test_races_are_bounded_by_max_races(cloud):
