@@ -33,10 +33,14 @@ force, and finds:
     deleted.
 
 **The grace period** (``older_than``): in-flight work is never touched.
-A finding's age is the time since the consumer's decision last changed;
-for an allocation of a consumer that never had a decision, the time since
-an audit first saw it (the ``seen`` map the command keeps in the state
-directory). Findings younger than the grace are listed, marked, and left.
+A decision's finding is as old as the time since the decision last
+changed. An orphan allocation is as old as the time since an audit first
+saw it (the ``seen`` map the command keeps in the state directory): never
+older, because Placement does not say when it was written, and a consumer
+released long ago may be scheduled again right now (between its new ``PUT``
+and its new decision). So an orphan is freed by the first audit at least
+``older_than`` seconds after one saw it. Findings younger than the grace
+are listed, marked, and left.
 """
 
 from __future__ import annotations
@@ -147,8 +151,8 @@ def audit(placement: pclient.PlacementClient, store: HostStateTransport,
     the hosts the store knows (see the module doc); nothing changed.
 
     :param seen: consumer -> when (POSIX seconds) an audit first saw its
-        allocation without any decision; updated here (new ones added,
-        those no longer found removed).
+        allocation without a decision in force; updated here (new ones
+        added, those no longer found removed).
     :param now: naive UTC (tests); default now.
     """
     now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
@@ -166,12 +170,8 @@ def audit(placement: pclient.PlacementClient, store: HostStateTransport,
         decision = in_force.get(consumer)
         if decision is None:
             latest = store.latest_decision(consumer)
-            if latest is None:
-                unexplained.add(consumer)
-                first = seen.setdefault(consumer, stamp)
-                age = max(0.0, stamp - first)
-            else:
-                age = _seconds_since(latest.updated_at, now)
+            unexplained.add(consumer)
+            age = max(0.0, stamp - seen.setdefault(consumer, stamp))
             findings.append(Finding(ORPHAN, consumer, hosts[0], allocs, latest, age))
             continue
         if decision.status == protocol.PENDING:

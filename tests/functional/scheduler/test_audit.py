@@ -147,3 +147,20 @@ def test_bad_grace_is_usage(audit, capsys):
         audit("--older-than", "-1")
     assert exit_.value.code == 2
     assert "--older-than: invalid value '-1'" in capsys.readouterr().err
+
+
+def test_an_orphan_s_grace_counts_from_the_first_audit_that_saw_it(cloud, audit):
+    """Placement does not say when an allocation was written: the first
+    audit that sees an orphan only notes it; one at least --older-than
+    seconds later frees it."""
+    import time
+
+    host = cloud.add_host("grace", [cell(4, 4096)], start=False)
+    consumer = orphan(cloud, host)
+    code, (line,) = audit("--fix", "--older-than", "1")
+    assert code == 0 and line.endswith(": in grace period")
+    assert cloud.allocations(consumer)
+    time.sleep(1.1)
+    code, (line,) = audit("--fix", "--older-than", "1")
+    assert code == 0 and line.endswith(": freed")
+    assert cloud.allocations(consumer) == {}
