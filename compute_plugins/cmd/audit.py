@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-from typing import Any
-
-from oslo_config import cfg
-from oslo_log import log as logging
+from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments
+
+if TYPE_CHECKING:
+    from oslo_config import cfg
 
 LOG = logging.getLogger(__name__)
 
