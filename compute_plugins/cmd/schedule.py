@@ -7,8 +7,17 @@ the SQLite file in the state directory), where the compute agents
 (``compute-plugins report``) publish their hosts and answer decisions. See
 :mod:`compute_plugins.scheduler.selection`.
 
+Before it waits for a host's answer, each decision is told on stderr
+(``consumer UUID: decision N offered to host H; waiting up to S s for its
+agent``): an interrupted scheduler's work can be found. Ctrl-C is exit 130
+and one line naming the consumer and what became of its decision (pending:
+its agent may still claim it; ``release --consumer`` withdraws it, a re-run
+of the same request with ``--consumer`` waits for its answer); with
+``--format json`` the instances placed before and ``"interrupted":
+{"consumer", "host", "decision", "status"}`` are printed on stdout.
+
 Exit codes: 0 every instance placed, 1 some not (the reasons are printed:
-per host and plugin), 2 bad input.
+per host and plugin), 2 bad input, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from compute_plugins.util.text import printable
 if TYPE_CHECKING:
     from oslo_config import cfg
 
+    from compute_plugins.hoststate.records import HostDecision
+    from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.runtime import PluginSet
     from compute_plugins.scheduler.selection import ScheduleResult
 
@@ -108,13 +119,18 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             print("  %s" % problem, file=sys.stderr)
         return EXIT_USAGE
     results: list[ScheduleResult] = []
+    offered: dict[str, HostDecision] = {}
     with connect.placement_client(conf, args.placement_url) as client, \
             HostStateStore.from_config(conf) as store:
-        scheduler = Scheduler(conf, manager.plugins, client, store)
+        scheduler = Scheduler(conf, manager.plugins, client, store,
+                              on_offer=lambda d, wait: _tell(offered, d, wait))
         for consumer in consumers:
             try:
                 results.append(scheduler.schedule(spec, consumer, args.project_id,
                                                   args.user_id, timeout=args.timeout))
+            except KeyboardInterrupt:
+                return _interrupted(manager.plugins, args, results, store, consumer,
+                                    offered.get(consumer))
             except (ConsumerInUse, ConsumerAllocated) as err:
                 return _bad(str(err))
             except exception.ComputePluginsError:
@@ -124,6 +140,60 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 raise
     _print(manager.plugins, args, results)
     return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
+
+
+def _tell(offered: dict[str, HostDecision], decision: HostDecision, wait: float) -> None:
+    """Before the wait: which consumer, decision and host (stderr)."""
+    offered[decision.consumer] = decision
+    print("compute-plugins: consumer %s: decision %d offered to host %s; waiting "
+          "up to %g s for its agent" % (decision.consumer, decision.id,
+                                        printable(decision.host), wait),
+          file=sys.stderr, flush=True)
+
+
+#: What an interrupted schedule left, by the status of the consumer's
+#: decision: the end of the one line.
+_LEFT = {
+    "pending": "its agent may still claim it; `release --consumer {c}` withdraws "
+               "it, `schedule --consumer {c}` with the same request waits for "
+               "its answer",
+    "claimed": "placed; `release --consumer {c}` frees it",
+    "releasing": "being released by its agent",
+    "rejected": "nothing held",
+    "released": "nothing held",
+}
+
+
+def _interrupted(plugins: PluginSet, args: argparse.Namespace,
+                 results: list[ScheduleResult], store: HostStateStore, consumer: str,
+                 offered: HostDecision | None) -> int:
+    """Ctrl-C while ``consumer`` was being scheduled: the instances placed
+    before, then one line naming the consumer and its decision's state as
+    the store holds it now (the decision offered when the store cannot be
+    read); exit 130."""
+    decision = offered
+    if offered is not None:
+        try:
+            decision = store.get_decision(offered.id)
+        except Exception:  # noqa: BLE001 - interrupted: say what is known
+            decision = offered
+    if args.format == "json":
+        doc = to_json(results)
+        doc["interrupted"] = {
+            "consumer": consumer,
+            "host": decision.host if decision is not None else None,
+            "decision": decision.id if decision is not None else None,
+            "status": decision.status.value if decision is not None else None}
+        common.print_json(doc)
+    elif results:
+        _print_text(plugins, results)
+    if decision is None:
+        detail = "consumer %s: no decision made yet, no host offered it" % consumer
+    else:
+        detail = "consumer %s: decision %d on host %s is %s: %s" % (
+            consumer, decision.id, printable(decision.host), decision.status.value,
+            _LEFT[decision.status.value].format(c=consumer))
+    return common.interrupted(detail)
 
 
 def _print(plugins: PluginSet, args: argparse.Namespace,

@@ -25,9 +25,12 @@ Between periodics :meth:`ComputeAgent.run` polls the store for new
 decisions every ``[compute] claim_poll_interval`` seconds (two indexed
 reads, no write). A restarted agent reads its ledger, publishes the state
 it implies and answers a decision it had recorded but not answered without
-executing it again. Once per start it compares Placement's allocations on
+executing it again. At start it compares Placement's allocations on
 its tree with the ledger and reports every mismatch
-(:meth:`ComputeAgent._check_placement`: reported, nothing deleted); a
+(:meth:`ComputeAgent._check_placement`: reported, nothing deleted), then
+again every ``[compute] placement_audit_interval`` seconds
+(:meth:`ComputeAgent._audit_placement`: a mismatch two audits in a row
+saw, once; ``compute-plugins audit --fix`` repairs); a
 ledger claim whose decision is no longer in force is forgotten, and its
 allocation deleted only when it is still that claim's
 (:meth:`ComputeAgent._allocation_is_ours`).
@@ -327,7 +330,8 @@ class ComputeAgent:
                  claim_poll_interval: float = 1.0,
                  node: Optional[identity.NodeIdentity] = None,
                  lease_duration: float = 30.0,
-                 rebuild_ledger: bool = False) -> None:
+                 rebuild_ledger: bool = False,
+                 placement_audit_interval: float = 0.0) -> None:
         if not claim_poll_interval > 0:
             raise ValueError("claim_poll_interval %r: expected seconds > 0"
                              % (claim_poll_interval,))
@@ -381,6 +385,14 @@ class ComputeAgent:
         #: True once Placement's allocations on the tree were compared with
         #: the ledger (once per start).
         self._placement_checked = False
+        #: Seconds between audits of the tree after the start's (0: none;
+        #: :meth:`_audit_placement`).
+        self.placement_audit_interval = placement_audit_interval
+        #: time.monotonic() of the last audit of the tree.
+        self._audited_at = 0.0
+        #: Consumers the last audit found in mismatch; those reported.
+        self._suspects: set[str] = set()
+        self._reported: set[str] = set()
         self._lock = threading.Lock()
         #: Whether an operator disabled the host, as last read (None: not read).
         self._disabled: Optional[bool] = None
@@ -404,7 +416,8 @@ class ComputeAgent:
             placement, conf.compute.resource_provider_association_refresh)
         return cls(manager, client, store, ledger, discover, first=first,
                    claim_poll_interval=conf.compute.claim_poll_interval,
-                   lease_duration=conf.compute.agent_lease_duration)
+                   lease_duration=conf.compute.agent_lease_duration,
+                   placement_audit_interval=conf.compute.placement_audit_interval)
 
     # -- identity -----------------------------------------------------------
 
@@ -541,6 +554,9 @@ class ComputeAgent:
                 if not self._placement_checked and self._providers:
                     self._check_placement(result)
                     self._placement_checked = True
+                    self._audited_at = time.monotonic()
+                elif self._providers:
+                    self._audit_placement(result)
             # NOTE: a poll builds the states only when the last publish did
             # not get through; claims and releases publish on their own.
             if reconcile or self._unpublished:
@@ -953,6 +969,51 @@ class ComputeAgent:
             Placement holds allocations of consumers without a decision
             pending on the host: the claims of a lost ledger.
         """
+        found = self._placement_mismatches()
+        held = self.ledger.entries()
+        lost = [m.consumer for m in found if m.consumer not in held]
+        if not held and lost:
+            # NOTE: even when told to rebuild the ledger: the store held
+            # none of these claims (it would have been rebuilt), starting
+            # would hand their CPUs out again.
+            raise LedgerMissing(
+                self.ledger.path, not self.ledger.existed,
+                "Placement holds allocations of %s on host %s's providers (%s)"
+                % (_count(len(lost), "consumer"), self.host, _listed(lost)),
+                rebuildable=False)
+        for mismatch in found:
+            LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
+                        mismatch.reason)
+        result.mismatches.extend(found)
+
+    def _audit_placement(self, result: AgentResult) -> None:
+        """The start's comparison again (:meth:`_check_placement`), every
+        ``[compute] placement_audit_interval`` seconds (0: never): one
+        ``GET /resource_providers/{uuid}/allocations`` per provider of the
+        tree, nothing written. A mismatch is reported (a warning and
+        :attr:`AgentResult.mismatches`) when the previous audit saw it too
+        (one in flight, a schedule between its ``PUT`` and its decision, is
+        gone by then), and once; nothing in steady state. Repairing is
+        ``compute-plugins audit --fix``'s (it sees every host's decisions).
+        """
+        now = time.monotonic()
+        if not (self.placement_audit_interval > 0
+                and now - self._audited_at >= self.placement_audit_interval):
+            return
+        self._audited_at = now
+        found = self._placement_mismatches()
+        confirmed = [m for m in found if m.consumer in self._suspects]
+        self._suspects = {m.consumer for m in found}
+        new = [m for m in confirmed if m.consumer not in self._reported]
+        self._reported = {m.consumer for m in confirmed}
+        for mismatch in new:
+            LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
+                        mismatch.reason)
+        result.mismatches.extend(new)
+
+    def _placement_mismatches(self) -> list[Mismatch]:
+        """Placement's allocations on the tree against the ledger (see
+        :meth:`_check_placement`); a decision pending here is in flight."""
         on_host: dict[str, set[str]] = {}
         for rp in sorted(self._providers or {}):
             body = self.client.placement.get("/resource_providers/%s/allocations" % rp)
@@ -979,20 +1040,7 @@ class ComputeAgent:
                 "no allocation in Placement on this host: kept until it is "
                 "released (Placement may place others on what it holds)"
                 % entry.decision_id)))
-        lost = [m.consumer for m in found if m.consumer not in held]
-        if not held and lost:
-            # NOTE: even when told to rebuild the ledger: the store held
-            # none of these claims (it would have been rebuilt), starting
-            # would hand their CPUs out again.
-            raise LedgerMissing(
-                self.ledger.path, not self.ledger.existed,
-                "Placement holds allocations of %s on host %s's providers (%s)"
-                % (_count(len(lost), "consumer"), self.host, _listed(lost)),
-                rebuildable=False)
-        for mismatch in found:
-            LOG.warning("host %s: consumer %s: %s", self.host, mismatch.consumer,
-                        mismatch.reason)
-        result.mismatches.extend(found)
+        return found
 
     def _allocation_is_ours(self, consumer: str, entry: LedgerEntry) -> bool:
         """Whether the consumer's Placement allocation belongs to this

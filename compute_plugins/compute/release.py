@@ -55,6 +55,24 @@ def _released(decision: HostDecision) -> bool:
     return decision.status == DecisionStatus.RELEASED
 
 
+def _cancel(store: DecisionQueue, consumer: str
+            ) -> tuple[Optional[HostDecision], Optional[DecisionStatus]]:
+    """Nothing in force: a scheduler may still be placing the consumer
+    (between a rejection and its next offer). A cancel is recorded
+    (:func:`compute_plugins.hoststate.protocol.cancel`) so that it places
+    it nowhere; a decision it submitted meanwhile is released as any.
+
+    :returns: the consumer's decision in force, released as asked (a
+        scheduler's submit that landed just before the cancel), and its
+        status before; else ``(None, None)``.
+    """
+    protocol.cancel(store, consumer)
+    active = store.active_decision(consumer)
+    if active is None:
+        return None, None
+    return protocol.request_release(store, consumer), active.status
+
+
 def request_release(store: DecisionQueue, consumer: str,
                     placement: Optional[pclient.PlacementClient] = None,
                     timeout: float = 0.0,
@@ -75,9 +93,13 @@ def request_release(store: DecisionQueue, consumer: str,
     decision = protocol.request_release(store, consumer)
     if decision is None:
         latest = store.latest_decision(consumer)
-        return ReleaseOutcome(consumer, "unknown" if latest is None
-                              else "nothing-in-force", latest)
-    was = before.status if before is not None else None
+        if latest is None:
+            return ReleaseOutcome(consumer, "unknown", None)
+        decision, was = _cancel(store, consumer)
+        if decision is None:
+            return ReleaseOutcome(consumer, "nothing-in-force", latest)
+    else:
+        was = before.status if before is not None else None
     if _released(decision):
         deleted = placement is not None and placement.delete_allocations(consumer)
         return ReleaseOutcome(consumer, "released", decision, was, deleted)

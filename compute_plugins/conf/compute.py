@@ -67,6 +67,17 @@ OPTS = [
         "periodics. Each poll is two indexed reads and no write.",
     ),
     cfg.Opt(
+        "placement_audit_interval",
+        type=FiniteFloat(min=0.0, max=86400.0),
+        default=600.0,
+        help="Seconds between the agent's audits of its own provider tree "
+        "(after the one at start): Placement's allocations on the tree "
+        "against its claims ledger, one GET per provider, nothing written. "
+        "A mismatch is logged once, when two audits in a row saw it (a "
+        "schedule in flight is not one); ``compute-plugins audit --fix`` "
+        "repairs. 0: only at start.",
+    ),
+    cfg.Opt(
         "release_timeout",
         type=FiniteFloat(min=0.0, max=86400.0),
         default=60.0,

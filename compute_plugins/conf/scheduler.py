@@ -42,8 +42,21 @@ OPTS = [
         min=1,
         help="Hosts tried per request: a host whose agent rejects the "
         "decision (its state changed since it published it) or does not "
-        "answer in time counts as one attempt; a Placement conflict when the "
-        "allocation is written does not.",
+        "answer in time counts as one attempt; a race (see ``max_races``) "
+        "does not.",
+    ),
+    cfg.IntOpt(
+        "max_races",
+        default=20,
+        min=0,
+        help="Races per request that do not count as attempts: a rejection "
+        "by a host that published a new state since the fit (another "
+        "guest's claim landed there first), or Placement's 409 on the "
+        "allocation (another scheduler's allocation took the room). The "
+        "scheduler then plans again on fresh state instead of giving up, "
+        "so a request is refused only when no host has room. Past this "
+        "many races, each counts as an attempt again (bounded: a request "
+        "makes at most ``max_attempts + max_races`` offers).",
     ),
     cfg.FloatOpt(
         "answer_timeout",

@@ -138,6 +138,33 @@ class SqlDecisionQueue(database.OnDatabase):
                 raise
             raise errors.DecisionExists(existing) from None
 
+    def record_cancel(self, consumer: str, host: str, spec: str,
+                      reasons: Sequence[Rejection] = ()) -> HostDecision:
+        """Record a decision of ``consumer`` for ``host``, released already
+        (the protocol's ``cancel``: a requester's release while none was in
+        force). It is never in force (no ``active_consumer``): a scheduler
+        that sees it newer than its own decisions stops placing the
+        consumer."""
+        database.check_name("consumer", consumer, database.UUID_LENGTH)
+        database.check_name("host name", host, database.NAME_LENGTH)
+        now = database.utcnow()
+        values = {"consumer": consumer, "host": host, "spec": spec,
+                  "status": DecisionStatus.RELEASED.value,
+                  "reasons": _reasons_text(reasons) if reasons else None,
+                  "active_consumer": None, "created_at": now, "updated_at": now}
+
+        def insert() -> HostDecision:
+            with self.db.write() as conn:
+                key = conn.execute(sa.insert(t_decisions).values(**values)
+                                   ).inserted_primary_key
+                assert key is not None
+                new_id = key[0]
+            return HostDecision(id=int(new_id), consumer=consumer, host=host,
+                                spec=spec, status=DecisionStatus.RELEASED,
+                                reasons=tuple(reasons), created_at=now, updated_at=now)
+
+        return self.db.retrying(insert)
+
     def get_decision(self, decision_id: int) -> HostDecision:
         """:raises DecisionNotFound: no decision with this id."""
         with self.db.read() as conn:

@@ -17,6 +17,8 @@ gets :class:`~compute_plugins.hoststate.errors.DecisionStatusConflict`)::
     withdraw-down    scheduler             pending              released
     request-release  requester             claimed              releasing
     release          agent                 claimed, releasing   released
+    cancel           requester             (none in force)      released
+    expire           auditor               pending              released
 
 Every other move is refused, naming the move, the status and the statuses
 the move starts from. Rejected and released are final: the consumer may
@@ -55,6 +57,18 @@ What each side does on each status:
   pending decision is withdrawn at once (its allocation freed by the
   requester), a claimed one becomes releasing and its agent frees it
   (:data:`REQUESTER_ON`).
+- **a release between two hosts** (``cancel``): a requester that finds
+  no decision in force while the consumer has older ones (a scheduler is
+  between a rejection and its next offer, or planning again after a race)
+  records a released decision (:func:`cancel`). A scheduler stops placing
+  a consumer whose latest decision is released and is not its own
+  (:func:`cancelled_since`): the release wins.
+- **expiry** (``expire``, ``compute-plugins audit --fix``): a decision
+  still pending after a grace period was left by a scheduler that stopped
+  (killed, interrupted) before its host answered, and its host is not
+  claiming it (down, or no agent). The auditor withdraws it and frees its
+  allocation; an agent that claims it first wins (compare-and-swap). An
+  agent cannot do this for a host that is down, hence the auditor.
 - **reconcile after a restart** (the agent's first periodic): a ledger
   claim whose decision is no longer in force on the host is freed
   (:func:`stale_claims`); a pending decision the ledger already holds was
@@ -94,6 +108,8 @@ class Side(enum.StrEnum):
     AGENT = "agent"
     #: Whoever asks for a consumer's release (``compute-plugins release``).
     REQUESTER = "requester"
+    #: ``compute-plugins audit --fix``: ends work nobody else will end.
+    AUDITOR = "auditor"
 
 
 class Move(enum.StrEnum):
@@ -106,6 +122,8 @@ class Move(enum.StrEnum):
     WITHDRAW_HOST_DOWN = "withdraw-down"
     REQUEST_RELEASE = "request-release"
     RELEASE = "release"
+    CANCEL = "cancel"
+    EXPIRE = "expire"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +170,12 @@ TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t
                "the host's agent is asked to free it"),
     Transition(Move.RELEASE, (Side.AGENT,), (CLAIMED, RELEASING), RELEASED,
                "the host freed it (ledger, Placement allocations)"),
+    Transition(Move.CANCEL, (Side.REQUESTER,), (), RELEASED,
+               "a release while none is in force (a scheduler between two "
+               "hosts): recorded released, the scheduler places it nowhere"),
+    Transition(Move.EXPIRE, (Side.AUDITOR,), (PENDING,), RELEASED,
+               "pending past a grace period (its scheduler stopped, its host "
+               "does not answer): withdrawn, its allocation freed"),
 )})
 
 
@@ -235,6 +259,56 @@ def release(queue: DecisionQueue, decision_id: int) -> HostDecision:
     :raises DecisionStatusConflict: in another status.
     """
     return apply(queue, decision_id, Move.RELEASE)
+
+
+def expire(queue: DecisionQueue, decision_id: int) -> HostDecision:
+    """Auditor: pending -> released, a decision nobody will answer.
+
+    :raises DecisionStatusConflict: answered or withdrawn meanwhile.
+    """
+    return apply(queue, decision_id, Move.EXPIRE)
+
+
+#: The reason a cancel records.
+CANCEL_REASON = ("released by a requester while no decision was in force: a "
+                 "schedule in progress places the consumer nowhere")
+
+
+def cancel(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
+    """Requester: the consumer has no decision in force; record a released
+    one, so that a scheduler still placing it (between two hosts) stops
+    (:func:`cancelled_since`).
+
+    :returns: the decision recorded; None when the consumer never had a
+        decision (nothing can be placing it through this queue yet) or has
+        one in force again (release that one instead).
+    """
+    latest = queue.latest_decision(consumer)
+    if latest is None or not legal(Move.CANCEL, latest.status):
+        return None
+    if latest.status == RELEASED and any(r.reason == CANCEL_REASON
+                                         for r in latest.reasons):
+        return latest  # NOTE: cancelled already: one record is enough
+    return queue.record_cancel(consumer, latest.host, latest.spec,
+                               (Rejection(CANCEL_REASON),))
+
+
+def cancelled_since(queue: DecisionQueue, consumer: str, known: int,
+                    below: Optional[int] = None) -> Optional[HostDecision]:
+    """Scheduler: a released decision of ``consumer`` newer than ``known``
+    (the newest decision it knows of: its own last one, or the latest when
+    it started) and older than ``below`` (its own new one, when given): a
+    requester released the consumer meanwhile."""
+    if below is None:
+        latest = queue.latest_decision(consumer)
+        if latest is not None and latest.id > known and latest.status == RELEASED:
+            return latest
+        return None
+    history = getattr(queue, "history", None)
+    if history is None:
+        return None
+    return next((d for d in history(consumer) if known < d.id < below
+                 and d.status == RELEASED), None)
 
 
 # -- the requester -----------------------------------------------------------
@@ -425,11 +499,15 @@ def in_doubt(queue: DecisionQueue, consumer: str, host: str) -> bool:
 
 def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
           timeout: float, *, free: Callable[[], object],
-          poll_interval: float = 0.05, until_host_down: bool = False) -> Answer:
+          poll_interval: float = 0.05, until_host_down: bool = False,
+          on_submitted: Optional[Callable[[HostDecision], object]] = None) -> Answer:
     """Scheduler: submit a decision whose allocation is written, wait for
     the host's answer, and free the allocation whenever the host does not
     hold the decision (``free``: deletes the consumer's allocation).
 
+    :param on_submitted: called with the decision once submitted, before
+        the wait (the scheduler tells whoever runs it which consumer and
+        decision it waits for: an interrupted wait leaves it pending).
     :raises DecisionExists: the consumer has a decision in force already
         (freed first: the allocation was this offer's).
     :raises AnswerTimeout: no answer and the decision could not be
@@ -442,7 +520,7 @@ def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
     (the decision withdrawn, its reason recorded).
     """
     try:
-        submit(queue, consumer, host, spec)
+        submitted = submit(queue, consumer, host, spec)
     except errors.DecisionExists:
         free()
         raise
@@ -450,6 +528,8 @@ def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
         if not in_doubt(queue, consumer, host):
             free()
         raise
+    if on_submitted is not None:
+        on_submitted(submitted)
     try:
         answered = wait_for_answer(queue, consumer, timeout, poll_interval=poll_interval,
                                    until_host_down=until_host_down)
@@ -511,9 +591,10 @@ def stale_claims(recorded: Mapping[str, int],
             if consumer not in current or current[consumer].id != decision_id]
 
 
-__all__ = ["HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
+__all__ = ["CANCEL_REASON", "HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
            "TRANSITIONS", "Answer", "ClaimStep", "Move", "Outcome", "Side",
-           "Transition", "apply", "claim", "in_doubt", "in_force", "legal",
+           "Transition", "apply", "cancel", "cancelled_since", "claim", "expire",
+           "in_doubt", "in_force", "legal",
            "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
            "withdraw", "withdraw_host_down"]

@@ -82,6 +82,12 @@ class DecisionQueue(Protocol):
         :raises DecisionExists: the consumer has a decision in force.
         """
 
+    def record_cancel(self, consumer: str, host: str, spec: str,
+                      reasons: Sequence[Rejection] = ()) -> HostDecision:
+        """Record a decision of ``consumer`` that is released already (the
+        protocol's ``cancel``: a release asked while none was in force),
+        whatever else the consumer has; never in force."""
+
     def get_decision(self, decision_id: int) -> HostDecision:
         """:raises DecisionNotFound: no decision with this id."""
 

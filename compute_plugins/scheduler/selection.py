@@ -15,7 +15,8 @@
    written with ``PUT /allocations/{consumer}`` (``consumer_generation``
    null: a new consumer; ``consumer_type`` INSTANCE). Placement checks the
    capacity atomically: on a 409 (another scheduler took the room since the
-   host published its state) the next host is tried;
+   host published its state) the candidates are planned again on fresh
+   state (a race, below);
 5. the decision recorded in the spec and addressed to the host in the
    store; the scheduler waits for the host's agent. Claimed: done.
    Rejected (the host changed since it published), or no answer in
@@ -28,6 +29,15 @@
    it published a new state since (another claim landed there first; the
    fit may now choose other CPUs or devices).
 
+**Races do not refuse** (issue 20, item 5): a rejection by a host that
+published a new state since the fit, and Placement's 409, are races with
+other schedulers, not a lack of room: they do not count against
+``max_attempts``; the scheduler plans again on fresh state, waiting up to
+:data:`RACE_SETTLE` seconds for the racers' in-flight allocations to settle
+when it finds no room. At most ``[scheduler] max_races`` races per request
+are not counted (then each counts as an attempt again), so a request makes
+at most ``max_attempts + max_races`` offers: it cannot loop forever.
+
 When nothing is placed, :class:`ScheduleResult` says why per host and per
 plugin, the best few hosts first (those where the fewest plugins refused).
 """
@@ -35,8 +45,9 @@ plugin, the best few hosts first (those where the fewest plugins refused).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
 
 from oslo_config import cfg
@@ -46,11 +57,13 @@ from compute_plugins import exception
 from compute_plugins.compute.release import ReleaseOutcome, request_release
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.records import HostDecision
 from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import Decision
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler import allocation, fitting, liveness, providers, weighers
@@ -60,6 +73,10 @@ LOG = logging.getLogger(__name__)
 #: Placement microversion of ``consumer_type`` in ``PUT /allocations``.
 CONSUMER_TYPE_VERSION = (1, 38)
 CONSUMER_TYPE = "INSTANCE"
+#: Seconds a refit after a race waits, at most, for the racers' in-flight
+#: allocations to settle when the fresh state shows no room
+#: (:meth:`Scheduler._refit_after_race`).
+RACE_SETTLE = 2.0
 
 
 class ConsumerInUse(exception.ComputePluginsError):
@@ -198,10 +215,17 @@ class Scheduler:
     :param store: the host-state transport the agents publish to and
         answer on (the SQL :class:`~compute_plugins.hoststate.store.HostStateStore`).
     :param poll_interval: first delay between polls of the host's answer.
+    :param on_offer: called with each decision once submitted and the
+        seconds it will wait, before the wait: whoever runs the scheduler
+        tells which consumer and host it waits for, so that an interrupted
+        or killed scheduler's work can be found (``compute-plugins
+        schedule`` prints it on stderr).
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
-                 store: HostStateTransport, poll_interval: float = 0.02) -> None:
+                 store: HostStateTransport, poll_interval: float = 0.02,
+                 on_offer: Optional[Callable[[HostDecision, float], object]] = None
+                 ) -> None:
         from compute_plugins.conf import scheduler as scheduler_conf
 
         scheduler_conf.register_opts(conf)
@@ -210,6 +234,7 @@ class Scheduler:
         self.placement = placement_client
         self.store = store
         self.poll_interval = poll_interval
+        self.on_offer = on_offer
         #: Decoded host states, kept per host generation.
         self.states = fitting.StateCache()
         self.factors = weighers.multipliers(conf, sorted(plugins))
@@ -291,7 +316,9 @@ class Scheduler:
 
         :param timeout: seconds to wait for each host's answer (default
             ``[scheduler] answer_timeout``).
-        :raises ConsumerInUse: the consumer has a decision in force.
+        :raises ConsumerInUse: the consumer has a decision in force for
+            another request, or one being released (the same request's
+            pending or claimed decision is resumed: :meth:`_resume`).
         :raises PlacementError: Placement unreachable or refusing a query
             (anything but a 409 on the allocation).
         :raises StoreUnavailable: the host-state store cannot be reached.
@@ -300,7 +327,13 @@ class Scheduler:
         wait = group.answer_timeout if timeout is None else timeout
         active = self.store.active_decision(consumer)
         if active is not None:
-            raise ConsumerInUse(consumer, active.host, active.status.value)
+            resumed = self._resume(spec, consumer, active, wait)
+            if resumed is not None:
+                return resumed
+        # NOTE: the newest decision of the consumer this scheduler knows of:
+        # a released one newer than it is a requester's (the release wins).
+        latest = self.store.latest_decision(consumer)
+        known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
         planned = self.plan(spec)
         found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
@@ -316,12 +349,19 @@ class Scheduler:
         # the fit on its new state may choose other CPUs or devices.
         given_up: set[str] = set()
         rejected_at: dict[str, int] = {}
+        races = 0
         queue = list(ordered)
         while queue and tried < group.max_attempts:
             _weight, fit = queue.pop(0)
             if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
                 continue
             began = time.monotonic()
+            cancelled = protocol.cancelled_since(self.store, consumer, known[0])
+            if cancelled is not None:
+                attempts.append(Attempt(fit.host, "withdrawn", (Rejection(
+                    "the consumer was released before host %s was offered it"
+                    % fit.host),)))
+                break
             decision = allocation.build_decision(self.plugins, spec, fit,
                                                  found.room[fit.host])
             if isinstance(decision, Rejection):
@@ -336,6 +376,17 @@ class Scheduler:
                     "Placement refused the allocation (409 %s): %s"
                     % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
                     time.monotonic() - began))
+                if races < group.max_races:
+                    # NOTE: another scheduler's allocation took the room
+                    # first: refit on fresh state (item 5 of issue 20).
+                    races += 1
+                    replanned = self._refit_after_race(spec, wait)
+                    calls["GET /resource_providers"] += replanned.found.calls
+                    found = replanned.found
+                    verdicts.update(replanned.verdicts)
+                    queue = list(replanned.ordered)
+                    ordered = replanned.ordered
+                    continue
                 given_up.add(fit.host)
                 continue
             except pexc.ProviderGone as err:
@@ -348,8 +399,7 @@ class Scheduler:
                 given_up.add(fit.host)
                 continue
             decided = spec.with_decision(decision)
-            outcome = self._claim(consumer, fit.host, decided, wait, calls)
-            tried += 1
+            outcome = self._claim(consumer, fit.host, decided, wait, calls, known)
             attempts.append(dataclasses.replace(outcome, seconds=time.monotonic() - began))
             if outcome.outcome == "claimed":
                 placed = decided
@@ -360,11 +410,18 @@ class Scheduler:
                 # requester's delete of the allocation could hit the new one).
                 break
             if outcome.outcome != "rejected":
+                tried += 1
                 given_up.add(fit.host)
                 continue
             rejected_at[fit.host] = fit.generation
+            raced = races < group.max_races and self._raced(fit)
+            if raced:
+                races += 1
+            else:
+                tried += 1
             if tried < group.max_attempts:
-                replanned = self.plan(spec)
+                replanned = (self._refit_after_race(spec, wait) if raced
+                             else self.plan(spec))
                 calls["GET /resource_providers"] += replanned.found.calls
                 found = replanned.found
                 verdicts.update(replanned.verdicts)
@@ -384,6 +441,105 @@ class Scheduler:
             placement_calls=FrozenMap(sorted(calls.items())),
             timings=FrozenMap(timings))
 
+    # -- in-doubt work (issue 20, item 4) ---------------------------------
+
+    def _submitted(self, decision: HostDecision, wait: float, known: list[int]) -> None:
+        """A decision went to its host: a release that landed since the
+        last check (a cancel older than it) withdraws it at once; then
+        :attr:`on_offer` is told, before the wait."""
+        cancelled = protocol.cancelled_since(self.store, decision.consumer, known[0],
+                                             below=decision.id)
+        known[0] = decision.id
+        if cancelled is not None:
+            try:
+                protocol.withdraw(self.store, decision.id)
+            except store_errors.DecisionStatusConflict:
+                pass  # NOTE: answered already: the wait reads the answer
+        if self.on_offer is not None:
+            self.on_offer(decision, wait)
+
+    def _resume(self, spec: Any, consumer: str, active: HostDecision,
+                wait: float) -> Optional[ScheduleResult]:
+        """A decision of the consumer is in force when it is scheduled: a
+        re-run of an interrupted or killed scheduler. For the same request
+        (the spec equal but for the decision), its outcome is the result,
+        never a second placement: claimed, it is placed; pending, its host's
+        answer is waited for (as the first run would have; told to
+        :attr:`on_offer`). Rejected, or not answered in time (withdrawn,
+        freed), the request is scheduled anew (None).
+
+        :raises ConsumerInUse: another request, or a release in progress.
+        """
+        if active.status not in (protocol.PENDING, protocol.CLAIMED) or \
+                not _same_request(active.spec, spec):
+            raise ConsumerInUse(consumer, active.host, active.status.value)
+        start = time.monotonic()
+        decision = active
+        calls: dict[str, int] = {}
+        if active.status == protocol.PENDING:
+            if self.on_offer is not None:
+                self.on_offer(active, wait)
+            try:
+                decision = protocol.wait_for_answer(self.store, consumer, wait,
+                                                    poll_interval=self.poll_interval)
+            except store_errors.AnswerTimeout as err:
+                if not err.withdrawn:
+                    raise
+                self._free(consumer, calls)
+                return None
+            outcome = protocol.SCHEDULER_ON_ANSWER[decision.status]
+            if outcome is not protocol.Outcome.CLAIMED:
+                self._free(consumer, calls)
+                if outcome is protocol.Outcome.REJECTED:
+                    return None
+                attempt = Attempt(decision.host, "withdrawn", (Rejection(
+                    "the decision was released before host %s answered"
+                    % decision.host),), time.monotonic() - start)
+                return self._resumed(spec, consumer, None, attempt, calls, start)
+        placed = RequestSpec.from_json(decision.spec, self.plugins)
+        return self._resumed(placed, consumer, decision.host,
+                             Attempt(decision.host, "claimed", (),
+                                     time.monotonic() - start), calls, start)
+
+    def _resumed(self, spec: Any, consumer: str, host: Optional[str], attempt: Attempt,
+                 calls: dict[str, int], start: float) -> ScheduleResult:
+        return ScheduleResult(
+            placed=host is not None, consumer=consumer, host=host, spec=spec,
+            candidates=0, fitting=0, verdicts=FrozenMap(()), attempts=(attempt,),
+            reasons=() if host is not None else (HostReasons(attempt.host,
+                                                             attempt.reasons),),
+            queries=(), placement_calls=FrozenMap(sorted(calls.items())),
+            timings=FrozenMap({"claim": time.monotonic() - start}))
+
+    # -- races (issue 20, item 5) ------------------------------------------
+
+    def _raced(self, fit: fitting.HostFit) -> bool:
+        """Whether the host that rejected ``fit`` published a new state
+        since it was fitted: another consumer's claim landed there first
+        (the agent publishes a claim's state before answering it), so the
+        rejection says nothing about the room left, only that the fit was
+        stale."""
+        generation = self.store.generations().get(fit.host)
+        return generation is not None and generation != fit.generation
+
+    def _refit_after_race(self, spec: Any, wait: float) -> Plan:
+        """A new plan on fresh state after a race (a rejection caused by
+        another claim, or Placement's 409 on the allocation).
+
+        The racers' allocations are in flight: one whose decision is being
+        rejected is freed a moment later. When the fresh plan finds no host,
+        it is made again, with back-off, for at most :data:`RACE_SETTLE`
+        seconds (never more than the answer timeout): a request is refused
+        only when no host has room once the race settled."""
+        deadline = time.monotonic() + min(RACE_SETTLE, wait)
+        delay = max(self.poll_interval, 0.01)
+        while True:
+            planned = self.plan(spec)
+            if planned.ordered or time.monotonic() + delay > deadline:
+                return planned
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
     def release(self, consumer: str, timeout: float = 0.0) -> ReleaseOutcome:
         """Free ``consumer``, as ``compute-plugins release`` does
         (:func:`compute_plugins.compute.release.request_release`, the one
@@ -397,15 +553,20 @@ class Scheduler:
                                timeout=timeout, poll_interval=self.poll_interval)
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
-               calls: dict[str, int]) -> Attempt:
+               calls: dict[str, int], known: list[int]) -> Attempt:
         """Offer the decision to ``host`` and wait for its agent
         (:func:`compute_plugins.hoststate.protocol.offer`: the allocation is
-        freed whenever the host does not hold the decision)."""
+        freed whenever the host does not hold the decision).
+
+        :param known: the newest decision of the consumer the scheduler
+            knows of; set to the new one (:meth:`_submitted`).
+        """
         try:
             answer = protocol.offer(self.store, consumer, host, decided.to_json(), wait,
                                     free=lambda: self._free(consumer, calls),
                                     poll_interval=self.poll_interval,
-                                    until_host_down=True)
+                                    until_host_down=True,
+                                    on_submitted=lambda d: self._submitted(d, wait, known))
         except store_errors.DecisionExists as err:
             raise ConsumerInUse(consumer, err.decision.host,
                                 err.decision.status.value) from None
@@ -452,3 +613,18 @@ class Scheduler:
         ordered = list(by_host.items()) + [(h, verdicts[h]) for h in rest]
         limit = self.conf.scheduler.max_reported_hosts
         return tuple(HostReasons(h, r) for h, r in ordered[:limit])
+
+
+def _same_request(stored: str, spec: Any) -> bool:
+    """Whether a decision's spec (``to_json()``) asks what ``spec`` asks:
+    equal but for the decision."""
+    try:
+        theirs = json.loads(stored)
+    except ValueError:
+        return False
+    ours = json.loads(spec.to_json())
+    if not isinstance(theirs, dict):
+        return False
+    theirs.pop("decision", None)
+    ours.pop("decision", None)
+    return bool(theirs == ours)

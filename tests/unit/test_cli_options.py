@@ -31,6 +31,7 @@ EXPECTED_SHARED = {
     "fit": {"format", "libvirt_uri", "host_snapshot"},
     "schedule": {"format", "placement_url"},
     "release": {"format", "placement_url"},
+    "audit": {"format", "placement_url"},
     "demo": {"format"},
     "placement serve": set(),
     "conformance": {"format", "host_snapshot"},

@@ -469,7 +469,13 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
     code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
     assert code == 2
     assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
+    # the same request again for that consumer: its claim, not a second one
     code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer])
+    assert code == 0
+    assert "%s: host %s" % (consumer, host.name) in capsys.readouterr().out
+    assert len(cloud.store.history(consumer)) == 1
+    # another request for it: refused
+    code = main.main(common + ["schedule", "--flavor", too_big, "--consumer", consumer])
     assert code == 2
     assert "consumer %s already has a decision on host %s (claimed)" % (
         consumer, host.name) in capsys.readouterr().err
@@ -707,7 +713,9 @@ def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
     [instance] = json.loads(captured.out)["instances"]
     assert (instance["consumer"], instance["host"]) == (submitted[0], host.name)
     # NOTE: the in-process Placement server's request log shares stderr
-    (line,) = [x for x in captured.err.splitlines() if x.startswith("compute-plugins")]
+    # (and each decision is told before the wait: "waiting")
+    (line,) = [x for x in captured.err.splitlines()
+               if x.startswith("compute-plugins") and "waiting" not in x]
     assert "server closed the connection" in line
     assert cloud.allocations(submitted[1]) == {}
 

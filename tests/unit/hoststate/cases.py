@@ -527,10 +527,14 @@ LEGAL = {
     (PENDING, Move.REJECT): REJECTED,
     (PENDING, Move.WITHDRAW): RELEASED,
     (PENDING, Move.WITHDRAW_HOST_DOWN): RELEASED,
+    (PENDING, Move.EXPIRE): RELEASED,
     (CLAIMED, Move.REQUEST_RELEASE): RELEASING,
     (CLAIMED, Move.RELEASE): RELEASED,
     (RELEASING, Move.RELEASE): RELEASED,
 }
+
+#: The moves that make a new decision (not a move of an existing one).
+NEW_DECISION = (Move.SUBMIT, Move.CANCEL)
 
 #: The legal moves that bring a new decision to each status.
 PATHS = {
@@ -562,7 +566,7 @@ class TestTransitions:
     the move starts from, and changes nothing."""
 
     @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
-    @pytest.mark.parametrize("move", [m for m in Move if m != Move.SUBMIT])
+    @pytest.mark.parametrize("move", [m for m in Move if m not in NEW_DECISION])
     def test_move(self, store, move, status):
         decision = decision_in(store, status)
         reasons = REASONS if move == Move.REJECT else ()
@@ -623,7 +627,7 @@ class TestTransitions:
         assert protocol.request_release(store, "nobody") is None
 
     def test_unknown_decision(self, store):
-        for move in (m for m in Move if m != Move.SUBMIT):
+        for move in (m for m in Move if m not in NEW_DECISION):
             with pytest.raises(hoststate.DecisionNotFound):
                 protocol.apply(store, 424242, move)
 

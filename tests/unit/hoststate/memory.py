@@ -67,6 +67,17 @@ class MemoryDecisionQueue:
             self.on_submit(decision)
         return decision
 
+    def record_cancel(self, consumer: str, host: str, spec: str,
+                      reasons: Sequence[Rejection] = ()) -> HostDecision:
+        self._check_up()
+        with self._changed:
+            now = _now()
+            decision = HostDecision(next(self._ids), consumer, host, spec,
+                                    DecisionStatus.RELEASED, tuple(reasons), now, now)
+            self._decisions[decision.id] = decision
+            self._changed.notify_all()
+        return decision
+
     def get_decision(self, decision_id: int) -> HostDecision:
         self._check_up()
         with self._changed:

@@ -18,6 +18,7 @@ from compute_plugins.plugin.contract import Rejection
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     CLAIMED,
     LEGAL,
+    NEW_DECISION,
     PENDING,
     REASONS,
     REJECTED,
@@ -52,13 +53,15 @@ def test_the_table():
         (Move.WITHDRAW, (Side.SCHEDULER, Side.REQUESTER), (PENDING,), RELEASED),
         (Move.REQUEST_RELEASE, (Side.REQUESTER,), (CLAIMED,), RELEASING),
         (Move.RELEASE, (Side.AGENT,), (CLAIMED, RELEASING), RELEASED),
+        (Move.CANCEL, (Side.REQUESTER,), (), RELEASED),
+        (Move.EXPIRE, (Side.AUDITOR,), (PENDING,), RELEASED),
     }
     assert set(protocol.TRANSITIONS) == set(Move)
     assert all(t.meaning for t in protocol.TRANSITIONS.values())
 
 
 @pytest.mark.parametrize("status", list(hoststate.DecisionStatus))
-@pytest.mark.parametrize("move", [m for m in Move if m != Move.SUBMIT])
+@pytest.mark.parametrize("move", [m for m in Move if m not in NEW_DECISION])
 def test_legal_is_the_specification(move, status):
     assert protocol.legal(move, status) == ((status, move) in LEGAL)
 
@@ -69,11 +72,30 @@ def test_submit_is_legal_when_nothing_is_in_force():
         REJECTED, RELEASED]
 
 
+def test_cancel_records_a_released_decision_only_when_none_is_in_force(store):
+    """A requester's release while nothing is in force (a scheduler between
+    two hosts): a released decision, newer than the scheduler's, never in
+    force; a scheduler sees it (cancelled_since)."""
+    assert [s for s in hoststate.DecisionStatus if protocol.legal("cancel", s)] == [
+        REJECTED, RELEASED]
+    assert protocol.cancel(store, "c1") is None  # never had a decision
+    d = protocol.submit(store, "c1", "h1", SPEC)
+    assert protocol.cancel(store, "c1") is None  # one in force: release that
+    protocol.reject(store, d.id, [{"plugin": "numa", "reason": "taken"}])
+    assert protocol.cancelled_since(store, "c1", d.id) is None
+    cancelled = protocol.cancel(store, "c1")
+    assert (cancelled.status, cancelled.host) == (RELEASED, "h1")
+    assert cancelled.id > d.id and store.active_decision("c1") is None
+    assert protocol.cancelled_since(store, "c1", d.id) == cancelled
+    assert protocol.cancelled_since(store, "c1", cancelled.id) is None
+
+
 def test_moves_from_each_status():
-    moves = {s: tuple(m for m in Move if m != Move.SUBMIT and protocol.legal(m, s))
+    moves = {s: tuple(m for m in Move if m not in NEW_DECISION and protocol.legal(m, s))
              for s in hoststate.DecisionStatus}
     assert moves == {
-        PENDING: (Move.CLAIM, Move.REJECT, Move.WITHDRAW, Move.WITHDRAW_HOST_DOWN),
+        PENDING: (Move.CLAIM, Move.REJECT, Move.WITHDRAW, Move.WITHDRAW_HOST_DOWN,
+                  Move.EXPIRE),
         CLAIMED: (Move.REQUEST_RELEASE, Move.RELEASE),
         RELEASING: (Move.RELEASE,),
         REJECTED: (),
@@ -338,3 +360,11 @@ def test_reconcile_after_a_restart(store):
     assert protocol.stale_claims(recorded, in_force) == [
         "released", "replaced", "moved", "purged"]
     assert protocol.stale_claims({}, in_force) == []
+
+
+def test_a_second_cancel_records_nothing_more(store):
+    d = protocol.submit(store, "c1", "h1", SPEC)
+    protocol.withdraw(store, d.id)
+    first = protocol.cancel(store, "c1")
+    assert protocol.cancel(store, "c1") == first
+    assert [x.id for x in store.history("c1")] == [d.id, first.id]

@@ -1,0 +1,166 @@
+"""``compute-plugins audit [--fix]`` (issue 20 item 4): Placement's
+allocations on the hosts' trees against the host-state store's decisions,
+with real Placement (served over HTTP), a real store and real agents."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from compute_plugins.cmd import main
+from compute_plugins.hoststate.records import DecisionStatus
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.cloud import Cloud, expected_allocation
+from tests.functional.scheduler.test_in_doubt import InterruptedWhileWaiting
+from tests.functional.scheduler.test_schedule import (  # noqa: F401 - fixtures
+    placement,
+    placement_url,
+    spec_of,
+)
+
+
+@pytest.fixture
+def cloud(placement, tmp_path):  # noqa: F811 - the module's fixture
+    cloud = Cloud(placement, str(tmp_path))
+    yield cloud
+    cloud.close()
+
+
+@pytest.fixture
+def audit(cloud, placement_url, tmp_path, capsys):  # noqa: F811
+    """``compute-plugins audit ARGS``: (exit code, stdout lines)."""
+    config = tmp_path / "audit.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"
+                      % (tmp_path / "auditor", cloud.store.url))
+
+    def run(*args):
+        capsys.readouterr()
+        code = main.main(["--config-file", str(config), "--placement-url", placement_url,
+                          "audit"] + list(args))
+        out = capsys.readouterr().out
+        if "--format" in args:
+            return code, out.splitlines()
+        lines: list[str] = []
+        for ln in out.splitlines():  # NOTE: wrapped at 100 columns: joined back
+            if ln.startswith(" ") and lines:
+                lines[-1] += " " + ln.strip()
+            else:
+                lines.append(ln)
+        return code, lines
+    return run
+
+
+def numa0(host):
+    (rp,) = [rp for rp, name in host.providers.items() if name.endswith("_NUMA0")]
+    return rp
+
+
+def orphan(cloud, host):
+    """A scheduler killed between its PUT /allocations and its decision."""
+    consumer = str(uuid.uuid4())
+    cloud.placement.emb.client().put("/allocations/%s" % consumer, {
+        "allocations": {numa0(host): {"resources": {"MEMORY_MB": 256}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    return consumer
+
+
+def test_nothing_found_when_placement_and_the_store_agree(cloud, audit):
+    host = cloud.add_host("agree", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    assert sched.schedule(spec_of(sched, {}, 2, 1024), str(uuid.uuid4()), "p", "u").placed
+    assert audit() == (0, ["nothing found: Placement and the host-state store agree "
+                           "on 1 host(s)"])
+    code, out = audit("--format", "json")
+    assert code == 0 and json.loads("\n".join(out))["findings"] == []
+    assert cloud.usage(host)
+
+
+def test_an_orphan_allocation_is_found_and_freed_after_the_grace(cloud, audit):
+    host = cloud.add_host("orph", [cell(4, 4096)], start=False)
+    consumer = orphan(cloud, host)
+    # seen for the first time: in its grace period, listed, not a failure
+    code, (line,) = audit()
+    assert code == 0
+    assert line.startswith("orphan-allocation: consumer %s on host %s (no decision "
+                           "ever; %s MEMORY_MB:256; " % (consumer, host.name, numa0(host)))
+    assert line.endswith(": in grace period")
+    code, (line,) = audit("--fix")  # the default grace: 300 s
+    assert code == 0 and line.endswith("in grace period")
+    assert cloud.allocations(consumer) == {numa0(host): {"MEMORY_MB": 256}}
+    # without a grace it is a finding (exit 1) until fixed
+    code, (line,) = audit("--older-than", "0")
+    assert code == 1 and not line.endswith("period")
+    code, (line,) = audit("--fix", "--older-than", "0")
+    assert code == 0 and line.endswith(": freed")
+    assert cloud.allocations(consumer) == {}
+    assert audit("--older-than", "0")[0] == 0
+
+
+def test_an_interrupted_scheduler_s_decision_expires_with_its_allocation(cloud, audit):
+    """The scheduler was killed while it waited; the host is down (no agent
+    will ever answer): the audit withdraws the decision and frees it."""
+    host = cloud.add_host("down", [cell(4, 4096)], start=False)
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    sched.store = InterruptedWhileWaiting(sched.store)
+    with pytest.raises(KeyboardInterrupt):
+        sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u")
+    assert cloud.allocations(consumer)
+    code, out = audit("--format", "json", "--older-than", "0")
+    assert code == 1
+    (finding,) = json.loads("\n".join(out))["findings"]
+    assert (finding["kind"], finding["consumer"], finding["host"], finding["status"]) == (
+        "expired-decision", consumer, host.name, "pending")
+    code, (line,) = audit("--fix", "--older-than", "0")
+    assert code == 0 and line.startswith("expired-decision: consumer %s" % consumer)
+    assert line.endswith(": expired; allocation freed")
+    assert cloud.store.latest_decision(consumer).status == DecisionStatus.RELEASED
+    assert cloud.allocations(consumer) == {} and cloud.usage(host) == {}
+    # a late agent does not claim it
+    host.start()
+    assert audit("--older-than", "0") == (0, [
+        "nothing found: Placement and the host-state store agree on 1 host(s)"])
+    assert host.assignments.get("numa", []) == []
+
+
+def test_a_claim_whose_allocation_was_lost_is_restored(cloud, audit):
+    host = cloud.add_host("lost", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u")
+    assert result.placed
+    cloud.placement.emb.client().delete_allocations(consumer)
+    code, (line,) = audit("--older-than", "0")
+    assert code == 1 and line.startswith("missing-allocation: consumer %s on host %s"
+                                         % (consumer, host.name))
+    code, (line,) = audit("--fix", "--older-than", "0")
+    assert code == 0 and line.endswith(": restored")
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.usage(host) == cloud.ledger_usage(host)
+
+
+def test_bad_grace_is_usage(audit, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        audit("--older-than", "-1")
+    assert exit_.value.code == 2
+    assert "--older-than: invalid value '-1'" in capsys.readouterr().err
+
+
+def test_an_orphan_s_grace_counts_from_the_first_audit_that_saw_it(cloud, audit):
+    """Placement does not say when an allocation was written: the first
+    audit that sees an orphan only notes it; one at least --older-than
+    seconds later frees it."""
+    import time
+
+    host = cloud.add_host("grace", [cell(4, 4096)], start=False)
+    consumer = orphan(cloud, host)
+    code, (line,) = audit("--fix", "--older-than", "1")
+    assert code == 0 and line.endswith(": in grace period")
+    assert cloud.allocations(consumer)
+    time.sleep(1.1)
+    code, (line,) = audit("--fix", "--older-than", "1")
+    assert code == 0 and line.endswith(": freed")
+    assert cloud.allocations(consumer) == {}
