@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from tests.functional.compute.test_agent_reliability import (  # noqa: F401 - fi
     placement,
     placement_url,
 )
+from tests.functional.placement.conftest import CLI, cli_env
 
 
 @pytest.fixture
@@ -159,7 +161,13 @@ def test_a_corrupt_store_is_one_line_and_exit_2(host, tmp_path, placement_url, c
                          str(flavor), "--timeout", "5"],
             "release": ["--placement-url", placement_url, "release", "--consumer",
                         consumer, "--no-wait"]}[command]
-    proc = cli(args, tmp_path, host, timeout=120)
+    if command == "report":
+        proc = cli(args, tmp_path, host, timeout=120)
+    else:
+        conf_file = tmp_path / "client.conf"
+        conf_file.write_text("[host_state]\nconnection = %s\n" % host.store_url)
+        proc = subprocess.run(CLI + ["--config-file", str(conf_file)] + args,
+                              capture_output=True, text=True, timeout=120, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("compute-plugins:")]
