@@ -103,9 +103,22 @@ def lease_of(row: Any) -> AgentLease:
 
 def _unavailable(err: sa.exc.DBAPIError) -> bool:
     """The database could not be reached or refused the work for now
-    (connection lost, lock wait timeout, read-only): a retry may succeed."""
-    return (isinstance(err, (sa.exc.OperationalError, sa.exc.InterfaceError))
-            and not _is_deadlock(err))
+    (connection lost, lock wait timeout, read-only): a retry may succeed.
+
+    NOTE: a server that only takes reads (a standby after a failover,
+    ``default_transaction_read_only``, MySQL's ``read_only``) answers with
+    its own codes, not as an operational error."""
+    if _is_deadlock(err):
+        return False
+    if isinstance(err, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        return True
+    orig = err.orig
+    if getattr(orig, "pgcode", None) == "25006":  # read_only_sql_transaction
+        return True
+    args: Sequence[Any] = getattr(orig, "args", ())
+    # NOTE: ER_OPTION_PREVENTS_STATEMENT (--read-only),
+    # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+    return bool(args) and args[0] in (1290, 1792)
 
 
 #: SQLite's answers for a file that is not (or no longer) a database.

@@ -192,3 +192,13 @@ def test_every_pooled_connection_is_dropped_with_the_failed_one(host):
         host.decide()
     consumer = host.decide()
     assert [c.consumer for c in host.agent.poll().claimed] == [consumer]
+
+
+def test_a_running_agent_stops_on_a_corrupt_store(host, caplog):
+    """Corrupt under a running agent: it stops (the command line's one line,
+    exit 2), instead of failing every poll."""
+    assert host.agent.run_once().ok
+    path = corrupt(host)
+    with pytest.raises(StoreCorrupt) as caught:
+        host.agent.poll()
+    assert caught.value.path == str(path)
