@@ -43,6 +43,11 @@ ledger did not lose claims the store or Placement still show
 the one its ledger was reconciled with: a new or recreated store gets the
 ledger's claims back (:meth:`ComputeAgent._adopt_store`), so that no claim
 is freed because the store forgot it.
+
+A store outage (unreachable, read-only, locked) is tried again at every
+poll on a fresh connection and said twice, when it starts and when it ends
+(:meth:`ComputeAgent._store_unavailable`), not at every poll; a corrupt
+store stops the agent (:class:`~compute_plugins.hoststate.errors.StoreCorrupt`).
 """
 
 from __future__ import annotations
