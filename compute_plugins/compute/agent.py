@@ -46,6 +46,11 @@ ledger did not lose claims the store or Placement still show
 the one its ledger was reconciled with: a new or recreated store gets the
 ledger's claims back (:meth:`ComputeAgent._adopt_store`), so that no claim
 is freed because the store forgot it.
+
+A store outage (unreachable, read-only, locked) is tried again at every
+poll on a fresh connection and said twice, when it starts and when it ends
+(:meth:`ComputeAgent._store_unavailable`), not at every poll; a corrupt
+store stops the agent (:class:`~compute_plugins.hoststate.errors.StoreCorrupt`).
 """
 
 from __future__ import annotations
@@ -396,6 +401,11 @@ class ComputeAgent:
         self._lock = threading.Lock()
         #: Whether an operator disabled the host, as last read (None: not read).
         self._disabled: Optional[bool] = None
+        #: time.monotonic() at which the store became unavailable (None: it
+        #: answers); said once when it starts and once when it ends.
+        self._store_down_since: Optional[float] = None
+        #: Whether the store failed during the current periodic or poll.
+        self._store_failed = False
 
     @classmethod
     def from_config(cls, conf: Any, placement: Any, store: HostStateTransport,
@@ -468,6 +478,7 @@ class ComputeAgent:
         ledger cannot be written (the host's claims must not be lost).
         """
         with self._lock:
+            self._store_failed = False
             self._hold_lease()
             if self._lease_lapsed():
                 return AgentResult(error=(
@@ -488,6 +499,7 @@ class ComputeAgent:
             # withdraw the decisions it is about to answer).
             self._hold_lease()
             self._claims_side(result, reconcile=True)
+            self._store_answered()
             return result
 
     def poll(self) -> AgentResult:
@@ -497,11 +509,42 @@ class ComputeAgent:
             result = AgentResult()
             if self._host_info is None:
                 return result
+            self._store_failed = False
             self._hold_lease()
             if self._lease_lapsed():
                 return result   # NOTE: said by the periodic, and once per outage
             self._claims_side(result, reconcile=False)
+            self._store_answered()
             return result
+
+    # -- store outages ------------------------------------------------------
+
+    def _store_unavailable(self, err: store_errors.StoreUnavailable, doing: str) -> bool:
+        """The store failed while the agent was ``doing`` something: said
+        once per outage (a warning), however many polls it lasts; every
+        poll tries again on a fresh connection (:class:`~compute_plugins.
+        hoststate.database.Database`).
+
+        :returns: True when this failure starts an outage.
+        """
+        self._store_failed = True
+        if self._store_down_since is not None:
+            LOG.debug("host %s: host-state store still unavailable (%s): %s",
+                      self.host, doing, err)
+            return False
+        self._store_down_since = time.monotonic()
+        LOG.warning("host %s: host-state store unavailable (%s): %s; retrying every "
+                    "%g s", self.host, doing, err.reason, self.claim_poll_interval)
+        return True
+
+    def _store_answered(self) -> None:
+        """A periodic or poll got through without a store failure: an
+        outage is over (said once)."""
+        if self._store_failed or self._store_down_since is None:
+            return
+        LOG.info("host %s: host-state store back after %.0f s", self.host,
+                 time.monotonic() - self._store_down_since)
+        self._store_down_since = None
 
     def _disabled_now(self) -> Optional[bool]:
         """Whether an operator disabled this host (the store's record);
@@ -509,6 +552,9 @@ class ComputeAgent:
         A change is logged once."""
         try:
             record = self._unfenced.disabled_hosts([self.host]).get(self.host)
+        except store_errors.StoreUnavailable as err:
+            self._store_unavailable(err, "reading whether the host is disabled")
+            return None
         except store_errors.HostStateError as err:
             LOG.warning("cannot read whether host %s is disabled (%s): its "
                         "%s trait is left as it is", self.host, err, DISABLED_TRAIT)
@@ -562,7 +608,7 @@ class ComputeAgent:
             if reconcile or self._unpublished:
                 self._publish(result)
             self._execute(result)
-        except LedgerError:
+        except (LedgerError, store_errors.StoreCorrupt):
             raise
         except store_errors.Fenced as err:
             if not err.lost:
@@ -574,7 +620,18 @@ class ComputeAgent:
             self._drop_lease()
             result.error = str(err)
             LOG.error("host %s: claims: %s", self.host, err)
+        except store_errors.StoreUnavailable as err:
+            # NOTE: a poll during an outage reports nothing (it would be
+            # printed and logged twice a second); the periodic still says it
+            # failed.
+            if self._store_unavailable(err, "claims") or reconcile:
+                result.error = str(err)
         except (store_errors.HostStateError, pexc.PlacementError) as err:
+            if self._store_down_since is not None and self._lease is None:
+                # NOTE: no lease yet because the store is down: said once.
+                if reconcile:
+                    result.error = str(err)
+                return
             result.error = str(err)
             LOG.error("host %s: claims: %s", self.host, err)
         finally:
@@ -632,6 +689,8 @@ class ComputeAgent:
                 return
             try:
                 self._unfenced.end_lease(lease)
+            except store_errors.StoreCorrupt:
+                return  # NOTE: what stopped the agent, said by whoever runs it
             except store_errors.HostStateError as err:
                 LOG.warning("host %s: the agent's lease is left to lapse: %s",
                             self.host, err)
@@ -673,14 +732,11 @@ class ComputeAgent:
             # NOTE: kept: the writes carry the token still in hand, and the
             # store refuses them if another agent took the host meanwhile.
             # Tried again at every poll, said once per outage.
-            if not self._lease_outage:
-                LOG.error("host %s: cannot %s the agent's lease: %s", self.host,
-                          "take" if held is None else "renew", err)
+            self._store_unavailable(err, "%s the agent's lease"
+                                    % ("taking" if held is None else "renewing"))
             self._lease_outage = True
             return
-        if self._lease_outage:
-            LOG.info("host %s: the agent's lease is held again", self.host)
-            self._lease_outage = False
+        self._lease_outage = False
         if held is None or lease.epoch != held.epoch:
             self.store = cast(HostStateTransport, leases.fenced(lease))
             self._claims = None
@@ -701,8 +757,7 @@ class ComputeAgent:
         try:
             self._check_ledger()
         except store_errors.StoreUnavailable as err:
-            LOG.error("host %s: cannot compare the claims ledger with the "
-                      "host-state store yet: %s", self.host, err)
+            self._store_unavailable(err, "comparing the claims ledger with it")
 
     def _check_ledger(self) -> None:
         """Refuse to start on a missing or empty ledger while the store

@@ -21,6 +21,7 @@ from compute_plugins.hoststate.errors import (
     HostStateError,
     ProviderConflict,
     SchemaVersionMismatch,
+    StoreCorrupt,
     StoreUnavailable,
 )
 from compute_plugins.hoststate.records import (
@@ -48,4 +49,4 @@ __all__ = ["ACTIVE", "AgentLease", "AgentLeaseHeld", "AnswerTimeout", "DecisionE
            "HostPublication", "HostSnapshot",
            "HostStateError", "HostStateStore", "HostStateTransport", "HostStatus",
            "ProviderConflict", "PublishResult", "SCHEMA_VERSION",
-           "SchemaVersionMismatch", "StoreUnavailable"]
+           "SchemaVersionMismatch", "StoreCorrupt", "StoreUnavailable"]

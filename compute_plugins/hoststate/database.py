@@ -101,6 +101,36 @@ def lease_of(row: Any) -> AgentLease:
                       holder=row.holder, expires_at=row.expires_at)
 
 
+def _unavailable(err: sa.exc.DBAPIError) -> bool:
+    """The database could not be reached or refused the work for now
+    (connection lost, lock wait timeout, read-only): a retry may succeed.
+
+    NOTE: a server that only takes reads (a standby after a failover,
+    ``default_transaction_read_only``, MySQL's ``read_only``) answers with
+    its own codes, not as an operational error."""
+    if _is_deadlock(err):
+        return False
+    if isinstance(err, (sa.exc.OperationalError, sa.exc.InterfaceError)):
+        return True
+    orig = err.orig
+    if getattr(orig, "pgcode", None) == "25006":  # read_only_sql_transaction
+        return True
+    args: Sequence[Any] = getattr(orig, "args", ())
+    # NOTE: ER_OPTION_PREVENTS_STATEMENT (--read-only),
+    # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+    return bool(args) and args[0] in (1290, 1792)
+
+
+#: SQLite's answers for a file that is not (or no longer) a database.
+_SQLITE_CORRUPT = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+
+
+def _corrupt(err: sa.exc.DBAPIError) -> bool:
+    """SQLite found the file damaged or not a database at all: no retry
+    helps (an operator moves it aside or restores a backup)."""
+    return getattr(err.orig, "sqlite_errorname", None) in _SQLITE_CORRUPT
+
+
 def _is_deadlock(err: sa.exc.DBAPIError) -> bool:
     """The database aborted the transaction to break a deadlock or a
     serialisation conflict: running it again is safe."""
@@ -131,12 +161,14 @@ class Database:
 
     def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
         self.url = engines.safe_url(connection)
+        #: The SQLite file (None: a server, or in memory).
+        self.path = engines.sqlite_path(connection)
         self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        self._memory = engines.is_sqlite_memory(connection)
         # NOTE: an in-memory SQLite database is one connection: transactions
         # of several threads must not interleave on it.
         self._serial: contextlib.AbstractContextManager[Any] = (
-            threading.RLock() if engines.is_sqlite_memory(connection)
-            else contextlib.nullcontext())
+            threading.RLock() if self._memory else contextlib.nullcontext())
         self._read_options = engines.transaction_options(self.engine, write=False)
         self._write_options = engines.transaction_options(self.engine, write=True)
         try:
@@ -144,8 +176,9 @@ class Database:
                 engines.ensure_schema(self.engine)
         except (sa.exc.OperationalError, sa.exc.InterfaceError,
                 sa.exc.DatabaseError) as err:
-            # NOTE: DatabaseError: SQLite's "file is not a database".
             self.engine.dispose()
+            if _corrupt(err) and self.path is not None:
+                raise errors.StoreCorrupt(self.url, self.path, str(err.orig)) from err
             raise errors.StoreUnavailable(self.url, str(err.orig)) from err
         except BaseException:
             self.engine.dispose()
@@ -161,13 +194,36 @@ class Database:
             with self._serial, self.engine.connect() as conn:
                 conn.execution_options(
                     **(self._write_options if write else self._read_options))
-                with conn.begin():
-                    yield conn
+                try:
+                    with conn.begin():
+                        yield conn
+                except sa.exc.DBAPIError as err:
+                    if _unavailable(err) or _corrupt(err):
+                        self._reconnect(conn)
+                    raise
         except sa.exc.DBAPIError as err:
-            if isinstance(err, (sa.exc.OperationalError, sa.exc.InterfaceError)) \
-                    and not _is_deadlock(err):
+            if _corrupt(err) and self.path is not None:
+                raise errors.StoreCorrupt(self.url, self.path, str(err.orig)) from err
+            if _unavailable(err):
                 raise errors.StoreUnavailable(self.url, str(err.orig)) from err
             raise
+
+    def _reconnect(self, conn: Connection) -> None:
+        """After a failure that may be the connection's own, drop it and
+        every connection pooled with it, so that the next transaction opens
+        a fresh one.
+
+        NOTE: a connection keeps what it was opened with: an SQLite
+        connection opened while the file could not be written (``attempt to
+        write a readonly database``), one to a server that restarted, stay
+        broken after the outage while a fresh connection works (issue 20,
+        item 6: the agent failed every poll until restarted). An in-memory
+        database is its one connection: kept.
+        """
+        if self._memory:
+            return
+        conn.invalidate()
+        self.engine.dispose()
 
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         """A read transaction: one snapshot from its first statement on."""

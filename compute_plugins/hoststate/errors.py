@@ -29,6 +29,26 @@ class StoreUnavailable(HostStateError):
         super().__init__("host-state database %s is unavailable: %s" % (url, reason))
 
 
+class StoreCorrupt(HostStateError, exception.InputError):
+    """The SQLite file is damaged or is not a database (exit 2 on the
+    command line): no retry helps, an operator replaces the file.
+
+    :param url: the database URL.
+    :param path: the file.
+    :param reason: SQLite's message.
+    """
+
+    def __init__(self, url: str, path: str, reason: str) -> None:
+        self.url = url
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            "host-state database file %s is corrupt (%s): stop the agents and "
+            "schedulers that use it, move it aside with its -wal and -shm files "
+            "(or restore a backup) and restart them: the agents fill a new store "
+            "again from their claims ledgers" % (path, reason))
+
+
 class SchemaVersionMismatch(HostStateError):
     """The database holds another schema version than this code's.
 
