@@ -59,9 +59,11 @@ class ReadOnlyOutage:
         # NOTE: the connection the pool holds now (the agent's, idle).
         raw = self.store.engine.raw_connection()
         try:
-            raw.driver_connection.execute("PRAGMA query_only=ON")
+            driver = raw.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA query_only=ON")
             with pytest.raises(Exception, match="readonly"):
-                raw.driver_connection.execute(
+                driver.execute(
                     "UPDATE hoststate_version SET version = version")
         finally:
             raw.close()
