@@ -335,10 +335,12 @@ def test_a_state_dir_whose_store_is_not_a_database_is_one_line(tmp_path):
          "--state-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert result.returncode == 1 and result.stdout == ""
+    # a corrupt store is bad input to fix by hand (exit 2), with what to do
+    assert result.returncode == 2 and result.stdout == ""
     lines = [line for line in result.stderr.splitlines()
              if line.startswith("compute-plugins")]
     assert len(lines) == 1 and "not a database" in lines[0], result.stderr
+    assert "is corrupt" in lines[0] and "move it aside" in lines[0]
     assert "a bug" not in lines[0]
     assert (tmp_path / "host_state.sqlite").read_text() == "garbage"
 
