@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins.conf import plugins, register_group_opts
+from compute_plugins.conf import FiniteFloatOpt, plugins, register_group_opts
 
 GROUP = cfg.OptGroup(
     "host_state",
@@ -37,7 +37,7 @@ OPTS = [
         "``[compute_plugins] state_dir`` (one machine only). The tables are "
         "created on first use.",
     ),
-    cfg.FloatOpt(
+    FiniteFloatOpt(
         "lock_timeout",
         default=30.0,
         min=0.0,

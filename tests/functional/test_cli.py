@@ -169,6 +169,25 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("section, option, value", [
+    ("scheduler", "answer_timeout", "inf"),
+    ("scheduler", "default_weigher_multiplier", "nan"),
+    ("host_state", "lock_timeout", "nan"),
+])
+def test_a_non_finite_number_is_one_line(tmp_path, section, option, value):
+    """oslo.config's FloatOpt takes ``nan`` and ``inf``; ours refuse them
+    when the command starts, naming the group, option, value and rule."""
+    config = tmp_path / "bad.conf"
+    config.write_text("[%s]\n%s = %s\n" % (section, option, value))
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: configuration error: [%s] %s: "
+                           % (section, option)), line
+    assert "finite number" in line and repr(value) in line, line
+    assert result.stdout == ""
+
+
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
     config = tmp_path / "latin1.conf"
     config.write_bytes(b"[compute]\n# caf\xe9\ncpu_allocation_ratio = 2\n")
