@@ -15,6 +15,8 @@ from typing import Any
 
 from oslo_config import cfg, types
 
+from compute_plugins.util import urls
+
 #: Framework areas, in the order they appear in the sample config.
 AREAS = ("plugins", "compute", "libvirt", "placement", "pci", "host_state",
          "scheduler")
@@ -48,6 +50,25 @@ class FiniteFloatOpt(cfg.Opt):
     def __init__(self, name: str, min: float | None = None,
                  max: float | None = None, **kwargs: Any) -> None:
         super().__init__(name, type=FiniteFloat(min=min, max=max), **kwargs)
+
+
+class DatabaseURL(types.String):
+    """An SQLAlchemy URL of a database the project runs on, its driver
+    installed (:func:`compute_plugins.util.urls.check_database_url`):
+    ``nonsense`` or ``postgresql+nodriver://`` fails when the command
+    starts, naming the option, instead of as a driver's traceback later.
+    The message masks the password."""
+
+    def __call__(self, value: object) -> str:
+        text = str(super().__call__(value))
+        if text:
+            urls.check_database_url(text)
+        return text
+
+
+def database_url_opt(name: str, help: str) -> cfg.Opt:
+    """A secret option holding a :class:`DatabaseURL` (no default)."""
+    return cfg.Opt(name, type=DatabaseURL(), secret=True, help=help)
 
 
 #: Placement's largest allocation ratio: ``placement.db.constants.

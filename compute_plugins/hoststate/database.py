@@ -131,7 +131,12 @@ class Database:
 
     def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
         self.url = engines.safe_url(connection)
-        self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        try:
+            self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        except OSError as err:
+            # NOTE: the SQLite file's directory cannot be made (a file in
+            # the path, no permission): one line, not a traceback.
+            raise errors.StoreUnavailable(self.url, str(err)) from err
         # NOTE: an in-memory SQLite database is one connection: transactions
         # of several threads must not interleave on it.
         self._serial: contextlib.AbstractContextManager[Any] = (

@@ -342,3 +342,73 @@ def test_a_host_name_with_a_newline_is_drawn_on_one_line(tmp_path):
 
 
 FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"
+
+
+# ------------------------------------------------ bad connection URLs: one line
+
+
+def _flavor(tmp_path) -> str:
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"name": "f", "vcpus": 1, "memory_mb": 512}))
+    return str(path)
+
+
+@pytest.mark.parametrize("url, rule", [
+    ("nonsense", "not an SQLAlchemy URL"),
+    ("://u:secretpw@h/db", "not an SQLAlchemy URL"),
+    ("foo://u:secretpw@h/db", "sqlite, postgresql or mysql"),
+    ("postgresql+nodriver://u:secretpw@h/db", "unknown driver"),
+    ("postgresql://u:secretpw@h:notaport/db", "not an SQLAlchemy URL"),
+])
+def test_a_bad_host_state_connection_is_one_line(tmp_path, url, rule):
+    """Refused when the command starts (exit 2), before any store or
+    Placement is opened: the option, the value (password masked), the rule."""
+    config = tmp_path / "bad.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"
+                      % (tmp_path / "state", url))
+    result = cli("--config-file", str(config), "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: configuration error: [host_state] "
+                           "connection: "), line
+    assert rule in line, line
+    assert "secretpw" not in line, line
+    if "secretpw" in url:
+        assert "***" in line, line
+    assert result.stdout == ""
+
+
+def test_an_sqlite_file_under_a_file_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = tmp_path / "bad.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\n"
+                      "connection = sqlite:///%s/x/y.sqlite\n" % (tmp_path / "state", blocker))
+    result = cli("--config-file", str(config), "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=1)
+    line = _one_error_line_after_logs(result)
+    assert "host-state database sqlite:///%s/x/y.sqlite is unavailable" % blocker in line, line
+    assert "Not a directory" in line, line
+
+
+def _one_error_line_after_logs(result: subprocess.CompletedProcess) -> str:
+    """The command's error line; the embedded Placement may log before it."""
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("compute-plugins: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("url", [
+    "notaurl", "http://[::1", "ftp://x", "http://h:notaport/", "http://",
+    "http://u:secretpw@h:notaport/",
+])
+def test_a_bad_placement_url_is_one_line(tmp_path, url):
+    result = cli("--placement-url", url, "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: error: --placement-url "), line
+    assert "expected an http:// or https:// URL" in line, line
+    assert "secretpw" not in line, line
+    assert result.stdout == ""
