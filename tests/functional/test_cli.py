@@ -412,3 +412,31 @@ def test_a_bad_placement_url_is_one_line(tmp_path, url):
     assert "expected an http:// or https:// URL" in line, line
     assert "secretpw" not in line, line
     assert result.stdout == ""
+
+
+# ------------------------------------- a symlink planted in the state: refused
+
+
+@pytest.mark.parametrize("command, planted, says, rc", [
+    (["release", "--consumer", "6c1c7ef5-2d49-4b6e-9b5c-8a3fd2e6a0f1"],
+     "state/host_state.sqlite", "host-state database", 1),
+    (["schedule"], "placement/placement.sqlite", "embedded Placement database", 2),
+])
+def test_a_symlink_planted_at_a_database_is_refused(tmp_path, command, planted, says, rc):
+    """SQLite would write its tables into whatever the link points at; the
+    command refuses in one line and the outside file is unchanged."""
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    for name in ("state", "placement"):
+        (tmp_path / name).mkdir()
+    (tmp_path / planted).symlink_to(outside)
+    config = tmp_path / "c.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[placement]\n"
+                      "embedded_state_dir = %s\n" % (tmp_path / "state", tmp_path / "placement"))
+    if command == ["schedule"]:
+        command = command + ["--flavor", _flavor(tmp_path)]
+    result = cli("--config-file", str(config), *command, check_rc=rc)
+    line = _one_error_line_after_logs(result)
+    assert says in line and "a symbolic link" in line, line
+    assert outside.read_bytes() == b""
+    assert (tmp_path / planted).is_symlink()
