@@ -193,3 +193,17 @@ def test_the_demo_s_instance_list_never_writes_through_a_symlink(tmp_path):
     assert not written.is_symlink()
     assert written.stat().st_mode & 0o777 == 0o600
     assert '"c1"' in written.read_text()
+
+
+def test_a_symlink_planted_at_a_checkpoint_is_replaced_not_written_through(tmp_path):
+    from compute_plugins.tree import checkpoint
+
+    outside = tmp_path / "outside"
+    outside.write_text("untouched")
+    target = checkpoint.path_for(str(tmp_path / "ckpt"), "node1")
+    os.makedirs(os.path.dirname(target))
+    os.symlink(outside, target)
+    assert checkpoint.save(str(tmp_path / "ckpt"), "node1", "{}\n")
+    assert outside.read_text() == "untouched"
+    assert not os.path.islink(target)
+    assert os.stat(target).st_mode & 0o777 == 0o600
