@@ -119,3 +119,16 @@ def test_no_float_option_accepts_a_non_finite_value(tmp_path, group, option, val
     # NOTE: a ratio's ``inf`` is refused by its maximum first: either rule.
     assert ("finite number" in message or "less than or equal" in message
             or "greater than or equal" in message), message
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:secretpw@h/db", "postgresql://u:***@h/db"),
+    ("mysql+pymysql://u@h/db?passwd=secretpw&charset=utf8mb4",
+     "mysql+pymysql://u@h/db?passwd=***&charset=utf8mb4"),
+    ("http://u:secretpw@h:notaport/", "http://u:***@h:notaport/"),
+    ("nonsense", "nonsense"),
+])
+def test_a_url_in_a_message_never_shows_its_password(url, shown):
+    from compute_plugins.util import urls
+
+    assert urls.masked(url) == shown
