@@ -126,6 +126,25 @@ def command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     return parser
 
 
+def check_urls(args: argparse.Namespace) -> None:
+    """Refuse a ``--placement-url`` that is not an http(s) URL with a host,
+    before the command opens anything: one line with the value (its
+    password masked), exit 2, where an HTTP library's parse error was
+    "cannot reach Placement" (exit 1).
+
+    :raises InputError: naming the option, the value and the rule.
+    """
+    from compute_plugins import exception
+    from compute_plugins.util import urls
+
+    url = getattr(args, "placement_url", None)
+    if url is not None:
+        try:
+            urls.check_http_url(url)
+        except ValueError as err:
+            raise exception.InputError("--placement-url %s" % err) from None
+
+
 def refuse_unused(args: argparse.Namespace) -> None:
     """Refuse a shared option the command would silently ignore.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,11 @@ def check_values(conf: cfg.ConfigOpts) -> None:
     """Read every registered option so a bad value fails now, by name.
 
     oslo.config converts values lazily; without this a typo in a config file
-    would surface as a traceback in the middle of a periodic.
+    would surface as a traceback in the middle of a periodic. A float that
+    is not finite is refused too, whoever registered the option: ours are
+    :class:`~compute_plugins.conf.FiniteFloatOpt` already, but oslo.config's
+    ``FloatOpt`` (keystoneauth's ``[placement] timeout``, a third-party
+    plugin's option) takes ``nan`` and ``inf``.
     """
     from oslo_config import cfg
 
@@ -36,10 +41,24 @@ def check_values(conf: cfg.ConfigOpts) -> None:
         if isinstance(group, cfg.ConfigOpts.GroupAttr):
             for opt_name in list(group):
                 try:
-                    getattr(group, opt_name)
+                    value = getattr(group, opt_name)
                 except cfg.ConfigSourceValueError as err:
                     raise exception.ConfigError(
                         "[%s] %s: %s" % (name, opt_name, _value_error(err))) from None
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise exception.ConfigError(
+                        "[%s] %s: Should be a finite number, got %r%s"
+                        % (name, opt_name, str(value), _where(conf, name, opt_name)))
+
+
+def _where(conf: cfg.ConfigOpts, group: str, option: str) -> str:
+    """`` (in FILE)`` where the option's value came from, when known."""
+    try:
+        location = conf.get_location(option, group)
+    except Exception:  # noqa: BLE001 - only a detail of the message
+        return ""
+    detail = getattr(location, "detail", None)
+    return " (in %s)" % detail if detail else ""
 
 
 def _value_error(err: cfg.ConfigSourceValueError) -> str:

@@ -256,6 +256,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     # newlines and control characters a user's value may carry.
     try:
         arguments.refuse_unused(args)
+        arguments.check_urls(args)
         conf = load_config(args)
         common.check_values(conf)
         return int(args.func(conf, args))

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_NOT_PLACED, EXIT_USAGE = 0, 1, 2
 #: ``project_id``/``user_id`` of the allocations when not given.
 DEFAULT_PROJECT = "compute-plugins"
+#: Most instances one ``schedule`` places (``--count``). Each is its own
+#: request, placed one after the other; nova bounds a request by quota, this
+#: by a constant: a mistyped count must not hold the store and Placement for
+#: hours (nor build millions of consumer uuids first).
+MAX_COUNT = 1000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         unused="it reads the hosts from Placement and the host-state store")
     validate.add_request_arguments(parser)
     parser.add_argument("--count", type=int, default=1, metavar="N",
-                        help="instances to place (each its own consumer)")
+                        help="instances to place (each its own consumer), "
+                        "1 to %d" % MAX_COUNT)
     parser.add_argument("--consumer", metavar="UUID",
                         help="the consumer (instance) uuid; default: a new "
                         "one (only with --count 1)")
@@ -73,8 +79,8 @@ def _bad(line: str) -> int:
 
 
 def _consumers(args: argparse.Namespace) -> list[str]:
-    if args.count < 1:
-        raise ValueError("--count %d: expected 1 or more" % args.count)
+    if not 1 <= args.count <= MAX_COUNT:
+        raise ValueError("--count %d: expected 1 to %d" % (args.count, MAX_COUNT))
     if args.consumer is not None:
         if args.count != 1:
             raise ValueError("--consumer names one instance; --count is %d"

@@ -11,8 +11,11 @@ import importlib
 import math
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 from oslo_config import cfg, types
+
+from compute_plugins.util import urls
 
 #: Framework areas, in the order they appear in the sample config.
 AREAS = ("plugins", "compute", "libvirt", "placement", "pci", "host_state",
@@ -34,6 +37,40 @@ class FiniteFloat(types.Float):
         return number
 
 
+class FiniteFloatOpt(cfg.Opt):
+    """``cfg.FloatOpt`` that refuses ``nan``, ``inf`` and an empty value.
+
+    Every float option of the framework and of the plugins is one of these:
+    oslo.config's ``FloatOpt`` accepts ``nan`` and ``inf`` (``min`` does not
+    stop them: ``nan < 0`` is false), and a timeout of ``inf`` or a
+    multiplier of ``nan`` is never what an operator meant. A bad value
+    fails when the command starts (``check_values``), by group and option.
+    """
+
+    def __init__(self, name: str, min: float | None = None,
+                 max: float | None = None, **kwargs: Any) -> None:
+        super().__init__(name, type=FiniteFloat(min=min, max=max), **kwargs)
+
+
+class DatabaseURL(types.String):
+    """An SQLAlchemy URL of a database the project runs on, its driver
+    installed (:func:`compute_plugins.util.urls.check_database_url`):
+    ``nonsense`` or ``postgresql+nodriver://`` fails when the command
+    starts, naming the option, instead of as a driver's traceback later.
+    The message masks the password."""
+
+    def __call__(self, value: object) -> str:
+        text = str(super().__call__(value))
+        if text:
+            urls.check_database_url(text)
+        return text
+
+
+def database_url_opt(name: str, help: str) -> cfg.Opt:
+    """A secret option holding a :class:`DatabaseURL` (no default)."""
+    return cfg.Opt(name, type=DatabaseURL(), secret=True, help=help)
+
+
 #: Placement's largest allocation ratio: ``placement.db.constants.
 #: SQL_SP_FLOAT_MAX``, the maximum of its inventory schema (the column is a
 #: single-precision float). A larger ratio is a 400 on every inventory PUT.
@@ -43,8 +80,8 @@ MAX_ALLOCATION_RATIO = 3.40282e38
 def ratio_opt(name: str, default: float, help: str) -> cfg.Opt:
     """An allocation ratio: a finite float from 0 to Placement's maximum
     (:data:`MAX_ALLOCATION_RATIO`), checked when the service starts."""
-    return cfg.Opt(name, type=FiniteFloat(min=0.0, max=MAX_ALLOCATION_RATIO),
-                   default=default, help=help)
+    return FiniteFloatOpt(name, min=0.0, max=MAX_ALLOCATION_RATIO,
+                          default=default, help=help)
 
 
 def register_group_opts(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins.conf import plugins, register_group_opts
+from compute_plugins.conf import FiniteFloatOpt, database_url_opt, plugins, register_group_opts
 
 GROUP = cfg.OptGroup(
     "host_state",
@@ -26,9 +26,8 @@ GROUP = cfg.OptGroup(
 DB_FILE = "host_state.sqlite"
 
 OPTS = [
-    cfg.StrOpt(
+    database_url_opt(
         "connection",
-        secret=True,
         help="SQLAlchemy URL of the host-state database, e.g. "
         "``postgresql+psycopg2://user:password@db/compute_plugins`` or "
         "``mysql+pymysql://user:password@db/compute_plugins?charset=utf8mb4``. "
@@ -37,7 +36,7 @@ OPTS = [
         "``[compute_plugins] state_dir`` (one machine only). The tables are "
         "created on first use.",
     ),
-    cfg.FloatOpt(
+    FiniteFloatOpt(
         "lock_timeout",
         default=30.0,
         min=0.0,

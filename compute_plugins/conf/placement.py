@@ -14,7 +14,7 @@ from typing import cast
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg, types
 
-from compute_plugins.conf import register_group_opts
+from compute_plugins.conf import database_url_opt, register_group_opts
 
 GROUP = cfg.OptGroup(
     "placement",
@@ -36,7 +36,7 @@ EMBEDDED_OPTS: list[cfg.Opt] = [
         "(``placement.sqlite``). Default: ``$XDG_STATE_HOME/compute-plugins`` "
         "or ``~/.local/state/compute-plugins``.",
     ),
-    cfg.StrOpt(
+    database_url_opt(
         "embedded_connection",
         help="SQLAlchemy URL of the embedded Placement's database; overrides "
         "``embedded_state_dir``. ``sqlite://`` keeps it in memory.",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins.conf import register_group_opts
+from compute_plugins.conf import FiniteFloatOpt, register_group_opts
 
 GROUP = cfg.OptGroup(
     "scheduler",
@@ -30,7 +30,7 @@ OPTS = [
         "0 ignores the plugin. Plugins not listed get "
         "``default_weigher_multiplier``.",
     ),
-    cfg.FloatOpt(
+    FiniteFloatOpt(
         "default_weigher_multiplier",
         default=-1.0,
         help="Multiplier of the plugins ``weigher_multipliers`` does not list. "
@@ -58,7 +58,7 @@ OPTS = [
         "many races, each counts as an attempt again (bounded: a request "
         "makes at most ``max_attempts + max_races`` offers).",
     ),
-    cfg.FloatOpt(
+    FiniteFloatOpt(
         "answer_timeout",
         default=60.0,
         min=0.0,

@@ -205,11 +205,12 @@ def _release_earlier(cluster: Cluster, scheduler: Scheduler,
 
 def _save_instances(cluster: Cluster, consumers: list[str]) -> None:
     """Write ``demo.json`` (atomically): the instances to free next time."""
-    path = os.path.join(cluster.state_dir, INSTANCES_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump({"consumers": consumers}, handle, indent=2)
-        handle.write("\n")
-    os.replace(path + ".tmp", path)
+    text = json.dumps({"consumers": consumers}, indent=2) + "\n"
+    dir_fd = files.open_dir(cluster.state_dir)
+    try:
+        files.write_atomic(dir_fd, INSTANCES_FILE, text, mode=files.PRIVATE_FILE_MODE)
+    finally:
+        os.close(dir_fd)
 
 
 def _usage(cluster: Cluster) -> dict[str, Any]:

@@ -163,7 +163,12 @@ class Database:
         self.url = engines.safe_url(connection)
         #: The SQLite file (None: a server, or in memory).
         self.path = engines.sqlite_path(connection)
-        self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        try:
+            self.engine: Engine = engines.create_engine(connection, lock_timeout)
+        except OSError as err:
+            # NOTE: the SQLite file's directory cannot be made (a file in
+            # the path, no permission): one line, not a traceback.
+            raise errors.StoreUnavailable(self.url, str(err)) from err
         self._memory = engines.is_sqlite_memory(connection)
         # NOTE: an in-memory SQLite database is one connection: transactions
         # of several threads must not interleave on it.

@@ -32,6 +32,7 @@ from sqlalchemy import event, pool
 from sqlalchemy.engine import URL, Connection, Engine
 
 from compute_plugins.hoststate import errors, schema
+from compute_plugins.util import files
 
 #: Execution option of a connection whose transaction writes.
 WRITE_OPTION = "compute_plugins_hoststate_write"
@@ -83,23 +84,6 @@ def is_sqlite_memory(url: str | URL) -> bool:
     parsed = sa.engine.make_url(url)
     return (parsed.get_backend_name() == "sqlite"
             and (not parsed.database or parsed.database == ":memory:"))
-
-
-def _create_private_file(path: str) -> None:
-    """Create the SQLite file (and its directory) readable by its owner
-    only, before SQLite opens it; an existing file is left as it is."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    # NOTE: os.open applies the umask, which can only remove bits; fchmod
-    # makes it 0600 whatever the umask. SQLite gives its -wal and -shm
-    # files the database file's mode.
-    os.fchmod(fd, 0o600)
-    os.close(fd)
 
 
 #: Seconds to establish a connection to a database server before failing
@@ -183,7 +167,10 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0) -> Engine:
         memory = is_sqlite_memory(parsed)
         path = sqlite_path(parsed)
         if path is not None:
-            _create_private_file(path)
+            # NOTE: 0600 in a 0700 directory when missing; a symlink at the
+            # file's path is refused (OSError), never followed.
+            files.ensure_private_dir(os.path.dirname(path))
+            files.create_private_file(path)
         kwargs: dict[str, Any] = {
             "connect_args": {"timeout": lock_timeout,
                              "check_same_thread": False}}

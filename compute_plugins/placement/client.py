@@ -32,7 +32,7 @@ from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.placement import exception as pexc
-from compute_plugins.util import jsonload
+from compute_plugins.util import jsonload, urls
 from compute_plugins.util.text import printable
 
 LOG = logging.getLogger(__name__)
@@ -141,7 +141,8 @@ class PlacementClient:
         minimum: tuple[int, int] = MINIMUM,
     ) -> None:
         self.adapter = adapter
-        self.where = where
+        # NOTE: shown in every error message: a password in the URL is not.
+        self.where = urls.masked(where)
         self.wanted = wanted
         self.minimum = minimum
         self.calls = CallLog()

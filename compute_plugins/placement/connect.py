@@ -18,6 +18,7 @@ from oslo_config import cfg
 from compute_plugins import exception
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
+from compute_plugins.util import urls
 
 
 @contextlib.contextmanager
@@ -32,6 +33,11 @@ def placement_client(
     elif group.auth_type:
         yield pclient.PlacementClient.from_conf(conf)
     elif group.endpoint_override:
+        try:
+            urls.check_http_url(group.endpoint_override)
+        except ValueError as err:
+            raise exception.ConfigError(
+                "[placement] endpoint_override: %s" % err) from None
         yield pclient.PlacementClient.for_url(group.endpoint_override)
     else:
         service = embedded.EmbeddedPlacement(embedded.connection_for(conf))
@@ -48,7 +54,7 @@ def embedded_option(conf: cfg.ConfigOpts) -> str:
     """Which option chose the embedded database, with its value."""
     group = conf.placement
     if group.embedded_connection:
-        return "[placement] embedded_connection = %s" % (
+        return "[placement] embedded_connection = %s" % urls.masked(
             group.embedded_connection)
     if group.embedded_state_dir:
         return "[placement] embedded_state_dir = %s" % (

@@ -220,31 +220,47 @@ def ensure_private_dir(path: str) -> None:
 def create_private_file(path: str) -> None:
     """Create the file ``path`` empty, mode 0600, unless it exists.
 
-    Used for the embedded Placement's database before SQLite opens it
-    (SQLite gives its journal the database's mode). An existing file is
-    left as it is here (see :func:`tighten_private_file`).
+    Used for the SQLite databases (the host-state store's, the embedded
+    Placement's) before SQLite opens them (SQLite gives its journal the
+    database's mode). An existing file is left as it is here (see
+    :func:`tighten_private_file`).
 
     :raises OSError: it cannot be created, or exists and is not a regular
-        file (a FIFO would block SQLite).
+        file: a FIFO would block SQLite, and a symbolic link (planted in the
+        state directory) would have SQLite write its tables wherever it
+        points. A symlinked directory above ``path`` is the operator's
+        choice and is followed.
     """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except FileExistsError:
-        info = os.stat(path)
+        info = os.stat(path, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            raise OSError(errno.ELOOP, "a symbolic link, not a regular file "
+                          "(refused: it is not followed)", path) from None
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "%s, not a regular file"
                           % _kind(info.st_mode), path) from None
         return
-    os.close(fd)
+    # NOTE: os.open applies the umask, which can only remove bits; fchmod
+    # makes it 0600 whatever the umask.
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
 
 
 def tighten_private_file(path: str) -> None:
     """Remove group and others' access to the file ``path``, if they have
     any (never adds a permission). A file that cannot be changed (another
-    owner) is left with a warning."""
+    owner) is left with a warning; a symbolic link is left alone (chmod
+    would change the file it points at)."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        info = os.stat(path, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            return
+        mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             os.chmod(path, mode & ~0o077)
             LOG.info("%s: access for group and others removed (mode %03o)",

@@ -169,6 +169,25 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("section, option, value", [
+    ("scheduler", "answer_timeout", "inf"),
+    ("scheduler", "default_weigher_multiplier", "nan"),
+    ("host_state", "lock_timeout", "nan"),
+])
+def test_a_non_finite_number_is_one_line(tmp_path, section, option, value):
+    """oslo.config's FloatOpt takes ``nan`` and ``inf``; ours refuse them
+    when the command starts, naming the group, option, value and rule."""
+    config = tmp_path / "bad.conf"
+    config.write_text("[%s]\n%s = %s\n" % (section, option, value))
+    result = cli("--config-file", str(config), "inventory",
+                 "--libvirt-uri", "test:///default", check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: configuration error: [%s] %s: "
+                           % (section, option)), line
+    assert "finite number" in line and repr(value) in line, line
+    assert result.stdout == ""
+
+
 def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
     config = tmp_path / "latin1.conf"
     config.write_bytes(b"[compute]\n# caf\xe9\ncpu_allocation_ratio = 2\n")
@@ -323,3 +342,101 @@ def test_a_host_name_with_a_newline_is_drawn_on_one_line(tmp_path):
 
 
 FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "fixtures" / "hosts"
+
+
+# ------------------------------------------------ bad connection URLs: one line
+
+
+def _flavor(tmp_path) -> str:
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"name": "f", "vcpus": 1, "memory_mb": 512}))
+    return str(path)
+
+
+@pytest.mark.parametrize("url, rule", [
+    ("nonsense", "not an SQLAlchemy URL"),
+    ("://u:secretpw@h/db", "not an SQLAlchemy URL"),
+    ("foo://u:secretpw@h/db", "sqlite, postgresql or mysql"),
+    ("postgresql+nodriver://u:secretpw@h/db", "unknown driver"),
+    ("postgresql://u:secretpw@h:notaport/db", "not an SQLAlchemy URL"),
+])
+def test_a_bad_host_state_connection_is_one_line(tmp_path, url, rule):
+    """Refused when the command starts (exit 2), before any store or
+    Placement is opened: the option, the value (password masked), the rule."""
+    config = tmp_path / "bad.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"
+                      % (tmp_path / "state", url))
+    result = cli("--config-file", str(config), "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: configuration error: [host_state] "
+                           "connection: "), line
+    assert rule in line, line
+    assert "secretpw" not in line, line
+    if "secretpw" in url:
+        assert "***" in line, line
+    assert result.stdout == ""
+
+
+def test_an_sqlite_file_under_a_file_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    config = tmp_path / "bad.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\n"
+                      "connection = sqlite:///%s/x/y.sqlite\n" % (tmp_path / "state", blocker))
+    result = cli("--config-file", str(config), "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=1)
+    line = _one_error_line_after_logs(result)
+    assert "host-state database sqlite:///%s/x/y.sqlite is unavailable" % blocker in line, line
+    assert "Not a directory" in line, line
+
+
+def _one_error_line_after_logs(result: subprocess.CompletedProcess) -> str:
+    """The command's error line; the embedded Placement may log before it."""
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("compute-plugins: ")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("url", [
+    "notaurl", "http://[::1", "ftp://x", "http://h:notaport/", "http://",
+    "http://u:secretpw@h:notaport/",
+])
+def test_a_bad_placement_url_is_one_line(tmp_path, url):
+    result = cli("--placement-url", url, "schedule", "--flavor", _flavor(tmp_path),
+                 check_rc=2)
+    line = _one_error_line(result)
+    assert line.startswith("compute-plugins: error: --placement-url "), line
+    assert "expected an http:// or https:// URL" in line, line
+    assert "secretpw" not in line, line
+    assert result.stdout == ""
+
+
+# ------------------------------------- a symlink planted in the state: refused
+
+
+@pytest.mark.parametrize("command, planted, says, rc", [
+    (["release", "--consumer", "6c1c7ef5-2d49-4b6e-9b5c-8a3fd2e6a0f1"],
+     "state/host_state.sqlite", "host-state database", 1),
+    (["schedule"], "placement/placement.sqlite", "embedded Placement database", 2),
+])
+def test_a_symlink_planted_at_a_database_is_refused(tmp_path, command, planted, says, rc):
+    """SQLite would write its tables into whatever the link points at; the
+    command refuses in one line and the outside file is unchanged."""
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    for name in ("state", "placement"):
+        (tmp_path / name).mkdir()
+    (tmp_path / planted).symlink_to(outside)
+    config = tmp_path / "c.conf"
+    config.write_text("[compute_plugins]\nstate_dir = %s\n[placement]\n"
+                      "embedded_state_dir = %s\n" % (tmp_path / "state", tmp_path / "placement"))
+    if command == ["schedule"]:
+        command = command + ["--flavor", _flavor(tmp_path)]
+    result = cli("--config-file", str(config), *command, check_rc=rc)
+    line = _one_error_line_after_logs(result)
+    assert says in line and "a symbolic link" in line, line
+    assert outside.read_bytes() == b""
+    assert (tmp_path / planted).is_symlink()

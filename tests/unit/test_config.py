@@ -6,6 +6,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 from oslo_config import cfg
 
 from compute_plugins.conf import opts, register_all
@@ -63,8 +64,6 @@ def test_the_ratio_limit_is_placements():
 def test_an_empty_ratio_is_a_bad_value_not_a_crash(tmp_path):
     """``cpu_allocation_ratio =`` in a file: oslo's Float reads it as None,
     which used to reach ``float(None)`` (a TypeError, i.e. a traceback)."""
-    import pytest
-
     path = tmp_path / "empty.conf"
     path.write_text("[compute]\ncpu_allocation_ratio =\n")
     conf = cfg.ConfigOpts()
@@ -72,3 +71,64 @@ def test_an_empty_ratio_is_a_bad_value_not_a_crash(tmp_path):
     conf(["--config-file", str(path)], default_config_files=[], default_config_dirs=[])
     with pytest.raises(cfg.ConfigFileValueError, match="cpu_allocation_ratio.*finite number"):
         _ = conf.compute.cpu_allocation_ratio
+
+
+def _float_options():
+    """Every float option the framework and the installed plugins offer."""
+    from oslo_config import types
+
+    found = []
+    for group, options in opts.list_opts():
+        for opt in options:
+            if isinstance(opt.type, types.Float):
+                found.append((str(getattr(group, "name", group)), opt.dest))
+    return found
+
+
+def test_there_are_float_options_to_check():
+    found = _float_options()
+    assert ("scheduler", "answer_timeout") in found
+    assert ("host_state", "lock_timeout") in found
+    assert ("scheduler", "default_weigher_multiplier") in found
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e999"])
+@pytest.mark.parametrize("group, option", _float_options())
+def test_no_float_option_accepts_a_non_finite_value(tmp_path, group, option, value):
+    """oslo.config's Float reads ``nan`` and ``inf`` as floats, and ``min``
+    does not stop them (``nan < 0`` is false): a timeout of ``inf`` would
+    wait forever, ``nan`` compares false with everything. The check the
+    command runs at start refuses them, by group, option, value and rule."""
+    from compute_plugins import exception
+    from compute_plugins.cmd.common import check_values
+
+    path = tmp_path / "bad.conf"
+    path.write_text("[%s]\n%s = %s\n" % (group, option, value))
+    conf = cfg.ConfigOpts()
+    register_all(conf)
+    for plugin_group, options in opts.list_opts():
+        name = str(getattr(plugin_group, "name", plugin_group))
+        if name not in conf:
+            conf.register_opts(options, group=name)
+    conf(["--config-file", str(path)], default_config_files=[], default_config_dirs=[])
+    with pytest.raises(exception.ConfigError) as caught:
+        check_values(conf)
+    message = str(caught.value)
+    assert message.startswith("[%s] %s: " % (group, option)), message
+    assert str(path) in message, message
+    # NOTE: a ratio's ``inf`` is refused by its maximum first: either rule.
+    assert ("finite number" in message or "less than or equal" in message
+            or "greater than or equal" in message), message
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://u:secretpw@h/db", "postgresql://u:***@h/db"),
+    ("mysql+pymysql://u@h/db?passwd=secretpw&charset=utf8mb4",
+     "mysql+pymysql://u@h/db?passwd=***&charset=utf8mb4"),
+    ("http://u:secretpw@h:notaport/", "http://u:***@h:notaport/"),
+    ("nonsense", "nonsense"),
+])
+def test_a_url_in_a_message_never_shows_its_password(url, shown):
+    from compute_plugins.util import urls
+
+    assert urls.masked(url) == shown

@@ -140,3 +140,70 @@ def test_ascii_int(text, base, value):
 def test_ascii_int_refuses_what_int_would_take_or_not(text):
     with pytest.raises(ValueError):
         ascii_int(text)
+
+
+# ------------------------------------------------- symlinks planted in state
+
+
+def test_a_private_file_refuses_a_symlink_planted_at_its_path(tmp_path):
+    """A database the project creates (``host_state.sqlite``, the embedded
+    Placement's) is never opened through a symlink: SQLite would write its
+    tables into whatever the link points at."""
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    outside.chmod(0o644)
+    link = tmp_path / "state.sqlite"
+    link.symlink_to(outside)
+    with pytest.raises(OSError, match="symbolic link"):
+        files.create_private_file(str(link))
+    files.tighten_private_file(str(link))
+    assert outside.read_bytes() == b""
+    assert outside.stat().st_mode & 0o777 == 0o644
+    assert link.is_symlink()
+
+
+def test_the_host_state_store_refuses_a_symlink_at_its_file(tmp_path):
+    from compute_plugins.hoststate.errors import StoreUnavailable
+    from compute_plugins.hoststate.store import HostStateStore
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    link = tmp_path / "host_state.sqlite"
+    link.symlink_to(outside)
+    with pytest.raises(StoreUnavailable, match="symbolic link"):
+        HostStateStore("sqlite:///%s" % link)
+    assert outside.read_bytes() == b""
+    assert not (tmp_path / "outside-wal").exists()
+
+
+def test_the_demo_s_instance_list_never_writes_through_a_symlink(tmp_path):
+    import types
+
+    from compute_plugins.demo import run
+
+    outside = tmp_path / "outside"
+    outside.write_text("untouched")
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in (run.INSTANCES_FILE, run.INSTANCES_FILE + ".tmp"):
+        (state / name).symlink_to(outside)
+    run._save_instances(types.SimpleNamespace(state_dir=str(state)), ["c1"])
+    assert outside.read_text() == "untouched"
+    written = state / run.INSTANCES_FILE
+    assert not written.is_symlink()
+    assert written.stat().st_mode & 0o777 == 0o600
+    assert '"c1"' in written.read_text()
+
+
+def test_a_symlink_planted_at_a_checkpoint_is_replaced_not_written_through(tmp_path):
+    from compute_plugins.tree import checkpoint
+
+    outside = tmp_path / "outside"
+    outside.write_text("untouched")
+    target = checkpoint.path_for(str(tmp_path / "ckpt"), "node1")
+    os.makedirs(os.path.dirname(target))
+    os.symlink(outside, target)
+    assert checkpoint.save(str(tmp_path / "ckpt"), "node1", "{}\n")
+    assert outside.read_text() == "untouched"
+    assert not os.path.islink(target)
+    assert os.stat(target).st_mode & 0o777 == 0o600

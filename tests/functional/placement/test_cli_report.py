@@ -166,7 +166,8 @@ def _config(tmp_path, text):
     ("[placement]\nembedded_state_dir = /proc/nope\n",
      ["[placement] embedded_state_dir = /proc/nope"]),
     ("[placement]\nembedded_connection = bogus://x\n",
-     ["[placement] embedded_connection = bogus://x"]),
+     ["[placement] embedded_connection: 'bogus://x': expected an sqlite, "
+      "postgresql or mysql URL"]),
 ])
 def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
                                                      expected):

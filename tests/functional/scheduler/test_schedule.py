@@ -590,7 +590,11 @@ def test_a_provider_deleted_before_the_put_moves_to_the_next_host(cloud):
     (["--timeout", "-1"], "--timeout -1.0: expected a finite number of seconds >= 0"),
     (["--project-id", ""], "--project-id '': expected 1 to 255 characters"),
     (["--user-id", "u" * 256], "--user-id 'uuu"),
-    (["--count", "0"], "--count 0: expected 1 or more"),
+    (["--count", "0"], "--count 0: expected 1 to 1000"),
+    # NOTE: one request placing a million instances would hold the store
+    # and Placement for hours (and build a million uuids first).
+    (["--count", "1001"], "--count 1001: expected 1 to 1000"),
+    (["--count", "10000000000"], "--count 10000000000: expected 1 to 1000"),
 ])
 def test_cli_schedule_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     """Refused before anything is asked of Placement or the store: an

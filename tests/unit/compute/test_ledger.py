@@ -133,3 +133,19 @@ def test_a_claim_of_a_plugin_no_longer_enabled_stops_the_agent(tmp_path, plugins
     assert "claims.%s" % CONSUMER in str(info.value)
     assert "numa" in str(info.value)
     assert json.loads(Path(ledger.path).read_text())["claims"][CONSUMER]["decision_id"] == 3
+
+
+def test_a_symlink_planted_at_the_ledger_is_replaced_not_written_through(tmp_path, plugins):
+    state = tmp_path / "state"
+    ledger = Ledger.load(str(state), HOST, plugins.plugins)
+    spec, text = decided(plugins)
+    ledger.record(CONSUMER, 7, spec, text)
+    outside = tmp_path / "outside"
+    outside.write_text("untouched")
+    path = Path(path_for(str(state), HOST))
+    path.unlink()
+    path.symlink_to(outside)
+    ledger.record(OTHER, 9, *decided(plugins, ledger.assignments()))
+    assert outside.read_text() == "untouched"
+    assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert set(Ledger.load(str(state), HOST, plugins.plugins).entries()) == {CONSUMER, OTHER}
