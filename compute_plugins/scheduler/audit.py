@@ -53,7 +53,7 @@ from typing import Any, Optional
 
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
-from compute_plugins.hoststate.records import HostDecision
+from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
@@ -205,9 +205,12 @@ def fix(placement: pclient.PlacementClient, store: HostStateTransport,
     An expired decision is ended through the protocol (``expire``: an agent
     that claims it first wins, and it is left); an orphan allocation is
     freed only when the consumer still has no decision in force (checked
-    again just before); a missing allocation is written again (a new
-    consumer: if one was written meanwhile, Placement refuses and it is
-    left).
+    again just before, and after: a decision submitted meanwhile gets its
+    allocation written back); a missing allocation is written again while
+    its decision is still claimed (checked before and after the write: a
+    release that landed meanwhile has the written allocation deleted again;
+    a new consumer: if one was written meanwhile, Placement refuses and it
+    is left).
     """
     done: list[Finding] = []
     for finding in findings:
@@ -243,13 +246,50 @@ def _fix_one(placement: pclient.PlacementClient, store: HostStateTransport,
         if store.active_decision(consumer) is not None:
             return "left: a decision was made meanwhile"
         placement.delete_allocations(consumer)
+        # NOTE: a scheduler writes its allocation before its decision: one
+        # submitted while the allocation was being deleted gets its
+        # allocation back (the decision's own), else its host would hold a
+        # guest Placement does not count.
+        late = store.active_decision(consumer)
+        if late is not None:
+            return "left: a decision was made meanwhile; " + _restore(
+                placement, store, late, project_id, user_id, consumer_type,
+                (protocol.PENDING, protocol.CLAIMED))
         return "freed"
     assert finding.decision is not None
-    expected = decision_allocations(finding.decision)
+    return _restore(placement, store, finding.decision, project_id, user_id, consumer_type)
+
+
+def _restore(placement: pclient.PlacementClient, store: HostStateTransport,
+             decision: HostDecision, project_id: str, user_id: str,
+             consumer_type: Optional[str],
+             statuses: tuple[DecisionStatus, ...] = (protocol.CLAIMED,)) -> str:
+    """Write ``decision``'s allocation again, while it is still the
+    consumer's decision in one of ``statuses``: checked before, and again after the write (a release
+    that landed meanwhile had its agent free the consumer, maybe before the
+    write: the allocation written is deleted again, else it would leak)."""
+    consumer = decision.consumer
+    expected = decision_allocations(decision)
     if not expected:
         return "failed: the decision records no allocation"
+
+    def still_claimed() -> Optional[str]:
+        current = store.active_decision(consumer)
+        if current is None or current.id != decision.id:
+            return "released"
+        if current.status not in statuses:
+            return current.status.value
+        return None
+
+    moved = still_claimed()
+    if moved is not None:
+        return "left: %s meanwhile" % moved
     pclient.allocate_new_consumer(placement, consumer, expected, project_id, user_id,
                                   consumer_type)
+    moved = still_claimed()
+    if moved is not None:
+        placement.delete_allocations(consumer)
+        return "left: %s meanwhile" % moved
     return "restored"
 
 

@@ -164,3 +164,73 @@ def test_an_orphan_s_grace_counts_from_the_first_audit_that_saw_it(cloud, audit)
     code, (line,) = audit("--fix", "--older-than", "1")
     assert code == 0 and line.endswith(": freed")
     assert cloud.allocations(consumer) == {}
+
+
+def test_a_lost_allocation_released_meanwhile_is_not_restored(cloud):
+    """The claim was released between the audit and its fix (the agent
+    freed it): restoring its allocation would leak it for good."""
+    from compute_plugins.scheduler import audit as auditing
+
+    host = cloud.add_host("gone", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    assert sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u").placed
+    cloud.placement.emb.client().delete_allocations(consumer)
+    findings = auditing.audit(cloud.placement.emb.client(), cloud.store, {})
+    assert [f.kind for f in findings] == [auditing.MISSING]
+    sched.release(consumer, timeout=10)
+    assert cloud.store.latest_decision(consumer).status == DecisionStatus.RELEASED
+    from compute_plugins.scheduler.selection import CONSUMER_TYPE, CONSUMER_TYPE_VERSION
+
+    client = cloud.placement.emb.client()
+    kind = CONSUMER_TYPE if client.microversion >= CONSUMER_TYPE_VERSION else None
+    (done,) = auditing.fix(client, cloud.store, findings, 0, "p", "u", kind)
+    assert done.action.startswith("left: ")
+    assert cloud.allocations(consumer) == {} and cloud.usage(host) == {}
+
+
+class _AuditedBetweenPutAndDecision:
+    """The scheduler's store, except that an ``audit --fix --older-than 0``
+    runs between its PUT /allocations and its decision, and the decision
+    lands after the fix checked for one but before its DELETE."""
+
+    def __init__(self, store, client):
+        self._store, self._placement = store, client
+        self.actions = []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def submit_decision(self, consumer, host, spec):
+        from compute_plugins.scheduler import audit as auditing
+        from compute_plugins.scheduler.selection import CONSUMER_TYPE, CONSUMER_TYPE_VERSION
+
+        submitted = []
+        real = self._placement
+
+        class Late:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def delete_allocations(self, who):
+                submitted.append(store.submit_decision(consumer, host, spec))
+                return real.delete_allocations(who)
+
+        store = self._store
+        findings = auditing.audit(real, store, {})
+        kind = CONSUMER_TYPE if real.microversion >= CONSUMER_TYPE_VERSION else None
+        self.actions = [f.action for f in auditing.fix(Late(), store, findings, 0, "p", "u",
+                                                       kind)]
+        return submitted[0]
+
+
+def test_a_decision_made_while_its_orphan_was_freed_gets_its_allocation_back(cloud):
+    host = cloud.add_host("late", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    sched.store = _AuditedBetweenPutAndDecision(sched.store, cloud.placement.emb.client())
+    result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u")
+    assert result.placed
+    assert sched.store.actions == ["left: a decision was made meanwhile; restored"]
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.usage(host) == cloud.ledger_usage(host)
