@@ -240,24 +240,34 @@ def _fix_one(placement: pclient.PlacementClient, store: HostStateTransport,
             protocol.expire(store, finding.decision.id)
         except store_errors.DecisionStatusConflict as err:
             return "left: %s meanwhile" % err.decision.status.value
-        placement.delete_allocations(consumer)
-        return "expired; allocation freed"
+        late = _free(placement, store, consumer, project_id, user_id, consumer_type)
+        return "expired; allocation freed" + late
     if finding.kind == ORPHAN:
         if store.active_decision(consumer) is not None:
             return "left: a decision was made meanwhile"
-        placement.delete_allocations(consumer)
-        # NOTE: a scheduler writes its allocation before its decision: one
-        # submitted while the allocation was being deleted gets its
-        # allocation back (the decision's own), else its host would hold a
-        # guest Placement does not count.
-        late = store.active_decision(consumer)
-        if late is not None:
-            return "left: a decision was made meanwhile; " + _restore(
-                placement, store, late, project_id, user_id, consumer_type,
-                (protocol.PENDING, protocol.CLAIMED))
-        return "freed"
+        late = _free(placement, store, consumer, project_id, user_id, consumer_type)
+        return "freed" + late
     assert finding.decision is not None
     return _restore(placement, store, finding.decision, project_id, user_id, consumer_type)
+
+
+def _free(placement: pclient.PlacementClient, store: HostStateTransport, consumer: str,
+          project_id: str, user_id: str, consumer_type: Optional[str]) -> str:
+    """Delete ``consumer``'s allocation, which no decision holds; "" or what
+    was done about a decision that came meanwhile.
+
+    NOTE: a scheduler writes its allocation before its decision (a re-run
+    ``schedule --consumer``, one that was between the two): a decision
+    submitted while the allocation was deleted gets its allocation back (the
+    decision's own), else its host would hold a guest Placement does not
+    count."""
+    placement.delete_allocations(consumer)
+    late = store.active_decision(consumer)
+    if late is None:
+        return ""
+    return "; a decision was made meanwhile: " + _restore(
+        placement, store, late, project_id, user_id, consumer_type,
+        (protocol.PENDING, protocol.CLAIMED))
 
 
 def _restore(placement: pclient.PlacementClient, store: HostStateTransport,

@@ -231,6 +231,47 @@ def test_a_decision_made_while_its_orphan_was_freed_gets_its_allocation_back(clo
     sched.store = _AuditedBetweenPutAndDecision(sched.store, cloud.placement.emb.client())
     result = sched.schedule(spec_of(sched, {}, 2, 1024), consumer, "p", "u")
     assert result.placed
-    assert sched.store.actions == ["left: a decision was made meanwhile; restored"]
+    assert sched.store.actions == ["freed; a decision was made meanwhile: restored"]
+    assert cloud.allocations(consumer) == expected_allocation(result.decision)
+    assert cloud.usage(host) == cloud.ledger_usage(host)
+
+
+def test_a_rerun_scheduled_while_an_expired_decision_is_freed_keeps_its_allocation(cloud):
+    """The audit expired an interrupted scheduler's decision; before its
+    DELETE, the allocation was freed and the consumer scheduled again
+    (``schedule --consumer``): the new claim keeps an allocation."""
+    from compute_plugins.scheduler import audit as auditing
+    from compute_plugins.scheduler.selection import CONSUMER_TYPE, CONSUMER_TYPE_VERSION
+
+    host = cloud.add_host("rerun", [cell(4, 4096)], start=False)
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    spec = spec_of(sched, {}, 2, 1024)
+    real_store = sched.store
+    sched.store = InterruptedWhileWaiting(real_store)
+    with pytest.raises(KeyboardInterrupt):
+        sched.schedule(spec, consumer, "p", "u")
+    sched.store = real_store
+    real = cloud.placement.emb.client()
+    placed = []
+
+    class Rescheduled:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def delete_allocations(self, who):
+            real.delete_allocations(who)
+            host.start()
+            placed.append(sched.schedule(spec, consumer, "p", "u"))
+            return real.delete_allocations(who)
+
+    findings = auditing.audit(real, cloud.store, {})
+    assert [f.kind for f in findings] == [auditing.EXPIRED]
+    kind = CONSUMER_TYPE if real.microversion >= CONSUMER_TYPE_VERSION else None
+    (done,) = auditing.fix(Rescheduled(), cloud.store, findings, 0, "p", "u", kind)
+    (result,) = placed
+    assert result.placed
+    assert done.action == ("expired; allocation freed; a decision was made meanwhile: "
+                           "restored")
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
     assert cloud.usage(host) == cloud.ledger_usage(host)
