@@ -82,12 +82,19 @@ def _load_seen(directory: str) -> dict[str, float]:
 def _save_seen(directory: str, seen: dict[str, float]) -> None:
     from compute_plugins.util import files
 
-    files.ensure_private_dir(directory)
-    fd = files.open_dir(directory)
+    # NOTE: the repairs are done by now: an unwritable state directory
+    # loses the ages (the next audit starts them again), never the report.
     try:
-        files.write_atomic(fd, SEEN_FILE, json.dumps(seen, sort_keys=True), 0o600)
-    finally:
-        os.close(fd)
+        files.ensure_private_dir(directory)
+        fd = files.open_dir(directory)
+        try:
+            files.write_atomic(fd, SEEN_FILE, json.dumps(seen, sort_keys=True), 0o600)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        LOG.warning("%s: cannot keep the ages of orphan allocations (%s): the next "
+                    "audit starts them again", os.path.join(directory, SEEN_FILE),
+                    err.strerror or err)
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:

@@ -275,3 +275,16 @@ def test_a_rerun_scheduled_while_an_expired_decision_is_freed_keeps_its_allocati
                            "restored")
     assert cloud.allocations(consumer) == expected_allocation(result.decision)
     assert cloud.usage(host) == cloud.ledger_usage(host)
+
+
+def test_an_unwritable_state_directory_still_prints_what_was_found_and_fixed(
+        cloud, audit, tmp_path):
+    """The ages cannot be kept: the audit still says what it found and did
+    (a repair done and never told is worse than one age lost)."""
+    host = cloud.add_host("ro", [cell(4, 4096)], start=False)
+    consumer = orphan(cloud, host)
+    (tmp_path / "auditor").write_text("not a directory")
+    code, (line,) = audit("--fix", "--older-than", "0")
+    assert code == 0 and line.startswith("orphan-allocation: consumer %s" % consumer)
+    assert line.endswith(": freed")
+    assert cloud.allocations(consumer) == {}
