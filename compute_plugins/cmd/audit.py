@@ -122,6 +122,12 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                              >= CONSUMER_TYPE_VERSION else None)
             findings = audit.fix(placement, store, findings, args.older_than,
                                  args.project_id, args.user_id, consumer_type)
+            # NOTE: a freed consumer's next allocation (a re-run schedule
+            # --consumer, between its PUT and its decision) is new work: its
+            # age starts again, never from this sighting.
+            for finding in findings:
+                if finding.kind == audit.ORPHAN and finding.action.startswith("freed"):
+                    seen.pop(finding.consumer, None)
         else:
             findings = [f if f.age >= args.older_than
                         else _young(f) for f in findings]

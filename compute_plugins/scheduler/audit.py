@@ -39,8 +39,18 @@ saw it (the ``seen`` map the command keeps in the state directory): never
 older, because Placement does not say when it was written, and a consumer
 released long ago may be scheduled again right now (between its new ``PUT``
 and its new decision). So an orphan is freed by the first audit at least
-``older_than`` seconds after one saw it. Findings younger than the grace
-are listed, marked, and left.
+``older_than`` seconds after one saw it, and its age is forgotten once
+freed (the consumer's next allocation is new work). Every ``DELETE`` of
+the fix is followed by a look at the store: a decision submitted meanwhile
+gets its allocation written back. Findings younger than the grace are
+listed, marked, and left.
+
+NOTE: sightings are samples: a consumer freed by someone else and written
+again between two audits keeps its first sighting's age, and an orphan
+freed while a scheduler sits between its ``PUT`` and its decision longer
+than the fix's check, ``DELETE`` and check leaves that decision without an
+allocation (the next audit reports it ``missing-allocation`` and restores
+it).
 """
 
 from __future__ import annotations

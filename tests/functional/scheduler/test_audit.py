@@ -288,3 +288,23 @@ def test_an_unwritable_state_directory_still_prints_what_was_found_and_fixed(
     assert code == 0 and line.startswith("orphan-allocation: consumer %s" % consumer)
     assert line.endswith(": freed")
     assert cloud.allocations(consumer) == {}
+
+
+def test_a_freed_orphan_s_consumer_written_again_gets_a_new_grace(cloud, audit):
+    """Once an orphan is freed, its consumer's next allocation (a re-run
+    ``schedule --consumer``, between its PUT and its decision) is new
+    work: its age starts again, it is not freed on sight."""
+    import time
+
+    host = cloud.add_host("again", [cell(4, 4096)], start=False)
+    consumer = orphan(cloud, host)
+    assert audit("--fix", "--older-than", "1")[1][0].endswith(": in grace period")
+    time.sleep(1.1)
+    assert audit("--fix", "--older-than", "1")[1][0].endswith(": freed")
+    cloud.placement.emb.client().put("/allocations/%s" % consumer, {
+        "allocations": {numa0(host): {"resources": {"MEMORY_MB": 256}}},
+        "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    code, (line,) = audit("--fix", "--older-than", "1")
+    assert code == 0 and line.endswith(": in grace period")
+    assert cloud.allocations(consumer) == {numa0(host): {"MEMORY_MB": 256}}
