@@ -82,12 +82,19 @@ def _load_seen(directory: str) -> dict[str, float]:
 def _save_seen(directory: str, seen: dict[str, float]) -> None:
     from compute_plugins.util import files
 
-    files.ensure_private_dir(directory)
-    fd = files.open_dir(directory)
+    # NOTE: the repairs are done by now: an unwritable state directory
+    # loses the ages (the next audit starts them again), never the report.
     try:
-        files.write_atomic(fd, SEEN_FILE, json.dumps(seen, sort_keys=True), 0o600)
-    finally:
-        os.close(fd)
+        files.ensure_private_dir(directory)
+        fd = files.open_dir(directory)
+        try:
+            files.write_atomic(fd, SEEN_FILE, json.dumps(seen, sort_keys=True), 0o600)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        LOG.warning("%s: cannot keep the ages of orphan allocations (%s): the next "
+                    "audit starts them again", os.path.join(directory, SEEN_FILE),
+                    err.strerror or err)
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
@@ -115,6 +122,12 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                              >= CONSUMER_TYPE_VERSION else None)
             findings = audit.fix(placement, store, findings, args.older_than,
                                  args.project_id, args.user_id, consumer_type)
+            # NOTE: a freed consumer's next allocation (a re-run schedule
+            # --consumer, between its PUT and its decision) is new work: its
+            # age starts again, never from this sighting.
+            for finding in findings:
+                if finding.kind == audit.ORPHAN and finding.action.startswith("freed"):
+                    seen.pop(finding.consumer, None)
         else:
             findings = [f if f.age >= args.older_than
                         else _young(f) for f in findings]

@@ -39,8 +39,18 @@ saw it (the ``seen`` map the command keeps in the state directory): never
 older, because Placement does not say when it was written, and a consumer
 released long ago may be scheduled again right now (between its new ``PUT``
 and its new decision). So an orphan is freed by the first audit at least
-``older_than`` seconds after one saw it. Findings younger than the grace
-are listed, marked, and left.
+``older_than`` seconds after one saw it, and its age is forgotten once
+freed (the consumer's next allocation is new work). Every ``DELETE`` of
+the fix is followed by a look at the store: a decision submitted meanwhile
+gets its allocation written back. Findings younger than the grace are
+listed, marked, and left.
+
+NOTE: sightings are samples: a consumer freed by someone else and written
+again between two audits keeps its first sighting's age, and an orphan
+freed while a scheduler sits between its ``PUT`` and its decision longer
+than the fix's check, ``DELETE`` and check leaves that decision without an
+allocation (the next audit reports it ``missing-allocation`` and restores
+it).
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ from typing import Any, Optional
 
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
-from compute_plugins.hoststate.records import HostDecision
+from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
@@ -205,9 +215,12 @@ def fix(placement: pclient.PlacementClient, store: HostStateTransport,
     An expired decision is ended through the protocol (``expire``: an agent
     that claims it first wins, and it is left); an orphan allocation is
     freed only when the consumer still has no decision in force (checked
-    again just before); a missing allocation is written again (a new
-    consumer: if one was written meanwhile, Placement refuses and it is
-    left).
+    again just before, and after: a decision submitted meanwhile gets its
+    allocation written back); a missing allocation is written again while
+    its decision is still claimed (checked before and after the write: a
+    release that landed meanwhile has the written allocation deleted again;
+    a new consumer: if one was written meanwhile, Placement refuses and it
+    is left).
     """
     done: list[Finding] = []
     for finding in findings:
@@ -237,19 +250,66 @@ def _fix_one(placement: pclient.PlacementClient, store: HostStateTransport,
             protocol.expire(store, finding.decision.id)
         except store_errors.DecisionStatusConflict as err:
             return "left: %s meanwhile" % err.decision.status.value
-        placement.delete_allocations(consumer)
-        return "expired; allocation freed"
+        late = _free(placement, store, consumer, project_id, user_id, consumer_type)
+        return "expired; allocation freed" + late
     if finding.kind == ORPHAN:
         if store.active_decision(consumer) is not None:
             return "left: a decision was made meanwhile"
-        placement.delete_allocations(consumer)
-        return "freed"
+        late = _free(placement, store, consumer, project_id, user_id, consumer_type)
+        return "freed" + late
     assert finding.decision is not None
-    expected = decision_allocations(finding.decision)
+    return _restore(placement, store, finding.decision, project_id, user_id, consumer_type)
+
+
+def _free(placement: pclient.PlacementClient, store: HostStateTransport, consumer: str,
+          project_id: str, user_id: str, consumer_type: Optional[str]) -> str:
+    """Delete ``consumer``'s allocation, which no decision holds; "" or what
+    was done about a decision that came meanwhile.
+
+    NOTE: a scheduler writes its allocation before its decision (a re-run
+    ``schedule --consumer``, one that was between the two): a decision
+    submitted while the allocation was deleted gets its allocation back (the
+    decision's own), else its host would hold a guest Placement does not
+    count."""
+    placement.delete_allocations(consumer)
+    late = store.active_decision(consumer)
+    if late is None:
+        return ""
+    return "; a decision was made meanwhile: " + _restore(
+        placement, store, late, project_id, user_id, consumer_type,
+        (protocol.PENDING, protocol.CLAIMED))
+
+
+def _restore(placement: pclient.PlacementClient, store: HostStateTransport,
+             decision: HostDecision, project_id: str, user_id: str,
+             consumer_type: Optional[str],
+             statuses: tuple[DecisionStatus, ...] = (protocol.CLAIMED,)) -> str:
+    """Write ``decision``'s allocation again, while it is still the
+    consumer's decision in one of ``statuses``: checked before, and again after the write (a release
+    that landed meanwhile had its agent free the consumer, maybe before the
+    write: the allocation written is deleted again, else it would leak)."""
+    consumer = decision.consumer
+    expected = decision_allocations(decision)
     if not expected:
         return "failed: the decision records no allocation"
+
+    def still_claimed() -> Optional[str]:
+        current = store.active_decision(consumer)
+        if current is None or current.id != decision.id:
+            return "released"
+        if current.status not in statuses:
+            return current.status.value
+        return None
+
+    moved = still_claimed()
+    if moved is not None:
+        return "left: %s meanwhile" % moved
     pclient.allocate_new_consumer(placement, consumer, expected, project_id, user_id,
                                   consumer_type)
+    moved = still_claimed()
+    if moved is not None:
+        placement.delete_allocations(consumer)
+        return "left: %s meanwhile" % moved
     return "restored"
 
 

@@ -445,7 +445,8 @@ class Scheduler:
 
     def _submitted(self, decision: HostDecision, wait: float, known: list[int]) -> None:
         """A decision went to its host: a release that landed since the
-        last check (a cancel older than it) withdraws it at once; then
+        last check (a cancel older than it) withdraws it at once (or, when
+        its host claimed it first, asks its host to release it); then
         :attr:`on_offer` is told, before the wait."""
         cancelled = protocol.cancelled_since(self.store, decision.consumer, known[0],
                                              below=decision.id)
@@ -453,8 +454,16 @@ class Scheduler:
         if cancelled is not None:
             try:
                 protocol.withdraw(self.store, decision.id)
-            except store_errors.DecisionStatusConflict:
-                pass  # NOTE: answered already: the wait reads the answer
+            except store_errors.DecisionStatusConflict as err:
+                # NOTE: answered already: the wait reads the answer. A claim
+                # that beat the withdrawal is released as any claim (the
+                # requester asked first; it was told nothing is in force).
+                if err.decision.status == protocol.CLAIMED:
+                    try:
+                        protocol.apply(self.store, decision.id,
+                                       protocol.Move.REQUEST_RELEASE)
+                    except store_errors.DecisionStatusConflict:
+                        pass  # NOTE: released by someone else meanwhile
         if self.on_offer is not None:
             self.on_offer(decision, wait)
 

@@ -223,3 +223,50 @@ def test_cli_schedule_interrupted_names_the_consumer_and_its_state(
         assert doc["interrupted"] == {"consumer": decision.consumer, "host": host.name,
                                       "decision": decision.id, "status": "pending"}
         assert doc["instances"] == []
+
+
+class _ReleasedThenClaimedAtOnce:
+    """The scheduler's store, except that a requester releases the consumer
+    (nothing in force: a cancel) just before the decision is submitted, and
+    the host's agent claims the decision before the scheduler looks again."""
+
+    def __init__(self, store, release, claim):
+        self._store, self._release, self._claim = store, release, claim
+        self.outcomes = []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def submit_decision(self, consumer, host, spec):
+        self.outcomes.append(self._release())
+        submitted = self._store.submit_decision(consumer, host, spec)
+        self._claim()
+        return submitted
+
+
+def test_a_release_before_the_submit_wins_over_a_claim_that_lands_first(cloud):
+    """The release came first: the claim that beat the scheduler's
+    withdrawal is released as any claim, never kept."""
+    host = cloud.add_host("rc", [cell(4, 4096)], start=False)
+    sched = cloud.scheduler()
+    consumer = str(uuid.uuid4())
+    spec = spec_of(sched, {}, 2, 1024)
+    host.start()
+    assert sched.schedule(spec, consumer, "p", "u").placed
+    assert request_release(cloud.store, consumer, timeout=10).outcome == "released"
+    host.stop()
+    sched.store = store = _ReleasedThenClaimedAtOnce(
+        sched.store, lambda: request_release(cloud.store, consumer,
+                                             cloud.placement.emb.client()),
+        lambda: host.agent.poll())
+    result = sched.schedule(spec, consumer, "p", "u")
+    (released,) = store.outcomes
+    assert released.outcome == "nothing-in-force"
+    assert not result.placed, result.attempts
+    assert result.attempts[-1].outcome == "withdrawn"
+    host.start()
+    decision = cloud.store.wait_for_change(cloud.store.latest_decision(consumer), 10)
+    assert decision.status == DecisionStatus.RELEASED
+    assert cloud.store.active_decision(consumer) is None
+    assert cloud.allocations(consumer) == {}
+    assert host.assignments.get("numa", []) == []

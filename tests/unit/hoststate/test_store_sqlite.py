@@ -224,3 +224,38 @@ def test_a_file_that_is_not_a_database_is_the_stores_error(tmp_path):
         hoststate.HostStateStore("sqlite:///%s" % path)
     assert str(path) in str(info.value) and "not a database" in str(info.value)
     assert path.read_text() == "not a database\n"
+
+
+def test_sqlite_a_failure_in_one_thread_leaves_another_s_transaction_whole(tmp_path):
+    """A failing transaction drops the pooled connections (store recovery):
+    one that another thread of the process (the demo's scheduler and
+    agent) has open carries on and commits."""
+    from compute_plugins.hoststate.database import Database
+    from compute_plugins.hoststate.errors import StoreUnavailable
+
+    db = Database("sqlite:///%s" % (tmp_path / "shared.sqlite"))
+    try:
+        with db.write() as conn:
+            conn.execute(sa.text("CREATE TABLE t (n INTEGER)"))
+        with db.read() as conn:  # NOTE: a second pooled connection, idle
+            conn.execute(sa.text("SELECT 1"))
+        failed = []
+
+        def another_thread_fails():
+            try:
+                with db.read() as conn:
+                    conn.execute(sa.text("SELECT * FROM missing_table"))
+            except StoreUnavailable as err:
+                failed.append(err)
+
+        with db.write() as conn:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+            thread = threading.Thread(target=another_thread_fails)
+            thread.start()
+            thread.join(30)
+            conn.execute(sa.text("INSERT INTO t VALUES (2)"))
+        assert len(failed) == 1
+        with db.read() as conn:
+            assert conn.execute(sa.text("SELECT n FROM t ORDER BY n")).scalars().all() == [1, 2]
+    finally:
+        db.close()
