@@ -77,25 +77,9 @@ class SqlDecisionQueue(database.OnDatabase):
         except (TypeError, ValueError) as err:
             raise ValueError("the spec of consumer %s is not a serialised "
                              "RequestSpec: %s" % (consumer, err)) from None
-        now = database.utcnow()
-        values = {"consumer": consumer, "host": host, "spec": spec,
-                  "status": DecisionStatus.PENDING.value, "reasons": None,
-                  "active_consumer": consumer, "created_at": now, "updated_at": now}
-
-        def insert() -> HostDecision:
-            with self.db.write() as conn:
-                key = conn.execute(sa.insert(t_decisions).values(**values)
-                                   ).inserted_primary_key
-                # None only for an executemany or a statement that is no INSERT.
-                assert key is not None
-                new_id = key[0]
-            return HostDecision(id=int(new_id), consumer=consumer, host=host,
-                                spec=spec, status=DecisionStatus.PENDING,
-                                reasons=(), created_at=now, updated_at=now)
-
         for _ in range(_SUBMIT_ATTEMPTS):
             try:
-                return self.db.retrying(insert)
+                return self._insert(consumer, host, spec, DecisionStatus.PENDING)
             except sa.exc.IntegrityError:
                 existing = self.active_decision(consumer)
                 if existing is not None:
@@ -114,24 +98,8 @@ class SqlDecisionQueue(database.OnDatabase):
         """
         database.check_name("consumer", consumer, database.UUID_LENGTH)
         database.check_name("host name", host, database.NAME_LENGTH)
-        now = database.utcnow()
-        values = {"consumer": consumer, "host": host, "spec": spec,
-                  "status": DecisionStatus.CLAIMED.value, "reasons": None,
-                  "active_consumer": consumer, "created_at": now, "updated_at": now}
-
-        def insert() -> HostDecision:
-            with self.db.write() as conn:
-                self.check_fence(conn)
-                key = conn.execute(sa.insert(t_decisions).values(**values)
-                                   ).inserted_primary_key
-                assert key is not None
-                new_id = key[0]
-            return HostDecision(id=int(new_id), consumer=consumer, host=host,
-                                spec=spec, status=DecisionStatus.CLAIMED,
-                                reasons=(), created_at=now, updated_at=now)
-
         try:
-            return self.db.retrying(insert)
+            return self._insert(consumer, host, spec, DecisionStatus.CLAIMED, fenced=True)
         except sa.exc.IntegrityError:
             existing = self.active_decision(consumer)
             if existing is None:
@@ -147,21 +115,38 @@ class SqlDecisionQueue(database.OnDatabase):
         consumer."""
         database.check_name("consumer", consumer, database.UUID_LENGTH)
         database.check_name("host name", host, database.NAME_LENGTH)
+        return self._insert(consumer, host, spec, DecisionStatus.RELEASED,
+                            tuple(reasons), in_force=False)
+
+    def _insert(self, consumer: str, host: str, spec: str, status: DecisionStatus,
+                reasons: tuple[Rejection, ...] = (), in_force: bool = True,
+                fenced: bool = False) -> HostDecision:
+        """Insert one decision (retried on a lost connection or a lock);
+        ``in_force`` ones hold the consumer's one decision in force,
+        ``fenced`` ones check the agent's lease in the same transaction.
+
+        :raises sqlalchemy.exc.IntegrityError: the consumer has a decision
+            in force already.
+        """
         now = database.utcnow()
         values = {"consumer": consumer, "host": host, "spec": spec,
-                  "status": DecisionStatus.RELEASED.value,
+                  "status": status.value,
                   "reasons": _reasons_text(reasons) if reasons else None,
-                  "active_consumer": None, "created_at": now, "updated_at": now}
+                  "active_consumer": consumer if in_force else None,
+                  "created_at": now, "updated_at": now}
 
         def insert() -> HostDecision:
             with self.db.write() as conn:
+                if fenced:
+                    self.check_fence(conn)
                 key = conn.execute(sa.insert(t_decisions).values(**values)
                                    ).inserted_primary_key
+                # None only for an executemany or a statement that is no INSERT.
                 assert key is not None
                 new_id = key[0]
             return HostDecision(id=int(new_id), consumer=consumer, host=host,
-                                spec=spec, status=DecisionStatus.RELEASED,
-                                reasons=tuple(reasons), created_at=now, updated_at=now)
+                                spec=spec, status=status, reasons=reasons,
+                                created_at=now, updated_at=now)
 
         return self.db.retrying(insert)
 
