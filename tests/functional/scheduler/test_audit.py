@@ -12,24 +12,13 @@ import pytest
 from compute_plugins.cmd import main
 from compute_plugins.hoststate.records import DecisionStatus
 from tests.functional.request.hosts import cell
-from tests.functional.scheduler.cloud import Cloud, expected_allocation
+from tests.functional.scheduler.cloud import expected_allocation
 from tests.functional.scheduler.test_in_doubt import InterruptedWhileWaiting
-from tests.functional.scheduler.test_schedule import (  # noqa: F401 - fixtures
-    placement,
-    placement_url,
-    spec_of,
-)
+from tests.functional.scheduler.test_schedule import spec_of
 
 
 @pytest.fixture
-def cloud(placement, tmp_path):  # noqa: F811 - the module's fixture
-    cloud = Cloud(placement, str(tmp_path))
-    yield cloud
-    cloud.close()
-
-
-@pytest.fixture
-def audit(cloud, placement_url, tmp_path, capsys):  # noqa: F811
+def audit(cloud, placement_url, tmp_path, capsys):
     """``compute-plugins audit ARGS``: (exit code, stdout lines)."""
     config = tmp_path / "audit.conf"
     config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"

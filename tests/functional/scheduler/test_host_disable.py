@@ -17,7 +17,6 @@ from compute_plugins.compute import disable
 from compute_plugins.compute.release import request_release
 from compute_plugins.scheduler import query
 from tests.functional.request.hosts import HEADERS, cell
-from tests.functional.scheduler import test_schedule as base
 from tests.functional.scheduler.test_schedule import new_consumer, spec_of
 from tests.output import flat
 
@@ -25,9 +24,6 @@ TRAIT = "COMPUTE_STATUS_DISABLED"
 
 # NOTE: test_schedule's fixtures: one embedded Placement for the module,
 # a cloud (store, hosts, agents) per test.
-placement = base.placement
-placement_url = base.placement_url
-cloud = base.cloud
 
 
 def root_traits(cloud, host) -> set[str]:

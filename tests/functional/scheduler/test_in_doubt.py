@@ -21,19 +21,8 @@ from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import DecisionStatus
 from compute_plugins.scheduler.selection import ConsumerInUse
 from tests.functional.request.hosts import cell
-from tests.functional.scheduler.cloud import Cloud, FirstPutRaces, expected_allocation
-from tests.functional.scheduler.test_schedule import (  # noqa: F401 - fixture
-    pinned,
-    placement,
-    spec_of,
-)
-
-
-@pytest.fixture
-def cloud(placement, tmp_path):  # noqa: F811 - the module's fixture
-    cloud = Cloud(placement, str(tmp_path))
-    yield cloud
-    cloud.close()
+from tests.functional.scheduler.cloud import FirstPutRaces, expected_allocation
+from tests.functional.scheduler.test_schedule import pinned, spec_of, write_json
 
 
 class InterruptedWhileWaiting:
@@ -165,10 +154,7 @@ def test_a_release_between_two_hosts_wins(cloud):
 
 # -- the command line ---------------------------------------------------------
 
-from tests.functional.scheduler.test_schedule import placement_url, write_json  # noqa: E402,F401,I001
-
-
-def cli_common(cloud, tmp_path, placement_url):  # noqa: F811
+def cli_common(cloud, tmp_path, placement_url):
     config = tmp_path / "compute-plugins.conf"
     config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
     flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 2,
@@ -176,7 +162,7 @@ def cli_common(cloud, tmp_path, placement_url):  # noqa: F811
     return ["--config-file", str(config), "--placement-url", placement_url], flavor
 
 
-def test_cli_schedule_tells_the_consumer_before_it_waits(cloud, placement_url,  # noqa: F811
+def test_cli_schedule_tells_the_consumer_before_it_waits(cloud, placement_url,
                                                          tmp_path, capsys):
     from compute_plugins.cmd import main
 
@@ -194,7 +180,7 @@ def test_cli_schedule_tells_the_consumer_before_it_waits(cloud, placement_url,  
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_cli_schedule_interrupted_names_the_consumer_and_its_state(
-        cloud, placement_url, tmp_path, capsys, monkeypatch, fmt):  # noqa: F811
+        cloud, placement_url, tmp_path, capsys, monkeypatch, fmt):
     import json
 
     from compute_plugins.cmd import main

@@ -13,18 +13,7 @@ import pytest
 from compute_plugins.scheduler.selection import Scheduler
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud, expected_allocation
-from tests.functional.scheduler.test_schedule import (  # noqa: F401 - fixture
-    pinned,
-    placement,
-    spec_of,
-)
-
-
-@pytest.fixture
-def cloud(placement, tmp_path):  # noqa: F811 - the module's fixture
-    cloud = Cloud(placement, str(tmp_path))
-    yield cloud
-    cloud.close()
+from tests.functional.scheduler.test_schedule import pinned, spec_of
 
 
 def race(cloud: Cloud, schedulers: int, vcpus: int, extra_specs=None, **overrides

@@ -13,27 +13,10 @@ import pytest
 
 from compute_plugins.cmd import main
 from compute_plugins.hoststate import protocol
-from compute_plugins.placement import embedded
 from compute_plugins.scheduler.selection import ConsumerAllocated
-from tests.functional.request.hosts import Placement, cell
-from tests.functional.scheduler.cloud import Cloud, FirstPutRaces, expected_allocation
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.cloud import FirstPutRaces, expected_allocation
 from tests.unit.request.conftest import build
-
-
-@pytest.fixture(scope="module")
-def placement():
-    emb = embedded.EmbeddedPlacement("sqlite://").start()
-    yield Placement(emb)
-    emb.close()
-
-
-@pytest.fixture
-def cloud(placement, tmp_path):
-    # NOTE: a store per test: hosts of other tests stay in Placement but are
-    # no host of this store, so the scheduler never considers them.
-    cloud = Cloud(placement, str(tmp_path))
-    yield cloud
-    cloud.close()
 
 
 def new_consumer() -> str:
@@ -411,13 +394,6 @@ def test_a_decision_pending_on_a_host_that_goes_down_is_replaced_at_once(cloud):
     cloud.restart(dead)
     assert cloud.store.history(consumer)[0].status.value == "released"
     assert consumer not in dead.agent.ledger
-
-
-@pytest.fixture(scope="module")
-def placement_url(placement):
-    server = placement.emb.make_server()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server.url
 
 
 def write_json(path, doc):
