@@ -280,6 +280,8 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
     :raises LedgerError: the ledger cannot be read.
     :raises HostRenamed: the host's name is not the one its state
         directory belongs to (:func:`compute_plugins.compute.identity.ensure`).
+    :raises MachineChanged: the state directory was made on another
+        machine (``[compute] machine_id_file``).
     """
     from compute_plugins.conf import plugins as plugins_conf
     from compute_plugins.runtime.manager import PluginManager
@@ -295,7 +297,8 @@ def load_host(conf: Any, discover: Callable[[], HostInfo],
         lock(conf)
     # NOTE: before the ledger: a renamed host must not start on an empty
     # ledger of its new name (identity.ensure raises HostRenamed).
-    identity.ensure(state_dir, first.hostname)
+    identity.ensure(state_dir, first.hostname,
+                    identity.machine_id(conf.compute.machine_id_file))
     return manager, first, Ledger.load(state_dir, first.hostname, manager.plugins)
 
 

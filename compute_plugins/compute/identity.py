@@ -12,6 +12,15 @@ instead (:class:`HostRenamed`, exit 2), and an operator who renames on
 purpose runs ``compute-plugins host rename OLD NEW``
 (:mod:`compute_plugins.compute.rename`).
 
+The machine: the identity also records which machine the state
+directory was made on (a hash of ``/etc/machine-id``, see
+:func:`machine_id`). A state directory copied to another machine (a
+cloned disk or VM image, a backup restored on new hardware) would
+otherwise keep the node's uuid, and the two agents would take the host's
+lease from each other in turn, each fenced by the other. An agent started
+on another machine than the recorded one refuses to start instead
+(:class:`MachineChanged`, exit 2).
+
 One agent per state directory: the agent holds an exclusive ``flock`` on
 ``<state_dir>/agent.lock`` (its pid inside) for its whole life
 (:class:`StateDirLock`); a second one exits 2 naming the first one's pid.
@@ -24,6 +33,7 @@ import dataclasses
 import errno
 import fcntl
 import glob
+import hashlib
 import json
 import os
 import stat
@@ -40,6 +50,17 @@ LOCK_FILE = "agent.lock"
 FORMAT = "compute-plugins-node"
 FORMAT_VERSION = 1
 _LEDGER_SUFFIX = ".ledger.json"
+#: Where the machine's identity is read from when ``[compute]
+#: machine_id_file`` is not set: the first of these that holds one.
+#: systemd's machine id (``machine-id(5)``: made once at installation, the
+#: same across reboots), its D-Bus copy, then the firmware's system uuid
+#: (DMI, readable by root).
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id",
+                    "/sys/class/dmi/id/product_uuid")
+#: What is recorded: a hash of the machine id with this prefix, never the id
+#: itself (``machine-id(5)``: not to be exposed; as
+#: ``sd_id128_get_machine_app_specific``).
+_MACHINE_SALT = b"compute-plugins compute node\0"
 
 
 class IdentityError(exception.InputError):
@@ -99,6 +120,30 @@ class RenameUnfinished(exception.InputError):
             % (node.host, node.renaming, node.path, node.host, node.renaming))
 
 
+class MachineChanged(exception.InputError):
+    """The state directory was made on another machine (exit 2): copied
+    from another host, its node's uuid would be that host's.
+
+    :param node: the identity recorded (its ``machine``).
+    :param found: the machine found now.
+    """
+
+    def __init__(self, node: NodeIdentity, found: Machine) -> None:
+        self.node = node
+        self.found = found
+        state_dir = os.path.dirname(node.path) or "."
+        super().__init__(
+            "the state directory %s belongs to compute node %s (uuid %s) on "
+            "another machine: this machine's id (%s) is not the one recorded in "
+            "%s; a state directory copied from another host must not be used. "
+            "Start this host on an empty state directory to register it as a new "
+            "host; if it is the same host and only its machine id changed (an "
+            "OS reinstall), remove %s to record this machine (the node and its "
+            "claims are kept; `compute-plugins host rename` if its name changed "
+            "too)" % (state_dir, node.host, node.uuid, found.source, node.path,
+                      node.path))
+
+
 class AgentRunning(exception.InputError):
     """Another process holds the state directory's lock (exit 2).
 
@@ -117,6 +162,47 @@ class AgentRunning(exception.InputError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Machine:
+    """The machine an agent runs on.
+
+    :param id: a hash of its machine id (what the identity records).
+    :param source: the file it was read from.
+    """
+
+    id: str
+    source: str
+
+
+def machine_id(path: Optional[str] = None) -> Optional[Machine]:
+    """This machine's identity: ``path`` (``[compute] machine_id_file``),
+    else the first of :data:`MACHINE_ID_FILES` that holds one (None: none
+    does, e.g. a container without ``/etc/machine-id``: the machine is not
+    checked).
+
+    :param path: the file to read ("": none, the machine is not checked).
+    :raises IdentityError: ``path`` cannot be read or is empty.
+    """
+    if path == "":
+        return None
+    for source in (path,) if path is not None else MACHINE_ID_FILES:
+        try:
+            with open(source, "rb") as f:
+                raw = f.read(4096).strip().lower()
+        except OSError as err:
+            if path is not None:
+                raise IdentityError(path, "cannot read the machine id: %s"
+                                    % (err.strerror or err)) from None
+            continue
+        # NOTE: systemd writes "uninitialized" until the first boot is done.
+        if raw and raw != b"uninitialized":
+            digest = hashlib.sha256(_MACHINE_SALT + raw).hexdigest()[:32]
+            return Machine(digest, source)
+        if path is not None:
+            raise IdentityError(path, "no machine id in it (empty)")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
 class NodeIdentity:
     """The compute node a state directory belongs to.
 
@@ -127,12 +213,16 @@ class NodeIdentity:
     :param renaming: the name a ``host rename`` that has not finished is
         moving the node to (None: none): the agent does not start until it
         is run again to its end.
+    :param machine: the machine it was recorded on (:attr:`Machine.id`;
+        None: not known, an identity from before it was recorded or a
+        machine without an id).
     """
 
     host: str
     uuid: str
     path: str
     renaming: Optional[str] = None
+    machine: Optional[str] = None
 
 
 def path_for(state_dir: str) -> str:
@@ -167,22 +257,40 @@ def read(state_dir: str) -> Optional[NodeIdentity]:
     renaming = document.get("renaming")
     if renaming is not None and (not isinstance(renaming, str) or not renaming):
         raise IdentityError(path, "\"renaming\" is not a host name")
-    return NodeIdentity(host, node, path, renaming)
+    machine = document.get("machine")
+    if machine is not None and (not isinstance(machine, str) or not machine):
+        raise IdentityError(path, "\"machine\" is not a machine id")
+    return NodeIdentity(host, node, path, renaming, machine)
+
+
+#: :func:`write`'s ``machine`` default: the one recorded already.
+KEEP = "keep"
 
 
 def write(state_dir: str, host: str, node: str,
-          renaming: Optional[str] = None) -> NodeIdentity:
+          renaming: Optional[str] = None,
+          machine: Optional[str] = KEEP) -> NodeIdentity:
     """Record ``host`` and ``node`` in ``state_dir`` (atomically, 0600).
 
     :param renaming: a rename to this name is under way (``host rename``
         records it before it changes anything, and drops it last).
+    :param machine: the machine's :attr:`Machine.id` (None: none;
+        :data:`KEEP`: the one recorded, if any).
     :raises IdentityError: it cannot be written.
     """
     path = path_for(state_dir)
+    if machine == KEEP:
+        try:
+            current = read(state_dir)
+        except IdentityError:
+            current = None
+        machine = None if current is None else current.machine
     document: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION,
                                 "host": host, "uuid": node}
     if renaming is not None:
         document["renaming"] = renaming
+    if machine is not None:
+        document["machine"] = machine
     text = json.dumps(document, indent=1, sort_keys=True)
     try:
         files.ensure_private_dir(state_dir)
@@ -193,7 +301,7 @@ def write(state_dir: str, host: str, node: str,
             os.close(dir_fd)
     except OSError as err:
         raise IdentityError(path, "cannot write: %s" % (err.strerror or err)) from None
-    return NodeIdentity(host, node, path, renaming)
+    return NodeIdentity(host, node, path, renaming, machine)
 
 
 def ledger_hosts(state_dir: str) -> list[str]:
@@ -211,22 +319,33 @@ def ledger_hosts(state_dir: str) -> list[str]:
     return found
 
 
-def ensure(state_dir: str, hostname: str) -> NodeIdentity:
-    """The node ``state_dir`` belongs to, checked against the host name
-    discovered now; recorded on the first start.
+def ensure(state_dir: str, hostname: str,
+           machine: Optional[Machine] = None) -> NodeIdentity:
+    """The node ``state_dir`` belongs to, checked against the machine and
+    the host name found now; recorded on the first start.
 
     A state directory from before the identity file is recognised by its
-    claims ledger: one of another host name is a rename too.
+    claims ledger: one of another host name is a rename too. An identity
+    from before the machine was recorded gets this one's.
 
+    :param machine: the machine the agent runs on (:func:`machine_id`;
+        None: not checked, not recorded).
+    :raises MachineChanged: the state directory was made on another
+        machine.
     :raises HostRenamed: the name changed.
     :raises IdentityError: the file cannot be read or written.
     """
     current = read(state_dir)
     if current is not None:
+        if (machine is not None and current.machine is not None
+                and current.machine != machine.id):
+            raise MachineChanged(current, machine)
         if current.renaming is not None:
             raise RenameUnfinished(current)
         if current.host != hostname:
             raise HostRenamed(current.path, current.host, hostname, current.uuid)
+        if machine is not None and current.machine is None:
+            return write(state_dir, current.host, current.uuid, machine=machine.id)
         return current
     others = [h for h in ledger_hosts(state_dir) if h != hostname]
     if others:
@@ -234,7 +353,8 @@ def ensure(state_dir: str, hostname: str) -> NodeIdentity:
 
         raise HostRenamed(ledger.path_for(state_dir, others[0]), others[0], hostname,
                           None)
-    return write(state_dir, hostname, str(uuid.uuid4()))
+    return write(state_dir, hostname, str(uuid.uuid4()),
+                 machine=None if machine is None else machine.id)
 
 
 class StateDirLock:
@@ -296,7 +416,7 @@ class StateDirLock:
             self._fd = None
 
 
-__all__ = ["IDENTITY_FILE", "LOCK_FILE", "AgentRunning", "HostRenamed",
-           "IdentityError", "NodeIdentity", "RenameUnfinished", "StateDirLock", "ensure",
-           "ledger_hosts",
+__all__ = ["IDENTITY_FILE", "KEEP", "LOCK_FILE", "MACHINE_ID_FILES", "AgentRunning",
+           "HostRenamed", "IdentityError", "Machine", "MachineChanged", "NodeIdentity",
+           "RenameUnfinished", "StateDirLock", "ensure", "ledger_hosts", "machine_id",
            "path_for", "read", "write"]

@@ -85,6 +85,19 @@ OPTS = [
         "to free the consumer before it gives up (the release stays "
         "requested: the agent frees it when it runs).",
     ),
+    cfg.StrOpt(
+        "machine_id_file",
+        help="The file holding this machine's identity, which the compute "
+        "agent records (hashed) in its state directory's "
+        "``compute_node.json`` at its first start and checks at every "
+        "start: a state directory copied to another machine makes the agent "
+        "refuse to start (exit 2) instead of running a second agent under "
+        "the same node uuid. Default: the first of ``/etc/machine-id``, "
+        "``/var/lib/dbus/machine-id`` and ``/sys/class/dmi/id/product_uuid`` "
+        "that holds one (none: not checked). In a container whose machine id "
+        "is not the host's, point it at the host's ``/etc/machine-id`` "
+        "mounted in; an empty value turns the check off.",
+    ),
     cfg.Opt(
         "agent_lease_duration",
         type=FiniteFloat(min=3.0, max=3600.0),
