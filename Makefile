@@ -6,7 +6,7 @@ VENV ?= .venv
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test bench genconfig pep8 docs bootstrap
+.PHONY: run test bench soak genconfig pep8 docs bootstrap
 
 run: $(RUN_STAMP)
 	$(VENV)/bin/compute-plugins demo
@@ -16,6 +16,10 @@ test: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(VENV)/bin/python -m bench
+
+# A longer soak than the suite's (SOAK_ARGS: --duration S --seed N ...).
+soak: $(TEST_STAMP)
+	$(VENV)/bin/python -m bench soak $(SOAK_ARGS)
 
 genconfig: $(RUN_STAMP)
 	$(VENV)/bin/oslo-config-generator --config-file etc/compute-plugins/compute-plugins-config-generator.conf
