@@ -1,4 +1,5 @@
-"""Run every benchmark package under ``bench/`` (or those named on the command line).
+"""Run every benchmark package under ``bench/`` (or those named on the command line;
+``soak`` only when named).
 
 ``python -m bench [NAME ...] [OPTIONS]``: the options (from the first word
 that starts with ``-``) go to every benchmark run, as ``python -m
@@ -11,13 +12,17 @@ import pathlib
 import runpy
 import sys
 
+#: Run only when named: not a measurement, and minutes long (``bench.soak``:
+#: faults in a small cloud, doc/source/testing.md).
+ONLY_WHEN_NAMED = frozenset({"soak"})
+
 
 def main(argv: list[str]) -> int:
     here = pathlib.Path(__file__).parent
     available = sorted(p.name for p in here.iterdir() if (p / "__main__.py").exists())
     split = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
     names, options = argv[:split], argv[split:]
-    wanted = names or available
+    wanted = names or [name for name in available if name not in ONLY_WHEN_NAMED]
     unknown = sorted(set(wanted) - set(available))
     if unknown:
         print("unknown benchmark(s): %s; available: %s"
