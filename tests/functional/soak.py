@@ -122,8 +122,8 @@ answer_timeout = {timeout}
 #: The weights of the work's choices.
 WORK = {"schedule": 6, "release": 3, "rerun": 1}
 #: The faults, each every so many seconds on average (at least once).
-FAULTS = {"kill-agent": 30.0, "restart-agent": 60.0, "kill-placement": 40.0,
-          "store-outage": 30.0}
+FAULTS = {"kill-agent": 30.0, "restart-agent": 60.0, "kill-placement": 90.0,
+          "store-outage": 40.0}
 #: The chance that a ``schedule`` (``release``) is killed, at a moment
 #: drawn from :data:`KILL_AFTER` seconds after its start.
 KILL_SCHEDULE, KILL_RELEASE = 0.3, 0.1
