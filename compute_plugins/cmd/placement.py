@@ -5,7 +5,8 @@ on 127.0.0.1 with ``auth_strategy=noauth2`` (token ``admin``), for other
 processes: ``compute-plugins --placement-url URL ...``, nova, the openstack
 client. The HTTP server is waitress (:mod:`compute_plugins.placement.server`:
 worker threads, keep-alive, a stalled client blocks nobody and is closed
-after ``--timeout`` seconds of silence); Placement itself, built once,
+after ``--timeout`` seconds of silence, a slow one once its request has
+taken ``--request-timeout`` seconds); Placement itself, built once,
 answers one request at a time (SQLite). The first line on stdout is
 ``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
 0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
@@ -62,6 +63,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                  "%(server_default)s)")
     timeout.server_default = arguments.Deferred(  # type: ignore[attr-defined]
         lambda: _server().DEFAULT_CHANNEL_TIMEOUT)
+    request_timeout = serve.add_argument(
+        "--request-timeout", type=_positive("request timeout"), metavar="SECONDS",
+        help="close a connection whose request (headers and body) has not "
+        "arrived whole this long after its first byte: a slow client holds "
+        "its connection no longer (default %(server_default)s)")
+    request_timeout.server_default = arguments.Deferred(  # type: ignore[attr-defined]
+        lambda: _server().DEFAULT_REQUEST_TIMEOUT)
     serve.set_defaults(func=run)
 
 
@@ -119,7 +127,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                                               is None else args.threads),
                                      channel_timeout=(pserver.DEFAULT_CHANNEL_TIMEOUT
                                                       if args.timeout is None
-                                                      else args.timeout))
+                                                      else args.timeout),
+                                     request_timeout=(pserver.DEFAULT_REQUEST_TIMEOUT
+                                                      if args.request_timeout is None
+                                                      else args.request_timeout))
     except OSError as err:
         service.close()
         print("compute-plugins: error: cannot listen on 127.0.0.1:%s: %s"

@@ -350,6 +350,7 @@ class EmbeddedPlacement:
         port: int = 0,
         threads: int = pserver.DEFAULT_THREADS,
         channel_timeout: int = pserver.DEFAULT_CHANNEL_TIMEOUT,
+        request_timeout: int = pserver.DEFAULT_REQUEST_TIMEOUT,
     ) -> pserver.PlacementHTTPServer:
         """An HTTP server for this app (``port`` 0: any free port).
 
@@ -359,12 +360,14 @@ class EmbeddedPlacement:
             at a time).
         :param channel_timeout: seconds of silence after which a connection
             (idle, or stalled mid-request) is closed.
+        :param request_timeout: seconds a request may take to arrive whole
+            (a slow client's connection is closed after that).
         :raises OSError: the address cannot be listened on.
         """
         self.start()
         server = pserver.PlacementHTTPServer(
             self, host, port, threads=threads,
-            channel_timeout=channel_timeout)
+            channel_timeout=channel_timeout, request_timeout=request_timeout)
         self._server = server
         return server
 

@@ -27,7 +27,8 @@ ANSWER = 30
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("serve") / "placement.sqlite")
-    placement = ServedPlacement(db, free_port(), ["--timeout", "1"])
+    placement = ServedPlacement(db, free_port(), ["--timeout", "1",
+                                                    "--request-timeout", "2"])
     placement.start()
     yield placement
     placement.stop()
@@ -75,6 +76,49 @@ def test_a_stalled_client_is_disconnected_after_the_timeout(served):
         assert data == b""
     finally:
         sock.close()
+
+
+def test_hundreds_of_slow_clients_block_nobody(served):
+    """200 clients sending one header line every half second (never silent
+    for the --timeout of 1 s, never done): each is closed once its request
+    has taken --request-timeout (2 s), and a normal client is answered
+    meanwhile (before: waitress stopped accepting at 100 connections, and a
+    trickling client was never closed)."""
+    slow = [stalled(served, b"GET /resource_providers HTTP/1.1\r\n")
+            for _ in range(200)]
+    closed: set[int] = set()
+    done = threading.Event()
+
+    def trickle() -> None:
+        while not done.is_set() and len(closed) < len(slow):
+            for index, sock in enumerate(slow):
+                if index not in closed:
+                    try:
+                        sock.sendall(b"X-Slow: %d\r\n" % index)
+                    except OSError:
+                        closed.add(index)
+            done.wait(0.5)
+
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        # NOTE: a liveness bound, not a timing: blocked, it never answers.
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+        conn.request("GET", "/", headers={"X-Auth-Token": "admin"})
+        assert conn.getresponse().status == 200
+        conn.close()
+        for sock in slow:
+            sock.settimeout(ANSWER)
+            try:
+                data = sock.recv(1024)
+            except ConnectionResetError:
+                data = b""
+            assert data == b""  # closed without an answer
+    finally:
+        done.set()
+        trickler.join()
+        for sock in slow:
+            sock.close()
 
 
 def test_requests_share_one_connection(served):
