@@ -59,7 +59,8 @@ SHARED_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         metavar="DIR", help="replay a host snapshot written by record-host "
         "instead of asking libvirt")),
     "placement_url": (("--placement-url",), dict(
-        metavar="URL", help="a Placement running with noauth2 (token admin); "
+        metavar="URL", help="a Placement running with noauth2 (token admin; "
+        "on 127.0.0.1, placement serve's token from the state directory); "
         "default: [placement] options, else embedded Placement")),
 }
 #: The value of each shared option when it is not given.

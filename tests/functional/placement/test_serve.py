@@ -259,3 +259,82 @@ def test_bad_server_arguments_are_argparse_errors(args, expected):
                           timeout=120, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ token
+
+
+def _status(port: int, path: str, token: str | None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=ANSWER)
+    try:
+        headers = {"OpenStack-API-Version": "placement 1.39"}
+        if token is not None:
+            headers["X-Auth-Token"] = token
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_it_requires_the_token_it_generates_into_the_state_directory(tmp_path):
+    """By default every request but the version document must carry the
+    random token of placement.token (0600) in the state directory; admin,
+    noauth2's fixed token, is refused. A restart keeps the token; this
+    project's commands find it for a Placement on 127.0.0.1."""
+    import subprocess
+
+    from tests.functional.placement.conftest import CLI, cli_env
+
+    env = cli_env(XDG_STATE_HOME=str(tmp_path / "state"))
+    path = tmp_path / "state" / "compute-plugins" / "placement.token"
+    port = free_port()
+    tokens = []
+    for _ in range(2):  # a restart keeps the token
+        proc = subprocess.Popen(CLI + ["placement", "serve", "--port", str(port),
+                                       "--db", str(tmp_path / "p.sqlite")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, env=env)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("Placement listening on http://127.0.0.1:%d "
+                                   "(token in %s; " % (port, path)), line
+            assert path.stat().st_mode & 0o777 == 0o600
+            token = path.read_text().strip()
+            tokens.append(token)
+            assert _status(port, "/resource_providers", "admin") == 401
+            assert _status(port, "/resource_providers", None) == 401
+            assert _status(port, "/resource_providers", token) == 200
+            assert _status(port, "/", None) == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert tokens[0] == tokens[1] and len(tokens[0]) >= 40
+    proc = subprocess.Popen(CLI + ["placement", "serve", "--port", str(port),
+                                   "--db", str(tmp_path / "p.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        # the command line reads it: a Placement on 127.0.0.1 (or localhost)
+        for host in ("127.0.0.1", "localhost"):
+            result = subprocess.run(
+                CLI + ["--libvirt-uri", "test:///default", "--placement-url",
+                       "http://%s:%d" % (host, port), "report", "--periodic", "1"],
+                capture_output=True, text=True, timeout=120, env=env)
+            assert result.returncode == 0, result.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_no_token_takes_admin(tmp_path):
+    placement = ServedPlacement(str(tmp_path / "p.sqlite"), free_port())
+    placement.start()
+    try:
+        assert _status(placement.port, "/resource_providers", "admin") == 200
+    finally:
+        placement.stop()
