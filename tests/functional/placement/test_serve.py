@@ -290,15 +290,19 @@ def test_it_requires_the_token_it_generates_into_the_state_directory(tmp_path):
     env = cli_env(XDG_STATE_HOME=str(tmp_path / "state"))
     path = tmp_path / "state" / "compute-plugins" / "placement.token"
     port = free_port()
-    tokens = []
-    for _ in range(2):  # a restart keeps the token
+
+    def serve() -> tuple[subprocess.Popen, str]:
         proc = subprocess.Popen(CLI + ["placement", "serve", "--port", str(port),
                                        "--db", str(tmp_path / "p.sqlite")],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, env=env)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline()
+
+    tokens = []
+    for _ in range(2):  # a restart keeps the token
+        proc, line = serve()
         try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
             assert line.startswith("Placement listening on http://127.0.0.1:%d "
                                    "(token in %s; " % (port, path)), line
             assert path.stat().st_mode & 0o777 == 0o600
@@ -312,13 +316,8 @@ def test_it_requires_the_token_it_generates_into_the_state_directory(tmp_path):
             proc.terminate()
             proc.wait(timeout=10)
     assert tokens[0] == tokens[1] and len(tokens[0]) >= 40
-    proc = subprocess.Popen(CLI + ["placement", "serve", "--port", str(port),
-                                   "--db", str(tmp_path / "p.sqlite")],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env)
+    proc, _ = serve()
     try:
-        assert proc.stdout is not None
-        proc.stdout.readline()
         # the command line reads it: a Placement on 127.0.0.1 (or localhost)
         for host in ("127.0.0.1", "localhost"):
             result = subprocess.run(
