@@ -59,7 +59,8 @@ SHARED_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         metavar="DIR", help="replay a host snapshot written by record-host "
         "instead of asking libvirt")),
     "placement_url": (("--placement-url",), dict(
-        metavar="URL", help="a Placement running with noauth2 (token admin); "
+        metavar="URL", help="a Placement running with noauth2 (token admin; "
+        "on 127.0.0.1, placement serve's token from the state directory); "
         "default: [placement] options, else embedded Placement")),
 }
 #: The value of each shared option when it is not given.
@@ -143,6 +144,43 @@ def check_urls(args: argparse.Namespace) -> None:
             urls.check_http_url(url)
         except ValueError as err:
             raise exception.InputError("--placement-url %s" % err) from None
+
+
+#: Placement's limit on a project or user id.
+MAX_ID_LENGTH = 255
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a Placement project or user id, or None:
+    1 to :data:`MAX_ID_LENGTH` characters, valid UTF-8 (an argument that is
+    not arrives with its bytes as lone surrogates, which Placement answers
+    with a 500) and printable (:func:`~compute_plugins.util.text.name_problem`)."""
+    from compute_plugins.util.text import name_problem
+
+    if not 1 <= len(value) <= MAX_ID_LENGTH:
+        return "expected 1 to %d characters" % MAX_ID_LENGTH
+    for index, char in enumerate(value):
+        if "\udc80" <= char <= "\udcff":
+            return "not UTF-8 text (byte 0x%02x at character %d)" % (
+                ord(char) - 0xDC00, index)
+    return name_problem(value)
+
+
+def check_ids(args: argparse.Namespace) -> None:
+    """Refuse a ``--project-id`` or ``--user-id`` Placement would not take
+    (:func:`id_problem`), before the command asks Placement anything.
+
+    :raises InputError: naming the option, the value (escaped) and the rule.
+    """
+    from compute_plugins import exception
+    from compute_plugins.util.text import printable
+
+    for option in ("project_id", "user_id"):
+        value = getattr(args, option, None)
+        problem = None if value is None else id_problem(value)
+        if problem is not None:
+            raise exception.InputError("--%s %s: %s" % (
+                option.replace("_", "-"), printable(repr(value)), problem))
 
 
 def refuse_unused(args: argparse.Namespace) -> None:

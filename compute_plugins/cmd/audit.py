@@ -104,12 +104,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.scheduler import audit
     from compute_plugins.scheduler.selection import CONSUMER_TYPE, CONSUMER_TYPE_VERSION
 
-    for option, value in (("--project-id", args.project_id), ("--user-id", args.user_id)):
-        if not 1 <= len(value) <= 255:
-            from compute_plugins import exception
-
-            raise exception.InputError("%s %r: expected 1 to 255 characters"
-                                       % (option, value))
+    # NOTE: --project-id and --user-id are checked by main (arguments.check_ids).
     directory = plugins_conf.state_dir(conf)
     seen = _load_seen(directory)
     before = dict(seen)

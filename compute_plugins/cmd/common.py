@@ -93,9 +93,9 @@ def discover(conf: cfg.ConfigOpts, args: argparse.Namespace) -> HostInfo:
 def report_degraded(manager: PluginManager) -> int:
     """Print one line per failed plugin to stderr; 1 when degraded, else 0."""
     for failure in manager.failures.values():
-        print("compute-plugins: host degraded: plugin %s failed to %s: %s"
-              % (failure.plugin, failure.stage, printable(failure.reason)),
-              file=sys.stderr)
+        error("plugin %s failed to %s: %s" % (failure.plugin, failure.stage,
+                                              failure.reason),
+              prefix="compute-plugins: host degraded: ")
     return 1 if manager.degraded else 0
 
 
@@ -121,6 +121,15 @@ def interrupted(detail: str = "") -> int:
     except (KeyboardInterrupt, OSError):
         pass
     return EXIT_INTERRUPTED
+
+
+def error(*lines: str, prefix: str = "compute-plugins: error: ") -> None:
+    """Print an error on stderr: ``prefix`` and the first of ``lines``, then
+    the others; each line is :func:`~compute_plugins.util.text.printable`
+    (a newline or a terminal escape in a user's value stays inside its
+    line, escaped)."""
+    for index, line in enumerate(lines):
+        print((prefix if index == 0 else "") + printable(line), file=sys.stderr)
 
 
 def say(text: str) -> None:

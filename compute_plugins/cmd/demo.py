@@ -139,5 +139,5 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         print(render.text(report))
     problems = render.checks(report)
     for problem in problems:
-        print("compute-plugins: demo check failed: %s" % problem, file=sys.stderr)
+        common.error(problem, prefix="compute-plugins: demo check failed: ")
     return EXIT_FAILED if problems else EXIT_OK

@@ -35,11 +35,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments, common, validate
+from compute_plugins.util.text import capped, printable
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -172,9 +172,12 @@ def decide(manager: PluginManager, host: HostInfo, spec: RequestSpec,
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.request.errors import RequestInputError, RequestValidationError
+    from compute_plugins.request.inputs import check_name
     from compute_plugins.request.spec import RequestSpec
 
     try:
+        if args.name is not None:
+            check_name(args.name, "--name")
         inputs = validate.request_input(args)
         usage_doc = validate.load_json(args.usage, "usage") if args.usage else []
     except RequestInputError as err:
@@ -187,14 +190,12 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     host = common.discover(conf, args)
     manager.discover(host)
     manager.raise_config_errors()
-    for failure in manager.failures.values():
-        print("compute-plugins: host degraded: plugin %s failed to %s: %s"
-              % (failure.plugin, failure.stage, failure.reason), file=sys.stderr)
+    common.report_degraded(manager)
     try:
         spec = RequestSpec.build(manager.plugins, inputs)
     except RequestValidationError as err:
         return _bad("invalid request: %d problem(s)" % len(err.problems),
-                    *("  %s" % problem for problem in err.problems))
+                    *capped(["  %s" % problem for problem in err.problems]))
     name = args.name or spec.flavor.name or DEFAULT_NAME
     try:
         result, decided, xml = decide(manager, host, spec, usage, args.usage, name)
@@ -216,9 +217,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
 
 def _bad(*lines: str) -> int:
-    print("compute-plugins: error: %s" % lines[0], file=sys.stderr)
-    for line in lines[1:]:
-        print(line, file=sys.stderr)
+    common.error(*lines)
     return EXIT_USAGE
 
 
@@ -227,7 +226,7 @@ def _print_text(manager: PluginManager, host: HostInfo, spec: RequestSpec,
     from compute_plugins.compute import guest
 
     flavor = "flavor %s: %d vCPU%s, %d MiB" % (
-        spec.flavor.name or "(unnamed)", spec.flavor.vcpus,
+        printable(spec.flavor.name or "(unnamed)"), spec.flavor.vcpus,
         "" if spec.flavor.vcpus == 1 else "s", spec.flavor.memory_mb)
     if not result.fits:
         common.say("does not fit on host %s (%s):" % (host.hostname, flavor))

@@ -257,6 +257,7 @@ def _main(argv: Optional[Sequence[str]]) -> int:
     try:
         arguments.refuse_unused(args)
         arguments.check_urls(args)
+        arguments.check_ids(args)
         conf = load_config(args)
         common.check_values(conf)
         return int(args.func(conf, args))

@@ -1,11 +1,14 @@
 """``compute-plugins placement serve``: the embedded Placement over HTTP.
 
 Runs real Placement (``openstack-placement``) on SQLite as an HTTP service
-on 127.0.0.1 with ``auth_strategy=noauth2`` (token ``admin``), for other
-processes: ``compute-plugins --placement-url URL ...``, nova, the openstack
+on 127.0.0.1, for other processes, every request carrying the random
+token of ``placement.token`` in the state directory
+(:mod:`compute_plugins.placement.token`; ``--no-token``: ``noauth2``'s
+``admin``): ``compute-plugins --placement-url URL ...``, nova, the openstack
 client. The HTTP server is waitress (:mod:`compute_plugins.placement.server`:
 worker threads, keep-alive, a stalled client blocks nobody and is closed
-after ``--timeout`` seconds of silence); Placement itself, built once,
+after ``--timeout`` seconds of silence, a slow one once its request has
+taken ``--request-timeout`` seconds); Placement itself, built once,
 answers one request at a time (SQLite). The first line on stdout is
 ``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
 0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
@@ -35,11 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.required = True
     serve = arguments.command(
         sub, "serve", "serve the embedded Placement over HTTP on 127.0.0.1 "
-        "(noauth2, token admin) until SIGINT or SIGTERM",
+        "(a random token in the state directory) until SIGINT or SIGTERM",
         unused="it is the Placement, on no host", details="""[placement]
         embedded_connection or embedded_state_dir of the config files name
-        its database unless --db does. The first line on stdout is
-        'Placement listening on http://127.0.0.1:PORT'.""")
+        its database unless --db does; every request must carry the token
+        of placement.token in the state directory ([placement]
+        embedded_state_dir), generated on the first start. The first line
+        on stdout is 'Placement listening on http://127.0.0.1:PORT'.""")
     serve.add_argument("--port", type=_port, default=8778,
                        help="TCP port, 1-65535 (default 8778; 0: any free "
                        "port)")
@@ -62,6 +67,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                  "%(server_default)s)")
     timeout.server_default = arguments.Deferred(  # type: ignore[attr-defined]
         lambda: _server().DEFAULT_CHANNEL_TIMEOUT)
+    request_timeout = serve.add_argument(
+        "--request-timeout", type=_positive("request timeout"), metavar="SECONDS",
+        help="close a connection whose request (headers and body) has not "
+        "arrived whole this long after its first byte: a slow client holds "
+        "its connection no longer (default %(server_default)s)")
+    request_timeout.server_default = arguments.Deferred(  # type: ignore[attr-defined]
+        lambda: _server().DEFAULT_REQUEST_TIMEOUT)
+    auth = serve.add_mutually_exclusive_group()
+    auth.add_argument("--token-file", metavar="PATH",
+                      help="the file of the token every request must carry "
+                      "(generated, mode 0600, if missing; default: "
+                      "placement.token in the state directory, which this "
+                      "project's commands read for a Placement on 127.0.0.1)")
+    auth.add_argument("--no-token", action="store_true",
+                      help="take noauth2's fixed token admin instead (any "
+                      "local user is then Placement's administrator)")
     serve.set_defaults(func=run)
 
 
@@ -101,6 +122,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.cmd import report
     from compute_plugins.placement import connect, embedded
     from compute_plugins.placement import server as pserver
+    from compute_plugins.placement import token as ptoken
+    from compute_plugins.util import files, urls
+    from compute_plugins.util.text import printable
 
     report.quiet_placement_logs(conf.debug)
     connection = (embedded.sqlite_url(args.db) if args.db
@@ -112,21 +136,33 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         where = ("--db %s" % args.db if args.db
                  else connect.embedded_option(conf))
         raise exception.ConfigError("%s: %s" % (where, err)) from err
-    # NOTE: loopback only: noauth2 lets anyone who can connect be admin.
+    try:
+        secret = None if args.no_token else ptoken.ensure(
+            args.token_file or ptoken.path_for(connect.state_dir(conf)))
+    except (OSError, files.UnreadableFile) as err:
+        service.close()
+        raise exception.ConfigError("the token file: %s" % err) from err
+    # NOTE: loopback only, and a token only this user can read.
     try:
         server = service.make_server("127.0.0.1", args.port,
                                      threads=(pserver.DEFAULT_THREADS if args.threads
                                               is None else args.threads),
                                      channel_timeout=(pserver.DEFAULT_CHANNEL_TIMEOUT
                                                       if args.timeout is None
-                                                      else args.timeout))
+                                                      else args.timeout),
+                                     request_timeout=(pserver.DEFAULT_REQUEST_TIMEOUT
+                                                      if args.request_timeout is None
+                                                      else args.request_timeout),
+                                     token=secret)
     except OSError as err:
         service.close()
         print("compute-plugins: error: cannot listen on 127.0.0.1:%s: %s"
               % (args.port, err.strerror or err), file=sys.stderr)
         return 1
-    print("Placement listening on %s (noauth2: token admin; database %s)"
-          % (server.url, connection), flush=True)
+    print("Placement listening on %s (%s; database %s)"
+          % (server.url, "noauth2: token admin" if secret is None
+             else "token in %s" % printable(args.token_file or ptoken.path_for(
+                 connect.state_dir(conf))), urls.masked(connection)), flush=True)
 
     stopped_by: list[int] = []
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from compute_plugins import exception
 from compute_plugins.cmd import arguments, common, validate
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import capped, printable
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _bad(line: str) -> int:
-    print("compute-plugins: error: %s" % printable(line), file=sys.stderr)
+    common.error(line)
     return EXIT_USAGE
 
 
@@ -106,12 +106,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             # NOTE: inf would wait forever for a host with no agent.
             raise ValueError("--timeout %r: expected a finite number of "
                              "seconds >= 0" % args.timeout)
-        for option, value in (("--project-id", args.project_id),
-                              ("--user-id", args.user_id)):
-            # NOTE: Placement's limits, checked before its 400 (exit 1).
-            if not 1 <= len(value) <= 255:
-                raise ValueError("%s %r: expected 1 to 255 characters"
-                                 % (option, value))
+        # NOTE: --project-id and --user-id are checked by main
+        # (arguments.check_ids), before Placement's 400 (exit 1).
         inputs = validate.request_input(args)
     except (ValueError, RequestInputError) as err:
         return _bad(str(err))
@@ -119,10 +115,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     try:
         spec = RequestSpec.build(manager.plugins, inputs)
     except RequestValidationError as err:
-        print("compute-plugins: error: invalid request: %d problem(s)"
-              % len(err.problems), file=sys.stderr)
-        for problem in err.problems:
-            print("  %s" % problem, file=sys.stderr)
+        common.error("invalid request: %d problem(s)" % len(err.problems),
+                     *capped(["  %s" % problem for problem in err.problems]))
         return EXIT_USAGE
     results: list[ScheduleResult] = []
     offered: dict[str, HostDecision] = {}

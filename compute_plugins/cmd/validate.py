@@ -9,11 +9,10 @@ Exit codes: 0 the request is valid (the query is printed), 1 it breaks rules
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from compute_plugins.cmd import arguments, common
-from compute_plugins.util.text import printable
+from compute_plugins.util.text import capped, printable
 
 if TYPE_CHECKING:
     from oslo_config import cfg
@@ -93,7 +92,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     try:
         inputs = request_input(args)
     except RequestInputError as err:
-        print("compute-plugins: error: %s" % err, file=sys.stderr)
+        common.error(str(err))
         return EXIT_USAGE
     manager = common.plugin_manager(conf)
     try:
@@ -103,9 +102,9 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             common.print_json({"valid": False, **err.to_dict()})
         else:
             common.say("invalid request: %d problem(s)" % len(err.problems))
-            for problem in err.problems:
-                # NOTE: str(problem) escapes what is not printable.
-                common.say("  %s" % problem)
+            # NOTE: str(problem) escapes what is not printable.
+            for line in capped(["  %s" % problem for problem in err.problems]):
+                common.say(line)
         return EXIT_INVALID
     query = preview(spec)
     if args.format == "json":

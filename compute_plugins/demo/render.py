@@ -243,7 +243,7 @@ def text(report: Mapping[str, Any]) -> str:
     requests = report["requests"]
     out = ["compute-plugins demo: %d hosts, %d requests, %s" % (
         len(report["hosts"]), len(requests),
-        "state in %s" % report["state_dir"] if report["state_dir"]
+        "state in %s" % printable(report["state_dir"]) if report["state_dir"]
         else "state in a temporary directory (removed)"), ""]
     out += _hosts(report)
     out += ["", "2. Booting the requests", ""]

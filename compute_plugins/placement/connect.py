@@ -1,8 +1,10 @@
 """Pick the Placement a command talks to.
 
-In order: ``--placement-url`` (a ``noauth2`` Placement, token ``admin``);
+In order: ``--placement-url`` (a ``noauth2`` Placement, token ``admin``,
+or on 127.0.0.1 ``placement serve``'s token from the state directory);
 ``[placement]`` keystoneauth options (``auth_type`` set: a real cloud;
-only ``endpoint_override`` set: a ``noauth2`` Placement there); otherwise the
+only ``endpoint_override`` set: a ``noauth2`` Placement there, the same
+tokens); otherwise the
 embedded Placement on SQLite (``[placement] embedded_connection`` or
 ``embedded_state_dir``).
 """
@@ -18,6 +20,7 @@ from oslo_config import cfg
 from compute_plugins import exception
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
+from compute_plugins.placement import token as ptoken
 from compute_plugins.util import urls
 
 
@@ -29,7 +32,8 @@ def placement_client(
     exit."""
     group = conf.placement
     if placement_url:
-        yield pclient.PlacementClient.for_url(placement_url)
+        yield pclient.PlacementClient.for_url(
+            placement_url, token=_token(conf, placement_url))
     elif group.auth_type:
         yield pclient.PlacementClient.from_conf(conf)
     elif group.endpoint_override:
@@ -38,7 +42,9 @@ def placement_client(
         except ValueError as err:
             raise exception.ConfigError(
                 "[placement] endpoint_override: %s" % err) from None
-        yield pclient.PlacementClient.for_url(group.endpoint_override)
+        yield pclient.PlacementClient.for_url(
+            group.endpoint_override,
+            token=_token(conf, group.endpoint_override))
     else:
         service = embedded.EmbeddedPlacement(embedded.connection_for(conf))
         try:
@@ -48,6 +54,18 @@ def placement_client(
                                                     err)) from err
         with service:
             yield service.client()
+
+
+def state_dir(conf: cfg.ConfigOpts) -> str:
+    """The embedded Placement's state directory: its database's and its
+    token's (``[placement] embedded_state_dir`` or the default)."""
+    return str(conf.placement.embedded_state_dir or embedded.default_state_dir())
+
+
+def _token(conf: cfg.ConfigOpts, url: str) -> str:
+    """The token for the Placement at ``url`` (see
+    :func:`compute_plugins.placement.token.for_url`)."""
+    return ptoken.for_url(url, state_dir(conf))
 
 
 def embedded_option(conf: cfg.ConfigOpts) -> str:

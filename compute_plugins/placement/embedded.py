@@ -350,6 +350,8 @@ class EmbeddedPlacement:
         port: int = 0,
         threads: int = pserver.DEFAULT_THREADS,
         channel_timeout: int = pserver.DEFAULT_CHANNEL_TIMEOUT,
+        request_timeout: int = pserver.DEFAULT_REQUEST_TIMEOUT,
+        token: Optional[str] = None,
     ) -> pserver.PlacementHTTPServer:
         """An HTTP server for this app (``port`` 0: any free port).
 
@@ -359,12 +361,20 @@ class EmbeddedPlacement:
             at a time).
         :param channel_timeout: seconds of silence after which a connection
             (idle, or stalled mid-request) is closed.
+        :param request_timeout: seconds a request may take to arrive whole
+            (a slow client's connection is closed after that).
+        :param token: the token every request must carry (``admin`` is
+            then refused, :mod:`compute_plugins.placement.token`); None:
+            ``noauth2``'s ``admin``.
         :raises OSError: the address cannot be listened on.
         """
         self.start()
+        from compute_plugins.placement import token as ptoken
+
+        app: Any = self if token is None else ptoken.TokenMiddleware(self, token)
         server = pserver.PlacementHTTPServer(
-            self, host, port, threads=threads,
-            channel_timeout=channel_timeout)
+            app, host, port, threads=threads,
+            channel_timeout=channel_timeout, request_timeout=request_timeout)
         self._server = server
         return server
 

@@ -5,10 +5,21 @@
 `waitress <https://docs.pylonsproject.org/projects/waitress/>`_, a maintained
 production WSGI server:
 
-* connections are read and written by one asynchronous loop, so a client
-  that sends half its headers (or half its body) and stalls holds no worker
-  thread and blocks nobody; it is closed after ``channel_timeout`` seconds
-  without a byte;
+* connections are read and written by one asynchronous loop (``poll``), so
+  a client that sends half its headers (or half its body) and stalls holds
+  no worker thread; it is closed after ``channel_timeout`` seconds without
+  a byte;
+* a slow client is bounded by time, not only by silence: each request
+  (headers and body) must arrive whole within ``request_timeout`` seconds
+  of its first byte (of the connection, for the first request), else the
+  connection is closed unanswered. A client trickling one header line at a
+  time holds its connection that long, no longer;
+* open connections are bounded (``connection_limit``, within the process's
+  file limit); when the limit is reached a new connection is still
+  accepted, and the one waiting longest for its request (or idle longest)
+  is closed to make room: slow clients delay nobody who sends a whole
+  request (waitress alone stops accepting at its limit, so that 100
+  trickling clients blocked everyone);
 * a request reaches the app only once waitress has received all of it, and
   is handled by one of ``threads`` worker threads;
 * HTTP/1.1 keep-alive: a client sends many requests over one connection
@@ -21,12 +32,16 @@ one at a time (see :meth:`EmbeddedPlacement.__call__
 
 from __future__ import annotations
 
+import resource
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from oslo_log import log as logging
 from waitress import server as waitress_server
 from waitress import wasyncore
+from waitress.adjustments import Adjustments
+from waitress.channel import HTTPChannel
 from waitress.task import ThreadedTaskDispatcher
 
 LOG = logging.getLogger(__name__)
@@ -56,8 +71,102 @@ DEFAULT_THREADS = 4
 #: Seconds a connection may stay silent (idle between requests, or stalled
 #: in the middle of one) before the server closes it.
 DEFAULT_CHANNEL_TIMEOUT = 60
-#: At most this many open connections; more wait in the listen backlog.
-DEFAULT_CONNECTION_LIMIT = 100
+#: Seconds a request may take to arrive whole (headers and body), from its
+#: first byte (from the connection, for the first one).
+DEFAULT_REQUEST_TIMEOUT = 10
+#: At most this many open connections (and at most the process's file limit
+#: less :data:`_SPARE_FILES`); at the limit, the one waiting longest goes.
+DEFAULT_CONNECTION_LIMIT = 1000
+#: Descriptors kept for everything but connections (database, logs, ...).
+_SPARE_FILES = 64
+#: Seconds between two warnings that the connection limit was reached.
+_WARN_EVERY = 60.0
+
+
+class _Channel(HTTPChannel):
+    """A waitress connection that knows since when it waits for a request."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        #: (monotonic) the connection's start, or the first byte of the
+        #: request being received.
+        self.waiting_since = time.monotonic()
+        #: Whether a whole request arrived on it (then it may idle, as
+        #: keep-alive, for ``channel_timeout``).
+        self.answered = False
+        super().__init__(*args, **kwargs)
+
+    def received(self, data: bytes) -> bool:
+        if data and self.request is None:
+            self.waiting_since = time.monotonic()
+        result = bool(super().received(data))
+        if self.request is None or self.requests:
+            self.answered = True  # a request arrived whole
+        return result
+
+    def overdue(self, now: float, request_timeout: float) -> bool:
+        """Whether a request (or the first) has been arriving too long."""
+        if self.requests or (self.request is None and self.answered):
+            return False  # being answered, or idle between requests
+        return now - self.waiting_since > request_timeout
+
+
+class _WSGIServer(waitress_server.TcpWSGIServer):
+    """waitress's TCP server with :class:`_Channel`, the request deadline
+    and eviction at the connection limit."""
+
+    channel_class = _Channel
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    _warned = -_WARN_EVERY
+
+    def _channels(self) -> list[_Channel]:
+        # NOTE: types-waitress types active_channels as one HTTPChannel; it
+        # is waitress's dict of them by descriptor.
+        return list(cast("dict[int, _Channel]", self.active_channels).values())
+
+    def readable(self) -> bool:
+        # NOTE: waitress's own stops accepting at the connection limit;
+        # this one always accepts (handle_accept makes room).
+        now = int(time.time())
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        return bool(self.accepting)
+
+    def maintenance(self, now: int) -> None:
+        super().maintenance(now)
+        mono = time.monotonic()
+        for channel in self._channels():
+            if channel.overdue(mono, self.request_timeout):
+                channel.will_close = True
+
+    def handle_accept(self) -> None:
+        if len(self._channels()) >= self.adj.connection_limit:
+            self._make_room()
+        super().handle_accept()
+
+    def _make_room(self) -> None:
+        """Close the connection waiting longest for its request (none is
+        being answered)."""
+        channels = self._channels()
+        waiting = [c for c in channels if not c.requests]
+        if not waiting:
+            return
+        victim = min(waiting, key=lambda c: c.waiting_since)
+        mono = time.monotonic()
+        if mono - self._warned >= _WARN_EVERY:
+            self._warned = mono
+            LOG.warning("placement serve: %d connections open (the limit): "
+                        "closing those waiting longest for their request",
+                        len(channels))
+        victim.handle_close()
+
+
+def connection_limit_for(wanted: int = DEFAULT_CONNECTION_LIMIT) -> int:
+    """``wanted``, or fewer: what the process's open-file limit leaves."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - _SPARE_FILES))
 
 
 class PlacementHTTPServer:
@@ -69,7 +178,9 @@ class PlacementHTTPServer:
     :param threads: worker threads that call ``app``.
     :param channel_timeout: seconds of silence before a connection is closed
         (idle keep-alive, or a client stalled mid-request).
-    :param connection_limit: the most connections served at once.
+    :param request_timeout: seconds a request may take to arrive whole.
+    :param connection_limit: the most connections open at once (fewer if
+        the open-file limit says so, :func:`connection_limit_for`).
     :raises OSError: the address cannot be listened on.
     """
 
@@ -80,6 +191,7 @@ class PlacementHTTPServer:
         port: int = 0,
         threads: int = DEFAULT_THREADS,
         channel_timeout: int = DEFAULT_CHANNEL_TIMEOUT,
+        request_timeout: int = DEFAULT_REQUEST_TIMEOUT,
         connection_limit: int = DEFAULT_CONNECTION_LIMIT,
     ) -> None:
         if threads < 1:
@@ -87,23 +199,36 @@ class PlacementHTTPServer:
         if channel_timeout < 1:
             raise ValueError("channel_timeout must be 1 second or more, "
                              "got %r" % channel_timeout)
+        if request_timeout < 1:
+            raise ValueError("request_timeout must be 1 second or more, "
+                             "got %r" % request_timeout)
         self._map: dict[int, Any] = {}
-        self._server = cast(_Server, waitress_server.create_server(
-            app,
-            map=self._map,
+        adjustments = Adjustments(
             host=host,
             port=port,
             threads=threads,
             channel_timeout=channel_timeout,
-            # NOTE: idle connections are looked for every cleanup_interval
-            # seconds; at most the timeout, so a stalled client goes within
-            # about twice the timeout.
-            cleanup_interval=min(30, channel_timeout),
-            connection_limit=connection_limit,
+            # NOTE: connections are looked over every second (a loop over
+            # them, cheap), so a stalled or slow one goes within a second
+            # of its timeout.
+            cleanup_interval=1,
+            connection_limit=connection_limit_for(connection_limit),
+            # NOTE: poll, not select: select cannot watch a descriptor
+            # numbered 1024 or more.
+            asyncore_use_poll=True,
             ident="compute-plugins placement",
             # Tracebacks stay in the server's log, never in answers.
             expose_tracebacks=False,
-        ))
+        )
+        dispatcher = ThreadedTaskDispatcher()
+        dispatcher.set_thread_count(threads)
+        tcp = _WSGIServer(app, map=self._map, dispatcher=dispatcher,
+                          adj=adjustments,
+                          # NOTE: types-waitress types listen as strings;
+                          # after parsing they are socket tuples.
+                          sockinfo=cast(Any, adjustments.listen)[0])
+        tcp.request_timeout = request_timeout
+        self._server = cast(_Server, tcp)
         self.host: str = str(self._server.effective_host)
         self.port: int = int(self._server.effective_port)
 

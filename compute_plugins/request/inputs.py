@@ -23,6 +23,7 @@ from compute_plugins.request.types import (
     min_field,
     thaw_json,
 )
+from compute_plugins.util.text import name_problem, printable
 
 #: Vnic types as neutron names them.
 VNIC_NORMAL = "normal"
@@ -35,6 +36,16 @@ VNIC_TYPES = ("normal", "direct", "macvtap", "baremetal", "direct-physical",
 #: vcpus, memory_mb, disk size or bandwidth can never be allocated, and
 #: refusing it early keeps huge numbers out of every later computation.
 MAX_AMOUNT = 0x7FFFFFFF
+
+
+def check_name(name: str, what: str) -> None:
+    """Refuse a name :func:`~compute_plugins.util.text.name_problem` refuses.
+
+    :raises RequestInputError: ``what``, the name (escaped) and why.
+    """
+    problem = name_problem(name)
+    if problem is not None:
+        raise RequestInputError("%s %s: %s" % (what, printable(repr(name)), problem))
 
 
 def check_amount(value: Any, what: str, minimum: int = 0) -> int:
@@ -101,6 +112,7 @@ class Flavor:
         if not isinstance(name, str):
             raise RequestInputError("flavor 'name' must be a string, got %r"
                                     % (thaw_json(name),))
+        check_name(name, "flavor 'name'")
         return cls(name=name, extra_specs=FrozenMap(extra_specs), **sizes)
 
 
@@ -220,6 +232,7 @@ class RequestInput:
             if not isinstance(name, str):
                 raise RequestInputError("image 'name' must be a string, got %r"
                                         % (thaw_json(name),))
+            check_name(name, "image 'name'")
             image_name = name
             properties = properties["properties"]
         if hints is not None and not isinstance(hints, Mapping):

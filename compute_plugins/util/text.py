@@ -13,6 +13,7 @@ else (accented letters, CJK, emoji) as it is.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -45,6 +46,44 @@ def printable(value: Any) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+#: The most problems of a request that human output shows; the rest are
+#: counted (:func:`capped`). ``validate --format json`` lists them all.
+MAX_LISTED = 20
+
+
+def capped(lines: Sequence[str], indent: str = "  ", limit: int = MAX_LISTED) -> list[str]:
+    """The first ``limit`` of a request's problem ``lines``, then ``INDENT...
+    and N more (validate --format json lists them all)`` for the others, if
+    any: one value such as ``hw:numa_cpus.0=0-1000`` makes a thousand
+    problems, which would bury the first ones."""
+    if len(lines) <= limit:
+        return list(lines)
+    return [*lines[:limit], "%s... and %d more (validate --format json lists "
+            "them all)" % (indent, len(lines) - limit)]
+
+
+#: The longest name accepted (nova's flavor, image and server names).
+MAX_NAME_LENGTH = 255
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` (a flavor's, an image's, a guest's) is refused, or None.
+
+    The one rule of every command for the names a user gives (nova's
+    ``parameter_types.name``, less its ban on leading and trailing spaces):
+    at most :data:`MAX_NAME_LENGTH` characters, each printable
+    (``str.isprintable``, the space included). A control character, a
+    format character or a lone surrogate fits no guest XML, no log line
+    and no terminal; nova's API refuses them too.
+    """
+    if len(name) > MAX_NAME_LENGTH:
+        return "longer than %d characters" % MAX_NAME_LENGTH
+    if not name.isprintable():
+        index, char = next((i, c) for i, c in enumerate(name) if not c.isprintable())
+        return "character %d is not printable (%s)" % (index, _escape(char))
+    return None
 
 
 _INT_PATTERNS = {

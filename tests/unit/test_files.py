@@ -107,6 +107,40 @@ def test_brackets_in_strings_do_not_count():
     assert jsonload.loads(text) == {"a": "[" * 100, "b": '"[[['}
 
 
+def test_a_megabyte_of_escaped_quotes_is_read():
+    """Many escaped quotes and backslashes cost no more than other
+    characters."""
+    text = '{"a": "%s", "b": ["\\\\", "[\\"]"]}' % ('\\"' * 500_000)
+    assert jsonload.loads(text) == {"a": '"' * 500_000, "b": ["\\", '["]']}
+
+
+@pytest.mark.parametrize("text", [
+    '"' + '\\"' * 500_000,                 # a string never closed
+    '{"a": ["' + 'x\\"[' * 250_000,        # with brackets in it
+    '["\\\\' + '\\"' * 500_000 + ']',      # an escaped backslash first
+])
+def test_a_megabyte_of_unclosed_escaped_quotes_is_refused_promptly(text):
+    """A truncated document: each escaped quote restarted the depth check's
+    scan of the rest of the text (quadratic: 1 MB took about 50 minutes).
+    No timing here: the test simply completes."""
+    with pytest.raises(jsonload.JSONInputError):
+        jsonload.loads(text)
+
+
+DEEP = "[" * 33 + "]" * 33
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": "\\\\", "b": %s}' % DEEP,           # an escaped backslash before
+    '{"a": "\\"]]]]", "b": %s}' % DEEP,        # an escaped quote and brackets
+    '{"a": "]]]]\\\\\\"", "b": %s}' % DEEP,    # three backslashes and a quote
+    '["]", "", "}}", %s]' % ("[" * 32 + "]" * 32),
+])
+def test_depth_is_counted_outside_strings_only(text):
+    with pytest.raises(jsonload.JSONInputError, match="nested more than 32 deep"):
+        jsonload.loads(text)
+
+
 @pytest.mark.parametrize("text", ['{"a": NaN}', "[Infinity]", "[-Infinity]"])
 def test_nan_and_infinity_are_not_json(text):
     with pytest.raises(jsonload.JSONInputError, match="is not a JSON number"):

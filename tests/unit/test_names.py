@@ -93,3 +93,34 @@ def test_safe_file_names_are_distinct_and_ordinary_names_unchanged():
     assert len({names.safe_file_name(n) for n in SAMPLES}) == len(SAMPLES)
     assert names.safe_file_name("compute-1.example.org") == "compute-1.example.org"
     assert names.safe_file_name("cmp_1~x") == "cmp_1~x"
+
+
+# ------------------------------------- names a user gives (flavor, image, guest)
+
+
+@pytest.mark.parametrize("name", ["", "m1.small", "Gäst 客 \U0001f600", "x" * 255])
+def test_a_printable_name_of_255_characters_is_taken(name):
+    from compute_plugins.util.text import name_problem
+
+    assert name_problem(name) is None
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("a\nb", "character 1 is not printable (\\n)"),
+    ("\x1b[31m", "character 0 is not printable (\\x1b)"),
+    ("lone \ud800", "character 5 is not printable (\\ud800)"),
+    ("rtl \u202e", "character 4 is not printable (\\u202e)"),
+    ("x" * 256, "longer than 255 characters"),
+])
+def test_any_other_name_is_refused_with_the_reason(name, problem):
+    from compute_plugins.util.text import name_problem
+
+    assert name_problem(name) == problem
+
+
+def test_a_long_list_is_capped_with_a_count_of_the_rest():
+    from compute_plugins.util.text import capped
+
+    assert capped(["a"] * 20) == ["a"] * 20
+    assert capped(["a"] * 23) == ["a"] * 20 + [
+        "  ... and 3 more (validate --format json lists them all)"]

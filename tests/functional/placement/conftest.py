@@ -42,12 +42,16 @@ class ServedPlacement:
     """``compute-plugins placement serve`` in a subprocess, restartable.
 
     :param args: more ``placement serve`` arguments (``--timeout 1``).
+
+    ``--no-token``: the command lines of the tests run with a state
+    directory of each test's own, where they would not find the token of a
+    module's Placement (``test_serve`` tests the token).
     """
 
     def __init__(self, db: str, port: int, args: Sequence[str] = ()) -> None:
         self.db = db
         self.port = port
-        self.args = list(args)
+        self.args = list(args) + ["--no-token"]
         self.url = "http://127.0.0.1:%d" % port
         self.proc: Optional[subprocess.Popen] = None
         #: The exit status of the last stop (None: killed or not stopped).

@@ -79,7 +79,7 @@ def api_urls(database, tmp_path_factory):
             with open(log, "w") as log_file:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file",
-                     str(config), "placement", "serve", "--port", "0"],
+                     str(config), "placement", "serve", "--port", "0", "--no-token"],
                     stdout=subprocess.PIPE, stderr=log_file, text=True)
             procs.append(proc)
             line = proc.stdout.readline()

@@ -27,7 +27,8 @@ ANSWER = 30
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("serve") / "placement.sqlite")
-    placement = ServedPlacement(db, free_port(), ["--timeout", "1"])
+    placement = ServedPlacement(db, free_port(), ["--timeout", "1",
+                                                    "--request-timeout", "2"])
     placement.start()
     yield placement
     placement.stop()
@@ -75,6 +76,49 @@ def test_a_stalled_client_is_disconnected_after_the_timeout(served):
         assert data == b""
     finally:
         sock.close()
+
+
+def test_hundreds_of_slow_clients_block_nobody(served):
+    """200 clients sending one header line every half second (never silent
+    for the --timeout of 1 s, never done): each is closed once its request
+    has taken --request-timeout (2 s), and a normal client is answered
+    meanwhile (before: waitress stopped accepting at 100 connections, and a
+    trickling client was never closed)."""
+    slow = [stalled(served, b"GET /resource_providers HTTP/1.1\r\n")
+            for _ in range(200)]
+    closed: set[int] = set()
+    done = threading.Event()
+
+    def trickle() -> None:
+        while not done.is_set() and len(closed) < len(slow):
+            for index, sock in enumerate(slow):
+                if index not in closed:
+                    try:
+                        sock.sendall(b"X-Slow: %d\r\n" % index)
+                    except OSError:
+                        closed.add(index)
+            done.wait(0.5)
+
+    trickler = threading.Thread(target=trickle)
+    trickler.start()
+    try:
+        # NOTE: a liveness bound, not a timing: blocked, it never answers.
+        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+        conn.request("GET", "/", headers={"X-Auth-Token": "admin"})
+        assert conn.getresponse().status == 200
+        conn.close()
+        for sock in slow:
+            sock.settimeout(ANSWER)
+            try:
+                data = sock.recv(1024)
+            except ConnectionResetError:
+                data = b""
+            assert data == b""  # closed without an answer
+    finally:
+        done.set()
+        trickler.join()
+        for sock in slow:
+            sock.close()
 
 
 def test_requests_share_one_connection(served):
@@ -215,3 +259,81 @@ def test_bad_server_arguments_are_argparse_errors(args, expected):
                           timeout=120, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ token
+
+
+def _status(port: int, path: str, token: str | None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=ANSWER)
+    try:
+        headers = {"OpenStack-API-Version": "placement 1.39"}
+        if token is not None:
+            headers["X-Auth-Token"] = token
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_it_requires_the_token_it_generates_into_the_state_directory(tmp_path):
+    """By default every request but the version document must carry the
+    random token of placement.token (0600) in the state directory; admin,
+    noauth2's fixed token, is refused. A restart keeps the token; this
+    project's commands find it for a Placement on 127.0.0.1."""
+    import subprocess
+
+    from tests.functional.placement.conftest import CLI, cli_env
+
+    env = cli_env(XDG_STATE_HOME=str(tmp_path / "state"))
+    path = tmp_path / "state" / "compute-plugins" / "placement.token"
+    port = free_port()
+
+    def serve() -> tuple[subprocess.Popen, str]:
+        proc = subprocess.Popen(CLI + ["placement", "serve", "--port", str(port),
+                                       "--db", str(tmp_path / "p.sqlite")],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, env=env)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline()
+
+    tokens = []
+    for _ in range(2):  # a restart keeps the token
+        proc, line = serve()
+        try:
+            assert line.startswith("Placement listening on http://127.0.0.1:%d "
+                                   "(token in %s; " % (port, path)), line
+            assert path.stat().st_mode & 0o777 == 0o600
+            token = path.read_text().strip()
+            tokens.append(token)
+            assert _status(port, "/resource_providers", "admin") == 401
+            assert _status(port, "/resource_providers", None) == 401
+            assert _status(port, "/resource_providers", token) == 200
+            assert _status(port, "/", None) == 200
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert tokens[0] == tokens[1] and len(tokens[0]) >= 40
+    proc, _ = serve()
+    try:
+        # the command line reads it: a Placement on 127.0.0.1 (or localhost)
+        for host in ("127.0.0.1", "localhost"):
+            result = subprocess.run(
+                CLI + ["--libvirt-uri", "test:///default", "--placement-url",
+                       "http://%s:%d" % (host, port), "report", "--periodic", "1"],
+                capture_output=True, text=True, timeout=120, env=env)
+            assert result.returncode == 0, result.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_no_token_takes_admin(tmp_path):
+    placement = ServedPlacement(str(tmp_path / "p.sqlite"), free_port())
+    placement.start()
+    try:
+        assert _status(placement.port, "/resource_providers", "admin") == 200
+    finally:
+        placement.stop()

@@ -1,0 +1,1 @@
+"""Benchmark of the JSON loader of every input (its depth check)."""
