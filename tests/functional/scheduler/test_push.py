@@ -86,7 +86,7 @@ def test_an_idle_agent_makes_only_heartbeat_statements(cloud, url):
     """Periodics every 0.3 s, polls every 0.05 s, the lease renewed every
     second: in 4 s an idle agent runs only its lease renewals on the
     store, calls Placement not at all, and holds no connection checked
-    out. (Before push: two reads per poll, and each periodic's reads of
+    out (one pooled, for its lease renewal, besides the listening one). (Before push: two reads per poll, and each periodic's reads of
     its decisions, its claims, its disabled record and the store's id.)"""
     own = HostStateStore(url, safety_poll_interval=NEVER)
     try:
@@ -107,7 +107,10 @@ def test_an_idle_agent_makes_only_heartbeat_statements(cloud, url):
         assert [s for s in seen if not heartbeat(s)] == []
         assert any(s.startswith("UPDATE hoststate_leases") for s in seen)  # renewed
         assert after == calls
+        # NOTE: besides its listening connection, at most the one its
+        # lease renewal uses stays pooled; none is held.
         assert own.engine.pool.checkedout() == 0
+        assert own.engine.pool.checkedin() <= 1
     finally:
         own.close()
 
