@@ -86,8 +86,9 @@ def test_an_idle_agent_makes_only_heartbeat_statements(cloud, url):
     """Periodics every 0.3 s, polls every 0.05 s, the lease renewed every
     second: in 4 s an idle agent runs only its lease renewals on the
     store, calls Placement not at all, and holds no connection checked
-    out (one pooled, for its lease renewal, besides the listening one). (Before push: two reads per poll, and each periodic's reads of
-    its decisions, its claims, its disabled record and the store's id.)"""
+    out (one pooled, for its lease renewal, besides the listening one).
+    (Before push: two reads per poll, and each periodic's reads of its
+    decisions, its claims, its disabled record and the store's id.)"""
     own = HostStateStore(url, safety_poll_interval=NEVER)
     try:
         host = cloud.add_host("idle", [cell(4, 4096)], start=False, store=own,
@@ -209,3 +210,18 @@ def test_the_disabled_record_arrives_by_notification(cloud):
         pass
     assert agent.run_once().ok
     assert TRAIT not in root_traits(cloud, host)
+
+
+def test_a_host_that_goes_down_while_the_scheduler_waits_is_given_up(cloud):
+    """A lease that lapses writes nothing to notify: the waiting scheduler
+    reads again when the lease it read would expire, and gives the host up
+    then (safety net 600 s, answer timeout 60 s), trying the next one."""
+    dead = cloud.add_host("dying", [cell(8, 8192)], lease_duration=2.0)
+    live = cloud.add_host("other", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {}, 2, 1024)
+    assert sched.plan(spec).ordered[0][1].host == dead.name
+    dead.stop()
+    result = sched.schedule(spec, new_consumer(), "p", "u", timeout=60)
+    assert [(t.host, t.outcome) for t in result.attempts] == [
+        (dead.name, "down"), (live.name, "claimed")]
