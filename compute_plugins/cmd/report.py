@@ -136,6 +136,10 @@ class Loop:
         waits between periodics (the agent's poll for decisions); what it
         returns is printed when it did something (``.active``).
     :param poll_interval: seconds between polls.
+    :param wake: blocks up to the seconds given, returning True early when
+        there is work for :attr:`poll` (the agent's
+        :meth:`~compute_plugins.compute.agent.ComputeAgent.wait_for_work`:
+        a change the store pushed); False: sleep as usual.
     """
 
     def __init__(self, client: preport.ReportClient,
@@ -143,9 +147,11 @@ class Loop:
                  interval: float, count: Optional[int],
                  out: TextIO = sys.stdout, fmt: str = "text",
                  poll: Optional[Callable[[], Any]] = None,
-                 poll_interval: float = 1.0) -> None:
+                 poll_interval: float = 1.0,
+                 wake: Optional[Callable[[float], bool]] = None) -> None:
         self.client = client
         self.poll = poll
+        self.wake = wake
         self.poll_interval = poll_interval
         self.step = step
         self.interval = interval
@@ -205,7 +211,13 @@ class Loop:
                     self._print(polled)
                 continue
             wake = min(end, next_poll) if self.poll is not None else end
-            time.sleep(max(0.0, min(0.2, wake - now)))
+            pause = max(0.0, min(0.2, wake - now))
+            if self.wake is not None and self.poll is not None:
+                if self.wake(pause):
+                    next_poll = time.monotonic()  # NOTE: pushed: poll now
+                    continue
+                pause -= time.monotonic() - now  # NOTE: waited already
+            time.sleep(max(0.0, pause))
 
     def run(self) -> int:
         """:returns: 0 when the last periodic succeeded, else 1."""
@@ -266,7 +278,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
         loop = Loop(client, step, args.interval, args.periodic,
                     fmt=args.format, poll=agent.poll,
-                    poll_interval=conf.compute.claim_poll_interval)
+                    poll_interval=conf.compute.claim_poll_interval,
+                    wake=agent.wait_for_work)
         loop.install_signals()
         try:
             rc = loop.run()

@@ -21,9 +21,16 @@
    :mod:`compute_plugins.compute.claims`) and publishes the state again
    after each change (a claim's before it is answered).
 
-Between periodics :meth:`ComputeAgent.run` polls the store for new
-decisions every ``[compute] claim_poll_interval`` seconds (two indexed
-reads, no write). A restarted agent reads its ledger, publishes the state
+Between periodics the agent waits for decisions. Where the store pushes
+(PostgreSQL ``LISTEN``/``NOTIFY``, :mod:`compute_plugins.hoststate.notify`)
+it is woken when a decision addressed to its host is submitted or changed
+by someone else, or the host is disabled or enabled, and only then reads the
+store; an idle agent's periodics and polls read nothing from the store
+(:meth:`ComputeAgent._quiet`), its lease renewal aside, but for a full read
+every ``[host_state] push_safety_poll_interval`` seconds (a lost
+notification). Elsewhere :meth:`ComputeAgent.run` polls the store every
+``[compute] claim_poll_interval`` seconds (two indexed reads, no write).
+A restarted agent reads its ledger, publishes the state
 it implies and answers a decision it had recorded but not answered without
 executing it again. At start it compares Placement's allocations on
 its tree with the ledger and reports every mismatch
@@ -74,13 +81,22 @@ from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import AgentLease, DecisionStatus, HostDecision
-from compute_plugins.hoststate.transport import AgentLeases, HostStateTransport
+from compute_plugins.hoststate.transport import (
+    AgentLeases,
+    HostStateTransport,
+    HostWakeups,
+    Wakeup,
+)
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
 from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
+
+#: Seconds between :meth:`ComputeAgent.run`'s checks of its stop event while
+#: it waits for pushed changes (a local wake-up: nothing is read).
+_STOP_CHECK = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,6 +425,17 @@ class ComputeAgent:
         self._store_down_since: Optional[float] = None
         #: Whether the store failed during the current periodic or poll.
         self._store_failed = False
+        #: The host's wake-ups where the store pushes (None: it polls, or
+        #: not subscribed yet: :meth:`_wakeups`).
+        self._changes: Optional[Wakeup] = None
+        self._subscribed = False
+        #: A change was pushed since the last full read of the store.
+        self._woken = False
+        #: time.monotonic() of the next full read while nothing is pushed
+        #: (the safety net; 0: the next pass reads).
+        self._next_full_read = 0.0
+        #: The disabled record may have changed since it was read.
+        self._disabled_stale = True
 
     @classmethod
     def from_config(cls, conf: Any, placement: Any, store: HostStateTransport,
@@ -491,8 +518,10 @@ class ComputeAgent:
                     % self.host))
             self._check_ledger_at_start()
             self._discover_now()
-            periodic = run_periodic(self.client, self.manager, self.nodename,
-                                    self._disabled_now())
+            quiet = self._quiet()
+            disabled = (self._disabled if quiet and not self._disabled_stale
+                        else self._disabled_now())
+            periodic = run_periodic(self.client, self.manager, self.nodename, disabled)
             result = AgentResult(periodic=periodic, calls=dict(periodic.calls))
             if periodic.ok:
                 self._providers = self._tree_providers()
@@ -501,13 +530,15 @@ class ComputeAgent:
             # agent's host is not taken as down (the scheduler would
             # withdraw the decisions it is about to answer).
             self._hold_lease()
-            self._claims_side(result, reconcile=True)
+            self._claims_side(result, reconcile=True, quiet=quiet)
             self._store_answered()
             return result
 
     def poll(self) -> AgentResult:
         """Between periodics: execute new decisions and releases (no
-        discovery, no Placement sync; two store reads when there is none)."""
+        discovery, no Placement sync; two store reads when there is none,
+        none where the store pushes and nothing was pushed:
+        :meth:`_quiet`). The lease is renewed when due."""
         with self._lock:
             result = AgentResult()
             if self._host_info is None:
@@ -516,9 +547,72 @@ class ComputeAgent:
             self._hold_lease()
             if self._lease_lapsed():
                 return result   # NOTE: said by the periodic, and once per outage
+            if self._quiet():
+                return result
             self._claims_side(result, reconcile=False)
             self._store_answered()
             return result
+
+    # -- wake-ups -------------------------------------------------------------
+
+    def _wakeups(self) -> Optional[Wakeup]:
+        """The host's subscription to pushed changes, taken at the first
+        call once the agent holds its lease (None: the store polls)."""
+        if not self._subscribed and (self._lease is not None
+                                     or not isinstance(self._unfenced, AgentLeases)):
+            self._subscribed = True
+            if isinstance(self._unfenced, HostWakeups):
+                self._changes = self._unfenced.host_changes(self.host)
+                # NOTE: what changed before it is read by the next pass.
+                self._next_full_read = 0.0
+        return self._changes
+
+    def pushed(self) -> bool:
+        """Whether changes for this host are pushed now (the store pushes
+        and its listening connection is up): :meth:`wait_for_work` then
+        waits on them, and :meth:`poll` reads nothing unless woken."""
+        changes = self._changes
+        return changes is not None and changes.live
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds, returning True as soon as a
+        change for this host is pushed (the next :meth:`poll` reads the
+        store). False at once where nothing is pushed (:meth:`pushed`):
+        the caller sleeps until its next poll."""
+        changes = self._changes
+        if changes is None or not changes.live:
+            return False
+        if changes.wait(timeout):
+            self._woken = True
+            return True
+        return False
+
+    def _quiet(self) -> bool:
+        """Whether this pass skips reading the store: the store pushes,
+        nothing was pushed since the last full read, the safety net
+        (``[host_state] push_safety_poll_interval``) is not due, and
+        nothing is left over (a publish that failed, a store outage, a
+        lease taken anew). A pass that is not quiet reads everything, and
+        the next periodic the disabled record too."""
+        changes = self._wakeups()
+        if changes is None or not changes.live:
+            return False
+        if changes.wait(0):
+            self._woken = True
+        now = time.monotonic()
+        if not (self._woken or now >= self._next_full_read or self._unpublished
+                or self._store_down_since is not None):
+            return True
+        self._woken = False
+        self._disabled_stale = True
+        self._next_full_read = now + changes.safety_poll_interval
+        return False
+
+    def _close_wakeups(self) -> None:
+        changes, self._changes = self._changes, None
+        self._subscribed = False
+        if changes is not None:
+            changes.close()
 
     # -- store outages ------------------------------------------------------
 
@@ -563,6 +657,7 @@ class ComputeAgent:
                         "%s trait is left as it is", self.host, err, DISABLED_TRAIT)
             return None
         disabled = record is not None
+        self._disabled_stale = False
         if disabled != self._disabled:
             if record is not None:
                 LOG.warning("%s (by %s at %s): it takes no new instance, its "
@@ -581,7 +676,11 @@ class ComputeAgent:
         return {u: tree.data(u).name
                 for u in tree.get_provider_uuids_in_tree(self.nodename)}
 
-    def _claims_side(self, result: AgentResult, reconcile: bool) -> None:
+    def _claims_side(self, result: AgentResult, reconcile: bool,
+                     quiet: bool = False) -> None:
+        """Check, reconcile (a periodic's) and execute the claims side;
+        ``quiet`` (:meth:`_quiet`): nothing read from the store, a publish
+        only when the host changed."""
         before = self.client.placement.calls.snapshot()
         try:
             if isinstance(self._unfenced, AgentLeases) and self._lease is None:
@@ -590,7 +689,7 @@ class ComputeAgent:
                     "no claim executed" % self.host)
             if not self._ledger_checked:
                 self._check_ledger()
-            if reconcile:
+            if reconcile and not quiet:
                 if not self._placement_checked and self._providers and not len(
                         self.ledger):
                     # NOTE: an empty ledger first (adopting the store and
@@ -606,11 +705,14 @@ class ComputeAgent:
                     self._audited_at = time.monotonic()
                 elif self._providers:
                     self._audit_placement(result)
+            elif reconcile and self._placement_checked and self._providers:
+                self._audit_placement(result)
             # NOTE: a poll builds the states only when the last publish did
             # not get through; claims and releases publish on their own.
             if reconcile or self._unpublished:
                 self._publish(result)
-            self._execute(result)
+            if not quiet:
+                self._execute(result)
         except (LedgerError, store_errors.StoreCorrupt):
             raise
         except store_errors.Fenced as err:
@@ -650,6 +752,7 @@ class ComputeAgent:
         return "pid %d on %s" % (os.getpid(), socket.gethostname())
 
     def _drop_lease(self) -> None:
+        self._next_full_read = 0.0
         self._lease = None
         self.store = self._unfenced
         self._claims = None
@@ -743,6 +846,7 @@ class ComputeAgent:
         if held is None or lease.epoch != held.epoch:
             self.store = cast(HostStateTransport, leases.fenced(lease))
             self._claims = None
+            self._next_full_read = 0.0
             # NOTE: debug: the first periodic's output is the start's record.
             LOG.debug("host %s: agent lease taken (node %s, epoch %d, %g s)",
                       self.host, self.node.uuid, lease.epoch, self.lease_duration)
@@ -1127,7 +1231,8 @@ class ComputeAgent:
     def run(self, stop_event: threading.Event, interval: float,
             on_result: Optional[Callable[[AgentResult], None]] = None) -> None:
         """Periodics every ``interval`` seconds until ``stop_event`` is set,
-        polling for decisions every ``claim_poll_interval`` in between.
+        executing decisions in between: woken by the store where it pushes
+        (:meth:`wait_for_work`), else polling every ``claim_poll_interval``.
 
         :param on_result: called with every periodic's result and every
             poll's that did something.
@@ -1142,6 +1247,8 @@ class ComputeAgent:
             self.failure = err
             LOG.error("host %s: the compute agent stopped: %s", self.host, err)
             raise
+        finally:
+            self._close_wakeups()
 
     def _run(self, stop_event: threading.Event, interval: float,
              on_result: Optional[Callable[[AgentResult], None]]) -> None:
@@ -1154,7 +1261,13 @@ class ComputeAgent:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                if stop_event.wait(min(self.claim_poll_interval, left)):
+                # NOTE: woken at once by a pushed change; else the poll
+                # reads nothing until the safety net is due (:meth:`_quiet`).
+                if self.pushed():
+                    self.wait_for_work(min(_STOP_CHECK, left))
+                    if stop_event.is_set():
+                        return
+                elif stop_event.wait(min(self.claim_poll_interval, left)):
                     return
                 polled = self.poll()
                 if on_result is not None and polled.active:

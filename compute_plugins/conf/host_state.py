@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 from oslo_config import cfg
 
-from compute_plugins.conf import FiniteFloatOpt, database_url_opt, plugins, register_group_opts
+from compute_plugins.conf import (
+    FiniteFloat,
+    FiniteFloatOpt,
+    database_url_opt,
+    plugins,
+    register_group_opts,
+)
 
 GROUP = cfg.OptGroup(
     "host_state",
@@ -45,6 +51,32 @@ OPTS = [
         "PostgreSQL and MySQL, the database file on SQLite) before failing "
         "with the database unavailable, instead of hanging behind a stuck "
         "transaction. MySQL counts whole seconds, at least 1.",
+    ),
+    cfg.BoolOpt(
+        "push",
+        default=True,
+        help="Wake compute agents and schedulers by PostgreSQL "
+        "``LISTEN``/``NOTIFY`` when the store is PostgreSQL (the psycopg2 "
+        "driver): an agent learns of a decision addressed to its host, and "
+        "a scheduler of the host's answer, as soon as it is committed, and "
+        "an idle agent reads nothing from the store (its lease renewal "
+        "aside). Each agent and scheduler process then holds one more "
+        "database connection, listening. The store stays the record: a "
+        "notification only wakes the waiter, which reads the store. False, "
+        "and on SQLite and MySQL: agents poll every ``[compute] "
+        "claim_poll_interval`` and schedulers poll for the answer.",
+    ),
+    cfg.Opt(
+        "push_safety_poll_interval",
+        type=FiniteFloat(min=1.0, max=86400.0),
+        default=300.0,
+        help="With push: seconds between an idle agent's reads of the "
+        "store (decisions, releases, its disabled record, the claims it "
+        "holds) and between a waiting scheduler's reads of its decision, "
+        "whatever was notified: the safety net for a notification that "
+        "was lost. A notification lost while the listening connection was "
+        "down is covered sooner: every waiter reads the store when it "
+        "reconnects.",
     ),
 ]
 

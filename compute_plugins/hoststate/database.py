@@ -26,7 +26,7 @@ from oslo_log import log as logging
 from sqlalchemy.engine import Connection, Engine
 
 from compute_plugins.hoststate import engine as engines
-from compute_plugins.hoststate import errors, schema
+from compute_plugins.hoststate import errors, notify, schema
 from compute_plugins.hoststate.records import AgentLease
 
 LOG = logging.getLogger(__name__)
@@ -155,12 +155,24 @@ class Database:
     :param lock_timeout: seconds a writer waits for another's lock before
         failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
         ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
+    :param push: wake waiters by ``LISTEN``/``NOTIFY`` where the database
+        can (:mod:`~compute_plugins.hoststate.notify`; PostgreSQL).
+    :param safety_poll_interval: with push, seconds between a waiter's
+        reads of the store while nothing is pushed (lost notifications).
     :raises SchemaVersionMismatch: the database has another schema version.
     :raises StoreUnavailable: the database cannot be reached.
     """
 
-    def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
+    def __init__(self, connection: str, lock_timeout: float = 30.0, *,
+                 push: bool = True, safety_poll_interval: float = 300.0) -> None:
+        if not safety_poll_interval > 0:
+            raise ValueError("safety_poll_interval %r: expected seconds > 0"
+                             % (safety_poll_interval,))
         self.url = engines.safe_url(connection)
+        self.safety_poll_interval = safety_poll_interval
+        self._push = push
+        self._listener: Optional[notify.Listener] = None
+        self._listener_lock = threading.Lock()
         #: The SQLite file (None: a server, or in memory).
         self.path = engines.sqlite_path(connection)
         try:
@@ -190,8 +202,29 @@ class Database:
             raise
 
     def close(self) -> None:
-        """Close the database's connections."""
+        """Close the database's connections (the listener's too)."""
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         self.engine.dispose()
+
+    @property
+    def pushes(self) -> bool:
+        """Whether waiters on this database are woken by notifications
+        (push asked for, and PostgreSQL with psycopg2)."""
+        return self._push and notify.supported(self.engine)
+
+    def listener(self) -> Optional[notify.Listener]:
+        """The one listener of this database's waiters, opened at the first
+        call (None: no push, they poll)."""
+        if not self.pushes:
+            return None
+        with self._listener_lock:
+            if self._listener is None:
+                self._listener = notify.Listener(notify.connector(self.engine), self.url,
+                                                 self.safety_poll_interval)
+            return self._listener
 
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
@@ -277,6 +310,20 @@ class OnDatabase:
             schema.leases.c.host == host).with_for_update()).one_or_none()
         if row is None or int(row.epoch) != epoch:
             raise errors.Fenced(host, epoch, None if row is None else lease_of(row))
+
+    def host_changes(self, host: str) -> Optional[notify.Subscription]:
+        """A subscription to what ``host``'s agent acts on (decisions
+        addressed to the host changed by others, its disabled record):
+        the :class:`~compute_plugins.hoststate.transport.HostWakeups` of
+        the SQL store. None where nothing is pushed (the agent polls)."""
+        listener = self.db.listener()
+        return None if listener is None else listener.subscribe(notify.host_channel(host))
+
+    def notify_host(self, conn: Connection, host: str, what: str) -> None:
+        """In a write transaction: wake ``host``'s agent at the commit
+        (not for the agent's own writes)."""
+        if self.fence is None or self.fence[0] != host:
+            notify.send(conn, [notify.host_channel(host)], what)
 
     @property
     def url(self) -> str:

@@ -10,8 +10,11 @@ most one decision in force (the unique ``active_consumer`` column, set
 while the status is one of :data:`~compute_plugins.hoststate.records.ACTIVE`).
 Rejected and released decisions stay as history until purged.
 
-Waiting for a change is polling here (exponential back-off, a few indexed
-reads); a transport that pushes changes waits on its notifications instead.
+Waiting for a change waits on the store's notifications where it pushes
+(PostgreSQL, :mod:`compute_plugins.hoststate.notify`: every status change
+notifies the decision's channel, and its host's agent unless the agent made
+it), with a slow safety-net read; elsewhere it polls (exponential back-off,
+a few indexed reads).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any, Optional
 
 import sqlalchemy as sa
 from oslo_log import log as logging
+from sqlalchemy.engine import Connection
 
-from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate import database, errors, notify
 from compute_plugins.hoststate.records import (
     ACTIVE,
     DecisionStatus,
@@ -144,6 +148,8 @@ class SqlDecisionQueue(database.OnDatabase):
                 # None only for an executemany or a statement that is no INSERT.
                 assert key is not None
                 new_id = key[0]
+                if status == DecisionStatus.PENDING:
+                    self.notify_host(conn, host, "%d %s" % (new_id, status.value))
             return HostDecision(id=int(new_id), consumer=consumer, host=host,
                                 spec=spec, status=status, reasons=reasons,
                                 created_at=now, updated_at=now)
@@ -228,6 +234,8 @@ class SqlDecisionQueue(database.OnDatabase):
                     .values(**values))
                 row = conn.execute(sa.select(t_decisions)
                                    .where(t_decisions.c.id == decision_id)).one_or_none()
+                if result.rowcount == 1 and row is not None:
+                    self._notify_swap(conn, row)
             return result.rowcount, row
 
         count, row = self.db.retrying(swap)
@@ -239,21 +247,36 @@ class SqlDecisionQueue(database.OnDatabase):
                                                 [s.value for s in allowed], move)
         return decision
 
+    def _notify_swap(self, conn: Connection, row: Any) -> None:
+        """Wake whoever waits on the decision, and its host's agent unless
+        the agent made the move (:mod:`~compute_plugins.hoststate.notify`)."""
+        what = "%d %s" % (row.id, row.status)
+        channels = [notify.decision_channel(int(row.id))]
+        if self.fence is None or self.fence[0] != row.host:
+            channels.append(notify.host_channel(row.host))
+        notify.send(conn, channels, what)
+
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,
                         max_poll_interval: float = 1.0,
                         until_host_down: bool = False) -> HostDecision:
-        """Poll the decision until its status is not ``decision.status``,
-        with exponential back-off from ``poll_interval`` (> 0) to
-        ``max_poll_interval`` seconds, never past the deadline.
+        """Wait until the decision's status is not ``decision.status``,
+        never past the deadline.
+
+        Where the store pushes (PostgreSQL, :mod:`~compute_plugins.hoststate.
+        notify`), the decision is read once its change is notified, and
+        every ``safety_poll_interval`` seconds in case a notification was
+        lost; elsewhere (and while the listening connection is down) it is
+        polled with exponential back-off from ``poll_interval`` (> 0) to
+        ``max_poll_interval`` seconds.
 
         A store that is unavailable meanwhile (a database restart, a
-        fail-over) is polled again until the deadline.
+        fail-over) is read again until the deadline.
 
         :param until_host_down: stop as soon as the decision's host is
             down (its agent's lease expired): checked at once, then with
-            every poll, in the same statement (the decision joined with its
-            host's lease).
+            every read, in the same statement (the decision joined with its
+            host's lease); with push, also when the lease it read expires.
         :returns: the decision once changed, or as last read at the deadline.
         :raises StoreUnavailable: the last read, at the deadline, failed.
         :raises HostDown: ``until_host_down`` and the host is down while the
@@ -265,35 +288,66 @@ class SqlDecisionQueue(database.OnDatabase):
         if not poll_interval > 0:
             # NOTE: 0 made the back-off 0 too: a busy loop on the database.
             raise ValueError("poll_interval %r: expected seconds > 0" % (poll_interval,))
+        listener = self.db.listener()
+        if listener is None:
+            return self._wait(decision, timeout, poll_interval, max_poll_interval,
+                              until_host_down, None)
+        with listener.subscribe(notify.decision_channel(decision.id)) as changes:
+            return self._wait(decision, timeout, poll_interval, max_poll_interval,
+                              until_host_down, changes)
+
+    def _wait(self, decision: HostDecision, timeout: float, poll_interval: float,
+              max_poll_interval: float, until_host_down: bool,
+              changes: Optional[notify.Subscription]) -> HostDecision:
+        """:meth:`wait_for_change`, woken by ``changes`` when given."""
         deadline = time.monotonic() + timeout
         delay = poll_interval
         start = decision.status
         unavailable: Optional[errors.StoreUnavailable] = None
-        if until_host_down:
+        #: The host's lease expiry as last read (None: not read, or none).
+        expires: Optional[datetime.datetime] = None
+
+        def read() -> None:
+            nonlocal decision, expires, unavailable
             try:
-                decision = self._unless_host_down(decision.id, start)
-            except errors.StoreUnavailable as err:
-                unavailable = err
-        while decision.status == start:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, max(max_poll_interval, poll_interval))
-            try:
-                decision = (self._unless_host_down(decision.id, start) if until_host_down
-                            else self.get_decision(decision.id))
+                if until_host_down:
+                    decision, expires = self._unless_host_down(decision.id, start)
+                else:
+                    decision = self.get_decision(decision.id)
                 unavailable = None
             except errors.StoreUnavailable as err:
                 LOG.warning("waiting for host %s to move decision %d of consumer "
                             "%s: %s", decision.host, decision.id, decision.consumer, err)
                 unavailable = err
+
+        # NOTE: with push, read once subscribed: a change committed before
+        # is in the store, not in a notification.
+        if until_host_down or changes is not None:
+            read()
+        while decision.status == start:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if changes is not None and changes.live and unavailable is None:
+                pause = min(remaining, changes.safety_poll_interval)
+                if expires is not None:
+                    # NOTE: a lease that lapses writes nothing: read again
+                    # when it would have expired (renewed: a later one).
+                    until = (expires - database.utcnow()).total_seconds()
+                    pause = min(pause, max(until + 0.01, poll_interval))
+                changes.wait(pause)
+            else:
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, max(max_poll_interval, poll_interval))
+            read()
         if unavailable is not None and decision.status == start:
             raise unavailable
         return decision
 
-    def _unless_host_down(self, decision_id: int, start: DecisionStatus) -> HostDecision:
-        """The decision, read with its host's lease in one statement.
+    def _unless_host_down(self, decision_id: int, start: DecisionStatus
+                          ) -> tuple[HostDecision, Optional[datetime.datetime]]:
+        """The decision, read with its host's lease in one statement, and
+        when that lease expires (None: the host has none).
 
         :raises HostDown: it is still ``start`` and the lease expired.
         :raises DecisionNotFound: no such decision.
@@ -311,7 +365,7 @@ class SqlDecisionQueue(database.OnDatabase):
         if decision.status == start and expired is not None \
                 and expired <= database.utcnow():
             raise errors.HostDown(decision, down_reason(decision.host, expired), expired)
-        return decision
+        return decision, expired
 
     def purge_decisions(self, before: datetime.datetime) -> int:
         """Delete rejected and released decisions last changed before

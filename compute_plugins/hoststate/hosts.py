@@ -343,6 +343,7 @@ class SqlHostPublication(database.OnDatabase):
                     conn.execute(sa.insert(t_disabled).values(
                         host=host, reason=record.reason, disabled_by=record.by,
                         disabled_at=record.at))
+                    self.notify_host(conn, host, "disabled")
                 return record, True
             except sa.exc.IntegrityError:
                 # NOTE: disabled already (or by a concurrent command): keep
@@ -368,6 +369,7 @@ class SqlHostPublication(database.OnDatabase):
                 if row is None:
                     return None
                 conn.execute(sa.delete(t_disabled).where(t_disabled.c.host == host))
+                self.notify_host(conn, host, "enabled")
                 return _disabled_of(row)
 
         return self.db.retrying(write)

@@ -24,7 +24,7 @@ from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
 from compute_plugins.hoststate.decisions import SqlDecisionQueue
 from compute_plugins.hoststate.hosts import SqlHostPublication
-from compute_plugins.hoststate.transport import HostStateTransport
+from compute_plugins.hoststate.transport import HostStateTransport, HostWakeups
 
 
 class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases):
@@ -35,16 +35,24 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases):
         kinds, what opening checks and what it raises.
     :param lock_timeout: seconds a writer waits for another's lock
         (:class:`Database`).
+    :param push: wake agents and schedulers by ``LISTEN``/``NOTIFY`` where
+        the database can (PostgreSQL; :mod:`~compute_plugins.hoststate.notify`).
+    :param safety_poll_interval: with push, seconds between the waiters'
+        reads that catch a lost notification.
     """
 
-    def __init__(self, connection: str, lock_timeout: float = 30.0) -> None:
-        super().__init__(Database(connection, lock_timeout))
+    def __init__(self, connection: str, lock_timeout: float = 30.0, *,
+                 push: bool = True, safety_poll_interval: float = 300.0) -> None:
+        super().__init__(Database(connection, lock_timeout, push=push,
+                                  safety_poll_interval=safety_poll_interval))
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
         """The store ``[host_state]`` of ``conf`` names."""
         return cls(host_state_conf.connection(conf),
-                   lock_timeout=conf.host_state.lock_timeout)
+                   lock_timeout=conf.host_state.lock_timeout,
+                   push=conf.host_state.push,
+                   safety_poll_interval=conf.host_state.push_safety_poll_interval)
 
     def close(self) -> None:
         """Close the store's connections."""
@@ -57,7 +65,8 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases):
         self.close()
 
 
-#: The SQL store is a transport (checked by mypy).
+#: The SQL store is a transport (checked by mypy), and wakes its agents.
 _TRANSPORT: type[HostStateTransport] = HostStateStore
+_WAKEUPS: type[HostWakeups] = HostStateStore
 
 __all__ = ["HostStateStore"]

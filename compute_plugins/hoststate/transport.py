@@ -14,9 +14,11 @@ each side does on each status is the decision protocol's
 (:mod:`compute_plugins.hoststate.protocol`), which drives any
 :class:`DecisionQueue`. The SQL store
 (:class:`compute_plugins.hoststate.store.HostStateStore`: SQLite,
-PostgreSQL, MySQL) implements both channels and waits by polling; a
-transport that pushes changes implements the same methods and waits on its
-notifications instead.
+PostgreSQL, MySQL) implements both channels; it waits on PostgreSQL's
+notifications where it can (:mod:`compute_plugins.hoststate.notify`) and
+polls elsewhere. A transport that pushes changes implements the same
+methods and waits on its notifications, and wakes idle agents through
+:class:`HostWakeups`.
 """
 
 from __future__ import annotations
@@ -137,6 +139,38 @@ class HostStateTransport(HostPublication, DecisionQueue, Protocol):
 
 
 @runtime_checkable
+class Wakeup(Protocol):
+    """One waiter's subscription to pushed changes."""
+
+    @property
+    def live(self) -> bool:
+        """Whether changes are pushed now (False: the channel is down,
+        poll meanwhile)."""
+
+    @property
+    def safety_poll_interval(self) -> float:
+        """Seconds between the waiter's reads of the transport while
+        nothing is pushed (a lost notification)."""
+
+    def wait(self, timeout: float) -> bool:
+        """True once something changed (or may have: the channel
+        reconnected) since the last wait; False after ``timeout`` seconds."""
+
+    def close(self) -> None:
+        """Stop listening."""
+
+
+@runtime_checkable
+class HostWakeups(Protocol):
+    """What a transport that pushes changes offers the agents: a wake-up
+    when something the host's agent acts on changed (a decision addressed
+    to the host changed by someone else, the host disabled or enabled)."""
+
+    def host_changes(self, host: str) -> Optional[Wakeup]:
+        """``host``'s subscription (None: nothing is pushed, poll)."""
+
+
+@runtime_checkable
 class AgentLeases(Protocol):
     """What a transport that keeps one agent per host offers the agents
     (the SQL store: :mod:`compute_plugins.hoststate.agents`). An agent on a
@@ -165,4 +199,5 @@ class AgentLeases(Protocol):
         """
 
 
-__all__ = ["AgentLeases", "DecisionQueue", "HostPublication", "HostStateTransport"]
+__all__ = ["AgentLeases", "DecisionQueue", "HostPublication", "HostStateTransport",
+           "HostWakeups", "Wakeup"]

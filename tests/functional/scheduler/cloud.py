@@ -149,13 +149,16 @@ class Cloud:
 
     :param directory: the store's SQLite file and the hosts' state
         directories go there.
+    :param store: the host-state store (default: an SQLite file in
+        ``directory``); closed with the cloud.
     """
 
-    def __init__(self, placement: Placement, directory: str) -> None:
+    def __init__(self, placement: Placement, directory: str,
+                 store: Optional[HostStateStore] = None) -> None:
         self.placement = placement
         self.directory = directory
-        self.store = HostStateStore("sqlite:///%s" % os.path.join(
-            directory, "host_state.sqlite"))
+        self.store = store if store is not None else HostStateStore(
+            "sqlite:///%s" % os.path.join(directory, "host_state.sqlite"))
         self.hosts: dict[str, Host] = {}
 
     def close(self) -> None:
@@ -183,10 +186,13 @@ class Cloud:
     def add_host(self, label: str, cells: list[dict], dedicated: Optional[str] = None,
                  pfs: tuple = (), gpus: tuple = (), disk_gb: int = 100,
                  disk_aggregate: Optional[str] = None, start: bool = True,
-                 lease_duration: Optional[float] = None) -> Host:
+                 lease_duration: Optional[float] = None,
+                 store: Optional[HostStateStore] = None) -> Host:
         """A host whose agent reported it and published its state.
 
         :param start: run its agent (a host without one: False).
+        :param store: the agent's own store object (another process's, on
+            the cloud's database); default: the cloud's.
         :param lease_duration: the agent's lease in the store, seconds
             (shorter than ``[compute] agent_lease_duration`` allows: a
             stopped agent's host is down within it).
@@ -195,7 +201,8 @@ class Cloud:
         info = host_info(name, cells, pfs, gpus, disk_gb)
         conf = self.agent_conf(name, gpus, dedicated, disk_aggregate)
         agent = ComputeAgent.from_config(conf, self.placement.emb.client(),
-                                         self.store, lambda: info)
+                                         store if store is not None else self.store,
+                                         lambda: info)
         if lease_duration is not None:
             agent.lease_duration = lease_duration
         result = agent.run_once()

@@ -301,3 +301,33 @@ def test_a_bad_reload_keeps_the_old_values(tmp_path, caplog, text):
     path.write_text("[compute]\nresource_provider_association_refresh = 9\n")
     assert report_cmd.reload_mutable(conf, rc) is True
     assert rc.refresh_interval == 9
+
+
+def test_a_pushed_change_is_polled_at_once():
+    """Between periodics the loop polls as soon as the agent is woken (a
+    change the store pushed), not at its next poll interval (here never)."""
+    import time
+
+    from compute_plugins.cmd import report as report_cmd
+
+    polls = []
+    woken = [True]
+    give_up = time.monotonic() + 10
+
+    def wake(seconds):
+        if woken:
+            return woken.pop()
+        loop.stop_requested = time.monotonic() > give_up  # NOTE: a guard
+        time.sleep(seconds)
+        return False
+
+    def poll():
+        polls.append(time.monotonic())
+        loop.stop_requested = True
+
+    loop = report_cmd.Loop(report.ReportClient(_NoPlacement(), refresh_interval=0),
+                           lambda: report.PeriodicResult(1, {}, []), interval=1e9,
+                           count=None, out=io.StringIO(), poll=poll, poll_interval=1e9,
+                           wake=wake)
+    loop.run()
+    assert len(polls) == 1 and polls[0] < give_up

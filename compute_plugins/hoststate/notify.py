@@ -1,0 +1,332 @@
+"""Push for the SQL store on PostgreSQL: ``LISTEN``/``NOTIFY``.
+
+The store stays the record of every decision; a notification only wakes
+whoever waits for a change, who then reads the store. Every write a waiter
+cares about sends one ``NOTIFY`` in its own transaction (PostgreSQL
+delivers it at the commit, never for a rollback):
+
+- a host's channel (:func:`host_channel`): a decision addressed to the host
+  was submitted or changed by someone other than the host's agent (a
+  scheduler, a requester, an auditor), or an operator disabled or enabled
+  the host. The host's agent listens on it for as long as it runs;
+- a decision's channel (:func:`decision_channel`): its status changed. A
+  scheduler listens on it while it waits for the host's answer, a
+  requester while it waits for a release.
+
+One :class:`Listener` per store holds one connection of its own (outside
+the pool) in ``LISTEN`` on every channel its process' waiters subscribed
+to, and a thread blocked on that connection's socket: nothing is sent to
+the server while nothing changes. A notification can still be lost (the
+connection dropped, the listener reconnecting): when the connection is
+back every waiter is woken to read the store again, and waiters read the
+store every ``[host_state] push_safety_poll_interval`` seconds whatever
+happened (the safety net).
+
+SQLite and MySQL have no such channel: there the waiters poll.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
+
+import sqlalchemy as sa
+from oslo_log import log as logging
+from sqlalchemy.engine import Connection, Engine
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds between attempts to reconnect a listener whose connection failed
+#: (doubling up to :data:`_RECONNECT_MAX`).
+_RECONNECT_FIRST = 0.5
+_RECONNECT_MAX = 30.0
+
+#: libpq's TCP keepalives on the listening connection, which sends nothing
+#: while idle: a server that vanished (no FIN: a crashed machine, a dropped
+#: route) is noticed within about a minute instead of never.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+               "keepalives_count": 3}
+
+
+def host_channel(host: str) -> str:
+    """The channel of ``host``'s agent (a digest: a channel name is at most
+    63 bytes, a host name up to 255 characters)."""
+    return "cp_host_" + hashlib.sha256(host.encode("utf-8")).hexdigest()[:40]
+
+
+def decision_channel(decision_id: int) -> str:
+    """The channel of one decision's status."""
+    return "cp_decision_%d" % decision_id
+
+
+def supported(engine: Engine) -> bool:
+    """Whether ``engine``'s database and driver can push (PostgreSQL with
+    psycopg2)."""
+    return engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg2"
+
+
+def send(conn: Connection, channels: Iterable[str], payload: str) -> None:
+    """In a write transaction on ``conn``: notify ``channels`` at its
+    commit (one statement; nothing on a database that cannot push)."""
+    names = sorted(set(channels))
+    if not names or conn.engine.dialect.name != "postgresql":
+        return
+    params = {"payload": payload}
+    calls = []
+    for index, name in enumerate(names):
+        params["c%d" % index] = name
+        calls.append("pg_notify(:c%d, :payload)" % index)
+    conn.execute(sa.text("SELECT " + ", ".join(calls)), params)
+
+
+class Subscription:
+    """One waiter's subscription to a channel (:meth:`Listener.subscribe`).
+
+    :param listener: the listener it belongs to.
+    :param channel: the channel.
+    """
+
+    def __init__(self, listener: Listener, channel: str) -> None:
+        self.listener = listener
+        self.channel = channel
+        self._event = threading.Event()
+        self._closed = False
+
+    @property
+    def live(self) -> bool:
+        """Whether changes are pushed now (False: the listener's connection
+        is down and being reconnected; poll meanwhile)."""
+        return self.listener.connected
+
+    @property
+    def safety_poll_interval(self) -> float:
+        """Seconds between the waiter's reads of the store while nothing
+        is pushed (:attr:`Listener.safety_poll_interval`)."""
+        return self.listener.safety_poll_interval
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the channel was notified since the last wait (True;
+        also when the listener reconnected: a notification may have been
+        lost) or for ``timeout`` seconds (False)."""
+        if self._event.wait(max(0.0, timeout)):
+            self._event.clear()
+            return True
+        return False
+
+    def wake(self) -> None:
+        """Make the next :meth:`wait` return True at once."""
+        self._event.set()
+
+    def close(self) -> None:
+        """Stop listening (once)."""
+        if not self._closed:
+            self._closed = True
+            self.listener._unsubscribe(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+class Listener:
+    """One connection in ``LISTEN`` for a store's waiters, and the thread
+    that reads its notifications (see the module docstring).
+
+    :param connect: opens a new DB-API connection (psycopg2) to the store.
+    :param url: the store's URL, password hidden (for messages).
+    :param safety_poll_interval: seconds between a waiter's reads of the
+        store while nothing is pushed (lost notifications).
+    """
+
+    def __init__(self, connect: Callable[[], Any], url: str,
+                 safety_poll_interval: float) -> None:
+        self._connect = connect
+        self.url = url
+        self.safety_poll_interval = safety_poll_interval
+        #: Guards the connection and the subscriptions.
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        self._subs: dict[str, list[Subscription]] = {}
+        self._thread: Optional[threading.Thread] = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._closed = False
+        #: Said once per outage of the listening connection.
+        self._down_said = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listening connection is up."""
+        return self._conn is not None and not self._closed
+
+    # -- subscribing ---------------------------------------------------------
+
+    def subscribe(self, channel: str) -> Subscription:
+        """Listen on ``channel`` for a waiter: once this returns, every
+        change committed after it wakes the subscription (a change
+        committed before it is what the waiter reads next)."""
+        sub = Subscription(self, channel)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("listener of %s closed" % self.url)
+            first = channel not in self._subs
+            self._subs.setdefault(channel, []).append(sub)
+            if self._conn is None and self._thread is None:
+                self._open()
+            if first and self._conn is not None:
+                self._execute("LISTEN " + _quoted(channel))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="hoststate-listener")
+                self._thread.start()
+        return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            subs = self._subs.get(sub.channel, [])
+            if sub in subs:
+                subs.remove(sub)
+            if subs:
+                return
+            self._subs.pop(sub.channel, None)
+            if self._conn is not None and not self._closed:
+                self._execute("UNLISTEN " + _quoted(sub.channel))
+
+    def close(self) -> None:
+        """Close the listening connection and stop its thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._drop()
+        os.write(self._wake_w, b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- the connection ------------------------------------------------------
+
+    def _open(self) -> bool:
+        """Connect and listen on every subscribed channel (the lock held);
+        False when the server cannot be reached (said once per outage)."""
+        try:
+            conn = self._connect()
+            conn.autocommit = True
+            self._conn = conn
+            for channel in sorted(self._subs):
+                self._execute("LISTEN " + _quoted(channel))
+        except Exception as err:  # noqa: BLE001 - any driver failure: retried
+            self._drop()
+            if not self._down_said:
+                self._down_said = True
+                LOG.warning("host-state store %s: cannot listen for changes (%s): "
+                            "polling until it can", self.url, _one_line(err))
+            return False
+        if self._down_said:
+            self._down_said = False
+            LOG.info("host-state store %s: listening for changes again", self.url)
+        return True
+
+    def _execute(self, statement: str) -> None:
+        """Run ``statement`` on the listening connection (the lock held),
+        then hand out the notifications that arrived with its answer."""
+        with self._conn.cursor() as cursor:
+            cursor.execute(statement)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        notifies = self._conn.notifies
+        while notifies:
+            note = notifies.pop(0)
+            for sub in self._subs.get(note.channel, ()):
+                sub.wake()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+    def _wake_all(self) -> None:
+        """Every waiter reads the store again (notifications may have been
+        lost while the connection was down)."""
+        for subs in self._subs.values():
+            for sub in subs:
+                sub.wake()
+
+    def _run(self) -> None:
+        delay = _RECONNECT_FIRST
+        while not self._closed:
+            with self._lock:
+                conn = self._conn
+                if conn is None and not self._closed:
+                    if self._open():
+                        delay = _RECONNECT_FIRST
+                        self._wake_all()
+                    conn = self._conn
+            if self._closed:
+                return
+            if conn is None:
+                readable, _, _ = select.select([self._wake_r], [], [], delay)
+                delay = min(delay * 2, _RECONNECT_MAX)
+                continue
+            try:
+                readable, _, _ = select.select([conn, self._wake_r], [], [])
+            except (OSError, ValueError):
+                readable = [conn]  # NOTE: closed under us: poll says how
+            if self._wake_r in readable:
+                if self._closed:
+                    return
+                os.read(self._wake_r, 64)
+            with self._lock:
+                if self._conn is not conn:
+                    continue
+                try:
+                    conn.poll()
+                    self._dispatch()
+                except Exception as err:  # noqa: BLE001 - the connection broke
+                    if not self._closed:
+                        self._down_said = True
+                        LOG.warning("host-state store %s: the connection listening "
+                                    "for changes failed (%s): reconnecting, polling "
+                                    "meanwhile", self.url, _one_line(err))
+                    self._drop()
+                    self._wake_all()
+
+
+def _quoted(channel: str) -> str:
+    """``channel`` as an SQL identifier (the channels' names are this
+    module's: letters, digits and underscores)."""
+    if not channel.replace("_", "").isalnum():
+        raise ValueError("channel %r" % channel)
+    return '"%s"' % channel
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def connector(engine: Engine) -> Callable[[], Any]:
+    """Opens DB-API connections to ``engine``'s database outside its pool
+    (the listener's), with TCP keepalives unless the URL sets its own."""
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    params = dict(cparams)
+    for key, value in _KEEPALIVES.items():
+        params.setdefault(key, value)
+    params.setdefault("connect_timeout", 10)
+
+    def connect() -> Any:
+        return engine.dialect.connect(*cargs, **params)
+    return connect
+
+
+__all__ = ["Listener", "Subscription", "connector", "decision_channel", "host_channel",
+           "send", "supported"]
