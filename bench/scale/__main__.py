@@ -49,7 +49,6 @@ from typing import Any, Optional
 from bench.scale import agents, counters, hosts, schedulers
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.store import HostStateStore
-from compute_plugins.placement import client as pclient
 from compute_plugins.placement import embedded
 from compute_plugins.scheduler import audit
 
@@ -247,6 +246,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def say(text: str) -> None:
+    """Progress, on stderr (a run takes minutes)."""
+    print("  ... " + text, file=sys.stderr, flush=True)
+
+
 def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
              placement_url: str, store: HostStateStore, store_url: str, tmp: str,
              agent_procs: Workers, sched_procs: Workers) -> None:
@@ -264,6 +268,8 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     ready = agent_procs.receive_all()
     out["setup_agents_s"] = round(time.monotonic() - start, 2)
     out["setup_s"] = round(out["setup_placement_s"] + out["setup_agents_s"], 2)
+    say("set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s)"
+        % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"]))
     errors = [e for answer in ready for e in answer[2]]
     # -- idle ----------------------------------------------------------
     before = [agent_procs.total(f) for f in (counters.STATEMENTS, counters.PLACEMENT)]
@@ -274,6 +280,7 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         (after[0] - before[0]) / host_minutes, 2)
     out["idle_placement_calls_per_host_minute"] = round(
         (after[1] - before[1]) / host_minutes, 2)
+    say("idle: measured")
     # -- workload ------------------------------------------------------
     share = [args.decisions // args.schedulers + (i < args.decisions % args.schedulers)
              for i in range(args.schedulers)]
@@ -286,6 +293,7 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     before = [sum(w.total(f) for w in everyone) for f in fields]
     sched_procs.send_all([("go",)] * args.schedulers)
     results = [answer[1] for answer in sched_procs.receive_all()]
+    say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
     after = [sum(w.total(f) for w in everyone) for f in fields]
     boots = [s for r in results for s in r["boots"]]

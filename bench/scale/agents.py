@@ -22,12 +22,13 @@ import os
 import threading
 import time
 import traceback
+from concurrent import futures
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from bench.schedule import cloud
 from bench.scale import counters
 from bench.scale.hosts import SimHost
+from bench.schedule import cloud
 from compute_plugins.compute import identity
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.ledger import Ledger
@@ -41,7 +42,7 @@ def make_agent(host: SimHost, state_root: str, store: HostStateStore,
                lease_duration: float) -> ComputeAgent:
     """The agent of one simulated host (nothing contacted yet)."""
     info = cloud.host_info(host.name, host.shape)
-    manager = cloud.manager(host.shape)
+    manager = cloud.manager(host.shape, cached=True)
     manager.discover(info)
     state_dir = os.path.join(state_root, host.name)
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -63,6 +64,7 @@ class AgentPool:
     def __init__(self, agents: list[ComputeAgent], threads: int,
                  stats: counters.Slot) -> None:
         self.agents = agents
+        self.threads = threads
         self.stats = stats
         self.stop = threading.Event()
         self.errors: list[str] = []
@@ -71,9 +73,10 @@ class AgentPool:
                          for i in range(min(threads, len(agents)))]
 
     def first_poll(self) -> None:
-        """Every agent's first poll: its lease taken, its state published."""
-        for agent in self.agents:
-            self._poll(agent)
+        """Every agent's first poll (its lease taken, its state published),
+        on the pool's threads (their waits on the store overlap)."""
+        with futures.ThreadPoolExecutor(self.threads) as running:
+            list(running.map(self._poll, self.agents))
 
     def _poll(self, agent: ComputeAgent) -> None:
         try:

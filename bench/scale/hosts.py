@@ -64,6 +64,29 @@ def register_template(client: Any, name: str, shape: str) -> SimHost:
                                  for u in tree.get_provider_uuids_in_tree(name)})
 
 
+def _device_keys(template: SimHost) -> dict[str, tuple[str, ...]]:
+    """Template provider uuid -> the device key the plugins derive it from
+    (:func:`compute_plugins.plugin.names.provider_uuid`: the node name and
+    the key), so that a copy's providers have the uuids its own agent's
+    plugins would give them (their host states name them).
+
+    :raises RuntimeError: a provider whose key is not one of the host's
+        cells or PCI addresses.
+    """
+    info = cloud.host_info(template.name, template.shape)
+    candidates = [("numa", str(cell.id)) for cell in info.cells] + [
+        (kind, dev.address) for dev in info.pci_devices for kind in ("pci", "pf")]
+    derived: dict[str, tuple[str, ...]] = {
+        names.provider_uuid(template.name, *key): key for key in candidates}
+    derived[names.provider_uuid(template.name)] = ()
+    missing = sorted(set(template.providers) - set(derived))
+    if missing:
+        raise RuntimeError("host %s: providers %s are not derived from a cell or "
+                           "a PCI address: cannot copy its tree"
+                           % (template.name, ", ".join(missing)))
+    return {u: derived[u] for u in template.providers}
+
+
 def _tables(engine: sa.Engine) -> dict[str, sa.Table]:
     meta = sa.MetaData()
     meta.reflect(engine, only=["resource_providers", "inventories",
@@ -77,6 +100,7 @@ def clone(engine: sa.Engine, template: SimHost, names_: list[str]) -> list[SimHo
     transaction into Placement's database (``engine``: Placement's own, see
     :func:`placement_engine`); generation 1 as a fresh registration leaves
     them. Nothing may write to Placement meanwhile."""
+    keys = _device_keys(template)
     t = _tables(engine)
     rps, inv, traits, aggs = (t["resource_providers"], t["inventories"],
                               t["resource_provider_traits"],
@@ -106,7 +130,7 @@ def clone(engine: sa.Engine, template: SimHost, names_: list[str]) -> list[SimHo
             providers: dict[str, str] = {}
             for row in rows:
                 pname = name + row["name"][len(template.name):]
-                puuid = names.provider_uuid(pname)
+                puuid = names.provider_uuid(name, *keys[row["uuid"]])
                 providers[puuid] = pname
                 new_rps.append(dict(row, id=id_of[row["id"]], uuid=puuid, name=pname,
                                     root_provider_id=id_of[row["root_provider_id"]],
