@@ -19,6 +19,7 @@ minutes; the copy takes about a second.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,18 +51,21 @@ def host_name(index: int) -> str:
     return "scale-%s-%05d" % (SHAPES[index % len(SHAPES)], index)
 
 
-def register_template(client: Any, name: str, shape: str) -> SimHost:
+def register_template(client: Any, name: str, shape: str) -> tuple[SimHost, float]:
     """Register ``name`` as its agent would (the plugins' tree, the report
-    client's periodic) and return it with its providers."""
+    client's periodic): the host with its providers, and the seconds the
+    periodic took."""
     plugins = cloud.manager(shape)
     plugins.discover(cloud.host_info(name, shape))
     reporter = report.ReportClient(client, refresh_interval=0, sleep=lambda s: None)
+    start = time.monotonic()
     result = reporter.periodic(plugins.update_provider_tree, name)
+    seconds = time.monotonic() - start
     if not result.ok:
         raise RuntimeError("host %s: %s" % (name, result.error))
     tree = reporter.provider_tree()
     return SimHost(name, shape, {u: tree.data(u).name
-                                 for u in tree.get_provider_uuids_in_tree(name)})
+                                 for u in tree.get_provider_uuids_in_tree(name)}), seconds
 
 
 def _device_keys(template: SimHost) -> dict[str, tuple[str, ...]]:
@@ -150,6 +154,12 @@ def clone(engine: sa.Engine, template: SimHost, names_: list[str]) -> list[SimHo
                               (aggs, new_aggs)):
             if values:
                 conn.execute(sa.insert(table), values)
+        if engine.dialect.name == "postgresql":
+            # NOTE: the ids were given: the sequences follow them.
+            for table in (rps, inv):
+                conn.execute(sa.text(
+                    "SELECT setval(pg_get_serial_sequence('%s', 'id'), "
+                    "(SELECT max(id) FROM %s))" % (table.name, table.name)))
     return made
 
 
@@ -160,19 +170,23 @@ def placement_engine() -> sa.Engine:
     return db_api.placement_context_manager.writer.get_engine()
 
 
-def build(client: Any, engine: sa.Engine, count: int) -> list[SimHost]:
+def build(client: Any, engine: sa.Engine, count: int) -> tuple[list[SimHost], float]:
     """``count`` hosts, shapes in turn: the first of each shape registered by
-    the report client, the others cloned from it (:func:`clone`)."""
+    the report client, the others cloned from it (:func:`clone`); and the
+    seconds a template's periodic took, on average, through the report
+    client (the baseline of the bulk path)."""
     templates = {}
+    by_api = 0.0
     for index in range(min(count, len(SHAPES))):
-        templates[SHAPES[index]] = register_template(client, host_name(index),
-                                                     SHAPES[index])
+        templates[SHAPES[index]], seconds = register_template(
+            client, host_name(index), SHAPES[index])
+        by_api += seconds / min(count, len(SHAPES))
     hosts = list(templates.values())
     for shape, template in templates.items():
         rest = [host_name(i) for i in range(len(SHAPES), count)
                 if SHAPES[i % len(SHAPES)] == shape]
         hosts.extend(clone(engine, template, rest))
-    return sorted(hosts, key=lambda h: h.name)
+    return sorted(hosts, key=lambda h: h.name), by_api
 
 
 def chunks(items: list[Any], parts: int) -> Iterator[list[Any]]:

@@ -22,7 +22,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
-    result = bench("--hosts", "5", "--decisions", "10", "--idle", "1",
+    result = bench("--hosts", "5", "--decisions", "10", "--idle", "1", "--workers", "1",
                    "--poll-interval", "0.2", "--lease", "3", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     header, line = result.stdout.strip().splitlines()
