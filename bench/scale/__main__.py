@@ -275,10 +275,13 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"]))
     errors = [e for answer in ready for e in answer[2]]
     # -- idle ----------------------------------------------------------
-    before = [agent_procs.total(f) for f in (counters.STATEMENTS, counters.PLACEMENT)]
+    idle = (counters.STATEMENTS, counters.PLACEMENT, counters.POLLS)
+    before = [agent_procs.total(f) for f in idle]
     time.sleep(args.idle)
-    after = [agent_procs.total(f) for f in (counters.STATEMENTS, counters.PLACEMENT)]
+    after = [agent_procs.total(f) for f in idle]
     host_minutes = args.hosts * args.idle / 60
+    # NOTE: 60 / --poll-interval when the agents keep up.
+    out["idle_polls_per_host_minute"] = round((after[2] - before[2]) / host_minutes, 1)
     out["idle_store_queries_per_host_minute"] = round(
         (after[0] - before[0]) / host_minutes, 2)
     out["idle_placement_calls_per_host_minute"] = round(
@@ -346,9 +349,11 @@ def report(out: dict[str, Any]) -> str:
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"],
            out["setup_placement_by_api_s"],
            out["setup_placement_by_api_s"] / max(out["setup_placement_s"], 0.01)),
-        "  idle, per host-minute: %.1f store queries, %.2f Placement calls"
+        "  idle, per host-minute: %.1f store queries, %.2f Placement calls "
+        "(%.0f polls, %.0f due)"
         % (out["idle_store_queries_per_host_minute"],
-           out["idle_placement_calls_per_host_minute"]),
+           out["idle_placement_calls_per_host_minute"],
+           out["idle_polls_per_host_minute"], 60 / out["poll_interval_s"]),
         "  %d decisions (%d boots, %d placed; %d deletes): %.1f decisions/s, "
         "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
         % (out["decisions"], out["boots"], out["placed"], out["deletes"],
