@@ -153,12 +153,14 @@ class Workers:
         for pipe, message in zip(self.pipes, messages, strict=True):
             pipe.send(message)
 
-    def receive_all(self) -> list[Any]:
+    def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
+        """Every process's answer (``timeout`` seconds each at most; None:
+        no limit, the workload's end)."""
         answers = []
         for pipe, proc in zip(self.pipes, self.procs, strict=True):
-            if not pipe.poll(WORKER_TIMEOUT):
-                raise RuntimeError("process %d did not answer in %g s"
-                                   % (proc.pid, WORKER_TIMEOUT))
+            if not pipe.poll(timeout):
+                raise RuntimeError("process %d did not answer in %s s"
+                                   % (proc.pid, timeout))
             answer = pipe.recv()
             if answer[0] == "failed":
                 raise RuntimeError("process %d failed:\n%s" % (proc.pid, answer[1]))
@@ -298,7 +300,7 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
     sched_procs.send_all([("go",)] * args.schedulers)
-    results = [answer[1] for answer in sched_procs.receive_all()]
+    results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
     say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
     after = [sum(w.total(f) for w in everyone) for f in fields]
