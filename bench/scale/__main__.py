@@ -46,7 +46,10 @@ import time
 from collections.abc import Iterator
 from typing import Any, Optional
 
+import sqlalchemy as sa
+
 from bench.scale import agents, counters, hosts, schedulers
+from compute_plugins import exception
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
@@ -171,10 +174,12 @@ class Workers:
         return counters.total(self.slots, field)
 
     def close(self) -> None:
+        """The processes gone (ended by now, or stopped: a run given up)."""
         for proc in self.procs:
-            proc.join(10)
+            proc.join(2)
             if proc.is_alive():
                 proc.terminate()
+                proc.join()
 
 
 def _run(target: Any, conn: Any, slot: counters.Slot, profile: Optional[str],
@@ -377,8 +382,8 @@ def main(argv: list[str]) -> int:
     logging.disable(logging.WARNING)
     try:
         out = run(args)
-    except RuntimeError as err:
-        print("bench.scale: %s" % err, file=sys.stderr)
+    except (RuntimeError, exception.ComputePluginsError, sa.exc.ArgumentError) as err:
+        print("bench.scale: %s" % str(err).strip().splitlines()[-1], file=sys.stderr)
         return 1
     print(json.dumps(out, sort_keys=True) if args.json else report(out), flush=True)
     return 0 if out["double_allocations"] == 0 else 1
