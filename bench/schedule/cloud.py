@@ -10,9 +10,12 @@ reported to Placement by the report client and published to the store.
 
 from __future__ import annotations
 
+import functools
+from importlib import metadata
 from typing import Any
 
 from oslo_config import cfg
+from stevedore import extension, named
 
 from compute_plugins import conf as conf_areas
 from compute_plugins.host.model import (
@@ -26,6 +29,7 @@ from compute_plugins.host.model import (
 )
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import report
+from compute_plugins.runtime import manager as runtime_manager
 from compute_plugins.runtime.manager import PluginManager
 
 SHAPES = ("2cell", "8cell", "gpu", "sriov")
@@ -60,13 +64,32 @@ def host_info(name: str, shape: str) -> HostInfo:
                     pci_devices=tuple(devices), disk=DiskInfo(1000, 1000))
 
 
-def manager(shape: str) -> PluginManager:
-    """The plugins as the shape's agent configures them."""
+@functools.lru_cache(maxsize=1)
+def _plugin_classes() -> dict[str, tuple[Any, Any]]:
+    """Every installed plugin: name -> (entry point, class); read once."""
+    return {ep.name: (ep, ep.load())
+            for ep in metadata.entry_points(group=runtime_manager.NAMESPACE)}
+
+
+def manager(shape: str, cached: bool = False) -> PluginManager:
+    """The plugins as the shape's agent configures them.
+
+    :param cached: the enabled plugins' classes found once per process
+        instead of through stevedore's entry points (80% of the time of
+        this call); each manager still has its own plugin objects.
+    """
     conf = cfg.ConfigOpts()
     conf_areas.register_all(conf)
     conf([], project="compute-plugins-bench", default_config_files=[],
          default_config_dirs=[])
-    plugins = PluginManager(conf)
+    loaded = None
+    if cached:
+        classes = _plugin_classes()
+        loaded = named.NamedExtensionManager.make_test_instance([
+            extension.Extension(name, classes[name][0], classes[name][1],
+                                classes[name][1](conf))
+            for name in conf.compute_plugins.enabled_plugins])
+    plugins = PluginManager(conf, extension_manager=loaded)
     conf.set_override("reserved_host_memory_mb", 0, "compute")
     if shape in ("2cell", "8cell"):
         conf.set_override("cpu_dedicated_set", "0-%d" % (63 if shape == "8cell" else 31),

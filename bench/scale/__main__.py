@@ -1,0 +1,393 @@
+"""N simulated hosts, real agents, real Placement and store, K schedulers.
+
+``python -m bench.scale --hosts N --schedulers K [--store sqlite|postgresql]``
+
+- **Placement**: the embedded one (:mod:`compute_plugins.placement.embedded`)
+  in this process, served over loopback HTTP to the other processes; on an
+  in-memory SQLite database, or a PostgreSQL one (``--store postgresql``).
+- **The store**: a :class:`HostStateStore` on a SQLite file, or on
+  PostgreSQL: a private server started for the run as the tests start
+  theirs (``tests/servers.py``), or ``--store-url`` (and
+  ``--placement-db-url`` for Placement's database) on one you run.
+- **Hosts** (:mod:`bench.scale.hosts`): shapes in turn, the first of each
+  registered by the report client, the others copied in bulk in Placement's
+  database; set-up time printed (Placement, then the agents).
+- **Agents** (:mod:`bench.scale.agents`): the real ``ComputeAgent`` of each
+  host, polling every ``--poll-interval`` (the agent's default
+  ``claim_poll_interval``, 1 s), renewing its lease, in ``--workers``
+  processes of ``--threads`` threads.
+- **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
+  statements and Placement calls per host-minute (leases included).
+- **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and
+  deletes shared by ``--schedulers`` processes; decisions/s over the
+  slowest scheduler's time, boot latency p50/p99, Placement calls and store
+  statements (every process) per decision.
+- **Check**: once the deletes are done, every consumer's allocation in
+  Placement compared with its claim in the store (``double_allocations``:
+  consumers where they disagree; 0 expected).
+
+``--json`` prints one JSON object instead of the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import json
+import logging
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import sqlalchemy as sa
+
+from bench.scale import agents, counters, hosts, schedulers
+from compute_plugins import exception
+from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import embedded
+from compute_plugins.scheduler import audit
+
+#: Seconds a worker has to answer before the run is given up.
+WORKER_TIMEOUT = 900.0
+
+
+def positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a number" % text) from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError("%r: must be > 0" % text)
+        return value
+    return parse
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=(
+        "N simulated hosts (real agents' claim path, real Placement and "
+        "store) and K schedulers booting and deleting."))
+    parser.add_argument("--hosts", type=positive(int), default=100)
+    parser.add_argument("--schedulers", type=positive(int), default=2,
+                        help="scheduler processes (default 2)")
+    parser.add_argument("--decisions", type=positive(int), default=100,
+                        help="boots and deletes, all schedulers together (default 100)")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="the databases of Placement and the store (default sqlite; "
+                        "postgresql: a private server, or --store-url)")
+    parser.add_argument("--store-url", help="the store's database (SQLAlchemy URL)")
+    parser.add_argument("--placement-db-url",
+                        help="the embedded Placement's database (SQLAlchemy URL)")
+    parser.add_argument("--workers", type=positive(int), default=2,
+                        help="agents' processes (default 2)")
+    parser.add_argument("--threads", type=positive(int), default=4,
+                        help="polling threads per agents' process (default 4)")
+    parser.add_argument("--poll-interval", type=positive(float), default=1.0,
+                        help="the agents' claim_poll_interval (default 1 s)")
+    parser.add_argument("--lease", type=positive(float), default=30.0,
+                        help="the agents' lease duration (default 30 s)")
+    parser.add_argument("--idle", type=positive(float), default=10.0,
+                        help="seconds measured with nothing scheduled (default 10)")
+    parser.add_argument("--answer-timeout", type=positive(float), default=30.0)
+    parser.add_argument("--delete-fraction", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", metavar="DIR",
+                        help="write a cProfile of each process into DIR")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    args = parser.parse_args(argv)
+    if not 0 <= args.delete_fraction < 1:
+        parser.error("--delete-fraction %g: must be in [0, 1)" % args.delete_fraction)
+    if args.lease < 3 * args.poll_interval:
+        parser.error("--lease must be at least 3 x --poll-interval")
+    return args
+
+
+@contextlib.contextmanager
+def databases(args: argparse.Namespace, tmp: str) -> Iterator[tuple[str, str]]:
+    """(Placement's database URL, the store's)."""
+    placement_url = args.placement_db_url
+    store_url = args.store_url
+    if args.store == "sqlite" or (placement_url and store_url):
+        yield (placement_url or "sqlite://",
+               store_url or "sqlite:///" + os.path.join(tmp, "hoststate.sqlite"))
+        return
+    from tests import servers
+
+    with servers.postgresql() as server:
+        admin = server.admin()
+        try:
+            for name in ("bench_placement", "bench_hoststate"):
+                with admin.cursor() as cur:
+                    cur.execute("CREATE DATABASE %s" % name)
+        finally:
+            admin.close()
+        yield (placement_url or server.url("bench_placement"),
+               store_url or server.url("bench_hoststate"))
+
+
+class Workers:
+    """The agents' and the schedulers' processes (forked before Placement
+    starts: they share nothing with it but the code)."""
+
+    def __init__(self, count: int, target: Any, profile: Optional[str], kind: str) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.slots: list[counters.Slot] = []
+        self.pipes: list[Any] = []
+        self.procs: list[Any] = []
+        for i in range(count):
+            slot = counters.Slot(ctx.Array("q", counters.FIELDS, lock=False))
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_run, args=(target, theirs, slot, profile,
+                                                  "%s-%d" % (kind, i)), daemon=True)
+            proc.start()
+            self.slots.append(slot)
+            self.pipes.append(mine)
+            self.procs.append(proc)
+
+    def send_all(self, messages: list[Any]) -> None:
+        for pipe, message in zip(self.pipes, messages, strict=True):
+            pipe.send(message)
+
+    def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
+        """Every process's answer (``timeout`` seconds each at most; None:
+        no limit, the workload's end)."""
+        answers = []
+        for pipe, proc in zip(self.pipes, self.procs, strict=True):
+            if not pipe.poll(timeout):
+                raise RuntimeError("process %d did not answer in %s s"
+                                   % (proc.pid, timeout))
+            answer = pipe.recv()
+            if answer[0] == "failed":
+                raise RuntimeError("process %d failed:\n%s" % (proc.pid, answer[1]))
+            answers.append(answer)
+        return answers
+
+    def total(self, field: int) -> int:
+        return counters.total(self.slots, field)
+
+    def close(self) -> None:
+        """The processes gone (ended by now, or stopped: a run given up)."""
+        for proc in self.procs:
+            proc.join(2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+
+
+def _run(target: Any, conn: Any, slot: counters.Slot, profile: Optional[str],
+         name: str) -> None:
+    logging.disable(logging.WARNING)
+    if profile is None:
+        target(conn, slot)
+        return
+    profiler = cProfile.Profile()
+    profiler.runcall(target, conn, slot)
+    profiler.dump_stats(os.path.join(profile, name + ".pstats"))
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+def check(placement: Any, store: HostStateStore, consumers: list[str],
+          settle: float) -> tuple[int, int]:
+    """(consumers whose Placement allocation is not their claim's, still
+    in flight after ``settle`` seconds): waits for the deletes first."""
+    deadline = time.monotonic() + settle
+    while True:
+        active = {c: store.active_decision(c) for c in consumers}
+        moving = [c for c, d in active.items()
+                  if d is not None and d.status != protocol.CLAIMED]
+        if not moving or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    wrong = 0
+    for consumer, decision in active.items():
+        if consumer in moving:
+            continue
+        body = placement.get("/allocations/%s" % consumer).get("allocations") or {}
+        held = {rp: {rc: n for rc, n in (b.get("resources") or {}).items() if n}
+                for rp, b in body.items()}
+        expected = audit.decision_allocations(decision) if decision is not None else {}
+        wrong += held != expected
+    return wrong, len(moving)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    profile = args.profile
+    if profile:
+        os.makedirs(profile, exist_ok=True)
+    agent_procs = Workers(min(args.workers, args.hosts), agents.worker, profile, "agents")
+    sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
+    out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
+                           "store": args.store, "workers": len(agent_procs.procs),
+                           "poll_interval_s": args.poll_interval}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, \
+                databases(args, tmp) as (placement_db, store_url), \
+                embedded.EmbeddedPlacement(placement_db) as service, \
+                HostStateStore(store_url) as store:
+            server = service.make_server(threads=8)
+            serving = threading.Thread(target=server.serve_forever, daemon=True)
+            serving.start()
+            try:
+                _measure(args, out, service, server.url, store, store_url, tmp,
+                         agent_procs, sched_procs)
+            finally:
+                server.shutdown()
+                serving.join(10)
+    finally:
+        agent_procs.close()
+        sched_procs.close()
+    return out
+
+
+def say(text: str) -> None:
+    """Progress, on stderr (a run takes minutes)."""
+    print("  ... " + text, file=sys.stderr, flush=True)
+
+
+def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
+             placement_url: str, store: HostStateStore, store_url: str, tmp: str,
+             agent_procs: Workers, sched_procs: Workers) -> None:
+    client = service.client()
+    client.get("/")
+    # -- set-up --------------------------------------------------------
+    start = time.monotonic()
+    made, by_api = hosts.build(client, hosts.placement_engine(), args.hosts)
+    out["setup_placement_s"] = round(time.monotonic() - start, 2)
+    # NOTE: the baseline, same run: every host through the report client,
+    # at the templates' pace.
+    out["setup_placement_by_api_s"] = round(by_api * args.hosts, 1)
+    start = time.monotonic()
+    agent_procs.send_all([("start", chunk, store_url, placement_url,
+                           os.path.join(tmp, "agents"), args.poll_interval, args.lease,
+                           args.threads)
+                          for chunk in hosts.chunks(made, len(agent_procs.procs))])
+    ready = agent_procs.receive_all()
+    out["setup_agents_s"] = round(time.monotonic() - start, 2)
+    out["setup_s"] = round(out["setup_placement_s"] + out["setup_agents_s"], 2)
+    say("set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s)"
+        % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"]))
+    errors = [e for answer in ready for e in answer[2]]
+    # -- idle ----------------------------------------------------------
+    idle = (counters.STATEMENTS, counters.PLACEMENT, counters.POLLS)
+    before = [agent_procs.total(f) for f in idle]
+    time.sleep(args.idle)
+    after = [agent_procs.total(f) for f in idle]
+    host_minutes = args.hosts * args.idle / 60
+    # NOTE: 60 / --poll-interval when the agents keep up.
+    out["idle_polls_per_host_minute"] = round((after[2] - before[2]) / host_minutes, 1)
+    out["idle_store_queries_per_host_minute"] = round(
+        (after[0] - before[0]) / host_minutes, 2)
+    out["idle_placement_calls_per_host_minute"] = round(
+        (after[1] - before[1]) / host_minutes, 2)
+    say("idle: measured")
+    # -- workload ------------------------------------------------------
+    share = [args.decisions // args.schedulers + (i < args.decisions % args.schedulers)
+             for i in range(args.schedulers)]
+    sched_procs.send_all([("start", store_url, placement_url, n, args.seed + i,
+                           args.delete_fraction, args.answer_timeout)
+                          for i, n in enumerate(share)])
+    sched_procs.receive_all()
+    everyone = (agent_procs, sched_procs)
+    fields = (counters.STATEMENTS, counters.PLACEMENT)
+    before = [sum(w.total(f) for w in everyone) for f in fields]
+    sched_procs.send_all([("go",)] * args.schedulers)
+    results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
+    say("workload: done")
+    time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
+    after = [sum(w.total(f) for w in everyone) for f in fields]
+    boots = [s for r in results for s in r["boots"]]
+    deletes = [s for r in results for s in r["deletes"]]
+    decisions = len(boots) + len(deletes)
+    seconds = max(r["seconds"] for r in results)
+    out.update({
+        "decisions": decisions, "boots": len(boots), "deletes": len(deletes),
+        "placed": sum(r["placed"] for r in results),
+        "decisions_per_s": round(decisions / seconds, 2),
+        "p50_ms": round(percentile(boots, 50) * 1e3, 1),
+        "p99_ms": round(percentile(boots, 99) * 1e3, 1),
+        "delete_p50_ms": round(percentile(deletes, 50) * 1e3, 1),
+        "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
+        "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
+        "rejections": agent_procs.total(counters.REJECTIONS),
+    })
+    failed = [f for r in results for f in r["failed"]]
+    # -- check ---------------------------------------------------------
+    consumers = [c for r in results for c in r["all"]]
+    wrong, moving = check(client, store, consumers, 5 * args.poll_interval + 10)
+    out["double_allocations"] = wrong
+    out["in_flight_at_end"] = moving
+    agent_procs.send_all([("stop",)] * len(agent_procs.procs))
+    stopped = agent_procs.receive_all()
+    errors += [e for answer in stopped for e in answer[1]]
+    out["agent_errors"] = agent_procs.total(counters.ERRORS)
+    out["errors_sample"] = errors[:3] + failed[:3]
+    agents_kb = agent_procs.total(counters.RSS_KB)
+    out["rss_mib"] = {
+        "main_placement": round(counters.rss_kb() / 1024, 1),
+        "agents": round(agents_kb / 1024, 1),
+        "agents_kib_per_host": round(agents_kb / args.hosts, 1),
+        "scheduler_each": round(statistics.mean(
+            s.read()[counters.RSS_KB] for s in sched_procs.slots) / 1024, 1)}
+
+
+def report(out: dict[str, Any]) -> str:
+    """The run in words."""
+    rss = out["rss_mib"]
+    return "\n".join([
+        "%d hosts, %d schedulers, %s; agents in %d processes, polling every %g s"
+        % (out["hosts"], out["schedulers"], out["store"], out["workers"],
+           out["poll_interval_s"]),
+        "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s); Placement "
+        "through the report client, host by host, would take %.0f s (%.0fx)"
+        % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"],
+           out["setup_placement_by_api_s"],
+           out["setup_placement_by_api_s"] / max(out["setup_placement_s"], 0.01)),
+        "  idle, per host-minute: %.1f store queries, %.2f Placement calls "
+        "(%.0f polls, %.0f due)"
+        % (out["idle_store_queries_per_host_minute"],
+           out["idle_placement_calls_per_host_minute"],
+           out["idle_polls_per_host_minute"], 60 / out["poll_interval_s"]),
+        "  %d decisions (%d boots, %d placed; %d deletes): %.1f decisions/s, "
+        "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
+        % (out["decisions"], out["boots"], out["placed"], out["deletes"],
+           out["decisions_per_s"], out["p50_ms"], out["p99_ms"], out["delete_p50_ms"]),
+        "  per decision: %.2f Placement calls, %.1f store queries; %d rejections"
+        % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
+           out["rejections"]),
+        "  double allocations: %d (%d still in flight); agent errors: %d"
+        % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"]),
+        "  memory (RSS): main + Placement %.0f MiB, agents %.0f MiB (%.0f KiB/host), "
+        "each scheduler %.0f MiB"
+        % (rss["main_placement"], rss["agents"], rss["agents_kib_per_host"],
+           rss["scheduler_each"]),
+    ] + ["  error: %s" % e for e in out["errors_sample"]])
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    logging.disable(logging.WARNING)
+    try:
+        out = run(args)
+    except (RuntimeError, exception.ComputePluginsError, sa.exc.ArgumentError) as err:
+        print("bench.scale: %s" % str(err).strip().splitlines()[-1], file=sys.stderr)
+        return 1
+    print(json.dumps(out, sort_keys=True) if args.json else report(out), flush=True)
+    return 0 if out["double_allocations"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,166 @@
+"""Simulated hosts' agents: the real :class:`ComputeAgent`, many per process.
+
+The one module of the benchmark that drives an agent. Each simulated host
+gets a real :class:`~compute_plugins.compute.agent.ComputeAgent` (its own
+plugins discovered from the host's snapshot, its own ledger and node
+identity in a state directory, the process's store and Placement client),
+and a worker process runs hundreds of them on a few threads, each calling
+:meth:`ComputeAgent.poll` when its ``claim_poll_interval`` is due: the
+real lease (taken, renewed every third of its duration), the real claim
+path (the plugins' ``verify``, the ledger, the protocol's answers) and the
+real release (Placement's ``DELETE /allocations``).
+
+What is not run: the agent's periodic (discovery and the Placement sync),
+because the host's tree was registered in bulk (:mod:`bench.scale.hosts`);
+the agent is told its providers instead of reading them back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import threading
+import time
+import traceback
+from concurrent import futures
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+from bench.scale import counters
+from bench.scale.hosts import SimHost
+from bench.schedule import cloud
+from compute_plugins.compute import identity
+from compute_plugins.compute.agent import ComputeAgent
+from compute_plugins.compute.ledger import Ledger
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import client as pclient
+from compute_plugins.placement import report
+
+
+def make_agent(host: SimHost, state_root: str, store: HostStateStore,
+               placement: pclient.PlacementClient, poll_interval: float,
+               lease_duration: float) -> ComputeAgent:
+    """The agent of one simulated host (nothing contacted yet)."""
+    info = cloud.host_info(host.name, host.shape)
+    manager = cloud.manager(host.shape, cached=True)
+    manager.discover(info)
+    state_dir = os.path.join(state_root, host.name)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    node = identity.ensure(state_dir, host.name)
+    ledger = Ledger.load(state_dir, host.name, manager.plugins)
+    agent = ComputeAgent(manager, report.ReportClient(placement, refresh_interval=0),
+                         store, ledger, lambda: info, first=info,
+                         claim_poll_interval=poll_interval, node=node,
+                         lease_duration=lease_duration)
+    # NOTE: what the skipped periodic would have read back from Placement
+    # (the tree registered in bulk); the first poll publishes it.
+    agent._providers = dict(host.providers)  # noqa: SLF001
+    return agent
+
+
+class AgentPool:
+    """The agents of one process, polled on ``threads`` threads."""
+
+    def __init__(self, agents: list[ComputeAgent], threads: int,
+                 stats: counters.Slot) -> None:
+        self.agents = agents
+        self.threads = threads
+        self.stats = stats
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self._threads = [threading.Thread(target=self._loop, args=(agents[i::threads],),
+                                          daemon=True)
+                         for i in range(min(threads, len(agents)))]
+
+    def first_poll(self) -> None:
+        """Every agent's first poll (its lease taken, its state published),
+        on the pool's threads (their waits on the store overlap)."""
+        with futures.ThreadPoolExecutor(self.threads) as running:
+            list(running.map(self._poll, self.agents))
+
+    def _poll(self, agent: ComputeAgent) -> None:
+        try:
+            result = agent.poll()
+        except Exception as err:  # noqa: BLE001 - counted and reported once
+            self.stats.add(counters.ERRORS)
+            if len(self.errors) < 5:
+                self.errors.append("%s: %s" % (agent.host, "".join(
+                    traceback.format_exception_only(type(err), err)).strip()))
+            return
+        self.stats.add(counters.POLLS)
+        if result.error:
+            self.stats.add(counters.ERRORS)
+            if len(self.errors) < 5:
+                self.errors.append("%s: %s" % (agent.host, result.error))
+        self.stats.add(counters.CLAIMS, sum(1 for c in result.claims if c.claimed))
+        self.stats.add(counters.REJECTIONS, sum(1 for c in result.claims if not c.claimed))
+        self.stats.add(counters.RELEASES, len(result.releases))
+
+    def _loop(self, agents: list[ComputeAgent]) -> None:
+        # NOTE: each agent polls every claim_poll_interval, spread over the
+        # interval so that they do not all poll at once.
+        now = time.monotonic()
+        due = [(now + agent.claim_poll_interval * i / max(len(agents), 1), i)
+               for i, agent in enumerate(agents)]
+        heapq.heapify(due)
+        while not self.stop.is_set():
+            when, i = due[0]
+            left = when - time.monotonic()
+            if left > 0 and self.stop.wait(left):
+                return
+            agent = agents[i]
+            self._poll(agent)
+            heapq.heapreplace(due, (max(when + agent.claim_poll_interval,
+                                        time.monotonic()), i))
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def worker(conn: Connection, stats: counters.Slot) -> None:
+    """A worker process: agents for the hosts it is sent, until told to stop.
+
+    Messages in: ``("start", hosts, store_url, placement_url, state_root,
+    poll_interval, lease_duration, threads)``, then ``("stop",)``. Out:
+    ``("ready", seconds, errors)`` once every agent polled once,
+    ``("stopped", errors)``.
+    """
+    pool: Optional[AgentPool] = None
+    store: Optional[HostStateStore] = None
+    try:
+        message: Any = conn.recv()
+        (_, hosts, store_url, placement_url, state_root, poll_interval,
+         lease_duration, threads) = message
+        start = time.monotonic()
+        store = HostStateStore(store_url)
+        counters.count_statements(store.db.engine, stats)
+        placement = pclient.PlacementClient.for_url(placement_url)
+        stats.placement = placement.calls
+        agents = [make_agent(h, state_root, store, placement, poll_interval,
+                             lease_duration) for h in hosts]
+        pool = AgentPool(agents, threads, stats)
+        pool.first_poll()
+        stats.sync()
+        conn.send(("ready", time.monotonic() - start, list(pool.errors)))
+        pool.start()
+        while True:
+            if conn.poll(0.5):
+                conn.recv()
+                break
+            stats.sync()
+        pool.close()
+        stats.sync()
+        conn.send(("stopped", list(pool.errors)))
+    except Exception as err:  # noqa: BLE001 - sent to the main process
+        conn.send(("failed", "".join(traceback.format_exception(err))))
+    finally:
+        if pool is not None:
+            pool.stop.set()
+        if store is not None:
+            store.close()

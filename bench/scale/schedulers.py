@@ -1,0 +1,126 @@
+"""The benchmark's schedulers: the real :class:`Scheduler`, one per process.
+
+The one module of the benchmark that drives the scheduler
+(:meth:`Scheduler.schedule` for a boot, :meth:`Scheduler.release` for a
+delete), on its own store connection and its own Placement client (over
+HTTP, as separate scheduler services would be).
+
+The workload: ``count`` operations, each a delete of one of this
+scheduler's placed consumers (with probability ``delete_fraction``, once
+it has some) or else a boot of one of the requests of
+:data:`bench.schedule.__main__.REQUESTS` (2-node and 8-node pinned, vGPU,
+SR-IOV port), chosen at random (seeded). A boot's latency is the
+``schedule`` call's (Placement's query, the fit, the allocation, the
+decision and the host agent's answer); a delete's is the request's (the
+agent frees the claim on its next poll).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+import uuid
+from multiprocessing.connection import Connection
+from typing import Any
+
+from oslo_config import cfg
+
+from bench.scale import counters
+from bench.schedule import cloud
+from compute_plugins import conf as conf_areas
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.placement import client as pclient
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.spec import RequestSpec
+from compute_plugins.scheduler.selection import Scheduler
+
+PROJECT = "bench-scale-project"
+USER = "bench-scale-user"
+
+
+def requests(plugins: Any) -> list[Any]:
+    """The workload's RequestSpecs, one per request of :mod:`bench.schedule`."""
+    from bench.schedule.__main__ import REQUESTS
+
+    return [RequestSpec.build(plugins, RequestInput.from_dicts(
+        dict(flavor, name=label), None, ports))
+        for label, (flavor, ports) in sorted(REQUESTS.items())]
+
+
+def make_scheduler(store: HostStateStore, placement: pclient.PlacementClient,
+                   answer_timeout: float) -> Scheduler:
+    """A scheduler on ``store`` and ``placement``, default options but
+    ``[scheduler] answer_timeout``."""
+    conf = cfg.ConfigOpts()
+    conf_areas.register_all(conf)
+    conf([], default_config_files=[], default_config_dirs=[])
+    plugins = cloud.manager("2cell").plugins
+    scheduler = Scheduler(conf, plugins, placement, store)
+    conf.set_override("answer_timeout", answer_timeout, "scheduler")
+    return scheduler
+
+
+def workload(scheduler: Scheduler, count: int, seed: int,
+             delete_fraction: float) -> dict[str, Any]:
+    """Run ``count`` boots and deletes (module doc); what happened."""
+    rng = random.Random(seed)
+    specs = requests(scheduler.plugins)
+    placed: list[str] = []
+    boots: list[float] = []
+    deletes: list[float] = []
+    failed: list[str] = []
+    booted: list[str] = []
+    refused = 0
+    for _ in range(count):
+        if placed and rng.random() < delete_fraction:
+            consumer = placed.pop(rng.randrange(len(placed)))
+            start = time.perf_counter()
+            scheduler.release(consumer)
+            deletes.append(time.perf_counter() - start)
+            continue
+        consumer = str(uuid.uuid4())
+        start = time.perf_counter()
+        result = scheduler.schedule(rng.choice(specs), consumer, PROJECT, USER)
+        boots.append(time.perf_counter() - start)
+        booted.append(consumer)
+        if result.placed:
+            placed.append(consumer)
+            continue
+        refused += 1
+        if len(failed) < 3:
+            failed.append("not placed: " + ("; ".join(
+                "%s: %s" % (r.host, r.reasons[0].reason)
+                for r in result.reasons[:2] if r.reasons) or "no host"))
+    return {"boots": boots, "deletes": deletes, "placed": len(booted) - refused,
+            "failed": failed, "all": booted}
+
+
+def worker(conn: Connection, stats: counters.Slot) -> None:
+    """A scheduler process. In: ``("start", store_url, placement_url,
+    count, seed, delete_fraction, answer_timeout)``, then ``("go",)``. Out:
+    ``("ready",)``, then ``("done", result)`` (:func:`workload`'s, with
+    ``seconds``)."""
+    store = None
+    try:
+        (_, store_url, placement_url, count, seed, delete_fraction,
+         answer_timeout) = conn.recv()
+        store = HostStateStore(store_url)
+        counters.count_statements(store.db.engine, stats)
+        placement = pclient.PlacementClient.for_url(placement_url)
+        stats.placement = placement.calls
+        scheduler = make_scheduler(store, placement, answer_timeout)
+        requests(scheduler.plugins)
+        stats.sync()
+        conn.send(("ready",))
+        conn.recv()
+        start = time.monotonic()
+        result = workload(scheduler, count, seed, delete_fraction)
+        result["seconds"] = time.monotonic() - start
+        stats.sync()
+        conn.send(("done", result))
+    except Exception as err:  # noqa: BLE001 - sent to the main process
+        conn.send(("failed", "".join(traceback.format_exception(err))))
+    finally:
+        if store is not None:
+            store.close()
