@@ -1,0 +1,316 @@
+"""The scheduler's decision survives to the compute in stock nova.
+
+nova 34's own pieces, as a nova operator runs them: the host is reported by
+nova's ``ResourceTracker`` with the driver mixin (``PluginProviderTreeMixin``
+on nova's ``LibvirtDriver`` over nova's fake libvirt: 2 cells of 2
+hyper-threaded cores, ``cpu_dedicated_set`` 0-7, so 4 + 4 pinned CPUs) into
+real Placement (nova's ``PlacementFixture``); its plugin states are
+published to a host-state store (SQLite); nova's own
+``SchedulerManager.select_destinations`` (Placement's allocation candidates
+for nova's query, nova's ``HostManager`` filtering with ``PluginFitFilter``
+loaded by class path from ``[filter_scheduler]``, nova's weighers, the
+claims in Placement, ``consume_from_request`` between instances) schedules
+the requests. Only the host states' source is the test's
+(``_get_all_host_states``, nova's "template method": the host's
+``HostState`` made by nova's ``HostManager`` from the ``ComputeNode`` nova's
+tracker wrote, kept between requests as nova keeps it).
+
+The compute side is the mixin's ``plugin_decision`` (what its ``spawn``
+calls first), reading the decision the filter recorded for each instance.
+
+Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from typing import Any
+
+import pytest
+
+if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
+    import nova.scheduler.manager  # noqa: F401
+else:
+    pytest.importorskip("nova.scheduler.manager")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from nova import context as nova_context
+    from nova import exception as nova_exception
+    from nova import objects
+    from nova.compute import resource_tracker
+    from nova.scheduler import manager as scheduler_manager
+    from nova.scheduler.client import report
+    from nova.virt import hardware
+    from nova.virt.libvirt import driver as libvirt_driver
+    from oslo_messaging.rpc import dispatcher as rpc_dispatcher
+
+from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
+from compute_plugins.nova import decisions as nova_decisions  # noqa: E402
+from compute_plugins.nova import spec as nova_spec  # noqa: E402
+from compute_plugins.nova.driver import (  # noqa: E402
+    DecisionRefused,
+    PluginProviderTreeMixin,
+)
+from compute_plugins.request.spec import RequestSpec  # noqa: E402
+from tests.compat.nova_libvirt import (  # noqa: E402
+    NovaLibvirt,
+    fakelibvirt,
+    functional_fixtures,
+    nova_fixtures,
+)
+from tests.unit.resources import helpers  # noqa: E402
+
+NODE = "compute1"
+PROJECT = "a0000000-0000-0000-0000-000000000001"
+USER = "b0000000-0000-0000-0000-000000000001"
+FILTER = "compute_plugins.nova.filters.PluginFitFilter"
+CELL = "c0000000-0000-0000-0000-000000000001"
+
+
+class PluginLibvirtDriver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+    """nova's libvirt driver with the plugins."""
+
+
+class Scheduler(scheduler_manager.SchedulerManager):  # type: ignore[misc]
+    """nova's scheduler; its hosts are the one compute node nova's tracker
+    wrote, as nova's ``HostManager`` makes and keeps host states."""
+
+    def __init__(self, compute: Any, service: Any) -> None:
+        super().__init__()
+        self.state = self.host_manager.host_state_cls(NODE, NODE, CELL)
+        self.compute, self.service = compute, service
+
+    def _get_all_host_states(self, context: Any, spec_obj: Any,
+                             provider_summaries: Any) -> Any:
+        if self.compute.uuid in (provider_summaries or {}):
+            self.state.update(self.compute, dict(self.service), [], {})
+            return iter([self.state])
+        return iter([])
+
+
+class World:
+    """nova's services, Placement, the host-state store."""
+
+    def __init__(self, nova: NovaLibvirt, placement: Any, store: HostStateStore,
+                 driver: Any) -> None:
+        self.nova, self.placement, self.store, self.driver = nova, placement, store, driver
+        self.context = nova_context.get_admin_context()
+        self.service = objects.Service(self.context, host=NODE,
+                                       binary="nova-compute", topic="compute")
+        self.service.create()
+        self.tracker = resource_tracker.ResourceTracker(
+            NODE, driver, report.SchedulerReportClient())
+        self.tracker.service_ref = self.service
+        self.tracker.update_available_resource(self.context, NODE, startup=True)
+        self.compute = self.tracker.compute_nodes[NODE]
+        self.publish()
+        self.scheduler = Scheduler(self.compute, self.service)
+
+    def publish(self, usage: Any = ()) -> None:
+        """The host's plugin states, as its agent publishes them."""
+        manager = self.driver.plugin_manager
+        states, broken = manager.host_states(NODE, {"numa": tuple(usage)}, host=NODE)
+        assert not broken, broken
+        docs, _ = manager.plugins.encode_states(states)
+        snapshot = self.store.get_host(NODE)
+        self.store.publish(NODE, docs, snapshot.generation if snapshot else 0,
+                           nodename=NODE)
+
+    def spec(self, vcpus: int, instances: int, extra_specs: dict[str, str]) -> Any:
+        flavor = objects.Flavor(name="pinned%d" % vcpus, vcpus=vcpus, memory_mb=512,
+                                root_gb=1, ephemeral_gb=0, swap=0, flavorid="f%d" % vcpus,
+                                extra_specs=extra_specs, disabled=False, is_public=True,
+                                description=None, rxtx_factor=1.0, vcpu_weight=0,
+                                projects=[])
+        image = objects.ImageMeta.from_dict({"name": "img", "properties": {}})
+        spec = objects.RequestSpec.from_components(
+            self.context, str(uuid.uuid4()), image, flavor,
+            hardware.numa_get_constraints(flavor, image),
+            objects.InstancePCIRequests(requests=[]), {}, None, None,
+            project_id=PROJECT, user_id=USER)
+        spec.num_instances = instances
+        return spec
+
+    def select(self, spec: Any, instances: list[str]) -> list[Any]:
+        return self.scheduler.select_destinations(
+            self.context, spec_obj=spec, instance_uuids=instances,
+            return_objects=True, return_alternates=False)
+
+    def allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        body = self.placement.api.get("/allocations/%s" % consumer, version="1.28").body
+        return {rp: a["resources"] for rp, a in body["allocations"].items()}
+
+    def instance(self, instance_uuid: str, spec: Any) -> Any:
+        """The instance as nova's conductor and tracker leave it on the
+        host (its NUMA topology as nova's claim fitted it)."""
+        inst = objects.Instance(
+            self.context, uuid=instance_uuid, host=NODE, node=NODE,
+            compute_id=self.compute.id,
+            project_id=PROJECT, user_id=USER, flavor=spec.flavor,
+            vcpus=spec.flavor.vcpus, memory_mb=spec.flavor.memory_mb,
+            numa_topology=spec.numa_topology)
+        inst.create()
+        return inst
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    nova = NovaLibvirt()
+    nova.setUp()
+    conf, fixture = helpers.make_conf()
+    try:
+        nova.conf.set_override("state_path", str(tmp_path_factory.mktemp("state")))
+        nova.useFixture(nova_fixtures.Database(database="main"))
+        nova.useFixture(nova_fixtures.Database(database="api"))
+        nova.useFixture(nova_fixtures.RPCFixture("nova.test"))
+        nova.useFixture(nova_fixtures.OpenStackSDKFixture())
+        placement = nova.useFixture(functional_fixtures.PlacementFixture())
+        nova.connect(NODE, host_info=fakelibvirt.HostInfo(
+            cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
+        path = tmp_path_factory.mktemp("store") / "hs.sqlite"
+        url = "sqlite:///%s" % path
+        conf_file = path.parent / "compute-plugins.conf"
+        conf_file.write_text("[compute_plugins]\nenabled_plugins = numa,disk\n"
+                             "[host_state]\nconnection = %s\n" % url)
+        from compute_plugins.nova import conf as adapter_conf
+        adapter_conf.register_nova_opts(nova.conf)
+        nova.conf.set_override("config_file", [str(conf_file)], "compute_plugins")
+        nova.conf.set_override("available_filters", [FILTER], "filter_scheduler")
+        nova.conf.set_override("enabled_filters", ["PluginFitFilter"],
+                               "filter_scheduler")
+        conf.set_override("cpu_dedicated_set", "0-7", "compute")
+        conf.set_override("reserved_host_memory_mb", 0, "compute")
+        driver = nova.driver(PluginLibvirtDriver)
+        driver.plugin_manager = helpers.manager(conf, ("numa", "disk"))
+        with HostStateStore(url) as store:
+            driver.plugin_decisions = nova_decisions.NovaDecisions(store)
+            yield World(nova, placement, store, driver)
+    finally:
+        nova.conf.clear_override("config_file", "compute_plugins")
+        fixture.cleanUp()
+        nova.cleanUp()
+
+
+def pinned(world: World, vcpus: int, instances: int) -> tuple[Any, list[str]]:
+    spec = world.spec(vcpus, instances, {"hw:cpu_policy": "dedicated"})
+    return spec, [str(uuid.uuid4()) for _ in range(instances)]
+
+
+def recorded(world: World, instance: str) -> RequestSpec:
+    spec = nova_decisions.decision_for(world.driver.plugin_decisions, instance,
+                                       NODE, world.driver.plugin_manager.plugins)
+    assert spec is not None and spec.decision is not None
+    return spec
+
+
+def host_cpus(spec: RequestSpec) -> list[int]:
+    assert spec.decision is not None
+    return [cpu for cell in spec.decision.assignments["numa"].cells
+            for cpu in cell.pinning.values()]
+
+
+@pytest.fixture(scope="module")
+def three(world):
+    """num_instances=3 of 2 pinned vCPUs on one host with 4 + 4 pinned CPUs."""
+    before = dict(nova_spec.PARSES)
+    spec, instances = pinned(world, 2, 3)
+    selections = world.select(spec, instances)
+    parses = nova_spec.PARSES[nova_spec.SCHEDULER] - before.get(nova_spec.SCHEDULER, 0)
+    return {"spec": spec, "instances": instances, "selections": selections,
+            "parses": parses}
+
+
+def test_three_instances_of_one_request_never_share_a_cpu(world, three):
+    assert [s[0].service_host for s in three["selections"]] == [NODE] * 3
+    specs = [recorded(world, i) for i in three["instances"]]
+    cpus = [host_cpus(s) for s in specs]
+    assert all(len(c) == 2 for c in cpus), cpus
+    flat = [cpu for c in cpus for cpu in c]
+    assert len(set(flat)) == 6, cpus
+
+
+def test_nova_claims_in_placement_what_each_decision_names(world, three):
+    for instance in three["instances"]:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        claimed = world.allocations(instance)
+        for rp, resources in decision.allocations.items():
+            assert claimed[rp] == dict(resources), (instance, claimed)
+        assert set(claimed) == set(decision.allocations)
+
+
+def test_the_scheduler_parses_once_per_request(three):
+    # one select_destinations, three instances: one parse of the flavor
+    assert three["parses"] == 1
+
+
+def test_the_compute_executes_the_decision_without_parsing(world, three):
+    before = nova_spec.PARSES[nova_spec.COMPUTE]
+    for instance in three["instances"]:
+        inst = world.instance(instance, three["spec"])
+        spec = world.driver.plugin_decision(world.context, inst,
+                                            {rp: {"resources": r} for rp, r in
+                                             world.allocations(instance).items()},
+                                            host=NODE)
+        assert spec is not None and spec.decision == recorded(world, instance).decision
+        # nova's claim now is the decision (what nova's driver writes)
+        pinning = {cpu for cell in inst.numa_topology.cells
+                   for cpu in cell.cpu_pinning.values()}
+        assert sorted(pinning) == sorted(host_cpus(spec))
+    assert nova_spec.PARSES[nova_spec.COMPUTE] == before
+
+
+def test_two_more_pinned_pairs_do_not_fit_on_the_two_cpus_left(world, three):
+    # 6 of 8 CPUs are taken by the request above (published again as the
+    # host's agent does): two instances of 2 more do not fit
+    world.publish(recorded(world, i).decision.assignments["numa"]
+                  for i in three["instances"])
+    spec, instances = pinned(world, 2, 2)
+    with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
+        world.select(spec, instances)
+    assert isinstance(raised.value.exc_info[1], nova_exception.NoValidHost)
+    for instance in instances:
+        assert world.allocations(instance) == {}
+
+
+def test_a_decision_taken_by_another_instance_fails_the_spawn_loudly(
+        world, three, caplog):
+    # a decision naming CPUs an instance on the host holds already
+    first = recorded(world, three["instances"][0])
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    world.driver.plugin_decisions.record(inst.uuid, NODE, first)
+    try:
+        with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+            world.driver.plugin_decision(world.context, inst, None, host=NODE)
+    finally:
+        inst.destroy()
+    message = str(refused.value)
+    assert inst.uuid in message and "free dedicated CPUs" in message
+    assert message in caplog.text
+
+
+def test_nova_claim_on_other_cpus_is_said_and_the_guest_gets_the_decision(
+        world, three, caplog):
+    instance = three["instances"][0]
+    spec = recorded(world, instance)
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    cell = inst.numa_topology.cells[0]
+    ours = dict(cell.cpu_pinning)
+    cell.cpu_pinning = {g: (h + 1) % 8 for g, h in ours.items()}
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_decision(world.context, inst, None, host=NODE)
+    assert "nova's claim differs" in caplog.text and instance in caplog.text
+    assert dict(inst.numa_topology.cells[0].cpu_pinning) == dict(
+        spec.decision.assignments["numa"].cells[0].pinning)
+
+
+def test_no_decision_recorded_is_said_and_nova_claim_stays(world, three, caplog):
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    with caplog.at_level("WARNING"):
+        assert world.driver.plugin_decision(world.context, inst, None,
+                                            host=NODE) is None
+    assert "no scheduler decision for instance %s" % inst.uuid in caplog.text
