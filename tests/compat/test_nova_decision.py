@@ -45,7 +45,7 @@ with warnings.catch_warnings():
     from nova.scheduler.client import report
     from nova.virt import hardware
     from nova.virt.libvirt import driver as libvirt_driver
-    from oslo_messaging.rpc import dispatcher as rpc_dispatcher
+    from oslo_messaging.rpc import dispatcher as rpc_dispatcher  # type: ignore[import-untyped]
 
 from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
 from compute_plugins.nova import decisions as nova_decisions  # noqa: E402
@@ -55,6 +55,7 @@ from compute_plugins.nova.driver import (  # noqa: E402
     PluginProviderTreeMixin,
 )
 from compute_plugins.request.spec import RequestSpec  # noqa: E402
+from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.compat.nova_libvirt import (  # noqa: E402
     NovaLibvirt,
     fakelibvirt,
@@ -145,13 +146,18 @@ class World:
 
     def instance(self, instance_uuid: str, spec: Any) -> Any:
         """The instance as nova's conductor and tracker leave it on the
-        host (its NUMA topology as nova's claim fitted it)."""
+        host: its NUMA topology as nova's claim fits it on nova's view of
+        the host (nova's own choice of cells and CPUs)."""
+        host = objects.NUMATopology.obj_from_db_obj(self.compute.numa_topology)
+        claim = hardware.numa_fit_instance_to_host(
+            host, hardware.numa_get_constraints(spec.flavor, spec.image),
+            provider_mapping=None)
         inst = objects.Instance(
             self.context, uuid=instance_uuid, host=NODE, node=NODE,
             compute_id=self.compute.id,
             project_id=PROJECT, user_id=USER, flavor=spec.flavor,
             vcpus=spec.flavor.vcpus, memory_mb=spec.flavor.memory_mb,
-            numa_topology=spec.numa_topology)
+            numa_topology=claim)
         inst.create()
         return inst
 
@@ -182,6 +188,7 @@ def world(tmp_path_factory):
         nova.conf.set_override("enabled_filters", ["PluginFitFilter"],
                                "filter_scheduler")
         conf.set_override("cpu_dedicated_set", "0-7", "compute")
+        nova.conf.set_override("cpu_dedicated_set", "0-7", "compute")
         conf.set_override("reserved_host_memory_mb", 0, "compute")
         driver = nova.driver(PluginLibvirtDriver)
         driver.plugin_manager = helpers.manager(conf, ("numa", "disk"))
@@ -208,8 +215,30 @@ def recorded(world: World, instance: str) -> RequestSpec:
 
 def host_cpus(spec: RequestSpec) -> list[int]:
     assert spec.decision is not None
-    return [cpu for cell in spec.decision.assignments["numa"].cells
-            for cpu in cell.pinning.values()]
+    numa = spec.decision.assignments["numa"]
+    assert isinstance(numa, NUMAAssignment)
+    return [cpu for cell in numa.cells for cpu in cell.pinning.values()]
+
+
+def test_a_two_node_guest_is_claimed_on_both_cells_as_decided(world):
+    """nova asks its guest's CPUs as one unsuffixed group (each resource
+    class from one provider): no candidate of nova's splits 4 pinned CPUs
+    2 + 2 over the cells. The filter moves nova's candidate onto the
+    decision's providers, and nova claims that in Placement."""
+    spec = world.spec(4, 1, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"})
+    instance = str(uuid.uuid4())
+    world.select(spec, [instance])
+    try:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        numa = decision.assignments["numa"]
+        assert isinstance(numa, NUMAAssignment)
+        assert sorted(c.host_cell for c in numa.cells) == [0, 1]
+        claimed = world.allocations(instance)
+        assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
+        assert sorted(r.get("PCPU", 0) for r in claimed.values()) == [0, 2, 2]
+    finally:
+        world.placement.api.delete("/allocations/%s" % instance)
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +317,8 @@ def test_a_decision_taken_by_another_instance_fails_the_spawn_loudly(
     finally:
         inst.destroy()
     message = str(refused.value)
-    assert inst.uuid in message and "free dedicated CPUs" in message
+    # the numa plugin's verify: its CPUs are another guest's
+    assert inst.uuid in message and "numa: " in message and "CPU" in message
     assert message in caplog.text
 
 
