@@ -120,9 +120,11 @@ class World:
         self.store.publish(NODE, docs, snapshot.generation if snapshot else 0,
                            nodename=NODE)
 
-    def spec(self, vcpus: int, instances: int, extra_specs: dict[str, str]) -> Any:
+    def spec(self, vcpus: int, instances: int, extra_specs: dict[str, str],
+             root_gb: int = 1) -> Any:
         flavor = objects.Flavor(name="pinned%d" % vcpus, vcpus=vcpus, memory_mb=512,
-                                root_gb=1, ephemeral_gb=0, swap=0, flavorid="f%d" % vcpus,
+                                root_gb=root_gb, ephemeral_gb=0, swap=0,
+                                flavorid="f%d" % vcpus,
                                 extra_specs=extra_specs, disabled=False, is_public=True,
                                 description=None, rxtx_factor=1.0, vcpu_weight=0,
                                 projects=[])
@@ -135,8 +137,8 @@ class World:
         spec.num_instances = instances
         return spec
 
-    def select(self, spec: Any, instances: list[str]) -> list[Any]:
-        return self.scheduler.select_destinations(
+    def select(self, spec: Any, instances: list[str], scheduler: Any = None) -> list[Any]:
+        return (scheduler or self.scheduler).select_destinations(
             self.context, spec_obj=spec, instance_uuids=instances,
             return_objects=True, return_alternates=False)
 
@@ -237,6 +239,54 @@ def test_a_two_node_guest_is_claimed_on_both_cells_as_decided(world):
         claimed = world.allocations(instance)
         assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
         assert sorted(r.get("PCPU", 0) for r in claimed.values()) == [0, 2, 2]
+    finally:
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
+PATCH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "contrib", "nova",
+                     "0001-scheduler-candidates-of-nested-only-allocations.patch")
+
+
+def patched_scheduler(world: World, tmp_path: Any) -> Any:
+    """nova's scheduler manager with contrib/nova's patch applied (to a
+    copy of nova's module, loaded under another name)."""
+    import importlib.util
+    import shutil
+    import subprocess
+    copy = tmp_path / "nova" / "scheduler" / "manager.py"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(scheduler_manager.__file__, copy)
+    with open(PATCH, "rb") as patch:
+        subprocess.run(["patch", "-s", "-p1", "-d", str(tmp_path)], stdin=patch,
+                       check=True)
+    spec = importlib.util.spec_from_file_location("nova_patched_scheduler", copy)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    patched = type("PatchedScheduler", (Scheduler,), {
+        "select_destinations": module.SchedulerManager.select_destinations})
+    return patched(world.compute, world.service)
+
+
+def test_a_guest_without_root_resources_needs_the_nova_patch(world, tmp_path):
+    """A boot-from-volume guest (no DISK_GB): every resource it asks is on
+    the NUMA cell providers, nothing on the root. Stock nova gives the
+    host none of Placement's candidates (they are indexed by provider and a
+    host takes its root's): NoValidHost. With contrib/nova's patch it is
+    scheduled, the decision recorded and claimed."""
+    spec = world.spec(2, 1, {"hw:cpu_policy": "dedicated"}, root_gb=0)
+    instance = str(uuid.uuid4())
+    with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
+        world.select(spec, [instance])
+    assert isinstance(raised.value.exc_info[1], nova_exception.NoValidHost)
+    spec = world.spec(2, 1, {"hw:cpu_policy": "dedicated"}, root_gb=0)
+    world.select(spec, [instance], patched_scheduler(world, tmp_path))
+    try:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        claimed = world.allocations(instance)
+        assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
+        assert world.compute.uuid not in claimed
     finally:
         world.placement.api.delete("/allocations/%s" % instance)
 
