@@ -9,35 +9,50 @@ Enable it in nova's scheduler::
     [compute_plugins]
     config_file = /etc/compute-plugins/compute-plugins.conf
 
-Per request (:meth:`PluginFitFilter.filter_all`, which nova's filter
-handler calls once with every host) the filter builds our RequestSpec once
-from nova's flavor, image, ports and hints
-(:func:`compute_plugins.nova.spec.request_input`; never from a spec
-recorded in the hints, which a resize carries with its old flavor), reads
-every
-host's published plugin states in one read of the host-state store (each
-host decoded again only when its generation changed), and runs every
-plugin's ``fit`` (:meth:`compute_plugins.runtime.PluginSet.fit`) per
-allocation candidate of the host
-(``candidate["mappings"]``). It keeps the candidates that fit, as nova's
-``CandidateFilterMixin`` does, and keeps each one's decision on the host:
-``host_state.plugin_decisions`` (candidate key -> ``Decision``) and
-``host_state.plugin_rejections`` (the reasons when nothing fits). A request
-our plugins cannot parse passes no host (nova's NoValidHost) with one ERROR
-line naming every problem: a filter never raises into nova's scheduler.
-:func:`record_selection` writes the decision of the candidate the scheduler
-claims into nova's spec (a scheduler hint, see
-:mod:`compute_plugins.nova.spec`), where the compute reads it back.
+Per instance of a request (:meth:`PluginFitFilter.filter_all`, which nova's
+filter handler calls once per instance with every host and the same spec
+object) the filter builds our RequestSpec once per request from nova's
+flavor, image, ports and hints (:func:`compute_plugins.nova.spec.request_input`;
+never from a spec recorded in the hints, which a resize carries with its
+old flavor; :data:`compute_plugins.nova.spec.PARSES` counts the parses),
+reads every host's published plugin states in one read of the host-state
+store (each host decoded again only when its generation changed), and runs
+every plugin's ``fit`` (:meth:`compute_plugins.runtime.PluginSet.fit`) per
+allocation candidate of the host (``candidate["mappings"]``). It keeps the
+candidates that fit, as nova's ``CandidateFilterMixin`` does, and keeps
+each one's decision on the host: ``host_state.plugin_decisions``
+(candidate key -> ``Decision``) and ``host_state.plugin_rejections`` (the
+reasons when nothing fits). A request our plugins cannot parse passes no
+host (nova's NoValidHost) with one ERROR line naming every problem: a
+filter never raises into nova's scheduler.
 
-nova builds its own Placement query, whose request groups are not ours
-(its guest CPUs and memory are one unsuffixed group, its other suffixes
-port and PCI request ids): a candidate from our own query (``mappings``
-with our reserved ``_`` suffixes, naming every group suffix our plugins
-use) restricts each plugin to those providers; any other candidate is
-fitted with no mappings,
-each plugin choosing its providers on the host, as ``compute-plugins fit``
-does (the result is then the same for every such candidate and computed
-once per host).
+The decision survives in stock nova (see ``doc/source/nova-compat.md``):
+
+- **what nova claims is the decision.** nova's query asks the guest's CPUs
+  and memory as one unsuffixed group: its candidates do not say which of
+  our groups each provider serves, so such candidates are fitted once per
+  host with no mappings (each plugin choosing its providers, as
+  ``compute-plugins fit`` does); only the candidates that allocate what
+  that decision takes, provider by provider (:func:`matches`), are kept, in
+  nova's order; when none does, nova's first candidate with the same totals
+  is moved onto the decision's providers (:func:`carrying`: a two-node
+  guest's CPUs split over two cells, which nova's one group cannot ask) and
+  nova claims that in Placement (Placement checks the capacity).
+  Candidates of our own query (``mappings`` with our reserved ``_``
+  suffixes) restrict each plugin to their providers.
+- **the compute reads it.** nova calls ``HostState.consume_from_request``
+  on the host it selected and claimed, for each instance, right after the
+  claim; the filter wraps that method on each host state it sees
+  (:meth:`PluginFitFilter.selected`) and records the claimed candidate's
+  decision for the instance and host in the host-state store
+  (:mod:`compute_plugins.nova.decisions`), where the driver mixin reads it.
+- **the instances of one request never share a unit.** The same call
+  counts the decision on the host state for the next instances of the
+  request (nova keeps the host state and the spec object across them):
+  their fit runs on the published state with the earlier instances'
+  assignments taken (a plugin state's ``consumed``, :class:`ConsumesAssignments`;
+  a plugin whose state cannot take it gets one instance of the request per
+  host).
 """
 
 from __future__ import annotations
@@ -419,6 +434,12 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         takes, in nova's order; none: the first one whose totals match,
         moved onto the decision's providers (:func:`carrying`), so that
         what nova claims is the decision; else a Rejection."""
+        asked = {rc for g in spec.groups
+                 for res in (g.resources, *g.choices) for rc in res}
+        if not any(rc in asked for c in candidates
+                   for body in c.get("allocations", {}).values()
+                   for rc in body.get("resources", {})):
+            return candidates  # nothing of ours in them to compare
         wanted = self._wanted(spec, states, offline)
         same = [c for c in candidates if matches(c, wanted)]
         if same:

@@ -59,8 +59,6 @@ from resources.numa.request import NUMAAssignment  # noqa: E402
 from tests.compat.nova_libvirt import (  # noqa: E402
     NovaLibvirt,
     fakelibvirt,
-    functional_fixtures,
-    nova_fixtures,
 )
 from tests.unit.resources import helpers  # noqa: E402
 
@@ -170,12 +168,7 @@ def world(tmp_path_factory):
     nova.setUp()
     conf, fixture = helpers.make_conf()
     try:
-        nova.conf.set_override("state_path", str(tmp_path_factory.mktemp("state")))
-        nova.useFixture(nova_fixtures.Database(database="main"))
-        nova.useFixture(nova_fixtures.Database(database="api"))
-        nova.useFixture(nova_fixtures.RPCFixture("nova.test"))
-        nova.useFixture(nova_fixtures.OpenStackSDKFixture())
-        placement = nova.useFixture(functional_fixtures.PlacementFixture())
+        placement = nova.services()
         nova.connect(NODE, host_info=fakelibvirt.HostInfo(
             cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
         path = tmp_path_factory.mktemp("store") / "hs.sqlite"
