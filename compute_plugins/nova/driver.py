@@ -216,14 +216,13 @@ class PluginProviderTreeMixin:
         decision = spec.decision
         problems = self._plugin_verify(context, instance, spec, host)
         if allocations is not None:
+            # NOTE: the decision's allocation is the candidate nova claimed.
             claimed = {rp: {rc: int(n) for rc, n in (body.get("resources") or {}).items()}
                        for rp, body in allocations.items()}
-            named = {rc for res in decision.allocations.values() for rc in res}
-            for rp, res in decision.allocations.items():
-                got = {rc: n for rc, n in claimed.get(rp, {}).items() if rc in named}
-                if got != {rc: n for rc, n in res.items() if rc in got or n}:
-                    problems.append("Placement holds %s on provider %s, the "
-                                    "decision %s" % (got, rp, dict(res)))
+            decided = {rp: dict(res) for rp, res in decision.allocations.items()}
+            if claimed != decided:
+                problems.append("Placement holds %s, the decision takes %s"
+                                % (claimed, decided))
         if problems:
             reason = ("the scheduler's decision for instance %s on host %s "
                       "cannot be executed: %s" % (instance.uuid, host,

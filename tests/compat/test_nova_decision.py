@@ -387,3 +387,19 @@ def test_no_decision_recorded_is_said_and_nova_claim_stays(world, three, caplog)
         assert world.driver.plugin_decision(world.context, inst, None,
                                             host=NODE) is None
     assert "no scheduler decision for instance %s" % inst.uuid in caplog.text
+
+
+def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, caplog):
+    # nova's claim in Placement moved (another candidate than the decided
+    # one): the compute refuses rather than run a guest Placement does not
+    # account where it runs
+    instance = three["instances"][1]
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    claimed = world.allocations(instance)
+    moved = {rp: {"resources": {rc: n + 1 for rc, n in res.items()}}
+             for rp, res in claimed.items()}
+    with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_decision(world.context, inst, moved, host=NODE)
+    assert "Placement holds" in str(refused.value)
+    assert instance in caplog.text

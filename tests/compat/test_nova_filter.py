@@ -484,3 +484,27 @@ def test_the_compute_ignores_a_record_of_another_flavor(conf):
     spec_obj.image = objects.ImageMeta.from_dict(
         {"name": "img", "properties": {"hw_numa_nodes": "1"}})
     assert nova_spec.recorded(spec_obj, manager.plugins) is None
+
+
+def test_nova_candidates_are_kept_where_they_carry_the_decision():
+    wanted = {"PCPU": {"c0": 2}, "MEMORY_MB": {"c0": 512}}
+    same = {"allocations": {"c0": {"resources": {"PCPU": 2, "MEMORY_MB": 512}},
+                            "root": {"resources": {"DISK_GB": 1}}},
+            "mappings": {"": ["c0", "root"]}}
+    cross = {"allocations": {"c0": {"resources": {"PCPU": 2}},
+                             "c1": {"resources": {"MEMORY_MB": 512}},
+                             "root": {"resources": {"DISK_GB": 1}}},
+             "mappings": {"": ["c0", "c1", "root"], "port-a": ["c1"]}}
+    fallback = {"allocations": {"c1": {"resources": {"VCPU": 2, "MEMORY_MB": 512}}}}
+    assert plugin_filters.matches(same, wanted)
+    assert not plugin_filters.matches(cross, wanted)
+    # nova's VCPU fallback query: only MEMORY_MB compares, on another cell
+    assert not plugin_filters.matches(fallback, wanted)
+    moved = plugin_filters.carrying(cross, wanted)
+    assert moved is not None and plugin_filters.matches(moved, wanted)
+    assert moved["allocations"] == same["allocations"]
+    # the unsuffixed group follows the providers; a port's group stays
+    assert moved["mappings"] == {"": ["c0", "root"], "port-a": ["c1"]}
+    assert cross["allocations"]["c1"] == {"resources": {"MEMORY_MB": 512}}
+    # other totals (a split guest's 4 CPUs against nova's 2) are not moved
+    assert plugin_filters.carrying(cross, {"PCPU": {"c0": 2, "c1": 2}}) is None
