@@ -492,7 +492,10 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         object (nova keeps its host states between requests)."""
         if getattr(host_state, "_compute_plugins_hook", None) is self:
             return
-        original = type(host_state).consume_from_request.__get__(host_state)
+        method = getattr(type(host_state), "consume_from_request", None)
+        if method is None:
+            return  # not nova's HostState: nothing selects through it
+        original = method.__get__(host_state)
 
         def consume_from_request(spec_obj: Any) -> Any:
             answer = original(spec_obj)
