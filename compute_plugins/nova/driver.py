@@ -52,6 +52,7 @@ from nova import exception as nova_exception
 
 from compute_plugins import exception
 from compute_plugins.host.model import DiskInfo, DomainCaps, HostInfo, PMEMNamespace
+from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import decisions as nova_decisions
 from compute_plugins.request.spec import RequestSpec
@@ -196,13 +197,13 @@ class PluginProviderTreeMixin:
         claim is then the only answer, as in stock nova).
 
         :param allocations: what nova claimed in Placement (``spawn``'s).
-        :param host: nova's service host (default ``CONF.host``).
+        :param host: nova's service host (default: the compute manager's,
+            else ``CONF.host``).
         :raises DecisionRefused: the decision does not hold on the live
             host, or nova's claim cannot carry it (ERROR logged).
         """
         if host is None:
-            import nova.conf
-            host = str(nova.conf.CONF.host)
+            host = self._plugin_service_host()
         manager = self.get_plugin_manager()
         store = self.get_plugin_decisions()
         spec = nova_decisions.decision_for(store, instance.uuid, host,
@@ -237,19 +238,11 @@ class PluginProviderTreeMixin:
         """Every reason the decision does not hold on the live host: this
         host discovered now, under the decisions of the other instances
         nova has on it."""
-        from nova import objects
         manager = self.get_plugin_manager()
         assert spec.decision is not None
         nodename = spec.decision.nodename or host
         manager.discover(self.plugin_host_info(nodename))
-        here = set(objects.InstanceList.get_uuids_by_host(context, host))
-        usage: dict[str, list[Any]] = {}
-        for uuid, text in self.get_plugin_decisions().on_host(host).items():
-            if uuid == instance.uuid or uuid not in here:
-                continue
-            other = RequestSpec.from_json(text, manager.plugins).decision
-            for name, assignment in (other.assignments.items() if other else ()):
-                usage.setdefault(name, []).append(assignment)
+        usage = self._plugin_usage(host, context, leave_out=instance.uuid)
         try:
             states, broken = manager.host_states(
                 nodename, {n: tuple(a) for n, a in usage.items()}, host=host)
@@ -427,6 +420,75 @@ class PluginProviderTreeMixin:
             raise nova_exception.ReshapeNeeded() from err
         write_back(ours, provider_tree)
         self._plugin_static_traits(provider_tree, nodename)
+        self.plugin_publish(nodename, ours)
+
+    #: The mixin publishes its host's plugin states (``PluginFitFilter``
+    #: reads them): after every ``update_provider_tree``.
+    PUBLISHES_HOST_STATES = True
+
+    def _plugin_service_host(self) -> str:
+        """nova's service host of this driver (the compute manager's
+        ``host``, else ``CONF.host``): what nova's scheduler names hosts by."""
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        host = getattr(compute, "host", None)
+        if host:
+            return str(host)
+        import nova.conf
+        return str(nova.conf.CONF.host)
+
+    def _plugin_usage(self, host: str, context: Any = None,
+                      leave_out: Optional[str] = None) -> dict[str, list[Any]]:
+        """plugin -> the assignments of the decisions of the instances on
+        this host (those nova assigns to it, and the driver's guests), but
+        ``leave_out``'s."""
+        from nova import context as nova_context
+        from nova import objects
+        manager = self.get_plugin_manager()
+        here = set(objects.InstanceList.get_uuids_by_host(
+            context or nova_context.get_admin_context(), host))
+        listed = getattr(self, "list_instance_uuids", None)
+        if listed is not None:
+            here.update(listed())
+        usage: dict[str, list[Any]] = {}
+        for uuid, text in self.get_plugin_decisions().on_host(host).items():
+            if uuid == leave_out or uuid not in here:
+                continue
+            other = RequestSpec.from_json(text, manager.plugins).decision
+            for name, assignment in (other.assignments.items() if other else ()):
+                usage.setdefault(name, []).append(assignment)
+        return usage
+
+    def plugin_publish(self, nodename: str, tree: Optional[ProviderTree] = None) -> None:
+        """Publish the plugins' host states of ``nodename`` (under the
+        decisions of the instances on this host) to the host-state store,
+        under nova's service host, for ``PluginFitFilter``; a failure is
+        logged (the scheduler keeps the last published states)."""
+        manager = self.get_plugin_manager()
+        host = self._plugin_service_host()
+        try:
+            states, broken = manager.host_states(
+                nodename, {n: tuple(a) for n, a in self._plugin_usage(host).items()},
+                host=host)
+            for rejection in broken:
+                LOG.warning("host %s: plugin %s publishes no state: %s", host,
+                            rejection.plugin, rejection.reason)
+            documents, _ = manager.plugins.encode_states(states)
+            providers = None if tree is None else {
+                uuid: name for name, uuid in tree.uuids_by_name(nodename).items()}
+            store = self.get_plugin_decisions().store
+            for _attempt in range(2):
+                snapshot = store.get_host(host)
+                try:
+                    store.publish(host, documents, 0 if snapshot is None else snapshot.generation,
+                                  nodename=nodename, providers=providers)
+                    return
+                except store_errors.GenerationConflict:
+                    continue
+            LOG.warning("host %s: its plugin states changed twice while "
+                        "publishing: the next periodic publishes", host)
+        except Exception as err:  # noqa: BLE001 - never into nova's tracker
+            LOG.error("host %s: cannot publish the plugins' host states: %s: %s",
+                      host, type(err).__name__, err)
 
     def _plugin_static_traits(self, provider_tree: Any, nodename: str) -> None:
         """The driver's static traits on the root, as nova's

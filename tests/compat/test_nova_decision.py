@@ -5,7 +5,9 @@ nova's ``ResourceTracker`` with the driver mixin (``PluginProviderTreeMixin``
 on nova's ``LibvirtDriver`` over nova's fake libvirt: 2 cells of 2
 hyper-threaded cores, ``cpu_dedicated_set`` 0-7, so 4 + 4 pinned CPUs) into
 real Placement (nova's ``PlacementFixture``); its plugin states are
-published to a host-state store (SQLite); nova's own
+published to a host-state store (SQLite) by the mixin after each
+``update_provider_tree`` (under the decisions of the instances on the
+host); nova's own
 ``SchedulerManager.select_destinations`` (Placement's allocation candidates
 for nova's query, nova's ``HostManager`` filtering with ``PluginFitFilter``
 loaded by class path from ``[filter_scheduler]``, nova's weighers, the
@@ -105,18 +107,7 @@ class World:
         self.tracker.service_ref = self.service
         self.tracker.update_available_resource(self.context, NODE, startup=True)
         self.compute = self.tracker.compute_nodes[NODE]
-        self.publish()
         self.scheduler = Scheduler(self.compute, self.service)
-
-    def publish(self, usage: Any = ()) -> None:
-        """The host's plugin states, as its agent publishes them."""
-        manager = self.driver.plugin_manager
-        states, broken = manager.host_states(NODE, {"numa": tuple(usage)}, host=NODE)
-        assert not broken, broken
-        docs, _ = manager.plugins.encode_states(states)
-        snapshot = self.store.get_host(NODE)
-        self.store.publish(NODE, docs, snapshot.generation if snapshot else 0,
-                           nodename=NODE)
 
     def spec(self, vcpus: int, instances: int, extra_specs: dict[str, str],
              root_gb: int = 1) -> Any:
@@ -184,6 +175,7 @@ def world(tmp_path_factory):
                                "filter_scheduler")
         conf.set_override("cpu_dedicated_set", "0-7", "compute")
         nova.conf.set_override("cpu_dedicated_set", "0-7", "compute")
+        nova.conf.set_override("host", NODE)
         conf.set_override("reserved_host_memory_mb", 0, "compute")
         driver = nova.driver(PluginLibvirtDriver)
         driver.plugin_manager = helpers.manager(conf, ("numa", "disk"))
@@ -291,10 +283,20 @@ def three(world):
     spec, instances = pinned(world, 2, 3)
     selections = world.select(spec, instances)
     parses = nova_spec.PARSES[nova_spec.SCHEDULER] - before.get(nova_spec.SCHEDULER, 0)
-    # on the host, as nova's conductor and tracker leave them
-    on_host = [world.instance(i, spec) for i in instances]
+    # on the host, as nova's conductor and tracker leave them, then what
+    # the mixin's spawn does first, and nova's save of the instance after
+    compute_before = nova_spec.PARSES[nova_spec.COMPUTE]
+    on_host, executed = [], []
+    for instance in instances:
+        inst = world.instance(instance, spec)
+        executed.append(world.driver.plugin_decision(
+            world.context, inst, {rp: {"resources": r} for rp, r in
+                                  world.allocations(instance).items()}))
+        inst.save()
+        on_host.append(inst)
     return {"spec": spec, "instances": instances, "selections": selections,
-            "parses": parses, "on_host": on_host}
+            "parses": parses, "on_host": on_host, "executed": executed,
+            "compute_parses": nova_spec.PARSES[nova_spec.COMPUTE] - compute_before}
 
 
 def test_three_instances_of_one_request_never_share_a_cpu(world, three):
@@ -322,25 +324,26 @@ def test_the_scheduler_parses_once_per_request(three):
 
 
 def test_the_compute_executes_the_decision_without_parsing(world, three):
-    before = nova_spec.PARSES[nova_spec.COMPUTE]
-    for instance, inst in zip(three["instances"], three["on_host"], strict=True):
-        spec = world.driver.plugin_decision(world.context, inst,
-                                            {rp: {"resources": r} for rp, r in
-                                             world.allocations(instance).items()},
-                                            host=NODE)
-        assert spec is not None and spec.decision == recorded(world, instance).decision
-        # nova's claim now is the decision (what nova's driver writes)
+    assert three["compute_parses"] == 0
+    for instance, executed in zip(three["instances"], three["executed"], strict=True):
+        assert executed is not None
+        assert executed.decision == recorded(world, instance).decision
+        # nova's claim, saved with the instance, is the decision (what
+        # nova's driver writes the guest from, and its tracker counts)
+        inst = objects.Instance.get_by_uuid(world.context, instance,
+                                            expected_attrs=["numa_topology"])
         pinning = {cpu for cell in inst.numa_topology.cells
                    for cpu in cell.cpu_pinning.values()}
-        assert sorted(pinning) == sorted(host_cpus(spec))
-    assert nova_spec.PARSES[nova_spec.COMPUTE] == before
+        assert sorted(pinning) == sorted(host_cpus(executed))
 
 
 def test_two_more_pinned_pairs_do_not_fit_on_the_two_cpus_left(world, three):
-    # 6 of 8 CPUs are taken by the request above (published again as the
-    # host's agent does): two instances of 2 more do not fit
-    world.publish(recorded(world, i).decision.assignments["numa"]
-                  for i in three["instances"])
+    # 6 of 8 CPUs are taken by the request above: nova's next periodic has
+    # the mixin publish the host's states under the decisions of the
+    # instances on it; two instances of 2 more do not fit
+    world.tracker.update_available_resource(world.context, NODE)
+    states = world.store.get_host(NODE).states["numa"]["state"]
+    assert sum(len(c["pinned"]) for c in states["cells"]) == 6
     spec, instances = pinned(world, 2, 2)
     with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
         world.select(spec, instances)
