@@ -49,6 +49,7 @@ import shutil
 from typing import Any, Optional
 
 from nova import exception as nova_exception
+from oslo_config import cfg
 
 from compute_plugins import exception
 from compute_plugins.host.model import DiskInfo, DomainCaps, HostInfo, PMEMNamespace
@@ -377,11 +378,20 @@ class PluginProviderTreeMixin:
     def _plugin_pmem_namespaces(self) -> tuple[PMEMNamespace, ...]:
         """The named devdax namespaces of ``ndctl list -X``, run as nova's
         driver runs it (``nova.privsep.libvirt.get_pmem_namespaces``) and
-        read with the snapshot's parser; none where ndctl is not installed
-        (a host without persistent memory, the rule) or fails (logged)."""
+        read with the snapshot's parser, when ``[libvirt] pmem_namespaces``
+        is set (as nova's ``_discover_vpmems``: nova runs it then, and only
+        then); none otherwise (a host without persistent memory, the rule)
+        or when it fails (logged, naming a missing ndctl)."""
         from compute_plugins.host import ndctl
-        if shutil.which("ndctl") is None:
+        try:
+            configured = list(self.get_plugin_manager().conf.libvirt.pmem_namespaces or ())
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError, AttributeError):
+            configured = []
+        if not configured:
             return ()
+        if shutil.which("ndctl") is None:
+            LOG.warning("[libvirt] pmem_namespaces is set and ndctl is not on "
+                        "the PATH: nova's privsep call may fail")
         import nova.privsep.libvirt
         try:
             output = nova.privsep.libvirt.get_pmem_namespaces()
