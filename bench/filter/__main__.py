@@ -5,7 +5,9 @@ each); a quarter of them with 28 CPUs of cell 0 and 20 of cell 1 already
 pinned (a guest of 8 dedicated CPUs on one node fits only cell 1 there),
 a quarter with 28 pinned on both cells (it fits nowhere: filtered out).
 One allocation candidate per host (nova's shape: its query's unsuffixed
-group). Guest: 8 dedicated CPUs, 4 GiB, one NUMA node.
+group, on cell 0: where the guest fits only cell 1, ours moves it there).
+Guest: 8 dedicated CPUs, 4 GiB, one NUMA node. A new spec object per run,
+as nova's scheduler gets one per request.
 
 - ours: ``PluginFitFilter.filter_all`` through nova's ``HostFilterHandler``
   (our RequestSpec from nova's, every host's ``PluginSet.fit``; the states come
@@ -67,7 +69,11 @@ def nova_hosts(count: int, states: dict, nova_side: bool) -> list:
     out = []
     for i in range(count):
         hs = host_manager.HostState("h%d" % i, "h%d" % i, None)
-        hs.allocation_candidates = [{"allocations": {}, "mappings": {"": []}}]
+        # nova's candidate: its query's unsuffixed group on cell 0
+        cell0 = states["h%d" % i]["numa"].cells[0].provider_uuid
+        hs.allocation_candidates = [{
+            "allocations": {cell0: {"resources": {"PCPU": 8, "MEMORY_MB": 4096}}},
+            "mappings": {"": [cell0]}}]
         hs.cpu_allocation_ratio = hs.ram_allocation_ratio = 1.0
         if nova_side:
             hs.numa_topology = nova_model.host(states["h%d" % i]["numa"])
@@ -122,8 +128,11 @@ def main(argv: list[str]) -> int:
             runs, passed = [], None
             for _ in range(args.n):
                 candidates = nova_hosts(count, states, nova_side)
+                # NOTE: a new spec object per run, as nova's scheduler gets
+                # one per request (the filter parses once per request).
+                request = spec.obj_clone()
                 start = time.perf_counter()
-                got = handler.get_filtered_objects(filters, candidates, spec)
+                got = handler.get_filtered_objects(filters, candidates, request)
                 runs.append(time.perf_counter() - start)
                 passed = sorted(h.host for h in got)
             return statistics.median(runs), passed

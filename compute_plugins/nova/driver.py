@@ -20,6 +20,22 @@ again with the allocations, which are moved in place
 features, storage buses, video and vif models...) are then set on the root
 as nova's libvirt driver sets them.
 
+``spawn`` executes the scheduler's decision
+(:meth:`PluginProviderTreeMixin.plugin_decision`): ``PluginFitFilter``
+recorded it in the host-state store when nova's scheduler selected this
+host for the instance (:func:`compute_plugins.nova.decisions.decision_for`);
+the mixin reads it without parsing the flavor, verifies it on the live
+host (the host discovered now, under the decisions of the other instances
+nova has on it), compares it with the allocation nova claimed and with
+nova's own claim on the compute (``instance.numa_topology``, fitted by
+nova's resource tracker), says every difference in one ERROR line naming
+both, and builds the guest from the decision: nova's NUMA cells are set to
+the decision's host cells and pinning before nova's driver writes the
+guest. A decision that no longer holds, or that nova's claim cannot be
+made to carry (another number of guest cells), fails the spawn with
+:class:`DecisionRefused` (nova then reschedules or errors the instance):
+never a third answer.
+
 The plugins' configuration comes from nova's ``[compute_plugins]
 config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
 ``plugin_manager`` itself.
@@ -33,13 +49,66 @@ import shutil
 from typing import Any, Optional
 
 from nova import exception as nova_exception
+from oslo_config import cfg
 
 from compute_plugins import exception
 from compute_plugins.host.model import DiskInfo, DomainCaps, HostInfo, PMEMNamespace
+from compute_plugins.hoststate import errors as store_errors
+from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.nova import decisions as nova_decisions
+from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.tree.provider_tree import ProviderTree
 
-__all__ = ["PluginProviderTreeMixin", "copy_tree", "write_back"]
+__all__ = ["DecisionRefused", "PluginProviderTreeMixin", "claim_differences",
+           "copy_tree", "write_back"]
+
+
+class DecisionRefused(nova_exception.NovaException):  # type: ignore[misc]  # nova is untyped
+    """The compute cannot execute the scheduler's decision (it no longer
+    holds on the host, or nova's claim cannot carry it)."""
+
+    msg_fmt = "%(reason)s"
+
+
+def _nova_cells(numa_topology: Any) -> list[tuple[int, dict[int, int], Optional[int]]]:
+    """nova's claim per guest node: (host cell, pinning, page size)."""
+    if numa_topology is None:
+        return []
+    return [(int(c.id), dict(c.cpu_pinning or {}), c.pagesize)
+            for c in numa_topology.cells]
+
+
+def _our_cells(assignment: Any) -> list[tuple[int, dict[int, int], Optional[int]]]:
+    """The decision per guest node, as :func:`_nova_cells` (a floating
+    guest has no NUMA topology in nova)."""
+    if assignment is None or assignment.floating:
+        return []
+    return [(c.host_cell, dict(c.pinning), c.page_size_kb)
+            for c in sorted(assignment.cells, key=lambda c: c.guest_cell)]
+
+
+def claim_differences(decision_cells: list[tuple[int, dict[int, int], Optional[int]]],
+                      nova_cells: list[tuple[int, dict[int, int], Optional[int]]]
+                      ) -> list[str]:
+    """How nova's claim differs from the decision, guest node by guest node
+    (empty: they agree). A page size only one of them names (nova's ``4``
+    for small pages, our None) is no difference."""
+    if len(decision_cells) != len(nova_cells):
+        return ["the decision has %d guest NUMA nodes, nova's claim %d"
+                % (len(decision_cells), len(nova_cells))]
+    out = []
+    for node, (ours, theirs) in enumerate(zip(decision_cells, nova_cells, strict=True)):
+        if ours[0] != theirs[0]:
+            out.append("guest node %d: host cell %d (decision) vs %d (nova)"
+                       % (node, ours[0], theirs[0]))
+        if theirs[1] and ours[1] != theirs[1]:
+            out.append("guest node %d: pinning %s (decision) vs %s (nova)"
+                       % (node, sorted(ours[1].items()), sorted(theirs[1].items())))
+        if None not in (ours[2], theirs[2]) and ours[2] != theirs[2]:
+            out.append("guest node %d: %s KiB pages (decision) vs %s KiB (nova)"
+                       % (node, ours[2], theirs[2]))
+    return out
 
 LOG = logging.getLogger(__name__)
 
@@ -103,11 +172,131 @@ class PluginProviderTreeMixin:
     #: (nova is untyped).
     _host: Any
 
+    #: Where the scheduler's decisions are read (built on first use from
+    #: the plugins' ``[host_state] connection``).
+    plugin_decisions: Optional[nova_decisions.NovaDecisions] = None
+
     def get_plugin_manager(self) -> PluginManager:
         if self.plugin_manager is None:
             from compute_plugins.nova import conf as nova_conf
             self.plugin_manager = PluginManager(nova_conf.plugin_conf())
         return self.plugin_manager
+
+    def get_plugin_decisions(self) -> nova_decisions.NovaDecisions:
+        if self.plugin_decisions is None:
+            conf = self.get_plugin_manager().conf
+            self.plugin_decisions = nova_decisions.NovaDecisions(
+                HostStateStore.from_config(conf))
+        return self.plugin_decisions
+
+    def plugin_decision(self, context: Any, instance: Any,
+                        allocations: Optional[dict[str, Any]] = None,
+                        host: Optional[str] = None) -> Optional[RequestSpec]:
+        """The scheduler's decision for ``instance`` on this host, verified
+        on the live host and set into nova's claim (see the module
+        docstring); None when the scheduler recorded none (logged: nova's
+        claim is then the only answer, as in stock nova).
+
+        :param allocations: what nova claimed in Placement (``spawn``'s).
+        :param host: nova's service host (default: the compute manager's,
+            else ``CONF.host``).
+        :raises DecisionRefused: the decision does not hold on the live
+            host, or nova's claim cannot carry it (ERROR logged).
+        """
+        if host is None:
+            host = self._plugin_service_host()
+        manager = self.get_plugin_manager()
+        store = self.get_plugin_decisions()
+        spec = nova_decisions.decision_for(store, instance.uuid, host,
+                                           manager.plugins)
+        if spec is None or spec.decision is None:
+            LOG.warning("no scheduler decision for instance %s on host %s "
+                        "(not scheduled here by PluginFitFilter: a reschedule "
+                        "to an alternate host?): nova's own claim is used",
+                        instance.uuid, host)
+            return None
+        decision = spec.decision
+        problems = self._plugin_verify(context, instance, spec, host)
+        if allocations is not None:
+            # NOTE: the decision's allocation is the candidate nova claimed.
+            claimed = {rp: {rc: int(n) for rc, n in (body.get("resources") or {}).items()}
+                       for rp, body in allocations.items()}
+            decided = {rp: dict(res) for rp, res in decision.allocations.items()}
+            if claimed != decided:
+                problems.append("Placement holds %s, the decision takes %s"
+                                % (claimed, decided))
+        if problems:
+            reason = ("the scheduler's decision for instance %s on host %s "
+                      "cannot be executed: %s" % (instance.uuid, host,
+                                                  "; ".join(problems)))
+            LOG.error("%s", reason)
+            raise DecisionRefused(reason=reason)
+        self._plugin_carry(instance, spec, host)
+        return spec
+
+    def _plugin_verify(self, context: Any, instance: Any, spec: RequestSpec,
+                       host: str) -> list[str]:
+        """Every reason the decision does not hold on the live host: this
+        host discovered now, under the decisions of the other instances
+        nova has on it."""
+        manager = self.get_plugin_manager()
+        assert spec.decision is not None
+        nodename = spec.decision.nodename or host
+        manager.discover(self.plugin_host_info(nodename))
+        usage = self._plugin_usage(host, context, leave_out=instance.uuid)
+        try:
+            states, broken = manager.host_states(
+                nodename, {n: tuple(a) for n, a in usage.items()}, host=host)
+        except exception.ComputePluginsError as err:
+            return ["the host's state: %s" % err]
+        return (["%s: %s" % (r.plugin, r.reason) for r in broken
+                 if r.plugin in spec.requests]
+                + ["%s: %s" % (r.plugin, r.reason)
+                   for r in manager.plugins.verify(states, spec, host=host)])
+
+    @staticmethod
+    def _plugin_carry(instance: Any, spec: RequestSpec, host: str) -> None:
+        """Make nova's claim (``instance.numa_topology``, which nova's driver
+        builds the guest from) the decision's, saying loudly where nova's
+        resource tracker had fitted otherwise.
+
+        :raises DecisionRefused: nova's claim has another number of guest
+            NUMA nodes than the decision (it cannot carry it).
+        """
+        assert spec.decision is not None
+        assignment = spec.decision.assignments.get("numa")
+        ours = _our_cells(assignment)
+        topology = getattr(instance, "numa_topology", None)
+        differences = claim_differences(ours, _nova_cells(topology))
+        if not differences:
+            return
+        LOG.error("instance %s on host %s: nova's claim differs from the "
+                  "scheduler's decision (%s); the guest gets the decision. "
+                  "decision: %s; nova's claim: %s", instance.uuid, host,
+                  "; ".join(differences), ours, _nova_cells(topology))
+        if topology is None or len(ours) != len(topology.cells):
+            reason = ("instance %s on host %s: nova's claim cannot carry the "
+                      "scheduler's decision: %s"
+                      % (instance.uuid, host, "; ".join(differences)))
+            LOG.error("%s", reason)
+            raise DecisionRefused(reason=reason)
+        for cell, (host_cell, pinning, _pages) in zip(topology.cells, ours, strict=True):
+            cell.id = host_cell
+            if cell.cpu_pinning_raw is not None or pinning:
+                cell.cpu_pinning = pinning
+
+    def spawn(self, context: Any, instance: Any, image_meta: Any,
+              injected_files: Any, admin_password: Any, allocations: Any,
+              network_info: Any = None, block_device_info: Any = None,
+              power_on: bool = True, accel_info: Any = None) -> Any:
+        """nova's ``spawn``, executing the scheduler's decision first
+        (:meth:`plugin_decision`)."""
+        self.plugin_decision(context, instance, allocations)
+        return super().spawn(  # type: ignore[misc]  # nova's driver, after us
+            context, instance, image_meta, injected_files, admin_password,
+            allocations, network_info=network_info,
+            block_device_info=block_device_info, power_on=power_on,
+            accel_info=accel_info)
 
     def plugin_host_info(self, nodename: str) -> HostInfo:
         """The host as the plugins see it, read through nova's own libvirt
@@ -189,11 +378,20 @@ class PluginProviderTreeMixin:
     def _plugin_pmem_namespaces(self) -> tuple[PMEMNamespace, ...]:
         """The named devdax namespaces of ``ndctl list -X``, run as nova's
         driver runs it (``nova.privsep.libvirt.get_pmem_namespaces``) and
-        read with the snapshot's parser; none where ndctl is not installed
-        (a host without persistent memory, the rule) or fails (logged)."""
+        read with the snapshot's parser, when ``[libvirt] pmem_namespaces``
+        is set (as nova's ``_discover_vpmems``: nova runs it then, and only
+        then); none otherwise (a host without persistent memory, the rule)
+        or when it fails (logged, naming a missing ndctl)."""
         from compute_plugins.host import ndctl
-        if shutil.which("ndctl") is None:
+        try:
+            configured = list(self.get_plugin_manager().conf.libvirt.pmem_namespaces or ())
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError, AttributeError):
+            configured = []
+        if not configured:
             return ()
+        if shutil.which("ndctl") is None:
+            LOG.warning("[libvirt] pmem_namespaces is set and ndctl is not on "
+                        "the PATH: nova's privsep call may fail")
         import nova.privsep.libvirt
         try:
             output = nova.privsep.libvirt.get_pmem_namespaces()
@@ -232,6 +430,75 @@ class PluginProviderTreeMixin:
             raise nova_exception.ReshapeNeeded() from err
         write_back(ours, provider_tree)
         self._plugin_static_traits(provider_tree, nodename)
+        self.plugin_publish(nodename, ours)
+
+    #: The mixin publishes its host's plugin states (``PluginFitFilter``
+    #: reads them): after every ``update_provider_tree``.
+    PUBLISHES_HOST_STATES = True
+
+    def _plugin_service_host(self) -> str:
+        """nova's service host of this driver (the compute manager's
+        ``host``, else ``CONF.host``): what nova's scheduler names hosts by."""
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        host = getattr(compute, "host", None)
+        if host:
+            return str(host)
+        import nova.conf
+        return str(nova.conf.CONF.host)
+
+    def _plugin_usage(self, host: str, context: Any = None,
+                      leave_out: Optional[str] = None) -> dict[str, list[Any]]:
+        """plugin -> the assignments of the decisions of the instances on
+        this host (those nova assigns to it, and the driver's guests), but
+        ``leave_out``'s."""
+        from nova import context as nova_context
+        from nova import objects
+        manager = self.get_plugin_manager()
+        here = set(objects.InstanceList.get_uuids_by_host(
+            context or nova_context.get_admin_context(), host))
+        listed = getattr(self, "list_instance_uuids", None)
+        if listed is not None:
+            here.update(listed())
+        usage: dict[str, list[Any]] = {}
+        for uuid, text in self.get_plugin_decisions().on_host(host).items():
+            if uuid == leave_out or uuid not in here:
+                continue
+            other = RequestSpec.from_json(text, manager.plugins).decision
+            for name, assignment in (other.assignments.items() if other else ()):
+                usage.setdefault(name, []).append(assignment)
+        return usage
+
+    def plugin_publish(self, nodename: str, tree: Optional[ProviderTree] = None) -> None:
+        """Publish the plugins' host states of ``nodename`` (under the
+        decisions of the instances on this host) to the host-state store,
+        under nova's service host, for ``PluginFitFilter``; a failure is
+        logged (the scheduler keeps the last published states)."""
+        manager = self.get_plugin_manager()
+        host = self._plugin_service_host()
+        try:
+            states, broken = manager.host_states(
+                nodename, {n: tuple(a) for n, a in self._plugin_usage(host).items()},
+                host=host)
+            for rejection in broken:
+                LOG.warning("host %s: plugin %s publishes no state: %s", host,
+                            rejection.plugin, rejection.reason)
+            documents, _ = manager.plugins.encode_states(states)
+            providers = None if tree is None else {
+                uuid: name for name, uuid in tree.uuids_by_name(nodename).items()}
+            store = self.get_plugin_decisions().store
+            for _attempt in range(2):
+                snapshot = store.get_host(host)
+                try:
+                    store.publish(host, documents, 0 if snapshot is None else snapshot.generation,
+                                  nodename=nodename, providers=providers)
+                    return
+                except store_errors.GenerationConflict:
+                    continue
+            LOG.warning("host %s: its plugin states changed twice while "
+                        "publishing: the next periodic publishes", host)
+        except Exception as err:  # noqa: BLE001 - never into nova's tracker
+            LOG.error("host %s: cannot publish the plugins' host states: %s: %s",
+                      host, type(err).__name__, err)
 
     def _plugin_static_traits(self, provider_tree: Any, nodename: str) -> None:
         """The driver's static traits on the root, as nova's

@@ -9,40 +9,57 @@ Enable it in nova's scheduler::
     [compute_plugins]
     config_file = /etc/compute-plugins/compute-plugins.conf
 
-Per request (:meth:`PluginFitFilter.filter_all`, which nova's filter
-handler calls once with every host) the filter builds our RequestSpec once
-from nova's flavor, image, ports and hints
-(:func:`compute_plugins.nova.spec.request_input`; never from a spec
-recorded in the hints, which a resize carries with its old flavor), reads
-every
-host's published plugin states in one read of the host-state store (each
-host decoded again only when its generation changed), and runs every
-plugin's ``fit`` (:meth:`compute_plugins.runtime.PluginSet.fit`) per
-allocation candidate of the host
-(``candidate["mappings"]``). It keeps the candidates that fit, as nova's
-``CandidateFilterMixin`` does, and keeps each one's decision on the host:
-``host_state.plugin_decisions`` (candidate key -> ``Decision``) and
-``host_state.plugin_rejections`` (the reasons when nothing fits). A request
-our plugins cannot parse passes no host (nova's NoValidHost) with one ERROR
-line naming every problem: a filter never raises into nova's scheduler.
-:func:`record_selection` writes the decision of the candidate the scheduler
-claims into nova's spec (a scheduler hint, see
-:mod:`compute_plugins.nova.spec`), where the compute reads it back.
+Per instance of a request (:meth:`PluginFitFilter.filter_all`, which nova's
+filter handler calls once per instance with every host and the same spec
+object) the filter builds our RequestSpec once per request from nova's
+flavor, image, ports and hints (:func:`compute_plugins.nova.spec.request_input`;
+never from a spec recorded in the hints, which a resize carries with its
+old flavor; :data:`compute_plugins.nova.spec.PARSES` counts the parses),
+reads every host's published plugin states in one read of the host-state
+store (each host decoded again only when its generation changed), and runs
+every plugin's ``fit`` (:meth:`compute_plugins.runtime.PluginSet.fit`) per
+allocation candidate of the host (``candidate["mappings"]``). It keeps the
+candidates that fit, as nova's ``CandidateFilterMixin`` does, and keeps
+each one's decision on the host: ``host_state.plugin_decisions``
+(candidate key -> ``Decision``) and ``host_state.plugin_rejections`` (the
+reasons when nothing fits). A request our plugins cannot parse passes no
+host (nova's NoValidHost) with one ERROR line naming every problem: a
+filter never raises into nova's scheduler.
 
-nova builds its own Placement query, whose request groups are not ours
-(its guest CPUs and memory are one unsuffixed group, its other suffixes
-port and PCI request ids): a candidate from our own query (``mappings``
-with our reserved ``_`` suffixes, naming every group suffix our plugins
-use) restricts each plugin to those providers; any other candidate is
-fitted with no mappings,
-each plugin choosing its providers on the host, as ``compute-plugins fit``
-does (the result is then the same for every such candidate and computed
-once per host).
+The decision survives in stock nova (see ``doc/source/nova-compat.md``):
+
+- **what nova claims is the decision.** nova's query asks the guest's CPUs
+  and memory as one unsuffixed group: its candidates do not say which of
+  our groups each provider serves, so such candidates are fitted once per
+  host with no mappings (each plugin choosing its providers, as
+  ``compute-plugins fit`` does); only the candidates that allocate what
+  that decision takes, provider by provider (:func:`matches`), are kept, in
+  nova's order; when none does, nova's first candidate with the same totals
+  is moved onto the decision's providers (:func:`carrying`: a two-node
+  guest's CPUs split over two cells, which nova's one group cannot ask) and
+  nova claims that in Placement (Placement checks the capacity).
+  Candidates of our own query (``mappings`` with our reserved ``_``
+  suffixes) restrict each plugin to their providers.
+- **the compute reads it.** nova calls ``HostState.consume_from_request``
+  on the host it selected and claimed, for each instance, right after the
+  claim; the filter wraps that method on each host state it sees
+  (:meth:`PluginFitFilter.selected`) and records the claimed candidate's
+  decision for the instance and host in the host-state store
+  (:mod:`compute_plugins.nova.decisions`), where the driver mixin reads it.
+- **the instances of one request never share a unit.** The same call
+  counts the decision on the host state for the next instances of the
+  request (nova keeps the host state and the spec object across them):
+  their fit runs on the published state with the earlier instances'
+  assignments taken (a plugin state's ``consumed``, :class:`ConsumesAssignments`;
+  a plugin whose state cannot take it gets one instance of the request per
+  host).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol
 
@@ -50,9 +67,12 @@ from nova.scheduler import filters
 from nova.scheduler import utils as scheduler_utils
 from oslo_log import log as logging
 
+from compute_plugins.hoststate.errors import HostStateError
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import spec as nova_spec
+from compute_plugins.nova.decisions import NovaDecisions
 from compute_plugins.plugin.contract import Mappings, Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from compute_plugins.request.errors import RequestInputError, RequestValidationError
 from compute_plugins.request.groups import (
     KIND_GENERIC,
@@ -67,8 +87,8 @@ from compute_plugins.scheduler.fitting import StateCache
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["HostStates", "PluginFitFilter", "StatesSource", "StoreStates",
-           "candidate_key", "record_selection"]
+__all__ = ["ConsumesAssignments", "HostStates", "PluginFitFilter", "StatesSource",
+           "StoreStates", "candidate_key", "carrying", "matches", "record_selection"]
 
 #: Plugin name -> its decoded host state.
 HostStates = Mapping[str, object]
@@ -125,6 +145,88 @@ def _placement(spec: RequestSpec, candidate: Mapping[str, Any]) -> Mappings:
     return None
 
 
+class ConsumesAssignments(Protocol):
+    """A plugin's host state that can take one more assignment (what the
+    scheduler gave an earlier instance of the same nova request on the
+    host, before the host publishes again). A plugin whose state lacks
+    ``consumed`` gets one instance of a request per host."""
+
+    def consumed(self, assignment: Any) -> object:
+        """The state with ``assignment`` taken too.
+
+        :raises AssignmentConflict: it does not hold on the state.
+        """
+
+
+#: Attributes the filter keeps on nova's ``RequestSpec`` object (never
+#: fields: nova does not serialise them) for the instances of one request.
+_PARSED = "_compute_plugins_parsed"
+_TOKEN = "_compute_plugins_request"
+
+
+def _request_token(spec_obj: Any) -> str:
+    """An id of this request (one ``select_destinations``: nova passes the
+    same spec object for every instance of it)."""
+    token = getattr(spec_obj, _TOKEN, None)
+    if token is None:
+        token = uuid.uuid4().hex
+        setattr(spec_obj, _TOKEN, token)
+    return str(token)
+
+
+def _instance_of(spec_obj: Any) -> Optional[str]:
+    if spec_obj.obj_attr_is_set("instance_uuid") and spec_obj.instance_uuid:
+        return str(spec_obj.instance_uuid)
+    return None
+
+
+#: resource class -> provider -> amount.
+Amounts = dict[str, dict[str, int]]
+
+
+def _amounts(allocations: Mapping[str, Mapping[str, Any]]) -> Amounts:
+    """An allocation request's ``allocations`` by resource class."""
+    out: Amounts = {}
+    for rp, body in allocations.items():
+        for rc, amount in dict(body.get("resources", {})).items():
+            if amount:
+                out.setdefault(rc, {})[rp] = int(amount)
+    return out
+
+
+def matches(candidate: Mapping[str, Any], wanted: Amounts) -> bool:
+    """nova's ``candidate`` allocates what ``wanted`` (the decision's
+    allocation) takes, provider by provider, for every resource class both
+    name (classes only one names, nova's ``VCPU`` fallback query or its
+    ``MEMORY_MB`` for huge pages, cannot be compared)."""
+    have = _amounts(candidate.get("allocations", {}))
+    return all(have[rc] == wanted[rc] for rc in wanted if rc in have)
+
+
+def carrying(candidate: Mapping[str, Any], wanted: Amounts
+             ) -> Optional[dict[str, Any]]:
+    """``candidate`` with the decision's providers for the resource classes
+    both name, when it asks the same totals of them (nova's unsuffixed
+    group spread otherwise over the host's providers); None when the
+    totals differ. Its unsuffixed mapping follows the providers."""
+    have = _amounts(candidate.get("allocations", {}))
+    common = [rc for rc in wanted if rc in have]
+    if any(sum(have[rc].values()) != sum(wanted[rc].values()) for rc in common):
+        return None
+    allocations: dict[str, dict[str, int]] = {}
+    for rc, by_rp in have.items():
+        for rp, amount in (wanted[rc] if rc in common else by_rp).items():
+            allocations.setdefault(rp, {})[rc] = amount
+    result = copy.deepcopy(dict(candidate))
+    result["allocations"] = {rp: {"resources": res} for rp, res in allocations.items()}
+    mappings = dict(result.get("mappings") or {})
+    if "" in mappings:
+        others = {rp for g, rps in mappings.items() if g != "" for rp in rps}
+        mappings[""] = sorted(rp for rp in allocations if rp not in others)
+        result["mappings"] = mappings
+    return result
+
+
 class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is untyped
     """Pass the hosts where every plugin's ``fit`` succeeds on at least one
     allocation candidate; keep only those candidates and their decisions.
@@ -135,12 +237,16 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
 
     :param plugins: the loaded plugins.
     :param states: where hosts' states come from (:class:`StoreStates`).
+    :param decisions: where the decision of each selected instance is
+        recorded for its compute (default: the store of ``states`` when it
+        is a :class:`StoreStates`; None: not recorded).
     """
 
     RUN_ON_REBUILD = False
 
     def __init__(self, plugins: Optional[PluginSet] = None,
-                 states: Optional[StatesSource] = None) -> None:
+                 states: Optional[StatesSource] = None,
+                 decisions: Optional[NovaDecisions] = None) -> None:
         super().__init__()
         if plugins is None or states is None:
             from compute_plugins.nova import conf as nova_conf
@@ -152,10 +258,14 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                 states = StoreStates(HostStateStore.from_config(conf), plugins)
         self.plugins = plugins
         self.states = states
+        if decisions is None and isinstance(states, StoreStates):
+            decisions = NovaDecisions(states.store)
+        self.decisions = decisions
 
     def filter_all(self, filter_obj_list: Iterable[Any], spec_obj: Any) -> Any:
-        """Filter every host of one request: the spec is built once and the
-        states read in one go (nova calls this once per request)."""
+        """Filter every host for one instance of a request: the spec is
+        parsed once per request (nova calls this once per instance, with
+        the same spec object) and the states read in one go."""
         if not self.RUN_ON_REBUILD and scheduler_utils.request_is_rebuild(spec_obj):
             return filter_obj_list
         hosts = list(filter_obj_list)
@@ -164,22 +274,28 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             for host in hosts:
                 self._reject(host, spec)
             return []
+        token = _request_token(spec_obj)
+        instance = _instance_of(spec_obj)
         states = self.states.get([h.host for h in hosts]) if spec.requests else {}
-        return [h for h in hosts if self._passes(h, spec, states.get(h.host))]
+        return [h for h in hosts
+                if self._passes(h, spec, states.get(h.host), token, instance)]
 
     def host_passes(self, host_state: Any, spec_obj: Any) -> bool:
         """One host (nova's per-host API; :meth:`filter_all` is the fast
-        path: it parses the spec once for every host)."""
+        path: it reads the states of every host at once)."""
         spec = self._parse(spec_obj)
         if isinstance(spec, Rejection):
             self._reject(host_state, spec)
             return False
         states = self.states.get([host_state.host]) if spec.requests else {}
-        return self._passes(host_state, spec, states.get(host_state.host))
+        return self._passes(host_state, spec, states.get(host_state.host),
+                            _request_token(spec_obj), _instance_of(spec_obj))
 
     def spec_for(self, spec_obj: Any) -> RequestSpec:
         """Our spec for nova's, parsed from its flavor, image, ports and
-        hints, once per call (:meth:`filter_all`: once per request).
+        hints once per request: the instances of one request (the same spec
+        object, the same flavor and image) share it
+        (:data:`compute_plugins.nova.spec.PARSES` counts the parses).
 
         A spec recorded in nova's hints (:func:`record_selection`) is never
         used here: a resize or migration keeps nova's spec, hints included,
@@ -190,7 +306,14 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             key nova does not know).
         :raises RequestInputError: the flavor or a port cannot be used.
         """
-        return RequestSpec.build(self.plugins, nova_spec.request_input(spec_obj))
+        inputs = nova_spec.request_input(spec_obj)
+        cached = getattr(spec_obj, _PARSED, None)
+        if cached is not None and cached[0] is self.plugins and cached[1] == inputs:
+            spec: RequestSpec = cached[2]
+            return spec
+        spec = nova_spec.parse(self.plugins, inputs, nova_spec.SCHEDULER)
+        setattr(spec_obj, _PARSED, (self.plugins, inputs, spec))
+        return spec
 
     def _parse(self, spec_obj: Any) -> Any:
         """:meth:`spec_for`, or the reason it failed as a Rejection (logged):
@@ -213,10 +336,13 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         host_state.allocation_candidates = []
 
     def _passes(self, host_state: Any, spec: RequestSpec,
-                states: Optional[HostStates]) -> bool:
+                states: Optional[HostStates], token: str = "",
+                instance: Optional[str] = None) -> bool:
         host_state.plugin_spec = spec
         host_state.plugin_decisions = {}
         host_state.plugin_rejections = ()
+        host_state.plugin_instance = instance
+        self._hook(host_state)
         if not spec.requests:
             return True
         missing = sorted(n for n in spec.requests
@@ -229,6 +355,13 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                       host_state.host, ", ".join(missing))
             return False
         assert states is not None
+        consumed = self._consumed(host_state, spec, states, token)
+        if isinstance(consumed, Rejection):
+            host_state.plugin_rejections = (consumed,)
+            host_state.allocation_candidates = []
+            LOG.debug("%s fails PluginFitFilter: %s", host_state.host, consumed.reason)
+            return False
+        states = consumed
         candidates = list(getattr(host_state, "allocation_candidates", None) or ())
         if not candidates:
             # NOTE: no candidates (nova's rebuild path): one offline fit.
@@ -241,6 +374,7 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             return result.fits
         kept: list[Mapping[str, Any]] = []
         offline: Optional[FitResult] = None
+        nova_own: list[Mapping[str, Any]] = []
         rejections: Sequence[Rejection] = ()
         for candidate in candidates:
             placement = _placement(spec, candidate)
@@ -248,22 +382,160 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                 if offline is None:
                     offline = self.plugins.fit(states, spec, None,
                                                host=host_state.host)
-                result = offline
-            else:
-                result = self.plugins.fit(states, spec, placement,
-                                          host=host_state.host)
+                if offline.fits:
+                    nova_own.append(candidate)
+                else:
+                    rejections = offline.rejections
+                continue
+            result = self.plugins.fit(states, spec, placement, host=host_state.host)
             if result.fits:
                 kept.append(candidate)
                 host_state.plugin_decisions[candidate_key(candidate)] = (
                     self._decision(host_state, candidate, result))
             else:
                 rejections = result.rejections
+        if nova_own:
+            assert offline is not None
+            carried = self._carried(host_state, spec, states, offline, nova_own)
+            if isinstance(carried, Rejection):
+                rejections = (carried,)
+            for candidate in carried if isinstance(carried, list) else ():
+                kept.append(candidate)
+                host_state.plugin_decisions[candidate_key(candidate)] = (
+                    self._decision(host_state, candidate, offline))
         host_state.allocation_candidates = kept
         if not kept:
             host_state.plugin_rejections = tuple(rejections)
             LOG.debug("%s fails PluginFitFilter: %s", host_state.host,
                       "; ".join("%s: %s" % (r.plugin, r.reason) for r in rejections))
         return bool(kept)
+
+    def _wanted(self, spec: RequestSpec, states: HostStates,
+                result: FitResult) -> Amounts:
+        """What the plugins' decision takes, by resource class and
+        provider (the plugins that do not say take nothing here)."""
+        wanted: Amounts = {}
+        for name, assignment in result.assignments.items():
+            request = spec.requests.get(name)
+            if request is None:
+                continue
+            given = self.plugins.allocations(name, request, assignment,
+                                             states.get(name))
+            for item in given if isinstance(given, tuple) else ():
+                for rc, amount in item.resources.items():
+                    by_rp = wanted.setdefault(rc, {})
+                    by_rp[item.provider_uuid] = by_rp.get(item.provider_uuid, 0) + amount
+        return wanted
+
+    def _carried(self, host_state: Any, spec: RequestSpec, states: HostStates,
+                 offline: FitResult, candidates: list[Mapping[str, Any]]
+                 ) -> list[Mapping[str, Any]] | Rejection:
+        """nova's own candidates that allocate what the offline decision
+        takes, in nova's order; none: the first one whose totals match,
+        moved onto the decision's providers (:func:`carrying`), so that
+        what nova claims is the decision; else a Rejection."""
+        asked = {rc for g in spec.groups
+                 for res in (g.resources, *g.choices) for rc in res}
+        if not any(rc in asked for c in candidates
+                   for body in c.get("allocations", {}).values()
+                   for rc in body.get("resources", {})):
+            return candidates  # nothing of ours in them to compare
+        wanted = self._wanted(spec, states, offline)
+        same = [c for c in candidates if matches(c, wanted)]
+        if same:
+            return same
+        for candidate in candidates:
+            moved = carrying(candidate, wanted)
+            if moved is not None:
+                return [moved]
+        return Rejection(
+            "none of nova's allocation candidates on host %s can carry the "
+            "decision (it takes %s)" % (host_state.host, json.dumps(
+                wanted, sort_keys=True)))
+
+    def _consumed(self, host_state: Any, spec: RequestSpec, states: HostStates,
+                  token: str) -> HostStates | Rejection:
+        """The host's states under what earlier instances of this request
+        were given on it (:attr:`plugin_given`, recorded when nova selected
+        the host): nova's scheduler places every instance of a request
+        before any host publishes again."""
+        given = getattr(host_state, "plugin_given", None)
+        if not given or given[0] != token:
+            return states
+        result = dict(states)
+        for instance, decision in given[1]:
+            for name, assignment in decision.assignments.items():
+                state = result.get(name)
+                if state is None:
+                    continue
+                consume = getattr(state, "consumed", None)
+                if consume is None:
+                    if spec.requests.get(name) is None:
+                        continue
+                    return Rejection(
+                        "host %s already takes instance %s of this request and "
+                        "plugin %s cannot count it before the host publishes "
+                        "again: one instance of the request per host"
+                        % (host_state.host, instance, name), plugin=name)
+                try:
+                    result[name] = consume(assignment)
+                except AssignmentConflict as err:
+                    return Rejection("host %s: %s" % (host_state.host, err.reason),
+                                     plugin=name)
+        return result
+
+    def _hook(self, host_state: Any) -> None:
+        """Have nova's ``consume_from_request`` of this host (which nova's
+        scheduler calls on the host it selected and claimed for an
+        instance, before the next instance of the request) record the
+        decision (:meth:`selected`). Installed once per host state, on the
+        object (nova keeps its host states between requests)."""
+        if getattr(host_state, "_compute_plugins_hook", None) is self:
+            return
+        method = getattr(type(host_state), "consume_from_request", None)
+        if method is None:
+            return  # not nova's HostState: nothing selects through it
+        original = method.__get__(host_state)
+
+        def consume_from_request(spec_obj: Any) -> Any:
+            answer = original(spec_obj)
+            self.selected(host_state, spec_obj)
+            return answer
+
+        host_state.consume_from_request = consume_from_request
+        host_state._compute_plugins_hook = self
+
+    def selected(self, host_state: Any, spec_obj: Any) -> Optional[Decision]:
+        """nova selected ``host_state`` for the instance of ``spec_obj``
+        (and claimed its first candidate): record the decision of that
+        candidate for the compute (:mod:`compute_plugins.nova.decisions`)
+        and count it for the next instances of the request on this host.
+        Returns the decision (None: the filter did not decide this
+        instance on this host)."""
+        instance = _instance_of(spec_obj)
+        spec = getattr(host_state, "plugin_spec", None)
+        if (instance is None or spec is None
+                or getattr(host_state, "plugin_instance", None) != instance):
+            return None
+        left = getattr(host_state, "allocation_candidates", None) or ()
+        key = candidate_key(left[0]) if left else ""
+        decision: Optional[Decision] = (
+            getattr(host_state, "plugin_decisions", None) or {}).get(key)
+        if decision is None:
+            return None
+        token = _request_token(spec_obj)
+        given = getattr(host_state, "plugin_given", None)
+        earlier = list(given[1]) if given and given[0] == token else []
+        host_state.plugin_given = (token, earlier + [(instance, decision)])
+        if self.decisions is not None:
+            try:
+                self.decisions.record(instance, host_state.host,
+                                      spec.with_decision(decision))
+            except (HostStateError, ValueError) as err:
+                LOG.error("PluginFitFilter could not record the decision for "
+                          "instance %s on host %s: %s; its compute will find "
+                          "none and refuse to guess", instance, host_state.host, err)
+        return decision
 
     @staticmethod
     def _decision(host_state: Any, candidate: Mapping[str, Any],

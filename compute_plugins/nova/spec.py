@@ -26,6 +26,8 @@ nova's hints (the old flavor's record) and users can send any hint.
 
 from __future__ import annotations
 
+import collections
+import threading
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -38,8 +40,9 @@ from compute_plugins.runtime import PluginSet
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["HINT", "from_nova", "image_properties", "ports", "record",
-           "recorded", "request_input"]
+__all__ = ["COMPUTE", "HINT", "PARSES", "SCHEDULER", "from_nova",
+           "image_properties", "parse", "ports", "record", "recorded",
+           "request_input"]
 
 #: The scheduler hint carrying our spec (with the decision) in nova's spec.
 HINT = "compute_plugins:spec"
@@ -51,6 +54,15 @@ _VNIC_OF_DEV_TYPE = {"type-PF": "direct-physical", "vdpa": "vdpa"}
 #: Bandwidth resource classes of a port's request group.
 _EGRESS = "NET_BW_EGR_KILOBIT_PER_SEC"
 _INGRESS = "NET_BW_IGR_KILOBIT_PER_SEC"
+#: The sides that parse a nova request (:data:`PARSES`).
+SCHEDULER = "scheduler"
+COMPUTE = "compute"
+#: side -> how many times this process parsed a nova request's flavor and
+#: image with every plugin (:func:`parse`): the scheduler once per request
+#: (``PluginFitFilter``), the compute never when the scheduler's decision
+#: was recorded. Read by the tests and ``make nova-functional``.
+PARSES: collections.Counter[str] = collections.Counter()
+_PARSES_LOCK = threading.Lock()
 #: Hints nova adds for itself (not the user's).
 _NOVA_HINTS = ("_nova_check_type",)
 
@@ -214,7 +226,18 @@ def from_nova(spec_obj: Any, plugins: PluginSet) -> RequestSpec:
     spec = recorded(spec_obj, plugins)
     if spec is not None:
         return spec
-    return RequestSpec.build(plugins, request_input(spec_obj))
+    return parse(plugins, request_input(spec_obj), COMPUTE)
+
+
+def parse(plugins: PluginSet, inputs: RequestInput, side: str) -> RequestSpec:
+    """Our spec parsed from ``inputs`` with every plugin, counted in
+    :data:`PARSES` under ``side`` (:data:`SCHEDULER` or :data:`COMPUTE`).
+
+    :raises RequestValidationError: every problem of every plugin.
+    """
+    with _PARSES_LOCK:
+        PARSES[side] += 1
+    return RequestSpec.build(plugins, inputs)
 
 
 def record(spec_obj: Any, spec: RequestSpec,

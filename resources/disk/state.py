@@ -71,6 +71,13 @@ class DiskState(PluginState):
     def free_gb(self) -> int:
         return self.capacity_gb - self.used_gb
 
+    def consumed(self, assignment: DiskAssignment) -> DiskState:
+        """This state once ``assignment`` is taken too (an earlier guest of
+        the same request on this host, before it publishes again)."""
+        if assignment.shared:
+            return self
+        return dataclasses.replace(self, used_gb=self.used_gb + assignment.disk_gb)
+
 
 def build_state(view: DiskView, providers: Providers,
                 assignments: Sequence[DiskAssignment]) -> DiskState:

@@ -170,6 +170,44 @@ class NUMAState(PluginState):
         return dataclasses.replace(self, cell_devices=FrozenMap(free),
                                    devices_wanted=wanted)
 
+    def consumed(self, assignment: NUMAAssignment) -> NUMAState:
+        """This state once ``assignment`` is taken too: what a scheduler
+        gave an earlier guest of the same request on this host, before the
+        host publishes again (nova's ``num_instances > 1``).
+
+        :raises AssignmentConflict: a CPU it pins is taken already, or a
+            cell or page size the state lacks (named).
+        """
+        by_id = self.by_id
+        cells = dict(by_id)
+        for part in assignment.cells:
+            cell = cells.get(part.host_cell)
+            if cell is None:
+                raise _conflict("an earlier guest of the request takes host "
+                                "cell %d, which the host lacks" % part.host_cell)
+            taken = frozenset(part.pinning.values()) | part.held_cpus
+            twice = sorted(taken & cell.pinned)
+            if twice:
+                raise _conflict("CPU %s of host cell %d is pinned twice (an "
+                                "earlier guest of the request)"
+                                % (format_cpu_spec(twice), cell.id))
+            pages = cell.pages
+            memory = cell.used_memory_mb
+            if part.page_size_kb is None:
+                memory += part.memory_mb
+            else:
+                if part.page_size_kb not in {p.size_kb for p in pages}:
+                    raise _conflict("host cell %d has no %d KiB pages"
+                                    % (cell.id, part.page_size_kb))
+                count = part.memory_mb * 1024 // part.page_size_kb
+                pages = tuple(dataclasses.replace(p, used=p.used + count)
+                              if p.size_kb == part.page_size_kb else p
+                              for p in pages)
+            cells[cell.id] = dataclasses.replace(
+                cell, pinned=cell.pinned | taken, used_memory_mb=memory,
+                shared_load=cell.shared_load + part.shared_vcpus, pages=pages)
+        return dataclasses.replace(self, cells=tuple(cells[c.id] for c in self.cells))
+
     @functools.cached_property
     def by_id(self) -> dict[int, CellState]:
         return {cell.id: cell for cell in self.cells}

@@ -75,6 +75,18 @@ class NovaLibvirt(fixtures.Fixture):
             mdev_info=mdev_info, hostname=hostname)
         return self.connection
 
+    def services(self) -> Any:
+        """nova's databases (main and API), RPC and SDK fixtures and real
+        Placement in-process (nova's ``PlacementFixture``, returned), as
+        nova's functional tests set them up; ``state_path`` a fresh
+        directory."""
+        self.conf.set_override("state_path", self.useFixture(fixtures.TempDir()).path)
+        self.useFixture(nova_fixtures.Database(database="main"))
+        self.useFixture(nova_fixtures.Database(database="api"))
+        self.useFixture(nova_fixtures.RPCFixture("nova.test"))
+        self.useFixture(nova_fixtures.OpenStackSDKFixture())
+        return self.useFixture(functional_fixtures.PlacementFixture())
+
     def driver(self, cls: Any = None, hostname: str = "compute1") -> Any:
         """A started nova libvirt driver (``init_host`` done) of class ``cls``."""
         from nova.virt import fake as fake_virt

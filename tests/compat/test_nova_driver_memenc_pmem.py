@@ -113,3 +113,17 @@ def test_without_ndctl_no_namespaces(nova_libvirt, conf, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     driver = sev_host(nova_libvirt, sev=False)
     assert driver.plugin_host_info(NODE).pmem_namespaces == ()
+
+
+def test_configured_namespaces_are_asked_of_privsep_as_nova_does(
+        nova_libvirt, conf, monkeypatch, tmp_path):
+    # nova's _discover_vpmems calls privsep whenever [libvirt]
+    # pmem_namespaces is set, ndctl on the PATH or not (nova's own tests
+    # replace that privsep call): so does the mixin
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("nova.privsep.libvirt.get_pmem_namespaces",
+                        lambda: NDCTL_JSON.read_text())
+    driver = sev_host(nova_libvirt, sev=False)
+    conf.set_override("pmem_namespaces", ["SMALL:ns_0|ns_1"], "libvirt")
+    inventories = update(driver, conf, ("numa", "pmem"))
+    assert inventories[NODE]["CUSTOM_PMEM_NAMESPACE_SMALL"]["total"] == 2

@@ -123,20 +123,35 @@ def nova_spec_obj(vcpus=2, memory_mb=1024, extra_specs=None, image=None,
     return spec
 
 
-def nova_candidate(name):
-    """nova's candidate for a host: its guest CPUs and memory are one
-    unsuffixed group, served by the host's NUMA cell providers."""
+def nova_candidates(name, spec_obj=None):
+    """nova's candidates for a host, as Placement answers nova's query on
+    the plugins' tree: the guest's CPUs (PCPU when pinned) and memory are
+    one unsuffixed group, each resource class from one cell provider;
+    the cross ones (CPUs on one cell, memory on the other) first."""
+    flavor = spec_obj.flavor if spec_obj is not None else None
+    vcpus = flavor.vcpus if flavor is not None else 1
+    memory = flavor.memory_mb if flavor is not None else 512
+    extra = (flavor.extra_specs if flavor is not None
+             and flavor.obj_attr_is_set("extra_specs") else {})
+    cpu_rc = "PCPU" if extra.get("hw:cpu_policy") == "dedicated" else "VCPU"
     cells = [c.provider_uuid for c in host_states(name)[0]["numa"].cells]
-    return {"allocations": {u: {"resources": {"MEMORY_MB": 512}} for u in cells},
-            "mappings": {"": cells}}
+    out = []
+    for cpu_rp in cells:
+        for mem_rp in sorted(cells, key=lambda rp: rp == cpu_rp):
+            allocations = {cpu_rp: {"resources": {cpu_rc: vcpus}}}
+            allocations.setdefault(mem_rp, {"resources": {}})[
+                "resources"]["MEMORY_MB"] = memory
+            out.append({"allocations": allocations,
+                        "mappings": {"": sorted({cpu_rp, mem_rp})}})
+    return out
 
 
-def nova_hosts():
+def nova_hosts(spec_obj=None):
     hosts = []
     for name in HOSTS:
         state = host_manager.HostState(name, name, None)
         state.uuid = names.provider_uuid(name)
-        state.allocation_candidates = [nova_candidate(name)]
+        state.allocation_candidates = nova_candidates(name, spec_obj)
         hosts.append(state)
     return hosts
 
@@ -169,18 +184,18 @@ def test_filter_loads_from_nova_config_and_filters_host_states(nova_conf):
     handler, filt = loaded_filter()
     assert sorted(filt.plugins) == ["numa", "sriov"]
     pinned = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
-    assert run(handler, filt, nova_hosts(), pinned) == ["big"]
+    assert run(handler, filt, nova_hosts(pinned), pinned) == ["big"]
     floating = nova_spec_obj(vcpus=2)
-    assert run(handler, filt, nova_hosts(), floating) == ["small", "big", "sriov"]
+    assert run(handler, filt, nova_hosts(floating), floating) == ["small", "big", "sriov"]
     two = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated",
                                               "hw:numa_nodes": "2"})
-    assert run(handler, filt, nova_hosts(), two) == ["big", "sriov"]
+    assert run(handler, filt, nova_hosts(two), two) == ["big", "sriov"]
 
 
 def test_rejections_and_decisions_are_kept_on_the_host(nova_conf):
     handler, filt = loaded_filter()
-    hosts = nova_hosts()
     spec_obj = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    hosts = nova_hosts(spec_obj)
     run(handler, filt, hosts, spec_obj)
     small, big = hosts[0], hosts[1]
     assert small.allocation_candidates == []
@@ -243,7 +258,7 @@ def test_rebuild_is_not_filtered(nova_conf):
     handler, filt = loaded_filter()
     spec_obj = nova_spec_obj(vcpus=64, extra_specs={"hw:cpu_policy": "dedicated"},
                              hints={"_nova_check_type": ["rebuild"]})
-    assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
+    assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == ["small", "big", "sriov"]
 
 
 def test_an_invalid_request_passes_no_host_and_logs_the_key(nova_conf, caplog):
@@ -253,7 +268,7 @@ def test_an_invalid_request_passes_no_host_and_logs_the_key(nova_conf, caplog):
     handler, filt = loaded_filter()
     spec_obj = nova_spec_obj(extra_specs={"hw:cpu_policy": "pinned"})
     with caplog.at_level("ERROR", logger="compute_plugins.nova.filters"):
-        assert run(handler, filt, nova_hosts(), spec_obj) == []
+        assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == []
         host = nova_hosts()[0]
         assert filt.host_passes(host, spec_obj) is False
     assert "hw:cpu_policy" in caplog.text and "pinned" in caplog.text
@@ -273,9 +288,9 @@ def test_the_scheduler_parses_the_flavor_never_a_recorded_spec(nova_conf, conf):
     spec_obj.flavor = objects.Flavor(
         name="m2", vcpus=6, memory_mb=1024, root_gb=0, ephemeral_gb=0, swap=0,
         extra_specs={"hw:cpu_policy": "dedicated"})
-    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+    assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == ["big"]
     spec_obj.scheduler_hints = {nova_spec.HINT: ["{not json"]}
-    assert run(handler, filt, nova_hosts(), spec_obj) == ["big"]
+    assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == ["big"]
 
 
 def test_boot_from_volume_asks_no_root_disk(conf):
@@ -348,9 +363,9 @@ def test_from_nova_reads_the_networks_numa_affinity_needs(conf):
 def test_decision_round_trips_through_nova_rpc_and_the_compute_verifies_it(
         nova_conf, conf, store):
     handler, filt = loaded_filter()
-    hosts = nova_hosts()
     spec_obj = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated",
                                                    "hw:numa_nodes": "2"})
+    hosts = nova_hosts(spec_obj)
     passed = handler.get_filtered_objects([filt], hosts, spec_obj)
     chosen = [h for h in passed if h.host == "sriov"][0]
     decision = plugin_filters.record_selection(spec_obj, chosen)
@@ -423,7 +438,7 @@ def test_a_bare_nova_spec_is_read(nova_conf):
     spec_obj = objects.RequestSpec(flavor=objects.Flavor(
         vcpus=2, memory_mb=512, root_gb=1, ephemeral_gb=0, swap=0))
     assert not spec_obj.flavor.obj_attr_is_set("extra_specs")
-    assert run(handler, filt, nova_hosts(), spec_obj) == ["small", "big", "sriov"]
+    assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == ["small", "big", "sriov"]
     ours = filt.spec_for(spec_obj)
     assert ours.flavor.vcpus == 2 and dict(ours.flavor.extra_specs) == {}
 
@@ -437,8 +452,8 @@ def test_one_filter_serves_concurrent_requests(nova_conf):
     floating = nova_spec_obj(vcpus=2)
 
     def one(index):
-        hosts = nova_hosts()
         spec_obj = pinned if index % 2 else floating
+        hosts = nova_hosts(spec_obj)
         passed = run(handler, filt, hosts, spec_obj)
         cpus = {h.host: [len(d.assignments["numa"].cells[0].pinning)
                          for d in h.plugin_decisions.values()] for h in hosts}
@@ -469,3 +484,27 @@ def test_the_compute_ignores_a_record_of_another_flavor(conf):
     spec_obj.image = objects.ImageMeta.from_dict(
         {"name": "img", "properties": {"hw_numa_nodes": "1"}})
     assert nova_spec.recorded(spec_obj, manager.plugins) is None
+
+
+def test_nova_candidates_are_kept_where_they_carry_the_decision():
+    wanted = {"PCPU": {"c0": 2}, "MEMORY_MB": {"c0": 512}}
+    same = {"allocations": {"c0": {"resources": {"PCPU": 2, "MEMORY_MB": 512}},
+                            "root": {"resources": {"DISK_GB": 1}}},
+            "mappings": {"": ["c0", "root"]}}
+    cross = {"allocations": {"c0": {"resources": {"PCPU": 2}},
+                             "c1": {"resources": {"MEMORY_MB": 512}},
+                             "root": {"resources": {"DISK_GB": 1}}},
+             "mappings": {"": ["c0", "c1", "root"], "port-a": ["c1"]}}
+    fallback = {"allocations": {"c1": {"resources": {"VCPU": 2, "MEMORY_MB": 512}}}}
+    assert plugin_filters.matches(same, wanted)
+    assert not plugin_filters.matches(cross, wanted)
+    # nova's VCPU fallback query: only MEMORY_MB compares, on another cell
+    assert not plugin_filters.matches(fallback, wanted)
+    moved = plugin_filters.carrying(cross, wanted)
+    assert moved is not None and plugin_filters.matches(moved, wanted)
+    assert moved["allocations"] == same["allocations"]
+    # the unsuffixed group follows the providers; a port's group stays
+    assert moved["mappings"] == {"": ["c0", "root"], "port-a": ["c1"]}
+    assert cross["allocations"]["c1"] == {"resources": {"MEMORY_MB": 512}}
+    # other totals (a split guest's 4 CPUs against nova's 2) are not moved
+    assert plugin_filters.carrying(cross, {"PCPU": {"c0": 2, "c1": 2}}) is None

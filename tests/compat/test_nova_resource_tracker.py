@@ -51,8 +51,6 @@ from tests.compat.nova_libvirt import (  # noqa: E402
     LOCAL_GB,
     NovaLibvirt,
     fakelibvirt,
-    functional_fixtures,
-    nova_fixtures,
 )
 from tests.unit.resources import helpers  # noqa: E402
 
@@ -119,13 +117,7 @@ def world():
     nova = NovaLibvirt()
     nova.setUp()
     try:
-        nova.conf.set_override("state_path", nova.useFixture(
-            __import__("fixtures").TempDir()).path)
-        nova.useFixture(nova_fixtures.Database(database="main"))
-        nova.useFixture(nova_fixtures.Database(database="api"))
-        nova.useFixture(nova_fixtures.RPCFixture("nova.test"))
-        nova.useFixture(nova_fixtures.OpenStackSDKFixture())
-        placement = nova.useFixture(functional_fixtures.PlacementFixture())
+        placement = nova.services()
         nova.connect(NODE, host_info=fakelibvirt.HostInfo(
             cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2),
             pci_info=fakelibvirt.HostPCIDevicesInfo(

@@ -52,6 +52,15 @@ def test_state_is_the_roots_disk_and_what_guests_take(conf):
     assert decoded(plugin, encoded(plugin, got)) == got
 
 
+def test_consumed_is_the_state_built_with_the_assignment_in_force(conf):
+    plugin = DiskPlugin(conf)
+    info = host(disk=DiskInfo(total_gb=100, free_gb=50))
+    shared = DiskAssignment(provider_uuid=SHARING, shared=True, disk_gb=7)
+    idle = state(plugin, info)
+    assert idle.consumed(local(20)).consumed(shared) == state(
+        plugin, info, local(20), shared)
+
+
 @pytest.mark.parametrize("info, assignment, reason", [
     (host(disk=DiskInfo(100, 100)), DiskAssignment(provider_uuid="other", disk_gb=5),
      "a guest's 5 GB of local disk is on provider other, this host's root is %s"

@@ -95,6 +95,23 @@ def test_assignments_in_force_are_subtracted(plugin):
     assert c1.pinned == {4} and c1.shared_load == 3 and c1.used_memory_mb == 512
 
 
+def test_consumed_is_the_state_built_with_the_assignment_in_force(plugin):
+    """What a scheduler counts for an earlier guest of one request on the
+    host (nova's num_instances > 1) is what the host publishes with it."""
+    view = plugin.discover(smt_host())
+    a = NUMAAssignment(cells=(
+        pinned(0, {0: 0, 1: 8}, held=[1], memory=1024, guest=0),
+        pinned(1, {2: 4}, memory=512, page=None, shared=3, guest=1)))
+    b = NUMAAssignment(cells=(pinned(0, {0: 2}, memory=512, page=2048),))
+    idle = state_of(plugin, view, [])
+    assert idle.consumed(a).consumed(b) == state_of(plugin, view, [a, b])
+    with pytest.raises(AssignmentConflict, match="CPU 8 of host cell 0 is pinned twice"):
+        idle.consumed(a).consumed(NUMAAssignment(cells=(pinned(0, {0: 8}),)))
+    with pytest.raises(AssignmentConflict, match="no 1048576 KiB pages"):
+        idle.consumed(NUMAAssignment(cells=(pinned(0, {}, memory=1024,
+                                                   page=1048576),)))
+
+
 def test_state_json_round_trip(plugin):
     view = plugin.discover(smt_host())
     a = NUMAAssignment(cells=(pinned(0, {0: 0}, held=[8], memory=1024,

@@ -1,0 +1,409 @@
+"""The scheduler's decision survives to the compute in stock nova.
+
+nova 34's own pieces, as a nova operator runs them: the host is reported by
+nova's ``ResourceTracker`` with the driver mixin (``PluginProviderTreeMixin``
+on nova's ``LibvirtDriver`` over nova's fake libvirt: 2 cells of 2
+hyper-threaded cores, ``cpu_dedicated_set`` 0-7, so 4 + 4 pinned CPUs) into
+real Placement (nova's ``PlacementFixture``); its plugin states are
+published to a host-state store (SQLite) by the mixin after each
+``update_provider_tree`` (under the decisions of the instances on the
+host); nova's own
+``SchedulerManager.select_destinations`` (Placement's allocation candidates
+for nova's query, nova's ``HostManager`` filtering with ``PluginFitFilter``
+loaded by class path from ``[filter_scheduler]``, nova's weighers, the
+claims in Placement, ``consume_from_request`` between instances) schedules
+the requests. Only the host states' source is the test's
+(``_get_all_host_states``, nova's "template method": the host's
+``HostState`` made by nova's ``HostManager`` from the ``ComputeNode`` nova's
+tracker wrote, kept between requests as nova keeps it).
+
+The compute side is the mixin's ``plugin_decision`` (what its ``spawn``
+calls first), reading the decision the filter recorded for each instance.
+
+Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from typing import Any
+
+import pytest
+
+if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
+    import nova.scheduler.manager  # noqa: F401
+else:
+    pytest.importorskip("nova.scheduler.manager")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from nova import context as nova_context
+    from nova import exception as nova_exception
+    from nova import objects
+    from nova.compute import resource_tracker
+    from nova.scheduler import manager as scheduler_manager
+    from nova.scheduler.client import report
+    from nova.virt import hardware
+    from nova.virt.libvirt import driver as libvirt_driver
+    from oslo_messaging.rpc import dispatcher as rpc_dispatcher  # type: ignore[import-untyped]
+
+from compute_plugins.hoststate.store import HostStateStore  # noqa: E402
+from compute_plugins.nova import decisions as nova_decisions  # noqa: E402
+from compute_plugins.nova import spec as nova_spec  # noqa: E402
+from compute_plugins.nova.driver import (  # noqa: E402
+    DecisionRefused,
+    PluginProviderTreeMixin,
+)
+from compute_plugins.request.spec import RequestSpec  # noqa: E402
+from resources.numa.request import NUMAAssignment  # noqa: E402
+from tests.compat.nova_libvirt import (  # noqa: E402
+    NovaLibvirt,
+    fakelibvirt,
+)
+from tests.unit.resources import helpers  # noqa: E402
+
+NODE = "compute1"
+PROJECT = "a0000000-0000-0000-0000-000000000001"
+USER = "b0000000-0000-0000-0000-000000000001"
+FILTER = "compute_plugins.nova.filters.PluginFitFilter"
+CELL = "c0000000-0000-0000-0000-000000000001"
+
+
+class PluginLibvirtDriver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+    """nova's libvirt driver with the plugins."""
+
+
+class Scheduler(scheduler_manager.SchedulerManager):  # type: ignore[misc]
+    """nova's scheduler; its hosts are the one compute node nova's tracker
+    wrote, as nova's ``HostManager`` makes and keeps host states."""
+
+    def __init__(self, compute: Any, service: Any) -> None:
+        super().__init__()
+        self.state = self.host_manager.host_state_cls(NODE, NODE, CELL)
+        self.compute, self.service = compute, service
+
+    def _get_all_host_states(self, context: Any, spec_obj: Any,
+                             provider_summaries: Any) -> Any:
+        if self.compute.uuid in (provider_summaries or {}):
+            self.state.update(self.compute, dict(self.service), [], {})
+            return iter([self.state])
+        return iter([])
+
+
+class World:
+    """nova's services, Placement, the host-state store."""
+
+    def __init__(self, nova: NovaLibvirt, placement: Any, store: HostStateStore,
+                 driver: Any) -> None:
+        self.nova, self.placement, self.store, self.driver = nova, placement, store, driver
+        self.context = nova_context.get_admin_context()
+        self.service = objects.Service(self.context, host=NODE,
+                                       binary="nova-compute", topic="compute")
+        self.service.create()
+        self.tracker = resource_tracker.ResourceTracker(
+            NODE, driver, report.SchedulerReportClient())
+        self.tracker.service_ref = self.service
+        self.tracker.update_available_resource(self.context, NODE, startup=True)
+        self.compute = self.tracker.compute_nodes[NODE]
+        self.scheduler = Scheduler(self.compute, self.service)
+
+    def spec(self, vcpus: int, instances: int, extra_specs: dict[str, str],
+             root_gb: int = 1) -> Any:
+        flavor = objects.Flavor(name="pinned%d" % vcpus, vcpus=vcpus, memory_mb=512,
+                                root_gb=root_gb, ephemeral_gb=0, swap=0,
+                                flavorid="f%d" % vcpus,
+                                extra_specs=extra_specs, disabled=False, is_public=True,
+                                description=None, rxtx_factor=1.0, vcpu_weight=0,
+                                projects=[])
+        image = objects.ImageMeta.from_dict({"name": "img", "properties": {}})
+        spec = objects.RequestSpec.from_components(
+            self.context, str(uuid.uuid4()), image, flavor,
+            hardware.numa_get_constraints(flavor, image),
+            objects.InstancePCIRequests(requests=[]), {}, None, None,
+            project_id=PROJECT, user_id=USER)
+        spec.num_instances = instances
+        return spec
+
+    def select(self, spec: Any, instances: list[str], scheduler: Any = None) -> list[Any]:
+        return (scheduler or self.scheduler).select_destinations(
+            self.context, spec_obj=spec, instance_uuids=instances,
+            return_objects=True, return_alternates=False)
+
+    def allocations(self, consumer: str) -> dict[str, dict[str, int]]:
+        body = self.placement.api.get("/allocations/%s" % consumer, version="1.28").body
+        return {rp: a["resources"] for rp, a in body["allocations"].items()}
+
+    def instance(self, instance_uuid: str, spec: Any) -> Any:
+        """The instance as nova's conductor and tracker leave it on the
+        host: its NUMA topology as nova's claim fits it on nova's view of
+        the host (nova's own choice of cells and CPUs)."""
+        host = objects.NUMATopology.obj_from_db_obj(self.compute.numa_topology)
+        claim = hardware.numa_fit_instance_to_host(
+            host, hardware.numa_get_constraints(spec.flavor, spec.image),
+            provider_mapping=None)
+        inst = objects.Instance(
+            self.context, uuid=instance_uuid, host=NODE, node=NODE,
+            compute_id=self.compute.id,
+            project_id=PROJECT, user_id=USER, flavor=spec.flavor,
+            vcpus=spec.flavor.vcpus, memory_mb=spec.flavor.memory_mb,
+            numa_topology=claim)
+        inst.create()
+        return inst
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    nova = NovaLibvirt()
+    nova.setUp()
+    conf, fixture = helpers.make_conf()
+    try:
+        placement = nova.services()
+        nova.connect(NODE, host_info=fakelibvirt.HostInfo(
+            cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
+        path = tmp_path_factory.mktemp("store") / "hs.sqlite"
+        url = "sqlite:///%s" % path
+        conf_file = path.parent / "compute-plugins.conf"
+        conf_file.write_text("[compute_plugins]\nenabled_plugins = numa,disk\n"
+                             "[host_state]\nconnection = %s\n" % url)
+        from compute_plugins.nova import conf as adapter_conf
+        adapter_conf.register_nova_opts(nova.conf)
+        nova.conf.set_override("config_file", [str(conf_file)], "compute_plugins")
+        nova.conf.set_override("available_filters", [FILTER], "filter_scheduler")
+        nova.conf.set_override("enabled_filters", ["PluginFitFilter"],
+                               "filter_scheduler")
+        conf.set_override("cpu_dedicated_set", "0-7", "compute")
+        nova.conf.set_override("cpu_dedicated_set", "0-7", "compute")
+        nova.conf.set_override("host", NODE)
+        conf.set_override("reserved_host_memory_mb", 0, "compute")
+        driver = nova.driver(PluginLibvirtDriver)
+        driver.plugin_manager = helpers.manager(conf, ("numa", "disk"))
+        with HostStateStore(url) as store:
+            driver.plugin_decisions = nova_decisions.NovaDecisions(store)
+            yield World(nova, placement, store, driver)
+    finally:
+        nova.conf.clear_override("config_file", "compute_plugins")
+        fixture.cleanUp()
+        nova.cleanUp()
+
+
+def pinned(world: World, vcpus: int, instances: int) -> tuple[Any, list[str]]:
+    spec = world.spec(vcpus, instances, {"hw:cpu_policy": "dedicated"})
+    return spec, [str(uuid.uuid4()) for _ in range(instances)]
+
+
+def recorded(world: World, instance: str) -> RequestSpec:
+    spec = nova_decisions.decision_for(world.driver.plugin_decisions, instance,
+                                       NODE, world.driver.plugin_manager.plugins)
+    assert spec is not None and spec.decision is not None
+    return spec
+
+
+def host_cpus(spec: RequestSpec) -> list[int]:
+    assert spec.decision is not None
+    numa = spec.decision.assignments["numa"]
+    assert isinstance(numa, NUMAAssignment)
+    return [cpu for cell in numa.cells for cpu in cell.pinning.values()]
+
+
+def test_a_two_node_guest_is_claimed_on_both_cells_as_decided(world):
+    """nova asks its guest's CPUs as one unsuffixed group (each resource
+    class from one provider): no candidate of nova's splits 4 pinned CPUs
+    2 + 2 over the cells. The filter moves nova's candidate onto the
+    decision's providers, and nova claims that in Placement."""
+    spec = world.spec(4, 1, {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"})
+    instance = str(uuid.uuid4())
+    world.select(spec, [instance])
+    try:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        numa = decision.assignments["numa"]
+        assert isinstance(numa, NUMAAssignment)
+        assert sorted(c.host_cell for c in numa.cells) == [0, 1]
+        claimed = world.allocations(instance)
+        assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
+        assert sorted(r.get("PCPU", 0) for r in claimed.values()) == [0, 2, 2]
+    finally:
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
+PATCH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "contrib", "nova",
+                     "0001-scheduler-candidates-of-nested-only-allocations.patch")
+
+
+def patched_scheduler(world: World, tmp_path: Any) -> Any:
+    """nova's scheduler manager with contrib/nova's patch applied (to a
+    copy of nova's module, loaded under another name)."""
+    import importlib.util
+    import shutil
+    import subprocess
+    copy = tmp_path / "nova" / "scheduler" / "manager.py"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(scheduler_manager.__file__, copy)
+    with open(PATCH, "rb") as patch:
+        subprocess.run(["patch", "-s", "-p1", "-d", str(tmp_path)], stdin=patch,
+                       check=True)
+    spec = importlib.util.spec_from_file_location("nova_patched_scheduler", copy)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    patched = type("PatchedScheduler", (Scheduler,), {
+        "select_destinations": module.SchedulerManager.select_destinations})
+    return patched(world.compute, world.service)
+
+
+def test_a_guest_without_root_resources_needs_the_nova_patch(world, tmp_path):
+    """A boot-from-volume guest (no DISK_GB): every resource it asks is on
+    the NUMA cell providers, nothing on the root. Stock nova gives the
+    host none of Placement's candidates (they are indexed by provider and a
+    host takes its root's): NoValidHost. With contrib/nova's patch it is
+    scheduled, the decision recorded and claimed."""
+    spec = world.spec(2, 1, {"hw:cpu_policy": "dedicated"}, root_gb=0)
+    instance = str(uuid.uuid4())
+    with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
+        world.select(spec, [instance])
+    assert isinstance(raised.value.exc_info[1], nova_exception.NoValidHost)
+    spec = world.spec(2, 1, {"hw:cpu_policy": "dedicated"}, root_gb=0)
+    world.select(spec, [instance], patched_scheduler(world, tmp_path))
+    try:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        claimed = world.allocations(instance)
+        assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
+        assert world.compute.uuid not in claimed
+    finally:
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
+@pytest.fixture(scope="module")
+def three(world):
+    """num_instances=3 of 2 pinned vCPUs on one host with 4 + 4 pinned CPUs."""
+    before = dict(nova_spec.PARSES)
+    spec, instances = pinned(world, 2, 3)
+    selections = world.select(spec, instances)
+    parses = nova_spec.PARSES[nova_spec.SCHEDULER] - before.get(nova_spec.SCHEDULER, 0)
+    # on the host, as nova's conductor and tracker leave them, then what
+    # the mixin's spawn does first, and nova's save of the instance after
+    compute_before = nova_spec.PARSES[nova_spec.COMPUTE]
+    on_host, executed = [], []
+    for instance in instances:
+        inst = world.instance(instance, spec)
+        executed.append(world.driver.plugin_decision(
+            world.context, inst, {rp: {"resources": r} for rp, r in
+                                  world.allocations(instance).items()}))
+        inst.save()
+        on_host.append(inst)
+    return {"spec": spec, "instances": instances, "selections": selections,
+            "parses": parses, "on_host": on_host, "executed": executed,
+            "compute_parses": nova_spec.PARSES[nova_spec.COMPUTE] - compute_before}
+
+
+def test_three_instances_of_one_request_never_share_a_cpu(world, three):
+    assert [s[0].service_host for s in three["selections"]] == [NODE] * 3
+    specs = [recorded(world, i) for i in three["instances"]]
+    cpus = [host_cpus(s) for s in specs]
+    assert all(len(c) == 2 for c in cpus), cpus
+    flat = [cpu for c in cpus for cpu in c]
+    assert len(set(flat)) == 6, cpus
+
+
+def test_nova_claims_in_placement_what_each_decision_names(world, three):
+    for instance in three["instances"]:
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        claimed = world.allocations(instance)
+        for rp, resources in decision.allocations.items():
+            assert claimed[rp] == dict(resources), (instance, claimed)
+        assert set(claimed) == set(decision.allocations)
+
+
+def test_the_scheduler_parses_once_per_request(three):
+    # one select_destinations, three instances: one parse of the flavor
+    assert three["parses"] == 1
+
+
+def test_the_compute_executes_the_decision_without_parsing(world, three):
+    assert three["compute_parses"] == 0
+    for instance, executed in zip(three["instances"], three["executed"], strict=True):
+        assert executed is not None
+        assert executed.decision == recorded(world, instance).decision
+        # nova's claim, saved with the instance, is the decision (what
+        # nova's driver writes the guest from, and its tracker counts)
+        inst = objects.Instance.get_by_uuid(world.context, instance,
+                                            expected_attrs=["numa_topology"])
+        pinning = {cpu for cell in inst.numa_topology.cells
+                   for cpu in cell.cpu_pinning.values()}
+        assert sorted(pinning) == sorted(host_cpus(executed))
+
+
+def test_two_more_pinned_pairs_do_not_fit_on_the_two_cpus_left(world, three):
+    # 6 of 8 CPUs are taken by the request above: nova's next periodic has
+    # the mixin publish the host's states under the decisions of the
+    # instances on it; two instances of 2 more do not fit
+    world.tracker.update_available_resource(world.context, NODE)
+    states = world.store.get_host(NODE).states["numa"]["state"]
+    assert sum(len(c["pinned"]) for c in states["cells"]) == 6
+    spec, instances = pinned(world, 2, 2)
+    with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
+        world.select(spec, instances)
+    assert isinstance(raised.value.exc_info[1], nova_exception.NoValidHost)
+    for instance in instances:
+        assert world.allocations(instance) == {}
+
+
+def test_a_decision_taken_by_another_instance_fails_the_spawn_loudly(
+        world, three, caplog):
+    # a decision naming CPUs an instance on the host holds already
+    first = recorded(world, three["instances"][0])
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    world.driver.plugin_decisions.record(inst.uuid, NODE, first)
+    try:
+        with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+            world.driver.plugin_decision(world.context, inst, None, host=NODE)
+    finally:
+        inst.destroy()
+    message = str(refused.value)
+    # the numa plugin's verify: its CPUs are another guest's
+    assert inst.uuid in message and "numa: " in message and "CPU" in message
+    assert message in caplog.text
+
+
+def test_nova_claim_on_other_cpus_is_said_and_the_guest_gets_the_decision(
+        world, three, caplog):
+    instance = three["instances"][0]
+    spec = recorded(world, instance)
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    cell = inst.numa_topology.cells[0]
+    ours = dict(cell.cpu_pinning)
+    cell.cpu_pinning = {g: (h + 1) % 8 for g, h in ours.items()}
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_decision(world.context, inst, None, host=NODE)
+    assert "nova's claim differs" in caplog.text and instance in caplog.text
+    assert dict(inst.numa_topology.cells[0].cpu_pinning) == dict(
+        spec.decision.assignments["numa"].cells[0].pinning)
+
+
+def test_no_decision_recorded_is_said_and_nova_claim_stays(world, three, caplog):
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    with caplog.at_level("WARNING"):
+        assert world.driver.plugin_decision(world.context, inst, None,
+                                            host=NODE) is None
+    assert "no scheduler decision for instance %s" % inst.uuid in caplog.text
+
+
+def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, caplog):
+    # nova's claim in Placement moved (another candidate than the decided
+    # one): the compute refuses rather than run a guest Placement does not
+    # account where it runs
+    instance = three["instances"][1]
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    claimed = world.allocations(instance)
+    moved = {rp: {"resources": {rc: n + 1 for rc, n in res.items()}}
+             for rp, res in claimed.items()}
+    with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_decision(world.context, inst, moved, host=NODE)
+    assert "Placement holds" in str(refused.value)
+    assert instance in caplog.text
