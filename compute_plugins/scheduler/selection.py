@@ -362,7 +362,7 @@ class Scheduler:
         tree_changed = False
         timings.update(store=0.0, fit=0.0)
         while done < len(order) and found < target:
-            batch = order[done:done + max(target - found, view.MIN_BATCH)]
+            batch = order[done:done + max(target - found, min(view.MIN_BATCH, target))]
             done += len(batch)
             start = time.monotonic()
             decoded = self.states.get(self.plugins, self.store, batch, generations)
