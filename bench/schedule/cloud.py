@@ -10,7 +10,7 @@ reported to Placement by the report client and published to the store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from oslo_config import cfg
 
@@ -76,8 +76,13 @@ def manager(shape: str) -> PluginManager:
     return plugins
 
 
-def build(client: Any, store: HostStateStore, count: int) -> dict[str, int]:
-    """``count`` hosts, shapes in turn; shape -> how many."""
+def build(client: Any, store: HostStateStore, count: int,
+          managers: Optional[dict[str, PluginManager]] = None) -> dict[str, int]:
+    """``count`` hosts, shapes in turn; shape -> how many.
+
+    :param managers: filled with host -> its plugins, discovered (to
+        publish its state again under claims).
+    """
     reporter = report.ReportClient(client, refresh_interval=0, sleep=lambda s: None)
     made: dict[str, int] = {}
     for i in range(count):
@@ -96,4 +101,6 @@ def build(client: Any, store: HostStateStore, count: int) -> dict[str, int]:
         states, _ = plugins.plugins.encode_states(built)
         store.publish(name, states, 0, nodename=name, providers=providers)
         made[shape] = made.get(shape, 0) + 1
+        if managers is not None:
+            managers[name] = plugins
     return made

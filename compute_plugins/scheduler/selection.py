@@ -259,11 +259,11 @@ class Scheduler:
         self.states = fitting.StateCache()
         #: Placement's answers, kept while they stand (:mod:`.view`).
         self.view = view.PlacementView(conf.scheduler.placement_view_seconds)
-        self.rotation = view.Rotation()
-        #: Draws the first host among the best ``host_subset_size``; seeded
-        #: per scheduler from the system's entropy, so that schedulers
-        #: draw differently.
+        #: Draws the first host among the best ``host_subset_size``, and
+        #: where fitting starts; seeded per scheduler from the system's
+        #: entropy, so that schedulers draw differently.
         self.rng = random.Random()
+        self.rotation = view.Rotation(self.rng.randrange(1 << 30))
         self.factors = weighers.multipliers(conf, sorted(plugins))
 
     # -- Placement --------------------------------------------------------

@@ -172,10 +172,16 @@ class Rotation:
     """Where the next decision starts fitting candidates
     (kube-scheduler's ``nextStartNodeIndex``): after the hosts the last one
     fitted, so that over decisions every candidate gets fitted, not only
-    the first in name order."""
+    the first in name order.
 
-    def __init__(self) -> None:
-        self._next = 0
+    :param start: where the first decision starts (taken modulo the
+        number of candidates). A scheduler starts at a random place, so
+        that several schedulers fit different hosts and do not all find
+        the same best one.
+    """
+
+    def __init__(self, start: int = 0) -> None:
+        self._next = start
         self._lock = threading.Lock()
 
     def order(self, hosts: Sequence[str]) -> list[str]:

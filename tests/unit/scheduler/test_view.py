@@ -42,6 +42,7 @@ def test_rotation_starts_after_the_hosts_fitted_last():
     rotation.advance(5, 5)  # every host fitted: no move
     assert rotation.order(hosts)[0] == "b"
     assert rotation.order([]) == []
+    assert view.Rotation(7).order(hosts) == ["c", "d", "e", "a", "b"]
 
 
 def test_draw_is_the_best_unless_a_subset_is_asked():
