@@ -111,15 +111,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-n", type=int, default=3, help="runs per case")
     parser.add_argument("--hosts", default="100",
                         help="host counts, comma-separated (e.g. 100,1000)")
-    parser.add_argument("--decisions", type=int, default=40,
+    parser.add_argument("--decisions", type=int, default=30,
                         help="whole decisions per scheduler (0: none)")
+    parser.add_argument("--schedulers", type=int, default=4,
+                        help="then as many schedulers at once, each placing "
+                        "--decisions guests (1: not run)")
     args = parser.parse_args(argv)
     try:
         counts = [int(c) for c in args.hosts.split(",")]
     except ValueError:
         parser.error("--hosts %r: expected host counts, comma-separated" % args.hosts)
-    if min(counts) < 1 or args.n < 1 or args.decisions < 0:
-        parser.error("--hosts, -n: expected >= 1; --decisions: >= 0")
+    if min(counts) < 1 or args.n < 1 or args.decisions < 0 or args.schedulers < 1:
+        parser.error("--hosts, -n, --schedulers: expected >= 1; --decisions: >= 0")
     logging.disable(logging.WARNING)
     for count in counts:
         with tempfile.TemporaryDirectory() as tmp, \
@@ -179,6 +182,17 @@ def main(argv: list[str]) -> int:
                                      args.decisions)
                 for line in decisions.report(done):
                     print(line, flush=True)
+            if args.decisions and args.schedulers > 1:
+                print("  %d schedulers at once (threads), %d decisions each, by "
+                      "[scheduler] host_subset_size" % (args.schedulers, args.decisions))
+                print("  %-20s %7s %8s %10s %10s" % (
+                    "host_subset_size", "dec/s", "p50 ms", "races/dec", "calls/dec"))
+                for subset in (1, 2 * args.schedulers):
+                    together, seconds = decisions.run_together(
+                        store, client, managers, plugins.plugins, specs,
+                        args.decisions, args.schedulers, subset)
+                    print(decisions.report_together(str(subset), together, seconds),
+                          flush=True)
     return 0
 
 

@@ -34,6 +34,8 @@ from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
 from compute_plugins.hoststate.store import HostStateStore
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.plugin.state import AssignmentConflict
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 from compute_plugins.runtime.manager import PluginManager
@@ -51,7 +53,9 @@ class InstantHosts:
     """The store, with every host's agent answering at once: a submitted
     decision's assignments are added to its host's claims, the host's
     states under them published (a new generation, as the agent publishes
-    before it answers) and the decision claimed.
+    before it answers) and the decision claimed; or, when they do not hold
+    on the host's state (another scheduler's claim took the same CPUs or
+    devices first), rejected, as the agent would.
 
     :param managers: host -> its plugins, discovered (the bench cloud's).
     :param plugins: the plugins the specs were built with.
@@ -74,12 +78,19 @@ class InstantHosts:
         assert decision is not None
         with self._lock:
             usage = self._claims.setdefault(host, {})
-            for name, assignment in decision.assignments.items():
-                usage.setdefault(name, []).append(assignment)
+            wanted = {name: usage.get(name, []) + [assignment]
+                      for name, assignment in decision.assignments.items()}
             manager = self._managers[host]
-            built, broken = manager.host_states(host, usage, host=host)
+            try:
+                built, broken = manager.host_states(host, {**usage, **wanted},
+                                                    strict=True, host=host)
+            except AssignmentConflict as err:
+                protocol.reject(self._store, submitted.id, [Rejection(
+                    "taken by another guest: %s" % err)])
+                return submitted
             if broken:
                 raise RuntimeError("host %s: %s" % (host, broken))
+            usage.update(wanted)
             states, _ = manager.plugins.encode_states(built)
             snapshot = self._store.get_host(host)
             assert snapshot is not None
@@ -142,4 +153,57 @@ def report(results: Mapping[str, list[Timed]]) -> list[str]:
     return lines
 
 
-__all__ = ["InstantHosts", "MODES", "report", "run", "scheduler"]
+__all__ = ["InstantHosts", "MODES", "report", "report_together", "run", "run_together",
+           "scheduler"]
+
+
+def run_together(store: HostStateStore, client: Any,
+                 managers: Mapping[str, PluginManager], plugins: PluginSet,
+                 specs: Sequence[Any], count: int, schedulers: int,
+                 subset: int) -> tuple[list[Timed], float]:
+    """``schedulers`` schedulers (threads, each its own view) at once, each
+    placing ``count`` guests with ``[scheduler] host_subset_size``
+    ``subset``; every decision, and the seconds they all took."""
+    hosts = InstantHosts(store, managers, plugins)
+    barrier = threading.Barrier(schedulers)
+    results: list[Timed] = []
+    lock = threading.Lock()
+    failed: list[str] = []
+
+    def one(index: int) -> None:
+        sched = scheduler(hosts, client, plugins, {"host_subset_size": subset})
+        for sp in specs:  # NOTE: warm: each shape asked once
+            sched.plan(sp)
+        barrier.wait(600)
+        for i in range(count):
+            start = time.perf_counter()
+            result = sched.schedule(specs[(i + index) % len(specs)], str(uuid.uuid4()),
+                                    "bench", "bench")
+            took = time.perf_counter() - start
+            with lock:
+                if not result.placed:
+                    failed.append(str(result.reasons))
+                results.append((result, took))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(schedulers)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise RuntimeError("not placed: %s" % failed[0])
+    return results, time.perf_counter() - start
+
+
+def report_together(label: str, results: Sequence[Timed], seconds: float) -> str:
+    """One line: decisions/s of all schedulers together, p50, the races
+    (Placement's 409 or the host's rejection) and Placement calls per
+    decision."""
+    raced = sum(1 for r, _ in results for a in r.attempts
+                if a.outcome in ("conflict", "rejected"))
+    return "  %-20s %7.1f %8.1f %10.2f %10.2f" % (
+        label, len(results) / seconds,
+        statistics.median(t for _, t in results) * 1e3,
+        raced / len(results),
+        statistics.mean(r.placement_call_count for r, _ in results))
