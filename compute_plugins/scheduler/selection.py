@@ -446,13 +446,14 @@ class Scheduler:
             try:
                 self._allocate(consumer, decision, project_id, user_id, calls)
             except pexc.Conflict as err:
-                # NOTE: the view's answer was wrong about this host: the
-                # refit asks Placement again.
-                self.view.forget(fit.host)
-                attempts.append(Attempt(fit.host, "conflict", (Rejection(
-                    "Placement refused the allocation (409 %s): %s"
-                    % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
-                    time.monotonic() - began))
+                refused = Rejection("Placement refused the allocation (409 %s): %s"
+                                    % (err.code or "conflict", err),
+                                    plugin=providers.PLACEMENT)
+                # NOTE: no room there for this shape, whatever the view
+                # kept: the refit leaves the host out.
+                self.view.refused(spec.groups, fit.host, refused)
+                attempts.append(Attempt(fit.host, "conflict", (refused,),
+                                        time.monotonic() - began))
                 if races < group.max_races:
                     # NOTE: another scheduler's allocation took the room
                     # first: refit on fresh state (item 5 of issue 20).

@@ -18,15 +18,16 @@ and the hosts an operator disabled (a handful of rows); then:
   stands. Placement stays the arbiter: the allocation the scheduler writes
   (``PUT /allocations``) is checked there atomically, and its 409 (the
   room went to another consumer since) sends the request to the next host
-  and makes the view forget that host, so the next plan asks again. A
+  and leaves that host out of the kept answer for that shape
+  (:meth:`PlacementView.refused`) until Placement is asked again. A
   host's room changes with every claim, but its claims are in its
   published state, which the plugins' ``fit`` reads fresh (by generation):
   a kept answer that says "room" for a host that filled up costs a
   rejected fit, never a wrong allocation.
 
   The answer is asked again (every host, one call per group shape) when:
-  a live host is not in it (a new host, or one forgotten after a 409 or a
-  provider deleted under the scheduler); a host published other providers
+  a live host is not in it (a new host, or one forgotten after one of its
+  providers was deleted under the scheduler); a host published other providers
   than before (its tree changed: :meth:`PlacementView.providers_seen`);
   the hosts an operator disabled changed; it is older than ``[scheduler]
   placement_view_seconds`` (Placement changes no host publishes: an
@@ -50,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins.hoststate.transport import HostPublication
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.scheduler import providers
 
@@ -142,12 +144,28 @@ class PlacementView:
             calls=0), False
 
     def forget(self, host: str) -> None:
-        """Placement refused an allocation on ``host`` (a 409, a provider
-        gone): the kept answers are wrong about it; the next plan asks
-        Placement again."""
+        """One of ``host``'s providers is gone from Placement: the kept
+        answers are wrong about its tree; the next plan asks Placement
+        again."""
         with self._lock:
             for entry in self._entries.values():
                 entry.asked = entry.asked - {host}
+
+    def refused(self, groups: Sequence[RequestGroup], host: str, why: Rejection) -> None:
+        """Placement refused the allocation of ``groups`` on ``host`` (409:
+        no room left there): the kept answer for their shape leaves the
+        host out, with ``why``, until Placement is asked again (a request
+        that fits nowhere else asks it at once)."""
+        key = providers.needs(groups)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or host not in entry.found.room:
+                return
+            found = entry.found
+            entry.found = dataclasses.replace(
+                found, hosts=tuple(h for h in found.hosts if h != host),
+                room={h: r for h, r in found.room.items() if h != host},
+                excluded={**found.excluded, host: (why,)})
 
     def providers_seen(self, host: str, uuids: Mapping[str, str]) -> bool:
         """Record the providers ``host`` published; True when they differ

@@ -72,12 +72,13 @@ def test_a_host_that_published_since_is_fitted_on_its_new_state(cloud):
     assert back.placement_calls == {PUT: 1}
 
 
-def test_a_409_on_a_kept_answer_goes_to_the_next_host_and_asks_again(cloud):
+def test_a_409_on_a_kept_answer_goes_to_the_next_host(cloud):
     """Another consumer's allocation took aa's CPUs in Placement, and its
     agent has not claimed anything (its published state is unchanged): the
     kept answer and the fit both say aa. Placement, the arbiter, refuses
-    the allocation (409); the request goes to bb, and Placement is asked
-    again rather than trusted from memory."""
+    the allocation (409); the request goes to bb, and aa stays out of the
+    kept answer for that shape (no second 409 there) until Placement is
+    asked again, which a request that fits nowhere else does at once."""
     a = cloud.add_host("aa", [cell(4, 4096)], dedicated="0-3", start=False)
     b = cloud.add_host("bb", [cell(4, 4096)], dedicated="0-3")
     sched = cloud.scheduler()
@@ -93,12 +94,17 @@ def test_a_409_on_a_kept_answer_goes_to_the_next_host_and_asks_again(cloud):
     assert [(t.host, t.outcome) for t in result.attempts] == [
         (a.name, "conflict"), (b.name, "claimed")]
     assert "409" in result.attempts[0].reasons[0].reason
-    assert result.placement_calls == {GET: 2, PUT: 2}
-    # asked again: Placement says aa has no room left
-    assert any(r.reason.startswith("Placement: no provider") and "PCPU" in r.reason
-               for r in result.verdicts[a.name]), result.verdicts[a.name]
+    assert result.placement_calls == {PUT: 2}
+    assert result.verdicts[a.name] == result.attempts[0].reasons
     assert cloud.allocations(inflight) == {numa0: {"PCPU": 4}}
     assert cloud.usage(b) == cloud.ledger_usage(b)
+    # bb is full now, aa left out: nothing fits on the kept answer, so
+    # Placement is asked again before the request is refused (aa: no room)
+    refused = sched.schedule(spec, new_consumer(), "p", "u")
+    assert not refused.placed and refused.attempts == ()
+    assert refused.placement_calls == {GET: 2}
+    assert any(r.reason.startswith("Placement: no provider") and "PCPU" in r.reason
+               for r in refused.verdicts[a.name]), refused.verdicts[a.name]
 
 
 def test_fitting_stops_once_enough_hosts_fit_and_goes_on_when_none_did(cloud):
