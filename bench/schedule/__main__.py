@@ -15,9 +15,16 @@ for wide trees) and one host-state store (SQLite file). Per request:
 
 Printed per host count and request: medians of ``-n`` runs (interleaved),
 the ratio Placement's query / our whole path, our own time as a fraction
-of Placement's query, and the hosts each side finds. ``--hosts 100,1000``
-(default 100: setting up 1000 hosts takes minutes here).
-Run ``python -m bench.schedule [-n N] [--hosts 100,1000]``.
+of Placement's query, and the hosts each side finds.
+
+Then whole decisions (:mod:`bench.schedule.decisions`): ``--decisions``
+per scheduler, the scheduler without its view (Placement asked and every
+candidate fitted on every decision) and with it (the defaults) taking
+turns: decisions/s, latency, Placement calls per decision, and the ratio.
+
+``--hosts 100,1000`` (default 100: setting up 1000 hosts takes minutes
+here). Run ``python -m bench.schedule [-n N] [--hosts 100,1000]
+[--decisions N]``.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from typing import Any
 
 from oslo_config import cfg
 
-from bench.schedule import cloud
+from bench.schedule import cloud, decisions
 from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
@@ -104,8 +111,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-n", type=int, default=3, help="runs per case")
     parser.add_argument("--hosts", default="100",
                         help="host counts, comma-separated (e.g. 100,1000)")
+    parser.add_argument("--decisions", type=int, default=30,
+                        help="whole decisions per scheduler (0: none)")
+    parser.add_argument("--schedulers", type=int, default=4,
+                        help="then as many schedulers at once, each placing "
+                        "--decisions guests (1: not run)")
     args = parser.parse_args(argv)
-    counts = [int(c) for c in args.hosts.split(",")]
+    try:
+        counts = [int(c) for c in args.hosts.split(",")]
+    except ValueError:
+        parser.error("--hosts %r: expected host counts, comma-separated" % args.hosts)
+    if min(counts) < 1 or args.n < 1 or args.decisions < 0 or args.schedulers < 1:
+        parser.error("--hosts, -n, --schedulers: expected >= 1; --decisions: >= 0")
     logging.disable(logging.WARNING)
     for count in counts:
         with tempfile.TemporaryDirectory() as tmp, \
@@ -113,7 +130,8 @@ def main(argv: list[str]) -> int:
                 HostStateStore("sqlite:///" + os.path.join(tmp, "hs.sqlite")) as store:
             client = service.client()
             start = time.perf_counter()
-            made = cloud.build(client, store, count)
+            managers: dict[str, Any] = {}
+            made = cloud.build(client, store, count, managers)
             print("%d hosts (%s) set up in %.1f s" % (
                 count, ", ".join("%d %s" % (n, s) for s, n in sorted(made.items())),
                 time.perf_counter() - start), flush=True)
@@ -125,9 +143,17 @@ def main(argv: list[str]) -> int:
             conf = cfg.ConfigOpts()
             conf_areas.register_all(conf)
             conf([], default_config_files=[], default_config_dirs=[])
+            # NOTE: the whole path on every run, as each decision took it
+            # before the scheduler kept its view (the decisions below
+            # compare with the view).
+            for name, value in decisions.MODES["baseline (no view)"].items():
+                conf.set_override(name, value, "scheduler")
             plugins = cloud.manager("2cell")
             timed = TimedClient(client)
             scheduler = Scheduler(conf, plugins.plugins, timed, store)
+            specs = [RequestSpec.build(plugins.plugins, RequestInput.from_dicts(
+                dict(flavor, name=label), None, ports))
+                for label, (flavor, ports) in REQUESTS.items()]
             print("  %-14s %9s %9s %9s %12s %7s %9s %s" % (
                 "request", "ours ms", "own ms", "rp ms", "a_c ms", "a_c/us",
                 "own/a_c", "hosts (ours / a_c)"))
@@ -149,6 +175,24 @@ def main(argv: list[str]) -> int:
                     label, total * 1e3, own * 1e3, (total - own) * 1e3, ac * 1e3,
                     ac / total, 100 * own / ac, len(hosts_ours), len(hosts_ac)),
                     flush=True)
+            if args.decisions:
+                print("  decisions at %d hosts: %d per scheduler, taking turns, the "
+                      "hosts answering at once" % (count, args.decisions), flush=True)
+                done = decisions.run(store, client, managers, plugins.plugins, specs,
+                                     args.decisions)
+                for line in decisions.report(done):
+                    print(line, flush=True)
+            if args.decisions and args.schedulers > 1:
+                print("  %d schedulers at once (threads), %d decisions each, by "
+                      "[scheduler] host_subset_size" % (args.schedulers, args.decisions))
+                print("  %-20s %7s %8s %10s %10s" % (
+                    "host_subset_size", "dec/s", "p50 ms", "races/dec", "calls/dec"))
+                for subset in (1, 2 * args.schedulers):
+                    together, seconds = decisions.run_together(
+                        store, client, managers, plugins.plugins, specs,
+                        args.decisions, args.schedulers, subset)
+                    print(decisions.report_together(str(subset), together, seconds),
+                          flush=True)
     return 0
 
 

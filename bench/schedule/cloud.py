@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from importlib import metadata
-from typing import Any
+from typing import Any, Optional
 
 from oslo_config import cfg
 from stevedore import extension, named
@@ -99,8 +99,13 @@ def manager(shape: str, cached: bool = False) -> PluginManager:
     return plugins
 
 
-def build(client: Any, store: HostStateStore, count: int) -> dict[str, int]:
-    """``count`` hosts, shapes in turn; shape -> how many."""
+def build(client: Any, store: HostStateStore, count: int,
+          managers: Optional[dict[str, PluginManager]] = None) -> dict[str, int]:
+    """``count`` hosts, shapes in turn; shape -> how many.
+
+    :param managers: filled with host -> its plugins, discovered (to
+        publish its state again under claims).
+    """
     reporter = report.ReportClient(client, refresh_interval=0, sleep=lambda s: None)
     made: dict[str, int] = {}
     for i in range(count):
@@ -119,4 +124,6 @@ def build(client: Any, store: HostStateStore, count: int) -> dict[str, int]:
         states, _ = plugins.plugins.encode_states(built)
         store.publish(name, states, 0, nodename=name, providers=providers)
         made[shape] = made.get(shape, 0) + 1
+        if managers is not None:
+            managers[name] = plugins
     return made

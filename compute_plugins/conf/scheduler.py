@@ -66,6 +66,57 @@ OPTS = [
         "a decision. Then the decision is withdrawn, its allocation freed, "
         "and the next host tried.",
     ),
+    FiniteFloatOpt(
+        "placement_view_seconds",
+        default=60.0,
+        min=0.0,
+        help="How long, at most, a scheduler serves Placement's answer to "
+        "which hosts have room for a request shape again instead of asking "
+        "Placement on every decision (``GET /resource_providers``, 2-3 MB "
+        "at 1,000 hosts). The answer is asked again sooner when a host "
+        "appears, publishes other providers or is disabled or enabled, "
+        "and before a request is refused. Placement still checks every "
+        "allocation atomically (its 409 sends the request to the next host "
+        "and leaves that host out of the kept answer), and the plugins "
+        "fit each host's state as it last published it; what this bounds "
+        "is how long a change made in "
+        "Placement alone (an operator's trait or aggregate, shared "
+        "storage, a host whose room grew back) goes unseen by the choice. "
+        "0 asks Placement on every decision.",
+    ),
+    cfg.IntOpt(
+        "hosts_to_score_percentage",
+        default=0,
+        min=0,
+        max=100,
+        help="Of the hosts Placement said have room, a decision stops "
+        "fitting once it found this percentage of them that fit (and at "
+        "least ``min_hosts_to_score``), as kube-scheduler's "
+        "``percentageOfNodesToScore``; the next decision starts after the "
+        "hosts this one fitted. 0 is adaptive: 50 % minus 1 % per 125 "
+        "hosts, at least 5 % (42 % of 1,000 hosts, 5 % of 10,000). 100 "
+        "fits every candidate. A request that fits only on a host not "
+        "fitted yet is still placed: fitting goes on until enough hosts "
+        "fit or every candidate was fitted.",
+    ),
+    cfg.IntOpt(
+        "min_hosts_to_score",
+        default=100,
+        min=1,
+        help="Below this many hosts that fit, a decision fits every "
+        "candidate (kube-scheduler's 100).",
+    ),
+    cfg.IntOpt(
+        "host_subset_size",
+        default=1,
+        min=1,
+        help="The first host offered is drawn at random among this many "
+        "best hosts that fit (nova's option of the same name). 1 always "
+        "offers the best (ties by host name). With several schedulers at "
+        "once, a few (e.g. 2 per scheduler) keeps them from all racing for "
+        "the same best host: Placement and the host's agent refuse all "
+        "but one of such racers, who then try again.",
+    ),
     cfg.IntOpt(
         "max_reported_hosts",
         default=3,

@@ -7,10 +7,16 @@
    (:mod:`.liveness`); Placement says which of the others have room
    (:mod:`.providers`: one ``GET /resource_providers`` per distinct group
    shape, never
-   ``/allocation_candidates``, whose combinations explode on wide trees);
-2. the candidates' published states, in one read of the host-state store,
-   and every plugin's ``fit`` on each (:mod:`.fitting`);
-3. the hosts that fit, by weight (:mod:`.weighers`);
+   ``/allocation_candidates``, whose combinations explode on wide trees),
+   an answer the scheduler keeps while it stands (:mod:`.view`: a decision
+   on known hosts asks Placement nothing before its allocation);
+2. the candidates' published states (read only for hosts that published
+   since they were last read) and every plugin's ``fit`` on each
+   (:mod:`.fitting`), until enough fit (``[scheduler]
+   hosts_to_score_percentage``, as kube-scheduler's
+   ``percentageOfNodesToScore``: :func:`.view.scoring_target`);
+3. the hosts that fit, by weight (:mod:`.weighers`); with ``[scheduler]
+   host_subset_size`` > 1 the first offered is drawn among the best few;
 4. for the best: the allocation its assignments take (:mod:`.allocation`)
    written with ``PUT /allocations/{consumer}`` (``consumer_generation``
    null: a new consumer; ``consumer_type`` INSTANCE). Placement checks the
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
@@ -66,7 +73,14 @@ from compute_plugins.request.groups import Decision
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
-from compute_plugins.scheduler import allocation, fitting, liveness, providers, weighers
+from compute_plugins.scheduler import (
+    allocation,
+    fitting,
+    liveness,
+    providers,
+    view,
+    weighers,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -191,11 +205,16 @@ class ScheduleResult:
 class Plan:
     """Candidates, fits and order of one request (:meth:`Scheduler.plan`).
 
-    :param found: Placement's answer by host.
-    :param fits: candidate host -> its fit.
-    :param verdicts: every known host -> its rejections (empty: fits).
-    :param ordered: ``(weight, fit)`` of the hosts that fit, best first.
+    :param found: Placement's answer by host (its ``calls``: the
+        requests sent for this plan, 0 when the view's answer served).
+    :param fits: fitted candidate host -> its fit.
+    :param verdicts: every known host -> its rejections (empty: fits),
+        but the candidates not fitted (``unscored``).
+    :param ordered: ``(weight, fit)`` of the hosts that fit, best first
+        (the first drawn among the best ``[scheduler] host_subset_size``).
     :param timings: seconds: ``placement``, ``store``, ``fit``.
+    :param unscored: candidates not fitted: enough others fit
+        (``[scheduler] hosts_to_score_percentage``).
     """
 
     found: providers.ProviderCandidates
@@ -203,6 +222,7 @@ class Plan:
     verdicts: Mapping[str, tuple[Rejection, ...]]
     ordered: tuple[tuple[float, fitting.HostFit], ...]
     timings: Mapping[str, float]
+    unscored: int = 0
 
 
 class Scheduler:
@@ -237,6 +257,13 @@ class Scheduler:
         self.on_offer = on_offer
         #: Decoded host states, kept per host generation.
         self.states = fitting.StateCache()
+        #: Placement's answers, kept while they stand (:mod:`.view`).
+        self.view = view.PlacementView(conf.scheduler.placement_view_seconds)
+        #: Draws the first host among the best ``host_subset_size``, and
+        #: where fitting starts; seeded per scheduler from the system's
+        #: entropy, so that schedulers draw differently.
+        self.rng = random.Random()
+        self.rotation = view.Rotation(self.rng.randrange(1 << 30))
         self.factors = weighers.multipliers(conf, sorted(plugins))
 
     # -- Placement --------------------------------------------------------
@@ -275,23 +302,29 @@ class Scheduler:
 
     # -- scheduling -------------------------------------------------------
 
-    def plan(self, spec: Any) -> Plan:
-        """Steps 1 to 3 (module doc): candidates, fit, order; no writes."""
+    def plan(self, spec: Any, fresh: bool = False) -> Plan:
+        """Steps 1 to 3 (module doc): candidates, fit, order; no writes.
+
+        :param fresh: ask Placement even when the view's answer stands
+            (it is asked anyway when nothing fits on the kept one).
+        """
         timings: dict[str, float] = {}
         start = time.monotonic()
         alive = liveness.read(self.store)
         generations = alive.generations
-        found = providers.find(self.placement, self.store, spec.groups,
-                               hosts=sorted(generations))
+        found, asked = self.view.find(self.placement, self.store, spec.groups,
+                                      sorted(generations), fresh=fresh)
         timings["placement"] = time.monotonic() - start
+        fits, scored, tree_changed = self._fit_enough(spec, found.hosts, generations,
+                                                      timings)
+        if not asked and (tree_changed or not any(f.result.fits for f in fits.values())):
+            # NOTE: a host's tree changed, or nothing fits on the kept
+            # answer: never refuse on a stale view.
+            return self.plan(spec, fresh=True)
         start = time.monotonic()
-        decoded = self.states.get(self.plugins, self.store, found.hosts, generations)
-        timings["store"] = time.monotonic() - start
-        start = time.monotonic()
-        fits = fitting.fit_hosts(self.plugins, spec, decoded)
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)
-        for host in found.hosts:
+        for host in scored:
             if host not in fits:
                 verdicts[host] = (Rejection(
                     "the host published no state (it left the store)"),)
@@ -299,9 +332,50 @@ class Scheduler:
             verdicts[host] = fit.result.rejections
         ordered = weighers.weigh(self.plugins, [f for f in fits.values() if f.result.fits],
                                  self.factors)
-        timings["fit"] = time.monotonic() - start
+        first = view.draw(len(ordered), self.conf.scheduler.host_subset_size, self.rng)
+        if first:
+            ordered.insert(0, ordered.pop(first))
+        timings["fit"] += time.monotonic() - start
         return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
-                    ordered=tuple(ordered), timings=FrozenMap(timings))
+                    ordered=tuple(ordered), timings=FrozenMap(timings),
+                    unscored=len(found.hosts) - len(scored))
+
+    def _fit_enough(self, spec: Any, candidates: tuple[str, ...],
+                    generations: Mapping[str, int], timings: dict[str, float]
+                    ) -> tuple[dict[str, fitting.HostFit], list[str], bool]:
+        """Fit candidates, from where the last decision stopped, until
+        :func:`.view.scoring_target` of them fit or none is left; their
+        states read (those that published since) one batch at a time.
+
+        :returns: the fits, the candidates fitted (or found without a
+            state), and whether one of them published other providers
+            than before (its Placement answer is stale).
+        """
+        group = self.conf.scheduler
+        target = view.scoring_target(len(candidates), group.hosts_to_score_percentage,
+                                     group.min_hosts_to_score)
+        order = (list(candidates) if target >= len(candidates)
+                 else self.rotation.order(candidates))
+        fits: dict[str, fitting.HostFit] = {}
+        found = 0
+        done = 0
+        tree_changed = False
+        timings.update(store=0.0, fit=0.0)
+        while done < len(order) and found < target:
+            batch = order[done:done + max(target - found, min(view.MIN_BATCH, target))]
+            done += len(batch)
+            start = time.monotonic()
+            decoded = self.states.get(self.plugins, self.store, batch, generations)
+            timings["store"] += time.monotonic() - start
+            start = time.monotonic()
+            for host, state in decoded.items():
+                tree_changed |= self.view.providers_seen(host, state.snapshot.providers)
+            fitted = fitting.fit_hosts(self.plugins, spec, decoded)
+            found += sum(1 for fit in fitted.values() if fit.result.fits)
+            fits.update(fitted)
+            timings["fit"] += time.monotonic() - start
+        self.rotation.advance(done, len(order))
+        return fits, order[:done], tree_changed
 
     def decide(self, spec: Any, planned: Plan, index: int = 0) -> Union[Decision, Rejection]:
         """The decision for the ``index``-th best host of ``planned``
@@ -372,10 +446,14 @@ class Scheduler:
             try:
                 self._allocate(consumer, decision, project_id, user_id, calls)
             except pexc.Conflict as err:
-                attempts.append(Attempt(fit.host, "conflict", (Rejection(
-                    "Placement refused the allocation (409 %s): %s"
-                    % (err.code or "conflict", err), plugin=providers.PLACEMENT),),
-                    time.monotonic() - began))
+                refused = Rejection("Placement refused the allocation (409 %s): %s"
+                                    % (err.code or "conflict", err),
+                                    plugin=providers.PLACEMENT)
+                # NOTE: no room there for this shape, whatever the view
+                # kept: the refit leaves the host out.
+                self.view.refused(spec.groups, fit.host, refused)
+                attempts.append(Attempt(fit.host, "conflict", (refused,),
+                                        time.monotonic() - began))
                 if races < group.max_races:
                     # NOTE: another scheduler's allocation took the room
                     # first: refit on fresh state (item 5 of issue 20).
@@ -393,6 +471,7 @@ class Scheduler:
                 # NOTE: one of this host's providers was deleted since the
                 # query (a device removed, the host decommissioned): the
                 # next host.
+                self.view.forget(fit.host)
                 attempts.append(Attempt(fit.host, "conflict", (Rejection(
                     "Placement refused the allocation (400): %s" % err,
                     plugin=providers.PLACEMENT),), time.monotonic() - began))
@@ -438,7 +517,7 @@ class Scheduler:
             candidates=len(found.hosts), fitting=len(ordered),
             verdicts=FrozenMap(sorted(verdicts.items())),
             attempts=tuple(attempts), reasons=reasons, queries=found.queries,
-            placement_calls=FrozenMap(sorted(calls.items())),
+            placement_calls=FrozenMap(sorted((k, n) for k, n in calls.items() if n)),
             timings=FrozenMap(timings))
 
     # -- in-doubt work (issue 20, item 4) ---------------------------------
@@ -528,7 +607,7 @@ class Scheduler:
         (the agent publishes a claim's state before answering it), so the
         rejection says nothing about the room left, only that the fit was
         stale."""
-        generation = self.store.generations().get(fit.host)
+        generation = self.store.generations([fit.host]).get(fit.host)
         return generation is not None and generation != fit.generation
 
     def _refit_after_race(self, spec: Any, wait: float) -> Plan:

@@ -1,0 +1,230 @@
+"""The scheduler's view: what it keeps between decisions (issue 19, item 2).
+
+A long-running :class:`~compute_plugins.scheduler.selection.Scheduler`
+does not read every host, nor ask Placement about every host, on every
+decision. Per decision it reads, from the host-state store, only each
+host's generation and agent lease (one statement,
+:meth:`~compute_plugins.hoststate.transport.HostPublication.host_statuses`)
+and the hosts an operator disabled (a handful of rows); then:
+
+- **Host states** (:class:`~compute_plugins.scheduler.fitting.StateCache`):
+  decoded once per host generation. A host's states change only with its
+  generation, so only the hosts that published since are read again, and
+  only those the decision fits (:func:`scoring_target`).
+- **Placement's answer** (:class:`PlacementView`): which hosts have room
+  for a request shape (:func:`compute_plugins.scheduler.providers.find`:
+  a ``GET /resource_providers`` per group shape, 2-3 MB at 1,000 hosts) is
+  kept per shape and served again without asking Placement while it
+  stands. Placement stays the arbiter: the allocation the scheduler writes
+  (``PUT /allocations``) is checked there atomically, and its 409 (the
+  room went to another consumer since) sends the request to the next host
+  and leaves that host out of the kept answer for that shape
+  (:meth:`PlacementView.refused`) until Placement is asked again. A
+  host's room changes with every claim, but its claims are in its
+  published state, which the plugins' ``fit`` reads fresh (by generation):
+  a kept answer that says "room" for a host that filled up costs a
+  rejected fit, never a wrong allocation.
+
+  The answer is asked again (every host, one call per group shape) when:
+  a live host is not in it (a new host, or one forgotten after one of its
+  providers was deleted under the scheduler); a host published other providers
+  than before (its tree changed: :meth:`PlacementView.providers_seen`);
+  the hosts an operator disabled changed; it is older than ``[scheduler]
+  placement_view_seconds`` (Placement changes no host publishes: an
+  operator's trait or aggregate, shared storage, a host whose room grew
+  back; 0 asks on every decision, as without a view); and before a
+  request is refused: when nothing fits on the kept answer, the plan is
+  made again on a fresh one, so a request is never refused on a stale
+  view.
+
+The view is per scheduler process (thread-safe), never shared: each
+process keeps its own, and Placement and the hosts' agents arbitrate
+between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+from compute_plugins.hoststate.transport import HostPublication
+from compute_plugins.plugin.contract import Rejection
+from compute_plugins.request.groups import RequestGroup
+from compute_plugins.scheduler import providers
+
+#: kube-scheduler's ``minFeasibleNodesToFind``: below this many hosts,
+#: every candidate is fitted.
+MIN_HOSTS_TO_SCORE = 100
+#: kube-scheduler's ``minFeasibleNodesPercentageToFind``: the adaptive
+#: percentage never goes below it.
+MIN_ADAPTIVE_PERCENTAGE = 5
+#: Hosts' states read and fitted together, at least, while a decision
+#: looks for hosts that fit (one store read per batch).
+MIN_BATCH = 16
+
+
+def scoring_target(candidates: int, percentage: int,
+                   minimum: int = MIN_HOSTS_TO_SCORE) -> int:
+    """How many hosts that fit a decision looks for before it stops
+    fitting (kube-scheduler's ``numFeasibleNodesToFind``).
+
+    :param candidates: the hosts Placement said have room.
+    :param percentage: ``[scheduler] hosts_to_score_percentage``: 0 is
+        adaptive (50 % minus 1 % per 125 hosts, at least 5 %: 42 % of
+        1,000 hosts, 5 % of 10,000), 100 every host.
+    :param minimum: below this many hosts found, every candidate is fitted.
+    """
+    if candidates <= minimum or percentage >= 100:
+        return candidates
+    if percentage <= 0:
+        percentage = max(50 - candidates // 125, MIN_ADAPTIVE_PERCENTAGE)
+    return max(candidates * percentage // 100, minimum)
+
+
+@dataclasses.dataclass
+class _Entry:
+    """Placement's answer for one request shape, as last asked."""
+
+    found: providers.ProviderCandidates
+    asked: frozenset[str]
+    disabled: frozenset[str]
+    taken: float
+
+
+Shape = tuple[providers.Shape, tuple[providers.Need, ...]]
+
+
+class PlacementView:
+    """Placement's answers by request shape, kept while they stand (module
+    doc).
+
+    :param seconds: how long an answer is served at most (0: never kept).
+    :param clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(self, seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._entries: dict[Shape, _Entry] = {}
+        self._trees: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()
+
+    def find(self, client: Any, store: HostPublication,
+             groups: Sequence[RequestGroup], live: Sequence[str],
+             fresh: bool = False) -> tuple[providers.ProviderCandidates, bool]:
+        """Which of the ``live`` hosts have room for ``groups``.
+
+        :param fresh: ask Placement even when a kept answer stands.
+        :returns: the answer restricted to ``live`` (its ``calls`` are the
+            requests sent this time: 0 when kept), and whether it was
+            asked now.
+        """
+        key = providers.needs(groups)
+        hosts = frozenset(live)
+        disabled = frozenset(store.disabled_hosts()) if self.seconds > 0 else frozenset()
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get(key)
+        if (fresh or entry is None or now - entry.taken >= self.seconds
+                or not hosts <= entry.asked or disabled != entry.disabled):
+            found = providers.find(client, store, groups, hosts=sorted(hosts))
+            if self.seconds > 0:
+                with self._lock:
+                    self._entries[key] = _Entry(found, hosts, disabled, now)
+            return found, True
+        found = entry.found
+        return dataclasses.replace(
+            found, hosts=tuple(h for h in found.hosts if h in hosts),
+            room={h: r for h, r in found.room.items() if h in hosts},
+            excluded={h: r for h, r in found.excluded.items() if h in hosts},
+            calls=0), False
+
+    def forget(self, host: str) -> None:
+        """One of ``host``'s providers is gone from Placement: the kept
+        answers are wrong about its tree; the next plan asks Placement
+        again."""
+        with self._lock:
+            for entry in self._entries.values():
+                entry.asked = entry.asked - {host}
+
+    def refused(self, groups: Sequence[RequestGroup], host: str, why: Rejection) -> None:
+        """Placement refused the allocation of ``groups`` on ``host`` (409:
+        no room left there): the kept answer for their shape leaves the
+        host out, with ``why``, until Placement is asked again (a request
+        that fits nowhere else asks it at once)."""
+        key = providers.needs(groups)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or host not in entry.found.room:
+                return
+            found = entry.found
+            entry.found = dataclasses.replace(
+                found, hosts=tuple(h for h in found.hosts if h != host),
+                room={h: r for h, r in found.room.items() if h != host},
+                excluded={**found.excluded, host: (why,)})
+
+    def providers_seen(self, host: str, uuids: Mapping[str, str]) -> bool:
+        """Record the providers ``host`` published; True when they differ
+        from those seen before (its tree changed: every kept answer is
+        dropped)."""
+        tree = frozenset(uuids)
+        with self._lock:
+            before = self._trees.get(host)
+            self._trees[host] = tree
+            if before is None or before == tree:
+                return False
+            self._entries.clear()
+        return True
+
+    def clear(self) -> None:
+        """Forget every kept answer."""
+        with self._lock:
+            self._entries.clear()
+
+
+class Rotation:
+    """Where the next decision starts fitting candidates
+    (kube-scheduler's ``nextStartNodeIndex``): after the hosts the last one
+    fitted, so that over decisions every candidate gets fitted, not only
+    the first in name order.
+
+    :param start: where the first decision starts (taken modulo the
+        number of candidates). A scheduler starts at a random place, so
+        that several schedulers fit different hosts and do not all find
+        the same best one.
+    """
+
+    def __init__(self, start: int = 0) -> None:
+        self._next = start
+        self._lock = threading.Lock()
+
+    def order(self, hosts: Sequence[str]) -> list[str]:
+        """``hosts`` rotated to start where the last decision stopped."""
+        if not hosts:
+            return []
+        with self._lock:
+            start = self._next % len(hosts)
+        return list(hosts[start:]) + list(hosts[:start])
+
+    def advance(self, fitted: int, total: int) -> None:
+        """The last decision fitted ``fitted`` of ``total`` candidates."""
+        if total and fitted < total:
+            with self._lock:
+                self._next = (self._next + fitted) % total
+
+
+def draw(count: int, subset: int, rng: Optional[Any]) -> int:
+    """The index, among ``count`` hosts best first, of the first choice:
+    0, or with ``[scheduler] host_subset_size`` > 1 one of the best
+    ``subset`` drawn at random (nova's option), so that several schedulers
+    do not all race for the same best host."""
+    if rng is None or subset <= 1 or count <= 1:
+        return 0
+    return int(rng.randrange(min(subset, count)))
+
+
+__all__ = ["MIN_HOSTS_TO_SCORE", "PlacementView", "Rotation", "draw", "scoring_target"]

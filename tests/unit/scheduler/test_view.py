@@ -1,0 +1,55 @@
+"""How many hosts a decision fits, where it starts, and its first choice
+(:mod:`compute_plugins.scheduler.view`)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from compute_plugins.scheduler import view
+
+
+@pytest.mark.parametrize("candidates, percentage, expected", [
+    (50, 0, 50),        # below kube's 100: every candidate
+    (100, 0, 100),
+    (150, 0, 100),      # 49 % of 150 is 73: at least 100
+    (1000, 0, 420),     # adaptive: 50 - 1000/125 = 42 %
+    (5000, 0, 500),     # 10 %
+    (10000, 0, 500),    # 50 - 80 < 5: 5 %
+    (1000, 10, 100),
+    (1000, 5, 100),     # 50 hosts: at least 100
+    (1000, 100, 1000),
+    (1000, 60, 600),
+])
+def test_scoring_target_is_kube_schedulers(candidates, percentage, expected):
+    assert view.scoring_target(candidates, percentage) == expected
+
+
+def test_scoring_target_minimum_is_configurable():
+    assert view.scoring_target(6, 34, minimum=2) == 2
+    assert view.scoring_target(6, 34, minimum=6) == 6
+
+
+def test_rotation_starts_after_the_hosts_fitted_last():
+    rotation = view.Rotation()
+    hosts = ["a", "b", "c", "d", "e"]
+    assert rotation.order(hosts) == hosts
+    rotation.advance(2, 5)
+    assert rotation.order(hosts) == ["c", "d", "e", "a", "b"]
+    rotation.advance(4, 5)
+    assert rotation.order(hosts) == ["b", "c", "d", "e", "a"]
+    rotation.advance(5, 5)  # every host fitted: no move
+    assert rotation.order(hosts)[0] == "b"
+    assert rotation.order([]) == []
+    assert view.Rotation(7).order(hosts) == ["c", "d", "e", "a", "b"]
+
+
+def test_draw_is_the_best_unless_a_subset_is_asked():
+    rng = random.Random(1)
+    assert view.draw(10, 1, rng) == 0
+    assert view.draw(1, 5, rng) == 0
+    assert view.draw(10, 5, None) == 0
+    drawn = {view.draw(10, 3, rng) for _ in range(200)}
+    assert drawn == {0, 1, 2}
+    assert {view.draw(2, 8, rng) for _ in range(100)} == {0, 1}
