@@ -330,7 +330,7 @@ class Plugins:
                 self.boots.rejected(hosts)
             return passed
 
-        plugin_filters.PluginFitFilter.filter_all = filtered
+        setattr(plugin_filters.PluginFitFilter, "filter_all", filtered)  # noqa: B010 - mypy: a method
 
         driver_class = self.driver_class()
         load_driver = virt_driver.load_compute_driver
@@ -349,7 +349,9 @@ class Plugins:
         from compute_plugins.nova.driver import PluginProviderTreeMixin
         plugins = self
 
-        class PluginLibvirtDriver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+        base: Any = libvirt_driver.LibvirtDriver  # nova is untyped
+
+        class PluginLibvirtDriver(PluginProviderTreeMixin, base):  # type: ignore[misc]
             """nova's libvirt driver with the plugins' provider tree."""
 
             _plugin_booting: Optional[str] = None
