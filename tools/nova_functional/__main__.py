@@ -169,10 +169,12 @@ def cause(detail: str) -> str:
     last = lines[-1] if lines else ""
     # NOTE: a server in ERROR: nova's fault (an escaped traceback) is inside
     # the test's message; its last exception line is the cause.
-    faults = re.findall(r"((?:[a-z_]+\.)+[A-Z]\w+: [^\n'\"]{0,200})",
-                        last.replace("\\n", "\n"))
+    fault = last.replace("\\n", "\n")
+    faults = re.findall(r"((?:[a-z_]+\.)+[A-Z]\w+: [^\n'\"]{0,200})", fault)
     if faults:
-        last = "server fault: " + faults[-1]
+        raised = re.findall(r"/(nova/[\w/]+\.py)\", line (\d+), in (\w+)", fault)
+        last = "server fault: %s%s" % (
+            faults[-1], " (raised at %s:%s %s)" % raised[-1] if raised else "")
     return where + last[:400]
 
 

@@ -24,7 +24,8 @@ The plugins run (:class:`Plugins`) adds:
   ``compute-plugins.conf`` (this directory: the plugins enabled) and an
   overlay written when an adapter loads it, mirroring the nova options the
   test set (``self.flags``: CPU sets, ratios, reserved memory, PCI alias,
-  mdev types, pmem namespaces, NUMA-affine networks) and a fresh SQLite
+  mdev types, pmem namespaces, NUMA-affine networks and their
+  ``[neutron_physnet_<name>] numa_nodes``) and a fresh SQLite
   host-state store per test;
 - publishing: after each ``update_provider_tree`` the driver publishes the
   host's plugin states (usage: the decisions of the instances the host
@@ -270,6 +271,13 @@ class Plugins:
             if addresses:
                 lines.setdefault("mdev_%s" % mdev_type, []).append(
                     "device_addresses = %s" % ",".join(addresses))
+        for physnet in conf.neutron.physnets or ():
+            try:
+                nodes = conf["neutron_physnet_%s" % physnet].numa_nodes
+            except Exception:  # noqa: BLE001 - not registered by nova yet
+                continue
+            lines.setdefault("neutron_physnet_%s" % physnet, []).append(
+                "numa_nodes = %s" % ",".join(map(str, nodes or ())))
         path = self.test_dir / "overlay.conf"
         path.write_text("".join(
             "[%s]\n%s\n" % (group, "\n".join(body)) for group, body in lines.items()))
