@@ -52,3 +52,14 @@ def test_another_cpu_cell_or_device_is_named():
         "PCI devices ['0000:81:00.2'] in the XML, decision ['0000:81:00.3'] (1)"]
     assert compare(decision({0: 4, 1: 5}, device=""), XML) == [
         "PCI devices ['0000:81:00.2'] in the XML, none in the decision"]
+
+
+def test_a_guest_the_plugins_placed_nowhere_must_not_be_pinned_or_encrypted():
+    empty = Decision(host="compute1")
+    assert compare(empty, "<domain><devices/></domain>") == []
+    problems = compare(empty, XML.replace(
+        "<devices>", '<launchSecurity type="sev"/><devices>'))
+    assert problems == [
+        "the XML pins vCPUs, the decision has no NUMA placement",
+        "PCI devices ['0000:81:00.2'] in the XML, none in the decision",
+        "memory encryption sev in the XML, none in the decision"]

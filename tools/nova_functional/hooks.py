@@ -194,6 +194,12 @@ def compare(decision: Any, xml: str) -> list[str]:
     wanted_paths = sorted(n.devpath for n in pmem.namespaces) if pmem else []
     if nvdimms != wanted_paths:
         problems.append("NVDIMMs %s in the XML, decision %s" % (nvdimms, wanted_paths))
+    secure = root.find("./launchSecurity")
+    memenc = assignments.get("memenc")
+    if (secure is None) != (memenc is None):
+        problems.append("memory encryption %s in the XML, %s in the decision" % (
+            "none" if secure is None else secure.get("type"),
+            "none" if memenc is None else memenc.model))
     return problems
 
 
@@ -290,6 +296,7 @@ class Plugins:
 
         from compute_plugins.nova import conf as nova_conf
         from compute_plugins.nova import filters as plugin_filters
+        from compute_plugins.request.groups import Decision
 
         plugin_conf = nova_conf.plugin_conf
 
@@ -323,7 +330,11 @@ class Plugins:
                 try:
                     decision = plugin_filters.record_selection(spec_obj, selected_host)
                 except LookupError:
-                    decision = None
+                    # NOTE: a request no plugin asks anything of passes
+                    # every host without a decision: its guest gets no
+                    # placement (the XML must pin and pass through nothing).
+                    decision = None if selected_host.plugin_spec.requests else Decision(
+                        host=selected_host.host, nodename=selected_host.nodename or "")
                 self.boots.decided(instance_uuid, decision)
             return consume(selected_host, spec_obj, instance_uuid=instance_uuid)
 
