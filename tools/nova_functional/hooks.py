@@ -272,12 +272,14 @@ class Plugins:
             lines.setdefault(ours, []).extend("%s = %s" % (our_name, t) for t in text)
         for mdev_type in conf.devices.enabled_mdev_types or ():
             try:
-                addresses = conf["mdev_%s" % mdev_type].device_addresses
+                group = conf["mdev_%s" % mdev_type]
             except Exception:  # noqa: BLE001 - not registered by nova yet
                 continue
-            if addresses:
-                lines.setdefault("mdev_%s" % mdev_type, []).append(
-                    "device_addresses = %s" % ",".join(addresses))
+            for option in ("device_addresses", "mdev_class", "max_instances"):
+                value = getattr(group, option, None)
+                if value:
+                    lines.setdefault("mdev_%s" % mdev_type, []).append("%s = %s" % (
+                        option, ",".join(value) if isinstance(value, list) else value))
         for physnet in conf.neutron.physnets or ():
             try:
                 nodes = conf["neutron_physnet_%s" % physnet].numa_nodes
