@@ -333,6 +333,7 @@ class Plugins:
 
         def consumed(selected_host: Any, spec_obj: Any, instance_uuid: Any = None) -> Any:
             if instance_uuid and getattr(selected_host, "plugin_spec", None):
+                decision: Optional[Decision]
                 try:
                     decision = plugin_filters.record_selection(spec_obj, selected_host)
                 except LookupError:
