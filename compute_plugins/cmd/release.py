@@ -14,7 +14,8 @@ back.
 
 Exit codes: 0 released (or requested, with ``--no-wait`` or on a host that
 is down; or nothing was in force), 1 the consumer is unknown or the agent
-did not answer in time, 2 bad usage.
+did not answer in time, 2 bad usage, or the consumer is moving (a resize or
+migration to confirm or revert first).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from compute_plugins.cmd import arguments
 if TYPE_CHECKING:
     from oslo_config import cfg
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +69,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     timeout = conf.compute.release_timeout if args.timeout is None else args.timeout
     wait = 0.0 if args.no_wait else timeout
     with HostStateStore.from_config(conf) as store:
+        moving = store.active_move(consumer)
+        if moving is not None:
+            print("compute-plugins: error: consumer %s is moving (%s): confirm or "
+                  "revert it first" % (consumer, moving.describe()), file=sys.stderr)
+            return EXIT_USAGE
         active = store.active_decision(consumer)
         if active is not None and \
                 protocol.REQUESTER_ON[active.status] is protocol.Move.WITHDRAW:

@@ -802,10 +802,10 @@ class ComputeAgent:
         copied state directory). Only this host's agent makes a decision
         claimed and it records the claim in its ledger first, so the store
         is right: its CPUs and devices must not be published as free."""
+        claimed = self._unfenced.list_decisions(self.host, DecisionStatus.CLAIMED)
+        self._follow_rekeys({d.consumer: d for d in claimed})
         entries = self.ledger.entries()
-        missing = [d for d in self._unfenced.list_decisions(self.host,
-                                                           DecisionStatus.CLAIMED)
-                   if d.consumer not in entries]
+        missing = [d for d in claimed if d.consumer not in entries]
         if missing:
             self._rebuild_ledger(missing, "claims ledger %s lacked %s the host-state "
                                  "store holds as claimed by this host (an older copy "
@@ -915,7 +915,18 @@ class ComputeAgent:
 
     def _execute(self, result: AgentResult) -> None:
         claims = self._claims_for_host()
-        for decision in self.store.list_decisions(self.host, DecisionStatus.PENDING):
+        pending = self.store.list_decisions(self.host, DecisionStatus.PENDING)
+        releasing = self.store.list_decisions(self.host, DecisionStatus.RELEASING)
+        held = self.ledger.entries()
+        if any(d.consumer not in held or held[d.consumer].decision_id != d.id
+               for d in releasing) or any(
+                d.consumer in held and held[d.consumer].decision_id != d.id
+                for d in pending):
+            # NOTE: a move may have given a claim to another consumer since
+            # (its hand-over or revert): followed before a release frees the
+            # wrong claim, or a same-host move's claim replaces the source's.
+            self._follow_rekeys(protocol.in_force(self.store, self.host))
+        for decision in pending:
             # NOTE: the new state is published before the claim is
             # answered, so that the scheduler's next read shows it; and
             # again after (a claim undone because the decision was
@@ -925,8 +936,22 @@ class ComputeAgent:
             if outcome.note == "" or outcome.claimed:
                 result.store_writes += 1
             self._publish(result)
-        for decision in self.store.list_decisions(self.host, DecisionStatus.RELEASING):
+        for decision in releasing:
             self._release(result, decision.consumer, decision)
+
+    def _follow_rekeys(self, current: dict[str, HostDecision]) -> None:
+        """Re-key the ledger's claims whose decision the store holds in
+        force under another consumer (``current``: consumer -> decision, as
+        :func:`~compute_plugins.hoststate.protocol.in_force`): a move's
+        hand-over gave the instance's source claim to its migration
+        consumer, a revert gives it back. Ledger first: nothing is freed."""
+        recorded = {c: e.decision_id for c, e in self.ledger.entries().items()}
+        for old, new in sorted(protocol.rekeyed_claims(recorded, current).items()):
+            if self.ledger.get(new) is not None:
+                continue  # NOTE: swapped both ways; the next pass finishes
+            self.ledger.rekey(old, new)
+            LOG.info("host %s: the claim of consumer %s (decision %d) is consumer "
+                     "%s's now (a move)", self.host, old, recorded[old], new)
 
     def _release(self, result: AgentResult, consumer: str,
                  decision: Optional[HostDecision],
@@ -951,6 +976,8 @@ class ComputeAgent:
         if not held:
             return
         current = protocol.in_force(self.store, self.host)
+        self._follow_rekeys(current)
+        held = self.ledger.entries()
         stale = protocol.stale_claims({c: e.decision_id for c, e in held.items()},
                                       current)
         for consumer in stale:

@@ -927,6 +927,7 @@ class TestAgentLeases:
         engine = sa.create_engine(empty_url)
         try:
             with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_moves"))
                 conn.execute(sa.text("DROP TABLE hoststate_disabled"))
                 conn.execute(sa.update(schema.version).values(version=3))
         finally:
@@ -941,7 +942,7 @@ class TestAgentLeases:
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
-                    hoststate.SCHEMA_VERSION] == [4]
+                    hoststate.SCHEMA_VERSION] == [5]
         finally:
             engine.dispose()
 
@@ -951,6 +952,7 @@ class TestAgentLeases:
         engine = sa.create_engine(empty_url)
         try:
             with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_moves"))
                 conn.execute(sa.text("DROP TABLE hoststate_disabled"))
                 conn.execute(sa.text("DROP TABLE hoststate_leases"))
                 conn.execute(sa.text("DROP TABLE hoststate_store"))

@@ -1,0 +1,248 @@
+"""Resize, migration, confirm and revert (issue 21) against real Placement
+(embedded), a real host-state store and each host's real agent running
+(:mod:`tests.functional.scheduler.cloud`): Placement's consumers as nova
+keeps them (the migration consumer on the source, the instance on the
+destination), both ledgers, and the invariants after every step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compute_plugins.hoststate.records import MoveStatus
+from compute_plugins.scheduler.moves import MoveError
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.moving import (
+    check_invariants,
+    ledger_keys,
+    mover,
+    on_host,
+    settled,
+)
+from tests.functional.scheduler.test_host_disable import cli  # noqa: F401 - fixture
+from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
+
+
+def two_hosts(cloud):
+    a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("b", [cell(4, 4096)], dedicated="0-3")
+    return a, b
+
+
+def boot(cloud, sched, spec):
+    consumer = new_consumer()
+    result = sched.schedule(spec, consumer, "p", "u")
+    assert result.placed, result.reasons
+    return consumer, cloud.hosts[result.host]
+
+
+def test_resize_to_another_host_then_confirm(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    before = cloud.allocations(consumer)
+
+    moved = mv.resize(consumer, spec_of(sched, *pinned(1, 3, 2048)))
+    assert moved.moved, moved.schedule.reasons
+    move = moved.move
+    assert (move.kind, move.source, move.dest, move.status) == (
+        "resize", source.name, dest.name, MoveStatus.TO_CONFIRM)
+    # Placement as nova: the migration consumer holds the source's
+    # allocation, the instance the destination's (the new flavor's)
+    assert cloud.allocations(move.migration) == before
+    after = cloud.allocations(consumer)
+    assert set(after) <= set(dest.providers)
+    assert sum(r.get("PCPU", 0) for r in after.values()) == 3
+    # both ledgers: the source's claim is the migration consumer's now
+    settled(cloud)
+    assert ledger_keys(source) == {move.migration}
+    assert ledger_keys(dest) == {consumer}
+    check_invariants(cloud)
+    # a second move of a moving instance, and its release, are refused
+    with pytest.raises(MoveError, match="is moving already .*resize from host %s to "
+                       "host %s \\(to-confirm\\)" % (source.name, dest.name)) as err:
+        mv.migrate(consumer)
+    assert err.value.exit_code == 2
+
+    done = mv.confirm(consumer, timeout=10)
+    assert done.done and not done.already
+    assert done.move.status == MoveStatus.CONFIRMED
+    assert cloud.allocations(move.migration) == {}
+    assert not on_host(cloud, source, consumer) and ledger_keys(source) == set()
+    assert cloud.usage(source) == {}
+    check_invariants(cloud)
+    again = mv.confirm(consumer, timeout=10)
+    assert again.done and again.already
+    # the instance is released as any, from its new host
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
+    assert cloud.usage(dest) == {}
+
+
+def test_migrate_then_revert_gives_the_source_claim_back(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    original = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+
+    moved = mv.migrate(consumer)
+    assert moved.moved and moved.move.dest == dest.name
+    check_invariants(cloud)
+
+    done = mv.revert(consumer, timeout=10)
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(moved.move.migration) == {}
+    assert not on_host(cloud, dest, consumer) and cloud.usage(dest) == {}
+    # the original claim, the same decision, the instance's again
+    assert cloud.store.active_decision(consumer) == cloud.store.get_decision(original.id)
+    assert cloud.store.active_decision(consumer).consumer == consumer
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    assert source.agent.ledger.get(consumer).decision_id == original.id
+    check_invariants(cloud)
+    assert mv.revert(consumer, timeout=10).already
+    with pytest.raises(MoveError, match="ended reverted: nothing to confirm"):
+        mv.confirm(consumer)
+
+
+def test_resize_to_the_same_host_only_when_allowed(cloud):
+    only = cloud.add_host("only", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    bigger = spec_of(sched, *pinned(1, 2, 1024))
+
+    refused = mover(cloud).resize(consumer, bigger)
+    assert not refused.moved and refused.move.status == MoveStatus.ROLLED_BACK
+    assert [r.reason for h in refused.schedule.reasons for r in h.reasons
+            if h.host == only.name][0].startswith("the instance is on this host")
+    check_invariants(cloud)
+    assert cloud.store.active_decision(consumer).consumer == consumer
+
+    moved = mover(cloud, allow_resize_to_same_host=True).resize(consumer, bigger)
+    assert moved.moved and moved.move.dest == only.name
+    settled(cloud)
+    # the host holds both until confirm, as in nova
+    assert ledger_keys(only) == {consumer, moved.move.migration}
+    assert sum(r.get("PCPU", 0) for r in cloud.usage(only).values()) == 3
+    check_invariants(cloud)
+    assert mover(cloud).confirm(consumer, timeout=10).done
+    settled(cloud)
+    assert ledger_keys(only) == {consumer}
+    assert sum(r.get("PCPU", 0) for r in cloud.usage(only).values()) == 2
+    check_invariants(cloud)
+
+
+def test_a_flavor_that_fits_nowhere_changes_nothing(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    result = mv.resize(consumer, spec_of(sched, *pinned(1, 8, 1024)))
+    assert not result.moved and result.move.status == MoveStatus.ROLLED_BACK
+    assert {h.host for h in result.schedule.reasons} == {a.name, b.name}
+    assert all(h.reasons for h in result.schedule.reasons)
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(result.move.migration) == {}
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
+    # the instance may move again (no move in force)
+    assert mv.migrate(consumer).moved
+
+
+def test_bad_input_is_one_line_and_changes_nothing(cloud, cli):  # noqa: F811
+    a, b = two_hosts(cloud)
+    sched = cloud.scheduler()
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    other = b if source is a else a
+    unknown = new_consumer()
+    assert cli("migrate", "--consumer", unknown) == (
+        1, "", "compute-plugins: error: consumer %s: no decision was ever made for "
+        "it\n" % unknown)
+    assert cli("confirm", "--consumer", consumer) == (
+        1, "", "compute-plugins: error: consumer %s: no move to confirm (it never "
+        "moved)\n" % consumer)
+    assert cli("migrate", "--consumer", consumer, "--host", "nowhere") == (
+        2, "", "compute-plugins: error: host nowhere is not in the host-state store "
+        "(no agent published it)\n")
+    assert cli("migrate", "--consumer", consumer, "--host", source.name)[0] == 2
+    cloud.store.disable_host(other.name, "firmware", "ops@desk")
+    assert cli("migrate", "--consumer", consumer, "--host", other.name) == (
+        2, "", "compute-plugins: error: host %s is disabled: firmware\n" % other.name)
+    assert cloud.store.latest_move(consumer) is None
+    check_invariants(cloud)
+    cloud.store.enable_host(other.name)
+
+    code, out, err = cli("migrate", "--consumer", consumer, "--host", other.name,
+                         "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert (doc["status"], doc["source"], doc["dest"]) == ("to-confirm", source.name,
+                                                            other.name)
+    code, out, err = cli("release", "--consumer", consumer)
+    assert (code, out) == (2, "")
+    assert "is moving (migrate from host %s to host %s (to-confirm)): confirm or " \
+        "revert it first" % (source.name, other.name) in err
+    code, out, err = cli("confirm", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out.startswith("consumer %s: migrate confirmed: host %s freed"
+                          % (consumer, source.name))
+    code, out, err = cli("confirm", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out == ("consumer %s: already confirmed (migrate from host %s to host %s "
+                   "(confirmed)); nothing changed" % (consumer, source.name, other.name))
+    assert cli("revert", "--consumer", consumer)[0] == 2
+    check_invariants(cloud)
+
+
+def test_live_migration_yields_the_destinations_pinning(cloud):
+    a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("b", [cell(4, 4096)], dedicated="0-3")
+    sched, mv = cloud.scheduler(), mover(cloud)
+    # a first guest takes its host's first CPUs; the second goes to the
+    # other host and migrates onto the first's: its pinning there differs
+    first, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    assert source.name != cloud.store.active_decision(first).host
+    dest = b if source is a else a
+    moved = mv.migrate(consumer, live=True)
+    assert moved.moved and moved.move.kind == "live-migrate"
+    xml = moved.guest_xml
+    assert xml is not None and "instance-%s" % consumer in xml
+    dest_cpus = sorted(h for part in moved.schedule.spec.decision.assignments[
+        "numa"].cells for h in part.pinning.values())
+    source_entry = source.agent.ledger.entries()
+    assert dest_cpus == [2, 3]
+    for cpu in dest_cpus:
+        assert 'cpuset="%d"' % cpu in xml
+    assert source_entry  # the source's claim kept until confirm
+    check_invariants(cloud)
+    assert mv.confirm(consumer, timeout=10).done
+    assert not on_host(cloud, source, consumer)
+    assert on_host(cloud, dest, consumer)
+    check_invariants(cloud)
+
+
+def test_a_source_agent_stopped_during_the_move_rekeys_its_ledger_on_restart(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    source.stop()
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    # the stopped agent's ledger still names the instance; its restart
+    # (a new agent, the ledger read from disk) re-keys it, frees nothing
+    assert ledger_keys(source) == {consumer}
+    result = cloud.restart(source)
+    assert result.ok and not result.releases
+    assert ledger_keys(source) == {moved.move.migration}
+    check_invariants(cloud)
+    assert mv.revert(consumer, timeout=10).done
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
