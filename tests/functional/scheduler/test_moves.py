@@ -246,3 +246,73 @@ def test_a_source_agent_stopped_during_the_move_rekeys_its_ledger_on_restart(clo
     settled(cloud)
     assert ledger_keys(source) == {consumer}
     check_invariants(cloud)
+
+
+class RacingWriter:
+    """The real Placement client, except that before its first ``POST
+    /allocations`` another writer rewrites the instance's allocation (same
+    resources, a new consumer generation): Placement's 409, for real."""
+
+    def __init__(self, client, consumer):
+        self._client = client
+        self._consumer = consumer
+        self.conflicts = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def post(self, path, body=None, **kw):
+        if path == "/allocations" and not self.conflicts:
+            held = self._client.get("/allocations/%s" % self._consumer)
+            self._client.put("/allocations/%s" % self._consumer, {
+                "allocations": {rp: {"resources": a["resources"]}
+                                for rp, a in held["allocations"].items()},
+                "project_id": held["project_id"], "user_id": held["user_id"],
+                "consumer_generation": held["consumer_generation"],
+                "consumer_type": "INSTANCE"})
+            self.conflicts += 1
+        return self._client.post(path, body, **kw)
+
+
+def test_a_consumer_generation_conflict_is_read_again_and_retried(cloud):
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    mv.placement = racing = RacingWriter(mv.placement, consumer)
+    moved = mv.migrate(consumer)
+    assert racing.conflicts == 1 and moved.moved
+    assert cloud.allocations(moved.move.migration) == before
+    check_invariants(cloud)
+
+
+def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    # the mover's first steps, then it is killed (nothing offered to a host)
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    check_invariants(cloud)
+    with pytest.raises(MoveError, match="is moving already"):
+        mv.migrate(consumer)
+    with pytest.raises(MoveError, match="cannot be confirmed: revert undoes it"):
+        mv.confirm(consumer)
+
+    done = mv.revert(consumer, timeout=10)
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).id == decision.id
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
+    assert mv.migrate(consumer).moved
