@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
 from typing import TYPE_CHECKING, Any, Optional
 
-from compute_plugins.cmd import arguments, common, schedule, validate
+from compute_plugins.cmd import arguments, common, release, schedule, validate
 from compute_plugins.util.text import printable
 
 if TYPE_CHECKING:
@@ -73,21 +72,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _consumer_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--consumer", required=True, type=_uuid, metavar="UUID",
+    parser.add_argument("--consumer", required=True, type=release.consumer_uuid, metavar="UUID",
                         help="the consumer (instance) uuid")
 
 
 def _timeout_argument(parser: argparse.ArgumentParser, what: str, default: str) -> None:
     parser.add_argument("--timeout", type=arguments.seconds, metavar="S",
                         help="seconds to wait for %s (default: %s)" % (what, default))
-
-
-def _uuid(text: str) -> str:
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            "invalid consumer %r: must be a uuid" % text) from None
 
 
 def _error(line: str, code: int) -> int:

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "frees its resources and its Placement allocations",
         uses=("format", "placement_url"),
         unused="the consumer's host is found through Placement")
-    parser.add_argument("--consumer", required=True, type=_consumer, metavar="UUID",
+    parser.add_argument("--consumer", required=True, type=consumer_uuid, metavar="UUID",
                         help="the consumer (instance) uuid")
     parser.add_argument("--timeout", type=arguments.seconds, metavar="S",
                         help="seconds to wait for the host's agent (default: "
@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _consumer(text: str) -> str:
+def consumer_uuid(text: str) -> str:
+    """``--consumer``'s type: a uuid, in its canonical form."""
     try:
         return str(uuid.UUID(text))
     except ValueError:

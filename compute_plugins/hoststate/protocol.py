@@ -73,6 +73,15 @@ What each side does on each status:
   claim whose decision is no longer in force on the host is freed
   (:func:`stale_claims`); a pending decision the ledger already holds was
   executed before the restart and is answered without executing it again.
+  A claim whose decision is in force under another consumer was re-keyed
+  by a move (:func:`rekeyed_claims`): its ledger entry follows, never freed.
+
+**Moves** (resize, migration: :mod:`compute_plugins.scheduler.moves`) have
+their own record and table, :data:`MOVE_TRANSITIONS` (steps made by the
+mover and the requester, compare-and-swap as here): at a move's hand-over
+the instance's source decision is re-keyed to the move's migration
+consumer, and the destination's claim is a new decision of the instance,
+by the moves above.
 """
 
 from __future__ import annotations
