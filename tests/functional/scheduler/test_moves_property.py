@@ -107,8 +107,8 @@ class Driver:
     def clean_up(self) -> None:
         """Confirm every move, release every instance: the hosts empty."""
         for consumer in list(self.instances):
-            if self.cloud.store.active_move(consumer) is not None:
-                move = self.cloud.store.active_move(consumer)
+            move = self.cloud.store.active_move(consumer)
+            if move is not None:
                 if move.status == MoveStatus.TO_CONFIRM:
                     assert self.mover.confirm(consumer, timeout=10).done
                 else:
