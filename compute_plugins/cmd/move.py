@@ -1,5 +1,6 @@
-"""``compute-plugins resize|migrate|confirm|revert``: move an instance to
-another host (or, resized, the same one), and confirm or revert the move
+"""``compute-plugins resize|migrate|confirm|revert|evacuate``: move an
+instance to another host (or, resized, the same one), confirm or revert the
+move, or move every instance off a host that is down
 (:mod:`compute_plugins.scheduler.moves`; ``doc/source/lifecycle.md``).
 
 Against the configured Placement and host-state store, as ``schedule``:
@@ -9,7 +10,8 @@ claim (held by a migration consumer) until ``confirm`` frees it, or
 back.
 
 Exit codes: 0 moved (to confirm), confirmed or reverted, or done already
-(a line says so); 1 no host took the move (the reasons per host and plugin
+(a line says so), every instance evacuated; 1 no host took the move (or
+one of an evacuation's) (the reasons per host and plugin
 are printed; the instance stays where it was), the consumer is unknown or
 not placed, or a host's agent did not free its side in time (run it
 again); 2 bad input, or a move the instance's state refuses (moving
@@ -59,6 +61,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                          "guest XML (its pinning, pages and devices)")
     _timeout_argument(migrate, "each host's answer", "[scheduler] answer_timeout")
     migrate.set_defaults(func=run_migrate)
+
+    evacuate = arguments.command(
+        subparsers, "evacuate", "move every instance off a host whose agent is "
+        "down: the host fenced (disabled), each instance placed elsewhere",
+        uses=uses, unused=_UNUSED)
+    evacuate.add_argument("--host", required=True, metavar="NAME",
+                          help="the host to evacuate (its agent down)")
+    evacuate.add_argument("--force-down", action="store_true",
+                          help="the host is down (an operator's statement), "
+                          "whatever its agent's lease says")
+    _timeout_argument(evacuate, "each host's answer", "[scheduler] answer_timeout")
+    evacuate.set_defaults(func=run_evacuate)
 
     for name, summary, func in (
             ("confirm", "confirm an instance's move: the host it left frees its "
@@ -163,8 +177,51 @@ def _print_move(mover: Mover, args: argparse.Namespace, result: MoveResult) -> i
 
 
 def _done_word(kind: str) -> str:
-    return {"resize": "resized", "migrate": "migrated",
-            "live-migrate": "live-migrated"}.get(kind, kind)
+    return {"resize": "resized", "migrate": "migrated", "live-migrate": "live-migrated",
+            "evacuate": "evacuated"}.get(kind, kind)
+
+
+def run_evacuate(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.placement import connect
+    from compute_plugins.scheduler.moves import MoveError
+
+    with connect.placement_client(conf, args.placement_url) as placement, \
+            HostStateStore.from_config(conf) as store:
+        mover = _mover(conf, placement, store)
+        try:
+            done = mover.evacuate(args.host, force_down=args.force_down,
+                                  timeout=args.timeout)
+        except MoveError as err:
+            return _error(str(err), err.exit_code)
+    code = EXIT_OK if done.evacuated else EXIT_FAILED
+    if args.format == "json":
+        placed = schedule.to_json([m.schedule for m in done.moves])
+        common.print_json({
+            "host": done.host, "fence": done.fence.to_dict() if done.fence else None,
+            "instances": [{"consumer": m.move.consumer, "migration": m.move.migration,
+                           "status": m.move.status.value, "dest": m.move.dest}
+                          for m in done.moves],
+            "reasons": placed["reasons"], "skipped": dict(done.skipped)})
+        return code
+    for result in done.moves:
+        move = result.move
+        if result.move.dest is not None:
+            common.say("%s: evacuated from host %s to host %s (its allocation on host "
+                       "%s deleted)" % (move.consumer, printable(move.source),
+                                        printable(move.dest), printable(move.source)))
+        else:
+            schedule._print_text(mover.plugins, [result.schedule])
+            common.say("%s: not moved: it stays on host %s" % (
+                move.consumer, printable(move.source)))
+    for consumer, why in done.skipped.items():
+        common.say("%s: not moved: %s" % (consumer, printable(why)))
+    moved = sum(1 for m in done.moves if m.move.dest is not None)
+    common.say("host %s fenced (disabled: no new instance; its agent drops the "
+               "evacuated claims when it is back, then `host enable` it): %d of %d "
+               "instance(s) moved" % (printable(done.host), moved,
+                                      len(done.moves) + len(done.skipped)))
+    return code
 
 
 def run_confirm(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:

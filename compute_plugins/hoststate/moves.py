@@ -36,7 +36,7 @@ from compute_plugins.hoststate.schema import moves as t_moves
 from compute_plugins.plugin.contract import Rejection
 
 #: The kinds of move.
-KINDS = ("resize", "migrate", "live-migrate")
+KINDS = ("resize", "migrate", "live-migrate", "evacuate")
 
 
 def _move(row: Any) -> MoveRecord:

@@ -641,6 +641,7 @@ class MoveStep(enum.StrEnum):
     CONFIRM = "confirm"
     REQUEST_REVERT = "request-revert"
     REVERT = "revert"
+    EVACUATED = "evacuated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -709,6 +710,11 @@ MOVE_TRANSITIONS: Mapping[MoveStep, MoveTransition] = types.MappingProxyType(
                        _MS.REVERTED,
                        "POST /allocations back to the instance, the source decision "
                        "re-keyed back (its agent re-keys its ledger): final"),
+        MoveTransition(MoveStep.EVACUATED, (Side.MOVER,), (_MS.TO_CONFIRM,),
+                       _MS.CONFIRMED,
+                       "evacuate: the new claim holds; the migration consumer's "
+                       "allocation on the dead host deleted, its decision "
+                       "releasing (its agent drops it when it comes back): final"),
     )})
 
 

@@ -215,7 +215,7 @@ class MoveRecord:
     :param migration: the migration consumer: it holds the source's
         allocation and claim while the move is in force.
     :param consumer: the instance.
-    :param kind: ``resize``, ``migrate`` or ``live-migrate``.
+    :param kind: ``resize``, ``migrate``, ``live-migrate`` or ``evacuate``.
     :param source: the host it leaves.
     :param dest: the host that claimed it (None until one did).
     :param status: see :class:`MoveStatus`.

@@ -49,7 +49,7 @@ from typing import Any, Optional
 from oslo_config import cfg
 
 from compute_plugins import exception
-from compute_plugins.compute import guest
+from compute_plugins.compute import disable, guest
 from compute_plugins.compute.release import request_release
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import (
@@ -64,12 +64,16 @@ from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
+from compute_plugins.scheduler import liveness
 from compute_plugins.scheduler.selection import Plan, Scheduler, ScheduleResult
 
 #: ``project_id``/``user_id`` when Placement has none for the instance.
 DEFAULT_PROJECT = "compute-plugins"
 
 MoveStep = protocol.MoveStep
+#: The reason an evacuated host is fenced with (disabled in the store).
+FENCE_REASON = ("evacuated: no new instance until its agent is back and an "
+                "operator enables it")
 
 
 class MoveError(exception.ComputePluginsError):
@@ -120,6 +124,30 @@ class FinishResult:
     done: bool
     already: bool = False
     waiting: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvacuateResult:
+    """What :meth:`Mover.evacuate` did.
+
+    :param host: the host evacuated.
+    :param fence: the host's disabled record (no decision goes to it).
+    :param moves: each instance's move: ``confirmed`` (its new claim holds,
+        its allocation on the host deleted) or ``rolled-back`` (no host
+        took it: it stays on the dead host, with every host's reasons).
+    :param skipped: consumer -> why it was not moved (a move in force).
+    """
+
+    host: str
+    fence: Any
+    moves: tuple[MoveResult, ...]
+    skipped: FrozenMap[str, str]
+
+    @property
+    def evacuated(self) -> bool:
+        """Every instance moved."""
+        return not self.skipped and all(m.move.status == MoveStatus.CONFIRMED
+                                        for m in self.moves)
 
 
 class MoveScheduler(Scheduler):
@@ -286,6 +314,50 @@ class Mover:
         if kind == "live-migrate":
             xml = self.guest_xml(consumer, result.spec)
         return MoveResult(move, result, xml)
+
+    # -- evacuate ----------------------------------------------------------
+
+    def evacuate(self, host: str, force_down: bool = False, by: Optional[str] = None,
+                 timeout: Optional[float] = None) -> EvacuateResult:
+        """Move every instance off ``host``, whose agent is down (its lease
+        expired; ``force_down``: an operator's statement). The host is
+        fenced first (disabled in the store, :data:`FENCE_REASON`: no
+        decision goes to it); then each instance is handed over and placed
+        elsewhere with its own spec; only once its new claim holds is its
+        allocation on the host deleted and its old claim marked releasing
+        (the host's agent drops it from its ledger when it comes back).
+
+        :raises MoveError: ``host`` unknown, or up (exit 2; nothing changed).
+        """
+        if self.store.get_host(host) is None:
+            raise MoveError("host %s is not in the host-state store (no agent "
+                            "published it)" % host)
+        if not force_down and host not in liveness.read(self.store).down:
+            raise MoveError("host %s is not down (its agent holds its lease, or "
+                            "never took one): evacuate a host whose agent is down, "
+                            "or say it is with --force-down" % host)
+        fenced = disable.disable_host(self.store, self.placement, host, FENCE_REASON, by)
+        moved: list[MoveResult] = []
+        skipped: dict[str, str] = {}
+        for decision in self.store.list_decisions(host, DecisionStatus.CLAIMED):
+            consumer = decision.consumer
+            moving = self.store.active_move(consumer) or self.store.get_move(consumer)
+            if moving is not None and moving.in_force:
+                skipped[moving.consumer] = "moving (%s): confirm or revert it first" % (
+                    moving.describe())
+                continue
+            spec = RequestSpec.from_json(decision.spec, self.plugins).with_decision(None)
+            result = self._move("evacuate", consumer, decision, spec, allow_source=False,
+                                only=None, timeout=timeout)
+            if result.moved:
+                move = result.move
+                protocol.request_release(self.store, move.migration)
+                self.placement.delete_allocations(move.migration)
+                result = dataclasses.replace(result, move=protocol.apply_move(
+                    self.store, move, MoveStep.EVACUATED))
+            moved.append(result)
+        return EvacuateResult(host, fenced.record, tuple(moved),
+                              FrozenMap(sorted(skipped.items())))
 
     def guest_xml(self, consumer: str, spec: RequestSpec) -> str:
         """The destination's guest XML of a move (what nova's NUMA live

@@ -35,6 +35,7 @@ EXPECTED_SHARED = {
     "migrate": {"format", "placement_url"},
     "confirm": {"format", "placement_url"},
     "revert": {"format", "placement_url"},
+    "evacuate": {"format", "placement_url"},
     "audit": {"format", "placement_url"},
     "demo": {"format"},
     "placement serve": set(),

@@ -7,11 +7,13 @@ destination), both ledgers, and the invariants after every step."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from compute_plugins.hoststate.records import MoveStatus
-from compute_plugins.scheduler.moves import MoveError
+from compute_plugins.scheduler import liveness
+from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.moving import (
     check_invariants,
@@ -316,3 +318,48 @@ def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(clou
     assert ledger_keys(source) == {consumer}
     check_invariants(cloud)
     assert mv.migrate(consumer).moved
+
+
+def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return(
+        cloud, cli):  # noqa: F811
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    on_dead = [boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))[0]
+               for _ in range(2)]
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    # an up host is refused, nothing changed
+    code, out, err = cli("evacuate", "--host", dead.name)
+    assert (code, out) == (2, "")
+    assert "host %s is not down" % dead.name in err
+    assert cloud.store.disabled_hosts() == {}
+
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    code, out, err = cli("evacuate", "--host", dead.name, "--format", "json")
+    assert (code, err) == (0, ""), out
+    doc = json.loads(out)
+    assert doc["fence"]["reason"] == FENCE_REASON
+    assert sorted(i["consumer"] for i in doc["instances"]) == sorted(on_dead)
+    assert {(i["status"], i["dest"]) for i in doc["instances"]} == {
+        ("confirmed", spare.name)}
+    for item in doc["instances"]:
+        # the instance on the spare host; nothing of it in Placement on the dead one
+        assert cloud.store.active_decision(item["consumer"]).host == spare.name
+        assert cloud.allocations(item["migration"]) == {}
+        assert set(cloud.allocations(item["consumer"])) <= set(spare.providers)
+    assert cloud.usage(dead) == {}
+    assert dead.name in cloud.store.disabled_hosts()
+    # the dead agent's ledger still holds its claims; back, it drops them
+    assert len(dead.agent.ledger.entries()) == 2
+    result = cloud.restart(dead)
+    assert result.ok
+    settled(cloud)
+    assert ledger_keys(dead) == set()
+    check_invariants(cloud)
+    # fenced until an operator enables it
+    assert dead.name in cloud.store.disabled_hosts()
+    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
+                          "u").host == spare.name
