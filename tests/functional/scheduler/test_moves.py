@@ -363,3 +363,32 @@ def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return
     assert dead.name in cloud.store.disabled_hosts()
     assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
                           "u").host == spare.name
+
+
+def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again(
+        cloud, cli):  # noqa: F811
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    dest = cloud.hosts[moved.move.dest]
+    dest.stop()
+    code, out, err = cli("revert", "--consumer", consumer, "--timeout", "0.3")
+    assert (code, out) == (1, "")
+    assert err == ("compute-plugins: error: consumer %s: revert requested, not "
+                   "finished: host %s's agent did not free its side within 0.3 s (is "
+                   "it running?); run it again\n" % (consumer, dest.name))
+    assert cloud.store.active_move(consumer).status == MoveStatus.REVERTING
+    # nothing given back yet: the destination still holds its claim
+    assert set(cloud.allocations(consumer)) <= set(dest.providers)
+    # its agent back (a restart: the ledger read from disk), the revert re-run
+    cloud.restart(dest)
+    code, out, err = cli("revert", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out == ("consumer %s: migrate reverted: host %s freed; the instance keeps "
+                   "its claim on host %s" % (consumer, dest.name, source.name))
+    assert cloud.allocations(consumer) == before
+    assert not on_host(cloud, dest, consumer)
+    settled(cloud)
+    check_invariants(cloud)
