@@ -323,7 +323,7 @@ def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(clou
 def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return(
         cloud, cli):  # noqa: F811
     dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
-    sched, mv = cloud.scheduler(), mover(cloud)
+    sched = cloud.scheduler()
     on_dead = [boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))[0]
                for _ in range(2)]
     spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
