@@ -51,7 +51,7 @@ from oslo_config import cfg
 from compute_plugins import exception
 from compute_plugins.compute import disable, guest
 from compute_plugins.compute.release import request_release
-from compute_plugins.hoststate import protocol
+from compute_plugins.hoststate import errors, protocol
 from compute_plugins.hoststate.records import (
     DecisionStatus,
     HostDecision,
@@ -86,6 +86,12 @@ class MoveError(exception.ComputePluginsError):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def _moving(move: MoveRecord) -> MoveError:
+    """A move refused: the instance has ``move`` in force (exit 2)."""
+    return MoveError("consumer %s is moving already (%s): confirm or revert it first"
+                     % (move.consumer, move.describe()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,8 +224,7 @@ class Mover:
         """
         moving = self.store.active_move(consumer)
         if moving is not None:
-            raise MoveError("consumer %s is moving already (%s): confirm or revert "
-                            "it first" % (consumer, moving.describe()))
+            raise _moving(moving)
         decision = self.store.active_decision(consumer)
         if decision is None:
             latest = self.store.latest_decision(consumer)
@@ -283,8 +288,12 @@ class Mover:
               allow_source: bool, only: Optional[str],
               timeout: Optional[float]) -> MoveResult:
         migration = str(uuidlib.uuid4())
-        move = self.store.start_move(migration, consumer, kind, decision.host,
-                                     decision.id, spec.to_json())
+        try:
+            move = self.store.start_move(migration, consumer, kind, decision.host,
+                                         decision.id, spec.to_json())
+        except errors.MoveExists as err:
+            # NOTE: another mover started one since the check
+            raise _moving(err.move) from None
         try:
             held = pmigration.move_allocations(self.placement, consumer, migration,
                                                pmigration.MIGRATION, pmigration.INSTANCE)
