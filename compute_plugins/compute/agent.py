@@ -56,6 +56,7 @@ store stops the agent (:class:`~compute_plugins.hoststate.errors.StoreCorrupt`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import threading
@@ -180,6 +181,14 @@ def _listed(names: Any, limit: int = 5) -> str:
     if len(items) > limit:
         text += " and %d more" % (len(items) - limit)
     return text
+
+
+def _same_spec(recorded: str, stored: str) -> bool:
+    """Whether a ledger claim's spec and a decision's are the same document."""
+    try:
+        return bool(json.loads(recorded) == json.loads(stored))
+    except ValueError:
+        return False
 
 
 def run_periodic(client: preport.ReportClient, manager: PluginManager,
@@ -945,10 +954,13 @@ class ComputeAgent:
         :func:`~compute_plugins.hoststate.protocol.in_force`): a move's
         hand-over gave the instance's source claim to its migration
         consumer, a revert gives it back. Ledger first: nothing is freed."""
-        recorded = {c: e.decision_id for c, e in self.ledger.entries().items()}
+        held = self.ledger.entries()
+        recorded = {c: e.decision_id for c, e in held.items()}
         for old, new in sorted(protocol.rekeyed_claims(recorded, current).items()):
             if self.ledger.get(new) is not None:
                 continue  # NOTE: swapped both ways; the next pass finishes
+            if not _same_spec(held[old].spec_json, current[new].spec):
+                continue  # NOTE: another claim under a reused id (a restored store)
             self.ledger.rekey(old, new)
             LOG.info("host %s: the claim of consumer %s (decision %d) is consumer "
                      "%s's now (a move)", self.host, old, recorded[old], new)

@@ -621,9 +621,11 @@ def rekeyed_claims(recorded: Mapping[str, int],
     """Agent: the ledger's claims whose decision is in force on the host
     under another consumer (a move's hand-over gave the instance's source
     claim to its migration consumer; a revert gives it back): ledger
-    consumer -> the consumer the store says. Decision ids are never
-    reused, so the same id is the same claim."""
-    by_id = {d.id: consumer for consumer, d in current.items()}
+    consumer -> the consumer the store says. Only a claimed or releasing
+    decision is a re-keyed claim: a pending one with the same id is a new
+    decision of a store that reused ids (restored from a backup)."""
+    by_id = {d.id: consumer for consumer, d in current.items()
+             if d.status in HELD_BY_HOST}
     return {consumer: by_id[decision_id] for consumer, decision_id in recorded.items()
             if decision_id in by_id and by_id[decision_id] != consumer}
 
