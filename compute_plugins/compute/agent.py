@@ -33,7 +33,10 @@ again every ``[compute] placement_audit_interval`` seconds
 saw, once; ``compute-plugins audit --fix`` repairs); a
 ledger claim whose decision is no longer in force is forgotten, and its
 allocation deleted only when it is still that claim's
-(:meth:`ComputeAgent._allocation_is_ours`).
+(:meth:`ComputeAgent._allocation_is_ours`). A claim a move gave to another
+consumer (its decision re-keyed to the move's migration consumer, or back:
+:mod:`compute_plugins.scheduler.moves`) is re-keyed in the ledger, never
+freed (:meth:`ComputeAgent._follow_rekeys`).
 
 One agent per host, nothing given twice (issue 20): the node's identity
 (:mod:`compute_plugins.compute.identity`) is checked before anything; the
