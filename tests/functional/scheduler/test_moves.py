@@ -12,7 +12,7 @@ import time
 import pytest
 
 from compute_plugins.hoststate.records import MoveStatus
-from compute_plugins.scheduler import liveness
+from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.moving import (
@@ -62,6 +62,8 @@ def test_resize_to_another_host_then_confirm(cloud):
     assert ledger_keys(source) == {move.migration}
     assert ledger_keys(dest) == {consumer}
     check_invariants(cloud)
+    # the audit agrees: each consumer's allocation is its decision's
+    assert audit.audit(mv.placement, cloud.store, {}) == []
     # a second move of a moving instance, and its release, are refused
     with pytest.raises(MoveError, match="is moving already .*resize from host %s to "
                        "host %s \\(to-confirm\\)" % (source.name, dest.name)) as err:
