@@ -167,9 +167,7 @@ class Transition:
         """Whether the move is legal from ``status``: the decision's status,
         or for a submit the status of the consumer's latest decision (None:
         it has none)."""
-        if not self.sources:
-            return status is None or status not in ACTIVE
-        return status in self.sources
+        return _starts_from(self.sources, status, ACTIVE)
 
 
 #: The protocol's table, move -> transition (see the module docstring).
@@ -196,6 +194,14 @@ TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t
                "pending past a grace period (its scheduler stopped, its host "
                "does not answer): withdrawn, its allocation freed"),
 )})
+
+
+def _starts_from(sources: tuple[Any, ...], status: Any, active: frozenset[Any]) -> bool:
+    """Whether a row starting from ``sources`` is legal from ``status``: ()
+    makes a new record, legal when none is in force (``active``)."""
+    if not sources:
+        return status is None or status not in active
+    return status in sources
 
 
 def legal(move: Move | str, status: Optional[DecisionStatus]) -> bool:
@@ -667,9 +673,7 @@ class MoveTransition:
     def allows(self, status: Optional[MoveStatus]) -> bool:
         """Whether the step is legal from ``status`` (for a start: the
         status of the instance's latest move, None: it has none)."""
-        if not self.sources:
-            return status is None or status not in MOVE_ACTIVE
-        return status in self.sources
+        return _starts_from(self.sources, status, MOVE_ACTIVE)
 
 
 _MS = MoveStatus
