@@ -15,7 +15,8 @@ back.
 Exit codes: 0 released (or requested, with ``--no-wait`` or on a host that
 is down; or nothing was in force), 1 the consumer is unknown or the agent
 did not answer in time, 2 bad usage, or the consumer is moving (a resize or
-migration to confirm or revert first).
+migration to confirm or revert first) or is the migration consumer of a
+move in force.
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         if moving is not None:
             print("compute-plugins: error: consumer %s is moving (%s): confirm or "
                   "revert it first" % (consumer, moving.describe()), file=sys.stderr)
+            return EXIT_USAGE
+        handed = store.get_move(consumer)
+        if handed is not None and handed.in_force:
+            # NOTE: the source's claim of a move, held by its migration
+            # consumer: freed by confirm (or given back by revert), never
+            # behind the move's back.
+            print("compute-plugins: error: consumer %s is the migration consumer of a "
+                  "move in force (%s): confirm or revert it"
+                  % (consumer, handed.describe()), file=sys.stderr)
             return EXIT_USAGE
         active = store.active_decision(consumer)
         if active is not None and \

@@ -47,6 +47,7 @@ import uuid as uuidlib
 from typing import Any, Optional
 
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.compute import disable, guest
@@ -66,6 +67,8 @@ from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler import liveness
 from compute_plugins.scheduler.selection import Plan, Scheduler, ScheduleResult
+
+LOG = logging.getLogger(__name__)
 
 #: ``project_id``/``user_id`` when Placement has none for the instance.
 DEFAULT_PROJECT = "compute-plugins"
@@ -261,7 +264,8 @@ class Mover:
         without a decision): the destination claims it, the instance is
         left "to confirm" (or, no host taking it, as it was).
 
-        :raises MoveError: see :meth:`_placed` (nothing changed).
+        :raises MoveError: see :meth:`_placed` (nothing changed); Placement
+            refused the hand-over (exit 1, rolled back).
         """
         decision = self._placed(consumer)
         allow = bool(self.conf.scheduler.allow_resize_to_same_host)
@@ -305,9 +309,14 @@ class Mover:
                                       only=only)
             result = scheduler.schedule(spec, consumer, held.project_id or DEFAULT_PROJECT,
                                         held.user_id or DEFAULT_PROJECT, timeout=timeout)
-        except Exception:
+        except Exception as err:
             self._give_back(move)
             protocol.apply_move(self.store, move, MoveStep.ROLL_BACK)
+            if isinstance(err, pmigration.MoveConflict):
+                # NOTE: Placement refused the hand-over (no allocation to
+                # move, or 409s every attempt): rolled back, one line.
+                raise MoveError("consumer %s: not moved (rolled back): %s"
+                                % (consumer, err), 1) from None
             raise
         if not result.placed:
             self._give_back(move)
@@ -380,8 +389,19 @@ class Mover:
     def _give_back(self, move: MoveRecord) -> None:
         """The source allocation and decision back to the instance (each
         checked first: a re-run skips what is done)."""
-        pmigration.move_allocations(self.placement, move.migration, move.consumer,
-                                    pmigration.INSTANCE, pmigration.MIGRATION)
+        try:
+            pmigration.move_allocations(self.placement, move.migration, move.consumer,
+                                        pmigration.INSTANCE, pmigration.MIGRATION)
+        except pmigration.MoveConflict:
+            if pmigration.read(self.placement, move.migration).allocations or \
+                    pmigration.read(self.placement, move.consumer).allocations:
+                raise
+            # NOTE: neither consumer holds anything (the instance's
+            # allocation was deleted behind its back before the hand-over):
+            # nothing to give back; the move must still end.
+            LOG.warning("consumer %s: no allocation in Placement on either side of "
+                        "its move (migration consumer %s): nothing given back",
+                        move.consumer, move.migration)
         self.store.rekey_decision(move.source_decision, move.migration, move.consumer)
 
     # -- confirm, revert ---------------------------------------------------

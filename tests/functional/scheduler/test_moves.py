@@ -394,3 +394,42 @@ def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again
     assert not on_host(cloud, dest, consumer)
     settled(cloud)
     check_invariants(cloud)
+
+
+def test_the_migration_consumer_is_not_released_behind_the_move(cloud, cli):  # noqa: F811
+    """``release`` of the migration consumer a move printed would free the
+    source behind the move (its revert then has nothing to give back):
+    refused as the instance's release is, nothing changed."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    code, out, err = cli("release", "--consumer", moved.move.migration)
+    assert (code, out) == (2, "")
+    assert err == ("compute-plugins: error: consumer %s is the migration consumer of "
+                   "a move in force (%s): confirm or revert it\n"
+                   % (moved.move.migration, moved.move.describe()))
+    assert cloud.allocations(moved.move.migration) == before
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.allocations(consumer) == before
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_an_instance_without_allocation_is_refused_not_left_moving(cloud):
+    """Its allocation gone from Placement (deleted behind its back): the
+    move is refused in one line and rolled back; the instance is not left
+    with a move in force nobody can end."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    mv.placement.delete_allocations(consumer)
+    with pytest.raises(MoveError, match="has no allocation in Placement") as err:
+        mv.migrate(consumer)
+    assert err.value.exit_code == 1
+    assert cloud.store.active_move(consumer) is None
+    assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    assert cloud.store.active_decision(consumer).consumer == consumer
+    assert sched.release(consumer, timeout=10).outcome == "released"
