@@ -368,14 +368,21 @@ class Mover:
             result = self._move("evacuate", consumer, decision, spec, allow_source=False,
                                 only=None, timeout=timeout)
             if result.moved:
-                move = result.move
-                protocol.request_release(self.store, move.migration)
-                self.placement.delete_allocations(move.migration)
+                move = self._drop_evacuated(result.move)
                 result = dataclasses.replace(result, move=protocol.apply_move(
                     self.store, move, MoveStep.EVACUATED))
             moved.append(result)
         return EvacuateResult(host, fenced.record, tuple(moved),
                               FrozenMap(sorted(skipped.items())))
+
+    def _drop_evacuated(self, move: MoveRecord) -> MoveRecord:
+        """An evacuated instance's side on the host it left (down, fenced):
+        its old decision marked releasing (its agent drops the claim when it
+        comes back), the migration consumer's allocation deleted. Each
+        checked: a re-run does what is left."""
+        protocol.request_release(self.store, move.migration)
+        self.placement.delete_allocations(move.migration)
+        return move
 
     def guest_xml(self, consumer: str, spec: RequestSpec) -> str:
         """The destination's guest XML of a move (what nova's NUMA live
@@ -429,7 +436,8 @@ class Mover:
 
     def confirm(self, consumer: str, timeout: float = 60.0) -> FinishResult:
         """Confirm the instance's move: the source's agent frees the
-        migration consumer (its ledger entry, its allocation).
+        migration consumer (its ledger entry, its allocation); an
+        interrupted evacuation's is dropped here, as :meth:`evacuate` does.
 
         :param timeout: seconds to wait for the source's agent.
         :raises MoveError: no move to confirm, or one not claimed yet or
@@ -445,6 +453,13 @@ class Mover:
             raise MoveError("consumer %s: its move (%s) cannot be confirmed%s"
                             % (consumer, move.describe(), "" if move.status ==
                                MoveStatus.REVERTING else ": revert undoes it"))
+        if move.kind == "evacuate":
+            # NOTE: an evacuation interrupted once its new claim held: its
+            # host is down, so nobody there frees its side; done as
+            # evacuate does it.
+            self._drop_evacuated(move)
+            return FinishResult(protocol.apply_move(self.store, move, MoveStep.CONFIRM),
+                                True)
         done = request_release(self.store, move.migration, self.placement,
                                timeout=timeout, poll_interval=self.poll_interval)
         if done.outcome not in ("released", "nothing-in-force", "unknown"):

@@ -433,3 +433,41 @@ def test_an_instance_without_allocation_is_refused_not_left_moving(cloud):
     assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
     assert cloud.store.active_decision(consumer).consumer == consumer
     assert sched.release(consumer, timeout=10).outcome == "released"
+
+
+def test_an_evacuation_interrupted_before_its_end_is_finished_by_confirm(cloud):
+    """The evacuating command killed once the new claim held (before the
+    old allocation was deleted): the re-run skips the instance ("confirm or
+    revert it first"), and confirm finishes it though the host is down:
+    nothing of the instance left on the dead host."""
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    # what `evacuate` does for the instance, up to its new claim; then killed
+    decision = cloud.store.active_decision(consumer)
+    from compute_plugins.request.spec import RequestSpec
+
+    spec = RequestSpec.from_json(decision.spec, mv.plugins).with_decision(None)
+    held = mv._move("evacuate", consumer, decision, spec, allow_source=False, only=None,
+                    timeout=10)
+    assert held.moved and held.move.dest == spare.name
+    again = mv.evacuate(dead.name)
+    assert not again.evacuated and consumer in again.skipped
+
+    done = mv.confirm(consumer, timeout=1)
+    assert done.done, done.waiting
+    assert done.move.status == MoveStatus.CONFIRMED
+    assert cloud.allocations(held.move.migration) == {}
+    assert cloud.usage(dead) == {}
+    assert cloud.store.active_decision(consumer).host == spare.name
+    # back, its agent drops the claim
+    assert cloud.restart(dead).ok
+    settled(cloud)
+    assert not on_host(cloud, dead, consumer) and ledger_keys(dead) == set()
+    check_invariants(cloud)
