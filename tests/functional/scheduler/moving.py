@@ -85,3 +85,28 @@ def on_host(cloud: Cloud, host: Any, consumer: str) -> bool:
         return True
     active = cloud.store.active_decision(consumer)
     return active is not None and active.host == host.name
+
+
+def check_instances(cloud: Cloud, instances: Any) -> None:
+    """Each instance placed once: its claimed decision, and its allocation
+    on that host only; a move in force to confirm holds the source under
+    its migration consumer (decision and allocation on the source only);
+    a move that ended left nothing of its migration consumer."""
+    store = cloud.store
+    for consumer in instances:
+        decision = store.active_decision(consumer)
+        assert decision is not None and decision.status == "claimed", consumer
+        held = cloud.allocations(consumer)
+        assert held and set(held) <= set(cloud.hosts[decision.host].providers), consumer
+        move = store.latest_move(consumer)
+        if move is None:
+            continue
+        source = store.active_decision(move.migration)
+        if move.in_force:
+            assert move.status == "to-confirm" and move.dest == decision.host, move
+            assert source is not None and source.id == move.source_decision, move
+            assert source.host == move.source and source.status == "claimed", move
+            kept = cloud.allocations(move.migration)
+            assert kept and set(kept) <= set(cloud.hosts[move.source].providers), move
+        else:
+            assert source is None and cloud.allocations(move.migration) == {}, move

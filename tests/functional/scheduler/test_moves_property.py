@@ -2,9 +2,11 @@
 revert / release / agent restart over two hosts (hypothesis, derandomized:
 the same sequences every run), the invariants of issue 21 checked after
 every step: Placement's usage on every provider is the sum of the ledgers'
-claims (instance and migration consumers), nothing is held twice, and after
-a confirm, revert or release nothing of the instance is left on the host it
-left."""
+claims (instance and migration consumers), nothing is held twice, each
+instance is claimed and allocated on one host (and its move's migration
+consumer on the source while it is to confirm, nowhere once it ended), and
+after a confirm, revert or release nothing of the instance is left on the
+host it left."""
 
 from __future__ import annotations
 
@@ -16,7 +18,12 @@ from compute_plugins.hoststate.records import MoveStatus
 from compute_plugins.scheduler.moves import MoveError
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud
-from tests.functional.scheduler.moving import check_invariants, mover, on_host
+from tests.functional.scheduler.moving import (
+    check_instances,
+    check_invariants,
+    mover,
+    on_host,
+)
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
 
 #: The ops, the moves and their ends more often than the rest (each op
@@ -142,6 +149,7 @@ def test_random_moves_keep_the_invariants(small_cloud, steps):
         for op, pick in [("boot", 0), ("boot", 1)] + steps:
             driver.run(op, pick)
             check_invariants(small_cloud)
+            check_instances(small_cloud, driver.instances)
     finally:
         driver.clean_up()
 
