@@ -27,6 +27,7 @@ from compute_plugins.hoststate.decisions import _decision, _reasons_text
 from compute_plugins.hoststate.records import (
     ACTIVE,
     MOVE_ACTIVE,
+    DecisionStatus,
     HostDecision,
     MoveRecord,
     MoveStatus,
@@ -150,10 +151,13 @@ class SqlMoves(database.OnDatabase):
             raise errors.MoveStatusConflict(found, step, [s.value for s in sources])
         return found
 
-    def rekey_decision(self, decision_id: int, old: str, new: str) -> HostDecision:
+    def rekey_decision(self, decision_id: int, old: str, new: str,
+                       statuses: Collection[DecisionStatus] = ACTIVE) -> HostDecision:
         """Give the decision in force ``decision_id`` of consumer ``old`` to
-        consumer ``new`` (its id, host, spec and status kept). Done already
-        (the decision is ``new``'s): returned as it is.
+        consumer ``new`` (its id, host, spec and status kept) when its
+        status is one of ``statuses`` (a hand-over: claimed only, never one
+        being released). Done already (the decision is ``new``'s): returned
+        as it is.
 
         :raises DecisionExists: ``new`` has another decision in force.
         :raises DecisionNotFound: no such decision.
@@ -168,7 +172,7 @@ class SqlMoves(database.OnDatabase):
                     sa.update(t_decisions).where(
                         t_decisions.c.id == decision_id,
                         t_decisions.c.consumer == old,
-                        t_decisions.c.status.in_([s.value for s in ACTIVE]))
+                        t_decisions.c.status.in_([s.value for s in statuses]))
                     .values(consumer=new, active_consumer=new,
                             updated_at=database.utcnow())).rowcount)
 

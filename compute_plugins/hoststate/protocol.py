@@ -689,9 +689,10 @@ MOVE_TRANSITIONS: Mapping[MoveStep, MoveTransition] = types.MappingProxyType(
                        "the move recorded; the instance has none in force"),
         MoveTransition(MoveStep.HAND_OVER, (Side.MOVER,), (_MS.PREPARING,),
                        _MS.HANDED_OVER,
-                       "POST /allocations: the source allocation to the migration "
-                       "consumer; the source decision re-keyed to it (its agent "
-                       "re-keys its ledger)"),
+                       "the source decision re-keyed to the migration consumer "
+                       "(from claimed only: a release requested first wins; its "
+                       "agent re-keys its ledger), then POST /allocations: the "
+                       "source allocation to it"),
         MoveTransition(MoveStep.CLAIMED, (Side.MOVER,), (_MS.HANDED_OVER,),
                        _MS.TO_CONFIRM,
                        "the destination's agent claimed the instance's new decision "

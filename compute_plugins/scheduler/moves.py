@@ -299,9 +299,17 @@ class Mover:
             # NOTE: another mover started one since the check
             raise _moving(err.move) from None
         try:
+            # NOTE: the claim first, by compare-and-swap from claimed: a
+            # release that landed since the check wins (nothing moved), and
+            # one that lands after finds nothing of the instance's in force.
+            try:
+                self.store.rekey_decision(decision.id, consumer, migration,
+                                          statuses=(DecisionStatus.CLAIMED,))
+            except errors.HostStateError:
+                raise MoveError("consumer %s is being released: not moved"
+                                % consumer) from None
             held = pmigration.move_allocations(self.placement, consumer, migration,
                                                pmigration.MIGRATION, pmigration.INSTANCE)
-            self.store.rekey_decision(decision.id, consumer, migration)
             move = protocol.apply_move(self.store, move, MoveStep.HAND_OVER)
             scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
                                       poll_interval=self.poll_interval,

@@ -471,3 +471,33 @@ def test_an_evacuation_interrupted_before_its_end_is_finished_by_confirm(cloud):
     settled(cloud)
     assert not on_host(cloud, dead, consumer) and ledger_keys(dead) == set()
     check_invariants(cloud)
+
+
+def test_a_release_between_the_movers_check_and_its_start_wins(cloud, cli):  # noqa: F811
+    """``release`` of the instance landing between the mover's check and
+    the move's start: the hand-over (from claimed only) refuses the claim
+    being released, the move is rolled back (exit 2) and the release done;
+    the instance is not moved to another host instead of being freed."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    store = cloud.store
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    real_start = store.start_move
+    answers = []
+
+    def release_first(migration_id, instance, *args):
+        answers.append(cli("release", "--consumer", instance, "--no-wait"))
+        return real_start(migration_id, instance, *args)
+
+    store.start_move = release_first
+    try:
+        with pytest.raises(MoveError, match="being released") as err:
+            mv.migrate(consumer)
+    finally:
+        del store.start_move
+    assert err.value.exit_code == 2 and answers[0][0] == 0
+    assert store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    settled(cloud)
+    assert store.active_decision(consumer) is None and cloud.allocations(consumer) == {}
+    assert all(cloud.usage(h) == {} for h in cloud.hosts.values())
+    check_invariants(cloud)
