@@ -383,6 +383,11 @@ class Mover:
         return EvacuateResult(host, fenced.record, tuple(moved),
                               FrozenMap(sorted(skipped.items())))
 
+    def _evacuated(self, host: str) -> bool:
+        """Whether ``host`` is fenced by :meth:`evacuate` (not enabled since)."""
+        fence = self.store.disabled_hosts([host]).get(host)
+        return fence is not None and fence.reason == FENCE_REASON
+
     def _drop_evacuated(self, move: MoveRecord) -> MoveRecord:
         """An evacuated instance's side on the host it left (down, fenced):
         its old decision marked releasing (its agent drops the claim when it
@@ -445,7 +450,8 @@ class Mover:
     def confirm(self, consumer: str, timeout: float = 60.0) -> FinishResult:
         """Confirm the instance's move: the source's agent frees the
         migration consumer (its ledger entry, its allocation); an
-        interrupted evacuation's is dropped here, as :meth:`evacuate` does.
+        interrupted evacuation's, or that of a move off a host evacuated
+        since, is dropped here, as :meth:`evacuate` does.
 
         :param timeout: seconds to wait for the source's agent.
         :raises MoveError: no move to confirm, or one not claimed yet or
@@ -461,10 +467,10 @@ class Mover:
             raise MoveError("consumer %s: its move (%s) cannot be confirmed%s"
                             % (consumer, move.describe(), "" if move.status ==
                                MoveStatus.REVERTING else ": revert undoes it"))
-        if move.kind == "evacuate":
-            # NOTE: an evacuation interrupted once its new claim held: its
-            # host is down, so nobody there frees its side; done as
-            # evacuate does it.
+        if move.kind == "evacuate" or self._evacuated(move.source):
+            # NOTE: an evacuation interrupted once its new claim held, or a
+            # move off a host evacuated since: that host is down and
+            # fenced, nobody there frees its side; done as evacuate does.
             self._drop_evacuated(move)
             return FinishResult(protocol.apply_move(self.store, move, MoveStep.CONFIRM),
                                 True)

@@ -501,3 +501,30 @@ def test_a_release_between_the_movers_check_and_its_start_wins(cloud, cli):  # n
     assert store.active_decision(consumer) is None and cloud.allocations(consumer) == {}
     assert all(cloud.usage(h) == {} for h in cloud.hosts.values())
     check_invariants(cloud)
+
+
+def test_a_move_off_a_host_evacuated_since_is_confirmed_without_that_host(cloud):
+    """A migration to confirm, then its source dies and is evacuated (the
+    instance skipped: its move is in force): confirm frees the source's
+    side as evacuate does, instead of waiting for a fenced dead host."""
+    src = cloud.add_host("src", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    dst = cloud.add_host("dst", [cell(4, 4096)], dedicated="0-3")
+    moved = mv.migrate(consumer)
+    assert moved.moved and moved.move.dest == dst.name
+    src.stop()
+    settle = time.monotonic() + 10
+    while src.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    evacuated = mv.evacuate(src.name)
+    assert consumer in evacuated.skipped and not evacuated.moves
+
+    done = mv.confirm(consumer, timeout=1)
+    assert done.done, done.waiting
+    assert cloud.allocations(moved.move.migration) == {} and cloud.usage(src) == {}
+    assert cloud.restart(src).ok
+    settled(cloud)
+    assert not on_host(cloud, src, consumer) and ledger_keys(src) == set()
+    check_invariants(cloud)
