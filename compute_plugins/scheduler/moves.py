@@ -223,11 +223,17 @@ class Mover:
         """The instance's claim, when it may move.
 
         :raises MoveError: unknown (exit 1), not placed (exit 1), moving
-            already, or its decision not claimed (exit 2).
+            already, the migration consumer of a move in force, or its
+            decision not claimed (exit 2).
         """
         moving = self.store.active_move(consumer)
         if moving is not None:
             raise _moving(moving)
+        handed = self.store.get_move(consumer)
+        if handed is not None and handed.in_force:
+            raise MoveError("consumer %s is the migration consumer of a move in force "
+                            "(%s of consumer %s): confirm or revert that move"
+                            % (consumer, handed.describe(), handed.consumer))
         decision = self.store.active_decision(consumer)
         if decision is None:
             latest = self.store.latest_decision(consumer)

@@ -528,3 +528,27 @@ def test_a_move_off_a_host_evacuated_since_is_confirmed_without_that_host(cloud)
     settled(cloud)
     assert not on_host(cloud, src, consumer) and ledger_keys(src) == set()
     check_invariants(cloud)
+
+
+def test_a_moves_migration_consumer_is_not_moved_itself(cloud):
+    """The migration consumer a move printed, given to ``migrate`` or
+    ``resize``: refused (exit 2), nothing changed; the move it belongs to
+    still confirms."""
+    a, b = two_hosts(cloud)
+    cloud.add_host("c", [cell(4, 4096)], dedicated="0-3")
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    moved = mv.migrate(consumer)
+    held = cloud.allocations(moved.move.migration)
+    for attempt in (lambda: mv.migrate(moved.move.migration),
+                    lambda: mv.resize(moved.move.migration,
+                                      spec_of(sched, *pinned(1, 1, 512)))):
+        with pytest.raises(MoveError, match="is the migration consumer of a move in "
+                           "force") as err:
+            attempt()
+        assert err.value.exit_code == 2
+    assert cloud.store.latest_move(moved.move.migration) is None
+    assert cloud.allocations(moved.move.migration) == held
+    assert mv.confirm(consumer, timeout=10).done
+    assert not on_host(cloud, source, consumer) and cloud.usage(source) == {}
+    check_invariants(cloud)
