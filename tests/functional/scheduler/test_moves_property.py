@@ -132,7 +132,7 @@ class Driver:
 SEEN: dict[str, int] = {}
 
 
-@settings(max_examples=2, deadline=None, derandomize=True,
+@settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5)),
