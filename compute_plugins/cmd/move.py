@@ -12,7 +12,8 @@ back.
 Exit codes: 0 moved (to confirm), confirmed or reverted, or done already
 (a line says so), every instance evacuated; 1 no host took the move (or
 one of an evacuation's) (the reasons per host and plugin
-are printed; the instance stays where it was), the consumer is unknown or
+are printed; the instance stays where it was), Placement refused the
+hand-over (rolled back), the consumer is unknown or
 not placed, or a host's agent did not free its side in time (run it
 again); 2 bad input, or a move the instance's state refuses (moving
 already, a ``--host`` that is unknown or disabled, a move being reverted
