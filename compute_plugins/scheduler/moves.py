@@ -478,15 +478,13 @@ class Mover:
             # move off a host evacuated since: that host is down and
             # fenced, nobody there frees its side; done as evacuate does.
             self._drop_evacuated(move)
-            return FinishResult(protocol.apply_move(self.store, move, MoveStep.CONFIRM),
-                                True)
+            return self._end(move, MoveStep.CONFIRM)
         done = request_release(self.store, move.migration, self.placement,
                                timeout=timeout, poll_interval=self.poll_interval)
         if done.outcome not in ("released", "nothing-in-force", "unknown"):
             return FinishResult(move, False, waiting=self._waiting(
                 move.source, done.outcome, timeout))
-        move = protocol.apply_move(self.store, move, MoveStep.CONFIRM)
-        return FinishResult(move, True)
+        return self._end(move, MoveStep.CONFIRM)
 
     def revert(self, consumer: str, timeout: float = 60.0) -> FinishResult:
         """Revert the instance's move (or undo one interrupted before its
@@ -512,8 +510,18 @@ class Mover:
                 return FinishResult(move, False, waiting=self._waiting(
                     dest.host, done.outcome, timeout))
         self._give_back(move)
-        move = protocol.apply_move(self.store, move, MoveStep.REVERT)
-        return FinishResult(move, True)
+        return self._end(move, MoveStep.REVERT)
+
+    def _end(self, move: MoveRecord, step: MoveStep) -> FinishResult:
+        """The final step of a confirm or revert; one that another confirm
+        (or revert) of the move made meanwhile (a retry while the first
+        still waited) is done already."""
+        try:
+            return FinishResult(protocol.apply_move(self.store, move, step), True)
+        except errors.MoveStatusConflict as err:
+            if err.move.status != protocol.MOVE_TRANSITIONS[step].target:
+                raise
+            return FinishResult(err.move, True, already=True)
 
     @staticmethod
     def _waiting(host: str, outcome: str, timeout: float) -> str:

@@ -552,3 +552,41 @@ def test_a_moves_migration_consumer_is_not_moved_itself(cloud):
     assert mv.confirm(consumer, timeout=10).done
     assert not on_host(cloud, source, consumer) and cloud.usage(source) == {}
     check_invariants(cloud)
+
+
+def test_a_confirm_or_revert_that_another_one_finished_meanwhile_is_done_already(
+        cloud, monkeypatch):
+    """Two confirms (or reverts) of the same move at once, as a retry while
+    the first still waits: the one that finishes second says "already"
+    (exit 0), not an error."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.scheduler import moves
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    kept, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    back, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    assert mv.migrate(kept).moved and mv.migrate(back).moved
+    real_release, real_give_back = moves.request_release, mv._give_back
+
+    def release_then_the_other_confirms(store, consumer, *args, **kw):
+        done = real_release(store, consumer, *args, **kw)
+        protocol.apply_move(store, store.get_move(consumer), protocol.MoveStep.CONFIRM)
+        return done
+
+    def give_back_then_the_other_reverts(move):
+        real_give_back(move)
+        protocol.apply_move(cloud.store, move, protocol.MoveStep.REVERT)
+
+    monkeypatch.setattr(moves, "request_release", release_then_the_other_confirms)
+    confirmed = mv.confirm(kept, timeout=10)
+    monkeypatch.setattr(moves, "request_release", real_release)
+    monkeypatch.setattr(mv, "_give_back", give_back_then_the_other_reverts)
+    reverted = mv.revert(back, timeout=10)
+    monkeypatch.undo()
+    assert (confirmed.done, confirmed.already, confirmed.move.status) == (
+        True, True, MoveStatus.CONFIRMED)
+    assert (reverted.done, reverted.already, reverted.move.status) == (
+        True, True, MoveStatus.REVERTED)
+    settled(cloud)
+    check_invariants(cloud)
