@@ -144,7 +144,8 @@ class EvacuateResult:
     :param moves: each instance's move: ``confirmed`` (its new claim holds,
         its allocation on the host deleted) or ``rolled-back`` (no host
         took it: it stays on the dead host, with every host's reasons).
-    :param skipped: consumer -> why it was not moved (a move in force).
+    :param skipped: consumer -> why it was not moved (a move in force, or
+        a move refused and rolled back).
     """
 
     host: str
@@ -379,8 +380,14 @@ class Mover:
                     moving.describe())
                 continue
             spec = RequestSpec.from_json(decision.spec, self.plugins).with_decision(None)
-            result = self._move("evacuate", consumer, decision, spec, allow_source=False,
-                                only=None, timeout=timeout)
+            try:
+                result = self._move("evacuate", consumer, decision, spec,
+                                    allow_source=False, only=None, timeout=timeout)
+            except MoveError as err:
+                # NOTE: refused and rolled back (its allocation gone, its
+                # release requested meanwhile): said, the others moved.
+                skipped[consumer] = str(err)
+                continue
             if result.moved:
                 move = self._drop_evacuated(result.move)
                 result = dataclasses.replace(result, move=protocol.apply_move(

@@ -590,3 +590,30 @@ def test_a_confirm_or_revert_that_another_one_finished_meanwhile_is_done_already
         True, True, MoveStatus.REVERTED)
     settled(cloud)
     check_invariants(cloud)
+
+
+def test_an_instance_evacuate_cannot_move_does_not_stop_the_others(cloud):
+    """One instance on the dead host without its allocation in Placement:
+    evacuate moves the others and says why that one was not (skipped),
+    rather than stopping at it."""
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    instances = [boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))[0]
+                 for _ in range(3)]
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    broken = sorted(instances, key=lambda c: cloud.store.active_decision(c).id)[0]
+    mv.placement.delete_allocations(broken)
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    done = mv.evacuate(dead.name)
+    assert not done.evacuated
+    assert list(done.skipped) == [broken]
+    assert "has no allocation in Placement" in done.skipped[broken]
+    assert {m.move.consumer for m in done.moves} == set(instances) - {broken}
+    for result in done.moves:
+        assert result.move.status == MoveStatus.CONFIRMED
+        assert cloud.store.active_decision(result.move.consumer).host == spare.name
+    assert cloud.store.active_move(broken) is None
