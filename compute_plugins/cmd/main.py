@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 #: Subcommand modules in ``compute_plugins.cmd``, in help order.
 SUBCOMMANDS = ("inventory", "record_host", "report", "validate", "fit", "schedule",
-               "release", "audit", "demo", "placement", "conformance", "host")
+               "release", "move", "audit", "demo", "placement", "conformance", "host")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -14,7 +14,9 @@ back.
 
 Exit codes: 0 released (or requested, with ``--no-wait`` or on a host that
 is down; or nothing was in force), 1 the consumer is unknown or the agent
-did not answer in time, 2 bad usage.
+did not answer in time, 2 bad usage, or the consumer is moving (a resize or
+migration to confirm or revert first) or is the migration consumer of a
+move in force.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from compute_plugins.cmd import arguments
 if TYPE_CHECKING:
     from oslo_config import cfg
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "frees its resources and its Placement allocations",
         uses=("format", "placement_url"),
         unused="the consumer's host is found through Placement")
-    parser.add_argument("--consumer", required=True, type=_consumer, metavar="UUID",
+    parser.add_argument("--consumer", required=True, type=consumer_uuid, metavar="UUID",
                         help="the consumer (instance) uuid")
     parser.add_argument("--timeout", type=arguments.seconds, metavar="S",
                         help="seconds to wait for the host's agent (default: "
@@ -48,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _consumer(text: str) -> str:
+def consumer_uuid(text: str) -> str:
+    """``--consumer``'s type: a uuid, in its canonical form."""
     try:
         return str(uuid.UUID(text))
     except ValueError:
@@ -68,6 +71,20 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     timeout = conf.compute.release_timeout if args.timeout is None else args.timeout
     wait = 0.0 if args.no_wait else timeout
     with HostStateStore.from_config(conf) as store:
+        moving = store.active_move(consumer)
+        if moving is not None:
+            print("compute-plugins: error: consumer %s is moving (%s): confirm or "
+                  "revert it first" % (consumer, moving.describe()), file=sys.stderr)
+            return EXIT_USAGE
+        handed = store.get_move(consumer)
+        if handed is not None and handed.in_force:
+            # NOTE: the source's claim of a move, held by its migration
+            # consumer: freed by confirm (or given back by revert), never
+            # behind the move's back.
+            print("compute-plugins: error: consumer %s is the migration consumer of a "
+                  "move in force (%s): confirm or revert it"
+                  % (consumer, handed.describe()), file=sys.stderr)
+            return EXIT_USAGE
         active = store.active_decision(consumer)
         if active is not None and \
                 protocol.REQUESTER_ON[active.status] is protocol.Move.WITHDRAW:

@@ -40,7 +40,10 @@ again every ``[compute] placement_audit_interval`` seconds
 saw, once; ``compute-plugins audit --fix`` repairs); a
 ledger claim whose decision is no longer in force is forgotten, and its
 allocation deleted only when it is still that claim's
-(:meth:`ComputeAgent._allocation_is_ours`).
+(:meth:`ComputeAgent._allocation_is_ours`). A claim a move gave to another
+consumer (its decision re-keyed to the move's migration consumer, or back:
+:mod:`compute_plugins.scheduler.moves`) is re-keyed in the ledger, never
+freed (:meth:`ComputeAgent._follow_rekeys`).
 
 One agent per host, nothing given twice (issue 20): the node's identity
 (:mod:`compute_plugins.compute.identity`) is checked before anything; the
@@ -63,6 +66,7 @@ store stops the agent (:class:`~compute_plugins.hoststate.errors.StoreCorrupt`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import threading
@@ -196,6 +200,14 @@ def _listed(names: Any, limit: int = 5) -> str:
     if len(items) > limit:
         text += " and %d more" % (len(items) - limit)
     return text
+
+
+def _same_spec(recorded: str, stored: str) -> bool:
+    """Whether a ledger claim's spec and a decision's are the same document."""
+    try:
+        return bool(json.loads(recorded) == json.loads(stored))
+    except ValueError:
+        return False
 
 
 def run_periodic(client: preport.ReportClient, manager: PluginManager,
@@ -909,10 +921,10 @@ class ComputeAgent:
         copied state directory). Only this host's agent makes a decision
         claimed and it records the claim in its ledger first, so the store
         is right: its CPUs and devices must not be published as free."""
+        claimed = self._unfenced.list_decisions(self.host, DecisionStatus.CLAIMED)
+        self._follow_rekeys({d.consumer: d for d in claimed})
         entries = self.ledger.entries()
-        missing = [d for d in self._unfenced.list_decisions(self.host,
-                                                           DecisionStatus.CLAIMED)
-                   if d.consumer not in entries]
+        missing = [d for d in claimed if d.consumer not in entries]
         if missing:
             self._rebuild_ledger(missing, "claims ledger %s lacked %s the host-state "
                                  "store holds as claimed by this host (an older copy "
@@ -1022,7 +1034,18 @@ class ComputeAgent:
 
     def _execute(self, result: AgentResult) -> None:
         claims = self._claims_for_host()
-        for decision in self.store.list_decisions(self.host, DecisionStatus.PENDING):
+        pending = self.store.list_decisions(self.host, DecisionStatus.PENDING)
+        releasing = self.store.list_decisions(self.host, DecisionStatus.RELEASING)
+        held = self.ledger.entries()
+        if any(d.consumer not in held or held[d.consumer].decision_id != d.id
+               for d in releasing) or any(
+                d.consumer in held and held[d.consumer].decision_id != d.id
+                for d in pending):
+            # NOTE: a move may have given a claim to another consumer since
+            # (its hand-over or revert): followed before a release frees the
+            # wrong claim, or a same-host move's claim replaces the source's.
+            self._follow_rekeys(protocol.in_force(self.store, self.host))
+        for decision in pending:
             # NOTE: the new state is published before the claim is
             # answered, so that the scheduler's next read shows it; and
             # again after (a claim undone because the decision was
@@ -1032,8 +1055,25 @@ class ComputeAgent:
             if outcome.note == "" or outcome.claimed:
                 result.store_writes += 1
             self._publish(result)
-        for decision in self.store.list_decisions(self.host, DecisionStatus.RELEASING):
+        for decision in releasing:
             self._release(result, decision.consumer, decision)
+
+    def _follow_rekeys(self, current: dict[str, HostDecision]) -> None:
+        """Re-key the ledger's claims whose decision the store holds in
+        force under another consumer (``current``: consumer -> decision, as
+        :func:`~compute_plugins.hoststate.protocol.in_force`): a move's
+        hand-over gave the instance's source claim to its migration
+        consumer, a revert gives it back. Ledger first: nothing is freed."""
+        held = self.ledger.entries()
+        recorded = {c: e.decision_id for c, e in held.items()}
+        for old, new in sorted(protocol.rekeyed_claims(recorded, current).items()):
+            if self.ledger.get(new) is not None:
+                continue  # NOTE: swapped both ways; the next pass finishes
+            if not _same_spec(held[old].spec_json, current[new].spec):
+                continue  # NOTE: another claim under a reused id (a restored store)
+            self.ledger.rekey(old, new)
+            LOG.info("host %s: the claim of consumer %s (decision %d) is consumer "
+                     "%s's now (a move)", self.host, old, recorded[old], new)
 
     def _release(self, result: AgentResult, consumer: str,
                  decision: Optional[HostDecision],
@@ -1058,6 +1098,8 @@ class ComputeAgent:
         if not held:
             return
         current = protocol.in_force(self.store, self.host)
+        self._follow_rekeys(current)
+        held = self.ledger.entries()
         stale = protocol.stale_claims({c: e.decision_id for c, e in held.items()},
                                       current)
         for consumer in stale:

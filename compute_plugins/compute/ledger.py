@@ -281,6 +281,28 @@ class Ledger:
             self.store_id = store_id
             self.existed = True
 
+    def rekey(self, consumer: str, new: str) -> Optional[LedgerEntry]:
+        """Give the claim of ``consumer`` to consumer ``new`` (a move's
+        hand-over or revert: the same decision, now another consumer's);
+        None when ``consumer`` has no claim. Written before it returns.
+
+        :raises LedgerError: the file cannot be written (nothing changed).
+        :raises ValueError: ``new`` has a claim already.
+        """
+        with self._lock:
+            if consumer not in self._entries:
+                return None
+            if new in self._entries:
+                raise ValueError("consumer %s: its claim cannot be given to %s, "
+                                 "which has one" % (consumer, new))
+            wanted = dict(self._entries)
+            entry = dataclasses.replace(wanted.pop(consumer), consumer=new)
+            wanted[new] = entry
+            self._write_with_lock(wanted)
+            self._entries = wanted
+            self.existed = True
+        return entry
+
     def remove(self, consumer: str) -> Optional[LedgerEntry]:
         """Forget the claim of ``consumer`` (None when it had none); written
         before it returns.

@@ -117,6 +117,14 @@ OPTS = [
         "the same best host: Placement and the host's agent refuse all "
         "but one of such racers, who then try again.",
     ),
+    cfg.BoolOpt(
+        "allow_resize_to_same_host",
+        default=False,
+        help="Whether a resize may pick the host the instance is on (nova's "
+        "option of the same name). The host then needs room for both the old "
+        "and the new flavor until the resize is confirmed or reverted. A "
+        "migration always goes to another host.",
+    ),
     cfg.IntOpt(
         "max_reported_hosts",
         default=3,

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Optional
 
 from compute_plugins import exception
-from compute_plugins.hoststate.records import AgentLease, HostDecision
+from compute_plugins.hoststate.records import AgentLease, HostDecision, MoveRecord
 
 
 class HostStateError(exception.ComputePluginsError):
@@ -284,3 +284,34 @@ class Fenced(HostStateError):
     def lost(self) -> bool:
         """True when the store has no lease at all (it may be taken again)."""
         return self.current is None
+
+
+class MoveExists(HostStateError):
+    """The instance has a move in force already (one at a time).
+
+    :param move: that move.
+    """
+
+    def __init__(self, move: MoveRecord) -> None:
+        self.move = move
+        super().__init__("consumer %s is moving (%s): confirm or revert it first"
+                         % (move.consumer, move.describe()))
+
+
+class MoveStatusConflict(HostStateError):
+    """A move the move protocol refuses (:data:`compute_plugins.hoststate.
+    protocol.MOVE_TRANSITIONS`): the move's status is not one its step
+    starts from.
+
+    :param move: the move as the store holds it now.
+    :param step: the step's name.
+    :param allowed: the statuses it starts from.
+    """
+
+    def __init__(self, move: MoveRecord, step: str, allowed: Iterable[str]) -> None:
+        self.move = move
+        self.step = step
+        self.allowed = tuple(str(a) for a in allowed)
+        super().__init__("%s refused: the %s of consumer %s is %s; %s starts only "
+                         "from %s" % (step, move.kind, move.consumer, move.status.value,
+                                      step, " or ".join(self.allowed)))

@@ -73,6 +73,15 @@ What each side does on each status:
   claim whose decision is no longer in force on the host is freed
   (:func:`stale_claims`); a pending decision the ledger already holds was
   executed before the restart and is answered without executing it again.
+  A claim whose decision is in force under another consumer was re-keyed
+  by a move (:func:`rekeyed_claims`): its ledger entry follows, never freed.
+
+**Moves** (resize, migration: :mod:`compute_plugins.scheduler.moves`) have
+their own record and table, :data:`MOVE_TRANSITIONS` (steps made by the
+mover and the requester, compare-and-swap as here): at a move's hand-over
+the instance's source decision is re-keyed to the move's migration
+consumer, and the destination's claim is a new decision of the instance,
+by the moves above.
 """
 
 from __future__ import annotations
@@ -86,7 +95,14 @@ from typing import Any, Optional
 from oslo_log import log as logging
 
 from compute_plugins.hoststate import errors
-from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
+from compute_plugins.hoststate.records import (
+    ACTIVE,
+    MOVE_ACTIVE,
+    DecisionStatus,
+    HostDecision,
+    MoveRecord,
+    MoveStatus,
+)
 from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.plugin.contract import Rejection
 
@@ -110,6 +126,9 @@ class Side(enum.StrEnum):
     REQUESTER = "requester"
     #: ``compute-plugins audit --fix``: ends work nobody else will end.
     AUDITOR = "auditor"
+    #: ``compute-plugins resize`` / ``migrate``: moves an instance
+    #: (:data:`MOVE_TRANSITIONS`).
+    MOVER = "mover"
 
 
 class Move(enum.StrEnum):
@@ -148,9 +167,7 @@ class Transition:
         """Whether the move is legal from ``status``: the decision's status,
         or for a submit the status of the consumer's latest decision (None:
         it has none)."""
-        if not self.sources:
-            return status is None or status not in ACTIVE
-        return status in self.sources
+        return _starts_from(self.sources, status, ACTIVE)
 
 
 #: The protocol's table, move -> transition (see the module docstring).
@@ -177,6 +194,14 @@ TRANSITIONS: Mapping[Move, Transition] = types.MappingProxyType({t.move: t for t
                "pending past a grace period (its scheduler stopped, its host "
                "does not answer): withdrawn, its allocation freed"),
 )})
+
+
+def _starts_from(sources: tuple[Any, ...], status: Any, active: frozenset[Any]) -> bool:
+    """Whether a row starting from ``sources`` is legal from ``status``: ()
+    makes a new record, legal when none is in force (``active``)."""
+    if not sources:
+        return status is None or status not in active
+    return status in sources
 
 
 def legal(move: Move | str, status: Optional[DecisionStatus]) -> bool:
@@ -586,15 +611,142 @@ def stale_claims(recorded: Mapping[str, int],
     """Agent, reconciling: the consumers whose ledger claim (``recorded``:
     consumer -> decision id) is not their decision in force on the host
     (``current``, :func:`in_force`): released or withdrawn by another path,
-    purged, or replaced by a newer decision. Their claims are freed."""
+    purged, or replaced by a newer decision. Their claims are freed.
+
+    A claim whose decision is in force under another consumer is not stale:
+    a move gave it to its migration consumer (or back): re-keyed first
+    (:func:`rekeyed_claims`), never freed."""
+    moved = rekeyed_claims(recorded, current)
     return [consumer for consumer, decision_id in recorded.items()
-            if consumer not in current or current[consumer].id != decision_id]
+            if consumer not in moved
+            and (consumer not in current or current[consumer].id != decision_id)]
 
 
-__all__ = ["CANCEL_REASON", "HELD_BY_HOST", "REQUESTER_ON", "SCHEDULER_ON_ANSWER",
-           "TRANSITIONS", "Answer", "ClaimStep", "Move", "Outcome", "Side",
-           "Transition", "apply", "cancel", "cancelled_since", "claim", "expire",
-           "in_doubt", "in_force", "legal",
+def rekeyed_claims(recorded: Mapping[str, int],
+                   current: Mapping[str, HostDecision]) -> dict[str, str]:
+    """Agent: the ledger's claims whose decision is in force on the host
+    under another consumer (a move's hand-over gave the instance's source
+    claim to its migration consumer; a revert gives it back): ledger
+    consumer -> the consumer the store says. Only a claimed or releasing
+    decision is a re-keyed claim: a pending one with the same id is a new
+    decision of a store that reused ids (restored from a backup)."""
+    by_id = {d.id: consumer for consumer, d in current.items()
+             if d.status in HELD_BY_HOST}
+    return {consumer: by_id[decision_id] for consumer, decision_id in recorded.items()
+            if decision_id in by_id and by_id[decision_id] != consumer}
+
+
+# -- moves -------------------------------------------------------------------
+
+class MoveStep(enum.StrEnum):
+    """The steps of the move protocol (:data:`MOVE_TRANSITIONS`)."""
+
+    START = "start"
+    HAND_OVER = "hand-over"
+    CLAIMED = "dest-claimed"
+    ROLL_BACK = "roll-back"
+    REQUEST_CONFIRM = "request-confirm"
+    CONFIRM = "confirm"
+    REQUEST_REVERT = "request-revert"
+    REVERT = "revert"
+    EVACUATED = "evacuated"
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveTransition:
+    """One row of the move protocol's table (as :class:`Transition`).
+
+    :param step: the step.
+    :param sides: who makes it.
+    :param sources: the statuses it starts from; () for :attr:`MoveStep.START`
+        (the instance has no move in force).
+    :param target: the status it ends in.
+    :param meaning: what it does, in Placement, the store and the ledgers.
+    """
+
+    step: MoveStep
+    sides: tuple[Side, ...]
+    sources: tuple[MoveStatus, ...]
+    target: MoveStatus
+    meaning: str
+
+    def allows(self, status: Optional[MoveStatus]) -> bool:
+        """Whether the step is legal from ``status`` (for a start: the
+        status of the instance's latest move, None: it has none)."""
+        return _starts_from(self.sources, status, MOVE_ACTIVE)
+
+
+_MS = MoveStatus
+#: The move protocol's table, step -> transition. Each step is one
+#: compare-and-swap of the move's status, made after the writes it names
+#: (each checked before it is made again: a re-run skips what is done).
+#: The destination's claim is a decision as any (:data:`TRANSITIONS`: submit,
+#: claim or reject by the destination's agent); the source's release at
+#: confirm too (request-release, release by the source's agent).
+MOVE_TRANSITIONS: Mapping[MoveStep, MoveTransition] = types.MappingProxyType(
+    {t.step: t for t in (
+        MoveTransition(MoveStep.START, (Side.MOVER,), (), _MS.PREPARING,
+                       "the move recorded; the instance has none in force"),
+        MoveTransition(MoveStep.HAND_OVER, (Side.MOVER,), (_MS.PREPARING,),
+                       _MS.HANDED_OVER,
+                       "the source decision re-keyed to the migration consumer "
+                       "(from claimed only: a release requested first wins; its "
+                       "agent re-keys its ledger), then POST /allocations: the "
+                       "source allocation to it"),
+        MoveTransition(MoveStep.CLAIMED, (Side.MOVER,), (_MS.HANDED_OVER,),
+                       _MS.TO_CONFIRM,
+                       "the destination's agent claimed the instance's new decision "
+                       "(its allocation written by the scheduler): to confirm"),
+        MoveTransition(MoveStep.ROLL_BACK, (Side.MOVER,),
+                       (_MS.PREPARING, _MS.HANDED_OVER), _MS.ROLLED_BACK,
+                       "no host took it: POST /allocations back to the instance, "
+                       "the source decision re-keyed back; the reasons recorded"),
+        MoveTransition(MoveStep.REQUEST_CONFIRM, (Side.REQUESTER,), (_MS.TO_CONFIRM,),
+                       _MS.CONFIRMING,
+                       "the source's agent is asked to release the migration "
+                       "consumer (ledger, allocation)"),
+        MoveTransition(MoveStep.CONFIRM, (Side.REQUESTER,), (_MS.CONFIRMING,),
+                       _MS.CONFIRMED, "the source's agent released it: final"),
+        MoveTransition(MoveStep.REQUEST_REVERT, (Side.REQUESTER,),
+                       (_MS.PREPARING, _MS.HANDED_OVER, _MS.TO_CONFIRM),
+                       _MS.REVERTING,
+                       "the destination's agent is asked to release the instance's "
+                       "new decision (ledger, allocation); an interrupted move is "
+                       "undone the same way"),
+        MoveTransition(MoveStep.REVERT, (Side.REQUESTER,), (_MS.REVERTING,),
+                       _MS.REVERTED,
+                       "POST /allocations back to the instance, the source decision "
+                       "re-keyed back (its agent re-keys its ledger): final"),
+        MoveTransition(MoveStep.EVACUATED, (Side.MOVER,), (_MS.TO_CONFIRM,),
+                       _MS.CONFIRMED,
+                       "evacuate: the new claim holds; the migration consumer's "
+                       "allocation on the dead host deleted, its decision "
+                       "releasing (its agent drops it when it comes back): final"),
+    )})
+
+
+def apply_move(store: Any, move: MoveRecord, step: MoveStep | str,
+               **fields: Any) -> MoveRecord:
+    """Make ``step`` on ``move``: one compare-and-swap of the store
+    (:meth:`~compute_plugins.hoststate.moves.SqlMoves.swap_move_status`).
+
+    :raises MoveStatusConflict: the move is in a status the step does not
+        start from.
+    """
+    transition = MOVE_TRANSITIONS[MoveStep(step)]
+    if not transition.sources:
+        raise ValueError("%s records a new move: use start_move()" % transition.step)
+    result: MoveRecord = store.swap_move_status(
+        move.migration, transition.sources, transition.target,
+        step=transition.step.value, **fields)
+    return result
+
+
+__all__ = ["CANCEL_REASON", "HELD_BY_HOST", "MOVE_TRANSITIONS", "REQUESTER_ON",
+           "SCHEDULER_ON_ANSWER", "TRANSITIONS", "Answer", "ClaimStep", "Move",
+           "MoveStep", "MoveTransition", "Outcome", "Side",
+           "Transition", "apply", "apply_move", "cancel", "cancelled_since", "claim",
+           "expire", "in_doubt", "in_force", "legal", "rekeyed_claims",
            "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
            "withdraw", "withdraw_host_down"]

@@ -181,5 +181,77 @@ def down_reason(host: str, expired_at: datetime.datetime | None) -> str:
         host, "?" if expired_at is None else utc_words(expired_at))
 
 
-__all__ = ["ACTIVE", "AgentLease", "DecisionStatus", "HostDecision", "HostDisabled",
-           "HostSnapshot", "HostStatus", "PublishResult", "down_reason", "utc_words"]
+class MoveStatus(enum.StrEnum):
+    """Where a move of an instance between hosts stands (the moves between
+    them: :data:`compute_plugins.hoststate.protocol.MOVE_TRANSITIONS`)."""
+
+    #: Recorded; Placement not written yet.
+    PREPARING = "preparing"
+    #: The source's allocation and claim belong to the migration consumer.
+    HANDED_OVER = "handed-over"
+    #: The destination claimed: nova's ``VERIFY_RESIZE``, "resized, to confirm".
+    TO_CONFIRM = "to-confirm"
+    CONFIRMING = "confirming"
+    REVERTING = "reverting"
+    #: Final: the source freed, the instance on the destination.
+    CONFIRMED = "confirmed"
+    #: Final: the destination freed, the instance back on its source claim.
+    REVERTED = "reverted"
+    #: Final: no host took it; the instance kept its source claim.
+    ROLLED_BACK = "rolled-back"
+
+
+#: Statuses of a move in force: its instance cannot start another.
+MOVE_ACTIVE = frozenset({MoveStatus.PREPARING, MoveStatus.HANDED_OVER,
+                         MoveStatus.TO_CONFIRM, MoveStatus.CONFIRMING,
+                         MoveStatus.REVERTING})
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveRecord:
+    """A move of an instance (resize, migration) as the store holds it.
+
+    :param id: its id in the store.
+    :param migration: the migration consumer: it holds the source's
+        allocation and claim while the move is in force.
+    :param consumer: the instance.
+    :param kind: ``resize``, ``migrate``, ``live-migrate`` or ``evacuate``.
+    :param source: the host it leaves.
+    :param dest: the host that claimed it (None until one did).
+    :param status: see :class:`MoveStatus`.
+    :param source_decision: the instance's claim on the source.
+    :param dest_decision: the destination's claim (None until made).
+    :param spec: the move's RequestSpec (``to_json()``).
+    :param reasons: why no host took it (rolled back), else ().
+    :param created_at: when it started (naive UTC).
+    :param updated_at: when its status last changed (naive UTC).
+    """
+
+    id: int
+    migration: str
+    consumer: str
+    kind: str
+    source: str
+    dest: str | None
+    status: MoveStatus
+    source_decision: int
+    dest_decision: int | None
+    spec: str
+    reasons: tuple[Rejection, ...]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+    @property
+    def in_force(self) -> bool:
+        return self.status in MOVE_ACTIVE
+
+    def describe(self) -> str:
+        """``resize from host S to host D (to-confirm)``."""
+        return "%s from host %s%s (%s)" % (
+            self.kind, self.source, " to host %s" % self.dest if self.dest else "",
+            self.status.value)
+
+
+__all__ = ["ACTIVE", "MOVE_ACTIVE", "AgentLease", "DecisionStatus", "HostDecision",
+           "HostDisabled", "HostSnapshot", "HostStatus", "MoveRecord", "MoveStatus",
+           "PublishResult", "down_reason", "utc_words"]

@@ -23,8 +23,9 @@ from sqlalchemy.dialects import mysql
 #: 2: ``hoststate_version.version`` is its primary key. 3: the store's
 #: identity (``hoststate_store``) and the agents' leases
 #: (``hoststate_leases``). 4: the hosts an operator disabled
-#: (``hoststate_disabled``).
-SCHEMA_VERSION = 4
+#: (``hoststate_disabled``). 5: the moves of instances between hosts
+#: (``hoststate_moves``).
+SCHEMA_VERSION = 5
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -141,11 +142,42 @@ disabled = sa.Table(
     **_MYSQL,
 )
 
+#: One row per move of an instance (resize, migration: :mod:`compute_plugins.
+#: hoststate.moves`). ``migration`` is the migration consumer (it holds the
+#: source's allocation and claim during the move), ``consumer`` the
+#: instance's; ``active_consumer`` is the instance while the move is in force
+#: and NULL once it ended (unique: one move in force per instance).
+#: ``source_decision`` is the instance's claim on the source (re-keyed to the
+#: migration consumer during the move), ``dest_decision`` the destination's
+#: claim once made. ``spec`` is the move's RequestSpec (to_json), ``reasons``
+#: why a move found no host (JSON, as the decisions').
+moves = sa.Table(
+    "hoststate_moves", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+              primary_key=True, autoincrement=True),
+    sa.Column("migration", sa.String(36), nullable=False, unique=True),
+    sa.Column("consumer", sa.String(36), nullable=False, index=True),
+    sa.Column("active_consumer", sa.String(36), nullable=True, unique=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("source", sa.String(255), nullable=False),
+    sa.Column("dest", sa.String(255), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("source_decision", sa.BigInteger, nullable=False),
+    sa.Column("dest_decision", sa.BigInteger, nullable=True),
+    sa.Column("spec", _TEXT, nullable=False),
+    sa.Column("reasons", _TEXT, nullable=True),
+    sa.Column("created_at", _TIME, nullable=False),
+    sa.Column("updated_at", _TIME, nullable=False),
+    **_MYSQL,
+)
+
 #: The tables besides ``hoststate_version``, in creation order.
-DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases, disabled)
+DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases, disabled,
+               moves)
 
 #: Older schema version -> the tables it lacks: opening such a store
 #: creates them (portable ``CREATE TABLE``; no column changes) and
 #: records :data:`SCHEMA_VERSION`. A version not listed here is refused
 #: (:class:`~compute_plugins.hoststate.errors.SchemaVersionMismatch`).
-UPGRADES = {2: (store_identity, leases, disabled), 3: (disabled,)}
+UPGRADES = {2: (store_identity, leases, disabled, moves), 3: (disabled, moves),
+            4: (moves,)}

@@ -24,12 +24,14 @@ from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
 from compute_plugins.hoststate.decisions import SqlDecisionQueue
 from compute_plugins.hoststate.hosts import SqlHostPublication
+from compute_plugins.hoststate.moves import SqlMoves
 from compute_plugins.hoststate.transport import HostStateTransport, HostWakeups
 
 
-class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases):
+class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMoves):
     """The host-state store on one database: host publication, the
-    decision queue, and the agents' leases (:mod:`.agents`).
+    decision queue, the agents' leases (:mod:`.agents`) and the moves of
+    instances between hosts (:mod:`.moves`).
 
     :param connection: an SQLAlchemy URL; see :class:`Database` for the
         kinds, what opening checks and what it raises.

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from compute_plugins import hoststate
-from compute_plugins.hoststate import database, protocol, schema
+from compute_plugins.hoststate import database, errors, protocol, schema
 from compute_plugins.plugin.contract import Rejection
 from tests.unit.hoststate.workers import check_round, doc, publish_round
 
@@ -927,6 +927,7 @@ class TestAgentLeases:
         engine = sa.create_engine(empty_url)
         try:
             with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_moves"))
                 conn.execute(sa.text("DROP TABLE hoststate_disabled"))
                 conn.execute(sa.update(schema.version).values(version=3))
         finally:
@@ -941,9 +942,32 @@ class TestAgentLeases:
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
-                    hoststate.SCHEMA_VERSION] == [4]
+                    hoststate.SCHEMA_VERSION] == [5]
         finally:
             engine.dispose()
+
+    def test_a_version_4_store_with_a_claim_is_upgraded_and_moves_it(self, empty_url):
+        instance = "00000000-0000-0000-0000-00000000000c"
+        migration = "00000000-0000-0000-0000-00000000000a"
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            decision = protocol.claim(s, s.submit_decision(instance, "h1", SPEC).id)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_moves"))
+                conn.execute(sa.update(schema.version).values(version=4))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.active_decision(instance) == decision
+            assert s.moves_in_force() == []
+            move = s.start_move(migration, instance, "migrate", "h1", decision.id, SPEC)
+            assert s.rekey_decision(decision.id, instance, migration).consumer == migration
+            assert s.moves_in_force() == [move] and s.active_move(instance) == move
+            with pytest.raises(errors.MoveExists):
+                s.start_move("00000000-0000-0000-0000-00000000000b", instance, "resize",
+                             "h1", decision.id, SPEC)
 
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
@@ -951,6 +975,7 @@ class TestAgentLeases:
         engine = sa.create_engine(empty_url)
         try:
             with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_moves"))
                 conn.execute(sa.text("DROP TABLE hoststate_disabled"))
                 conn.execute(sa.text("DROP TABLE hoststate_leases"))
                 conn.execute(sa.text("DROP TABLE hoststate_store"))

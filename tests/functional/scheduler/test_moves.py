@@ -1,0 +1,619 @@
+"""Resize, migration, confirm and revert (issue 21) against real Placement
+(embedded), a real host-state store and each host's real agent running
+(:mod:`tests.functional.scheduler.cloud`): Placement's consumers as nova
+keeps them (the migration consumer on the source, the instance on the
+destination), both ledgers, and the invariants after every step."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from compute_plugins.hoststate.records import MoveStatus
+from compute_plugins.scheduler import audit, liveness
+from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.moving import (
+    check_invariants,
+    ledger_keys,
+    mover,
+    on_host,
+    settled,
+)
+from tests.functional.scheduler.test_host_disable import cli  # noqa: F401 - fixture
+from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
+
+
+def two_hosts(cloud):
+    a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("b", [cell(4, 4096)], dedicated="0-3")
+    return a, b
+
+
+def boot(cloud, sched, spec):
+    consumer = new_consumer()
+    result = sched.schedule(spec, consumer, "p", "u")
+    assert result.placed, result.reasons
+    return consumer, cloud.hosts[result.host]
+
+
+def test_resize_to_another_host_then_confirm(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    before = cloud.allocations(consumer)
+
+    moved = mv.resize(consumer, spec_of(sched, *pinned(1, 3, 2048)))
+    assert moved.moved, moved.schedule.reasons
+    move = moved.move
+    assert (move.kind, move.source, move.dest, move.status) == (
+        "resize", source.name, dest.name, MoveStatus.TO_CONFIRM)
+    # Placement as nova: the migration consumer holds the source's
+    # allocation, the instance the destination's (the new flavor's)
+    assert cloud.allocations(move.migration) == before
+    after = cloud.allocations(consumer)
+    assert set(after) <= set(dest.providers)
+    assert sum(r.get("PCPU", 0) for r in after.values()) == 3
+    # both ledgers: the source's claim is the migration consumer's now
+    settled(cloud)
+    assert ledger_keys(source) == {move.migration}
+    assert ledger_keys(dest) == {consumer}
+    check_invariants(cloud)
+    # the audit agrees: each consumer's allocation is its decision's
+    assert audit.audit(mv.placement, cloud.store, {}) == []
+    # a second move of a moving instance, and its release, are refused
+    with pytest.raises(MoveError, match="is moving already .*resize from host %s to "
+                       "host %s \\(to-confirm\\)" % (source.name, dest.name)) as err:
+        mv.migrate(consumer)
+    assert err.value.exit_code == 2
+
+    done = mv.confirm(consumer, timeout=10)
+    assert done.done and not done.already
+    assert done.move.status == MoveStatus.CONFIRMED
+    assert cloud.allocations(move.migration) == {}
+    assert not on_host(cloud, source, consumer) and ledger_keys(source) == set()
+    assert cloud.usage(source) == {}
+    check_invariants(cloud)
+    again = mv.confirm(consumer, timeout=10)
+    assert again.done and again.already
+    # the instance is released as any, from its new host
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
+    assert cloud.usage(dest) == {}
+
+
+def test_migrate_then_revert_gives_the_source_claim_back(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    original = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+
+    moved = mv.migrate(consumer)
+    assert moved.moved and moved.move.dest == dest.name
+    check_invariants(cloud)
+
+    done = mv.revert(consumer, timeout=10)
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(moved.move.migration) == {}
+    assert not on_host(cloud, dest, consumer) and cloud.usage(dest) == {}
+    # the original claim, the same decision, the instance's again
+    assert cloud.store.active_decision(consumer) == cloud.store.get_decision(original.id)
+    assert cloud.store.active_decision(consumer).consumer == consumer
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    assert source.agent.ledger.get(consumer).decision_id == original.id
+    check_invariants(cloud)
+    assert mv.revert(consumer, timeout=10).already
+    with pytest.raises(MoveError, match="ended reverted: nothing to confirm"):
+        mv.confirm(consumer)
+
+
+def test_resize_to_the_same_host_only_when_allowed(cloud):
+    only = cloud.add_host("only", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    bigger = spec_of(sched, *pinned(1, 2, 1024))
+
+    refused = mover(cloud).resize(consumer, bigger)
+    assert not refused.moved and refused.move.status == MoveStatus.ROLLED_BACK
+    assert [r.reason for h in refused.schedule.reasons for r in h.reasons
+            if h.host == only.name][0].startswith("the instance is on this host")
+    check_invariants(cloud)
+    assert cloud.store.active_decision(consumer).consumer == consumer
+
+    moved = mover(cloud, allow_resize_to_same_host=True).resize(consumer, bigger)
+    assert moved.moved and moved.move.dest == only.name
+    settled(cloud)
+    # the host holds both until confirm, as in nova
+    assert ledger_keys(only) == {consumer, moved.move.migration}
+    assert sum(r.get("PCPU", 0) for r in cloud.usage(only).values()) == 3
+    check_invariants(cloud)
+    assert mover(cloud).confirm(consumer, timeout=10).done
+    settled(cloud)
+    assert ledger_keys(only) == {consumer}
+    assert sum(r.get("PCPU", 0) for r in cloud.usage(only).values()) == 2
+    check_invariants(cloud)
+
+
+def test_a_flavor_that_fits_nowhere_changes_nothing(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    result = mv.resize(consumer, spec_of(sched, *pinned(1, 8, 1024)))
+    assert not result.moved and result.move.status == MoveStatus.ROLLED_BACK
+    assert {h.host for h in result.schedule.reasons} == {a.name, b.name}
+    assert all(h.reasons for h in result.schedule.reasons)
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(result.move.migration) == {}
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
+    # the instance may move again (no move in force)
+    assert mv.migrate(consumer).moved
+
+
+def test_bad_input_is_one_line_and_changes_nothing(cloud, cli):  # noqa: F811
+    a, b = two_hosts(cloud)
+    sched = cloud.scheduler()
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    other = b if source is a else a
+    unknown = new_consumer()
+    assert cli("migrate", "--consumer", unknown) == (
+        1, "", "compute-plugins: error: consumer %s: no decision was ever made for "
+        "it\n" % unknown)
+    assert cli("confirm", "--consumer", consumer) == (
+        1, "", "compute-plugins: error: consumer %s: no move to confirm (it never "
+        "moved)\n" % consumer)
+    assert cli("migrate", "--consumer", consumer, "--host", "nowhere") == (
+        2, "", "compute-plugins: error: host nowhere is not in the host-state store "
+        "(no agent published it)\n")
+    assert cli("migrate", "--consumer", consumer, "--host", source.name)[0] == 2
+    cloud.store.disable_host(other.name, "firmware", "ops@desk")
+    assert cli("migrate", "--consumer", consumer, "--host", other.name) == (
+        2, "", "compute-plugins: error: host %s is disabled: firmware\n" % other.name)
+    assert cloud.store.latest_move(consumer) is None
+    check_invariants(cloud)
+    cloud.store.enable_host(other.name)
+
+    code, out, err = cli("migrate", "--consumer", consumer, "--host", other.name,
+                         "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert (doc["status"], doc["source"], doc["dest"]) == ("to-confirm", source.name,
+                                                            other.name)
+    code, out, err = cli("release", "--consumer", consumer)
+    assert (code, out) == (2, "")
+    assert "is moving (migrate from host %s to host %s (to-confirm)): confirm or " \
+        "revert it first" % (source.name, other.name) in err
+    code, out, err = cli("confirm", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out.startswith("consumer %s: migrate confirmed: host %s freed"
+                          % (consumer, source.name))
+    code, out, err = cli("confirm", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out == ("consumer %s: already confirmed (migrate from host %s to host %s "
+                   "(confirmed)); nothing changed" % (consumer, source.name, other.name))
+    assert cli("revert", "--consumer", consumer)[0] == 2
+    check_invariants(cloud)
+
+
+def test_live_migration_yields_the_destinations_pinning(cloud):
+    a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
+    b = cloud.add_host("b", [cell(4, 4096)], dedicated="0-3")
+    sched, mv = cloud.scheduler(), mover(cloud)
+    # a first guest takes its host's first CPUs; the second goes to the
+    # other host and migrates onto the first's: its pinning there differs
+    first, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    assert source.name != cloud.store.active_decision(first).host
+    dest = b if source is a else a
+    moved = mv.migrate(consumer, live=True)
+    assert moved.moved and moved.move.kind == "live-migrate"
+    xml = moved.guest_xml
+    assert xml is not None and "instance-%s" % consumer in xml
+    dest_cpus = sorted(h for part in moved.schedule.spec.decision.assignments[
+        "numa"].cells for h in part.pinning.values())
+    source_entry = source.agent.ledger.entries()
+    assert dest_cpus == [2, 3]
+    for cpu in dest_cpus:
+        assert 'cpuset="%d"' % cpu in xml
+    assert source_entry  # the source's claim kept until confirm
+    check_invariants(cloud)
+    assert mv.confirm(consumer, timeout=10).done
+    assert not on_host(cloud, source, consumer)
+    assert on_host(cloud, dest, consumer)
+    check_invariants(cloud)
+
+
+def test_a_source_agent_stopped_during_the_move_rekeys_its_ledger_on_restart(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    source.stop()
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    # the stopped agent's ledger still names the instance; its restart
+    # (a new agent, the ledger read from disk) re-keys it, frees nothing
+    assert ledger_keys(source) == {consumer}
+    result = cloud.restart(source)
+    assert result.ok and not result.releases
+    assert ledger_keys(source) == {moved.move.migration}
+    check_invariants(cloud)
+    assert mv.revert(consumer, timeout=10).done
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
+
+
+class RacingWriter:
+    """The real Placement client, except that before its first ``POST
+    /allocations`` another writer rewrites the instance's allocation (same
+    resources, a new consumer generation): Placement's 409, for real."""
+
+    def __init__(self, client, consumer):
+        self._client = client
+        self._consumer = consumer
+        self.conflicts = 0
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def post(self, path, body=None, **kw):
+        if path == "/allocations" and not self.conflicts:
+            held = self._client.get("/allocations/%s" % self._consumer)
+            self._client.put("/allocations/%s" % self._consumer, {
+                "allocations": {rp: {"resources": a["resources"]}
+                                for rp, a in held["allocations"].items()},
+                "project_id": held["project_id"], "user_id": held["user_id"],
+                "consumer_generation": held["consumer_generation"],
+                "consumer_type": "INSTANCE"})
+            self.conflicts += 1
+        return self._client.post(path, body, **kw)
+
+
+def test_a_consumer_generation_conflict_is_read_again_and_retried(cloud):
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    mv.placement = racing = RacingWriter(mv.placement, consumer)
+    moved = mv.migrate(consumer)
+    assert racing.conflicts == 1 and moved.moved
+    assert cloud.allocations(moved.move.migration) == before
+    check_invariants(cloud)
+
+
+def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    # the mover's first steps, then it is killed (nothing offered to a host)
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    check_invariants(cloud)
+    with pytest.raises(MoveError, match="is moving already"):
+        mv.migrate(consumer)
+    with pytest.raises(MoveError, match="cannot be confirmed: revert undoes it"):
+        mv.confirm(consumer)
+
+    done = mv.revert(consumer, timeout=10)
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).id == decision.id
+    settled(cloud)
+    assert ledger_keys(source) == {consumer}
+    check_invariants(cloud)
+    assert mv.migrate(consumer).moved
+
+
+def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return(
+        cloud, cli):  # noqa: F811
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched = cloud.scheduler()
+    on_dead = [boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))[0]
+               for _ in range(2)]
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    # an up host is refused, nothing changed
+    code, out, err = cli("evacuate", "--host", dead.name)
+    assert (code, out) == (2, "")
+    assert "host %s is not down" % dead.name in err
+    assert cloud.store.disabled_hosts() == {}
+
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    code, out, err = cli("evacuate", "--host", dead.name, "--format", "json")
+    assert (code, err) == (0, ""), out
+    doc = json.loads(out)
+    assert doc["fence"]["reason"] == FENCE_REASON
+    assert sorted(i["consumer"] for i in doc["instances"]) == sorted(on_dead)
+    assert {(i["status"], i["dest"]) for i in doc["instances"]} == {
+        ("confirmed", spare.name)}
+    for item in doc["instances"]:
+        # the instance on the spare host; nothing of it in Placement on the dead one
+        assert cloud.store.active_decision(item["consumer"]).host == spare.name
+        assert cloud.allocations(item["migration"]) == {}
+        assert set(cloud.allocations(item["consumer"])) <= set(spare.providers)
+    assert cloud.usage(dead) == {}
+    assert dead.name in cloud.store.disabled_hosts()
+    # the dead agent's ledger still holds its claims; back, it drops them
+    assert len(dead.agent.ledger.entries()) == 2
+    result = cloud.restart(dead)
+    assert result.ok
+    settled(cloud)
+    assert ledger_keys(dead) == set()
+    check_invariants(cloud)
+    # fenced until an operator enables it
+    assert dead.name in cloud.store.disabled_hosts()
+    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
+                          "u").host == spare.name
+
+
+def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again(
+        cloud, cli):  # noqa: F811
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    dest = cloud.hosts[moved.move.dest]
+    dest.stop()
+    code, out, err = cli("revert", "--consumer", consumer, "--timeout", "0.3")
+    assert (code, out) == (1, "")
+    assert err == ("compute-plugins: error: consumer %s: revert requested, not "
+                   "finished: host %s's agent did not free its side within 0.3 s (is "
+                   "it running?); run it again\n" % (consumer, dest.name))
+    assert cloud.store.active_move(consumer).status == MoveStatus.REVERTING
+    # nothing given back yet: the destination still holds its claim
+    assert set(cloud.allocations(consumer)) <= set(dest.providers)
+    # its agent back (a restart: the ledger read from disk), the revert re-run
+    cloud.restart(dest)
+    code, out, err = cli("revert", "--consumer", consumer)
+    assert (code, err) == (0, "")
+    assert out == ("consumer %s: migrate reverted: host %s freed; the instance keeps "
+                   "its claim on host %s" % (consumer, dest.name, source.name))
+    assert cloud.allocations(consumer) == before
+    assert not on_host(cloud, dest, consumer)
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_the_migration_consumer_is_not_released_behind_the_move(cloud, cli):  # noqa: F811
+    """``release`` of the migration consumer a move printed would free the
+    source behind the move (its revert then has nothing to give back):
+    refused as the instance's release is, nothing changed."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    code, out, err = cli("release", "--consumer", moved.move.migration)
+    assert (code, out) == (2, "")
+    assert err == ("compute-plugins: error: consumer %s is the migration consumer of "
+                   "a move in force (%s): confirm or revert it\n"
+                   % (moved.move.migration, moved.move.describe()))
+    assert cloud.allocations(moved.move.migration) == before
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.allocations(consumer) == before
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_an_instance_without_allocation_is_refused_not_left_moving(cloud):
+    """Its allocation gone from Placement (deleted behind its back): the
+    move is refused in one line and rolled back; the instance is not left
+    with a move in force nobody can end."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    mv.placement.delete_allocations(consumer)
+    with pytest.raises(MoveError, match="has no allocation in Placement") as err:
+        mv.migrate(consumer)
+    assert err.value.exit_code == 1
+    assert cloud.store.active_move(consumer) is None
+    assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    assert cloud.store.active_decision(consumer).consumer == consumer
+    assert sched.release(consumer, timeout=10).outcome == "released"
+
+
+def test_an_evacuation_interrupted_before_its_end_is_finished_by_confirm(cloud):
+    """The evacuating command killed once the new claim held (before the
+    old allocation was deleted): the re-run skips the instance ("confirm or
+    revert it first"), and confirm finishes it though the host is down:
+    nothing of the instance left on the dead host."""
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    # what `evacuate` does for the instance, up to its new claim; then killed
+    decision = cloud.store.active_decision(consumer)
+    from compute_plugins.request.spec import RequestSpec
+
+    spec = RequestSpec.from_json(decision.spec, mv.plugins).with_decision(None)
+    held = mv._move("evacuate", consumer, decision, spec, allow_source=False, only=None,
+                    timeout=10)
+    assert held.moved and held.move.dest == spare.name
+    again = mv.evacuate(dead.name)
+    assert not again.evacuated and consumer in again.skipped
+
+    done = mv.confirm(consumer, timeout=1)
+    assert done.done, done.waiting
+    assert done.move.status == MoveStatus.CONFIRMED
+    assert cloud.allocations(held.move.migration) == {}
+    assert cloud.usage(dead) == {}
+    assert cloud.store.active_decision(consumer).host == spare.name
+    # back, its agent drops the claim
+    assert cloud.restart(dead).ok
+    settled(cloud)
+    assert not on_host(cloud, dead, consumer) and ledger_keys(dead) == set()
+    check_invariants(cloud)
+
+
+def test_a_release_between_the_movers_check_and_its_start_wins(cloud, cli):  # noqa: F811
+    """``release`` of the instance landing between the mover's check and
+    the move's start: the hand-over (from claimed only) refuses the claim
+    being released, the move is rolled back (exit 2) and the release done;
+    the instance is not moved to another host instead of being freed."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    store = cloud.store
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    real_start = store.start_move
+    answers = []
+
+    def release_first(migration_id, instance, *args):
+        answers.append(cli("release", "--consumer", instance, "--no-wait"))
+        return real_start(migration_id, instance, *args)
+
+    store.start_move = release_first
+    try:
+        with pytest.raises(MoveError, match="being released") as err:
+            mv.migrate(consumer)
+    finally:
+        del store.start_move
+    assert err.value.exit_code == 2 and answers[0][0] == 0
+    assert store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    settled(cloud)
+    assert store.active_decision(consumer) is None and cloud.allocations(consumer) == {}
+    assert all(cloud.usage(h) == {} for h in cloud.hosts.values())
+    check_invariants(cloud)
+
+
+def test_a_move_off_a_host_evacuated_since_is_confirmed_without_that_host(cloud):
+    """A migration to confirm, then its source dies and is evacuated (the
+    instance skipped: its move is in force): confirm frees the source's
+    side as evacuate does, instead of waiting for a fenced dead host."""
+    src = cloud.add_host("src", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    dst = cloud.add_host("dst", [cell(4, 4096)], dedicated="0-3")
+    moved = mv.migrate(consumer)
+    assert moved.moved and moved.move.dest == dst.name
+    src.stop()
+    settle = time.monotonic() + 10
+    while src.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    evacuated = mv.evacuate(src.name)
+    assert consumer in evacuated.skipped and not evacuated.moves
+
+    done = mv.confirm(consumer, timeout=1)
+    assert done.done, done.waiting
+    assert cloud.allocations(moved.move.migration) == {} and cloud.usage(src) == {}
+    assert cloud.restart(src).ok
+    settled(cloud)
+    assert not on_host(cloud, src, consumer) and ledger_keys(src) == set()
+    check_invariants(cloud)
+
+
+def test_a_moves_migration_consumer_is_not_moved_itself(cloud):
+    """The migration consumer a move printed, given to ``migrate`` or
+    ``resize``: refused (exit 2), nothing changed; the move it belongs to
+    still confirms."""
+    a, b = two_hosts(cloud)
+    cloud.add_host("c", [cell(4, 4096)], dedicated="0-3")
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    moved = mv.migrate(consumer)
+    held = cloud.allocations(moved.move.migration)
+    for attempt in (lambda: mv.migrate(moved.move.migration),
+                    lambda: mv.resize(moved.move.migration,
+                                      spec_of(sched, *pinned(1, 1, 512)))):
+        with pytest.raises(MoveError, match="is the migration consumer of a move in "
+                           "force") as err:
+            attempt()
+        assert err.value.exit_code == 2
+    assert cloud.store.latest_move(moved.move.migration) is None
+    assert cloud.allocations(moved.move.migration) == held
+    assert mv.confirm(consumer, timeout=10).done
+    assert not on_host(cloud, source, consumer) and cloud.usage(source) == {}
+    check_invariants(cloud)
+
+
+def test_a_confirm_or_revert_that_another_one_finished_meanwhile_is_done_already(
+        cloud, monkeypatch):
+    """Two confirms (or reverts) of the same move at once, as a retry while
+    the first still waits: the one that finishes second says "already"
+    (exit 0), not an error."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.scheduler import moves
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    kept, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    back, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    assert mv.migrate(kept).moved and mv.migrate(back).moved
+    real_release, real_give_back = moves.request_release, mv._give_back
+
+    def release_then_the_other_confirms(store, consumer, *args, **kw):
+        done = real_release(store, consumer, *args, **kw)
+        protocol.apply_move(store, store.get_move(consumer), protocol.MoveStep.CONFIRM)
+        return done
+
+    def give_back_then_the_other_reverts(move):
+        real_give_back(move)
+        protocol.apply_move(cloud.store, move, protocol.MoveStep.REVERT)
+
+    monkeypatch.setattr(moves, "request_release", release_then_the_other_confirms)
+    confirmed = mv.confirm(kept, timeout=10)
+    monkeypatch.setattr(moves, "request_release", real_release)
+    monkeypatch.setattr(mv, "_give_back", give_back_then_the_other_reverts)
+    reverted = mv.revert(back, timeout=10)
+    monkeypatch.undo()
+    assert (confirmed.done, confirmed.already, confirmed.move.status) == (
+        True, True, MoveStatus.CONFIRMED)
+    assert (reverted.done, reverted.already, reverted.move.status) == (
+        True, True, MoveStatus.REVERTED)
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_an_instance_evacuate_cannot_move_does_not_stop_the_others(cloud):
+    """One instance on the dead host without its allocation in Placement:
+    evacuate moves the others and says why that one was not (skipped),
+    rather than stopping at it."""
+    dead = cloud.add_host("dead", [cell(4, 4096)], dedicated="0-3", lease_duration=1.0)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    instances = [boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))[0]
+                 for _ in range(3)]
+    spare = cloud.add_host("spare", [cell(4, 4096)], dedicated="0-3")
+    broken = sorted(instances, key=lambda c: cloud.store.active_decision(c).id)[0]
+    mv.placement.delete_allocations(broken)
+    dead.stop()
+    settle = time.monotonic() + 10
+    while dead.name not in liveness.read(cloud.store).down:
+        assert time.monotonic() < settle, "the lease did not expire"
+        time.sleep(0.1)
+    done = mv.evacuate(dead.name)
+    assert not done.evacuated
+    assert list(done.skipped) == [broken]
+    assert "has no allocation in Placement" in done.skipped[broken]
+    assert {m.move.consumer for m in done.moves} == set(instances) - {broken}
+    for result in done.moves:
+        assert result.move.status == MoveStatus.CONFIRMED
+        assert cloud.store.active_decision(result.move.consumer).host == spare.name
+    assert cloud.store.active_move(broken) is None
