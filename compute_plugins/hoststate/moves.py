@@ -168,13 +168,20 @@ class SqlMoves(database.OnDatabase):
         def update() -> int:
             with self.db.write() as conn:
                 self.check_fence(conn)
-                return int(conn.execute(
+                count = int(conn.execute(
                     sa.update(t_decisions).where(
                         t_decisions.c.id == decision_id,
                         t_decisions.c.consumer == old,
                         t_decisions.c.status.in_([s.value for s in statuses]))
                     .values(consumer=new, active_consumer=new,
                             updated_at=database.utcnow())).rowcount)
+                if count:
+                    # Where the store pushes, the host's agent follows the
+                    # re-key at once instead of at its safety-net poll.
+                    host = conn.execute(sa.select(t_decisions.c.host).where(
+                        t_decisions.c.id == decision_id)).scalar_one()
+                    self.notify_host(conn, host, "%d rekeyed" % decision_id)
+                return count
 
         try:
             count = self.db.retrying(update)
