@@ -1082,7 +1082,8 @@ class ComputeAgent:
             self._lease_in_hand()
         freed = self._claims_for_host().release(
             consumer, decision,
-            self.client.placement if delete_allocations else None)
+            self.client.placement if delete_allocations else None,
+            before_answer=lambda: self._publish(result))
         result.releases.append(freed)
         if decision is not None:
             result.store_writes += 1

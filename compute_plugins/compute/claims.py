@@ -272,19 +272,26 @@ class Claims:
     # -- release ------------------------------------------------------------
 
     def release(self, consumer: str, decision: Optional[HostDecision],
-                placement: Optional[pclient.PlacementClient]) -> ReleaseResult:
+                placement: Optional[pclient.PlacementClient],
+                before_answer: Optional[Callable[[], None]] = None) -> ReleaseResult:
         """Free ``consumer``: forget its claim, delete its allocations in
         Placement, release ``decision`` (when it is claimed or releasing:
         the protocol's ``release``). Safe to repeat after a failure half-way.
 
         :param placement: None leaves the allocations alone (they belong to
             a newer decision of the consumer).
+        :param before_answer: called once the claim is gone from the ledger
+            and Placement, before the decision is answered released (the
+            agent publishes the host's room there, so whoever waited for the
+            release and schedules next sees it, as for a claim).
 
         :raises PlacementError: Placement failed (other than 404); the
             decision stays releasing and is retried.
         """
         removed = self.ledger.remove(consumer) is not None
         deleted = placement is not None and placement.delete_allocations(consumer)
+        if before_answer is not None:
+            before_answer()
         decision_id = None
         if decision is not None:
             decision_id = decision.id

@@ -384,6 +384,31 @@ def test_release_frees_the_ledger_and_the_placement_allocation(host):
     assert again.placement_calls == 0 and again.store_writes == 0
 
 
+def test_the_hosts_room_is_published_before_the_release_is_answered(host, monkeypatch):
+    """Whoever waited for a release and schedules next must see the room:
+    the agent publishes the freed state before it answers the decision
+    released (it used to publish after, and a scheduler that read the host
+    in between refused a request that fitted)."""
+    from compute_plugins.compute import claims as claims_module
+
+    host.agent.run_once()
+    consumer = host.decide()
+    host.agent.poll()
+    assert pinned_cpus(host.published())
+    seen = []
+    answer = claims_module.protocol.release
+
+    def release_seeing_the_published_state(store, decision_id):
+        # observes what the store holds at the moment of the answer
+        seen.append(pinned_cpus(host.published()))
+        return answer(store, decision_id)
+
+    monkeypatch.setattr(claims_module.protocol, "release", release_seeing_the_published_state)
+    protocol.request_release(host.store, consumer)
+    host.agent.poll()
+    assert seen == [set()]
+
+
 def test_release_command_waits_for_the_agent(host, tmp_path):
     """``compute-plugins release`` with an agent thread running."""
     import threading
