@@ -23,6 +23,7 @@ from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     TestSchema,
     TestTransitions,
     TestWaitForAnswer,
+    states,
 )
 
 
@@ -135,3 +136,16 @@ def test_a_lease_expires_by_the_servers_clock_not_the_takers(url, monkeypatch):
     with hoststate.HostStateStore(url) as s:
         with pytest.raises(hoststate.AgentLeaseHeld):
             s.acquire_lease("h1", "node-b", "pid 2 on m2", 60)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_the_plain_postgresql_url_opens_the_store(url, backend):
+    """``postgresql://`` without a driver is what the docs show and what
+    operators write: SQLAlchemy 2.1 reads it as psycopg (3), which the
+    ``postgresql`` extra installs (it used to fail with ``No module named
+    'psycopg'``). Push needs psycopg2 and is not used on it: waiters poll."""
+    plain = sa.engine.make_url(url).set(drivername="postgresql")
+    with hoststate.HostStateStore(plain.render_as_string(hide_password=False)) as s:
+        assert s.engine.dialect.driver == "psycopg"
+        s.publish("plain-url", states(numa=1), 0)
+        assert s.get_host("plain-url").generation == 1
