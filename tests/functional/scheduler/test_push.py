@@ -235,3 +235,36 @@ def test_a_host_that_goes_down_while_the_scheduler_waits_is_given_up(cloud):
     result = sched.schedule(spec, new_consumer(), "p", "u", timeout=60)
     assert [(t.host, t.outcome) for t in result.attempts] == [
         (dead.name, "down"), (live.name, "claimed")]
+
+
+def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cloud, url):
+    """The listening connection died and the listener's thread has not
+    noticed yet (a server restart, a network cut): a waiter that subscribes
+    or stops listening then gets no driver error; it polls until the
+    listener reconnected, and is woken by the channel's notifications
+    after."""
+    cloud.add_host("broken", [cell(4, 4096)])
+    time.sleep(0.3)
+    listener = cloud.store.db.listener()
+    assert listener is not None and listener.connected
+    pid = _listening_pid(listener)
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with listener._lock:  # NOTE: its thread cannot notice meanwhile
+            with engine.begin() as conn:
+                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            time.sleep(0.3)
+            sub = cloud.store.host_changes("elsewhere")
+            assert sub is not None and not sub.live
+            cloud.store.host_changes("broken-too").close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not sub.live:
+            time.sleep(0.05)
+        assert sub.live
+        sub.wait(0)
+        with engine.begin() as conn:
+            notify.send(conn, [notify.host_channel("elsewhere")], "x")
+        assert sub.wait(ANSWER)
+        sub.close()
+    finally:
+        engine.dispose()
