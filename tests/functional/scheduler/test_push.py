@@ -237,6 +237,28 @@ def test_a_host_that_goes_down_while_the_scheduler_waits_is_given_up(cloud):
         (dead.name, "down"), (live.name, "claimed")]
 
 
+def test_a_recreated_store_gets_the_agents_state_and_claims_at_its_next_periodic(
+        cloud, url):
+    """The store is emptied (recreated, restored from nothing) under an idle
+    agent: nothing is notified, and its lease taken again has the same
+    epoch (1, as in the first store). Its next periodic still reads the
+    store in full: the host's state and its claims are back at once, not
+    after the safety net (600 s)."""
+    host = cloud.add_host("again", [cell(4, 4096)], lease_duration=1.5)
+    sched = cloud.scheduler(answer_timeout=ANSWER)
+    consumer = new_consumer()
+    assert sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u").placed
+    host.stop()
+    agent = host.agent
+    assert agent.run_once().ok
+    clear_database(url)
+    time.sleep(0.6)  # the lease renewal is due: the store holds none
+    agent.run_once()
+    assert cloud.store.get_host(host.name) is not None
+    active = cloud.store.active_decision(consumer)
+    assert active is not None and active.host == host.name
+
+
 def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cloud, url):
     """The listening connection died and the listener's thread has not
     noticed yet (a server restart, a network cut): a waiter that subscribes
