@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import uuid
 
+from compute_plugins.scheduler import view
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
 
@@ -170,3 +171,29 @@ def test_a_host_whose_tree_changed_is_asked_about_again(cloud):
                         providers=providers)
     planned = sched.plan(spec)
     assert planned.found.calls == asked and planned.ordered
+
+
+def test_the_view_keeps_no_answer_past_its_age_nor_beyond_its_bound(cloud):
+    """A long-running scheduler sees many request shapes (flavors, images'
+    traits, projects' aggregates): the answers it keeps are bounded in
+    number (the least recently asked go first), and one past ``[scheduler]
+    placement_view_seconds`` is dropped, not kept forever."""
+    cloud.add_host("shapes", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    now = [0.0]
+    kept = view.PlacementView(60.0, clock=lambda: now[0], max_shapes=4)
+    live = sorted(cloud.store.generations())
+
+    def ask(mb: int) -> bool:
+        return kept.find(sched.placement, cloud.store, spec_of(sched, {}, 1, mb).groups,
+                         live)[1]
+
+    for mb in range(256, 268, 2):          # 6 shapes (128 MB and up per cell)
+        assert ask(mb)
+        now[0] += 1
+    assert len(kept) == 4
+    assert not ask(266) and not ask(260)   # the 4 asked last are kept
+    assert ask(256)                         # the first was dropped
+    now[0] += 61
+    assert ask(1024)
+    assert len(kept) == 1                   # the others were too old to serve
