@@ -298,12 +298,16 @@ class Listener:
                 return
             if conn is None:
                 readable, _, _ = select.select([self._wake_r], [], [], delay)
+                if readable and not self._closed:
+                    os.read(self._wake_r, 64)  # NOTE: else no pause next time
                 delay = min(delay * 2, _RECONNECT_MAX)
                 continue
             try:
                 readable, _, _ = select.select([conn, self._wake_r], [], [])
-            except (OSError, ValueError):
-                readable = [conn]  # NOTE: closed under us: poll says how
+            except Exception:  # noqa: BLE001 - closed under us (a waiter's
+                # LISTEN failed, close()): psycopg2's fileno() raises its own
+                # InterfaceError; the loop reconnects or ends.
+                readable = [conn]
             if self._wake_r in readable:
                 if self._closed:
                     return
