@@ -176,21 +176,32 @@ def _listening_pid(listener: Any) -> Optional[int]:
     return int(conn.get_backend_pid())
 
 
-def test_a_listener_that_lost_its_connection_reconnects_and_reads(cloud, url):
-    """The agent's listening connection is killed (a server restart, a
-    proxy's timeout): it reconnects, and the next decision still arrives
-    by notification (safety net 600 s)."""
-    host = cloud.add_host("cut", [cell(4, 4096)])
+def _listening(cloud: Cloud) -> tuple[Any, Optional[int]]:
+    """The store's listener, connected (its agent subscribed), and the
+    server pid of its connection."""
     time.sleep(0.3)
     listener = cloud.store.db.listener()
     assert listener is not None and listener.connected
-    pid = _listening_pid(listener)
+    return listener, _listening_pid(listener)
+
+
+def _terminate(url: str, pid: Optional[int]) -> None:
+    """Kill the server process ``pid`` (a server restart, a proxy's timeout)."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     finally:
         engine.dispose()
+
+
+def test_a_listener_that_lost_its_connection_reconnects_and_reads(cloud, url):
+    """The agent's listening connection is killed (a server restart, a
+    proxy's timeout): it reconnects, and the next decision still arrives
+    by notification (safety net 600 s)."""
+    host = cloud.add_host("cut", [cell(4, 4096)])
+    listener, pid = _listening(cloud)
+    _terminate(url, pid)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (
             not listener.connected or _listening_pid(listener) in (None, pid)):
@@ -266,15 +277,11 @@ def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cl
     listener reconnected, and is woken by the channel's notifications
     after."""
     cloud.add_host("broken", [cell(4, 4096)])
-    time.sleep(0.3)
-    listener = cloud.store.db.listener()
-    assert listener is not None and listener.connected
-    pid = _listening_pid(listener)
+    listener, pid = _listening(cloud)
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with listener._lock:  # NOTE: its thread cannot notice meanwhile
-            with engine.begin() as conn:
-                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            _terminate(url, pid)
             time.sleep(0.3)
             sub = cloud.store.host_changes("elsewhere")
             assert sub is not None and not sub.live
