@@ -297,3 +297,17 @@ def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cl
         sub.close()
     finally:
         engine.dispose()
+
+
+def test_a_closed_store_opens_no_listener_again(url):
+    """A waiter still running when its store is closed (a process stopping)
+    polls: it starts no new listening thread nor connection that nothing
+    would close."""
+    store = HostStateStore(url, safety_poll_interval=NEVER)
+    store.host_changes("h").close()
+    store.close()
+    before = {t.ident for t in threading.enumerate() if t.name == "hoststate-listener"}
+    assert store.host_changes("h") is None
+    assert store.db.listener() is None
+    after = {t.ident for t in threading.enumerate() if t.name == "hoststate-listener"}
+    assert after <= before
