@@ -195,6 +195,18 @@ def _terminate(url: str, pid: Optional[int]) -> None:
         engine.dispose()
 
 
+def _gone(engine: Any, pid: Optional[int]) -> None:
+    """Wait until the server process ``pid`` ended."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with engine.begin() as conn:
+            if not conn.execute(sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"),
+                                {"pid": pid}).first():
+                return
+        time.sleep(0.05)
+    raise AssertionError("server process %s still running" % pid)
+
+
 def test_a_listener_that_lost_its_connection_reconnects_and_reads(cloud, url):
     """The agent's listening connection is killed (a server restart, a
     proxy's timeout): it reconnects, and the next decision still arrives
@@ -255,7 +267,7 @@ def test_a_recreated_store_gets_the_agents_state_and_claims_at_its_next_periodic
     epoch (1, as in the first store). Its next periodic still reads the
     store in full: the host's state and its claims are back at once, not
     after the safety net (600 s)."""
-    host = cloud.add_host("again", [cell(4, 4096)], lease_duration=1.5)
+    host = cloud.add_host("again", [cell(4, 4096)], lease_duration=3.0)
     sched = cloud.scheduler(answer_timeout=ANSWER)
     consumer = new_consumer()
     assert sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u").placed
@@ -263,7 +275,7 @@ def test_a_recreated_store_gets_the_agents_state_and_claims_at_its_next_periodic
     agent = host.agent
     assert agent.run_once().ok
     clear_database(url)
-    time.sleep(0.6)  # the lease renewal is due: the store holds none
+    time.sleep(1.1)  # the lease renewal is due: the store holds none
     agent.run_once()
     assert cloud.store.get_host(host.name) is not None
     active = cloud.store.active_decision(consumer)
@@ -282,7 +294,7 @@ def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cl
     try:
         with listener._lock:  # NOTE: its thread cannot notice meanwhile
             _terminate(url, pid)
-            time.sleep(0.3)
+            _gone(engine, pid)
             sub = cloud.store.host_changes("elsewhere")
             assert sub is not None and not sub.live
             cloud.store.host_changes("broken-too").close()
