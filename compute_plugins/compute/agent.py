@@ -542,6 +542,9 @@ class ComputeAgent:
             # agent's host is not taken as down (the scheduler would
             # withdraw the decisions it is about to answer).
             self._hold_lease()
+            # NOTE: quiet no more when the lease was taken again or a change
+            # was pushed meanwhile.
+            quiet = quiet and self._quiet()
             self._claims_side(result, reconcile=True, quiet=quiet)
             self._store_answered()
             return result
@@ -842,6 +845,10 @@ class ComputeAgent:
                                 "it again", self.host)
                     lease = leases.acquire_lease(self.host, self.node.uuid,
                                                  self.holder, self.lease_duration)
+                    # NOTE: the store lost everything (its lease may have the
+                    # same epoch as before): the next pass reads it in full,
+                    # push or not (:meth:`_adopt_store` republishes).
+                    self._next_full_read = 0.0
         except store_errors.AgentLeaseHeld as err:
             if held is None:
                 raise

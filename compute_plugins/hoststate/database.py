@@ -173,6 +173,8 @@ class Database:
         self._push = push
         self._listener: Optional[notify.Listener] = None
         self._listener_lock = threading.Lock()
+        #: Closed: no listener is opened again (its waiters poll).
+        self._closed = False
         #: The SQLite file (None: a server, or in memory).
         self.path = engines.sqlite_path(connection)
         try:
@@ -204,6 +206,7 @@ class Database:
     def close(self) -> None:
         """Close the database's connections (the listener's too)."""
         with self._listener_lock:
+            self._closed = True
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
@@ -217,10 +220,12 @@ class Database:
 
     def listener(self) -> Optional[notify.Listener]:
         """The one listener of this database's waiters, opened at the first
-        call (None: no push, they poll)."""
+        call (None: no push, or the database was closed: they poll)."""
         if not self.pushes:
             return None
         with self._listener_lock:
+            if self._closed:
+                return None
             if self._listener is None:
                 self._listener = notify.Listener(notify.connector(self.engine), self.url,
                                                  self.safety_poll_interval)

@@ -179,7 +179,7 @@ class Listener:
             if self._conn is None and self._thread is None:
                 self._open()
             if first and self._conn is not None:
-                self._execute("LISTEN " + _quoted(channel))
+                self._listening("LISTEN " + _quoted(channel))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="hoststate-listener")
@@ -195,7 +195,7 @@ class Listener:
                 return
             self._subs.pop(sub.channel, None)
             if self._conn is not None and not self._closed:
-                self._execute("UNLISTEN " + _quoted(sub.channel))
+                self._listening("UNLISTEN " + _quoted(sub.channel))
 
     def close(self) -> None:
         """Close the listening connection and stop its thread."""
@@ -240,6 +240,28 @@ class Listener:
             cursor.execute(statement)
         self._dispatch()
 
+    def _listening(self, statement: str) -> None:
+        """A waiter's ``LISTEN``/``UNLISTEN`` (the lock held): a connection
+        that broke before the thread noticed is dropped, never the waiter's
+        error; the thread reconnects (listening on every subscribed channel)
+        and wakes every waiter, which polls meanwhile."""
+        try:
+            self._execute(statement)
+        except Exception as err:  # noqa: BLE001 - any driver failure: reconnected
+            self._failed(err)
+            os.write(self._wake_w, b"x")
+
+    def _failed(self, err: BaseException) -> None:
+        """The listening connection failed (the lock held): said once per
+        outage, dropped, every waiter woken to read the store."""
+        if not self._closed and not self._down_said:
+            self._down_said = True
+            LOG.warning("host-state store %s: the connection listening for changes "
+                        "failed (%s): reconnecting, polling meanwhile", self.url,
+                        _one_line(err))
+        self._drop()
+        self._wake_all()
+
     def _dispatch(self) -> None:
         notifies = self._conn.notifies
         while notifies:
@@ -276,12 +298,16 @@ class Listener:
                 return
             if conn is None:
                 readable, _, _ = select.select([self._wake_r], [], [], delay)
+                if readable and not self._closed:
+                    os.read(self._wake_r, 64)  # NOTE: else no pause next time
                 delay = min(delay * 2, _RECONNECT_MAX)
                 continue
             try:
                 readable, _, _ = select.select([conn, self._wake_r], [], [])
-            except (OSError, ValueError):
-                readable = [conn]  # NOTE: closed under us: poll says how
+            except Exception:  # noqa: BLE001 - closed under us (a waiter's
+                # LISTEN failed, close()): psycopg2's fileno() raises its own
+                # InterfaceError; the loop reconnects or ends.
+                readable = [conn]
             if self._wake_r in readable:
                 if self._closed:
                     return
@@ -293,13 +319,7 @@ class Listener:
                     conn.poll()
                     self._dispatch()
                 except Exception as err:  # noqa: BLE001 - the connection broke
-                    if not self._closed:
-                        self._down_said = True
-                        LOG.warning("host-state store %s: the connection listening "
-                                    "for changes failed (%s): reconnecting, polling "
-                                    "meanwhile", self.url, _one_line(err))
-                    self._drop()
-                    self._wake_all()
+                    self._failed(err)
 
 
 def _quoted(channel: str) -> str:

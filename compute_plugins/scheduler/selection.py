@@ -425,7 +425,24 @@ class Scheduler:
         rejected_at: dict[str, int] = {}
         races = 0
         queue = list(ordered)
-        while queue and tried < group.max_attempts:
+
+        def follow(replanned: Plan) -> None:
+            """Go on with a new plan (its hosts next, its verdicts kept)."""
+            nonlocal found, ordered, queue
+            calls["GET /resource_providers"] += replanned.found.calls
+            found = replanned.found
+            verdicts.update(replanned.verdicts)
+            queue = list(replanned.ordered)
+            ordered = replanned.ordered
+
+        while tried < group.max_attempts:
+            if not queue:
+                if found.calls:
+                    break
+                # NOTE: every host of a kept answer given up (409s past
+                # max_races): never refuse on a stale view; asked once.
+                follow(self.plan(spec, fresh=True))
+                continue
             _weight, fit = queue.pop(0)
             if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
                 continue
@@ -458,12 +475,7 @@ class Scheduler:
                     # NOTE: another scheduler's allocation took the room
                     # first: refit on fresh state (item 5 of issue 20).
                     races += 1
-                    replanned = self._refit_after_race(spec, wait)
-                    calls["GET /resource_providers"] += replanned.found.calls
-                    found = replanned.found
-                    verdicts.update(replanned.verdicts)
-                    queue = list(replanned.ordered)
-                    ordered = replanned.ordered
+                    follow(self._refit_after_race(spec, wait))
                     continue
                 given_up.add(fit.host)
                 continue
@@ -499,13 +511,8 @@ class Scheduler:
             else:
                 tried += 1
             if tried < group.max_attempts:
-                replanned = (self._refit_after_race(spec, wait) if raced
-                             else self.plan(spec))
-                calls["GET /resource_providers"] += replanned.found.calls
-                found = replanned.found
-                verdicts.update(replanned.verdicts)
-                queue = list(replanned.ordered)
-                ordered = replanned.ordered
+                follow(self._refit_after_race(spec, wait) if raced
+                       else self.plan(spec))
         timings["claim"] = time.monotonic() - start
         reasons: tuple[HostReasons, ...] = ()
         if placed is None:

@@ -37,6 +37,11 @@ and the hosts an operator disabled (a handful of rows); then:
   made again on a fresh one, so a request is never refused on a stale
   view.
 
+At most :data:`MAX_SHAPES` answers are kept (the least recently asked
+is dropped first), and one too old to be served is dropped when another
+is kept: a scheduler that sees many request shapes over weeks (flavors,
+images' traits, projects' aggregates) does not grow.
+
 The view is per scheduler process (thread-safe), never shared: each
 process keeps its own, and Placement and the hosts' agents arbitrate
 between them.
@@ -61,6 +66,9 @@ MIN_HOSTS_TO_SCORE = 100
 #: kube-scheduler's ``minFeasibleNodesPercentageToFind``: the adaptive
 #: percentage never goes below it.
 MIN_ADAPTIVE_PERCENTAGE = 5
+#: Placement's answers kept at most (request shapes): the least recently
+#: asked is dropped first. Each holds the room of every candidate host.
+MAX_SHAPES = 256
 #: Hosts' states read and fitted together, at least, while a decision
 #: looks for hosts that fit (one store read per batch).
 MIN_BATCH = 16
@@ -103,12 +111,17 @@ class PlacementView:
 
     :param seconds: how long an answer is served at most (0: never kept).
     :param clock: seconds, monotonic (tests pass their own).
+    :param max_shapes: answers kept at most (the least recently asked is
+        dropped first); one older than ``seconds`` is dropped when another
+        is kept.
     """
 
     def __init__(self, seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_shapes: int = MAX_SHAPES) -> None:
         self.seconds = seconds
         self._clock = clock
+        self.max_shapes = max(1, max_shapes)
         self._entries: dict[Shape, _Entry] = {}
         self._trees: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
@@ -128,13 +141,16 @@ class PlacementView:
         disabled = frozenset(store.disabled_hosts()) if self.seconds > 0 else frozenset()
         now = self._clock()
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                # NOTE: most recently asked last (dropped last).
+                self._entries[key] = entry
         if (fresh or entry is None or now - entry.taken >= self.seconds
                 or not hosts <= entry.asked or disabled != entry.disabled):
             found = providers.find(client, store, groups, hosts=sorted(hosts))
             if self.seconds > 0:
                 with self._lock:
-                    self._entries[key] = _Entry(found, hosts, disabled, now)
+                    self._keep(key, _Entry(found, hosts, disabled, now))
             return found, True
         found = entry.found
         return dataclasses.replace(
@@ -142,6 +158,22 @@ class PlacementView:
             room={h: r for h, r in found.room.items() if h in hosts},
             excluded={h: r for h, r in found.excluded.items() if h in hosts},
             calls=0), False
+
+    def _keep(self, key: Shape, entry: _Entry) -> None:
+        """Keep ``entry`` (the lock held); drop the answers too old to be
+        served, then the least recently asked beyond :attr:`max_shapes`."""
+        self._entries.pop(key, None)
+        for old in [k for k, e in self._entries.items()
+                    if entry.taken - e.taken >= self.seconds]:
+            del self._entries[old]
+        while len(self._entries) >= self.max_shapes:
+            del self._entries[next(iter(self._entries))]
+        self._entries[key] = entry
+
+    def __len__(self) -> int:
+        """How many answers are kept."""
+        with self._lock:
+            return len(self._entries)
 
     def forget(self, host: str) -> None:
         """One of ``host``'s providers is gone from Placement: the kept

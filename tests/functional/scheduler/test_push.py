@@ -176,21 +176,44 @@ def _listening_pid(listener: Any) -> Optional[int]:
     return int(conn.get_backend_pid())
 
 
-def test_a_listener_that_lost_its_connection_reconnects_and_reads(cloud, url):
-    """The agent's listening connection is killed (a server restart, a
-    proxy's timeout): it reconnects, and the next decision still arrives
-    by notification (safety net 600 s)."""
-    host = cloud.add_host("cut", [cell(4, 4096)])
+def _listening(cloud: Cloud) -> tuple[Any, Optional[int]]:
+    """The store's listener, connected (its agent subscribed), and the
+    server pid of its connection."""
     time.sleep(0.3)
     listener = cloud.store.db.listener()
     assert listener is not None and listener.connected
-    pid = _listening_pid(listener)
+    return listener, _listening_pid(listener)
+
+
+def _terminate(url: str, pid: Optional[int]) -> None:
+    """Kill the server process ``pid`` (a server restart, a proxy's timeout)."""
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     finally:
         engine.dispose()
+
+
+def _gone(engine: Any, pid: Optional[int]) -> None:
+    """Wait until the server process ``pid`` ended."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with engine.begin() as conn:
+            if not conn.execute(sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"),
+                                {"pid": pid}).first():
+                return
+        time.sleep(0.05)
+    raise AssertionError("server process %s still running" % pid)
+
+
+def test_a_listener_that_lost_its_connection_reconnects_and_reads(cloud, url):
+    """The agent's listening connection is killed (a server restart, a
+    proxy's timeout): it reconnects, and the next decision still arrives
+    by notification (safety net 600 s)."""
+    host = cloud.add_host("cut", [cell(4, 4096)])
+    listener, pid = _listening(cloud)
+    _terminate(url, pid)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (
             not listener.connected or _listening_pid(listener) in (None, pid)):
@@ -235,3 +258,68 @@ def test_a_host_that_goes_down_while_the_scheduler_waits_is_given_up(cloud):
     result = sched.schedule(spec, new_consumer(), "p", "u", timeout=60)
     assert [(t.host, t.outcome) for t in result.attempts] == [
         (dead.name, "down"), (live.name, "claimed")]
+
+
+def test_a_recreated_store_gets_the_agents_state_and_claims_at_its_next_periodic(
+        cloud, url):
+    """The store is emptied (recreated, restored from nothing) under an idle
+    agent: nothing is notified, and its lease taken again has the same
+    epoch (1, as in the first store). Its next periodic still reads the
+    store in full: the host's state and its claims are back at once, not
+    after the safety net (600 s)."""
+    host = cloud.add_host("again", [cell(4, 4096)], lease_duration=3.0)
+    sched = cloud.scheduler(answer_timeout=ANSWER)
+    consumer = new_consumer()
+    assert sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u").placed
+    host.stop()
+    agent = host.agent
+    assert agent.run_once().ok
+    clear_database(url)
+    time.sleep(1.1)  # the lease renewal is due: the store holds none
+    agent.run_once()
+    assert cloud.store.get_host(host.name) is not None
+    active = cloud.store.active_decision(consumer)
+    assert active is not None and active.host == host.name
+
+
+def test_subscribing_while_the_listening_connection_is_broken_polls_meanwhile(cloud, url):
+    """The listening connection died and the listener's thread has not
+    noticed yet (a server restart, a network cut): a waiter that subscribes
+    or stops listening then gets no driver error; it polls until the
+    listener reconnected, and is woken by the channel's notifications
+    after."""
+    cloud.add_host("broken", [cell(4, 4096)])
+    listener, pid = _listening(cloud)
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with listener._lock:  # NOTE: its thread cannot notice meanwhile
+            _terminate(url, pid)
+            _gone(engine, pid)
+            sub = cloud.store.host_changes("elsewhere")
+            assert sub is not None and not sub.live
+            cloud.store.host_changes("broken-too").close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not sub.live:
+            time.sleep(0.05)
+        assert sub.live
+        sub.wait(0)
+        with engine.begin() as conn:
+            notify.send(conn, [notify.host_channel("elsewhere")], "x")
+        assert sub.wait(ANSWER)
+        sub.close()
+    finally:
+        engine.dispose()
+
+
+def test_a_closed_store_opens_no_listener_again(url):
+    """A waiter still running when its store is closed (a process stopping)
+    polls: it starts no new listening thread nor connection that nothing
+    would close."""
+    store = HostStateStore(url, safety_poll_interval=NEVER)
+    store.host_changes("h").close()
+    store.close()
+    before = {t.ident for t in threading.enumerate() if t.name == "hoststate-listener"}
+    assert store.host_changes("h") is None
+    assert store.db.listener() is None
+    after = {t.ident for t in threading.enumerate() if t.name == "hoststate-listener"}
+    assert after <= before

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
+from compute_plugins.scheduler import view
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
 
@@ -170,3 +172,59 @@ def test_a_host_whose_tree_changed_is_asked_about_again(cloud):
                         providers=providers)
     planned = sched.plan(spec)
     assert planned.found.calls == asked and planned.ordered
+
+
+def test_the_view_keeps_no_answer_past_its_age_nor_beyond_its_bound(cloud):
+    """A long-running scheduler sees many request shapes (flavors, images'
+    traits, projects' aggregates): the answers it keeps are bounded in
+    number (the least recently asked go first), and one past ``[scheduler]
+    placement_view_seconds`` is dropped, not kept forever."""
+    cloud.add_host("shapes", [cell(4, 4096)])
+    sched = cloud.scheduler()
+    now = [0.0]
+    kept = view.PlacementView(60.0, clock=lambda: now[0], max_shapes=4)
+    live = sorted(cloud.store.generations())
+
+    def ask(mb: int) -> bool:
+        return kept.find(sched.placement, cloud.store, spec_of(sched, {}, 1, mb).groups,
+                         live)[1]
+
+    for mb in range(256, 268, 2):          # 6 shapes (128 MB and up per cell)
+        assert ask(mb)
+        now[0] += 1
+    assert len(kept) == 4
+    assert not ask(266) and not ask(260)   # the 4 asked last are kept
+    assert ask(256)                         # the first was dropped
+    now[0] += 61
+    assert ask(1024)
+    assert len(kept) == 1                   # the others were too old to serve
+
+
+def test_a_request_refused_on_kept_answers_is_planned_on_a_fresh_one(cloud):
+    """The kept answer says only aa has room (bb was full then); since,
+    bb's room came back and another consumer took aa's in Placement (its
+    agent claimed nothing: its state still fits). With no race allowed
+    (``max_races`` 0), the 409 on aa gives it up, and the request is
+    planned again on Placement's fresh answer before it is refused: bb."""
+    a = cloud.add_host("aa", [cell(4, 4096)], dedicated="0-3", start=False)
+    b = cloud.add_host("bb", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler(max_races=0)
+    spec = spec_of(sched, *pinned(1, 4, 1024))
+    client = cloud.placement.emb.client()
+
+    def take(host: Any) -> str:
+        (numa0,) = [rp for rp, name in host.providers.items() if name.endswith("_NUMA0")]
+        consumer = new_consumer()
+        client.put("/allocations/%s" % consumer, {
+            "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+        return consumer
+
+    on_b = take(b)
+    assert [h for _, h in ((w, f.host) for w, f in sched.plan(spec).ordered)] == [a.name]
+    client.delete("/allocations/%s" % on_b)
+    take(a)
+    result = sched.schedule(spec, new_consumer(), "p", "u")
+    assert result.placed and result.host == b.name, result.reasons
+    assert [(t.host, t.outcome) for t in result.attempts] == [
+        (a.name, "conflict"), (b.name, "claimed")]
