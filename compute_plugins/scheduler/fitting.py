@@ -96,6 +96,21 @@ class StateCache:
         self._hosts: dict[str, DecodedHost] = {}
         self._lock = threading.Lock()
 
+    def prune(self, generations: Mapping[str, int]) -> None:
+        """Forget the hosts no longer among ``generations`` (every live
+        host's: gone, renamed or down) and those whose generation went back
+        (the store was recreated or restored, or another host took the name):
+        a generation alone names a state only while it only grows, and a
+        host that climbed back to the cached number must not be served the
+        old state."""
+        with self._lock:
+            for host in [h for h, decoded in self._hosts.items()
+                         if generations.get(h, 0) < decoded.snapshot.generation]:
+                del self._hosts[host]
+
+    def __len__(self) -> int:
+        return len(self._hosts)
+
     def get(self, plugins: PluginSet, store: HostPublication, hosts: Sequence[str],
             generations: Mapping[str, int]) -> dict[str, DecodedHost]:
         """``hosts`` decoded: from the cache when their generation is the

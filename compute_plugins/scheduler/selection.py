@@ -351,6 +351,7 @@ class Scheduler:
             state), and whether one of them published other providers
             than before (its Placement answer is stale).
         """
+        self.states.prune(generations)
         group = self.conf.scheduler
         target = view.scoring_target(len(candidates), group.hosts_to_score_percentage,
                                      group.min_hosts_to_score)
