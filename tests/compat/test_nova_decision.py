@@ -337,6 +337,15 @@ def test_the_compute_executes_the_decision_without_parsing(world, three):
         assert sorted(pinning) == sorted(host_cpus(executed))
 
 
+def test_make_nova_functional_compares_the_decision_the_compute_executes(world, three):
+    # the harness's boot check reads the decision where the mixin's spawn
+    # reads it (not a copy of its own from the scheduler)
+    from tools.nova_functional.hooks import Plugins
+    for instance, executed in zip(three["instances"], three["executed"], strict=True):
+        assert Plugins.decision(world.driver, instance) == executed.decision
+    assert Plugins.decision(world.driver, str(uuid.uuid4())) is None
+
+
 def test_two_more_pinned_pairs_do_not_fit_on_the_two_cpus_left(world, three):
     # 6 of 8 CPUs are taken by the request above: nova's next periodic has
     # the mixin publish the host's states under the decisions of the
