@@ -298,6 +298,50 @@ class PluginProviderTreeMixin:
             block_device_info=block_device_info, power_on=power_on,
             accel_info=accel_info)
 
+    def finish_revert_migration(self, context: Any, instance: Any, network_info: Any,
+                                migration: Any, block_device_info: Any = None,
+                                power_on: bool = True, **kwargs: Any) -> Any:
+        """nova's ``finish_revert_migration`` (the source host of a reverted
+        resize or cold migration), then :meth:`plugin_reverted`."""
+        answer = super().finish_revert_migration(  # type: ignore[misc]  # nova's driver
+            context, instance, network_info, migration, block_device_info,
+            power_on, **kwargs)
+        self.plugin_reverted(instance, migration)
+        return answer
+
+    def plugin_reverted(self, instance: Any, migration: Any) -> None:
+        """nova reverted ``migration`` of ``instance`` back to this host:
+        the decisions the scheduler recorded for the move (on its
+        destination host, recorded after nova created the migration) are
+        forgotten, so the instance counts again with the decision it runs
+        under (a resize to the same host otherwise kept the new flavor's
+        decision as the newest, and the host published the reverted
+        flavor's resources as used); this host publishes again. A failure
+        is one ERROR line, never raised into nova."""
+        import datetime
+        created = getattr(migration, "created_at", None)
+        dest = getattr(migration, "dest_compute", None)
+        if created is None or not dest:
+            LOG.warning("instance %s: reverted migration without a creation "
+                        "time or destination: its move's decision is kept",
+                        instance.uuid)
+            return
+        if created.tzinfo is not None:
+            created = created.astimezone(datetime.UTC).replace(tzinfo=None)
+        try:
+            forgotten = self.get_plugin_decisions().forget_since(
+                instance.uuid, str(dest), created)
+        except Exception as err:  # noqa: BLE001 - never into nova's revert
+            LOG.error("instance %s: cannot forget the decision of its reverted "
+                      "move to %s: %s: %s", instance.uuid, dest,
+                      type(err).__name__, err)
+            return
+        LOG.info("instance %s: reverted move to %s, %d decision(s) of the move "
+                 "forgotten", instance.uuid, dest, forgotten)
+        nodename = getattr(migration, "source_node", None) or getattr(instance, "node", None)
+        if forgotten and nodename:
+            self.plugin_publish(str(nodename))
+
     def plugin_host_info(self, nodename: str) -> HostInfo:
         """The host as the plugins see it, read through nova's own libvirt
         ``Host`` (``self._host``) with the parsers a host snapshot uses:

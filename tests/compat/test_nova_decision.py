@@ -416,3 +416,24 @@ def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, cap
         world.driver.plugin_decision(world.context, inst, moved, host=NODE)
     assert "Placement holds" in str(refused.value)
     assert instance in caplog.text
+
+
+def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):
+    # a resize to the same host records the new flavor's decision for the
+    # instance on this host; nova reverts it: the host publishes the
+    # instance under the decision it runs under again, not the reverted one
+    import datetime
+    instance = three["instances"][0]
+    before = recorded(world, instance)
+    migration = objects.Migration(
+        source_compute=NODE, dest_compute=NODE, source_node=NODE, dest_node=NODE,
+        created_at=datetime.datetime.now(datetime.timezone.utc))
+    moved = recorded(world, three["instances"][1])  # other CPUs
+    world.driver.plugin_decisions.record(instance, NODE, moved)
+    assert host_cpus(recorded(world, instance)) != host_cpus(before)
+    inst = objects.Instance.get_by_uuid(world.context, instance)
+    world.driver.plugin_reverted(inst, migration)
+    assert recorded(world, instance).decision == before.decision
+    states = world.store.get_host(NODE).states["numa"]["state"]
+    pinned_cpus = {cpu for cell in states["cells"] for cpu in cell["pinned"]}
+    assert set(host_cpus(before)) <= pinned_cpus
