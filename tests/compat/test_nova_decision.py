@@ -427,7 +427,7 @@ def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):
     before = recorded(world, instance)
     migration = objects.Migration(
         source_compute=NODE, dest_compute=NODE, source_node=NODE, dest_node=NODE,
-        created_at=datetime.datetime.now(datetime.timezone.utc))
+        created_at=datetime.datetime.now(datetime.UTC))
     moved = recorded(world, three["instances"][1])  # other CPUs
     world.driver.plugin_decisions.record(instance, NODE, moved)
     assert host_cpus(recorded(world, instance)) != host_cpus(before)
