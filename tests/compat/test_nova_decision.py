@@ -437,3 +437,28 @@ def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):
     states = world.store.get_host(NODE).states["numa"]["state"]
     pinned_cpus = {cpu for cell in states["cells"] for cpu in cell["pinned"]}
     assert set(host_cpus(before)) <= pinned_cpus
+
+
+def test_the_destination_of_a_reverted_move_forgets_its_decision(world, three):
+    # nova reverts a resize: on the move's destination its revert_resize
+    # destroys the guest, then publishes (drop_move_claim_at_dest); the
+    # move's decision must be gone by then, or the destination keeps
+    # publishing the reverted flavor's resources as used
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    try:
+        migration = objects.Migration(
+            context=world.context, instance_uuid=inst.uuid, source_compute="other",
+            dest_compute=NODE,
+            migration_type="resize", status="reverting")
+        migration.create()
+        inst.migration_context = objects.MigrationContext(
+            instance_uuid=inst.uuid, migration_id=migration.id)
+        inst.task_state = "resize_reverting"
+        world.driver.plugin_decisions.record(
+            inst.uuid, NODE, recorded(world, three["instances"][2]))
+        world.driver.destroy(world.context, inst, [], destroy_disks=False)
+        assert nova_decisions.decision_for(
+            world.driver.plugin_decisions, inst.uuid, NODE,
+            world.driver.plugin_manager.plugins) is None
+    finally:
+        inst.destroy()
