@@ -111,6 +111,22 @@ class NovaDecisions:
                                 .order_by(TABLE.c.id)).all()
         return {str(r.consumer): str(r.spec) for r in rows}
 
+    def forget_since(self, instance_uuid: str, host: str,
+                     since: datetime.datetime) -> int:
+        """Delete the rows for the instance on ``host`` recorded at or
+        after ``since`` (naive UTC): the decisions of a move nova reverted,
+        so that the one the instance runs under again is the newest.
+        Returns how many were deleted."""
+        self._ensure()
+
+        def delete() -> int:
+            with self.store.db.write() as conn:
+                return int(conn.execute(sa.delete(TABLE).where(
+                    TABLE.c.consumer == instance_uuid, TABLE.c.host == host,
+                    TABLE.c.created_at >= since)).rowcount or 0)
+
+        return self.store.db.retrying(delete)
+
     def purge(self, before: datetime.datetime) -> int:
         """Delete the rows recorded before ``before`` (naive UTC)."""
         self._ensure()

@@ -298,6 +298,83 @@ class PluginProviderTreeMixin:
             block_device_info=block_device_info, power_on=power_on,
             accel_info=accel_info)
 
+    def finish_revert_migration(self, context: Any, instance: Any, network_info: Any,
+                                migration: Any, block_device_info: Any = None,
+                                power_on: bool = True, **kwargs: Any) -> Any:
+        """nova's ``finish_revert_migration`` (the source host of a reverted
+        resize or cold migration), then :meth:`plugin_reverted`."""
+        answer = super().finish_revert_migration(  # type: ignore[misc]  # nova's driver
+            context, instance, network_info, migration, block_device_info,
+            power_on, **kwargs)
+        self.plugin_reverted(instance, migration)
+        return answer
+
+    def destroy(self, context: Any, instance: Any, network_info: Any,
+                block_device_info: Any = None, destroy_disks: bool = True,
+                **kwargs: Any) -> Any:
+        """nova's ``destroy``; when nova reverts a move (the guest on the
+        move's destination, ``task_state`` ``resize_reverting``), the move's
+        decision on this host is forgotten first (:meth:`plugin_reverted`),
+        so that the publish of nova's ``drop_move_claim_at_dest`` right
+        after no longer counts the instance here."""
+        answer = super().destroy(  # type: ignore[misc]  # nova's driver
+            context, instance, network_info, block_device_info, destroy_disks,
+            **kwargs)
+        if getattr(instance, "task_state", None) == "resize_reverting":
+            migration = self._plugin_migration(context, instance)
+            if migration is not None and migration.dest_compute == self._plugin_service_host():
+                self.plugin_reverted(instance, migration, publish=False)
+        return answer
+
+    @staticmethod
+    def _plugin_migration(context: Any, instance: Any) -> Any:
+        """The migration of the instance's migration context (None: none,
+        or it cannot be read: logged)."""
+        from nova import objects
+        try:
+            migration_context = instance.migration_context
+            if migration_context is None:
+                return None
+            return objects.Migration.get_by_id(context, migration_context.migration_id)
+        except Exception as err:  # noqa: BLE001 - never into nova's revert
+            LOG.error("instance %s: cannot read the migration nova reverts: %s: %s",
+                      instance.uuid, type(err).__name__, err)
+            return None
+
+    def plugin_reverted(self, instance: Any, migration: Any, publish: bool = True) -> None:
+        """nova reverted ``migration`` of ``instance`` back to this host:
+        the decisions the scheduler recorded for the move (on its
+        destination host, recorded after nova created the migration) are
+        forgotten, so the instance counts again with the decision it runs
+        under (a resize to the same host otherwise kept the new flavor's
+        decision as the newest, and the host published the reverted
+        flavor's resources as used); this host publishes again
+        (``publish``: the source host, ``migration.source_node``). A failure
+        is one ERROR line, never raised into nova."""
+        import datetime
+        created = getattr(migration, "created_at", None)
+        dest = getattr(migration, "dest_compute", None)
+        if created is None or not dest:
+            LOG.warning("instance %s: reverted migration without a creation "
+                        "time or destination: its move's decision is kept",
+                        instance.uuid)
+            return
+        if created.tzinfo is not None:
+            created = created.astimezone(datetime.UTC).replace(tzinfo=None)
+        try:
+            forgotten = self.get_plugin_decisions().forget_since(
+                instance.uuid, str(dest), created)
+        except Exception as err:  # noqa: BLE001 - never into nova's revert
+            LOG.error("instance %s: cannot forget the decision of its reverted "
+                      "move to %s: %s: %s", instance.uuid, dest,
+                      type(err).__name__, err)
+            return
+        LOG.info("instance %s: reverted move to %s, %d decision(s) of the move "
+                 "forgotten", instance.uuid, dest, forgotten)
+        nodename = getattr(migration, "source_node", None) or getattr(instance, "node", None)
+        if publish and forgotten and nodename:
+            self.plugin_publish(str(nodename))
+
     def plugin_host_info(self, nodename: str) -> HostInfo:
         """The host as the plugins see it, read through nova's own libvirt
         ``Host`` (``self._host``) with the parsers a host snapshot uses:

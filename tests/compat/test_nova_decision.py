@@ -337,6 +337,15 @@ def test_the_compute_executes_the_decision_without_parsing(world, three):
         assert sorted(pinning) == sorted(host_cpus(executed))
 
 
+def test_make_nova_functional_compares_the_decision_the_compute_executes(world, three):
+    # the harness's boot check reads the decision where the mixin's spawn
+    # reads it (not a copy of its own from the scheduler)
+    from tools.nova_functional.hooks import Plugins
+    for instance, executed in zip(three["instances"], three["executed"], strict=True):
+        assert Plugins.decision(world.driver, instance) == executed.decision
+    assert Plugins.decision(world.driver, str(uuid.uuid4())) is None
+
+
 def test_two_more_pinned_pairs_do_not_fit_on_the_two_cpus_left(world, three):
     # 6 of 8 CPUs are taken by the request above: nova's next periodic has
     # the mixin publish the host's states under the decisions of the
@@ -407,3 +416,49 @@ def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, cap
         world.driver.plugin_decision(world.context, inst, moved, host=NODE)
     assert "Placement holds" in str(refused.value)
     assert instance in caplog.text
+
+
+def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):
+    # a resize to the same host records the new flavor's decision for the
+    # instance on this host; nova reverts it: the host publishes the
+    # instance under the decision it runs under again, not the reverted one
+    import datetime
+    instance = three["instances"][0]
+    before = recorded(world, instance)
+    migration = objects.Migration(
+        source_compute=NODE, dest_compute=NODE, source_node=NODE, dest_node=NODE,
+        created_at=datetime.datetime.now(datetime.UTC))
+    moved = recorded(world, three["instances"][1])  # other CPUs
+    world.driver.plugin_decisions.record(instance, NODE, moved)
+    assert host_cpus(recorded(world, instance)) != host_cpus(before)
+    inst = objects.Instance.get_by_uuid(world.context, instance)
+    world.driver.plugin_reverted(inst, migration)
+    assert recorded(world, instance).decision == before.decision
+    states = world.store.get_host(NODE).states["numa"]["state"]
+    pinned_cpus = {cpu for cell in states["cells"] for cpu in cell["pinned"]}
+    assert set(host_cpus(before)) <= pinned_cpus
+
+
+def test_the_destination_of_a_reverted_move_forgets_its_decision(world, three):
+    # nova reverts a resize: on the move's destination its revert_resize
+    # destroys the guest, then publishes (drop_move_claim_at_dest); the
+    # move's decision must be gone by then, or the destination keeps
+    # publishing the reverted flavor's resources as used
+    inst = world.instance(str(uuid.uuid4()), three["spec"])
+    try:
+        migration = objects.Migration(
+            context=world.context, instance_uuid=inst.uuid, source_compute="other",
+            dest_compute=NODE,
+            migration_type="resize", status="reverting")
+        migration.create()
+        inst.migration_context = objects.MigrationContext(
+            instance_uuid=inst.uuid, migration_id=migration.id)
+        inst.task_state = "resize_reverting"
+        world.driver.plugin_decisions.record(
+            inst.uuid, NODE, recorded(world, three["instances"][2]))
+        world.driver.destroy(world.context, inst, [], destroy_disks=False)
+        assert nova_decisions.decision_for(
+            world.driver.plugin_decisions, inst.uuid, NODE,
+            world.driver.plugin_manager.plugins) is None
+    finally:
+        inst.destroy()

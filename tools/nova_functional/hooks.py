@@ -28,16 +28,17 @@ The plugins run (:class:`Plugins`) adds:
   mdev types, pmem namespaces, NUMA-affine networks and their
   ``[neutron_physnet_<name>] numa_nodes``) and a fresh SQLite
   host-state store per test;
-- publishing: after each ``update_provider_tree`` the driver publishes the
-  host's plugin states (usage: the decisions of the instances the host
-  runs) to that store, where the filter reads them (the mixin publishes
-  nothing itself yet: /work/helpers/nova-interface.md);
-- the decision: when nova's scheduler consumes the host it claimed
-  (``SchedulerManager._consume_selected_host``, after its claim of the
-  host's first candidate), ``record_selection`` writes that candidate's
-  decision into nova's spec and :class:`Boots` keeps it; when the driver
-  builds the guest XML in ``spawn``, :class:`Boots` compares the XML's
-  pinning, cells and devices with it (:func:`compare`).
+- publishing: the driver mixin publishes the host's plugin states itself
+  (``PluginProviderTreeMixin.PUBLISHES_HOST_STATES``); with a mixin that
+  does not, the driver publishes them after each ``update_provider_tree``
+  (usage: the decisions of the instances the host runs);
+- the decision: ``PluginFitFilter`` records it when nova's scheduler
+  selects the host (``HostState.consume_from_request``); when the driver
+  builds the guest XML in ``spawn``, :class:`Boots` reads the decision the
+  mixin executes (``compute_plugins.nova.decisions.decision_for``) and
+  compares the XML's pinning, cells and devices with it
+  (:func:`compare`). A request no plugin asks anything of gets no
+  decision: its guest must pin and pass through nothing.
 """
 
 from __future__ import annotations
@@ -81,25 +82,24 @@ class Boots:
     the instance and host, and whether the guest XML equals it."""
 
     def __init__(self) -> None:
-        #: instance uuid -> the decisions recorded for it, oldest first.
-        self.decisions: dict[str, list[Any]] = {}
+        #: Instances whose request no plugin asks anything of.
+        self.unasked: set[str] = set()
         self.boots: list[dict[str, Any]] = []
         #: Requests PluginFitFilter passed no host for: every host's reasons.
         self.rejections: list[dict[str, Any]] = []
         self.test = ""
 
-    def decided(self, instance_uuid: str, decision: Any) -> None:
-        self.decisions.setdefault(instance_uuid, []).append(decision)
+    def asked_nothing(self, instance_uuid: str) -> None:
+        """No plugin asks anything of the instance's request."""
+        self.unasked.add(instance_uuid)
 
-    def decision(self, instance_uuid: str, host: str) -> Optional[Any]:
-        """The latest decision for the instance on ``host``."""
-        for decision in reversed(self.decisions.get(instance_uuid, ())):
-            if decision is not None and decision.host == host:
-                return decision
-        return None
-
-    def booted(self, instance_uuid: str, host: str, xml: str) -> None:
-        decision = self.decision(instance_uuid, host)
+    def booted(self, instance_uuid: str, host: str, xml: str,
+               decision: Optional[Any]) -> None:
+        """The guest XML of a boot and the decision the compute executed
+        (None: none recorded)."""
+        if decision is None and instance_uuid in self.unasked:
+            from compute_plugins.request.groups import Decision
+            decision = Decision(host=host, nodename="")
         if decision is None:
             problems = ["no decision recorded for this instance and host"]
         else:
@@ -299,7 +299,6 @@ class Plugins:
 
         from compute_plugins.nova import conf as nova_conf
         from compute_plugins.nova import filters as plugin_filters
-        from compute_plugins.request.groups import Decision
 
         plugin_conf = nova_conf.plugin_conf
 
@@ -332,17 +331,9 @@ class Plugins:
         consume = scheduler_manager.SchedulerManager._consume_selected_host
 
         def consumed(selected_host: Any, spec_obj: Any, instance_uuid: Any = None) -> Any:
-            if instance_uuid and getattr(selected_host, "plugin_spec", None):
-                decision: Optional[Decision]
-                try:
-                    decision = plugin_filters.record_selection(spec_obj, selected_host)
-                except LookupError:
-                    # NOTE: a request no plugin asks anything of passes
-                    # every host without a decision: its guest gets no
-                    # placement (the XML must pin and pass through nothing).
-                    decision = None if selected_host.plugin_spec.requests else Decision(
-                        host=selected_host.host, nodename=selected_host.nodename or "")
-                self.boots.decided(instance_uuid, decision)
+            spec = getattr(selected_host, "plugin_spec", None)
+            if instance_uuid and spec is not None and not spec.requests:
+                self.boots.asked_nothing(instance_uuid)
             return consume(selected_host, spec_obj, instance_uuid=instance_uuid)
 
         scheduler_manager.SchedulerManager._consume_selected_host = staticmethod(consumed)
@@ -399,21 +390,31 @@ class Plugins:
                                **kwargs: Any) -> Any:
                 xml = super()._get_guest_xml(context, instance, *args, **kwargs)
                 if self._plugin_booting == instance.uuid:
-                    plugins.boots.booted(instance.uuid, instance.host, xml)
+                    plugins.boots.booted(instance.uuid, instance.host, xml,
+                                         plugins.decision(self, instance.uuid))
                 return xml
 
         return PluginLibvirtDriver
 
+    @staticmethod
+    def decision(driver: Any, instance_uuid: str) -> Optional[Any]:
+        """The decision the driver mixin executes for the instance on the
+        driver's host (``decision_for``; None: none recorded)."""
+        from compute_plugins.nova.decisions import decision_for
+        spec = decision_for(driver.get_plugin_decisions(), instance_uuid,
+                            driver._plugin_service_host(),
+                            driver.get_plugin_manager().plugins)
+        return None if spec is None else spec.decision
+
     def publish(self, driver: Any, nodename: str) -> None:
         """The host's plugin states, under the decisions of the instances
-        it runs, into the test's store."""
+        it runs, into the test's store (a mixin that does not publish)."""
         from compute_plugins.hoststate.store import HostStateStore
-        compute = getattr(driver.virtapi, "_compute", None)
-        host = getattr(compute, "host", None) or nodename
+        host = driver._plugin_service_host()
         manager = driver.get_plugin_manager()
         usage: dict[str, list[Any]] = {}
         for uuid in driver.list_instance_uuids():
-            decision = self.boots.decision(uuid, host)
+            decision = self.decision(driver, uuid)
             for name, assignment in (decision.assignments.items() if decision else ()):
                 usage.setdefault(name, []).append(assignment)
         states, _broken = manager.host_states(nodename, usage, host=host)
