@@ -97,10 +97,9 @@ def test_a_read_only_store_recovers_with_one_line_per_outage(host, caplog):
         "WARNING", "host %s: host-state store unavailable (claims): attempt to write a "
         "readonly database; retrying every 1 s" % host.name)]
     # the outage ends: a fresh connection can write; the agent recovers
-    # without a restart, and says so once (cleared before the end: the
-    # lease's renewal may be the first write to see it)
-    caplog.clear()
+    # without a restart, and says so once
     outage.end()
+    caplog.clear()
     recovered = host.agent.poll()
     assert [c.consumer for c in recovered.claimed] == [consumer], recovered.error
     assert recovered.error is None
