@@ -162,8 +162,9 @@ class EvacuateResult:
 
 class MoveScheduler(Scheduler):
     """The scheduler of one move: the hosts it may choose are narrowed
-    after the usual plan (the source excluded, or only the named host),
-    each host left out with its reason."""
+    before fitting (the source excluded, or only the named host: the bounded
+    fitting must not spend its sample on hosts the move cannot take, nor
+    miss the one asked for), the source shown with its reason."""
 
     def __init__(self, *args: Any, source: str, allow_source: bool,
                  only: Optional[str], **kwargs: Any) -> None:
@@ -180,16 +181,19 @@ class MoveScheduler(Scheduler):
                              "only with [scheduler] allow_resize_to_same_host)")
         return None
 
-    def plan(self, spec: Any) -> Plan:
-        planned = super().plan(spec)
+    def _eligible(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(h for h in hosts if self._left_out(h) is None)
+
+    def plan(self, spec: Any, fresh: bool = False) -> Plan:
+        planned = super().plan(spec, fresh=fresh)
         verdicts = dict(planned.verdicts)
-        for host in list(verdicts):
-            why = self._left_out(host)
-            if why is not None:
-                if self.only is not None and host != self.only:
-                    del verdicts[host]
-                else:
-                    verdicts[host] = (why,) + tuple(verdicts[host])
+        if self.only is not None:
+            verdicts = {h: v for h, v in verdicts.items() if h == self.only}
+        elif self.source is not None:
+            why = self._left_out(self.source)
+            held = tuple(verdicts.get(self.source, ()))
+            if why is not None and why not in held:
+                verdicts[self.source] = (why,) + held
         ordered = tuple(item for item in planned.ordered
                         if self._left_out(item[1].host) is None)
         return dataclasses.replace(planned, ordered=ordered,

@@ -315,8 +315,8 @@ class Scheduler:
         found, asked = self.view.find(self.placement, self.store, spec.groups,
                                       sorted(generations), fresh=fresh)
         timings["placement"] = time.monotonic() - start
-        fits, scored, tree_changed = self._fit_enough(spec, found.hosts, generations,
-                                                      timings)
+        fits, scored, tree_changed = self._fit_enough(
+            spec, self._eligible(found.hosts), generations, timings)
         if not asked and (tree_changed or not any(f.result.fits for f in fits.values())):
             # NOTE: a host's tree changed, or nothing fits on the kept
             # answer: never refuse on a stale view.
@@ -339,6 +339,12 @@ class Scheduler:
         return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
                     ordered=tuple(ordered), timings=FrozenMap(timings),
                     unscored=len(found.hosts) - len(scored))
+
+    def _eligible(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        """The candidates this scheduler may fit at all (all of them; a
+        move's scheduler leaves out the instance's own host or keeps only
+        the one asked for, before the bounded fitting samples)."""
+        return hosts
 
     def _fit_enough(self, spec: Any, candidates: tuple[str, ...],
                     generations: Mapping[str, int], timings: dict[str, float]
