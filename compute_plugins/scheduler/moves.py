@@ -54,6 +54,7 @@ from compute_plugins.compute import disable, guest
 from compute_plugins.compute.release import request_release
 from compute_plugins.hoststate import errors, protocol
 from compute_plugins.hoststate.records import (
+    ACTIVE,
     DecisionStatus,
     HostDecision,
     MoveRecord,
@@ -439,7 +440,17 @@ class Mover:
             LOG.warning("consumer %s: no allocation in Placement on either side of "
                         "its move (migration consumer %s): nothing given back",
                         move.consumer, move.migration)
-        self.store.rekey_decision(move.source_decision, move.migration, move.consumer)
+        try:
+            self.store.rekey_decision(move.source_decision, move.migration, move.consumer)
+        except errors.HostStateError:
+            if self.store.get_decision(move.source_decision).status in ACTIVE:
+                raise
+            # NOTE: a release of the instance that won against the hand-over
+            # was carried out meanwhile: its claim is gone, nothing to give
+            # back; the move must still end.
+            LOG.info("consumer %s: its source decision %d is no longer in force "
+                     "(released): nothing given back", move.consumer,
+                     move.source_decision)
 
     # -- confirm, revert ---------------------------------------------------
 

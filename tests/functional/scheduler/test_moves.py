@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from compute_plugins.hoststate.records import MoveStatus
+from compute_plugins.hoststate.records import DecisionStatus, MoveStatus
 from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
 from tests.functional.request.hosts import cell
@@ -496,6 +496,36 @@ def test_a_release_between_the_movers_check_and_its_start_wins(cloud, cli):  # n
     finally:
         del store.start_move
     assert err.value.exit_code == 2 and answers[0][0] == 0
+    assert store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    settled(cloud)
+    assert store.active_decision(consumer) is None and cloud.allocations(consumer) == {}
+    assert all(cloud.usage(h) == {} for h in cloud.hosts.values())
+    check_invariants(cloud)
+
+
+def test_a_release_carried_out_before_the_hand_over_ends_the_move(cloud, cli):  # noqa: F811
+    """As above, with the host's agent quick: the release is done (the
+    decision released, not releasing) before the hand-over. The move is
+    rolled back with the same one line; giving back finds nothing in force
+    (it raised "cannot be given ... released" before)."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    store = cloud.store
+    consumer, _ = boot(cloud, sched, spec_of(sched, *pinned(1, 1, 512)))
+    real_start = store.start_move
+
+    def release_done_first(migration_id, instance, *args):
+        assert cli("release", "--consumer", instance)[0] == 0  # waits for the agent
+        assert store.latest_decision(instance).status == DecisionStatus.RELEASED
+        return real_start(migration_id, instance, *args)
+
+    store.start_move = release_done_first
+    try:
+        with pytest.raises(MoveError, match="being released") as err:
+            mv.migrate(consumer)
+    finally:
+        del store.start_move
+    assert err.value.exit_code == 2
     assert store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
     settled(cloud)
     assert store.active_decision(consumer) is None and cloud.allocations(consumer) == {}
