@@ -312,6 +312,7 @@ class Scheduler:
         start = time.monotonic()
         alive = liveness.read(self.store)
         generations = alive.generations
+        self.view.forget_gone(set(generations) | set(alive.down))
         found, asked = self.view.find(self.placement, self.store, spec.groups,
                                       sorted(generations), fresh=fresh)
         timings["placement"] = time.monotonic() - start

@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins.hoststate.transport import HostPublication
@@ -211,6 +211,18 @@ class PlacementView:
                 return False
             self._entries.clear()
         return True
+
+    def forget_gone(self, known: Collection[str]) -> None:
+        """Forget the provider trees of hosts no longer in the store
+        (``known``: every host it holds, live or down): deleted or renamed
+        hosts do not accumulate in a long-running scheduler."""
+        with self._lock:
+            for host in [h for h in self._trees if h not in known]:
+                del self._trees[host]
+
+    def known_trees(self) -> int:
+        """How many hosts' provider trees are remembered."""
+        return len(self._trees)
 
     def clear(self) -> None:
         """Forget every kept answer."""

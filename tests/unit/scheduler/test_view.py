@@ -53,3 +53,16 @@ def test_draw_is_the_best_unless_a_subset_is_asked():
     drawn = {view.draw(10, 3, rng) for _ in range(200)}
     assert drawn == {0, 1, 2}
     assert {view.draw(2, 8, rng) for _ in range(100)} == {0, 1}
+
+
+def test_the_trees_of_hosts_gone_from_the_store_are_forgotten():
+    """A long-running scheduler remembers each host's providers to see its
+    tree change; a deleted or renamed host's are dropped, a down host's
+    kept (its tree is compared when it comes back)."""
+    kept = view.PlacementView(60.0)
+    assert kept.providers_seen("a", {"u1": "a"}) is False
+    assert kept.providers_seen("b", {"u2": "b"}) is False
+    kept.forget_gone({"a"})
+    assert kept.known_trees() == 1
+    # a's tree is still remembered: a change is seen
+    assert kept.providers_seen("a", {"u3": "a"}) is True
