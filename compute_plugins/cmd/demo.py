@@ -113,16 +113,20 @@ UNUSED = ("the demo runs its own embedded Placement on its bundled hosts, each "
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    import logging as std_logging
+
     from compute_plugins.cmd.report import quiet_placement_logs
     from compute_plugins.demo import render
     from compute_plugins.demo.run import run_demo
 
     quiet_placement_logs(conf.debug)
+    ours = std_logging.getLogger("compute_plugins")
+    level = ours.level
     if not conf.debug:
         # NOTE: the agents log each claim at INFO; the report says it.
-        import logging as std_logging
-
-        std_logging.getLogger("compute_plugins").setLevel(std_logging.WARNING)
+        # Restored after: a caller in the same process (the tests) keeps
+        # its own levels.
+        ours.setLevel(std_logging.WARNING)
     progress = Progress(sys.stderr)
     try:
         if args.state_dir is not None:
@@ -133,6 +137,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 report["state_dir"] = None
     finally:
         progress.close()
+        ours.setLevel(level)
     if args.format == "json":
         common.print_json(render.to_json(report))
     else:
