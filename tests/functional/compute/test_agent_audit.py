@@ -8,28 +8,11 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-
-from compute_plugins.placement import embedded
-from tests.functional.request.hosts import Placement, cell
-from tests.functional.scheduler.cloud import Cloud
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.conftest import cloud, placement  # noqa: F401 - fixtures
 
 
-@pytest.fixture(scope="module")
-def placement():
-    emb = embedded.EmbeddedPlacement("sqlite://").start()
-    yield Placement(emb)
-    emb.close()
-
-
-@pytest.fixture
-def cloud(placement, tmp_path):
-    cloud = Cloud(placement, str(tmp_path))
-    yield cloud
-    cloud.close()
-
-
-def test_an_orphan_appearing_later_is_reported_once_by_the_periodic_audit(cloud):
+def test_an_orphan_appearing_later_is_reported_once_by_the_periodic_audit(cloud):  # noqa: F811
     host = cloud.add_host("aud", [cell(4, 4096)], start=False)
     agent = host.agent
     agent.placement_audit_interval = 0.001
@@ -51,7 +34,7 @@ def test_an_orphan_appearing_later_is_reported_once_by_the_periodic_audit(cloud)
     assert agent.run_once().mismatches == []
 
 
-def test_the_periodic_audit_is_off_with_interval_0(cloud):
+def test_the_periodic_audit_is_off_with_interval_0(cloud):  # noqa: F811
     host = cloud.add_host("off", [cell(4, 4096)], start=False)
     host.agent.placement_audit_interval = 0
     (numa0,) = [rp for rp, name in host.providers.items() if name.endswith("_NUMA0")]
