@@ -9,9 +9,13 @@ claim (held by a migration consumer) until ``confirm`` frees it, or
 ``revert`` frees the destination and gives the instance its source claim
 back.
 
-Exit codes: 0 moved (to confirm), confirmed or reverted, or done already
-(a line says so), every instance evacuated; 1 no host took the move (or
-one of an evacuation's) (the reasons per host and plugin
+``migrate --live`` confirms the move itself once the destination's claim
+holds (nova's live migration has no confirm step); one interrupted before
+that step ended is finished by a re-run or ``confirm``.
+
+Exit codes: 0 moved (to confirm; live: confirmed), confirmed or reverted,
+or done already (a line says so), every instance evacuated; 1 no host took
+the move (or one of an evacuation's) (the reasons per host and plugin
 are printed; the instance stays where it was), Placement refused the
 hand-over (rolled back), the consumer is unknown or
 not placed, or a host's agent did not free its side in time (run it
@@ -53,14 +57,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     migrate = arguments.command(
         subparsers, "migrate", "move an instance to another host with its own "
         "request: the scheduler decides a host, its agent claims it; to confirm "
-        "or revert", uses=uses, unused=_UNUSED)
+        "or revert (--live: confirmed by the command)", uses=uses, unused=_UNUSED)
     _consumer_argument(migrate)
     migrate.add_argument("--host", metavar="NAME",
                          help="the destination (still checked by the scheduler)")
     migrate.add_argument("--live", action="store_true",
                          help="a live migration: also print the destination's "
-                         "guest XML (its pinning, pages and devices)")
-    _timeout_argument(migrate, "each host's answer", "[scheduler] answer_timeout")
+                         "guest XML (its pinning, pages and devices), and confirm "
+                         "it once the destination's claim holds (the source freed); "
+                         "a re-run finishes one whose confirm did not end")
+    _timeout_argument(migrate, "each host's answer", "[scheduler] answer_timeout; "
+                      "--live's confirm: [compute] release_timeout")
     migrate.set_defaults(func=run_migrate)
 
     evacuate = arguments.command(
@@ -128,7 +135,8 @@ def run_resize(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
 
 def run_migrate(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     return _moving(conf, args, lambda mover: mover.migrate(
-        args.consumer, args.host, live=args.live, timeout=args.timeout))
+        args.consumer, args.host, live=args.live, timeout=args.timeout,
+        confirm_timeout=args.timeout))
 
 
 def _moving(conf: cfg.ConfigOpts, args: argparse.Namespace, call: Any) -> int:
@@ -148,33 +156,44 @@ def _moving(conf: cfg.ConfigOpts, args: argparse.Namespace, call: Any) -> int:
 
 def _print_move(mover: Mover, args: argparse.Namespace, result: MoveResult) -> int:
     move = result.move
+    code = EXIT_OK if result.moved and not result.waiting else EXIT_FAILED
     if args.format == "json":
         doc: dict[str, Any] = {
             "consumer": move.consumer, "kind": move.kind, "migration": move.migration,
             "source": move.source, "dest": move.dest, "status": move.status.value}
-        placed = schedule.to_json([result.schedule])
+        placed = schedule.to_json([result.schedule] if result.schedule else [])
         doc["destination"] = placed["instances"][0] if placed["instances"] else None
         doc["reasons"] = placed["reasons"]
+        doc["waiting"] = result.waiting or None
         if result.guest_xml is not None:
             doc["guest_xml"] = result.guest_xml
         common.print_json(doc)
-        return EXIT_OK if result.moved else EXIT_FAILED
-    if not result.moved:
+        return code
+    if result.schedule is not None:
         schedule._print_text(mover.plugins, [result.schedule])
+    if not result.moved:
         common.say("%s: not moved: it stays on host %s (%s rolled back)"
                    % (move.consumer, printable(move.source), move.kind))
         return EXIT_FAILED
-    schedule._print_text(mover.plugins, [result.schedule])
-    common.say("%s: %s from host %s to host %s, to confirm: `compute-plugins confirm "
-               "--consumer %s` frees host %s (migration consumer %s holds it), "
-               "`revert` goes back" % (move.consumer, _done_word(move.kind),
-                                       printable(move.source), printable(move.dest),
-                                       move.consumer, printable(move.source),
-                                       move.migration))
+    where = "%s from host %s to host %s" % (_done_word(move.kind), printable(move.source),
+                                          printable(move.dest))
+    if result.confirmed is None:
+        common.say("%s: %s, to confirm: `compute-plugins confirm --consumer %s` frees "
+                   "host %s (migration consumer %s holds it), `revert` goes back"
+                   % (move.consumer, where, move.consumer, printable(move.source),
+                      move.migration))
+    elif not result.waiting:
+        common.say("%s: %s, confirmed: host %s freed (migration consumer %s released)%s"
+                   % (move.consumer, where, printable(move.source), move.migration,
+                      "; it was already" if result.confirmed.already else ""))
     if result.guest_xml is not None:
         sys.stdout.write(result.guest_xml if result.guest_xml.endswith("\n")
                          else result.guest_xml + "\n")
-    return EXIT_OK
+    if result.waiting:
+        return _error("consumer %s: %s, its confirm not finished: %s (or `compute-plugins "
+                      "confirm --consumer %s`)" % (move.consumer, where, result.waiting,
+                                                    move.consumer), EXIT_FAILED)
+    return code
 
 
 def _done_word(kind: str) -> str:
@@ -197,7 +216,7 @@ def run_evacuate(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
             return _error(str(err), err.exit_code)
     code = EXIT_OK if done.evacuated else EXIT_FAILED
     if args.format == "json":
-        placed = schedule.to_json([m.schedule for m in done.moves])
+        placed = schedule.to_json([m.schedule for m in done.moves if m.schedule])
         common.print_json({
             "host": done.host, "fence": done.fence.to_dict() if done.fence else None,
             "instances": [{"consumer": m.move.consumer, "migration": m.move.migration,
@@ -212,7 +231,8 @@ def run_evacuate(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                        "%s deleted)" % (move.consumer, printable(move.source),
                                         printable(move.dest), printable(move.source)))
         else:
-            schedule._print_text(mover.plugins, [result.schedule])
+            if result.schedule is not None:
+                schedule._print_text(mover.plugins, [result.schedule])
             common.say("%s: not moved: it stays on host %s" % (
                 move.consumer, printable(move.source)))
     for consumer, why in done.skipped.items():

@@ -26,6 +26,11 @@ protocol.rekeyed_claims`). The move's record
   claimed: "to confirm" (nova's ``VERIFY_RESIZE``); no host: the allocation
   and the decision are given back (roll-back) and every host's reasons
   returned, as ``schedule``'s;
+- **live migration** (:meth:`Mover.migrate` with ``live``): as a
+  migration, then the command confirms it itself (nova's live migration has
+  no confirm step: once the destination's claim holds, post-live-migration
+  frees the source); one interrupted before its confirm step ended is
+  finished by a re-run or by :meth:`Mover.confirm`;
 - **confirm** (:meth:`Mover.confirm`): the source's agent releases the
   migration consumer (its ledger entry, its allocation) as any release;
 - **revert** (:meth:`Mover.revert`): the destination's agent releases the
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any, Optional
 
 from oslo_config import cfg
@@ -99,27 +105,6 @@ def _moving(move: MoveRecord) -> MoveError:
 
 
 @dataclasses.dataclass(frozen=True)
-class MoveResult:
-    """What :meth:`Mover.resize` or :meth:`Mover.migrate` did.
-
-    :param move: the move's record as it is now (``to-confirm``: the
-        destination claimed; ``rolled-back``: no host took it).
-    :param schedule: the scheduler's result (reasons per host and plugin
-        when not placed).
-    :param guest_xml: ``migrate --live``: the destination's guest XML, with
-        the destination's pinning, pages and devices; else None.
-    """
-
-    move: MoveRecord
-    schedule: ScheduleResult
-    guest_xml: Optional[str] = None
-
-    @property
-    def moved(self) -> bool:
-        return self.move.status == MoveStatus.TO_CONFIRM
-
-
-@dataclasses.dataclass(frozen=True)
 class FinishResult:
     """What :meth:`Mover.confirm` or :meth:`Mover.revert` did.
 
@@ -134,6 +119,45 @@ class FinishResult:
     done: bool
     already: bool = False
     waiting: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveResult:
+    """What :meth:`Mover.resize` or :meth:`Mover.migrate` did.
+
+    :param move: the move's record as it is now (``to-confirm``: the
+        destination claimed; ``rolled-back``: no host took it; a live
+        migration: ``confirmed``, or ``confirming`` when the source's agent
+        did not free its side in time).
+    :param schedule: the scheduler's result (reasons per host and plugin
+        when not placed); None when a re-run of ``migrate --live`` only
+        finished a live migration interrupted before its confirm step
+        ended (nothing scheduled).
+    :param guest_xml: ``migrate --live``: the destination's guest XML, with
+        the destination's pinning, pages and devices; else None.
+    :param confirmed: a live migration: its confirm step (made by the
+        command itself); else None.
+    """
+
+    move: MoveRecord
+    schedule: Optional[ScheduleResult]
+    guest_xml: Optional[str] = None
+    confirmed: Optional[FinishResult] = None
+
+    @property
+    def moved(self) -> bool:
+        """The destination claimed the instance (to confirm, or confirmed)."""
+        return self.move.dest is not None and self.move.status in (
+            MoveStatus.TO_CONFIRM, MoveStatus.CONFIRMING, MoveStatus.CONFIRMED)
+
+    @property
+    def waiting(self) -> str:
+        """A live migration whose confirm step is not finished: why (the
+        source's agent did not free its side in time; a re-run or
+        ``confirm`` finishes it); else empty."""
+        if self.confirmed is None or self.confirmed.done:
+            return ""
+        return self.confirmed.waiting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,20 +309,67 @@ class Mover:
                           allow_source=allow, only=None, timeout=timeout)
 
     def migrate(self, consumer: str, host: Optional[str] = None, live: bool = False,
-                timeout: Optional[float] = None) -> MoveResult:
+                timeout: Optional[float] = None,
+                confirm_timeout: Optional[float] = None,
+                on_claimed: Optional[Callable[[MoveResult], None]] = None) -> MoveResult:
         """Migrate ``consumer`` to another host (``host``: that one, still
-        checked by the scheduler) with its own spec. ``live``: the result
-        carries the destination's guest XML.
+        checked by the scheduler) with its own spec.
 
+        ``live``: the result carries the destination's guest XML, and the
+        move is confirmed here, once the destination's claim holds (nova's
+        live migration has no confirm step: post-live-migration frees the
+        source), by :meth:`confirm`. A live migration whose confirm step did
+        not end (the source's agent did not free its side in time, or this
+        call was interrupted) is finished by a re-run (``live``, ``host``
+        None or its destination) or by :meth:`confirm`.
+
+        :param timeout: seconds to wait for the destination's answer (None:
+            ``[scheduler] answer_timeout``).
+        :param confirm_timeout: ``live``: seconds to wait for the source's
+            agent to free its side (None: ``[compute] release_timeout``).
+        :param on_claimed: ``live``: called with the move once the
+            destination claimed it, before its confirm step (the demo reads
+            Placement's consumers there).
         :raises MoveError: see :meth:`_placed`; ``host`` unknown, disabled
             or the instance's own (nothing changed).
         """
+        if live:
+            moving = self.store.active_move(consumer)
+            if (moving is not None and moving.kind == "live-migrate"
+                    and moving.status in (MoveStatus.TO_CONFIRM, MoveStatus.CONFIRMING)
+                    and host in (None, moving.dest)):
+                # NOTE: a re-run of a live migration interrupted before its
+                # confirm step ended: that step, nothing scheduled again.
+                return self._confirm_live(MoveResult(moving, None, self._dest_xml(moving)),
+                                          confirm_timeout)
         decision = self._placed(consumer)
         if host is not None:
             self._target(host, decision.host)
         spec = RequestSpec.from_json(decision.spec, self.plugins).with_decision(None)
-        return self._move("live-migrate" if live else "migrate", consumer, decision,
-                          spec, allow_source=False, only=host, timeout=timeout)
+        result = self._move("live-migrate" if live else "migrate", consumer, decision,
+                            spec, allow_source=False, only=host, timeout=timeout)
+        if not live or not result.moved:
+            return result
+        if on_claimed is not None:
+            on_claimed(result)
+        return self._confirm_live(result, confirm_timeout)
+
+    def _confirm_live(self, result: MoveResult, timeout: Optional[float]) -> MoveResult:
+        """A live migration's confirm step, made by the mover itself (what
+        nova's post-live-migration does): :meth:`confirm`, idempotent."""
+        if timeout is None:
+            timeout = float(self.conf.compute.release_timeout)
+        done = self.confirm(result.move.consumer, timeout=timeout)
+        return dataclasses.replace(result, move=done.move, confirmed=done)
+
+    def _dest_xml(self, move: MoveRecord) -> Optional[str]:
+        """The destination guest XML of a live migration to confirm, from
+        its destination's decision (a re-run prints it again)."""
+        if move.dest_decision is None:
+            return None
+        decision = self.store.get_decision(move.dest_decision)
+        return self.guest_xml(move.consumer, RequestSpec.from_json(decision.spec,
+                                                                   self.plugins))
 
     def _move(self, kind: str, consumer: str, decision: HostDecision, spec: RequestSpec,
               allow_source: bool, only: Optional[str],

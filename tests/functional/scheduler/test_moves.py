@@ -204,7 +204,7 @@ def test_bad_input_is_one_line_and_changes_nothing(cloud, cli):  # noqa: F811
     check_invariants(cloud)
 
 
-def test_live_migration_yields_the_destinations_pinning(cloud):
+def test_live_migration_yields_the_destinations_pinning_and_confirms_itself(cloud):
     a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
     b = cloud.add_host("b", [cell(4, 4096)], dedicated="0-3")
     sched, mv = cloud.scheduler(), mover(cloud)
@@ -214,21 +214,109 @@ def test_live_migration_yields_the_destinations_pinning(cloud):
     consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
     assert source.name != cloud.store.active_decision(first).host
     dest = b if source is a else a
-    moved = mv.migrate(consumer, live=True)
+    before = cloud.allocations(consumer)
+    seen = []
+
+    def on_claimed(result):
+        # the destination claimed, the confirm step not made yet: Placement
+        # as nova's live migration has it then, both consumers held
+        seen.append(result.move.status)
+        assert cloud.allocations(result.move.migration) == before
+        assert set(cloud.allocations(consumer)) <= set(dest.providers)
+        settled(cloud)
+        assert ledger_keys(source) == {result.move.migration}
+        check_invariants(cloud)
+
+    moved = mv.migrate(consumer, live=True, on_claimed=on_claimed)
+    assert seen == [MoveStatus.TO_CONFIRM]
     assert moved.moved and moved.move.kind == "live-migrate"
     xml = moved.guest_xml
     assert xml is not None and "instance-%s" % consumer in xml
     dest_cpus = sorted(h for part in moved.schedule.spec.decision.assignments[
         "numa"].cells for h in part.pinning.values())
-    source_entry = source.agent.ledger.entries()
     assert dest_cpus == [2, 3]
     for cpu in dest_cpus:
         assert 'cpuset="%d"' % cpu in xml
-    assert source_entry  # the source's claim kept until confirm
-    check_invariants(cloud)
-    assert mv.confirm(consumer, timeout=10).done
-    assert not on_host(cloud, source, consumer)
+    # no confirm step for the caller: the source is freed already, as
+    # nova's post-live-migration does
+    assert moved.move.status == MoveStatus.CONFIRMED and not moved.waiting
+    assert moved.confirmed.done and not moved.confirmed.already
+    assert cloud.allocations(moved.move.migration) == {}
+    assert not on_host(cloud, source, consumer) and cloud.usage(source) == {}
     assert on_host(cloud, dest, consumer)
+    assert cloud.store.active_move(consumer) is None
+    check_invariants(cloud)
+    # a confirm after it is a no-op; a revert is refused (it ended confirmed)
+    assert mv.confirm(consumer, timeout=10).already
+    with pytest.raises(MoveError, match="ended confirmed: nothing to revert"):
+        mv.revert(consumer)
+
+
+def test_a_live_migration_whose_source_agent_is_stopped_is_finished_by_a_rerun(
+        cloud, cli):  # noqa: F811
+    """The source's agent does not free its side in time: ``migrate --live``
+    says the move is claimed and its confirm not finished (exit 1, run it
+    again); re-run once the agent is back, it finishes the confirm (nothing
+    scheduled again) and prints the destination's XML again."""
+    a, b = two_hosts(cloud)
+    sched = cloud.scheduler()
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    source.stop()
+    code, out, err = cli("migrate", "--consumer", consumer, "--live", "--timeout", "0.5")
+    assert code == 1
+    move = cloud.store.active_move(consumer)
+    assert (move.kind, move.status, move.dest) == ("live-migrate", MoveStatus.CONFIRMING,
+                                                   dest.name)
+    assert err == ("compute-plugins: error: consumer %s: live-migrated from host %s to "
+                   "host %s, its confirm not finished: host %s's agent did not free its "
+                   "side within 0.5 s (is it running?); run it again (or "
+                   "`compute-plugins confirm --consumer %s`)\n"
+                   % (consumer, source.name, dest.name, source.name, consumer))
+    assert "<domain" in out and "instance-%s" % consumer in out
+    # the source still holds its side (the migration consumer's)
+    assert set(cloud.allocations(move.migration)) <= set(source.providers)
+    # a cold migrate, or a live one to another host, is refused meanwhile
+    assert cli("migrate", "--consumer", consumer)[0] == 2
+    assert cli("migrate", "--consumer", consumer, "--live", "--host", source.name)[0] == 2
+
+    cloud.restart(source)
+    code, out, err = cli("migrate", "--consumer", consumer, "--live", "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert (doc["status"], doc["source"], doc["dest"], doc["waiting"]) == (
+        "confirmed", source.name, dest.name, None)
+    assert doc["migration"] == move.migration and doc["destination"] is None
+    assert "instance-%s" % consumer in doc["guest_xml"]
+    assert cloud.allocations(move.migration) == {}
+    settled(cloud)
+    assert not on_host(cloud, source, consumer)
+    check_invariants(cloud)
+    code, out, err = cli("confirm", "--consumer", consumer)
+    assert (code, err) == (0, "") and "already confirmed" in out
+
+
+def test_a_live_migration_interrupted_before_its_confirm_is_finished_by_confirm(cloud):
+    """The command killed once the destination claimed, before its confirm
+    step: the move is to confirm, and ``confirm`` finishes it as the
+    command would have."""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+
+    class Killed(Exception):
+        pass
+
+    def killed(result):
+        raise Killed
+
+    with pytest.raises(Killed):
+        mv.migrate(consumer, live=True, on_claimed=killed)
+    assert cloud.store.active_move(consumer).status == MoveStatus.TO_CONFIRM
+    check_invariants(cloud)
+    done = mv.confirm(consumer, timeout=10)
+    assert done.done and done.move.status == MoveStatus.CONFIRMED
+    assert not on_host(cloud, source, consumer)
     check_invariants(cloud)
 
 
