@@ -213,7 +213,7 @@ class Cluster:
             client.put(path + "/aggregates", {
                 "resource_provider_generation": generation,
                 "aggregates": sorted(set(aggregates) | set(wanted))})
-        return _calls_since(client, before)
+        return calls_since(client, before)
 
     # -- the agents ---------------------------------------------------------
 
@@ -265,8 +265,9 @@ class Cluster:
             }
 
 
-def _calls_since(client: pclient.PlacementClient,
-                 before: dict[str, int]) -> dict[str, int]:
+def calls_since(client: pclient.PlacementClient,
+                before: dict[str, int]) -> dict[str, int]:
+    """The calls ``client`` made since its counters read ``before``."""
     from compute_plugins.placement.report.periodic import calls_between
 
     return calls_between(before, client.calls.snapshot())

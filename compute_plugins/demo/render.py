@@ -9,6 +9,9 @@ and what a correct run shows (:func:`checks`).
      "requests": [{"name", "expect", "placed", "host", "consumer", "query",
                    "candidates", "verdicts", "assignments", "allocations",
                    "describe", "guest_xml", "reasons", "placement_calls", ...}],
+     "moves": [{"kind", "name", "consumer", "migration", "source", "dest",
+                "status", "assignments", "allocations", "describe", "guest_xml",
+                "consumers": {"to_confirm", "confirmed"}, "pinning", ...}],
      "usage": {provider name: {"uuid", "host", "inventories", "usages", ...}},
      "final_periodic": {host: calls}, "final_periodic_calls": 0, ...}
 
@@ -88,6 +91,20 @@ def tree(providers: Mapping[str, Mapping[str, Any]], root: str,
 
     draw(root, indent, True, True)
     return lines
+
+
+def _grouped(calls: Mapping[str, int]) -> dict[str, int]:
+    """Calls counted per method and resource (``GET /resource_providers``,
+    ``PUT /allocations/{consumer}``), as the scheduler counts its own."""
+    out: dict[str, int] = {}
+    for call, count in calls.items():
+        method, _, path = call.partition(" ")
+        parts = path.split("?")[0].strip("/").split("/")
+        key = "%s /%s" % (method, parts[0])
+        if parts[0] == "allocations" and len(parts) > 1:
+            key += "/{consumer}"
+        out[key] = out.get(key, 0) + count
+    return out
 
 
 def _calls(calls: Mapping[str, int]) -> str:
@@ -191,6 +208,63 @@ def _request(request: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _held(resources: Mapping[str, int]) -> str:
+    return ", ".join("%s %d" % (_rc(rc), n) for rc, n in resources.items())
+
+
+def _consumers(consumers: Mapping[str, Mapping[str, Mapping[str, int]]]) -> list[str]:
+    """One line per provider: what the instance's and the migration
+    consumer's allocations hold there."""
+    width = max((len(name) for name in consumers), default=0)
+    out = []
+    for name, roles in consumers.items():
+        held = "; ".join("%s %s" % (role, _held(roles[role]))
+                         for role in ("instance", "migration") if role in roles)
+        out.append("    %s  %s" % (printable(name).ljust(width), held))
+    return out
+
+
+def _move(move: Mapping[str, Any]) -> list[str]:
+    kind, name = move["kind"], move["name"]
+    if kind == "resize":
+        out = ["%s: resize to %s" % (name, move["flavor"]), "  %s" % move["about"]]
+    else:
+        out = ["%s: live migration" % name]
+    if not move["dest"]:
+        out.append("  not moved: it stays on %s (rolled back)   <-- NOT AS EXPECTED"
+                   % move["source"])
+        return out + ["    %s: %s" % (r["plugin"] or "host", printable(r["reason"]))
+                      for r in move["reasons"]]
+    where = ("%s again (its own host)" % move["dest"] if move["dest"] == move["source"]
+             else "%s -> %s" % (move["source"], move["dest"]))
+    out.append("  %s, claimed by its agent (%.2f s)" % (where, move["seconds"]))
+    if kind == "resize":
+        for plugin, lines in move["describe"].items():
+            out += ["    %s: %s" % (plugin, printable(line)) for line in lines]
+    pinning = move.get("pinning")
+    if pinning:
+        out.append("  guest XML pinning, from %s's decision (%s's before it):"
+                   % (move["dest"], move["source"]))
+        dest, source = list(pinning["dest"]), list(pinning["source"])
+        width = max(len(line) for line in dest + [""])
+        for index in range(max(len(dest), len(source))):
+            line = dest[index] if index < len(dest) else ""
+            was = "(%s)" % source[index] if index < len(source) else ""
+            out.append(("    %s   %s" % (line.ljust(width), was)).rstrip())
+    consumers = move.get("consumers", {})
+    if "to_confirm" in consumers:
+        out.append("  Placement's consumers, %s (instance %s..., migration %s...):"
+                   % ("to confirm" if kind == "resize" else "the destination claimed",
+                      move["consumer"][:8], move["migration"][:8]))
+        out += _consumers(consumers["to_confirm"])
+    if "confirmed" in consumers:
+        out.append("  %s (%s's agent freed the migration consumer):"
+                   % ("confirmed" if kind == "resize"
+                      else "confirmed by the migration itself", move["source"]))
+        out += _consumers(consumers["confirmed"])
+    return out
+
+
 def _table(report: Mapping[str, Any]) -> list[str]:
     """Per host (its whole tree) and the shared storage: used/offered of
     every resource class."""
@@ -254,7 +328,11 @@ def text(report: Mapping[str, Any]) -> str:
     for request in requests:
         if request.get("expect", "any") is None:
             out += _request(request) + [""]
-    out += ["4. The final state: usage per provider (used/offered; offered = "
+    if report.get("moves"):
+        out += ["4. Moving instances: a resize (confirmed) and a live migration", ""]
+        for move in report["moves"]:
+            out += _move(move) + [""]
+    out += ["5. The final state: usage per provider (used/offered; offered = "
             "total - reserved)", ""]
     usage = report["usage"]
     for host in report["hosts"]:
@@ -270,6 +348,10 @@ def text(report: Mapping[str, Any]) -> str:
     for request in requests:
         out.append("  scheduling %-22s %3d  (%s)" % (
             request["name"], request["placement_calls"], _calls(request["calls"])))
+    for move in report.get("moves", ()):
+        out.append("  %-33s %3d  (%s)" % (
+            "%s %s" % (move["kind"], move["name"]), move["placement_calls"],
+            _calls(_grouped(move["calls"]))))
     out.append("  last periodic of every host       %3d" % report["final_periodic_calls"])
     out.append("")
     out.append("done in %.1f s" % report["seconds"])
@@ -279,7 +361,8 @@ def text(report: Mapping[str, Any]) -> str:
 
 def checks(report: Mapping[str, Any]) -> list[str]:
     """What a correct run shows, each failure as one line: every request
-    where it is expected, the final periodic without Placement calls."""
+    where it is expected, each move confirmed with nothing left of its
+    migration consumer, the final periodic without Placement calls."""
     problems = []
     for request in report["requests"]:
         if not expectation_met(request):
@@ -288,6 +371,14 @@ def checks(report: Mapping[str, Any]) -> list[str]:
                 request["name"],
                 {None: "nowhere", "any": "on any host"}.get(expect, "on %s" % expect),
                 "host %s" % request["host"] if request["placed"] else "not placed"))
+    for move in report.get("moves", ()):
+        if move["status"] != "confirmed":
+            problems.append("the %s of %s ended %s, expected confirmed"
+                            % (move["kind"], move["name"], move["status"]))
+        elif any("migration" in roles
+                 for roles in move["consumers"]["confirmed"].values()):
+            problems.append("the %s of %s: its migration consumer still holds an "
+                            "allocation after confirm" % (move["kind"], move["name"]))
     if report["final_periodic_calls"] != 0:
         problems.append("the last periodic made %d Placement calls, expected 0"
                         % report["final_periodic_calls"])

@@ -11,7 +11,14 @@
 3. **The request that fits nowhere**: the scheduler's answer, and every
    plugin's reason on every host (its ``fit`` on each host's published
    state, whether Placement already excluded the host or not).
-4. **The final state**: each provider's usage from Placement, and one more
+4. **Two moves** (:func:`_moves`): a resize of one instance (``RESIZE``)
+   and a live migration of another (``LIVE_MIGRATE``), each decided by the
+   scheduler and claimed by the destination's agent; Placement's consumers
+   (the instance's and the migration consumer's allocation, per provider)
+   while the move is to confirm and once it is confirmed (the resize by
+   ``confirm``, the live migration by itself), and the live migration's
+   destination guest XML pinning, from the destination's decision.
+5. **The final state**: each provider's usage from Placement, and one more
    periodic of every agent, which makes no Placement call.
 
 A second run in the same state directory releases the instances the
@@ -36,16 +43,19 @@ from compute_plugins.demo.cluster import (
     SHARED_STORAGE_UUID,
     Cluster,
     Progress,
+    calls_since,
     calls_total,
     merge_calls,
     scheduler_conf,
 )
+from compute_plugins.hoststate.records import MoveStatus
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.plugin.state import StateFormatError
 from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.scheduler.moves import Mover, MoveResult
 from compute_plugins.scheduler.selection import Scheduler, ScheduleResult
 from compute_plugins.util import files, jsonload
 
@@ -54,6 +64,19 @@ INSTANCES_FILE = "demo.json"
 PROJECT = "compute-plugins-demo"
 #: Seconds to wait for an agent to free an earlier run's instance.
 RELEASE_TIMEOUT = 30.0
+#: Step 4's resize: the request whose instance is resized, and its new
+#: flavor. Its host is the only one with dedicated CPUs and 1 GiB pages:
+#: the demo's mover has ``[scheduler] allow_resize_to_same_host`` (nova's
+#: option), and the host holds both flavors until confirm.
+RESIZE = ("pinned-2node", {
+    "name": "pinned.2node.large", "vcpus": 12, "memory_mb": 12288, "root_gb": 20,
+    "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+                    "hw:mem_page_size": "1GB"}})
+#: Step 4's live migration: the request whose instance migrates (it fits
+#: on every host: the scheduler chooses another one).
+LIVE_MIGRATE = "small"
+RESIZE_ABOUT = ("12 dedicated vCPUs on 1 GiB pages: only its own host has them; the "
+                "host holds both flavors until confirm")
 
 
 def load_requests(path: Optional[str] = None) -> list[dict[str, Any]]:
@@ -143,7 +166,108 @@ def _placed(result: ScheduleResult, manager: PluginManager,
         "allocations": {rp: dict(res) for rp, res in decision.allocations.items()},
         "describe": describe,
         "guest_xml": guest.summary(xml).splitlines(),
+        "xml": xml,
     }
+
+
+def _consumers(cluster: Cluster, names: dict[str, str],
+               move: Any) -> dict[str, dict[str, dict[str, int]]]:
+    """Placement's allocations of a move's two consumers, per provider:
+    provider name -> ``instance``/``migration`` -> resource class -> amount
+    (the operator's reads, two ``GET /allocations/{consumer}``)."""
+    assert cluster.operator is not None
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for role, consumer in (("instance", move.consumer), ("migration", move.migration)):
+        held = cluster.operator.get("/allocations/%s" % consumer)["allocations"]
+        for provider, allocation in held.items():
+            out.setdefault(names.get(provider, provider), {})[role] = dict(
+                sorted(allocation["resources"].items()))
+    return dict(sorted(out.items()))
+
+
+def _pinning(xml: str) -> list[str]:
+    """The pinning elements of a guest XML: ``<cputune>``'s (``vcpupin``,
+    ``emulatorpin``) and ``<numatune>``'s (``memory``, ``memnode``), one line
+    each, as libvirt reads them."""
+    import xml.etree.ElementTree as ET
+
+    domain = ET.fromstring(xml)
+    lines = []
+    for parent in ("cputune", "numatune"):
+        for element in domain.findall(parent + "/*"):
+            lines.append(ET.tostring(element, encoding="unicode").strip())
+    return lines
+
+
+def _move_entry(kind: str, entry: dict[str, Any], moved: MoveResult,
+                manager: PluginManager, seconds: float,
+                calls: dict[str, int]) -> dict[str, Any]:
+    move = moved.move
+    out: dict[str, Any] = {
+        "kind": kind, "name": entry["name"], "consumer": move.consumer,
+        "migration": move.migration, "source": move.source, "dest": move.dest,
+        "status": move.status.value, "seconds": round(seconds, 3),
+        "placement_calls": calls_total(calls), "calls": calls,
+        "assignments": {}, "allocations": {}, "describe": {}, "guest_xml": [],
+        "reasons": []}
+    if moved.schedule is not None and moved.schedule.placed:
+        out.update(_placed(moved.schedule, manager, entry["name"]))
+        out.pop("xml")
+    elif moved.schedule is not None:
+        out["reasons"] = _reasons(r for h in moved.schedule.reasons for r in h.reasons)
+    return out
+
+
+def _moves(cluster: Cluster, manager: PluginManager, mover: Mover,
+           entries: dict[str, dict[str, Any]], names: dict[str, str],
+           progress: Progress) -> list[dict[str, Any]]:
+    """Step 4: :data:`RESIZE`, confirmed, and :data:`LIVE_MIGRATE` (which
+    confirms itself); Placement's consumers of each while it is to confirm
+    and once confirmed."""
+    client = mover.placement
+    out = []
+    name, flavor = RESIZE
+    entry = entries.get(name)
+    if entry is not None and entry["placed"]:
+        progress("resizing %s to %s" % (name, flavor["name"]))
+        request = entry["request"]
+        spec = RequestSpec.build(manager.plugins, RequestInput.from_dicts(
+            flavor, request.get("image"), request.get("ports", ())))
+        before, began = client.calls.snapshot(), time.monotonic()
+        resized = mover.resize(entry["consumer"], spec)
+        item = _move_entry("resize", entry, resized, manager, time.monotonic() - began,
+                           calls_since(client, before))
+        item["flavor"], item["about"] = flavor["name"], RESIZE_ABOUT
+        if resized.moved:
+            item["consumers"] = {"to_confirm": _consumers(cluster, names, resized.move)}
+            progress("confirming the resize of %s" % name)
+            began = time.monotonic()
+            done = mover.confirm(entry["consumer"], timeout=RELEASE_TIMEOUT)
+            item["confirm_seconds"] = round(time.monotonic() - began, 3)
+            item["status"] = done.move.status.value
+            item["consumers"]["confirmed"] = _consumers(cluster, names, done.move)
+        out.append(item)
+    entry = entries.get(LIVE_MIGRATE)
+    if entry is not None and entry["placed"]:
+        progress("live-migrating %s" % LIVE_MIGRATE)
+        seen: dict[str, Any] = {}
+
+        def claimed(result: MoveResult) -> None:
+            seen["to_confirm"] = _consumers(cluster, names, result.move)
+
+        before, began = client.calls.snapshot(), time.monotonic()
+        migrated = mover.migrate(entry["consumer"], live=True,
+                                 confirm_timeout=RELEASE_TIMEOUT, on_claimed=claimed)
+        item = _move_entry("live-migrate", entry, migrated, manager,
+                           time.monotonic() - began, calls_since(client, before))
+        if migrated.moved:
+            item["consumers"] = {**seen, "confirmed": _consumers(cluster, names,
+                                                                 migrated.move)}
+            assert migrated.guest_xml is not None
+            item["pinning"] = {"source": _pinning(entry["xml"]),
+                               "dest": _pinning(migrated.guest_xml)}
+        out.append(item)
+    return out
 
 
 class DemoStateError(exception.InputError):
@@ -169,17 +293,28 @@ def earlier_instances(state_dir: str) -> list[str]:
     return consumers
 
 
-def _release_earlier(cluster: Cluster, scheduler: Scheduler,
+def _release_earlier(cluster: Cluster, scheduler: Scheduler, mover: Mover,
                      progress: Progress) -> list[str]:
     """Free the instances ``demo.json`` lists; returns those that were in
     force (an instance an interrupted run recorded but never placed has
     nothing to free). Each one freed is struck off ``demo.json`` at once,
-    so that an interruption here loses none of the others."""
+    so that an interruption here loses none of the others. A move an
+    interrupted run left in force is ended first (confirmed when its
+    confirm was requested, else reverted)."""
     consumers = earlier_instances(cluster.state_dir)
     assert cluster.store is not None and cluster.operator is not None
     released = []
     left = list(consumers)
     for consumer in consumers:
+        moving = cluster.store.active_move(consumer)
+        if moving is not None:
+            progress("ending the %s of instance %s of the previous run"
+                     % (moving.kind, consumer))
+            end = mover.confirm if moving.status == MoveStatus.CONFIRMING else mover.revert
+            if not end(consumer, timeout=RELEASE_TIMEOUT).done:
+                raise RuntimeError("the %s of instance %s of the previous run did not "
+                                   "end within %g s" % (moving.kind, consumer,
+                                                        RELEASE_TIMEOUT))
         outcome = scheduler.release(consumer)
         if outcome.outcome in ("unknown", "nothing-in-force"):
             # NOTE: a run interrupted between writing the allocation and
@@ -281,11 +416,17 @@ def run_demo(state_dir: str, progress: Progress,
         # -- 2. and 3. boot the requests --------------------------------------
         conf = scheduler_conf(cluster.store_url)
         manager = PluginManager(conf)
-        scheduler = Scheduler(conf, manager.plugins, cluster.service.client(),
-                              cluster.store)
+        client = cluster.service.client()
+        scheduler = Scheduler(conf, manager.plugins, client, cluster.store)
+        # NOTE: the resize stays on its host (the only one with dedicated
+        # CPUs and 1 GiB pages), as nova's option allows.
+        mover_conf = scheduler_conf(cluster.store_url)
+        mover_conf.set_override("allow_resize_to_same_host", True, "scheduler")
+        mover = Mover(mover_conf, manager.plugins, client, cluster.store)
         cluster.start_agents()
         try:
-            report["released_earlier"] = _release_earlier(cluster, scheduler, progress)
+            report["released_earlier"] = _release_earlier(cluster, scheduler, mover,
+                                                          progress)
             placed_consumers: list[str] = []
             results = []
             for request in requests:
@@ -326,11 +467,19 @@ def run_demo(state_dir: str, progress: Progress,
                         cluster, manager, spec)
                 results.append(entry)
             _save_instances(cluster, placed_consumers)
+
+            # -- 4. two moves --------------------------------------------------
+            names = {doc["uuid"]: name for name, doc in usage_before.items()}
+            entries = {entry["name"]: dict(entry, request=request)
+                       for entry, request in zip(results, requests, strict=True)}
+            report["moves"] = _moves(cluster, manager, mover, entries, names, progress)
         finally:
             cluster.stop_agents()
+        for entry in results:
+            entry.pop("xml", None)
         report["requests"] = results
 
-        # -- 4. the final state ------------------------------------------------
+        # -- 5. the final state ------------------------------------------------
         progress("final state: usage from Placement, one more periodic per host")
         report["usage"] = _usage(cluster)
         final = {}

@@ -5,7 +5,9 @@ agent thread per bundled host, the scheduler.
 The demo runs twice in one state directory (module fixture: about a
 minute on 2 cores in all); the JSON of both runs is checked: where each
 request lands, usage in Placement against the decisions, the failing
-request's reasons, the last periodic's calls, and that the second run
+request's reasons, the two moves (a resize, confirmed; a live migration,
+which confirms itself: Placement's consumers before and after, the
+destination's pinning), the last periodic's calls, and that the second run
 releases the first run's instances and duplicates nothing.
 """
 
@@ -22,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from compute_plugins.demo import render
+from compute_plugins.demo import render, run
+from compute_plugins.plugin.cpuset import parse_cpu_spec
 
 #: Where each request can only go (host names of the bundled snapshots);
 #: ``any``: every host fits; None: no host does.
@@ -107,11 +110,15 @@ def test_progress_is_shown_as_plain_lines_when_stderr_is_not_a_terminal(runs):
 
 def usage_and_allocations(report):
     """(usage in Placement, sum of the placed requests' allocations), by
-    (provider uuid, resource class)."""
+    (provider uuid, resource class); a moved instance's are its move's
+    (the destination's, once confirmed)."""
     expected: Counter = Counter()
+    moved = {m["consumer"]: m for m in report.get("moves", ())
+             if m["status"] == "confirmed"}
     for request in report["requests"]:
         if request["placed"]:
-            for provider, resources in request["allocations"].items():
+            held = moved.get(request["consumer"], request)
+            for provider, resources in held["allocations"].items():
                 for rc, amount in resources.items():
                     expected[(provider, rc)] += amount
     used: Counter = Counter()
@@ -175,7 +182,7 @@ def test_the_failing_request_has_placements_reason_on_every_host(first):
                    if r["host"] == "demo-shared-01" and r["plugin"] == "disk"]
     assert any("sharing provider" in r and "DISK_GB:20000" in r for r in shared_disk)
     text = render.text(first)
-    section = text.split("3. The request that fits nowhere")[1].split("4. The final")[0]
+    section = text.split("3. The request that fits nowhere")[1].split("\n4. ")[0]
     for host in HOSTS:
         block = section.split("\n    %s\n" % host)[1].split("\n    demo-")[0]
         assert "Placement: no provider has room for" in block, (host, block)
@@ -189,9 +196,10 @@ def test_the_failing_request_has_placements_reason_on_every_host(first):
 PROGRESS = re.compile(r"^\[ *\d+\.\ds\] ")
 #: Ctrl-C once the demo printed this progress line: while the hosts report,
 #: during the operator's step, between two requests, during the 8-node
-#: request (issue 22: exit 1 and Placement's tracebacks there, 2 in 10).
+#: request (issue 22: exit 1 and Placement's tracebacks there, 2 in 10),
+#: during the live migration (the next run ends the move, then releases).
 INTERRUPT_AT = ("host demo-gpu-01: first periodic", "operator: shared storage",
-                "scheduling small", "scheduling wide-8node")
+                "scheduling small", "scheduling wide-8node", "live-migrating small")
 
 
 def interrupt(state_dir: Path, at: str) -> None:
@@ -227,10 +235,74 @@ def test_ctrl_c_at_any_step_is_exit_130_and_leaks_nothing_into_the_next(tmp_path
         interrupt(state_dir, at)
     result, report = demo(state_dir)
     assert result.returncode == 0, result.stderr
-    # NOTE: the 5 requests before "wide-8node", and "wide-8node" itself when
-    # its agent claimed it before the signal landed.
-    assert len(report["released_earlier"]) in (5, 6), report["released_earlier"]
+    # NOTE: the last interrupted run placed its 6 instances and was moving
+    # one: the move ended (confirmed or reverted), all 6 released.
+    assert len(report["released_earlier"]) == 6, report["released_earlier"]
     assert usage_and_allocations(report)[0] == usage_and_allocations(report)[1]
+    assert all(m["status"] == "confirmed" for m in report["moves"])
+
+
+def moves(report):
+    return {m["kind"]: m for m in report["moves"]}
+
+
+def test_the_resize_holds_both_flavors_on_its_host_until_confirm(first, second):
+    for report in (first, second):
+        resize = moves(report)["resize"]
+        name, flavor = run.RESIZE
+        booted = by_name(report)[name]
+        assert (resize["name"], resize["consumer"], resize["status"]) == (
+            name, booted["consumer"], "confirmed")
+        # its host is the only one with PCPU and 1 GiB pages: it stays
+        assert resize["source"] == resize["dest"] == booted["host"]
+        pcpus = sum(r.get("PCPU", 0) for r in resize["allocations"].values())
+        assert pcpus == flavor["vcpus"]
+        to_confirm, confirmed = (resize["consumers"]["to_confirm"],
+                                 resize["consumers"]["confirmed"])
+        # to confirm: the migration consumer holds the old flavor, the
+        # instance the new one, on the same providers
+        by_uuid = {doc["uuid"]: n for n, doc in report["usage"].items()}
+        assert {by_uuid[p]: r for p, r in booted["allocations"].items()} == {
+            n: roles["migration"] for n, roles in to_confirm.items()}
+        assert {by_uuid[p]: r for p, r in resize["allocations"].items()} == {
+            n: roles["instance"] for n, roles in to_confirm.items()} == {
+            n: roles["instance"] for n, roles in confirmed.items()}
+        assert all(set(roles) == {"instance"} for roles in confirmed.values())
+
+
+def test_the_live_migration_confirms_itself_with_the_destinations_pinning(first, second):
+    for report in (first, second):
+        live = moves(report)["live-migrate"]
+        booted = by_name(report)[run.LIVE_MIGRATE]
+        assert live["consumer"] == booted["consumer"] and live["status"] == "confirmed"
+        assert live["source"] == booted["host"] and live["dest"] not in (None,
+                                                                         live["source"])
+        by_uuid = {doc["uuid"]: n for n, doc in report["usage"].items()}
+        # the destination claimed: the migration consumer on the source, the
+        # instance on the destination; confirmed (by itself): the instance only
+        to_confirm = live["consumers"]["to_confirm"]
+        assert {n: roles["migration"] for n, roles in to_confirm.items()
+                if "migration" in roles} == {
+            by_uuid[p]: r for p, r in booted["allocations"].items()}
+        instance = {by_uuid[p]: r for p, r in live["allocations"].items()}
+        assert {n: roles["instance"] for n, roles in to_confirm.items()
+                if "instance" in roles} == instance
+        assert live["consumers"]["confirmed"] == {
+            n: {"instance": r} for n, r in instance.items()}
+        # the destination XML's pinning is the destination's decision's
+        cell = live["assignments"]["numa"]["cells"][0]
+        cpus = set(cell["pinning"].values()) or set(cell["shared_cpus"])
+        pins = [line for line in live["pinning"]["dest"] if line.startswith("<vcpupin")]
+        assert len(pins) == 1
+        assert parse_cpu_spec(pins[0].split('cpuset="')[1].split('"')[0]) == cpus
+        assert '<memory mode="strict" nodeset="%d" />' % cell["host_cell"] in (
+            live["pinning"]["dest"])
+        assert live["pinning"]["source"] != live["pinning"]["dest"]
+    text = render.text(first)
+    section = text.split("\n4. Moving instances")[1].split("\n5. ")[0]
+    assert "confirmed by the migration itself" in section
+    for line in moves(first)["live-migrate"]["pinning"]["dest"]:
+        assert "\n    %s" % line in section
 
 
 def test_the_last_periodic_makes_no_placement_call(first, second):
@@ -262,7 +334,8 @@ def test_a_second_run_duplicates_no_provider_and_lands_the_same(first, second):
 def test_the_text_report_shows_each_step(first):
     text = render.text(first)
     for heading in ("1. Every host reports", "2. Booting the requests",
-                    "3. The request that fits nowhere", "4. The final state"):
+                    "3. The request that fits nowhere", "4. Moving instances",
+                    "5. The final state"):
         assert heading in text
     assert "demo-numa-01_NUMA0  [" in text
     assert "last periodic of every host         0" in text
