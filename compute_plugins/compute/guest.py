@@ -44,7 +44,7 @@ from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
 
 __all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",
-           "assemble", "domain_xml", "summary"]
+           "assemble", "domain_xml", "pinning", "summary"]
 
 #: Elements of ``<devices>`` (libvirt's ``domaincommon.rng`` ``devices``,
 #: plus ``crypto`` and ``pstore`` of newer libvirt).
@@ -447,6 +447,24 @@ def summary(xml: str) -> str:
     if devices:
         lines.append("devices: " + "; ".join(devices))
     return "\n".join(lines)
+
+
+def pinning(xml: str) -> list[str]:
+    """The pinning elements of a domain, one line each as libvirt reads
+    them: ``<cputune>``'s (``vcpupin``, ``emulatorpin``) and
+    ``<numatune>``'s (``memory``, ``memnode``). What a move changes when the
+    destination's decision pins the guest elsewhere (the demo shows both
+    sides of a live migration).
+
+    :raises ValueError: ``xml`` is not XML.
+    """
+    try:
+        domain = ET.fromstring(xml)
+    except ET.ParseError as err:
+        raise ValueError("not XML: %s" % err) from None
+    return [ET.tostring(element, encoding="unicode").strip()
+            for parent in ("cputune", "numatune")
+            for element in domain.findall(parent + "/*")]
 
 
 def _memory_mib_attr(cell: ET.Element) -> Optional[int]:

@@ -185,20 +185,6 @@ def _consumers(cluster: Cluster, names: dict[str, str],
     return dict(sorted(out.items()))
 
 
-def _pinning(xml: str) -> list[str]:
-    """The pinning elements of a guest XML: ``<cputune>``'s (``vcpupin``,
-    ``emulatorpin``) and ``<numatune>``'s (``memory``, ``memnode``), one line
-    each, as libvirt reads them."""
-    import xml.etree.ElementTree as ET
-
-    domain = ET.fromstring(xml)
-    lines = []
-    for parent in ("cputune", "numatune"):
-        for element in domain.findall(parent + "/*"):
-            lines.append(ET.tostring(element, encoding="unicode").strip())
-    return lines
-
-
 def _move_entry(kind: str, entry: dict[str, Any], moved: MoveResult,
                 manager: PluginManager, seconds: float,
                 calls: dict[str, int]) -> dict[str, Any]:
@@ -264,8 +250,8 @@ def _moves(cluster: Cluster, manager: PluginManager, mover: Mover,
             item["consumers"] = {**seen, "confirmed": _consumers(cluster, names,
                                                                  migrated.move)}
             assert migrated.guest_xml is not None
-            item["pinning"] = {"source": _pinning(entry["xml"]),
-                               "dest": _pinning(migrated.guest_xml)}
+            item["pinning"] = {"source": guest.pinning(entry["xml"]),
+                               "dest": guest.pinning(migrated.guest_xml)}
         out.append(item)
     return out
 

@@ -229,7 +229,9 @@ class Mover:
     """Moves instances (see the module doc); the Python API of ``resize``,
     ``migrate``, ``confirm`` and ``revert``.
 
-    :param conf: the configuration (``[scheduler]`` is registered).
+    :param conf: the configuration (``[scheduler]`` and ``[compute]``
+        registered: a live migration's confirm waits ``[compute]
+        release_timeout`` by default).
     :param plugins: the loaded plugins.
     :param placement: a Placement client.
     :param store: the host-state store (decisions and moves).

@@ -211,6 +211,22 @@ def test_summary_of_a_plain_guest_and_of_garbage():
         guest.summary("<domain")
 
 
+def test_pinning_lists_the_cputune_and_numatune_elements_in_order():
+    xml = guest.assemble([
+        ("numa", [D("<cputune><vcpupin vcpu='0' cpuset='12'/><emulatorpin "
+                    "cpuset='14'/></cputune>"),
+                  D("<numatune><memory mode='strict' nodeset='3'/><memnode "
+                    "cellid='0' mode='strict' nodeset='3'/></numatune>")])],
+        name="web1", vcpus=1, memory_mb=1024)
+    assert guest.pinning(xml) == [
+        '<vcpupin vcpu="0" cpuset="12" />', '<emulatorpin cpuset="14" />',
+        '<memory mode="strict" nodeset="3" />',
+        '<memnode cellid="0" mode="strict" nodeset="3" />']
+    assert guest.pinning(dom()) == []
+    with pytest.raises(ValueError, match="not XML"):
+        guest.pinning("<domain")
+
+
 # -- domain_xml with plugins -------------------------------------------------------
 
 HOST = HostInfo(
