@@ -296,6 +296,27 @@ def test_a_live_migration_whose_source_agent_is_stopped_is_finished_by_a_rerun(
     assert (code, err) == (0, "") and "already confirmed" in out
 
 
+def test_migrate_live_says_it_confirmed_and_prints_the_destination_xml(
+        cloud, cli):  # noqa: F811
+    a, b = two_hosts(cloud)
+    sched = cloud.scheduler()
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    code, out, err = cli("migrate", "--consumer", consumer, "--live")
+    assert (code, err) == (0, "")
+    move = cloud.store.latest_move(consumer)
+    assert move.status == MoveStatus.CONFIRMED
+    said = "%s: live-migrated from host %s to host %s, confirmed: host %s freed " \
+        "(migration consumer %s released)" % (consumer, source.name, dest.name,
+                                               source.name, move.migration)
+    text, xml = out.split("<domain", 1)
+    # NOTE: the line is wrapped at 100 columns; the XML follows it
+    assert " ".join(text.split()).endswith(said)
+    assert xml.rstrip().endswith("</domain>") and "instance-%s" % consumer in xml
+    assert cloud.usage(source) == {}
+    check_invariants(cloud)
+
+
 def test_a_live_migration_interrupted_before_its_confirm_is_finished_by_confirm(cloud):
     """The command killed once the destination claimed, before its confirm
     step: the move is to confirm, and ``confirm`` finishes it as the
