@@ -334,10 +334,13 @@ def _save_instances(cluster: Cluster, consumers: list[str]) -> None:
         os.close(dir_fd)
 
 
-def _usage(cluster: Cluster) -> dict[str, Any]:
+def _usage(cluster: Cluster,
+           earlier: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """provider name -> its host (its root's name; ``null`` for the shared
-    storage), inventories, usages, traits and aggregates, from Placement."""
-    providers = list(cluster.providers())
+    storage), inventories, usages, traits and aggregates, from Placement
+    (``earlier``: a previous result, whose traits and aggregates are kept)."""
+    known = {doc["uuid"]: doc for doc in (earlier or {}).values()}
+    providers = list(cluster.providers(known))
     roots = {p["uuid"]: p["name"] for p in providers if not p["parent_provider_uuid"]}
     usage = {}
     for provider in providers:
@@ -467,7 +470,7 @@ def run_demo(state_dir: str, progress: Progress,
 
         # -- 5. the final state ------------------------------------------------
         progress("final state: usage from Placement, one more periodic per host")
-        report["usage"] = _usage(cluster)
+        report["usage"] = _usage(cluster, usage_before)
         final = {}
         for demo_host in cluster.hosts:
             final[demo_host.name] = cluster.report(demo_host).placement_calls
