@@ -14,7 +14,7 @@ import pytest
 from compute_plugins.hoststate.records import DecisionStatus, MoveStatus
 from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
-from tests.functional.request.hosts import cell
+from tests.functional.request.hosts import HEADERS, cell
 from tests.functional.scheduler.moving import (
     check_invariants,
     ledger_keys,
@@ -353,18 +353,23 @@ def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return
         assert cloud.allocations(item["migration"]) == {}
         assert set(cloud.allocations(item["consumer"])) <= set(spare.providers)
     assert cloud.usage(dead) == {}
-    assert dead.name in cloud.store.disabled_hosts()
-    # the dead agent's ledger still holds its claims; back, it drops them
+    fence = cloud.store.disabled_hosts()[dead.name]
+    assert fence.kind == "evacuated"
+    # fenced: no decision goes to it while it is down
+    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
+                          "u").host == spare.name
+    # the dead agent's ledger still holds its claims; back, it drops them,
+    # and then lifts its evacuation's fence (the trait too)
     assert len(dead.agent.ledger.entries()) == 2
     result = cloud.restart(dead)
     assert result.ok
     settled(cloud)
     assert ledger_keys(dead) == set()
     check_invariants(cloud)
-    # fenced until an operator enables it
-    assert dead.name in cloud.store.disabled_hosts()
-    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
-                          "u").host == spare.name
+    assert cloud.store.disabled_hosts() == {}
+    assert "COMPUTE_STATUS_DISABLED" not in cloud.placement.session.request(
+        cloud.placement.emb_url("/resource_providers/%s/traits" % dead.root), "GET",
+        headers=HEADERS).json()["traits"]
 
 
 def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again(
