@@ -78,7 +78,9 @@ What each side does on each status:
 
 **Moves** (resize, migration: :mod:`compute_plugins.scheduler.moves`) have
 their own record and table, :data:`MOVE_TRANSITIONS` (steps made by the
-mover and the requester, compare-and-swap as here): at a move's hand-over
+mover and the requester, and by the hosts' agents ending a move whose
+command stopped, :mod:`compute_plugins.compute.moves`; compare-and-swap as
+here): at a move's hand-over
 the instance's source decision is re-keyed to the move's migration
 consumer, and the destination's claim is a new decision of the instance,
 by the moves above.

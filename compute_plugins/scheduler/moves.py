@@ -37,7 +37,10 @@ protocol.rekeyed_claims`). The move's record
 
 Every step checks before it writes, so a re-run does what is left: a
 confirm or revert of a move already confirmed or reverted is a no-op
-(``already confirmed``).
+(``already confirmed``). A command that stops half-way (killed) leaves its
+move to the hosts' agents, which finish or undo it at their periodic once
+it is left unchanged for ``[compute] move_step_timeout``
+(:mod:`compute_plugins.compute.moves`).
 """
 
 from __future__ import annotations
@@ -384,7 +387,6 @@ class Mover:
             raise MoveError("host %s is not down (its agent holds its lease, or "
                             "never took one): evacuate a host whose agent is down, "
                             "or say it is with --force-down" % host)
-        self._step("fence")
         fenced = disable.disable_host(self.store, self.placement, host, FENCE_REASON, by,
                                       kind=finishing.EVACUATED)
         self._step("fenced")

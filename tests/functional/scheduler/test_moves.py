@@ -629,3 +629,40 @@ def test_an_instance_evacuate_cannot_move_does_not_stop_the_others(cloud):
         assert result.move.status == MoveStatus.CONFIRMED
         assert cloud.store.active_decision(result.move.consumer).host == spare.name
     assert cloud.store.active_move(broken) is None
+
+
+def test_a_reverted_claim_is_verified_again_on_its_source(cloud, caplog):
+    """The revert gives the instance its source claim back (the same
+    decision, never freed); the source's agent runs the plugins' verify on
+    it again: the host lost memory meanwhile, so it no longer holds: one
+    ERROR line naming the consumer and the plugin's reason; the claim is
+    kept (the guest runs there)."""
+    from tests.functional.request.hosts import host_info
+
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    settled(cloud)
+    # a verify of the same claim on the unchanged host holds
+    assert source.agent._claims_for_host().verify_held(moved.move.migration) == []
+    # reverted while the source's agent is stopped; it comes back on a
+    # smaller host (a DIMM gone) and follows the re-key back
+    source.stop()
+    assert mv.revert(consumer, timeout=10).done
+    shrunk = host_info(source.name, [cell(4, 512)])
+    source.discover = lambda: shrunk
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="compute_plugins.compute.agent"):
+        cloud.restart(source)
+    errors = [r.getMessage() for r in caplog.records
+              if r.levelname == "ERROR" and "revert" in r.getMessage()]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("host %s: consumer %s: its claim given back by a "
+                                "revert no longer holds on this host: " % (
+                                    source.name, consumer))
+    assert "numa" in errors[0] or "memory" in errors[0].lower(), errors[0]
+    # kept: the same decision, in the ledger
+    assert source.agent.ledger.get(consumer).decision_id == \
+        cloud.store.active_decision(consumer).id
