@@ -195,6 +195,17 @@ class MoveFinisher:
         """Ledger, Placement, the store: the move its mover left before any
         destination decision, undone."""
         self.follow()
+        if pmigration.read(self.placement, move.migration).allocations and \
+                pmigration.read(self.placement, move.consumer).allocations:
+            # NOTE: the instance holds an allocation and no decision while
+            # the migration consumer holds the source's: the destination's
+            # PUT of a scheduler stopped before it submitted its decision.
+            # Nobody else frees it (the move is past its timeout).
+            LOG.warning("host %s: consumer %s: its allocation without a decision "
+                        "(its move's scheduler stopped between the destination's "
+                        "allocation and its decision) deleted", self.host,
+                        move.consumer)
+            self.placement.delete_allocations(move.consumer)
         give_back(self.placement, self.store, move)
         self.follow()
         LOG.warning("host %s: %s left %s for %.0f s (its command stopped): rolled "

@@ -188,6 +188,50 @@ def test_the_mover_stopped_between_two_steps(pair, mv, kind, point):
         assert not on_host(cloud, dest, consumer)
         assert source.agent.ledger.get(consumer).decision_id == original.id
     assert cloud.allocations(move.migration) == {}
+    # idempotent: the command run again afterwards is done already
+    again = (mv.confirm if move.status == MoveStatus.CONFIRMED else mv.revert)(
+        consumer, timeout=10)
+    assert again.done and again.already
+    end_case(cloud, mv, consumer)
+
+
+def test_the_mover_stopped_after_the_destinations_allocation_before_its_decision(
+        pair, mv):
+    """Inside the scheduler: its ``PUT /allocations/C`` on the destination
+    made, the mover stopped before it submitted the decision (written here
+    as the scheduler writes it). The source's agent deletes that orphan
+    (no decision, the move past its timeout) and rolls back."""
+    cloud = pair
+    consumer, source = instance(cloud)
+    dest = [h for h in cloud.hosts.values() if h is not source][0]
+    before = cloud.allocations(consumer)
+
+    def kill(at):
+        if at == "handed-over":
+            raise Killed(at)
+
+    mv.inject = kill
+    with pytest.raises(Killed):
+        mv.migrate(consumer)
+    move = cloud.store.latest_move(consumer)
+    held = mv.placement.get("/allocations/%s" % move.migration)
+    # the same resources on the destination's providers of the same names
+    by_name = {name: rp for rp, name in dest.providers.items()}
+    mv.placement.put("/allocations/%s" % consumer, {
+        "allocations": {
+            by_name[source.providers[rp].replace(source.name, dest.name)]:
+                {"resources": item["resources"]}
+            for rp, item in held["allocations"].items()},
+        "project_id": held["project_id"], "user_id": held["user_id"],
+        "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert set(cloud.allocations(consumer)) <= set(dest.providers)
+
+    agents_finish(cloud)
+    assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    assert cloud.allocations(consumer) == before
+    settled(cloud)
+    check_invariants(cloud)
+    check_instances(cloud, [consumer])
     end_case(cloud, mv, consumer)
 
 
