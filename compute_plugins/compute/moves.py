@@ -12,9 +12,11 @@ overtaken), ledger first, then Placement, then the store's status:
 ==============  ====================  ==========================================
 status          made by               how
 ==============  ====================  ==========================================
-preparing,      the source's agent    no destination decision: roll-back (the
-handed-over                           allocation back to the instance consumer,
-                                      the decision re-keyed back); a
+preparing,      the source's agent    no destination decision: roll-back (an
+handed-over                           allocation of the instance without a
+                                      decision deleted, the allocation back to
+                                      the instance consumer, the decision
+                                      re-keyed back); a
                                       destination decision made: request-revert
                                       (an evacuation whose destination claimed:
                                       dest-claimed, then as below)
