@@ -81,12 +81,14 @@ from compute_plugins.compute import identity
 from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
 from compute_plugins.compute.disable import DISABLED_TRAIT
 from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError, LedgerMissing
+from compute_plugins.compute.moves import MoveFinisher
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import AgentLease, DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import (
     AgentLeases,
+    HostMoves,
     HostStateTransport,
     HostWakeups,
     Wakeup,
@@ -94,6 +96,7 @@ from compute_plugins.hoststate.transport import (
 from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
@@ -357,6 +360,9 @@ class ComputeAgent:
     :param rebuild_ledger: at start, fill a missing or empty ledger with
         the claims the store holds for the host (``report
         --rebuild-ledger``), instead of refusing to start.
+    :param move_step_timeout: seconds a move of this host may stay unchanged
+        before its periodic finishes or undoes it (``[compute]
+        move_step_timeout``; :mod:`compute_plugins.compute.moves`).
     """
 
     def __init__(self, manager: PluginManager, client: preport.ReportClient,
@@ -367,7 +373,8 @@ class ComputeAgent:
                  node: Optional[identity.NodeIdentity] = None,
                  lease_duration: float = 30.0,
                  rebuild_ledger: bool = False,
-                 placement_audit_interval: float = 0.0) -> None:
+                 placement_audit_interval: float = 0.0,
+                 move_step_timeout: float = 600.0) -> None:
         if not claim_poll_interval > 0:
             raise ValueError("claim_poll_interval %r: expected seconds > 0"
                              % (claim_poll_interval,))
@@ -448,6 +455,10 @@ class ComputeAgent:
         self._next_full_read = 0.0
         #: The disabled record may have changed since it was read.
         self._disabled_stale = True
+        #: Seconds before a move left unchanged is ended by this agent.
+        self.move_step_timeout = move_step_timeout
+        #: The evacuation's fence was lifted by this pass: the trait follows.
+        self._fence_lifted = False
 
     @classmethod
     def from_config(cls, conf: Any, placement: Any, store: HostStateTransport,
@@ -469,7 +480,8 @@ class ComputeAgent:
         return cls(manager, client, store, ledger, discover, first=first,
                    claim_poll_interval=conf.compute.claim_poll_interval,
                    lease_duration=conf.compute.agent_lease_duration,
-                   placement_audit_interval=conf.compute.placement_audit_interval)
+                   placement_audit_interval=conf.compute.placement_audit_interval,
+                   move_step_timeout=conf.compute.move_step_timeout)
 
     # -- identity -----------------------------------------------------------
 
@@ -546,6 +558,14 @@ class ComputeAgent:
             # was pushed meanwhile.
             quiet = quiet and self._quiet()
             self._claims_side(result, reconcile=True, quiet=quiet)
+            if self._fence_lifted and periodic.ok:
+                # NOTE: the evacuation's fence lifted by this pass: the
+                # root's trait follows now, not at the next periodic.
+                self._fence_lifted = False
+                lifted = run_periodic(self.client, self.manager, self.nodename,
+                                      self._disabled_now())
+                for call, count in lifted.calls.items():
+                    result.calls[call] = result.calls.get(call, 0) + count
             self._store_answered()
             return result
 
@@ -728,6 +748,8 @@ class ComputeAgent:
                 self._publish(result)
             if not quiet:
                 self._execute(result)
+            if reconcile and not quiet:
+                self._finish_moves(result)
         except (LedgerError, store_errors.StoreCorrupt):
             raise
         except store_errors.Fenced as err:
@@ -1065,6 +1087,41 @@ class ComputeAgent:
         for decision in releasing:
             self._release(result, decision.consumer, decision)
 
+    def _finish_moves(self, result: AgentResult) -> None:
+        """At a periodic: the moves of this host their commands left
+        unchanged past ``move_step_timeout``, finished or undone (ledger,
+        Placement, the store's status: :class:`~compute_plugins.compute.
+        moves.MoveFinisher`); then an evacuation's fence lifted once
+        nothing evacuated is left here."""
+        if not isinstance(self._unfenced, HostMoves):
+            return
+        finisher = MoveFinisher(
+            self.host, self.store, self.client.placement, self.move_step_timeout,
+            follow=lambda: self._follow_rekeys(protocol.in_force(self.store, self.host)),
+            release=lambda consumer, decision: self._release(result, consumer, decision))
+        if finisher.finish():
+            result.store_writes += 1
+        if self._disabled and finisher.lift_fence():
+            result.store_writes += 1
+            self._disabled_stale = True
+            self._fence_lifted = True
+
+    def _verify_restored(self, consumer: str) -> None:
+        """A claim a revert gave back to its instance (the same decision,
+        never freed): the plugins' ``verify`` run on it again against the
+        host's state under the other claims, as the issue's "verified
+        again on the source"; an ERROR line when it no longer holds (the
+        host changed under it: a device gone, a plugin reconfigured)."""
+        try:
+            reasons = self._claims_for_host().verify_held(consumer)
+        except Exception as err:  # noqa: BLE001 - a plugin's bug: said, not fatal
+            reasons = [Rejection("the verify failed: %s: %s"
+                                          % (type(err).__name__, err))]
+        if reasons:
+            LOG.error("host %s: consumer %s: its claim given back by a revert no "
+                      "longer holds on this host: %s", self.host, consumer,
+                      "; ".join(str(r) for r in reasons))
+
     def _follow_rekeys(self, current: dict[str, HostDecision]) -> None:
         """Re-key the ledger's claims whose decision the store holds in
         force under another consumer (``current``: consumer -> decision, as
@@ -1081,6 +1138,10 @@ class ComputeAgent:
             self.ledger.rekey(old, new)
             LOG.info("host %s: the claim of consumer %s (decision %d) is consumer "
                      "%s's now (a move)", self.host, old, recorded[old], new)
+            move = (self._unfenced.get_move(old)
+                    if isinstance(self._unfenced, HostMoves) else None)
+            if move is not None and move.consumer == new:
+                self._verify_restored(new)
 
     def _release(self, result: AgentResult, consumer: str,
                  decision: Optional[HostDecision],

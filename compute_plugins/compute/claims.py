@@ -141,6 +141,25 @@ class Claims:
         return self.manager.host_states(self.nodename, self.ledger.assignments(),
                                         host=self.host)
 
+    def verify_held(self, consumer: str) -> list[Rejection]:
+        """The plugins' ``verify`` of ``consumer``'s claim in the ledger
+        against the host's state under every other claim: why it would not
+        be claimed now ([] when it holds; nothing changed)."""
+        entry = self.ledger.get(consumer)
+        if entry is None:
+            return []
+        others: dict[str, list[Any]] = {}
+        for held in sorted(self.ledger.entries().values(), key=lambda e: e.decision_id):
+            if held.consumer == consumer:
+                continue
+            assert held.spec.decision is not None
+            for plugin, assignment in held.spec.decision.assignments.items():
+                others.setdefault(plugin, []).append(assignment)
+        states, broken = self.manager.host_states(self.nodename, others, host=self.host)
+        plugins = self.manager.plugins
+        return [r for r in broken if r.plugin in entry.spec.requests] + list(
+            plugins.only(states).verify(states, entry.spec, host=self.host))
+
     def guest_xml(self, consumer: str, spec: RequestSpec) -> str:
         """The libvirt domain of ``consumer``'s claimed ``spec`` (named
         ``instance-<consumer>``; not defined nor started here).

@@ -110,19 +110,24 @@ def _nodename(store: SqlHostPublication, host: str) -> Optional[str]:
 
 
 def disable_host(store: SqlHostPublication, placement: Any, host: str,
-                 reason: str = "", by: Optional[str] = None) -> HostStatusResult:
+                 reason: str = "", by: Optional[str] = None,
+                 kind: str = "operator") -> HostStatusResult:
     """Disable ``host`` for new instances (module doc).
 
     :param placement: a :class:`~compute_plugins.placement.client.PlacementClient`.
     :param reason: the operator's text (at most 255 characters).
     :param by: who disables it (default :func:`operator`).
+    :param kind: ``operator`` (``host disable``: only ``host enable`` ends
+        it) or ``evacuated`` (``evacuate``'s fence: the host's agent lifts
+        it once back and reconciled).
     :raises UnknownHost: the store never saw the host published.
     :raises ValueError: the reason is too long.
     """
     nodename = _nodename(store, host)
     if nodename is None:
         raise UnknownHost(host)
-    record, changed = store.disable_host(host, reason, operator() if by is None else by)
+    record, changed = store.disable_host(host, reason, operator() if by is None else by,
+                                         kind)
     return _with_trait(placement, nodename, HostStatusResult(
         host=host, disabled=True, changed=changed, record=record))
 

@@ -119,6 +119,21 @@ OPTS = [
         "claim_poll_interval; the machines' clocks must agree to within a "
         "small part of it.",
     ),
+    cfg.Opt(
+        "move_step_timeout",
+        type=FiniteFloat(min=0.0, max=86400.0),
+        default=600.0,
+        help="Seconds a move of an instance (resize, migrate, evacuate; "
+        "issue 21) may stay in a step its command should have ended before "
+        "the hosts' agents end it themselves at their periodic: a move left "
+        "preparing or handed-over (the mover stopped) is rolled back by the "
+        "source's agent, or reverted when a destination claimed it; one "
+        "left confirming is confirmed, one left reverting reverted, an "
+        "evacuation left once its new claim held is finished. Keep it well "
+        "above ``[scheduler]``'s wait for a claim (a live mover is never "
+        "overtaken) and above the machines' clock difference. 0: at the "
+        "next periodic.",
+    ),
 ]
 
 

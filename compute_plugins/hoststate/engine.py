@@ -264,6 +264,17 @@ def _upgrade(conn: Connection, found: int, tables: set[str]) -> None:
     missing = [t for t in schema.UPGRADES[found] if t.name not in tables]
     if missing:
         schema.metadata.create_all(conn, tables=missing)
+    for table, name in schema.ADDED_COLUMNS:
+        if table.name not in tables or table in missing:
+            continue
+        if name in {c["name"] for c in sa.inspect(conn).get_columns(table.name)}:
+            continue    # NOTE: added by an interrupted upgrade (MySQL's DDL)
+        column = table.c[name]
+        default = column.server_default
+        assert isinstance(default, sa.DefaultClause)
+        conn.execute(sa.text("ALTER TABLE %s ADD COLUMN %s %s NOT NULL DEFAULT '%s'" % (
+            table.name, name, column.type.compile(dialect=conn.dialect),
+            default.arg)))
     conn.execute(sa.delete(schema.version))
     conn.execute(sa.insert(schema.version).values(version=schema.SCHEMA_VERSION))
 

@@ -34,6 +34,10 @@ from compute_plugins.hoststate.schema import providers as t_providers
 from compute_plugins.hoststate.schema import states as t_states
 from compute_plugins.request.types import FrozenMap
 
+#: The kind of an operator's ``host disable`` record (an evacuation's fence
+#: is ``evacuated``: :mod:`compute_plugins.compute.moves`).
+OPERATOR = "operator"
+
 
 @dataclasses.dataclass(frozen=True)
 class _HostRows:
@@ -321,44 +325,63 @@ class SqlHostPublication(database.OnDatabase):
                 result.update((row.host, _disabled_of(row)) for row in conn.execute(q))
         return dict(sorted(result.items()))
 
-    def disable_host(self, host: str, reason: str, by: str) -> tuple[HostDisabled, bool]:
+    def disable_host(self, host: str, reason: str, by: str,
+                     kind: str = OPERATOR) -> tuple[HostDisabled, bool]:
         """Record ``host`` as disabled (``compute-plugins host disable``).
 
         :param reason: the operator's text ("" for none), at most
             :data:`REASON_LENGTH` characters.
         :param by: who disabled it (cut to 255 characters).
+        :param kind: :data:`OPERATOR`, or ``evacuated`` (an evacuation's
+            fence, which the host's agent lifts once back and reconciled).
         :returns: the host's record, and whether this call disabled it
-            (False: it was disabled already; its record is kept as it was).
+            (False: it was disabled already; its record is kept as it was,
+            but that an operator's disabling of a host fenced by an
+            evacuation makes the record the operator's: never lifted by
+            its agent).
         """
         database.check_name("host name", host, database.NAME_LENGTH)
         if not isinstance(reason, str) or len(reason) > REASON_LENGTH:
             raise ValueError("reason %r: expected at most %d characters"
                              % (reason, REASON_LENGTH))
         record = HostDisabled(host, reason, by[:database.NAME_LENGTH] or "?",
-                              database.utcnow())
+                              database.utcnow(), kind)
 
         def write() -> tuple[HostDisabled, bool]:
             try:
                 with self.db.write() as conn:
                     conn.execute(sa.insert(t_disabled).values(
                         host=host, reason=record.reason, disabled_by=record.by,
-                        disabled_at=record.at))
+                        disabled_at=record.at, kind=kind))
                     self.notify_host(conn, host, "disabled")
                 return record, True
             except sa.exc.IntegrityError:
-                # NOTE: disabled already (or by a concurrent command): keep
-                # the first record, its reason and time.
-                found = self.disabled_hosts([host]).get(host)
-                if found is None:
-                    raise
-                return found, False
+                pass
+            # NOTE: disabled already (or by a concurrent command): keep the
+            # first record, its reason and time; an operator's takes over an
+            # evacuation's fence.
+            if kind == OPERATOR:
+                with self.db.write() as conn:
+                    taken = conn.execute(sa.update(t_disabled).where(
+                        t_disabled.c.host == host, t_disabled.c.kind != OPERATOR)
+                        .values(reason=record.reason, disabled_by=record.by,
+                                disabled_at=record.at, kind=kind)).rowcount
+                if taken:
+                    return record, True
+            found = self.disabled_hosts([host]).get(host)
+            if found is None:
+                raise errors.HostStateError("host %s: enabled while being disabled: "
+                                            "try again" % host)
+            return found, False
 
         return self.db.retrying(write)
 
-    def enable_host(self, host: str) -> Optional[HostDisabled]:
-        """Forget that ``host`` was disabled.
+    def enable_host(self, host: str, kind: Optional[str] = None) -> Optional[HostDisabled]:
+        """Forget that ``host`` was disabled (``kind``: only when its record
+        is of that kind: an evacuation's fence lifted by the host's agent
+        leaves an operator's record alone).
 
-        :returns: the record removed (None: it was not disabled).
+        :returns: the record removed (None: it was not disabled, or not so).
         """
         database.check_name("host name", host, database.NAME_LENGTH)
 
@@ -366,7 +389,7 @@ class SqlHostPublication(database.OnDatabase):
             with self.db.write() as conn:
                 row = conn.execute(sa.select(t_disabled).where(
                     t_disabled.c.host == host).with_for_update()).one_or_none()
-                if row is None:
+                if row is None or (kind is not None and row.kind != kind):
                     return None
                 conn.execute(sa.delete(t_disabled).where(t_disabled.c.host == host))
                 self.notify_host(conn, host, "enabled")
@@ -382,7 +405,7 @@ REASON_LENGTH = 255
 def _disabled_of(row: Any) -> HostDisabled:
     """A ``hoststate_disabled`` row as a :class:`HostDisabled`."""
     return HostDisabled(host=row.host, reason=row.reason, by=row.disabled_by,
-                        at=row.disabled_at)
+                        at=row.disabled_at, kind=row.kind)
 
 
-__all__ = ["REASON_LENGTH", "SqlHostPublication"]
+__all__ = ["OPERATOR", "REASON_LENGTH", "SqlHostPublication"]

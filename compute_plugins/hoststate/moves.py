@@ -106,11 +106,18 @@ class SqlMoves(database.OnDatabase):
         """The instance's most recent move, whatever its status."""
         return self._one(t_moves.c.consumer == consumer)
 
-    def moves_in_force(self) -> list[MoveRecord]:
-        """Every move in force, oldest first."""
+    def moves_in_force(self, host: Optional[str] = None) -> list[MoveRecord]:
+        """Every move in force, oldest first (``host``: those whose source
+        or destination it is, or whose instance has a decision in force on
+        it: a destination not recorded yet, its mover stopped)."""
+        query = sa.select(t_moves).where(t_moves.c.active_consumer.is_not(None))
+        if host is not None:
+            on_host = sa.select(t_decisions.c.active_consumer).where(
+                t_decisions.c.host == host, t_decisions.c.active_consumer.is_not(None))
+            query = query.where(sa.or_(t_moves.c.source == host, t_moves.c.dest == host,
+                                       t_moves.c.consumer.in_(on_host)))
         with self.db.read() as conn:
-            rows = conn.execute(sa.select(t_moves).where(
-                t_moves.c.active_consumer.is_not(None)).order_by(t_moves.c.id)).all()
+            rows = conn.execute(query.order_by(t_moves.c.id)).all()
         return [_move(r) for r in rows]
 
     def swap_move_status(self, migration: str, sources: Collection[MoveStatus],

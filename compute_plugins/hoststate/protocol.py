@@ -78,7 +78,9 @@ What each side does on each status:
 
 **Moves** (resize, migration: :mod:`compute_plugins.scheduler.moves`) have
 their own record and table, :data:`MOVE_TRANSITIONS` (steps made by the
-mover and the requester, compare-and-swap as here): at a move's hand-over
+mover and the requester, and by the hosts' agents ending a move whose
+command stopped, :mod:`compute_plugins.compute.moves`; compare-and-swap as
+here): at a move's hand-over
 the instance's source decision is re-keyed to the move's migration
 consumer, and the destination's claim is a new decision of the instance,
 by the moves above.
@@ -693,31 +695,36 @@ MOVE_TRANSITIONS: Mapping[MoveStep, MoveTransition] = types.MappingProxyType(
                        "(from claimed only: a release requested first wins; its "
                        "agent re-keys its ledger), then POST /allocations: the "
                        "source allocation to it"),
-        MoveTransition(MoveStep.CLAIMED, (Side.MOVER,), (_MS.HANDED_OVER,),
+        MoveTransition(MoveStep.CLAIMED, (Side.MOVER, Side.AGENT), (_MS.HANDED_OVER,),
                        _MS.TO_CONFIRM,
                        "the destination's agent claimed the instance's new decision "
                        "(its allocation written by the scheduler): to confirm"),
-        MoveTransition(MoveStep.ROLL_BACK, (Side.MOVER,),
+        MoveTransition(MoveStep.ROLL_BACK, (Side.MOVER, Side.AGENT),
                        (_MS.PREPARING, _MS.HANDED_OVER), _MS.ROLLED_BACK,
                        "no host took it: POST /allocations back to the instance, "
-                       "the source decision re-keyed back; the reasons recorded"),
+                       "the source decision re-keyed back; the reasons recorded "
+                       "(the source's agent: a move its mover left past "
+                       "[compute] move_step_timeout)"),
         MoveTransition(MoveStep.REQUEST_CONFIRM, (Side.REQUESTER,), (_MS.TO_CONFIRM,),
                        _MS.CONFIRMING,
                        "the source's agent is asked to release the migration "
                        "consumer (ledger, allocation)"),
-        MoveTransition(MoveStep.CONFIRM, (Side.REQUESTER,), (_MS.CONFIRMING,),
-                       _MS.CONFIRMED, "the source's agent released it: final"),
-        MoveTransition(MoveStep.REQUEST_REVERT, (Side.REQUESTER,),
+        MoveTransition(MoveStep.CONFIRM, (Side.REQUESTER, Side.AGENT),
+                       (_MS.CONFIRMING,), _MS.CONFIRMED,
+                       "the source's agent released it: final (made by the "
+                       "source's agent itself when the command stopped)"),
+        MoveTransition(MoveStep.REQUEST_REVERT, (Side.REQUESTER, Side.AGENT),
                        (_MS.PREPARING, _MS.HANDED_OVER, _MS.TO_CONFIRM),
                        _MS.REVERTING,
                        "the destination's agent is asked to release the instance's "
                        "new decision (ledger, allocation); an interrupted move is "
-                       "undone the same way"),
-        MoveTransition(MoveStep.REVERT, (Side.REQUESTER,), (_MS.REVERTING,),
+                       "undone the same way (the source's agent: a move left "
+                       "handed-over with a destination decision)"),
+        MoveTransition(MoveStep.REVERT, (Side.REQUESTER, Side.AGENT), (_MS.REVERTING,),
                        _MS.REVERTED,
                        "POST /allocations back to the instance, the source decision "
                        "re-keyed back (its agent re-keys its ledger): final"),
-        MoveTransition(MoveStep.EVACUATED, (Side.MOVER,), (_MS.TO_CONFIRM,),
+        MoveTransition(MoveStep.EVACUATED, (Side.MOVER, Side.AGENT), (_MS.TO_CONFIRM,),
                        _MS.CONFIRMED,
                        "evacuate: the new claim holds; the migration consumer's "
                        "allocation on the dead host deleted, its decision "

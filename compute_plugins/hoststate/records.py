@@ -127,12 +127,16 @@ class HostDisabled:
     :param reason: the operator's text ("" when none was given).
     :param by: who disabled it (user@machine of the command).
     :param at: when (naive UTC).
+    :param kind: who fenced it: ``operator`` (``host disable``: only ``host
+        enable`` ends it) or ``evacuated`` (``evacuate``: lifted by the
+        host's agent once it is back and reconciled).
     """
 
     host: str
     reason: str
     by: str
     at: datetime.datetime
+    kind: str = "operator"
 
     def describe(self) -> str:
         """``host X is disabled: REASON`` (what schedule says of it)."""
@@ -141,7 +145,7 @@ class HostDisabled:
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "reason": self.reason, "by": self.by,
-                "at": self.at.isoformat() + "Z"}
+                "at": self.at.isoformat() + "Z", "kind": self.kind}
 
 
 def utc_words(when: datetime.datetime) -> str:

@@ -24,8 +24,9 @@ from sqlalchemy.dialects import mysql
 #: identity (``hoststate_store``) and the agents' leases
 #: (``hoststate_leases``). 4: the hosts an operator disabled
 #: (``hoststate_disabled``). 5: the moves of instances between hosts
-#: (``hoststate_moves``).
-SCHEMA_VERSION = 5
+#: (``hoststate_moves``). 6: the kind of a disabled host's fence
+#: (``hoststate_disabled.kind``: an operator's, or an evacuation's).
+SCHEMA_VERSION = 6
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -132,13 +133,16 @@ leases = sa.Table(
 #: ``reason`` is the operator's text (empty: none given), ``disabled_by``
 #: who ran the command (user@machine), ``disabled_at`` when. No foreign key
 #: to ``hoststate_hosts``: a host stays disabled while its published rows
-#: are dropped and written again (a rename moves the row).
+#: are dropped and written again (a rename moves the row). ``kind`` says who
+#: fenced it: ``operator`` (only ``host enable`` ends it) or ``evacuated``
+#: (``evacuate``: its agent lifts it once back and reconciled).
 disabled = sa.Table(
     "hoststate_disabled", metadata,
     sa.Column("host", sa.String(255), primary_key=True),
     sa.Column("reason", _TEXT, nullable=False),
     sa.Column("disabled_by", sa.String(255), nullable=False),
     sa.Column("disabled_at", _TIME, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False, server_default="operator"),
     **_MYSQL,
 )
 
@@ -176,8 +180,14 @@ DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases, disa
                moves)
 
 #: Older schema version -> the tables it lacks: opening such a store
-#: creates them (portable ``CREATE TABLE``; no column changes) and
-#: records :data:`SCHEMA_VERSION`. A version not listed here is refused
+#: creates them (portable ``CREATE TABLE``), adds the columns of
+#: :data:`ADDED_COLUMNS` its existing tables lack, and records
+#: :data:`SCHEMA_VERSION`. A version not listed here is refused
 #: (:class:`~compute_plugins.hoststate.errors.SchemaVersionMismatch`).
 UPGRADES = {2: (store_identity, leases, disabled, moves), 3: (disabled, moves),
-            4: (moves,)}
+            4: (moves,), 5: ()}
+
+#: Columns added to an existing table since it was made: (table, column),
+#: each added by a portable ``ALTER TABLE ... ADD COLUMN`` with its server
+#: default when an upgraded store's table lacks it.
+ADDED_COLUMNS = ((disabled, "kind"),)

@@ -33,6 +33,7 @@ from compute_plugins.hoststate.records import (
     HostDisabled,
     HostSnapshot,
     HostStatus,
+    MoveRecord,
     PublishResult,
 )
 from compute_plugins.plugin.contract import Rejection
@@ -199,5 +200,20 @@ class AgentLeases(Protocol):
         """
 
 
-__all__ = ["AgentLeases", "DecisionQueue", "HostPublication", "HostStateTransport",
-           "HostWakeups", "Wakeup"]
+@runtime_checkable
+class HostMoves(Protocol):
+    """What a transport that records the moves of instances offers the
+    agents (the SQL store: :mod:`compute_plugins.hoststate.moves`): they
+    finish or undo the moves their commands left
+    (:mod:`compute_plugins.compute.moves`). An agent on a transport
+    without it only executes decisions."""
+
+    def get_move(self, migration: str) -> Optional[MoveRecord]:
+        """The move whose migration consumer is ``migration``."""
+
+    def moves_in_force(self, host: Optional[str] = None) -> list[MoveRecord]:
+        """Every move in force (``host``: its source or destination)."""
+
+
+__all__ = ["AgentLeases", "DecisionQueue", "HostMoves", "HostPublication",
+           "HostStateTransport", "HostWakeups", "Wakeup"]

@@ -42,7 +42,10 @@ protocol.rekeyed_claims`). The move's record
 
 Every step checks before it writes, so a re-run does what is left: a
 confirm or revert of a move already confirmed or reverted is a no-op
-(``already confirmed``).
+(``already confirmed``). A command that stops half-way (killed) leaves its
+move to the hosts' agents, which finish or undo it at their periodic once
+it is left unchanged for ``[compute] move_step_timeout``
+(:mod:`compute_plugins.compute.moves`).
 """
 
 from __future__ import annotations
@@ -57,10 +60,10 @@ from oslo_log import log as logging
 
 from compute_plugins import exception
 from compute_plugins.compute import disable, guest
+from compute_plugins.compute import moves as finishing
 from compute_plugins.compute.release import request_release
 from compute_plugins.hoststate import errors, protocol
 from compute_plugins.hoststate.records import (
-    ACTIVE,
     DecisionStatus,
     HostDecision,
     MoveRecord,
@@ -81,9 +84,10 @@ LOG = logging.getLogger(__name__)
 DEFAULT_PROJECT = "compute-plugins"
 
 MoveStep = protocol.MoveStep
-#: The reason an evacuated host is fenced with (disabled in the store).
-FENCE_REASON = ("evacuated: no new instance until its agent is back and an "
-                "operator enables it")
+#: The reason an evacuated host is fenced with (disabled in the store, kind
+#: ``evacuated``: its agent lifts the fence once back and reconciled).
+FENCE_REASON = ("evacuated: no new instance until its agent is back and has "
+                "dropped the evacuated claims")
 
 
 class MoveError(exception.ComputePluginsError):
@@ -248,6 +252,9 @@ class Mover:
         self.store = store
         self.poll_interval = poll_interval
         self.domain_type = domain_type
+        #: Fault injection (tests): called with the name of each point
+        #: between two steps of a move (:meth:`_step`); None: nothing.
+        self.inject: Optional[Callable[[str], None]] = None
 
     # -- checks (nothing written) -------------------------------------------
 
@@ -384,6 +391,7 @@ class Mover:
             # NOTE: another mover started one since the check
             raise _moving(err.move) from None
         try:
+            self._step("started")
             # NOTE: the claim first, by compare-and-swap from claimed: a
             # release that landed since the check wins (nothing moved), and
             # one that lands after finds nothing of the instance's in force.
@@ -393,9 +401,12 @@ class Mover:
             except errors.HostStateError:
                 raise MoveError("consumer %s is being released: not moved"
                                 % consumer) from None
+            self._step("rekeyed")
             held = pmigration.move_allocations(self.placement, consumer, migration,
                                                pmigration.MIGRATION, pmigration.INSTANCE)
+            self._step("allocations-moved")
             move = protocol.apply_move(self.store, move, MoveStep.HAND_OVER)
+            self._step("handed-over")
             scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
                                       poll_interval=self.poll_interval,
                                       source=decision.host, allow_source=allow_source,
@@ -417,6 +428,7 @@ class Mover:
             move = protocol.apply_move(self.store, move, MoveStep.ROLL_BACK,
                                        reasons=reasons)
             return MoveResult(move, result)
+        self._step("dest-claimed")
         claimed = self.store.active_decision(consumer)
         assert claimed is not None and result.host is not None
         move = protocol.apply_move(self.store, move, MoveStep.CLAIMED,
@@ -447,7 +459,9 @@ class Mover:
             raise MoveError("host %s is not down (its agent holds its lease, or "
                             "never took one): evacuate a host whose agent is down, "
                             "or say it is with --force-down" % host)
-        fenced = disable.disable_host(self.store, self.placement, host, FENCE_REASON, by)
+        fenced = disable.disable_host(self.store, self.placement, host, FENCE_REASON, by,
+                                      kind=finishing.EVACUATED)
+        self._step("fenced")
         moved: list[MoveResult] = []
         skipped: dict[str, str] = {}
         for decision in self.store.list_decisions(host, DecisionStatus.CLAIMED):
@@ -467,7 +481,9 @@ class Mover:
                 skipped[consumer] = str(err)
                 continue
             if result.moved:
+                self._step("evacuate-claimed")
                 move = self._drop_evacuated(result.move)
+                self._step("evacuate-dropped")
                 result = dataclasses.replace(result, move=protocol.apply_move(
                     self.store, move, MoveStep.EVACUATED))
             moved.append(result)
@@ -477,7 +493,7 @@ class Mover:
     def _evacuated(self, host: str) -> bool:
         """Whether ``host`` is fenced by :meth:`evacuate` (not enabled since)."""
         fence = self.store.disabled_hosts([host]).get(host)
-        return fence is not None and fence.reason == FENCE_REASON
+        return fence is not None and fence.kind == finishing.EVACUATED
 
     def _drop_evacuated(self, move: MoveRecord) -> MoveRecord:
         """An evacuated instance's side on the host it left (down, fenced):
@@ -499,31 +515,16 @@ class Mover:
 
     def _give_back(self, move: MoveRecord) -> None:
         """The source allocation and decision back to the instance (each
-        checked first: a re-run skips what is done)."""
-        try:
-            pmigration.move_allocations(self.placement, move.migration, move.consumer,
-                                        pmigration.INSTANCE, pmigration.MIGRATION)
-        except pmigration.MoveConflict:
-            if pmigration.read(self.placement, move.migration).allocations or \
-                    pmigration.read(self.placement, move.consumer).allocations:
-                raise
-            # NOTE: neither consumer holds anything (the instance's
-            # allocation was deleted behind its back before the hand-over):
-            # nothing to give back; the move must still end.
-            LOG.warning("consumer %s: no allocation in Placement on either side of "
-                        "its move (migration consumer %s): nothing given back",
-                        move.consumer, move.migration)
-        try:
-            self.store.rekey_decision(move.source_decision, move.migration, move.consumer)
-        except errors.HostStateError:
-            if self.store.get_decision(move.source_decision).status in ACTIVE:
-                raise
-            # NOTE: a release of the instance that won against the hand-over
-            # was carried out meanwhile: its claim is gone, nothing to give
-            # back; the move must still end.
-            LOG.info("consumer %s: its source decision %d is no longer in force "
-                     "(released): nothing given back", move.consumer,
-                     move.source_decision)
+        checked first: a re-run skips what is done;
+        :func:`compute_plugins.compute.moves.give_back`, the agents' too)."""
+        finishing.give_back(self.placement, self.store, move)
+
+    def _step(self, point: str) -> None:
+        """Between two steps of a move: the tests' fault injection
+        (:attr:`inject`, called with the point's name: it may raise to
+        stop the mover there, as a killed process); nothing otherwise."""
+        if self.inject is not None:
+            self.inject(point)
 
     # -- confirm, revert ---------------------------------------------------
 
@@ -564,6 +565,7 @@ class Mover:
         assert move is not None
         if move.status == MoveStatus.TO_CONFIRM:
             move = protocol.apply_move(self.store, move, MoveStep.REQUEST_CONFIRM)
+            self._step("confirm-requested")
         if move.status != MoveStatus.CONFIRMING:
             raise MoveError("consumer %s: its move (%s) cannot be confirmed%s"
                             % (consumer, move.describe(), "" if move.status ==
@@ -579,6 +581,7 @@ class Mover:
         if done.outcome not in ("released", "nothing-in-force", "unknown"):
             return FinishResult(move, False, waiting=self._waiting(
                 move.source, done.outcome, timeout))
+        self._step("source-freed")
         return self._end(move, MoveStep.CONFIRM)
 
     def revert(self, consumer: str, timeout: float = 60.0) -> FinishResult:
@@ -594,6 +597,7 @@ class Mover:
         assert move is not None
         if protocol.MOVE_TRANSITIONS[MoveStep.REQUEST_REVERT].allows(move.status):
             move = protocol.apply_move(self.store, move, MoveStep.REQUEST_REVERT)
+            self._step("revert-requested")
         if move.status != MoveStatus.REVERTING:
             raise MoveError("consumer %s: its move (%s) cannot be reverted"
                             % (consumer, move.describe()))
@@ -604,7 +608,9 @@ class Mover:
             if done.outcome != "released":
                 return FinishResult(move, False, waiting=self._waiting(
                     dest.host, done.outcome, timeout))
+        self._step("dest-freed")
         self._give_back(move)
+        self._step("given-back")
         return self._end(move, MoveStep.REVERT)
 
     def _end(self, move: MoveRecord, step: MoveStep) -> FinishResult:

@@ -14,7 +14,7 @@ import pytest
 from compute_plugins.hoststate.records import DecisionStatus, MoveStatus
 from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
-from tests.functional.request.hosts import cell
+from tests.functional.request.hosts import HEADERS, cell
 from tests.functional.scheduler.moving import (
     check_invariants,
     ledger_keys,
@@ -462,18 +462,23 @@ def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return
         assert cloud.allocations(item["migration"]) == {}
         assert set(cloud.allocations(item["consumer"])) <= set(spare.providers)
     assert cloud.usage(dead) == {}
-    assert dead.name in cloud.store.disabled_hosts()
-    # the dead agent's ledger still holds its claims; back, it drops them
+    fence = cloud.store.disabled_hosts()[dead.name]
+    assert fence.kind == "evacuated"
+    # fenced: no decision goes to it while it is down
+    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
+                          "u").host == spare.name
+    # the dead agent's ledger still holds its claims; back, it drops them,
+    # and then lifts its evacuation's fence (the trait too)
     assert len(dead.agent.ledger.entries()) == 2
     result = cloud.restart(dead)
     assert result.ok
     settled(cloud)
     assert ledger_keys(dead) == set()
     check_invariants(cloud)
-    # fenced until an operator enables it
-    assert dead.name in cloud.store.disabled_hosts()
-    assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(), "p",
-                          "u").host == spare.name
+    assert cloud.store.disabled_hosts() == {}
+    assert "COMPUTE_STATUS_DISABLED" not in cloud.placement.session.request(
+        cloud.placement.emb_url("/resource_providers/%s/traits" % dead.root), "GET",
+        headers=HEADERS).json()["traits"]
 
 
 def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again(
@@ -733,3 +738,40 @@ def test_an_instance_evacuate_cannot_move_does_not_stop_the_others(cloud):
         assert result.move.status == MoveStatus.CONFIRMED
         assert cloud.store.active_decision(result.move.consumer).host == spare.name
     assert cloud.store.active_move(broken) is None
+
+
+def test_a_reverted_claim_is_verified_again_on_its_source(cloud, caplog):
+    """The revert gives the instance its source claim back (the same
+    decision, never freed); the source's agent runs the plugins' verify on
+    it again: the host lost memory meanwhile, so it no longer holds: one
+    ERROR line naming the consumer and the plugin's reason; the claim is
+    kept (the guest runs there)."""
+    from tests.functional.request.hosts import host_info
+
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    settled(cloud)
+    # a verify of the same claim on the unchanged host holds
+    assert source.agent._claims_for_host().verify_held(moved.move.migration) == []
+    # reverted while the source's agent is stopped; it comes back on a
+    # smaller host (a DIMM gone) and follows the re-key back
+    source.stop()
+    assert mv.revert(consumer, timeout=10).done
+    shrunk = host_info(source.name, [cell(4, 512)])
+    source.discover = lambda: shrunk
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="compute_plugins.compute.agent"):
+        cloud.restart(source)
+    errors = [r.getMessage() for r in caplog.records
+              if r.levelname == "ERROR" and "revert" in r.getMessage()]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("host %s: consumer %s: its claim given back by a "
+                                "revert no longer holds on this host: " % (
+                                    source.name, consumer))
+    assert "numa" in errors[0] or "memory" in errors[0].lower(), errors[0]
+    # kept: the same decision, in the ledger
+    assert source.agent.ledger.get(consumer).decision_id == \
+        cloud.store.active_decision(consumer).id

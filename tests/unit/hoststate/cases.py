@@ -942,7 +942,7 @@ class TestAgentLeases:
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
-                    hoststate.SCHEMA_VERSION] == [5]
+                    hoststate.SCHEMA_VERSION] == [6]
         finally:
             engine.dispose()
 
@@ -968,6 +968,33 @@ class TestAgentLeases:
             with pytest.raises(errors.MoveExists):
                 s.start_move("00000000-0000-0000-0000-00000000000b", instance, "resize",
                              "h1", decision.id, SPEC)
+
+    def test_a_version_5_store_gets_the_fence_kind_of_its_disabled_hosts(self, empty_url):
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            s.disable_host("h1", "bios update", "ops@desk")
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
+                conn.execute(sa.text(
+                    "CREATE TABLE hoststate_disabled (host VARCHAR(255) NOT NULL "
+                    "PRIMARY KEY, reason TEXT NOT NULL, disabled_by VARCHAR(255) NOT "
+                    "NULL, disabled_at TIMESTAMP NOT NULL)"))
+                conn.execute(sa.text(
+                    "INSERT INTO hoststate_disabled VALUES ('h1', 'bios update', "
+                    "'ops@desk', '2026-01-02 03:04:05')"))
+                conn.execute(sa.update(schema.version).values(version=5))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            record = s.disabled_hosts()["h1"]
+            assert (record.reason, record.kind) == ("bios update", "operator")
+            # an evacuation's fence, lifted only by its own kind
+            assert s.disable_host("h2", "evacuated", "mover", kind="evacuated")[1]
+            assert s.enable_host("h1", kind="evacuated") is None
+            assert s.enable_host("h2", kind="evacuated").kind == "evacuated"
+            assert list(s.disabled_hosts()) == ["h1"]
 
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
@@ -1016,6 +1043,19 @@ class TestDisabledHosts:
         again, changed = store.disable_host("h1", "second", "other@desk")
         assert not changed and again == first
         assert store.disabled_hosts()["h1"].reason == "first"
+
+    def test_an_operators_disable_takes_over_an_evacuations_fence(self, store):
+        fence, _ = store.disable_host("h1", "evacuated", "mover@desk", kind="evacuated")
+        assert fence.kind == "evacuated"
+        record, changed = store.disable_host("h1", "disk swap", "ops@desk")
+        assert changed and record.kind == "operator"
+        assert store.disabled_hosts()["h1"].reason == "disk swap"
+        # the agent's lifting of the evacuation's fence leaves it alone
+        assert store.enable_host("h1", kind="evacuated") is None
+        assert store.disabled_hosts()["h1"] == record
+        # and an evacuation of an operator's disabled host keeps its record
+        again, changed = store.disable_host("h1", "evacuated", "mover", kind="evacuated")
+        assert not changed and again == record
 
     def test_enable_removes_the_record_and_returns_it(self, store):
         record, _ = store.disable_host("h1", "", "ops@desk")
