@@ -10,11 +10,14 @@ hosts (``*_old_configuration``, ``NUMALiveMigration*Tests``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from compute_plugins.host.model import CPU, HostInfo, NUMACell
 from compute_plugins.request.spec import build_request_spec
 from resources.numa import InvalidCPUSet
+from resources.numa.view import NUMAView
 from tests.unit.resources.helpers import manager, state_of
 
 NODE = "node1"
@@ -35,7 +38,7 @@ def fit(conf, *guests: int, host: HostInfo | None = None):
     mgr = manager(conf, ["numa"])
     plugin = mgr.plugins["numa"]
     view = plugin.discover(host or two_cells())
-    taken = []
+    taken: list[Any] = []
     for vcpus in guests:
         spec = build_request_spec(mgr.plugins, {
             "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
@@ -55,6 +58,7 @@ def inventory(conf, host: HostInfo | None = None) -> dict[int, dict]:
     from resources.numa.provider import cell_inventory
     plugin = manager(conf, ["numa"]).plugins["numa"]
     view = plugin.discover(host or two_cells())
+    assert isinstance(view, NUMAView)
     return {cell.id: cell_inventory(cell, view) for cell in view.cells}
 
 
