@@ -147,3 +147,23 @@ def test_a_pinned_guest_on_a_legacy_host_is_allocated_vcpu(conf):
     (request,) = [r for name, r in spec.requests.items() if name == "numa"]
     (group,) = plugin.allocations(request, result.assignments["numa"], state)
     assert group.resources == {"VCPU": 2, "MEMORY_MB": 512}
+
+
+def test_isolate_on_an_smt_legacy_host_is_refused_naming_the_legacy_mode(conf):
+    """nova would pin a core and hold its siblings there; not implemented,
+    and the refusal says so (not nova's cpu_dedicated_set reason)."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    cpus = tuple(CPU(id=i, siblings=frozenset({i - i % 2, i - i % 2 + 1}))
+                 for i in range(4))
+    smt = HostInfo(hostname=NODE, source="test", cells=(
+        NUMACell(id=0, cpus=cpus, memory_kb=4 * GIB_KB),))
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": 1, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated",
+                        "hw:cpu_thread_policy": "isolate"}})
+    result = mgr.plugins.fit(
+        {"numa": state_of(plugin, plugin.discover(smt), [])}, spec, None)
+    (rejection,) = result.rejections
+    assert "legacy mode for hosts without [compute] cpu_dedicated_set" in rejection.reason
