@@ -26,6 +26,19 @@ OPTS = [
         "syntax. When both this and ``cpu_dedicated_set`` are unset, "
         "every host CPU is a VCPU, as in nova.",
     ),
+    cfg.StrOpt(
+        "vcpu_pin_set",
+        deprecated_group="DEFAULT",
+        help="nova's legacy (deprecated) ``[DEFAULT] vcpu_pin_set``, also "
+        "read from ``[DEFAULT]``: the host CPUs reported as ``VCPU``, "
+        "instead of ``cpu_shared_set``. Incompatible with "
+        "``cpu_dedicated_set``. A host with neither ``cpu_dedicated_set`` "
+        "nor ``cpu_shared_set`` (or with this option) is a legacy host, as "
+        "in nova: it reports no ``PCPU``, and pinned guests that nova's "
+        "scheduler places there through its fallback ``VCPU`` query "
+        "(``[workarounds] disable_fallback_pcpu_query = False``) are pinned "
+        "to its ``VCPU`` CPUs.",
+    ),
     ratio_opt("cpu_allocation_ratio", 4.0,
               "Allocation ratio of the ``VCPU`` inventory."),
     ratio_opt("ram_allocation_ratio", 1.0,

@@ -8,6 +8,8 @@ group's *choices*). A guest without NUMA topology takes its vCPUs and
 memory from one cell, from two (the vCPUs on one, the memory on the other:
 the unsuffixed group on both), or split evenly over ``k`` cells (groups
 ``_SPLIT<j>``, :data:`compute_plugins.request.groups.SPLIT_PREFIX`).
+On nova's legacy host (``NUMAState.legacy``) a pinned guest's ``PCPU`` is
+allocated as ``VCPU``, as nova's fallback query claims it.
 
 :func:`utilization` is how full the host's cells are, for the weighers.
 """
@@ -54,7 +56,7 @@ def allocations(request: NUMARequest, assignment: NUMAAssignment,
                 raise ValueError("the assignment places guest node %d; the "
                                  "request has no group %s"
                                  % (cell.guest_cell, suffix))
-            resources = dict(group.resources)
+            resources = _legacy(dict(group.resources), state)
             if group.choices:
                 memory = _memory(cell.memory_mb, cell.page_size_kb)
                 if memory not in [dict(c) for c in group.choices]:
@@ -76,6 +78,15 @@ def allocations(request: NUMARequest, assignment: NUMAAssignment,
                                                         part.provider_uuid),
                                       resources))
     return result
+
+
+def _legacy(resources: dict[str, int], state: NUMAState) -> dict[str, int]:
+    """On nova's legacy host (no ``PCPU``) a pinned guest's CPUs are
+    ``VCPU``, as nova's fallback query allocates them."""
+    pcpus = resources.pop(orc.PCPU, 0) if state.legacy else 0
+    if pcpus:
+        resources[orc.VCPU] = resources.get(orc.VCPU, 0) + pcpus
+    return resources
 
 
 def _provider(state: NUMAState, host_cell: int, recorded: str) -> str:

@@ -258,7 +258,7 @@ def check(state: NUMAState, cell: CellState, demand: NodeDemand,
     return pinning.problem(
         cell, demand.thread_policy,
         [assignment.pinning[cpu] for cpu in demand.dedicated], emulator,
-        assignment.held_cpus - emulator, subject, who)
+        assignment.held_cpus - emulator, subject, who, state.legacy)
 
 
 def _page_text(size: PageSize) -> str:
@@ -281,7 +281,8 @@ def place(state: NUMAState, cell: CellState, demand: NodeDemand,
     chosen = pinning.Pinning(())
     if demand.dedicated or demand.emulator:
         picked = pinning.choose(cell, len(demand.dedicated), demand.emulator,
-                                demand.thread_policy, subject, demand.who)
+                                demand.thread_policy, subject, demand.who,
+                                state.legacy)
         if isinstance(picked, str):
             return picked
         chosen = picked

@@ -21,8 +21,10 @@ The policies (nova's, ``hw:cpu_thread_policy``):
   plugin's dedicated CPUs are ``[compute] cpu_dedicated_set``, so, as nova
   with that option, holding a core's siblings idle would take CPUs the
   Placement request (the guest's PCPUs) does not count (nova bug 1889633;
-  nova only keeps the "hold the siblings" behaviour for the legacy
-  ``vcpu_pin_set``, which the plugin does not read). The query forbids
+  nova only keeps the "hold the siblings" behaviour for its legacy hosts,
+  without ``cpu_dedicated_set``: on those the plugin pins to the ``VCPU``
+  CPUs, :attr:`resources.numa.view.NUMAView.legacy`, but still refuses
+  ``isolate`` on SMT). The query forbids
   ``HW_CPU_HYPERTHREADING`` on the root too (:mod:`resources.numa.provider`);
   the per-cell check makes the fit and ``verify`` say so on their own. On a
   cell without SMT, as ``prefer``.
@@ -51,6 +53,13 @@ ISOLATE_ON_SMT = (
     "refused as nova refuses it with [compute] cpu_dedicated_set (holding "
     "the siblings idle would take CPUs the guest's PCPU request does not "
     "count; nova bug 1889633)")
+#: The same on nova's legacy host (no ``cpu_dedicated_set``), where nova
+#: would pin a core and hold its siblings: not implemented here.
+ISOLATE_ON_SMT_LEGACY = (
+    "%s %s thread siblings (SMT) and %s asks hw:cpu_thread_policy=isolate: "
+    "nova's legacy mode for hosts without [compute] cpu_dedicated_set (pin "
+    "a core, hold its siblings idle) is not implemented; set "
+    "cpu_dedicated_set")
 
 
 def plural(count: int, noun: str) -> str:
@@ -122,8 +131,13 @@ def _require_fallback(groups: list[list[int]], count: int) -> Optional[list[int]
     return cpus[:count] if len(cpus) >= count else None
 
 
+def _isolate_on_smt(subject: Subject, who: str, legacy: bool) -> str:
+    return (ISOLATE_ON_SMT_LEGACY if legacy else ISOLATE_ON_SMT) % (
+        subject.name, subject.has, who)
+
+
 def choose(cell: CellState, count: int, emulator: int, policy: Optional[str],
-           subject: Subject, who: str) -> Union[Pinning, str]:
+           subject: Subject, who: str, legacy: bool = False) -> Union[Pinning, str]:
     """Pick ``count`` dedicated CPUs (+ ``emulator`` for emulator threads)
     on ``cell`` under thread ``policy``; a reason when it cannot.
 
@@ -132,7 +146,7 @@ def choose(cell: CellState, count: int, emulator: int, policy: Optional[str],
     """
     groups = _free_threads(cell)
     if policy == ISOLATE and cell.has_threads:
-        return ISOLATE_ON_SMT % (subject.name, subject.has, who)
+        return _isolate_on_smt(subject, who, legacy)
     if policy == REQUIRE:
         if not cell.has_threads:
             return ("%s %s no thread siblings (SMT), %s requires them "
@@ -154,7 +168,7 @@ def choose(cell: CellState, count: int, emulator: int, policy: Optional[str],
 
 def problem(cell: CellState, policy: Optional[str], cpus: Sequence[int],
             emulator: frozenset[int], idle: frozenset[int],
-            subject: Subject, who: str) -> Optional[str]:
+            subject: Subject, who: str, legacy: bool = False) -> Optional[str]:
     """Why pinning ``cpus`` (+ ``emulator``, holding ``idle``) on ``cell``
     under thread ``policy`` is not valid; None when it is."""
     taken = list(cpus) + sorted(emulator) + sorted(idle)
@@ -183,7 +197,7 @@ def problem(cell: CellState, policy: Optional[str], cpus: Sequence[int],
                     "requires them (hw:cpu_thread_policy=require)"
                     % (format_cpu_spec(alone), subject.name, who))
     if policy == ISOLATE and cell.has_threads:
-        return ISOLATE_ON_SMT % (subject.name, subject.has, who)
+        return _isolate_on_smt(subject, who, legacy)
     if idle:
         return "%s holds CPU(s) %s of %s idle beside its emulator threads' CPU" % (
             who, format_cpu_spec(idle), subject.name)

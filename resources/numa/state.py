@@ -147,6 +147,8 @@ class NUMAState(PluginState):
     :param emulator_share_cpus: ``[compute] cpu_shared_set`` (online), where
         emulator threads of ``hw:emulator_threads_policy=share`` guests run;
         empty when the option is unset (they then run with the vCPUs).
+    :param legacy: nova's legacy host: pinned guests take the ``VCPU``
+        CPUs and are allocated ``VCPU``.
     :param cell_devices: host cell -> free PCI devices on it, and
     :param devices_wanted: whether the guest asks PCI devices; both given
         at fit time by the framework
@@ -162,6 +164,10 @@ class NUMAState(PluginState):
     emulator_share_cpus: frozenset[int] = frozenset()
     cell_devices: FrozenMap[int, int] = dataclasses.field(default_factory=FrozenMap)
     devices_wanted: bool = False
+    #: nova's legacy host (:attr:`resources.numa.view.NUMAView.legacy`):
+    #: ``pcpus`` are the ``VCPU`` CPUs, and a pinned guest's CPUs are
+    #: allocated as ``VCPU`` (what nova's fallback query claims).
+    legacy: bool = False
 
     def with_cell_devices(self, free: Mapping[int, int],
                           wanted: bool) -> NUMAState:
@@ -231,8 +237,15 @@ def _conflict(reason: str) -> AssignmentConflict:
     return AssignmentConflict(PLUGIN, reason)
 
 
+def _pinnable(cell: CellView, legacy: bool) -> frozenset[int]:
+    """The CPUs of ``cell`` pinned guests take: its ``PCPU`` CPUs, or on a
+    legacy host (:attr:`NUMAView.legacy`) its ``VCPU`` CPUs, as nova's
+    legacy cell has ``pcpuset == cpuset``."""
+    return cell.vcpus if legacy else cell.pcpus
+
+
 def _add(usage: dict[int, _Usage], view_cells: dict[int, CellView],
-         assignment: NUMAAssignment, index: int) -> None:
+         assignment: NUMAAssignment, index: int, legacy: bool = False) -> None:
     for cell in assignment.cells:
         where = "assignment %d, guest node %d" % (index, cell.guest_cell)
         host = view_cells.get(cell.host_cell)
@@ -241,7 +254,7 @@ def _add(usage: dict[int, _Usage], view_cells: dict[int, CellView],
                             % (where, cell.host_cell,
                                format_cpu_spec(view_cells) or "none"))
         used = usage[cell.host_cell]
-        pcpus = host.pcpus
+        pcpus = _pinnable(host, legacy)
         taken = list(cell.pinning.values()) + sorted(cell.held_cpus)
         for cpu in taken:
             if cpu not in pcpus:
@@ -290,7 +303,7 @@ def build_state(view: NUMAView, providers: Providers,
     usage = {cell_id: _Usage() for cell_id in view_cells}
     every_cpu = frozenset().union(*(c.pcpus | c.vcpus for c in view.cells))
     for index, assignment in enumerate(assignments):
-        _add(usage, view_cells, assignment, index)
+        _add(usage, view_cells, assignment, index, view.legacy)
         lacking = sorted(assignment.emulator_threads - every_cpu)
         if lacking:
             raise _conflict("assignment %d pins emulator threads to CPU %s, "
@@ -304,7 +317,7 @@ def build_state(view: NUMAView, providers: Providers,
             id=cell.id,
             provider_uuid=providers[names.numa_provider_name(providers.nodename,
                                                              cell.id)],
-            pcpus=cell.pcpus,
+            pcpus=_pinnable(cell, view.legacy),
             pinned=frozenset(used.pinned),
             shared_cpus=cell.vcpus,
             shared_load=used.shared_load,
@@ -327,4 +340,5 @@ def build_state(view: NUMAView, providers: Providers,
         ram_allocation_ratio=view.ram_allocation_ratio,
         pack=pack,
         emulator_share_cpus=share,
+        legacy=view.legacy,
     )

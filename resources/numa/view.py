@@ -5,8 +5,18 @@ Rules (``[compute]`` options, nova's meaning):
 - ``cpu_dedicated_set`` CPUs are ``PCPU``, ``cpu_shared_set`` CPUs are
   ``VCPU``. With both unset every host CPU is a ``VCPU``; with only
   ``cpu_dedicated_set`` set there is no ``VCPU`` (as in nova). A set that
-  parses to no CPU, names a CPU the host does not have or that is offline,
-  or shares a CPU with the other set is an :class:`InvalidCPUSet` error.
+  parses to no CPU, names a CPU that is not online (libvirt ``getCPUMap``
+  when known, else the CPUs the cells list: nova's check) or shares a CPU
+  with the other set is an :class:`InvalidCPUSet` error. An online CPU no
+  cell lists is valid and offered nowhere.
+- The legacy host (nova's ``_get_host_numa_topology``): nova's deprecated
+  ``vcpu_pin_set`` (``[compute]`` or ``[DEFAULT]``) gives the ``VCPU`` CPUs
+  instead of ``cpu_shared_set``, and is refused with ``cpu_dedicated_set``.
+  Without ``cpu_dedicated_set``, and with ``vcpu_pin_set`` set or no
+  ``cpu_shared_set``, the host is legacy (:attr:`NUMAView.legacy`): it
+  reports no ``PCPU``, and a pinned guest (placed by nova's fallback
+  ``VCPU`` query) is pinned to the ``VCPU`` CPUs, as nova sets a legacy
+  cell's ``pcpuset`` to its ``cpuset``.
 - Only online CPUs count (``HostInfo.online_cpus``, libvirt ``getCPUMap``,
   when known), as nova's ``get_online_cpus``: a cell offers the CPUs it
   lists that are online.
@@ -65,6 +75,7 @@ LOG = logging.getLogger(__name__)
 
 DEDICATED = "[compute] cpu_dedicated_set"
 SHARED = "[compute] cpu_shared_set"
+PIN_SET = "[compute] vcpu_pin_set"
 
 
 class InvalidCPUSet(InvalidOptionValue):
@@ -107,6 +118,9 @@ class NUMAView:
     #: ``[compute] cpu_shared_set`` is set: emulator threads of guests with
     #: ``hw:emulator_threads_policy=share`` run on its CPUs (nova).
     shared_set: bool = False
+    #: A legacy host (see the module rules): pinned guests are pinned to
+    #: the cells' ``vcpus`` (nova's legacy ``pcpuset == cpuset``).
+    legacy: bool = False
 
 
 def _parse(option: str, spec: Optional[str]) -> Optional[frozenset[int]]:
@@ -130,11 +144,18 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int],
     :param offline: CPUs the host has but that are offline (for the message).
     """
     dedicated_spec = conf.compute.cpu_dedicated_set
-    shared_spec = conf.compute.cpu_shared_set
+    pin_spec = conf.compute.vcpu_pin_set
+    shared_option, shared_spec = ((PIN_SET, pin_spec) if pin_spec
+                                  else (SHARED, conf.compute.cpu_shared_set))
+    if pin_spec and dedicated_spec:
+        raise InvalidCPUSet(
+            f"{PIN_SET} and {DEDICATED}", (pin_spec, dedicated_spec),
+            "the legacy vcpu_pin_set cannot be combined with "
+            "cpu_dedicated_set (as in nova): use cpu_shared_set")
     dedicated = _parse(DEDICATED, dedicated_spec)
-    shared = _parse(SHARED, shared_spec)
+    shared = _parse(shared_option, shared_spec)
     for option, spec, cpus in ((DEDICATED, dedicated_spec, dedicated),
-                               (SHARED, shared_spec, shared)):
+                               (shared_option, shared_spec, shared)):
         if cpus is not None and not cpus <= host_cpus:
             missing = format_cpu_spec(cpus - host_cpus)
             known = format_cpu_spec(host_cpus) or "none"
@@ -148,11 +169,20 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int],
     if dedicated is not None and shared is not None and dedicated & shared:
         both = format_cpu_spec(dedicated & shared)
         raise InvalidCPUSet(
-            f"{DEDICATED} and {SHARED}", (dedicated_spec, shared_spec),
+            f"{DEDICATED} and {shared_option}", (dedicated_spec, shared_spec),
             f"the two sets must be disjoint; CPU(s) {both} are in both")
     if dedicated is None and shared is None:
         return frozenset(), host_cpus
     return dedicated or frozenset(), shared or frozenset()
+
+
+def is_legacy(conf: cfg.ConfigOpts) -> bool:
+    """The host's pinned guests are pinned to its ``VCPU`` CPUs (nova's
+    legacy configuration: no ``cpu_dedicated_set``, and ``vcpu_pin_set``
+    or no ``cpu_shared_set``)."""
+    compute = conf.compute
+    return not compute.cpu_dedicated_set and (
+        bool(compute.vcpu_pin_set) or not compute.cpu_shared_set)
 
 
 def _small_page_kb(cell: NUMACell, base_kb: int) -> int:
@@ -233,7 +263,10 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
     cells = _cells(host)
     listed = frozenset().union(*(c.cpu_ids for c in cells))
     online = listed if host.online_cpus is None else listed & host.online_cpus
-    dedicated, shared = cpu_sets(conf, online, listed - online)
+    # NOTE: the sets are checked against the online CPUs as nova checks
+    # them (getCPUMap); a CPU no cell lists is offered nowhere.
+    valid = online if host.online_cpus is None else host.online_cpus
+    dedicated, shared = cpu_sets(conf, valid, listed - online)
     memory_kb = _small_memory_kb(cells, host) if cells else {}
 
     to_reserve = conf.compute.reserved_host_memory_mb
@@ -271,4 +304,5 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
         cpu_allocation_ratio=conf.compute.cpu_allocation_ratio,
         ram_allocation_ratio=conf.compute.ram_allocation_ratio,
         shared_set=bool(conf.compute.cpu_shared_set),
+        legacy=is_legacy(conf),
     )

@@ -24,8 +24,8 @@ The plugins run (:class:`Plugins`) adds:
 - the plugins' configuration: ``[compute_plugins] config_file`` names
   ``compute-plugins.conf`` (this directory: the plugins enabled) and an
   overlay written when an adapter loads it, mirroring the nova options the
-  test set (``self.flags``: CPU sets, ratios, reserved memory, PCI alias,
-  mdev types, pmem namespaces, NUMA-affine networks and their
+  test set (``self.flags``: CPU sets and the legacy ``vcpu_pin_set``,
+  ratios, reserved memory, PCI alias, mdev types, pmem namespaces, NUMA-affine networks and their
   ``[neutron_physnet_<name>] numa_nodes``) and a fresh SQLite
   host-state store per test;
 - publishing: the driver mixin publishes the host's plugin states itself
@@ -59,6 +59,7 @@ FILTER = "compute_plugins.nova.filters.PluginFitFilter"
 MIRRORED = (
     ("compute", "cpu_dedicated_set", "compute", "cpu_dedicated_set"),
     ("compute", "cpu_shared_set", "compute", "cpu_shared_set"),
+    ("DEFAULT", "vcpu_pin_set", "compute", "vcpu_pin_set"),
     ("DEFAULT", "cpu_allocation_ratio", "compute", "cpu_allocation_ratio"),
     ("DEFAULT", "ram_allocation_ratio", "compute", "ram_allocation_ratio"),
     ("DEFAULT", "reserved_host_memory_mb", "compute", "reserved_host_memory_mb"),

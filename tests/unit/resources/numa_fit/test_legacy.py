@@ -1,0 +1,169 @@
+"""nova's legacy CPU configuration: no ``cpu_dedicated_set``, and
+``vcpu_pin_set`` or no ``cpu_shared_set``.
+
+nova 34 (``LibvirtDriver._get_host_numa_topology``) sets such a host's
+cells' ``pcpuset`` to their ``cpuset``: it reports no ``PCPU``, and a pinned
+guest its scheduler places there with the fallback ``VCPU`` query is pinned
+to the ``VCPU`` CPUs. nova's functional tests boot pinned guests on such
+hosts (``*_old_configuration``, ``NUMALiveMigration*Tests``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compute_plugins.host.model import CPU, HostInfo, NUMACell
+from compute_plugins.request.spec import build_request_spec
+from resources.numa import InvalidCPUSet
+from resources.numa.view import NUMAView
+from tests.unit.resources.helpers import manager, state_of
+
+NODE = "node1"
+GIB_KB = 1024 * 1024
+
+
+def two_cells(online: frozenset[int] | None = None) -> HostInfo:
+    """Two cells of 4 CPUs (0-3, 4-7), 4 GiB each."""
+    cells = tuple(NUMACell(id=c, cpus=tuple(CPU(id=c * 4 + i) for i in range(4)),
+                           memory_kb=4 * GIB_KB) for c in range(2))
+    return HostInfo(hostname=NODE, source="test", cells=cells, online_cpus=online)
+
+
+def fit(conf, *guests: int, host: HostInfo | None = None):
+    """Fit pinned one-node guests of ``guests`` vCPUs one after the other
+    on the host (each with the earlier ones in force); their assignments."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(host or two_cells())
+    taken: list[Any] = []
+    for vcpus in guests:
+        spec = build_request_spec(mgr.plugins, {
+            "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
+            "extra_specs": {"hw:cpu_policy": "dedicated"}})
+        result = mgr.plugins.fit({"numa": state_of(plugin, view, taken)}, spec, None)
+        if not result.fits:
+            return taken, result.rejections
+        taken.append(result.assignments["numa"])
+    return taken, ()
+
+
+def pins(assignment) -> set[int]:
+    return {cpu for cell in assignment.cells for cpu in cell.pinning.values()}
+
+
+def inventory(conf, host: HostInfo | None = None) -> dict[int, dict]:
+    from resources.numa.provider import cell_inventory
+    plugin = manager(conf, ["numa"]).plugins["numa"]
+    view = plugin.discover(host or two_cells())
+    assert isinstance(view, NUMAView)
+    return {cell.id: cell_inventory(cell, view) for cell in view.cells}
+
+
+def test_no_cpu_set_pins_guests_to_the_vcpus_and_reports_no_pcpu(conf):
+    assert {c: set(inv) for c, inv in inventory(conf).items()} == {
+        0: {"VCPU", "MEMORY_MB"}, 1: {"VCPU", "MEMORY_MB"}}
+    taken, rejections = fit(conf, 3, 3, 1, 1)
+    assert rejections == ()
+    # Never the same CPU twice: the pinned CPUs are counted as nova counts
+    # a legacy cell's pinned_cpus.
+    assert set().union(*(pins(a) for a in taken)) == set(range(8))
+
+
+def test_a_legacy_host_is_full_when_its_vcpus_are_pinned(conf):
+    taken, rejections = fit(conf, 4, 4, 1)
+    assert len(taken) == 2
+    (rejection,) = rejections
+    assert "0 free dedicated CPUs" in rejection.reason
+
+
+def test_vcpu_pin_set_gives_the_cpus_as_nova(conf):
+    conf.set_override("vcpu_pin_set", "1-2,5", "compute")
+    got = inventory(conf)
+    assert got[0]["VCPU"]["total"] == 2 and got[1]["VCPU"]["total"] == 1
+    taken, rejections = fit(conf, 2, 1)
+    assert rejections == ()
+    assert pins(taken[0]) | pins(taken[1]) == {1, 2, 5}
+
+
+def test_vcpu_pin_set_wins_over_cpu_shared_set_and_stays_legacy(conf):
+    conf.set_override("cpu_shared_set", "0-7", "compute")
+    conf.set_override("vcpu_pin_set", "4-7", "compute")
+    assert set(inventory(conf)) == {0, 1}
+    assert "VCPU" not in inventory(conf)[0]
+    taken, rejections = fit(conf, 2)
+    assert rejections == () and pins(taken[0]) <= {4, 5, 6, 7}
+
+
+def test_cpu_shared_set_alone_is_not_legacy_pinned_guests_are_refused(conf):
+    conf.set_override("cpu_shared_set", "0-7", "compute")
+    taken, rejections = fit(conf, 1)
+    assert taken == []
+    (rejection,) = rejections
+    assert "0 free dedicated CPUs" in rejection.reason
+
+
+def test_vcpu_pin_set_with_cpu_dedicated_set_is_refused(conf):
+    conf.set_override("cpu_dedicated_set", "0-3", "compute")
+    conf.set_override("vcpu_pin_set", "4-7", "compute")
+    with pytest.raises(InvalidCPUSet, match="cannot be combined with cpu_dedicated_set"):
+        inventory(conf)
+
+
+def test_vcpu_pin_set_is_read_from_default_as_in_nova_conf(conf, tmp_path):
+    conf_file = tmp_path / "nova.conf"
+    conf_file.write_text("[DEFAULT]\nvcpu_pin_set = 0-1\n")
+    conf([f"--config-file={conf_file}"], project="compute-plugins-tests")
+    assert conf.compute.vcpu_pin_set == "0-1"
+
+
+def test_a_set_is_checked_against_the_online_cpus_as_nova(conf):
+    """nova checks the sets against ``getCPUMap``'s online CPUs (its
+    functional tests mock 16 online CPUs on smaller hosts, bug 1953359's
+    test names CPU 2 of a 2-CPU host): an online CPU no cell lists is valid
+    and offered nowhere; a CPU that is not online is still refused."""
+    conf.set_override("cpu_dedicated_set", "0-8", "compute")
+    got = inventory(conf, two_cells(online=frozenset(range(16))))
+    assert got[0]["PCPU"]["total"] == 4 and got[1]["PCPU"]["total"] == 4
+    with pytest.raises(InvalidCPUSet, match="CPU.s. 8 are not"):
+        inventory(conf, two_cells(online=frozenset(range(8))))
+
+
+def test_a_pinned_guest_on_a_legacy_host_is_allocated_vcpu(conf):
+    """What nova's fallback query claims, never a PCPU the host lacks; the
+    legacy state survives publishing (JSON)."""
+    from tests.unit.resources.helpers import decoded, encoded
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    state = state_of(plugin, plugin.discover(two_cells()), [])
+    assert state.legacy and decoded(plugin, encoded(plugin, state)) == state
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": 2, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated"}})
+    result = mgr.plugins.fit({"numa": state}, spec, None)
+    (request,) = [r for name, r in spec.requests.items() if name == "numa"]
+    (group,) = plugin.allocations(request, result.assignments["numa"], state)
+    assert group.resources == {"VCPU": 2, "MEMORY_MB": 512}
+
+
+def test_isolate_on_an_smt_legacy_host_is_refused_naming_the_legacy_mode(conf):
+    """nova would pin a core and hold its siblings there; not implemented,
+    and the refusal says so (not nova's cpu_dedicated_set reason)."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    cpus = tuple(CPU(id=i, siblings=frozenset({i - i % 2, i - i % 2 + 1}))
+                 for i in range(4))
+    smt = HostInfo(hostname=NODE, source="test", cells=(
+        NUMACell(id=0, cpus=cpus, memory_kb=4 * GIB_KB),))
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": 1, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated",
+                        "hw:cpu_thread_policy": "isolate"}})
+    result = mgr.plugins.fit(
+        {"numa": state_of(plugin, plugin.discover(smt), [])}, spec, None)
+    (rejection,) = result.rejections
+    assert "legacy mode for hosts without [compute] cpu_dedicated_set" in rejection.reason
