@@ -8,7 +8,10 @@ and a worker process runs hundreds of them on a few threads, each calling
 :meth:`ComputeAgent.poll` when its ``claim_poll_interval`` is due: the
 real lease (taken, renewed every third of its duration), the real claim
 path (the plugins' ``verify``, the ledger, the protocol's answers) and the
-real release (Placement's ``DELETE /allocations``).
+real release (Placement's ``DELETE /allocations``). Where the store pushes
+(PostgreSQL), an agent is also polled at once when a change for its host
+is pushed, as :meth:`ComputeAgent.run` wakes on it (``wait_for_work``)
+instead of waiting for its next ``claim_poll_interval``.
 
 What is not run: the agent's periodic (discovery and the Placement sync),
 because the host's tree was registered in bulk (:mod:`bench.scale.hosts`);
@@ -32,6 +35,7 @@ from bench.schedule import cloud
 from compute_plugins.compute import identity
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.ledger import Ledger
+from compute_plugins.hoststate import notify
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import report
@@ -68,9 +72,13 @@ class AgentPool:
         self.stats = stats
         self.stop = threading.Event()
         self.errors: list[str] = []
-        self._threads = [threading.Thread(target=self._loop, args=(agents[i::threads],),
+        self._threads = [threading.Thread(target=self._loop, args=(i, agents[i::threads]),
                                           daemon=True)
                          for i in range(min(threads, len(agents)))]
+        #: Per thread: its agents (by index) a pushed change woke, and the
+        #: event that wakes the thread.
+        self._woken: list[set[int]] = [set() for _ in self._threads]
+        self._bells = [threading.Event() for _ in self._threads]
 
     def first_poll(self) -> None:
         """Every agent's first poll (its lease taken, its state published),
@@ -96,9 +104,26 @@ class AgentPool:
         self.stats.add(counters.REJECTIONS, sum(1 for c in result.claims if not c.claimed))
         self.stats.add(counters.RELEASES, len(result.releases))
 
-    def _loop(self, agents: list[ComputeAgent]) -> None:
+    def _on_push(self, thread: int, index: int, agent: ComputeAgent) -> None:
+        """Have ``thread`` poll its ``index``-th agent as soon as a change
+        for the agent's host is pushed (nothing where the store polls)."""
+        changes = agent._changes  # noqa: SLF001 - the agent's subscription
+        if not isinstance(changes, notify.Subscription):
+            return
+        woken, bell = self._woken[thread], self._bells[thread]
+
+        def ring() -> None:
+            woken.add(index)
+            bell.set()
+        changes.on_wake = ring
+
+    def _loop(self, thread: int, agents: list[ComputeAgent]) -> None:
         # NOTE: each agent polls every claim_poll_interval, spread over the
-        # interval so that they do not all poll at once.
+        # interval so that they do not all poll at once, and at once when
+        # a change for its host is pushed (_on_push).
+        for i, agent in enumerate(agents):
+            self._on_push(thread, i, agent)
+        woken, bell = self._woken[thread], self._bells[thread]
         now = time.monotonic()
         due = [(now + agent.claim_poll_interval * i / max(len(agents), 1), i)
                for i, agent in enumerate(agents)]
@@ -106,8 +131,20 @@ class AgentPool:
         while not self.stop.is_set():
             when, i = due[0]
             left = when - time.monotonic()
-            if left > 0 and self.stop.wait(left):
-                return
+            if left > 0 and not woken:
+                bell.wait(left)
+                bell.clear()
+                if self.stop.is_set():
+                    return
+            if woken:
+                while woken:
+                    try:
+                        self._poll(agents[woken.pop()])
+                    except KeyError:
+                        break
+                continue
+            if left > 0:
+                continue
             agent = agents[i]
             self._poll(agent)
             heapq.heapreplace(due, (max(when + agent.claim_poll_interval,
@@ -119,6 +156,8 @@ class AgentPool:
 
     def close(self) -> None:
         self.stop.set()
+        for bell in self._bells:
+            bell.set()
         for thread in self._threads:
             thread.join()
 

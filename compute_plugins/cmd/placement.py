@@ -1,6 +1,8 @@
 """``compute-plugins placement serve``: the embedded Placement over HTTP.
 
-Runs real Placement (``openstack-placement``) on SQLite as an HTTP service
+Runs real Placement (``openstack-placement``) on SQLite (or on the
+PostgreSQL or MySQL database of ``[placement] embedded_connection``) as an
+HTTP service
 on 127.0.0.1, for other processes, every request carrying the random
 token of ``placement.token`` in the state directory
 (:mod:`compute_plugins.placement.token`; ``--no-token``: ``noauth2``'s
@@ -9,7 +11,8 @@ client. The HTTP server is waitress (:mod:`compute_plugins.placement.server`:
 worker threads, keep-alive, a stalled client blocks nobody and is closed
 after ``--timeout`` seconds of silence, a slow one once its request has
 taken ``--request-timeout`` seconds); Placement itself, built once,
-answers one request at a time (SQLite). The first line on stdout is
+answers one request at a time on SQLite, several at once on PostgreSQL
+or MySQL (:mod:`compute_plugins.placement.embedded`). The first line on stdout is
 ``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
 0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
 """

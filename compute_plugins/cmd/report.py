@@ -341,7 +341,7 @@ def pinned_nodename(state: dict[str, Any], hostname: str) -> str:
 def quiet_placement_logs(debug: bool) -> None:
     """The embedded Placement logs every request at INFO: keep that (and
     its start-up chatter) for --debug. So is waitress's "task queue depth"
-    warning: ``placement serve`` answers one request at a time by design,
+    warning: ``placement serve`` on SQLite answers one request at a time by design,
     so requests queue whenever several agents call at once."""
     if debug:
         return

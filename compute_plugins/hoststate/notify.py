@@ -95,6 +95,12 @@ class Subscription:
         self.channel = channel
         self._event = threading.Event()
         self._closed = False
+        #: Called, on the listener's thread, each time the subscription is
+        #: woken (None: nobody). For a process that runs many waiters on a
+        #: few threads (the simulated agents of ``bench.scale``), which
+        #: cannot each block in :meth:`wait`: it learns which one to run.
+        #: It must return at once and never raise.
+        self.on_wake: Optional[Callable[[], object]] = None
 
     @property
     def live(self) -> bool:
@@ -118,8 +124,12 @@ class Subscription:
         return False
 
     def wake(self) -> None:
-        """Make the next :meth:`wait` return True at once."""
+        """Make the next :meth:`wait` return True at once (and call
+        :attr:`on_wake`)."""
         self._event.set()
+        hook = self.on_wake
+        if hook is not None:
+            hook()
 
     def close(self) -> None:
         """Stop listening (once)."""

@@ -2,7 +2,9 @@
 
 :class:`EmbeddedPlacement` builds Placement's WSGI app once, with a private
 ``ConfigOpts`` and ``auth_strategy=noauth2``, on SQLite (a file, or memory
-for tests). Requests reach it in two ways, both serialised by one lock:
+for tests), or on a PostgreSQL or MySQL database. Requests reach it in two
+ways, both serialised by one lock on SQLite (on a server database they run
+side by side, as in Placement's own API workers):
 
 * :meth:`EmbeddedPlacement.client`: a keystoneauth1 session whose requests
   session has a transport adapter mounted that calls the WSGI app directly
@@ -25,6 +27,12 @@ instead of Placement's 409 generation conflicts
 (``tests/functional/placement/test_serve.py`` shows it stays right). The
 lock is taken only around the app: the request body is read before it and
 the answer is written after it, so a slow or stalled client never holds it.
+On PostgreSQL and MySQL each request has its own pooled connection and
+transaction, as under Placement's own WSGI workers, and Placement's
+generation checks (409) arbitrate: no lock (:attr:`EmbeddedPlacement.serialised`
+is False). One process-wide lock there made every scheduler's ``PUT
+/allocations`` wait behind every agent's ``DELETE`` and every other
+scheduler's query (``bench.scale``, doc/source/benchmarks.md).
 
 NOTE: ``placement.direct.PlacementDirect`` is not used: it rebuilds the app
 per request and is not thread-safe (it was seen losing writes across
@@ -151,7 +159,7 @@ MAX_ALLOCATION_CANDIDATES = 1000
 
 
 class EmbeddedPlacement:
-    """Placement's WSGI app, built once, called under one lock.
+    """Placement's WSGI app, built once, called under one lock on SQLite.
 
     :param connection: SQLAlchemy URL: ``sqlite://`` (memory) or
         ``sqlite:////abs/path``. File databases are created (with their
@@ -171,6 +179,8 @@ class EmbeddedPlacement:
         self.max_allocation_candidates = max_allocation_candidates
         self.optimize_for_wide_trees = optimize_for_wide_trees
         self.lock = threading.RLock()
+        #: Requests reach the app one at a time (SQLite: module doc).
+        self.serialised = serialised(connection)
         self.app: Optional[WSGIApp] = None
         self.running = False
         self._unbind: Optional[Callable[[], None]] = None
@@ -303,13 +313,14 @@ class EmbeddedPlacement:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> list[bytes]:
-        """The WSGI app, one request at a time (see the module's NOTE).
+        """The WSGI app; one request at a time on SQLite (see the module's
+        NOTE).
 
         The request body is read before the lock is taken and the answer is
         handed back whole, so no socket I/O happens while it is held.
         """
         _buffer_body(environ)
-        with self.lock:
+        with self.lock if self.serialised else contextlib.nullcontext():
             if not self.running or self.app is None:
                 start_response(
                     "503 Service Unavailable",
@@ -357,8 +368,8 @@ class EmbeddedPlacement:
 
         Call ``serve_forever()`` on it; :meth:`close` shuts it down.
 
-        :param threads: worker threads (requests still reach Placement one
-            at a time).
+        :param threads: worker threads (on SQLite requests still reach
+            Placement one at a time).
         :param channel_timeout: seconds of silence after which a connection
             (idle, or stalled mid-request) is closed.
         :param request_timeout: seconds a request may take to arrive whole
@@ -377,6 +388,14 @@ class EmbeddedPlacement:
             channel_timeout=channel_timeout, request_timeout=request_timeout)
         self._server = server
         return server
+
+
+def serialised(connection: str) -> bool:
+    """Whether Placement on ``connection`` (an SQLAlchemy URL) must take its
+    requests one at a time: every database but PostgreSQL and MySQL
+    (SQLite: the module doc)."""
+    scheme = connection.split(":", 1)[0].split("+", 1)[0].lower()
+    return scheme not in ("postgresql", "mysql", "mariadb")
 
 
 def _buffer_body(environ: dict[str, Any]) -> None:

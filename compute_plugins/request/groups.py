@@ -22,9 +22,11 @@ read back with the types of the plugins loaded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import uuid
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
 
 from compute_plugins.plugin import names
 from compute_plugins.request.types import (
@@ -230,6 +232,34 @@ class PluginRequest(Checked):
     when it is built (:class:`~compute_plugins.request.types.Checked`: a
     value that would not read back from JSON equal is a ``ValueError``).
     """
+
+
+_Built = TypeVar("_Built")
+
+
+def per_request(build: Callable[[Any], _Built]) -> Callable[[Any], _Built]:
+    """``build`` (a pure function of a frozen :class:`PluginRequest`)
+    computed once per request object and kept on it.
+
+    A request is frozen, and the scheduler fits the same request object on
+    every candidate host: what a plugin derives from the request alone (its
+    request groups, its per-node demands) is the same on each of them, and
+    rebuilding it per host was a fifth of the filter's time at 1,000 hosts
+    (``bench.filter``). The value is kept in the request's ``__dict__``
+    (never a field: not serialised, not compared); a ``list`` is copied
+    per call, so a caller that changes its list changes no other's.
+    """
+    key = "_per_request_%s_%s" % (build.__module__, build.__qualname__)
+
+    @functools.wraps(build)
+    def cached(request: Any) -> _Built:
+        kept = request.__dict__
+        try:
+            value = kept[key]
+        except KeyError:
+            value = kept[key] = build(request)
+        return list(value) if isinstance(value, list) else value  # type: ignore[return-value]
+    return cached
 
 
 class PluginAssignment(Checked):

@@ -13,13 +13,23 @@ scheduler writes the allocation their assignments take
 A host whose state a requested plugin did not publish, cannot be read, or
 makes the plugin fail, is a rejection naming the plugin: never an error of
 the whole request.
+
+A fit is a pure function of the host's states and the plugins' requests,
+so it is kept with the decoded states of that generation
+(:attr:`DecodedHost.fits`, by the spec's ``requests``: kube-scheduler's
+former equivalence cache, keyed here by the host's generation instead of
+invalidated by events). A scheduler that places many guests of a few
+flavors fits each host once per flavor and per state the host publishes,
+not once per decision: between two decisions only the hosts that claimed
+something publish a new generation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Optional
 
 from oslo_log import log as logging
 
@@ -71,6 +81,15 @@ class DecodedHost:
     snapshot: HostSnapshot
     states: Mapping[str, object]
     broken: Mapping[str, str]
+    #: The fits made on these states, by the plugins and the spec's
+    #: ``requests`` (:func:`fit_host`; at most :data:`MAX_KEPT_FITS`).
+    fits: dict[Hashable, tuple[PluginSet, HostFit]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False)
+
+
+#: Fits kept per host generation (request shapes: flavors, images' and
+#: ports' needs); the oldest kept is dropped first.
+MAX_KEPT_FITS = 32
 
 
 def decode_host(plugins: PluginSet, snapshot: HostSnapshot) -> DecodedHost:
@@ -128,10 +147,40 @@ class StateCache:
         return cached
 
 
+def _fit_key(plugins: PluginSet, spec: RequestSpec) -> Optional[Hashable]:
+    """What a fit depends on besides the host's states: the plugins (by
+    identity: the kept fit holds them, :func:`fit_host` checks) and the
+    spec's typed requests (None: a request that cannot be hashed, never
+    kept)."""
+    key: Any = (id(plugins), spec.requests)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key  # type: ignore[no-any-return]
+
+
 def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostFit:
     """Every requested plugin's ``fit`` on ``host``'s states; a requested
     plugin that is not loaded here, or whose state the host did not publish
-    or cannot be read, rejects the host without a fit."""
+    or cannot be read, rejects the host without a fit. The same requests
+    on the same decoded states are fitted once (:attr:`DecodedHost.fits`)."""
+    key = _fit_key(plugins, spec)
+    kept = host.fits.get(key) if key is not None else None
+    if kept is not None and kept[0] is plugins:
+        return kept[1]
+    fit = _fit_host(plugins, spec, host)
+    if key is not None:
+        if len(host.fits) >= MAX_KEPT_FITS:
+            try:
+                del host.fits[next(iter(host.fits))]
+            except (KeyError, RuntimeError, StopIteration):
+                pass  # NOTE: another thread dropped one meanwhile
+        host.fits[key] = (plugins, fit)
+    return fit
+
+
+def _fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostFit:
     snapshot = host.snapshot
     states: dict[str, object] = {}
     broken: list[Rejection] = []

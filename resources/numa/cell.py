@@ -33,7 +33,6 @@ before returning it, so ``fit`` and ``verify`` share one definition.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Optional, Union
 
@@ -305,14 +304,6 @@ def place(state: NUMAState, cell: CellState, demand: NodeDemand,
 
 def signature(cell: CellState) -> tuple[object, ...]:
     """Everything :func:`place` reads of ``cell`` but its ids: cells with
-    one signature take the same guest nodes (one class)."""
-    free, pcpus = cell.free_pcpus, cell.pcpus
-    shapes = collections.Counter(
-        (len(core), len(core & free), len(core & pcpus)) for core in cell.cores)
-    return (
-        tuple(sorted(shapes.items())),
-        len(cell.shared_cpus), cell.shared_load,
-        cell.memory_mb, cell.reserved_memory_mb, cell.used_memory_mb,
-        tuple((p.size_kb, p.total, p.used) for p in cell.pages),
-        cell.small_page_kb,
-    )
+    one signature take the same guest nodes (one class;
+    :attr:`CellState.fit_class`, computed once per cell)."""
+    return cell.fit_class

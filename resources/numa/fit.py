@@ -25,6 +25,7 @@ from typing import Optional, Union
 
 from compute_plugins.plugin.contract import Mappings, Rejection
 from compute_plugins.plugin.cpuset import format_cpu_spec
+from compute_plugins.request.groups import per_request
 from resources.numa import cell as cellfit
 from resources.numa import floating, networks
 from resources.numa.cell import NodeDemand
@@ -47,8 +48,10 @@ def pins(request: NUMARequest) -> bool:
     return request.cpu_policy in ("dedicated", "mixed")
 
 
+@per_request
 def node_demands(request: NUMARequest) -> list[NodeDemand]:
-    """What each guest node asks of its host cell."""
+    """What each guest node asks of its host cell (once per request:
+    the same on every host)."""
     strict = (pins(request) or request.mem_page_size is not None
               or request.page_size_kb is not None)
     return [NodeDemand(

@@ -60,6 +60,7 @@ from compute_plugins.request.groups import (
     PluginRequest,
     RequestGroup,
     granular_key_re,
+    per_request,
 )
 from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
 from compute_plugins.request.types import FrozenMap, enum_field, min_field
@@ -809,6 +810,7 @@ def cell_group_id(cell: int) -> str:
     return "_NUMA%d" % cell
 
 
+@per_request
 def request_groups(req: NUMARequest) -> list[RequestGroup]:
     """One ``_NUMA<N>`` group per guest NUMA node, or one floating group.
 

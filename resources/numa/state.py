@@ -20,6 +20,7 @@ room left.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
@@ -109,6 +110,25 @@ class CellState:
     def core_of(self) -> dict[int, frozenset[int]]:
         """CPU -> its core."""
         return {cpu: core for core in self.cores for cpu in core}
+
+    @functools.cached_property
+    def fit_class(self) -> tuple[object, ...]:
+        """Everything the NUMA fit reads of the cell but its ids
+        (:func:`resources.numa.cell.signature`): the cores by (threads,
+        free, dedicated), the shared CPUs and their load, the memory and
+        the pages. Cells with one class take the same guest nodes. Kept on
+        the cell: a host's state is decoded once per generation and fitted
+        by every decision until it publishes again."""
+        free, pcpus = self.free_pcpus, self.pcpus
+        shapes = collections.Counter(
+            (len(core), len(core & free), len(core & pcpus)) for core in self.cores)
+        return (
+            tuple(sorted(shapes.items())),
+            len(self.shared_cpus), self.shared_load,
+            self.memory_mb, self.reserved_memory_mb, self.used_memory_mb,
+            tuple((p.size_kb, p.total, p.used) for p in self.pages),
+            self.small_page_kb,
+        )
 
     @property
     def has_threads(self) -> bool:

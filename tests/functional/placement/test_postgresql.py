@@ -252,3 +252,66 @@ def test_agents_and_an_operator_race_on_two_api_processes(api_urls, caplog):
     conflicted = caplog.text
     for agent in agents:
         assert "generation conflict on %s_NUMA0" % agent.node in conflicted, agent.node
+
+
+def test_one_embedded_placement_answers_while_a_request_waits_on_the_database(database):
+    """On PostgreSQL the embedded Placement takes requests side by side, as
+    Placement's own API workers do (on SQLite one at a time): a request
+    that waits on a row lock holds up no other request."""
+    import sqlalchemy as sa
+
+    from compute_plugins.placement import embedded
+
+    rp = str(uuid.uuid4())
+    with embedded.EmbeddedPlacement(database) as service:
+        assert not service.serialised
+        placement = service.client()
+        placement.post("/resource_providers", {"uuid": rp, "name": "locked-" + rp[:8]})
+        engine = sa.create_engine(database)
+        done = threading.Event()
+        outcome: list[object] = []
+
+        def write() -> None:
+            try:
+                outcome.append(placement.put(
+                    "/resource_providers/%s/inventories" % rp,
+                    {"resource_provider_generation": 0,
+                     "inventories": {"VCPU": {"total": 8}}}))
+            except Exception as err:  # noqa: BLE001 - reported below
+                outcome.append(err)
+            done.set()
+
+        writer = threading.Thread(target=write)
+        try:
+            with engine.connect() as conn, conn.begin():
+                # NOTE: the provider's row locked: the inventory write (it
+                # bumps the provider's generation) waits for this
+                # transaction.
+                conn.execute(sa.text("SELECT id FROM resource_providers WHERE uuid = :u "
+                                     "FOR UPDATE"), {"u": rp})
+                writer.start()
+                assert not done.wait(1.0)
+                # NOTE: in a thread: with one lock per process it would
+                # wait for the writer, which waits for this transaction.
+                read: list[object] = []
+                reader = threading.Thread(target=lambda: read.append(placement.get(
+                    "/resource_providers/%s" % rp)), daemon=True)
+                reader.start()
+                reader.join(20)
+                assert read and read[0]["generation"] == 0, "the read waited"
+                assert not done.is_set()
+        finally:
+            writer.join(60)
+            engine.dispose()
+        assert not writer.is_alive()
+        assert isinstance(outcome[0], dict), outcome
+        assert outcome[0]["inventories"]["VCPU"]["total"] == 8
+
+
+def test_the_embedded_placement_serialises_only_sqlite():
+    from compute_plugins.placement import embedded
+
+    assert embedded.serialised("sqlite://")
+    assert embedded.serialised("sqlite:////var/lib/placement.sqlite")
+    assert not embedded.serialised("postgresql+psycopg2://u@h/placement")
+    assert not embedded.serialised("mysql+pymysql://u@h/placement")

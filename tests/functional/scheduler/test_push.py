@@ -323,3 +323,25 @@ def test_a_closed_store_opens_no_listener_again(url):
     assert store.db.listener() is None
     after = {t.ident for t in threading.enumerate() if t.name == "hoststate-listener"}
     assert after <= before
+
+
+def test_a_subscriptions_hook_runs_when_its_host_is_notified(url):
+    """A process that runs many agents on a few threads (``bench.scale``)
+    learns which one a pushed change is for (``Subscription.on_wake``),
+    and the subscription's own wait sees it too."""
+    with HostStateStore(url, safety_poll_interval=NEVER) as store:
+        sub = store.host_changes("hooked")
+        other = store.host_changes("not-hooked")
+        assert isinstance(sub, notify.Subscription)
+        assert isinstance(other, notify.Subscription)
+        rung = threading.Event()
+        sub.on_wake = rung.set
+        try:
+            with store.db.engine.begin() as conn:
+                notify.send(conn, [notify.host_channel("hooked")], "decision")
+            assert rung.wait(ANSWER)
+            assert sub.wait(0)
+            assert not other.wait(0)
+        finally:
+            sub.close()
+            other.close()

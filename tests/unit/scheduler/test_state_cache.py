@@ -1,12 +1,22 @@
 """The scheduler's decoded host states (:class:`fitting.StateCache`) on a
 real SQLite store: a state is served again only while its host's generation
-stands, and never across a recreated store whose generations restarted."""
+stands, and never across a recreated store whose generations restarted;
+and the fits kept with them (one per generation and request)."""
 
 from __future__ import annotations
 
+import datetime
+
+from oslo_config import cfg
+
 from compute_plugins import hoststate
+from compute_plugins.hoststate.records import HostSnapshot
+from compute_plugins.request.inputs import RequestInput
+from compute_plugins.request.spec import RequestSpec
+from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
 from compute_plugins.scheduler import fitting
+from tests.unit import fit_plugins
 from tests.unit.hoststate.cases import states
 
 
@@ -40,3 +50,55 @@ def test_hosts_gone_or_down_are_forgotten(tmp_path):
         assert len(cache) == 1
         cache.prune({"a": 3})  # a published since: kept until read again
         assert len(cache) == 1
+
+
+class CountingSlots(fit_plugins.Slots):
+    """The test-only ``slots`` plugin, counting its fits."""
+
+    fits = 0
+
+    def fit(self, state, request, placement, earlier):
+        type(self).fits += 1
+        return super().fit(state, request, placement, earlier)
+
+
+def slots_host(generation, free):
+    snapshot = HostSnapshot(host="h1", generation=generation, nodename="h1",
+                            providers=FrozenMap(), states=FrozenMap(),
+                            updated_at=datetime.datetime(2026, 12, 4))
+    return fitting.DecodedHost(snapshot, {"slots": fit_plugins.SlotsState(
+        free=FrozenMap({0: frozenset(range(free))}))}, {})
+
+
+def slots_spec(plugins, vcpus):
+    return RequestSpec.build(plugins, RequestInput.from_dicts(
+        {"vcpus": vcpus, "memory_mb": 512, "extra_specs": {"slots:pin": "true"}}))
+
+
+def test_a_host_is_fitted_once_per_generation_and_request():
+    CountingSlots.fits = 0
+    plugins = PluginSet.of({"slots": CountingSlots(cfg.ConfigOpts())})
+    host = slots_host(1, free=4)
+    two, again, three = (slots_spec(plugins, 2), slots_spec(plugins, 2),
+                         slots_spec(plugins, 3))
+    first = fitting.fit_host(plugins, two, host)
+    assert first.result.fits
+    # NOTE: another spec object of the same request (another consumer of
+    # the same flavor): the same fit, not fitted again.
+    assert fitting.fit_host(plugins, again, host) is first
+    assert CountingSlots.fits == 1
+    assert fitting.fit_host(plugins, three, host).result.fits
+    assert CountingSlots.fits == 2
+    # the host published a new state (generation 2): fitted again, on it
+    fuller = slots_host(2, free=2)
+    assert not fitting.fit_host(plugins, three, fuller).result.fits
+    assert fitting.fit_host(plugins, two, fuller).generation == 2
+    assert CountingSlots.fits == 4
+
+
+def test_the_fits_kept_per_host_are_bounded():
+    plugins = PluginSet.of({"slots": CountingSlots(cfg.ConfigOpts())})
+    host = slots_host(1, free=64)
+    for vcpus in range(1, fitting.MAX_KEPT_FITS + 10):
+        fitting.fit_host(plugins, slots_spec(plugins, vcpus), host)
+    assert len(host.fits) == fitting.MAX_KEPT_FITS
