@@ -152,6 +152,24 @@ def test_the_file_rewritten_from_a_run_keeps_causes_and_opens_new_ones(known, tm
         "passed", "passed")
 
 
+def test_tests_no_run_measured_are_written_unmeasured_and_replaced_when_measured(known):
+    doc = plugins_doc()
+    doc["all_tests"] = [PREFIX + "A.test_ok", PREFIX + "C.test_never_reached"]
+    new = expected.updated(known, {"plugins": {"test_numa_servers": doc}})
+    assert new.tests["test_numa_servers"]["C.test_never_reached"] == expected.Entry(
+        "any", "any", cause="unmeasured")
+    # NOTE: not compared until measured; then the run's outcomes replace it.
+    assert expected.differences(new, {"plugins": {"test_numa_servers": doc}},
+                                ("test_numa_servers.Big",)) == []
+    stock = plugins_doc(C__test_never_reached="passed")
+    stock["mode"], stock["boots"] = "stock", []
+    doc["tests"][PREFIX + "C.test_never_reached"] = result("failed")
+    again = expected.updated(new, {"stock": {"test_numa_servers": stock},
+                                   "plugins": {"test_numa_servers": doc}})
+    assert again.tests["test_numa_servers"]["C.test_never_reached"] == expected.Entry(
+        "passed", "failed", cause="open")
+
+
 @pytest.mark.parametrize("line, error", [
     ('"A.t" = {stock = "passed", plugins = "failed", cause = "nobody"}',
      "cause 'nobody' is not in [causes]"),

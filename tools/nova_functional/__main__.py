@@ -43,6 +43,7 @@ class Outcomes(unittest.TestResult):
         self.outcomes: dict[str, dict[str, Any]] = {}
         self._started = 0.0
         self._cpu = 0.0
+        self.current: Optional[dict[str, Any]] = None
 
     def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's API
         super().startTest(test)
@@ -50,6 +51,9 @@ class Outcomes(unittest.TestResult):
         self._cpu = time.process_time()
         self.boots.test = test.id().rsplit(".", 2)[-2] + "." + test.id().rsplit(".", 1)[-1]
         print("  %s ..." % test.id(), file=sys.stderr, flush=True)
+        # NOTE: the runner's parent kills a test that hangs past its limit.
+        self.current = {"test": test.id(), "since": time.time()}
+        self.noted()
 
     def _note(self, test: unittest.TestCase, outcome: str, detail: str = "") -> None:
         self.outcomes[test.id()] = {
@@ -59,6 +63,7 @@ class Outcomes(unittest.TestResult):
             "cpu": round(time.process_time() - self._cpu, 2),
             "detail": detail[-3000:]}
         print("  %s %s" % (test.id(), outcome), file=sys.stderr, flush=True)
+        self.current = None
         self.noted()
 
     def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
@@ -105,6 +110,7 @@ def run_one(name: str, mode: str, out: Path, pattern: str,
                "seconds": round(time.monotonic() - started, 1),
                "cpu": round(time.process_time(), 1),
                "tests": result.outcomes, "boots": boots.boots,
+               "current": result.current,
                "rejections": boots.rejections}
         partial = out.with_suffix(".partial")
         partial.write_text(json.dumps(doc, indent=1, sort_keys=True))
@@ -126,36 +132,87 @@ def _flatten(suite: Any) -> Any:
 
 def _run_file(name: str, mode: str, out: Path, pattern: str, exclude: list[str],
               file_timeout: float) -> str:
-    """One file in one mode in its own process (its own session, so that a
-    file past ``file_timeout`` seconds is stopped with all it started)."""
+    """One file in one mode in its own process (its own session, so that
+    what it started is stopped with it). A test still running
+    ``OS_TEST_TIMEOUT`` + 60 s after it started (nova's own timeout did not
+    stop it: a hang outside Python code) is recorded as failed, the process
+    killed and the file's remaining tests run in a new one; a file past
+    ``file_timeout`` seconds is stopped (its remaining tests: not run)."""
     target = out / mode / (name + ".json")
     if target.exists() and json.loads(target.read_text()).get("complete"):
         return "%s %s: kept from an earlier run" % (mode, name)
     target.unlink(missing_ok=True)
     started = time.monotonic()
-    cmd = [sys.executable, "-m", "tools.nova_functional", "one",
-           "--mode", mode, "--out", str(target), "--pattern", pattern, name]
-    cmd += ["--exclude=%s" % p for p in exclude]
-    env = dict(os.environ, OS_TEST_TIMEOUT=os.environ.get("OS_TEST_TIMEOUT", "180"))
+    test_timeout = float(os.environ.get("OS_TEST_TIMEOUT", "180"))
+    env = dict(os.environ, OS_TEST_TIMEOUT="%d" % test_timeout)
+    merged: dict[str, Any] = {"file": name, "mode": mode, "complete": False,
+                              "tests": {}, "boots": [], "rejections": []}
+    state, hung = "done", []
     with open(out / mode / (name + ".log"), "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        for attempt in range(1, 100):
+            # NOTE: each process's own results, merged into ``target``
+            # (a directory of its own: `report` reads the mode's *.json).
+            part = out / mode / "parts" / ("%s.%d.json" % (name, attempt))
+            part.parent.mkdir(exist_ok=True)
+            done = ["%s.%s" % expected.test_key(t) for t in merged["tests"]]
+            cmd = [sys.executable, "-m", "tools.nova_functional", "one", "--mode", mode,
+                   "--out", str(part), "--pattern", pattern, name]
+            cmd += ["--exclude=%s" % p for p in [*exclude, *done]]
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            killed = _watch(proc, part, test_timeout + 60, file_timeout, started)
+            doc = json.loads(part.read_text()) if part.exists() else {}
+            merged["tests"].update(doc.get("tests", {}))
+            merged["boots"] += doc.get("boots", [])
+            merged["rejections"] += doc.get("rejections", [])
+            merged["all_tests"] = doc.get("all_tests", merged.get("all_tests", []))
+            merged["seconds"] = round(time.monotonic() - started, 1)
+            merged["cpu"] = round(merged.get("cpu", 0) + doc.get("cpu", 0), 1)
+            current = (doc.get("current") or {}).get("test")
+            if killed == "test" and current:
+                hung.append(current)
+                merged["tests"][current] = {
+                    "outcome": "error", "seconds": round(test_timeout + 60),
+                    "cpu": 0.0, "detail": "killed: still running %d s after it started "
+                    "(OS_TEST_TIMEOUT %d did not stop it)" % (test_timeout + 60, test_timeout)}
+                continue
+            if killed == "file":
+                state = "stopped after %d s (--file-timeout)" % file_timeout
+                merged["stopped"] = state
+            elif proc.returncode != 0 or not doc.get("complete"):
+                state = "runner failed (rc %d)" % proc.returncode
+                merged["stopped"] = state
+            else:
+                merged["complete"] = True
+            break
+    target.write_text(json.dumps(merged, indent=1, sort_keys=True))
+    return "%s %s: %s in %.0f s%s" % (mode, name, state, time.monotonic() - started,
+                                      "; killed hung: %s" % ", ".join(hung) if hung else "")
+
+
+def _watch(proc: subprocess.Popen[bytes], part: Path, test_limit: float,
+           file_timeout: float, started: float) -> str:
+    """Wait for a file's process; kill it when its current test has run
+    ``test_limit`` seconds ("test") or the file ``file_timeout`` ("file")."""
+    while True:
         try:
-            rc = proc.wait(timeout=file_timeout or None)
-            state = "done" if rc == 0 else "runner failed (rc %d)" % rc
+            proc.wait(timeout=5)
+            return ""
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            state = "stopped after %d s (--file-timeout)" % file_timeout
-            doc = json.loads(target.read_text()) if target.exists() else {
-                "file": name, "mode": mode, "tests": {}, "boots": [], "rejections": []}
-            doc.update(complete=False, stopped=state)
-            target.write_text(json.dumps(doc, indent=1, sort_keys=True))
-    if not target.exists():
-        target.write_text(json.dumps({"file": name, "mode": mode, "complete": False,
-                                      "stopped": state, "tests": {}, "boots": [],
-                                      "rejections": []}))
-    return "%s %s: %s in %.0f s" % (mode, name, state, time.monotonic() - started)
+            pass
+        if file_timeout and time.monotonic() - started > file_timeout:
+            reason = "file"
+        else:
+            try:
+                current = json.loads(part.read_text()).get("current") or {}
+            except (OSError, ValueError):
+                current = {}
+            if not current or time.time() - current["since"] < test_limit:
+                continue
+            reason = "test"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return reason
 
 
 def run(files: list[str], modes: list[str], out: Path, pattern: str, jobs: int = 1,
