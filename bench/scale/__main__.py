@@ -97,6 +97,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--idle", type=positive(float), default=10.0,
                         help="seconds measured with nothing scheduled (default 10)")
     parser.add_argument("--answer-timeout", type=positive(float), default=30.0)
+    parser.add_argument("--placement-view-seconds", type=float,
+                        help="the schedulers' [scheduler] placement_view_seconds "
+                        "(default: the option's)")
+    parser.add_argument("--warm-up", action="store_true",
+                        help="each scheduler plans every request once before the "
+                        "workload (its view filled; the seconds printed apart)")
     parser.add_argument("--delete-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", metavar="DIR",
@@ -107,6 +113,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--delete-fraction %g: must be in [0, 1)" % args.delete_fraction)
     if args.lease < 3 * args.poll_interval:
         parser.error("--lease must be at least 3 x --poll-interval")
+    if args.placement_view_seconds is not None and not args.placement_view_seconds >= 0:
+        parser.error("--placement-view-seconds %g: must be >= 0" % args.placement_view_seconds)
     return args
 
 
@@ -232,7 +240,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
                            "store": args.store, "workers": len(agent_procs.procs),
-                           "poll_interval_s": args.poll_interval}
+                           "poll_interval_s": args.poll_interval, "lease_s": args.lease}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, \
                 databases(args, tmp) as (placement_db, store_url), \
@@ -281,13 +289,16 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     say("set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s)"
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"]))
     errors = [e for answer in ready for e in answer[2]]
+    out["pushed_hosts"] = sum(answer[3] for answer in ready)
     # -- idle ----------------------------------------------------------
     idle = (counters.STATEMENTS, counters.PLACEMENT, counters.POLLS)
     before = [agent_procs.total(f) for f in idle]
     time.sleep(args.idle)
     after = [agent_procs.total(f) for f in idle]
     host_minutes = args.hosts * args.idle / 60
-    # NOTE: 60 / --poll-interval when the agents keep up.
+    # NOTE: 60 / --poll-interval when the agents poll and keep up; where
+    # the store pushes, an agent is polled for its lease renewal only
+    # (every third of --lease), or when woken.
     out["idle_polls_per_host_minute"] = round((after[2] - before[2]) / host_minutes, 1)
     out["idle_store_queries_per_host_minute"] = round(
         (after[0] - before[0]) / host_minutes, 2)
@@ -298,9 +309,13 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     share = [args.decisions // args.schedulers + (i < args.decisions % args.schedulers)
              for i in range(args.schedulers)]
     sched_procs.send_all([("start", store_url, placement_url, n, args.seed + i,
-                           args.delete_fraction, args.answer_timeout)
+                           args.delete_fraction, args.answer_timeout,
+                           args.placement_view_seconds, args.warm_up)
                           for i, n in enumerate(share)])
-    sched_procs.receive_all()
+    warmed = sched_procs.receive_all(timeout=None)
+    out["scheduler_warm_up_s"] = round(max(answer[1] for answer in warmed), 1)
+    if args.warm_up:
+        say("schedulers' warm-up: %.1f s" % out["scheduler_warm_up_s"])
     everyone = (agent_procs, sched_procs)
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
@@ -351,16 +366,19 @@ def report(out: dict[str, Any]) -> str:
         "%d hosts, %d schedulers, %s; agents in %d processes, polling every %g s"
         % (out["hosts"], out["schedulers"], out["store"], out["workers"],
            out["poll_interval_s"]),
-        "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s); Placement "
+        "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s; schedulers' "
+        "warm-up %.1f s); Placement "
         "through the report client, host by host, would take %.0f s (%.0fx)"
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"],
-           out["setup_placement_by_api_s"],
+           out["scheduler_warm_up_s"], out["setup_placement_by_api_s"],
            out["setup_placement_by_api_s"] / max(out["setup_placement_s"], 0.01)),
         "  idle, per host-minute: %.1f store queries, %.2f Placement calls "
-        "(%.0f polls, %.0f due)"
+        "(%.1f polls, %.0f due; %d of %d hosts woken by push)"
         % (out["idle_store_queries_per_host_minute"],
            out["idle_placement_calls_per_host_minute"],
-           out["idle_polls_per_host_minute"], 60 / out["poll_interval_s"]),
+           out["idle_polls_per_host_minute"],
+           180 / out["lease_s"] if out["pushed_hosts"] else 60 / out["poll_interval_s"],
+           out["pushed_hosts"], out["hosts"]),
         "  %d decisions (%d boots, %d placed; %d deletes): %.1f decisions/s, "
         "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
         % (out["decisions"], out["boots"], out["placed"], out["deletes"],

@@ -17,8 +17,10 @@ the agent is told its providers instead of reading them back.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
+import queue
 import threading
 import time
 import traceback
@@ -59,7 +61,19 @@ def make_agent(host: SimHost, state_root: str, store: HostStateStore,
 
 
 class AgentPool:
-    """The agents of one process, polled on ``threads`` threads."""
+    """The agents of one process, run on ``threads`` threads (each thread
+    its share of the agents).
+
+    Where the store pushes (PostgreSQL), an agent is polled when its host
+    is woken (:meth:`ComputeAgent.on_wake`: at once, by the thread that
+    owns it) and when its own clock says it has work
+    (:meth:`ComputeAgent.due_at`: the lease's renewal, the safety net's
+    read), never on a timer that reads nothing: 10,000 idle agents cost
+    their heartbeats only, and a decision is seen as it is pushed, not up
+    to a ``claim_poll_interval`` later. Where it does not push (SQLite),
+    every agent is polled every ``claim_poll_interval``, as its own loop
+    would (:meth:`ComputeAgent.run`).
+    """
 
     def __init__(self, agents: list[ComputeAgent], threads: int,
                  stats: counters.Slot) -> None:
@@ -68,13 +82,20 @@ class AgentPool:
         self.stats = stats
         self.stop = threading.Event()
         self.errors: list[str] = []
-        self._threads = [threading.Thread(target=self._loop, args=(agents[i::threads],),
-                                          daemon=True)
-                         for i in range(min(threads, len(agents)))]
+        count = min(threads, len(agents))
+        #: Each thread's wake-ups: indexes (into its share) of agents woken.
+        self._woken: list[queue.SimpleQueue[int]] = [queue.SimpleQueue()
+                                                     for _ in range(count)]
+        self._threads = [threading.Thread(target=self._loop, args=(n,), daemon=True)
+                         for n in range(count)]
 
     def first_poll(self) -> None:
-        """Every agent's first poll (its lease taken, its state published),
-        on the pool's threads (their waits on the store overlap)."""
+        """Every agent's first poll (its lease taken, its state published,
+        its host's wake-ups subscribed where the store pushes), on the
+        pool's threads (their waits on the store overlap)."""
+        for n, woken in enumerate(self._woken):
+            for i, agent in enumerate(self.agents[n::len(self._woken)]):
+                agent.on_wake(functools.partial(woken.put, i))
         with futures.ThreadPoolExecutor(self.threads) as running:
             list(running.map(self._poll, self.agents))
 
@@ -96,22 +117,29 @@ class AgentPool:
         self.stats.add(counters.REJECTIONS, sum(1 for c in result.claims if not c.claimed))
         self.stats.add(counters.RELEASES, len(result.releases))
 
-    def _loop(self, agents: list[ComputeAgent]) -> None:
-        # NOTE: each agent polls every claim_poll_interval, spread over the
-        # interval so that they do not all poll at once.
+    def _loop(self, n: int) -> None:
+        agents = self.agents[n::len(self._woken)]
+        woken = self._woken[n]
+        # NOTE: the first timed polls spread over one interval, so that the
+        # agents do not all poll (and renew) at once.
         now = time.monotonic()
-        due = [(now + agent.claim_poll_interval * i / max(len(agents), 1), i)
-               for i, agent in enumerate(agents)]
+        due = [(min(agent.due_at(), now + agent.claim_poll_interval * i / max(len(agents), 1)),
+                i) for i, agent in enumerate(agents)]
         heapq.heapify(due)
         while not self.stop.is_set():
             when, i = due[0]
-            left = when - time.monotonic()
-            if left > 0 and self.stop.wait(left):
-                return
-            agent = agents[i]
-            self._poll(agent)
-            heapq.heapreplace(due, (max(when + agent.claim_poll_interval,
-                                        time.monotonic()), i))
+            try:
+                # NOTE: a pushed wake-up first; else the next agent due.
+                ready = woken.get(timeout=max(0.0, min(when - time.monotonic(), 0.5)))
+            except queue.Empty:
+                if when > time.monotonic():
+                    continue    # NOTE: the stop event checked every 0.5 s
+                self._poll(agents[i])
+                heapq.heapreplace(due, (agents[i].due_at(), i))
+                continue
+            self._poll(agents[ready])
+            # NOTE: its timed entry stays: polled then, it does nothing
+            # unless due (a renewal), and is rescheduled.
 
     def start(self) -> None:
         for thread in self._threads:
@@ -128,7 +156,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
 
     Messages in: ``("start", hosts, store_url, placement_url, state_root,
     poll_interval, lease_duration, threads)``, then ``("stop",)``. Out:
-    ``("ready", seconds, errors)`` once every agent polled once,
+    ``("ready", seconds, errors, pushed)`` once every agent polled once
+    (``pushed``: how many are woken by the store's push),
     ``("stopped", errors)``.
     """
     pool: Optional[AgentPool] = None
@@ -147,7 +176,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         pool = AgentPool(agents, threads, stats)
         pool.first_poll()
         stats.sync()
-        conn.send(("ready", time.monotonic() - start, list(pool.errors)))
+        conn.send(("ready", time.monotonic() - start, list(pool.errors),
+                   sum(1 for agent in agents if agent.pushed())))
         pool.start()
         while True:
             if conn.poll(0.5):
