@@ -13,9 +13,13 @@
   registered by the report client, the others copied in bulk in Placement's
   database; set-up time printed (Placement, then the agents).
 - **Agents** (:mod:`bench.scale.agents`): the real ``ComputeAgent`` of each
-  host, polling every ``--poll-interval`` (the agent's default
-  ``claim_poll_interval``, 1 s), renewing its lease, in ``--workers``
-  processes of ``--threads`` threads.
+  host, in ``--workers`` processes of ``--threads`` threads, renewing its
+  lease (every third of ``--lease``); woken by its host's notification
+  where the store pushes (PostgreSQL), else polling every
+  ``--poll-interval`` (the agent's default ``claim_poll_interval``, 1 s).
+- **Schedulers' warm-up** (``--warm-up``): each plans every request once
+  before the workload, so that its view holds Placement's answers (tens
+  of MB each at 10,000 hosts) as a running scheduler's does; timed apart.
 - **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
   statements and Placement calls per host-minute (leases included).
 - **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and

@@ -4,11 +4,13 @@ The one module of the benchmark that drives an agent. Each simulated host
 gets a real :class:`~compute_plugins.compute.agent.ComputeAgent` (its own
 plugins discovered from the host's snapshot, its own ledger and node
 identity in a state directory, the process's store and Placement client),
-and a worker process runs hundreds of them on a few threads, each calling
-:meth:`ComputeAgent.poll` when its ``claim_poll_interval`` is due: the
-real lease (taken, renewed every third of its duration), the real claim
-path (the plugins' ``verify``, the ledger, the protocol's answers) and the
-real release (Placement's ``DELETE /allocations``).
+and a worker process runs thousands of them on a few threads
+(:class:`AgentPool`), each calling :meth:`ComputeAgent.poll` when the
+agent has work: where the store pushes, when its host is woken and when
+its lease is to be renewed; elsewhere every ``claim_poll_interval``. That
+is the real lease (taken, renewed every third of its duration), the real
+claim path (the plugins' ``verify``, the ledger, the protocol's answers)
+and the real release (Placement's ``DELETE /allocations``).
 
 What is not run: the agent's periodic (discovery and the Placement sync),
 because the host's tree was registered in bulk (:mod:`bench.scale.hosts`);
