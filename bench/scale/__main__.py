@@ -48,6 +48,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import connection as mpconnection
 from typing import Any, Optional
 
 import sqlalchemy as sa
@@ -57,7 +58,7 @@ from compute_plugins import exception
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
-from compute_plugins.scheduler import audit
+from compute_plugins.scheduler import audit, liveness
 
 #: Seconds a worker has to answer before the run is given up.
 WORKER_TIMEOUT = 900.0
@@ -171,16 +172,29 @@ class Workers:
     def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
         """Every process's answer (``timeout`` seconds each at most; None:
         no limit, the workload's end)."""
-        answers = []
-        for pipe, proc in zip(self.pipes, self.procs, strict=True):
-            if not pipe.poll(timeout):
-                raise RuntimeError("process %d did not answer in %s s"
-                                   % (proc.pid, timeout))
-            answer = pipe.recv()
-            if answer[0] == "failed":
-                raise RuntimeError("process %d failed:\n%s" % (proc.pid, answer[1]))
-            answers.append(answer)
-        return answers
+        answers: dict[int, Any] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(answers) < len(self.pipes):
+            # NOTE: every process at once: one that failed is said when it
+            # fails, not after the others' answers (a workload's minutes).
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waiting = [p for i, p in enumerate(self.pipes) if i not in answers]
+            ready = mpconnection.wait(waiting, left)
+            if not ready:
+                pid = self.procs[self.pipes.index(waiting[0])].pid
+                raise RuntimeError("process %d did not answer in %s s" % (pid, timeout))
+            for pipe in ready:
+                index = self.pipes.index(pipe)
+                try:
+                    answer = pipe.recv()
+                except EOFError:
+                    raise RuntimeError("process %d ended without answering"
+                                       % self.procs[index].pid) from None
+                if answer[0] == "failed":
+                    raise RuntimeError("process %d failed:\n%s"
+                                       % (self.procs[index].pid, answer[1]))
+                answers[index] = answer
+        return [answers[i] for i in range(len(self.pipes))]
 
     def total(self, field: int) -> int:
         return counters.total(self.slots, field)
@@ -308,7 +322,12 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         (after[0] - before[0]) / host_minutes, 2)
     out["idle_placement_calls_per_host_minute"] = round(
         (after[1] - before[1]) / host_minutes, 2)
-    say("idle: measured")
+    out["down_hosts_after_idle"] = len(liveness.read(store).down)
+    say("idle, per host-minute: %.2f store queries, %.2f Placement calls, %.1f polls; "
+        "hosts down (lease lapsed): %d"
+        % (out["idle_store_queries_per_host_minute"],
+           out["idle_placement_calls_per_host_minute"], out["idle_polls_per_host_minute"],
+           out["down_hosts_after_idle"]))
     # -- workload ------------------------------------------------------
     share = [args.decisions // args.schedulers + (i < args.decisions % args.schedulers)
              for i in range(args.schedulers)]
@@ -325,6 +344,7 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     before = [sum(w.total(f) for w in everyone) for f in fields]
     sched_procs.send_all([("go",)] * args.schedulers)
     results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
+    out["down_hosts_after_workload"] = len(liveness.read(store).down)
     say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
     after = [sum(w.total(f) for w in everyone) for f in fields]
@@ -390,8 +410,10 @@ def report(out: dict[str, Any]) -> str:
         "  per decision: %.2f Placement calls, %.1f store queries; %d rejections"
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
            out["rejections"]),
-        "  double allocations: %d (%d still in flight); agent errors: %d"
-        % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"]),
+        "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
+        "(lease lapsed) after the idle minute %d, after the workload %d"
+        % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],
+           out["down_hosts_after_idle"], out["down_hosts_after_workload"]),
         "  memory (RSS): main + Placement %.0f MiB, agents %.0f MiB (%.0f KiB/host), "
         "each scheduler %.0f MiB"
         % (rss["main_placement"], rss["agents"], rss["agents_kib_per_host"],
