@@ -183,10 +183,10 @@ class Workers:
             if not ready:
                 pid = self.procs[self.pipes.index(waiting[0])].pid
                 raise RuntimeError("process %d did not answer in %s s" % (pid, timeout))
-            for pipe in ready:
-                index = self.pipes.index(pipe)
+            for found in ready:
+                index = self.pipes.index(found)
                 try:
-                    answer = pipe.recv()
+                    answer = self.pipes[index].recv()
                 except EOFError:
                     raise RuntimeError("process %d ended without answering"
                                        % self.procs[index].pid) from None
