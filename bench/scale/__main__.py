@@ -13,9 +13,13 @@
   registered by the report client, the others copied in bulk in Placement's
   database; set-up time printed (Placement, then the agents).
 - **Agents** (:mod:`bench.scale.agents`): the real ``ComputeAgent`` of each
-  host, polling every ``--poll-interval`` (the agent's default
-  ``claim_poll_interval``, 1 s), renewing its lease, in ``--workers``
-  processes of ``--threads`` threads.
+  host, in ``--workers`` processes of ``--threads`` threads, renewing its
+  lease (every third of ``--lease``); woken by its host's notification
+  where the store pushes (PostgreSQL), else polling every
+  ``--poll-interval`` (the agent's default ``claim_poll_interval``, 1 s).
+- **Schedulers' warm-up** (``--warm-up``): each plans every request once
+  before the workload, so that its view holds Placement's answers (tens
+  of MB each at 10,000 hosts) as a running scheduler's does; timed apart.
 - **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
   statements and Placement calls per host-minute (leases included).
 - **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and
@@ -44,6 +48,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import connection as mpconnection
 from typing import Any, Optional
 
 import sqlalchemy as sa
@@ -53,7 +58,7 @@ from compute_plugins import exception
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
-from compute_plugins.scheduler import audit
+from compute_plugins.scheduler import audit, liveness
 
 #: Seconds a worker has to answer before the run is given up.
 WORKER_TIMEOUT = 900.0
@@ -97,6 +102,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--idle", type=positive(float), default=10.0,
                         help="seconds measured with nothing scheduled (default 10)")
     parser.add_argument("--answer-timeout", type=positive(float), default=30.0)
+    parser.add_argument("--placement-view-seconds", type=float,
+                        help="the schedulers' [scheduler] placement_view_seconds "
+                        "(default: the option's)")
+    parser.add_argument("--warm-up", action="store_true",
+                        help="each scheduler plans every request once before the "
+                        "workload (its view filled; the seconds printed apart)")
     parser.add_argument("--delete-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", metavar="DIR",
@@ -107,6 +118,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--delete-fraction %g: must be in [0, 1)" % args.delete_fraction)
     if args.lease < 3 * args.poll_interval:
         parser.error("--lease must be at least 3 x --poll-interval")
+    if args.placement_view_seconds is not None and not args.placement_view_seconds >= 0:
+        parser.error("--placement-view-seconds %g: must be >= 0" % args.placement_view_seconds)
     return args
 
 
@@ -159,16 +172,29 @@ class Workers:
     def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
         """Every process's answer (``timeout`` seconds each at most; None:
         no limit, the workload's end)."""
-        answers = []
-        for pipe, proc in zip(self.pipes, self.procs, strict=True):
-            if not pipe.poll(timeout):
-                raise RuntimeError("process %d did not answer in %s s"
-                                   % (proc.pid, timeout))
-            answer = pipe.recv()
-            if answer[0] == "failed":
-                raise RuntimeError("process %d failed:\n%s" % (proc.pid, answer[1]))
-            answers.append(answer)
-        return answers
+        answers: dict[int, Any] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(answers) < len(self.pipes):
+            # NOTE: every process at once: one that failed is said when it
+            # fails, not after the others' answers (a workload's minutes).
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            waiting = [p for i, p in enumerate(self.pipes) if i not in answers]
+            ready = mpconnection.wait(waiting, left)
+            if not ready:
+                pid = self.procs[self.pipes.index(waiting[0])].pid
+                raise RuntimeError("process %d did not answer in %s s" % (pid, timeout))
+            for found in ready:
+                index = self.pipes.index(found)
+                try:
+                    answer = self.pipes[index].recv()
+                except EOFError:
+                    raise RuntimeError("process %d ended without answering"
+                                       % self.procs[index].pid) from None
+                if answer[0] == "failed":
+                    raise RuntimeError("process %d failed:\n%s"
+                                       % (self.procs[index].pid, answer[1]))
+                answers[index] = answer
+        return [answers[i] for i in range(len(self.pipes))]
 
     def total(self, field: int) -> int:
         return counters.total(self.slots, field)
@@ -232,7 +258,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
                            "store": args.store, "workers": len(agent_procs.procs),
-                           "poll_interval_s": args.poll_interval}
+                           "poll_interval_s": args.poll_interval, "lease_s": args.lease}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, \
                 databases(args, tmp) as (placement_db, store_url), \
@@ -281,31 +307,44 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     say("set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s)"
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"]))
     errors = [e for answer in ready for e in answer[2]]
+    out["pushed_hosts"] = sum(answer[3] for answer in ready)
     # -- idle ----------------------------------------------------------
     idle = (counters.STATEMENTS, counters.PLACEMENT, counters.POLLS)
     before = [agent_procs.total(f) for f in idle]
     time.sleep(args.idle)
     after = [agent_procs.total(f) for f in idle]
     host_minutes = args.hosts * args.idle / 60
-    # NOTE: 60 / --poll-interval when the agents keep up.
+    # NOTE: 60 / --poll-interval when the agents poll and keep up; where
+    # the store pushes, an agent is polled for its lease renewal only
+    # (every third of --lease), or when woken.
     out["idle_polls_per_host_minute"] = round((after[2] - before[2]) / host_minutes, 1)
     out["idle_store_queries_per_host_minute"] = round(
         (after[0] - before[0]) / host_minutes, 2)
     out["idle_placement_calls_per_host_minute"] = round(
         (after[1] - before[1]) / host_minutes, 2)
-    say("idle: measured")
+    out["down_hosts_after_idle"] = len(liveness.read(store).down)
+    say("idle, per host-minute: %.2f store queries, %.2f Placement calls, %.1f polls; "
+        "hosts down (lease lapsed): %d"
+        % (out["idle_store_queries_per_host_minute"],
+           out["idle_placement_calls_per_host_minute"], out["idle_polls_per_host_minute"],
+           out["down_hosts_after_idle"]))
     # -- workload ------------------------------------------------------
     share = [args.decisions // args.schedulers + (i < args.decisions % args.schedulers)
              for i in range(args.schedulers)]
     sched_procs.send_all([("start", store_url, placement_url, n, args.seed + i,
-                           args.delete_fraction, args.answer_timeout)
+                           args.delete_fraction, args.answer_timeout,
+                           args.placement_view_seconds, args.warm_up)
                           for i, n in enumerate(share)])
-    sched_procs.receive_all()
+    warmed = sched_procs.receive_all(timeout=None)
+    out["scheduler_warm_up_s"] = round(max(answer[1] for answer in warmed), 1)
+    if args.warm_up:
+        say("schedulers' warm-up: %.1f s" % out["scheduler_warm_up_s"])
     everyone = (agent_procs, sched_procs)
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
     sched_procs.send_all([("go",)] * args.schedulers)
     results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
+    out["down_hosts_after_workload"] = len(liveness.read(store).down)
     say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
     after = [sum(w.total(f) for w in everyone) for f in fields]
@@ -351,16 +390,19 @@ def report(out: dict[str, Any]) -> str:
         "%d hosts, %d schedulers, %s; agents in %d processes, polling every %g s"
         % (out["hosts"], out["schedulers"], out["store"], out["workers"],
            out["poll_interval_s"]),
-        "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s); Placement "
+        "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s; schedulers' "
+        "warm-up %.1f s); Placement "
         "through the report client, host by host, would take %.0f s (%.0fx)"
         % (out["setup_s"], out["setup_placement_s"], out["setup_agents_s"],
-           out["setup_placement_by_api_s"],
+           out["scheduler_warm_up_s"], out["setup_placement_by_api_s"],
            out["setup_placement_by_api_s"] / max(out["setup_placement_s"], 0.01)),
         "  idle, per host-minute: %.1f store queries, %.2f Placement calls "
-        "(%.0f polls, %.0f due)"
+        "(%.1f polls, %.0f due; %d of %d hosts woken by push)"
         % (out["idle_store_queries_per_host_minute"],
            out["idle_placement_calls_per_host_minute"],
-           out["idle_polls_per_host_minute"], 60 / out["poll_interval_s"]),
+           out["idle_polls_per_host_minute"],
+           180 / out["lease_s"] if out["pushed_hosts"] else 60 / out["poll_interval_s"],
+           out["pushed_hosts"], out["hosts"]),
         "  %d decisions (%d boots, %d placed; %d deletes): %.1f decisions/s, "
         "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
         % (out["decisions"], out["boots"], out["placed"], out["deletes"],
@@ -368,8 +410,10 @@ def report(out: dict[str, Any]) -> str:
         "  per decision: %.2f Placement calls, %.1f store queries; %d rejections"
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
            out["rejections"]),
-        "  double allocations: %d (%d still in flight); agent errors: %d"
-        % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"]),
+        "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
+        "(lease lapsed) after the idle minute %d, after the workload %d"
+        % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],
+           out["down_hosts_after_idle"], out["down_hosts_after_workload"]),
         "  memory (RSS): main + Placement %.0f MiB, agents %.0f MiB (%.0f KiB/host), "
         "each scheduler %.0f MiB"
         % (rss["main_placement"], rss["agents"], rss["agents_kib_per_host"],

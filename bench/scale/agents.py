@@ -4,14 +4,13 @@ The one module of the benchmark that drives an agent. Each simulated host
 gets a real :class:`~compute_plugins.compute.agent.ComputeAgent` (its own
 plugins discovered from the host's snapshot, its own ledger and node
 identity in a state directory, the process's store and Placement client),
-and a worker process runs hundreds of them on a few threads, each calling
-:meth:`ComputeAgent.poll` when its ``claim_poll_interval`` is due: the
-real lease (taken, renewed every third of its duration), the real claim
-path (the plugins' ``verify``, the ledger, the protocol's answers) and the
-real release (Placement's ``DELETE /allocations``). Where the store pushes
-(PostgreSQL), an agent is also polled at once when a change for its host
-is pushed, as :meth:`ComputeAgent.run` wakes on it (``wait_for_work``)
-instead of waiting for its next ``claim_poll_interval``.
+and a worker process runs thousands of them on a few threads
+(:class:`AgentPool`), each calling :meth:`ComputeAgent.poll` when the
+agent has work: where the store pushes, when its host is woken and when
+its lease is to be renewed; elsewhere every ``claim_poll_interval``. That
+is the real lease (taken, renewed every third of its duration), the real
+claim path (the plugins' ``verify``, the ledger, the protocol's answers)
+and the real release (Placement's ``DELETE /allocations``).
 
 What is not run: the agent's periodic (discovery and the Placement sync),
 because the host's tree was registered in bulk (:mod:`bench.scale.hosts`);
@@ -20,8 +19,10 @@ the agent is told its providers instead of reading them back.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
+import queue
 import threading
 import time
 import traceback
@@ -35,7 +36,6 @@ from bench.schedule import cloud
 from compute_plugins.compute import identity
 from compute_plugins.compute.agent import ComputeAgent
 from compute_plugins.compute.ledger import Ledger
-from compute_plugins.hoststate import notify
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import report
@@ -63,7 +63,19 @@ def make_agent(host: SimHost, state_root: str, store: HostStateStore,
 
 
 class AgentPool:
-    """The agents of one process, polled on ``threads`` threads."""
+    """The agents of one process, run on ``threads`` threads (each thread
+    its share of the agents).
+
+    Where the store pushes (PostgreSQL), an agent is polled when its host
+    is woken (:meth:`ComputeAgent.on_wake`: at once, by the thread that
+    owns it) and when its own clock says it has work
+    (:meth:`ComputeAgent.due_at`: the lease's renewal, the safety net's
+    read), never on a timer that reads nothing: 10,000 idle agents cost
+    their heartbeats only, and a decision is seen as it is pushed, not up
+    to a ``claim_poll_interval`` later. Where it does not push (SQLite),
+    every agent is polled every ``claim_poll_interval``, as its own loop
+    would (:meth:`ComputeAgent.run`).
+    """
 
     def __init__(self, agents: list[ComputeAgent], threads: int,
                  stats: counters.Slot) -> None:
@@ -72,17 +84,20 @@ class AgentPool:
         self.stats = stats
         self.stop = threading.Event()
         self.errors: list[str] = []
-        self._threads = [threading.Thread(target=self._loop, args=(i, agents[i::threads]),
-                                          daemon=True)
-                         for i in range(min(threads, len(agents)))]
-        #: Per thread: its agents (by index) a pushed change woke, and the
-        #: event that wakes the thread.
-        self._woken: list[set[int]] = [set() for _ in self._threads]
-        self._bells = [threading.Event() for _ in self._threads]
+        count = min(threads, len(agents))
+        #: Each thread's wake-ups: indexes (into its share) of agents woken.
+        self._woken: list[queue.SimpleQueue[int]] = [queue.SimpleQueue()
+                                                     for _ in range(count)]
+        self._threads = [threading.Thread(target=self._loop, args=(n,), daemon=True)
+                         for n in range(count)]
 
     def first_poll(self) -> None:
-        """Every agent's first poll (its lease taken, its state published),
-        on the pool's threads (their waits on the store overlap)."""
+        """Every agent's first poll (its lease taken, its state published,
+        its host's wake-ups subscribed where the store pushes), on the
+        pool's threads (their waits on the store overlap)."""
+        for n, woken in enumerate(self._woken):
+            for i, agent in enumerate(self.agents[n::len(self._woken)]):
+                agent.on_wake(functools.partial(woken.put, i))
         with futures.ThreadPoolExecutor(self.threads) as running:
             list(running.map(self._poll, self.agents))
 
@@ -104,51 +119,29 @@ class AgentPool:
         self.stats.add(counters.REJECTIONS, sum(1 for c in result.claims if not c.claimed))
         self.stats.add(counters.RELEASES, len(result.releases))
 
-    def _on_push(self, thread: int, index: int, agent: ComputeAgent) -> None:
-        """Have ``thread`` poll its ``index``-th agent as soon as a change
-        for the agent's host is pushed (nothing where the store polls)."""
-        changes = agent._changes  # noqa: SLF001 - the agent's subscription
-        if not isinstance(changes, notify.Subscription):
-            return
-        woken, bell = self._woken[thread], self._bells[thread]
-
-        def ring() -> None:
-            woken.add(index)
-            bell.set()
-        changes.on_wake = ring
-
-    def _loop(self, thread: int, agents: list[ComputeAgent]) -> None:
-        # NOTE: each agent polls every claim_poll_interval, spread over the
-        # interval so that they do not all poll at once, and at once when
-        # a change for its host is pushed (_on_push).
-        for i, agent in enumerate(agents):
-            self._on_push(thread, i, agent)
-        woken, bell = self._woken[thread], self._bells[thread]
+    def _loop(self, n: int) -> None:
+        agents = self.agents[n::len(self._woken)]
+        woken = self._woken[n]
+        # NOTE: the first timed polls spread over one interval, so that the
+        # agents do not all poll (and renew) at once.
         now = time.monotonic()
-        due = [(now + agent.claim_poll_interval * i / max(len(agents), 1), i)
-               for i, agent in enumerate(agents)]
+        due = [(min(agent.due_at(), now + agent.claim_poll_interval * i / max(len(agents), 1)),
+                i) for i, agent in enumerate(agents)]
         heapq.heapify(due)
         while not self.stop.is_set():
             when, i = due[0]
-            left = when - time.monotonic()
-            if left > 0 and not woken:
-                bell.wait(left)
-                bell.clear()
-                if self.stop.is_set():
-                    return
-            if woken:
-                while woken:
-                    try:
-                        self._poll(agents[woken.pop()])
-                    except KeyError:
-                        break
+            try:
+                # NOTE: a pushed wake-up first; else the next agent due.
+                ready = woken.get(timeout=max(0.0, min(when - time.monotonic(), 0.5)))
+            except queue.Empty:
+                if when > time.monotonic():
+                    continue    # NOTE: the stop event checked every 0.5 s
+                self._poll(agents[i])
+                heapq.heapreplace(due, (agents[i].due_at(), i))
                 continue
-            if left > 0:
-                continue
-            agent = agents[i]
-            self._poll(agent)
-            heapq.heapreplace(due, (max(when + agent.claim_poll_interval,
-                                        time.monotonic()), i))
+            self._poll(agents[ready])
+            # NOTE: its timed entry stays: polled then, it does nothing
+            # unless due (a renewal), and is rescheduled.
 
     def start(self) -> None:
         for thread in self._threads:
@@ -156,8 +149,6 @@ class AgentPool:
 
     def close(self) -> None:
         self.stop.set()
-        for bell in self._bells:
-            bell.set()
         for thread in self._threads:
             thread.join()
 
@@ -167,7 +158,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
 
     Messages in: ``("start", hosts, store_url, placement_url, state_root,
     poll_interval, lease_duration, threads)``, then ``("stop",)``. Out:
-    ``("ready", seconds, errors)`` once every agent polled once,
+    ``("ready", seconds, errors, pushed)`` once every agent polled once
+    (``pushed``: how many are woken by the store's push),
     ``("stopped", errors)``.
     """
     pool: Optional[AgentPool] = None
@@ -186,7 +178,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         pool = AgentPool(agents, threads, stats)
         pool.first_poll()
         stats.sync()
-        conn.send(("ready", time.monotonic() - start, list(pool.errors)))
+        conn.send(("ready", time.monotonic() - start, list(pool.errors),
+                   sum(1 for agent in agents if agent.pushed())))
         pool.start()
         while True:
             if conn.poll(0.5):

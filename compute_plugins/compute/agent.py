@@ -448,6 +448,8 @@ class ComputeAgent:
         #: not subscribed yet: :meth:`_wakeups`).
         self._changes: Optional[Wakeup] = None
         self._subscribed = False
+        #: Called at every pushed wake-up (:meth:`on_wake`).
+        self._wake_callback: Optional[Callable[[], None]] = None
         #: A change was pushed since the last full read of the store.
         self._woken = False
         #: time.monotonic() of the next full read while nothing is pushed
@@ -598,6 +600,8 @@ class ComputeAgent:
             self._subscribed = True
             if isinstance(self._unfenced, HostWakeups):
                 self._changes = self._unfenced.host_changes(self.host)
+                if self._changes is not None and self._wake_callback is not None:
+                    self._changes.on_wake(self._wake_callback)
                 # NOTE: what changed before it is read by the next pass.
                 self._next_full_read = 0.0
         return self._changes
@@ -621,6 +625,32 @@ class ComputeAgent:
             self._woken = True
             return True
         return False
+
+    def on_wake(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the store's listening thread: it must not
+        block) whenever a change for this host is pushed, from the
+        subscription on (taken at the first pass that holds the lease): for
+        a caller that runs many agents on a few threads and calls
+        :meth:`poll` for the one woken, instead of a thread per agent
+        blocked in :meth:`wait_for_work` (the simulation, ``bench.scale``).
+        Nothing is called where the store does not push."""
+        self._wake_callback = callback
+        if self._changes is not None:
+            self._changes.on_wake(callback)
+
+    def due_at(self) -> float:
+        """``time.monotonic()`` by which :meth:`poll` has work to do when
+        nothing is pushed meanwhile: where changes are pushed (:meth:`pushed`)
+        and nothing is left over, the lease's renewal or the safety net's
+        full read, whichever comes first; else (the store polls, no lease
+        yet, a store outage, a publish or a wake-up left over) one
+        ``claim_poll_interval`` from now. A poll before then reads and
+        writes nothing (:meth:`_quiet`)."""
+        now = time.monotonic()
+        if (not self.pushed() or self._lease is None or self._woken or self._unpublished
+                or self._store_down_since is not None):
+            return now + self.claim_poll_interval
+        return max(min(self._renew_at, self._next_full_read), now)
 
     def _quiet(self) -> bool:
         """Whether this pass skips reading the store: the store pushes,

@@ -95,12 +95,7 @@ class Subscription:
         self.channel = channel
         self._event = threading.Event()
         self._closed = False
-        #: Called, on the listener's thread, each time the subscription is
-        #: woken (None: nobody). For a process that runs many waiters on a
-        #: few threads (the simulated agents of ``bench.scale``), which
-        #: cannot each block in :meth:`wait`: it learns which one to run.
-        #: It must return at once and never raise.
-        self.on_wake: Optional[Callable[[], object]] = None
+        self._callback: Optional[Callable[[], None]] = None
 
     @property
     def live(self) -> bool:
@@ -124,12 +119,22 @@ class Subscription:
         return False
 
     def wake(self) -> None:
-        """Make the next :meth:`wait` return True at once (and call
-        :attr:`on_wake`)."""
+        """Make the next :meth:`wait` return True at once (and call the
+        :meth:`on_wake` callback)."""
         self._event.set()
-        hook = self.on_wake
-        if hook is not None:
-            hook()
+        callback = self._callback
+        if callback is not None:
+            callback()
+
+    def on_wake(self, callback: Optional[Callable[[], None]]) -> None:
+        """Call ``callback`` (no arguments; on the listener's thread: it
+        must not block) at every wake-up from now on, and at once when one
+        is pending: for a caller that serves many waiters on a few threads
+        instead of blocking one thread in :meth:`wait` per waiter (the
+        10,000-host simulation, ``bench.scale``). None: no callback."""
+        self._callback = callback
+        if callback is not None and self._event.is_set():
+            callback()
 
     def close(self) -> None:
         """Stop listening (once)."""

@@ -23,7 +23,7 @@ methods and waits on its notifications, and wakes idle agents through
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from compute_plugins.hoststate.records import (
@@ -156,6 +156,10 @@ class Wakeup(Protocol):
     def wait(self, timeout: float) -> bool:
         """True once something changed (or may have: the channel
         reconnected) since the last wait; False after ``timeout`` seconds."""
+
+    def on_wake(self, callback: Optional[Callable[[], None]]) -> None:
+        """Also call ``callback`` (it must not block) at every wake-up, and
+        at once when one is pending (None: no callback)."""
 
     def close(self) -> None:
         """Stop listening."""

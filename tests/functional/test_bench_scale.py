@@ -38,6 +38,26 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     assert out["idle_placement_calls_per_host_minute"] == 0
 
 
+def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
+    """Where the store pushes, the benchmark's agents are woken by their
+    host's notification and polled for their lease renewal only (every
+    third of --lease), not every --poll-interval: at 10,000 hosts the
+    timed polls were 10,000 a second doing nothing. The warmed-up
+    schedulers' figures exclude the warm-up, which is printed apart."""
+    result = bench("--hosts", "4", "--decisions", "8", "--idle", "3", "--workers", "1",
+                   "--poll-interval", "0.2", "--lease", "3", "--store", "postgresql",
+                   "--warm-up", "--placement-view-seconds", "600", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["pushed_hosts"] == 4
+    assert out["scheduler_warm_up_s"] > 0
+    assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
+    # NOTE: polling would be 300 a host-minute; the renewals are 60.
+    assert 0 < out["idle_polls_per_host_minute"] <= 90, out
+    assert out["idle_store_queries_per_host_minute"] <= 90, out
+    assert out["idle_placement_calls_per_host_minute"] == 0
+
+
 def test_a_bad_option_is_one_line_and_exit_2():
     result = bench("--hosts", "0")
     assert result.returncode == 1   # NOTE: bench's runner: a benchmark failed

@@ -53,6 +53,23 @@ def test_two_configs_do_not_share_overrides():
     assert second.compute_plugins.enabled_plugins == ["numa", "vgpu", "sriov", "disk"]
 
 
+def test_registering_again_keeps_the_options_and_overrides_and_a_new_config_gets_them():
+    """register_all runs once per ConfigOpts (the plugin manager and each
+    plugin call it on the same one: six times per manager, most of a
+    simulated agent's start in bench.scale): a second call keeps what is
+    set, and another ConfigOpts (even one at a reused id) is registered."""
+    conf = register_all(cfg.ConfigOpts())
+    conf([], default_config_files=[], default_config_dirs=[])
+    conf.set_override("cpu_allocation_ratio", 9.0, "compute")
+    assert register_all(conf) is conf
+    assert conf.compute.cpu_allocation_ratio == 9.0
+    for _ in range(3):
+        other = register_all(cfg.ConfigOpts())
+        other([], default_config_files=[], default_config_dirs=[])
+        assert other.compute.cpu_allocation_ratio == 4.0
+        del other
+
+
 def test_the_ratio_limit_is_placements():
     from placement.db import constants
 

@@ -9,6 +9,7 @@ for ten minutes, far beyond the answer timeout."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from typing import Any, Optional
@@ -135,6 +136,43 @@ def test_a_decision_is_answered_on_its_notification(cloud):
     assert [a.outcome for a in result.attempts] == ["claimed"]
     assert result.timings["claim"] < ANSWER
     assert consumer in host.agent.ledger.entries()
+
+
+def test_an_agent_served_by_a_shared_thread_is_polled_only_when_woken_or_due(cloud):
+    """Many agents on a few threads (``bench.scale``'s 10,000 hosts): an
+    idle agent has nothing to do before its lease renewal
+    (``due_at``), and it calls back when a decision for its host is
+    pushed, so that the thread that serves it polls it then; the
+    decision is answered from that poll alone."""
+    host = cloud.add_host("shared", [cell(4, 4096)], start=False, lease_duration=120.0)
+    agent = host.agent
+    assert agent.pushed()
+    assert agent.due_at() > time.monotonic() + 20  # the renewal, 40 s after the last
+    woken: queue.SimpleQueue[str] = queue.SimpleQueue()
+    agent.on_wake(lambda: woken.put(agent.host))
+    polls: list[Any] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                woken.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            polls.append(agent.poll())
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        sched = cloud.scheduler(answer_timeout=ANSWER)
+        consumer = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u")
+    finally:
+        stop.set()
+        thread.join(10)
+    assert result.placed, result.reasons
+    assert [a.outcome for a in result.attempts] == ["claimed"]
+    assert [c.consumer for p in polls for c in p.claimed] == [consumer]
 
 
 def test_a_release_reaches_the_agent_by_its_notification(cloud):
@@ -335,7 +373,7 @@ def test_a_subscriptions_hook_runs_when_its_host_is_notified(url):
         assert isinstance(sub, notify.Subscription)
         assert isinstance(other, notify.Subscription)
         rung = threading.Event()
-        sub.on_wake = rung.set
+        sub.on_wake(rung.set)
         try:
             with store.db.engine.begin() as conn:
                 notify.send(conn, [notify.host_channel("hooked")], "decision")

@@ -788,6 +788,25 @@ class TestAgentLeases:
         assert "node-b" in str(info.value) and "pid 2" in str(info.value)
         assert store.renew_lease(new, 60).epoch == new.epoch
 
+    def test_a_renewal_is_one_statement_and_extends_the_lease(self, store):
+        """The heartbeat is every idle agent's one steady-state write
+        (issue 19, item 4): one ``UPDATE`` (no locking read, no clock read
+        where the server's clock goes into the statement), and it extends
+        the lease from now."""
+        lease = store.acquire_lease("h1", "node-a", "pid 1", 1)
+        with statements(store) as seen:
+            renewed = store.renew_lease(lease, 60)
+        sent = [s for s in seen if not s.startswith("BEGIN")]
+        assert len(sent) == (2 if store.engine.dialect.name == "mysql" else 1), sent
+        assert sent[-1].startswith("UPDATE")
+        assert renewed.epoch == lease.epoch
+        assert renewed.expires_at > lease.expires_at
+        assert store.get_lease("h1").expires_at == renewed.expires_at
+        time.sleep(1.2)
+        # still the holder's: the first lease's second would have ended it
+        with pytest.raises(hoststate.AgentLeaseHeld):
+            store.acquire_lease("h1", "node-b", "pid 2", 60)
+
     def test_every_write_with_a_stale_token_is_refused(self, store):
         old = store.acquire_lease("h1", "node-a", "pid 1", 0.1)
         fenced_old = store.fenced(old)
