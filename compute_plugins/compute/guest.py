@@ -449,12 +449,11 @@ def summary(xml: str) -> str:
     return "\n".join(lines)
 
 
-def pinning(xml: str) -> list[str]:
-    """The pinning elements of a domain, one line each as libvirt reads
-    them: ``<cputune>``'s (``vcpupin``, ``emulatorpin``) and
-    ``<numatune>``'s (``memory``, ``memnode``). What a move changes when the
-    destination's decision pins the guest elsewhere (the demo shows both
-    sides of a live migration).
+def pinning(xml: str, parents: Sequence[str]) -> list[str]:
+    """The children of a domain's ``parents`` elements (e.g. ``cputune``),
+    one line each as libvirt reads them, in order: what a move changes when
+    the destination's decision pins the guest elsewhere (the demo shows
+    both sides of a live migration, naming the elements its plugins write).
 
     :raises ValueError: ``xml`` is not XML.
     """
@@ -463,7 +462,7 @@ def pinning(xml: str) -> list[str]:
     except ET.ParseError as err:
         raise ValueError("not XML: %s" % err) from None
     return [ET.tostring(element, encoding="unicode").strip()
-            for parent in ("cputune", "numatune")
+            for parent in parents
             for element in domain.findall(parent + "/*")]
 
 

@@ -64,6 +64,9 @@ INSTANCES_FILE = "demo.json"
 PROJECT = "compute-plugins-demo"
 #: Seconds to wait for an agent to free an earlier run's instance.
 RELEASE_TIMEOUT = 30.0
+#: The domain elements whose children step 4 shows for a live migration:
+#: what the numa plugin writes (pinned CPUs, memory's host cells).
+PINNING = ("cputune", "numatune")
 #: Step 4's resize: the request whose instance is resized, and its new
 #: flavor. Its host is the only one with dedicated CPUs and 1 GiB pages:
 #: the demo's mover has ``[scheduler] allow_resize_to_same_host`` (nova's
@@ -250,8 +253,8 @@ def _moves(cluster: Cluster, manager: PluginManager, mover: Mover,
             item["consumers"] = {**seen, "confirmed": _consumers(cluster, names,
                                                                  migrated.move)}
             assert migrated.guest_xml is not None
-            item["pinning"] = {"source": guest.pinning(entry["xml"]),
-                               "dest": guest.pinning(migrated.guest_xml)}
+            item["pinning"] = {"source": guest.pinning(entry["xml"], PINNING),
+                               "dest": guest.pinning(migrated.guest_xml, PINNING)}
         out.append(item)
     return out
 

@@ -218,13 +218,13 @@ def test_pinning_lists_the_cputune_and_numatune_elements_in_order():
                   D("<numatune><memory mode='strict' nodeset='3'/><memnode "
                     "cellid='0' mode='strict' nodeset='3'/></numatune>")])],
         name="web1", vcpus=1, memory_mb=1024)
-    assert guest.pinning(xml) == [
+    assert guest.pinning(xml, ("cputune", "numatune")) == [
         '<vcpupin vcpu="0" cpuset="12" />', '<emulatorpin cpuset="14" />',
         '<memory mode="strict" nodeset="3" />',
         '<memnode cellid="0" mode="strict" nodeset="3" />']
-    assert guest.pinning(dom()) == []
+    assert guest.pinning(dom(), ("cputune",)) == []
     with pytest.raises(ValueError, match="not XML"):
-        guest.pinning("<domain")
+        guest.pinning("<domain", ("cputune",))
 
 
 # -- domain_xml with plugins -------------------------------------------------------
