@@ -167,3 +167,26 @@ def test_isolate_on_an_smt_legacy_host_is_refused_naming_the_legacy_mode(conf):
         {"numa": state_of(plugin, plugin.discover(smt), [])}, spec, None)
     (rejection,) = result.rejections
     assert "legacy mode for hosts without [compute] cpu_dedicated_set" in rejection.reason
+
+
+def test_vcpu_pin_set_leaves_cpu_shared_set_to_shared_emulator_threads(conf):
+    """nova with both ``vcpu_pin_set`` and ``cpu_shared_set``: the first
+    gives the ``VCPU`` CPUs, the second still takes the emulator threads of
+    ``hw:emulator_threads_policy=share`` guests (``_get_emulatorpin_cpuset``
+    reads ``cpu_shared_set``), not the ``vcpu_pin_set`` CPUs."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    conf.set_override("vcpu_pin_set", "0-5", "compute")
+    conf.set_override("cpu_shared_set", "6-7", "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(two_cells())
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": 2, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated",
+                        "hw:emulator_threads_policy": "share"}})
+    result = mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+    assignment = result.assignments["numa"]
+    assert pins(assignment) <= {0, 1, 2, 3, 4, 5}
+    assert assignment.emulator_threads == {6, 7}
+    # The guest holds on the host again (the agent's state of its claim).
+    state_of(plugin, view, [assignment])
