@@ -190,3 +190,30 @@ def test_vcpu_pin_set_leaves_cpu_shared_set_to_shared_emulator_threads(conf):
     assert assignment.emulator_threads == {6, 7}
     # The guest holds on the host again (the agent's state of its claim).
     state_of(plugin, view, [assignment])
+
+
+@pytest.mark.parametrize("extra_specs,vcpus", [
+    ({"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"}, 2),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+      "hw:emulator_threads_policy": "isolate"}, 3),
+])
+def test_a_legacy_hosts_vcpu_allocation_is_the_flavors_vcpus(conf, extra_specs, vcpus):
+    """nova's fallback query (``enable_pinning_translate=False``) asks the
+    flavor's vCPUs as ``VCPU``, without the emulator threads' extra CPU of
+    ``hw:emulator_threads_policy=isolate`` (only the ``PCPU`` translation
+    adds it): the allocation must ask the same, or none of nova's
+    candidates carries the decision."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    state = state_of(plugin, plugin.discover(two_cells()), [])
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": extra_specs})
+    result = mgr.plugins.fit({"numa": state}, spec, None)
+    assignment = result.assignments["numa"]
+    # The emulator threads still hold a CPU of their own on the host.
+    assert len(assignment.emulator_threads) == 1
+    groups = plugin.allocations(spec.requests["numa"], assignment, state)
+    assert sum(g.resources.get("VCPU", 0) for g in groups) == vcpus
+    assert all("PCPU" not in g.resources for g in groups)
