@@ -111,7 +111,9 @@ def utilization(state: NUMAState) -> float:
     memory = used_memory = 0.0
     ratio = state.cpu_allocation_ratio or 1.0
     for cell in state.cells:
-        cpus += len(cell.pcpus) + len(cell.shared_cpus)
+        # NOTE: on a legacy host the pinned guests' CPUs are the floating
+        # guests' (NUMAState.legacy): each CPU counts once.
+        cpus += len(cell.pcpus | cell.shared_cpus)
         used_cpus += len(cell.pinned) + cell.shared_load / ratio
         memory += cell.memory_mb + sum(p.size_kb * p.total for p in cell.pages) / 1024
         used_memory += cell.used_memory_mb + sum(p.size_kb * p.used

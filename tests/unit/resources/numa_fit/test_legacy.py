@@ -217,3 +217,20 @@ def test_a_legacy_hosts_vcpu_allocation_is_the_flavors_vcpus(conf, extra_specs, 
     groups = plugin.allocations(spec.requests["numa"], assignment, state)
     assert sum(g.resources.get("VCPU", 0) for g in groups) == vcpus
     assert all("PCPU" not in g.resources for g in groups)
+
+
+def test_a_legacy_hosts_cpus_count_once_in_its_utilization(conf):
+    """A legacy host's CPUs are both its pinned guests' and its floating
+    guests' (one set): counted once, a host whose CPUs are all pinned is
+    full (the weighers' 1.0), not half full as if it had as many again."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(two_cells())
+    taken, rejections = fit(conf, 4, 4)
+    assert rejections == ()
+    state = state_of(plugin, view, taken)
+    # Every CPU pinned; 1 GiB of the 8 GiB taken.
+    assert plugin.utilization(state) == pytest.approx((1.0 + 1 / 8) / 2)
+    # The same host idle: no CPU taken.
+    assert plugin.utilization(state_of(plugin, view, [])) == 0.0
