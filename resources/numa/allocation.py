@@ -9,7 +9,8 @@ memory from one cell, from two (the vCPUs on one, the memory on the other:
 the unsuffixed group on both), or split evenly over ``k`` cells (groups
 ``_SPLIT<j>``, :data:`compute_plugins.request.groups.SPLIT_PREFIX`).
 On nova's legacy host (``NUMAState.legacy``) a pinned guest's ``PCPU`` is
-allocated as ``VCPU``, as nova's fallback query claims it.
+allocated as ``VCPU``, as nova's fallback query claims it (the flavor's
+vCPUs: an isolated emulator thread's CPU is held, not claimed).
 
 :func:`utilization` is how full the host's cells are, for the weighers.
 """
@@ -56,7 +57,8 @@ def allocations(request: NUMARequest, assignment: NUMAAssignment,
                 raise ValueError("the assignment places guest node %d; the "
                                  "request has no group %s"
                                  % (cell.guest_cell, suffix))
-            resources = _legacy(dict(group.resources), state)
+            resources = _legacy(dict(group.resources), state,
+                                request.extra_pcpus if cell.guest_cell == 0 else 0)
             if group.choices:
                 memory = _memory(cell.memory_mb, cell.page_size_kb)
                 if memory not in [dict(c) for c in group.choices]:
@@ -80,10 +82,14 @@ def allocations(request: NUMARequest, assignment: NUMAAssignment,
     return result
 
 
-def _legacy(resources: dict[str, int], state: NUMAState) -> dict[str, int]:
+def _legacy(resources: dict[str, int], state: NUMAState,
+            emulator: int) -> dict[str, int]:
     """On nova's legacy host (no ``PCPU``) a pinned guest's CPUs are
-    ``VCPU``, as nova's fallback query allocates them."""
-    pcpus = resources.pop(orc.PCPU, 0) if state.legacy else 0
+    ``VCPU``, as nova's fallback query allocates them: the flavor's vCPUs,
+    without the ``emulator`` CPU of ``hw:emulator_threads_policy=isolate``
+    in the group (only nova's ``PCPU`` translation adds it; the CPU is
+    still held on the host)."""
+    pcpus = resources.pop(orc.PCPU, 0) - emulator if state.legacy else 0
     if pcpus:
         resources[orc.VCPU] = resources.get(orc.VCPU, 0) + pcpus
     return resources
@@ -105,7 +111,9 @@ def utilization(state: NUMAState) -> float:
     memory = used_memory = 0.0
     ratio = state.cpu_allocation_ratio or 1.0
     for cell in state.cells:
-        cpus += len(cell.pcpus) + len(cell.shared_cpus)
+        # NOTE: on a legacy host the pinned guests' CPUs are the floating
+        # guests' (NUMAState.legacy): each CPU counts once.
+        cpus += len(cell.pcpus | cell.shared_cpus)
         used_cpus += len(cell.pinned) + cell.shared_load / ratio
         memory += cell.memory_mb + sum(p.size_kb * p.total for p in cell.pages) / 1024
         used_memory += cell.used_memory_mb + sum(p.size_kb * p.used

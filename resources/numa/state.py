@@ -321,7 +321,8 @@ def build_state(view: NUMAView, providers: Providers,
     """
     view_cells = {cell.id: cell for cell in view.cells}
     usage = {cell_id: _Usage() for cell_id in view_cells}
-    every_cpu = frozenset().union(*(c.pcpus | c.vcpus for c in view.cells))
+    every_cpu = frozenset().union(*(c.pcpus | c.vcpus for c in view.cells),
+                                  view.emulator_share or ())
     for index, assignment in enumerate(assignments):
         _add(usage, view_cells, assignment, index, view.legacy)
         lacking = sorted(assignment.emulator_threads - every_cpu)
@@ -352,7 +353,9 @@ def build_state(view: NUMAView, providers: Providers,
             tunneled=cell.tunneled,
         ))
     share: frozenset[int] = frozenset()
-    if view.shared_set:
+    if view.emulator_share is not None:
+        share = view.emulator_share
+    elif view.shared_set:
         share = share.union(*(c.vcpus for c in view.cells))
     return NUMAState(
         cells=tuple(cells),

@@ -11,7 +11,9 @@ Rules (``[compute]`` options, nova's meaning):
   cell lists is valid and offered nowhere.
 - The legacy host (nova's ``_get_host_numa_topology``): nova's deprecated
   ``vcpu_pin_set`` (``[compute]`` or ``[DEFAULT]``) gives the ``VCPU`` CPUs
-  instead of ``cpu_shared_set``, and is refused with ``cpu_dedicated_set``.
+  instead of ``cpu_shared_set``, and is refused with ``cpu_dedicated_set``;
+  ``cpu_shared_set`` set with it still takes the emulator threads of
+  ``hw:emulator_threads_policy=share`` guests (nova's warning says so).
   Without ``cpu_dedicated_set``, and with ``vcpu_pin_set`` set or no
   ``cpu_shared_set``, the host is legacy (:attr:`NUMAView.legacy`): it
   reports no ``PCPU``, and a pinned guest (placed by nova's fallback
@@ -118,6 +120,12 @@ class NUMAView:
     #: ``[compute] cpu_shared_set`` is set: emulator threads of guests with
     #: ``hw:emulator_threads_policy=share`` run on its CPUs (nova).
     shared_set: bool = False
+    #: With ``vcpu_pin_set`` (which then gives the ``VCPU`` CPUs) and
+    #: ``cpu_shared_set`` both set: the online CPUs of ``cpu_shared_set``,
+    #: where nova still runs those emulator threads (its
+    #: ``_get_emulatorpin_cpuset`` reads ``cpu_shared_set``); else None
+    #: (the ``VCPU`` CPUs are ``cpu_shared_set``'s).
+    emulator_share: Optional[frozenset[int]] = None
     #: A legacy host (see the module rules): pinned guests are pinned to
     #: the cells' ``vcpus`` (nova's legacy ``pcpuset == cpuset``).
     legacy: bool = False
@@ -174,6 +182,17 @@ def cpu_sets(conf: cfg.ConfigOpts, host_cpus: frozenset[int],
     if dedicated is None and shared is None:
         return frozenset(), host_cpus
     return dedicated or frozenset(), shared or frozenset()
+
+
+def _emulator_share(conf: cfg.ConfigOpts,
+                    online: frozenset[int]) -> Optional[frozenset[int]]:
+    """:attr:`NUMAView.emulator_share`: ``cpu_shared_set``'s online CPUs
+    when ``vcpu_pin_set`` takes its place for the ``VCPU`` CPUs (nova
+    intersects it with the online CPUs when it pins the emulator threads)."""
+    compute = conf.compute
+    if not (compute.vcpu_pin_set and compute.cpu_shared_set):
+        return None
+    return (_parse(SHARED, compute.cpu_shared_set) or frozenset()) & online
 
 
 def is_legacy(conf: cfg.ConfigOpts) -> bool:
@@ -304,5 +323,6 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> NUMAView:
         cpu_allocation_ratio=conf.compute.cpu_allocation_ratio,
         ram_allocation_ratio=conf.compute.ram_allocation_ratio,
         shared_set=bool(conf.compute.cpu_shared_set),
+        emulator_share=_emulator_share(conf, valid),
         legacy=is_legacy(conf),
     )

@@ -167,3 +167,70 @@ def test_isolate_on_an_smt_legacy_host_is_refused_naming_the_legacy_mode(conf):
         {"numa": state_of(plugin, plugin.discover(smt), [])}, spec, None)
     (rejection,) = result.rejections
     assert "legacy mode for hosts without [compute] cpu_dedicated_set" in rejection.reason
+
+
+def test_vcpu_pin_set_leaves_cpu_shared_set_to_shared_emulator_threads(conf):
+    """nova with both ``vcpu_pin_set`` and ``cpu_shared_set``: the first
+    gives the ``VCPU`` CPUs, the second still takes the emulator threads of
+    ``hw:emulator_threads_policy=share`` guests (``_get_emulatorpin_cpuset``
+    reads ``cpu_shared_set``), not the ``vcpu_pin_set`` CPUs."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    conf.set_override("vcpu_pin_set", "0-5", "compute")
+    conf.set_override("cpu_shared_set", "6-7", "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(two_cells())
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": 2, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": {"hw:cpu_policy": "dedicated",
+                        "hw:emulator_threads_policy": "share"}})
+    result = mgr.plugins.fit({"numa": state_of(plugin, view, [])}, spec, None)
+    assignment = result.assignments["numa"]
+    assert pins(assignment) <= {0, 1, 2, 3, 4, 5}
+    assert assignment.emulator_threads == {6, 7}
+    # The guest holds on the host again (the agent's state of its claim).
+    state_of(plugin, view, [assignment])
+
+
+@pytest.mark.parametrize("extra_specs,vcpus", [
+    ({"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "isolate"}, 2),
+    ({"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0",
+      "hw:emulator_threads_policy": "isolate"}, 3),
+])
+def test_a_legacy_hosts_vcpu_allocation_is_the_flavors_vcpus(conf, extra_specs, vcpus):
+    """nova's fallback query (``enable_pinning_translate=False``) asks the
+    flavor's vCPUs as ``VCPU``, without the emulator threads' extra CPU of
+    ``hw:emulator_threads_policy=isolate`` (only the ``PCPU`` translation
+    adds it): the allocation must ask the same, or none of nova's
+    candidates carries the decision."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    state = state_of(plugin, plugin.discover(two_cells()), [])
+    spec = build_request_spec(mgr.plugins, {
+        "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
+        "extra_specs": extra_specs})
+    result = mgr.plugins.fit({"numa": state}, spec, None)
+    assignment = result.assignments["numa"]
+    # The emulator threads still hold a CPU of their own on the host.
+    assert len(assignment.emulator_threads) == 1
+    groups = plugin.allocations(spec.requests["numa"], assignment, state)
+    assert sum(g.resources.get("VCPU", 0) for g in groups) == vcpus
+    assert all("PCPU" not in g.resources for g in groups)
+
+
+def test_a_legacy_hosts_cpus_count_once_in_its_utilization(conf):
+    """A legacy host's CPUs are both its pinned guests' and its floating
+    guests' (one set): counted once, a host whose CPUs are all pinned is
+    full (the weighers' 1.0), not half full as if it had as many again."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
+    mgr = manager(conf, ["numa"])
+    plugin = mgr.plugins["numa"]
+    view = plugin.discover(two_cells())
+    taken, rejections = fit(conf, 4, 4)
+    assert rejections == ()
+    state = state_of(plugin, view, taken)
+    # Every CPU pinned; 1 GiB of the 8 GiB taken.
+    assert plugin.utilization(state) == pytest.approx((1.0 + 1 / 8) / 2)
+    # The same host idle: no CPU taken.
+    assert plugin.utilization(state_of(plugin, view, [])) == 0.0
