@@ -18,7 +18,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -374,102 +374,346 @@ def _hints(cls: type) -> dict[str, Any]:
 def decode(hint: Any, doc: Any, where: str = "$") -> Any:
     """Build a value of type ``hint`` from the JSON document ``doc``.
 
+    The decoder of each type is built once (:func:`_decoder`): the type's
+    shape (dataclass fields and their hints, union options, item and key
+    types) is resolved when it is first decoded, not on every value.
+
     :raises CodecError: ``doc`` does not match ``hint`` (names the path).
     """
+    try:
+        return _decoder(hint)(doc)
+    except _Refused as refused:
+        raise CodecError(refused.message(where)) from None
+
+
+class _Refused(Exception):
+    """A compiled decoder's refusal, its paths relative to the value it was
+    given: each enclosing decoder prepends its step (``.name``, ``[3]``)
+    on the way out, so the success path builds no path strings.
+    :func:`decode` turns it into the :class:`CodecError` whose message
+    names the full path. A union's refusal holds one part per option, as
+    its message joins them."""
+
+    def __init__(self, parts: list[list[str]]) -> None:
+        super().__init__()
+        #: [relative path, rule] per part.
+        self.parts = parts
+
+    def under(self, step: str) -> _Refused:
+        for part in self.parts:
+            part[0] = step + part[0]
+        return self
+
+    def message(self, where: str) -> str:
+        return "; ".join("%s%s: %s" % (where, path, rule)
+                         for path, rule in self.parts)
+
+
+def _refuse(rule: str) -> _Refused:
+    return _Refused([["", rule]])
+
+
+Decoder = Callable[[Any], Any]
+
+#: Compiled decoders by :func:`_cache_key`.
+_DECODERS: dict[Any, Decoder] = {}
+
+
+def _cache_key(hint: Any) -> Any:
+    # NOTE: typing compares unions as sets (Union[int, float] ==
+    # Union[float, int], also nested in tuple[...]), but a union's options
+    # are tried in order: a class is its own key, any other hint is keyed
+    # by its text too, which keeps the order.
+    if isinstance(hint, type):
+        return hint
+    return (hint, repr(hint))
+
+
+def _decoder(hint: Any) -> Decoder:
+    """The decoder of ``hint``, compiled on first use."""
+    try:
+        key = _cache_key(hint)
+        found = _DECODERS.get(key)
+    except TypeError:  # an unhashable hint (Annotated metadata): not kept
+        return _compile_decoder(hint)
+    if found is None:
+        found = _DECODERS[key] = _compile_decoder(hint)
+    return found
+
+
+def _compile_decoder(hint: Any) -> Decoder:
+    """One type hint's decoder: the branch :func:`decode` takes for it,
+    chosen once (the same tests in the same order as the checks it
+    replaces, so every document gives the same value or the same error)."""
     if hint is Any:
-        return freeze_json(doc)
+        return freeze_json
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if doc is None and type(None) in args:
+        return _union_decoder(args)
+    if origin in (frozenset, set):
+        return _frozenset_decoder(_decoder(args[0]))
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _tuple_decoder(_decoder(args[0]))
+        return _fixed_tuple_decoder([_decoder(a) for a in args])
+    if origin in (FrozenMap, Mapping, dict) or hint is FrozenMap:
+        key_hint, value_hint = args or (str, Any)
+        return _map_decoder(key_hint is int, _decoder(value_hint))
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass_decoder(hint)
+    if hint is bool:
+        return _bool
+    if hint is int:
+        return _int
+    if hint is float:
+        return _float
+    if hint is str:
+        return _str
+    if hint is type(None):
+        return _none
+    rule = "cannot decode type %r" % (hint,)
+
+    def unknown(doc: Any) -> Any:
+        raise _refuse(rule)
+    return unknown
+
+
+def _union_decoder(args: tuple[Any, ...]) -> Decoder:
+    nullable = type(None) in args
+    options = [_decoder(a) for a in args if a is not type(None)]
+    if nullable and len(options) == 1:
+        only = options[0]
+
+        def optional(doc: Any) -> Any:
+            if doc is None:
+                return None
+            return only(doc)
+        return optional
+
+    def union(doc: Any) -> Any:
+        if doc is None and nullable:
             return None
-        options = [a for a in args if a is not type(None)]
-        errors = []
+        parts: list[list[str]] = []
         for option in options:
             try:
-                return decode(option, doc, where)
-            except CodecError as err:
-                errors.append(str(err))
-        raise CodecError("; ".join(errors))
-    if origin in (frozenset, set):
-        _expect(doc, list, where)
-        items = frozenset(decode(args[0], v, "%s[%d]" % (where, i))
-                          for i, v in enumerate(doc))
+                return option(doc)
+            except _Refused as refused:
+                parts.extend(refused.parts)
+        raise _Refused(parts)
+    return union
+
+
+def _items(build: Callable[[Iterator[Any]], Any], item: Decoder,
+           doc: list[Any]) -> Any:
+    """``build`` of ``item`` of every element of ``doc``, decoded in order
+    (a frozenset hashes each as it comes); a refusal names its index."""
+    try:
+        return build(map(item, doc))
+    except _Refused:
+        pass
+    # NOTE: the index of the element refused, found again one by one
+    # (decoding is deterministic), so the success path counts nothing.
+    for i, v in enumerate(doc):
+        try:
+            item(v)
+        except _Refused as refused:
+            raise refused.under("[%d]" % i) from None
+    raise AssertionError("unreachable: an element was refused")
+
+
+def _all_leaves(item: Decoder) -> Optional[Callable[[list[Any]], bool]]:
+    """For an ``int``, ``str`` or ``bool`` item decoder: a test that every
+    element of a list is one it returns unchanged, checked in place (most
+    of a state's lists are CPU ids); None for other items."""
+    if item is _int:
+        def ints(doc: list[Any]) -> bool:
+            for v in doc:
+                if type(v) is not int or not 0 <= v <= MAX_INT:
+                    return False
+            return True
+        return ints
+    kind = str if item is _str else bool if item is _bool else None
+    if kind is None:
+        return None
+
+    def leaves(doc: list[Any]) -> bool:
+        for v in doc:
+            if type(v) is not kind:
+                return False
+        return True
+    return leaves
+
+
+def _frozenset_decoder(item: Decoder) -> Decoder:
+    leaves = _all_leaves(item)
+
+    def a_frozenset(doc: Any) -> Any:
+        if not isinstance(doc, list):
+            raise _expected("list", doc)
+        if leaves is not None and leaves(doc):
+            items = frozenset(doc)
+        else:
+            items = _items(frozenset, item, doc)
         if len(items) != len(doc):
-            raise CodecError("%s: duplicate items" % where)
+            raise _refuse("duplicate items")
         return items
-    if origin is tuple:
-        _expect(doc, list, where)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(decode(args[0], v, "%s[%d]" % (where, i))
-                         for i, v in enumerate(doc))
-        if len(args) != len(doc):
-            raise CodecError("%s: expected %d items" % (where, len(args)))
-        return tuple(decode(a, v, "%s[%d]" % (where, i))
-                     for i, (a, v) in enumerate(zip(args, doc, strict=True)))
-    if origin in (FrozenMap, Mapping, dict) or hint is FrozenMap:
-        _expect(doc, dict, where)
-        key_hint, value_hint = args or (str, Any)
-        return FrozenMap(
-            (_decode_key(key_hint, k, where),
-             decode(value_hint, v, "%s.%s" % (where, k)))
-            for k, v in doc.items())
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        _expect(doc, dict, where)
-        hints = _hints(hint)
-        kwargs = {}
-        known = set()
-        for f in dataclasses.fields(hint):
+    return a_frozenset
+
+
+def _tuple_decoder(item: Decoder) -> Decoder:
+    leaves = _all_leaves(item)
+
+    def a_tuple(doc: Any) -> Any:
+        if not isinstance(doc, list):
+            raise _expected("list", doc)
+        if leaves is not None and leaves(doc):
+            return tuple(doc)
+        return _items(tuple, item, doc)
+    return a_tuple
+
+
+def _fixed_tuple_decoder(items: list[Decoder]) -> Decoder:
+    count = len(items)
+    rule = "expected %d items" % count
+
+    def a_fixed_tuple(doc: Any) -> Any:
+        if not isinstance(doc, list):
+            raise _expected("list", doc)
+        if len(doc) != count:
+            raise _refuse(rule)
+        out = []
+        for i, (item, v) in enumerate(zip(items, doc, strict=True)):
+            try:
+                out.append(item(v))
+            except _Refused as refused:
+                raise refused.under("[%d]" % i) from None
+        return tuple(out)
+    return a_fixed_tuple
+
+
+def _map_decoder(int_keys: bool, value: Decoder) -> Decoder:
+    def a_map(doc: Any) -> Any:
+        if not isinstance(doc, dict):
+            raise _expected("dict", doc)
+        pairs = []
+        for k, v in doc.items():
+            key = _int_key(k) if int_keys else k
+            try:
+                pairs.append((key, value(v)))
+            except _Refused as refused:
+                raise refused.under(".%s" % (k,)) from None
+        return FrozenMap(pairs)
+    return a_map
+
+
+def _int_key(key: str) -> Any:
+    if not (key.isascii() and key.isdigit() and len(key) <= 10):
+        raise _refuse("key %r is not an integer" % (key,))
+    return _int(int(key))
+
+
+def _dataclass_decoder(cls: type) -> Decoder:
+    # NOTE: the fields are resolved on the first document, not here: a
+    # dataclass may hold itself (its decoder is then in the cache), and
+    # hints that cannot be resolved fail where the old decoder failed, on
+    # a dict document, each time.
+    table: list[tuple[str, Decoder, str, bool, Optional[Callable[[Any], Optional[str]]]]] = []
+    known: frozenset[str] = frozenset()
+    ready = False
+
+    def resolve() -> None:
+        nonlocal known, ready
+        hints = _hints(cls)
+        rows = []
+        for f in dataclasses.fields(cls):
             if not f.metadata.get("json", True):
                 continue
-            known.add(f.name)
-            if f.name not in doc:
-                if (f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING):
-                    raise CodecError("%s: missing field %r" % (where, f.name))
+            required = (f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING)
+            rows.append((f.name, _decoder(hints[f.name]), "." + f.name,
+                         required, _field_rule(f)))
+        table[:] = rows
+        known = frozenset(row[0] for row in rows)
+        ready = True
+
+    def a_dataclass(doc: Any) -> Any:
+        if not isinstance(doc, dict):
+            raise _expected("dict", doc)
+        if not ready:
+            resolve()
+        kwargs = {}
+        for name, field_decoder, step, required, rule in table:
+            if name not in doc:
+                if required:
+                    raise _refuse("missing field %r" % (name,))
                 continue
-            kwargs[f.name] = decode(hints[f.name], doc[f.name],
-                                    "%s.%s" % (where, f.name))
-            _check_field(f, kwargs[f.name], "%s.%s" % (where, f.name))
-        unknown = set(doc) - known
-        if unknown:
-            raise CodecError("%s: unknown field(s) %s"
-                             % (where, ", ".join(sorted(unknown))))
+            try:
+                value = kwargs[name] = field_decoder(doc[name])
+            except _Refused as refused:
+                raise refused.under(step) from None
+            if rule is not None:
+                broken = rule(value)
+                if broken is not None:
+                    raise _Refused([[step, broken]])
+        if len(kwargs) != len(doc):
+            unknown = set(doc) - known
+            if unknown:
+                raise _refuse("unknown field(s) %s" % ", ".join(sorted(unknown)))
         try:
-            return hint(**kwargs)
+            return cls(**kwargs)
         except (TypeError, ValueError) as err:
-            raise CodecError("%s: %s" % (where, err)) from None
-    if hint is bool:
-        _expect(doc, bool, where)
-        return doc
-    if hint is int:
-        if isinstance(doc, bool) or not isinstance(doc, int) or not 0 <= doc <= MAX_INT:
-            raise CodecError("%s: expected an integer from 0 to %d, got %r"
-                             % (where, MAX_INT, doc))
-        return doc
-    if hint is float:
-        _check_float(doc, where)
-        return float(doc)
-    if hint is str:
-        _expect(doc, str, where)
-        return doc
-    if hint is type(None):
-        if doc is not None:
-            raise CodecError("%s: expected null" % where)
+            raise _refuse(str(err)) from None
+    return a_dataclass
+
+
+def _field_rule(f: dataclasses.Field[Any]) -> Optional[Callable[[Any], Optional[str]]]:
+    """What :func:`_check_field` says of a decoded value, without the path
+    (None: nothing to check)."""
+    allowed = f.metadata.get("enum")
+    minimum = f.metadata.get("minimum")
+    if allowed is None and minimum is None:
         return None
-    raise CodecError("%s: cannot decode type %r" % (where, hint))
+
+    def rule(value: Any) -> Optional[str]:
+        if allowed is not None and value is not None and value not in allowed:
+            return "%r is not one of %s" % (value, ", ".join(allowed))
+        if minimum is not None and value < minimum:
+            return "%r is below %d" % (value, minimum)
+        return None
+    return rule
 
 
-def _decode_key(hint: Any, key: str, where: str) -> Any:
-    if hint is int:
-        if not (key.isascii() and key.isdigit() and len(key) <= 10):
-            raise CodecError("%s: key %r is not an integer" % (where, key))
-        return decode(int, int(key), where)
-    return key
+def _expected(kind: str, doc: Any) -> _Refused:
+    return _refuse("expected %s, got %r" % (kind, type(doc).__name__))
 
 
-def _expect(doc: Any, kind: type, where: str) -> None:
-    if not isinstance(doc, kind) or (kind is not bool and isinstance(doc, bool)
-                                     and kind is not int):
-        raise CodecError("%s: expected %s, got %r"
-                         % (where, kind.__name__, type(doc).__name__))
+def _bool(doc: Any) -> Any:
+    if not isinstance(doc, bool):
+        raise _expected("bool", doc)
+    return doc
+
+
+def _int(doc: Any) -> Any:
+    if isinstance(doc, bool) or not isinstance(doc, int) or not 0 <= doc <= MAX_INT:
+        raise _refuse("expected an integer from 0 to %d, got %r" % (MAX_INT, doc))
+    return doc
+
+
+def _float(doc: Any) -> Any:
+    if (isinstance(doc, bool) or not isinstance(doc, (int, float))
+            or not math.isfinite(doc)):
+        raise _refuse("expected a finite number, got %r" % (doc,))
+    return float(doc)
+
+
+def _str(doc: Any) -> Any:
+    if not isinstance(doc, str):
+        raise _expected("str", doc)
+    return doc
+
+
+def _none(doc: Any) -> Any:
+    if doc is not None:
+        raise _refuse("expected null")
+    return None

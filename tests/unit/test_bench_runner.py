@@ -25,4 +25,4 @@ def test_a_named_benchmark_runs_with_its_options():
 def test_an_unknown_benchmark_is_a_usage_error():
     result = bench("nosuch")
     assert result.returncode == 2
-    assert "unknown benchmark(s): nosuch; available: discovery" in result.stderr
+    assert "unknown benchmark(s): nosuch; available: decode, discovery," in result.stderr
