@@ -25,17 +25,27 @@ and the hosts an operator disabled (a handful of rows); then:
   a kept answer that says "room" for a host that filled up costs a
   rejected fit, never a wrong allocation.
 
-  The answer is asked again (every host, one call per group shape) when:
-  a live host is not in it (a new host, or one forgotten after one of its
-  providers was deleted under the scheduler); a host published other providers
-  than before (its tree changed: :meth:`PlacementView.providers_seen`);
-  the hosts an operator disabled changed; it is older than ``[scheduler]
-  placement_view_seconds`` (Placement changes no host publishes: an
-  operator's trait or aggregate, shared storage, a host whose room grew
-  back; 0 asks on every decision, as without a view); and before a
-  request is refused: when nothing fits on the kept answer, the plan is
-  made again on a fresh one, so a request is never refused on a stale
-  view.
+  Placement is asked again about **some hosts only**, one tree at a
+  time (``GET /resource_providers?...&in_tree=<root>``: one call per host
+  and shape, each listing that host's few providers), and their answers
+  merged into the kept one, when: a live host is not in it (a new host,
+  one back from down, one forgotten after one of its providers was
+  deleted under the scheduler, one that published other providers than
+  before: its tree changed, :meth:`PlacementView.providers_seen`); an
+  operator disabled or enabled a host (those hosts); and before a request
+  is refused: when nothing fits on the kept answer, the hosts it excluded
+  (no room then, or refused since with a 409) are asked about again, so a
+  request is never refused on a stale view.
+
+  It is asked again about **every host** (one call per group shape, each
+  listing the whole cloud's matching providers) when: there is none kept
+  for the shape; it is older than ``[scheduler] placement_view_seconds``
+  (Placement changes no host publishes: an operator's trait or aggregate,
+  shared storage; 0 asks on every decision, as without a view); more
+  than :data:`MAX_TREES` hosts are to be asked about (one call per shape
+  is then cheaper than one per host and shape); a sharing provider gave
+  some host room (a host's tree does not hold it); or a host to ask about
+  published no provider.
 
 At most :data:`MAX_SHAPES` answers are kept (the least recently asked
 is dropped first), and one too old to be served is dropped when another
@@ -165,7 +175,9 @@ class PlacementView:
         # excluded: asked tree by tree and merged in.
         stale = (hosts - entry.asked) | ((disabled ^ entry.disabled) & hosts)
         if fresh:
-            stale |= set(entry.found.excluded) & hosts
+            # NOTE: an operator's disabled hosts stay out whatever
+            # Placement says: not asked about.
+            stale |= (set(entry.found.excluded) - disabled) & hosts
         if not stale:
             if fresh:
                 # NOTE: nothing excluded, nothing unknown: the kept answer
