@@ -193,6 +193,11 @@ class ProviderCandidates:
         rejection per requirement no provider of its tree has room for).
     :param queries: the calls, decoded (``GET /resource_providers?...``).
     :param calls: how many requests were sent to Placement.
+    :param shared: a sharing provider outside every host's tree gave some
+        host room (an answer asked tree by tree cannot see those).
+    :param complete: Placement was asked about every host just now, or
+        about every host the kept answer had excluded (a request is
+        refused only on such an answer: :mod:`.view`).
     """
 
     hosts: tuple[str, ...]
@@ -200,6 +205,8 @@ class ProviderCandidates:
     excluded: Mapping[str, tuple[Rejection, ...]]
     queries: tuple[str, ...]
     calls: int
+    shared: bool = False
+    complete: bool = True
 
 
 def _owner_plugin(owner: str) -> str:
@@ -228,20 +235,36 @@ def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]
 
 
 def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
-         hosts: Optional[Sequence[str]] = None) -> ProviderCandidates:
+         hosts: Optional[Sequence[str]] = None,
+         trees: Optional[Mapping[str, str]] = None) -> ProviderCandidates:
     """Ask Placement which hosts have room for ``groups`` (module doc).
 
     :param client: a :class:`~compute_plugins.placement.client.PlacementClient`.
     :param hosts: the hosts the store knows (None: read them from it).
+    :param trees: ask about these hosts only, one tree at a time: host ->
+        a provider uuid of its tree (``in_tree``; one call per host and
+        shape, each listing a few providers, instead of one per shape
+        listing the whole cloud's). ``hosts`` is then ignored, and sharing
+        providers are not looked for (none is in a host's tree).
     """
     root_shape, wanted = needs(groups)
     shapes: dict[Shape, list[dict[str, Any]]] = {}
     positive, negatives = _root_filters(root_shape)
     ordered = ([positive] if positive is not None else []) + [
         shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
+    tree_queries: list[str] = []
     for shape in ordered:
-        if shape not in shapes:
+        if shape in shapes:
+            continue
+        if trees is None:
             shapes[shape] = _providers(client, shape)
+            continue
+        shapes[shape] = []
+        for tree in sorted(set(trees.values())):
+            shapes[shape].extend(_providers(client, shape, in_tree=tree))
+            tree_queries.append(shape.short() + "&in_tree=" + tree)
+    if trees is not None:
+        hosts = sorted(trees)
     uuids: set[str] = set()
     for providers in shapes.values():
         for rp in providers:
@@ -282,12 +305,15 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
                 if owner in room:
                     room[owner].setdefault(need.key, []).append(rp["uuid"])
     extra_queries: list[str] = []
-    sharing = _sharing_hosts(client, store, unowned, extra_queries)
+    sharing = ({} if trees is not None
+               else _sharing_hosts(client, store, unowned, extra_queries))
+    shared = False
     for key, shared_uuids in unowned.items():
         for uuid in shared_uuids:
             for owner in sharing.get(uuid, ()):
                 if owner in room:
                     room[owner].setdefault(key, []).append(uuid)
+                    shared = True
     candidates: list[str] = []
     excluded: dict[str, tuple[Rejection, ...]] = {}
     off = operator_disabled(store, known)
@@ -312,10 +338,14 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
     final = {host: {key: tuple(dict.fromkeys(room[host].get(key, [])))
                     for key in {n.key for n in wanted}}
              for host in candidates}
+    if trees is not None:
+        return ProviderCandidates(
+            hosts=tuple(candidates), room=final, excluded=excluded,
+            queries=tuple(tree_queries), calls=len(tree_queries))
     return ProviderCandidates(
         hosts=tuple(candidates), room=final, excluded=excluded,
         queries=tuple(s.short() for s in shapes) + tuple(extra_queries),
-        calls=len(shapes) + len(extra_queries))
+        calls=len(shapes) + len(extra_queries), shared=shared)
 
 
 def operator_disabled(store: HostPublication,
@@ -340,8 +370,10 @@ def operator_disabled(store: HostPublication,
 _UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ([A-Za-z0-9_, ]+)")
 
 
-def _providers(client: Any, shape: Shape) -> list[dict[str, Any]]:
-    """Placement's providers matching ``shape``.
+def _providers(client: Any, shape: Shape,
+               in_tree: Optional[str] = None) -> list[dict[str, Any]]:
+    """Placement's providers matching ``shape`` (in the tree of the
+    provider ``in_tree`` only, when given).
 
     A trait Placement has never heard of is a 400 there ("No such
     trait(s)"), not an empty answer: no provider has it, so a shape that
@@ -350,7 +382,11 @@ def _providers(client: Any, shape: Shape) -> list[dict[str, Any]]:
     """
     while True:
         try:
-            answer = client.get(shape.path())
+            path = shape.path()
+            if in_tree is not None:
+                path += ("&" if shape.params() else "") + urllib.parse.urlencode(
+                    [("in_tree", in_tree)])
+            answer = client.get(path)
         except pexc.PlacementHTTPError as err:
             found = _UNKNOWN_TRAITS.search(err.detail or "") if err.status == 400 else None
             unknown = ({t.strip() for t in found.group(1).split(",") if t.strip()}

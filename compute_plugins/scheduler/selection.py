@@ -313,15 +313,18 @@ class Scheduler:
         alive = liveness.read(self.store)
         generations = alive.generations
         self.view.forget_gone(set(generations) | set(alive.down))
-        found, asked = self.view.find(self.placement, self.store, spec.groups,
+        found, _asked = self.view.find(self.placement, self.store, spec.groups,
                                       sorted(generations), fresh=fresh)
         timings["placement"] = time.monotonic() - start
         fits, scored, tree_changed = self._fit_enough(
             spec, self._eligible(found.hosts), generations, timings)
-        if not asked and (tree_changed or not any(f.result.fits for f in fits.values())):
-            # NOTE: a host's tree changed, or nothing fits on the kept
-            # answer: never refuse on a stale view.
-            return self.plan(spec, fresh=True)
+        nothing = not any(f.result.fits for f in fits.values())
+        if not found.complete and (tree_changed or nothing):
+            # NOTE: a host's tree changed (the view asks about that host
+            # again), or nothing fits on the kept answer (the view asks
+            # again about the hosts it excluded): never refuse on a stale
+            # view.
+            return self.plan(spec, fresh=nothing)
         start = time.monotonic()
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)
@@ -445,7 +448,7 @@ class Scheduler:
 
         while tried < group.max_attempts:
             if not queue:
-                if found.calls:
+                if found.complete:
                     break
                 # NOTE: every host of a kept answer given up (409s past
                 # max_races): never refuse on a stale view; asked once.

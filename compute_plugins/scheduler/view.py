@@ -25,17 +25,27 @@ and the hosts an operator disabled (a handful of rows); then:
   a kept answer that says "room" for a host that filled up costs a
   rejected fit, never a wrong allocation.
 
-  The answer is asked again (every host, one call per group shape) when:
-  a live host is not in it (a new host, or one forgotten after one of its
-  providers was deleted under the scheduler); a host published other providers
-  than before (its tree changed: :meth:`PlacementView.providers_seen`);
-  the hosts an operator disabled changed; it is older than ``[scheduler]
-  placement_view_seconds`` (Placement changes no host publishes: an
-  operator's trait or aggregate, shared storage, a host whose room grew
-  back; 0 asks on every decision, as without a view); and before a
-  request is refused: when nothing fits on the kept answer, the plan is
-  made again on a fresh one, so a request is never refused on a stale
-  view.
+  Placement is asked again about **some hosts only**, one tree at a
+  time (``GET /resource_providers?...&in_tree=<root>``: one call per host
+  and shape, each listing that host's few providers), and their answers
+  merged into the kept one, when: a live host is not in it (a new host,
+  one back from down, one forgotten after one of its providers was
+  deleted under the scheduler, one that published other providers than
+  before: its tree changed, :meth:`PlacementView.providers_seen`); an
+  operator disabled or enabled a host (those hosts); and before a request
+  is refused: when nothing fits on the kept answer, the hosts it excluded
+  (no room then, or refused since with a 409) are asked about again, so a
+  request is never refused on a stale view.
+
+  It is asked again about **every host** (one call per group shape, each
+  listing the whole cloud's matching providers) when: there is none kept
+  for the shape; it is older than ``[scheduler] placement_view_seconds``
+  (Placement changes no host publishes: an operator's trait or aggregate,
+  shared storage; 0 asks on every decision, as without a view); more
+  than :data:`MAX_TREES` hosts are to be asked about (one call per shape
+  is then cheaper than one per host and shape); a sharing provider gave
+  some host room (a host's tree does not hold it); or a host to ask about
+  published no provider.
 
 At most :data:`MAX_SHAPES` answers are kept (the least recently asked
 is dropped first), and one too old to be served is dropped when another
@@ -69,6 +79,10 @@ MIN_ADAPTIVE_PERCENTAGE = 5
 #: Placement's answers kept at most (request shapes): the least recently
 #: asked is dropped first. Each holds the room of every candidate host.
 MAX_SHAPES = 256
+#: Hosts asked about tree by tree at most (``in_tree``: one call per host
+#: and shape, each a few providers); more, and every host is asked again
+#: (one call per shape, each listing the whole cloud's providers).
+MAX_TREES = 32
 #: Hosts' states read and fitted together, at least, while a decision
 #: looks for hosts that fit (one store read per batch).
 MIN_BATCH = 16
@@ -118,10 +132,14 @@ class PlacementView:
 
     def __init__(self, seconds: float,
                  clock: Callable[[], float] = time.monotonic,
-                 max_shapes: int = MAX_SHAPES) -> None:
+                 max_shapes: int = MAX_SHAPES,
+                 max_trees: int = MAX_TREES) -> None:
         self.seconds = seconds
         self._clock = clock
         self.max_shapes = max(1, max_shapes)
+        self.max_trees = max_trees
+        #: Requests sent to Placement tree by tree (merged answers).
+        self.incremental_calls = 0
         self._entries: dict[Shape, _Entry] = {}
         self._trees: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
@@ -131,10 +149,14 @@ class PlacementView:
              fresh: bool = False) -> tuple[providers.ProviderCandidates, bool]:
         """Which of the ``live`` hosts have room for ``groups``.
 
-        :param fresh: ask Placement even when a kept answer stands.
+        :param fresh: nothing fitted on the answer served: ask Placement
+            again about every host the kept answer excluded (by tree when
+            they are few, else everything), so that a request is refused
+            only on what Placement says now.
         :returns: the answer restricted to ``live`` (its ``calls`` are the
-            requests sent this time: 0 when kept), and whether it was
-            asked now.
+            requests sent this time: 0 when kept; its ``complete`` whether
+            a refusal may stand on it), and whether Placement was asked
+            now.
         """
         key = providers.needs(groups)
         hosts = frozenset(live)
@@ -145,19 +167,77 @@ class PlacementView:
             if entry is not None:
                 # NOTE: most recently asked last (dropped last).
                 self._entries[key] = entry
-        if (fresh or entry is None or now - entry.taken >= self.seconds
-                or not hosts <= entry.asked or disabled != entry.disabled):
-            found = providers.find(client, store, groups, hosts=sorted(hosts))
-            if self.seconds > 0:
-                with self._lock:
-                    self._keep(key, _Entry(found, hosts, disabled, now))
-            return found, True
+        if entry is None or now - entry.taken >= self.seconds:
+            return self._ask_all(client, store, groups, key, hosts, disabled, now), True
+        # NOTE: the hosts the kept answer does not know (new, back from
+        # down, forgotten, their tree changed), those an operator disabled
+        # or enabled since, and, when nothing fitted on it, those it
+        # excluded: asked tree by tree and merged in.
+        stale = (hosts - entry.asked) | ((disabled ^ entry.disabled) & hosts)
+        if fresh:
+            # NOTE: an operator's disabled hosts stay out whatever
+            # Placement says: not asked about.
+            stale |= (set(entry.found.excluded) - disabled) & hosts
+        if not stale:
+            if fresh:
+                # NOTE: nothing excluded, nothing unknown: the kept answer
+                # is what Placement would say of every host it names.
+                return self._served(entry, hosts, complete=True), False
+            return self._served(entry, hosts, complete=False), False
+        trees = self._trees_of(store, stale)
+        if (entry.found.shared or trees is None
+                or len(stale) > self.max_trees):
+            return self._ask_all(client, store, groups, key, hosts, disabled, now), True
+        part = providers.find(client, store, groups, trees=trees)
+        with self._lock:
+            found = entry.found
+            entry.found = dataclasses.replace(
+                found,
+                hosts=tuple(sorted((set(found.hosts) - stale) | set(part.hosts))),
+                room={**{h: r for h, r in found.room.items() if h not in stale},
+                      **part.room},
+                excluded={**{h: r for h, r in found.excluded.items()
+                             if h not in stale}, **part.excluded})
+            entry.asked = entry.asked | stale
+            entry.disabled = disabled
+        self.incremental_calls += part.calls
+        served = self._served(entry, hosts, complete=fresh)
+        return dataclasses.replace(served, calls=part.calls,
+                                   queries=served.queries + part.queries), True
+
+    def _ask_all(self, client: Any, store: HostPublication,
+                 groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
+                 disabled: frozenset[str], now: float) -> providers.ProviderCandidates:
+        """Placement asked about every host (one call per shape), kept."""
+        found = providers.find(client, store, groups, hosts=sorted(hosts))
+        if self.seconds > 0:
+            with self._lock:
+                self._keep(key, _Entry(found, hosts, disabled, now))
+        return found
+
+    @staticmethod
+    def _served(entry: _Entry, hosts: frozenset[str],
+                complete: bool) -> providers.ProviderCandidates:
+        """The kept answer restricted to ``hosts``, no call made."""
         found = entry.found
         return dataclasses.replace(
             found, hosts=tuple(h for h in found.hosts if h in hosts),
             room={h: r for h, r in found.room.items() if h in hosts},
             excluded={h: r for h, r in found.excluded.items() if h in hosts},
-            calls=0), False
+            calls=0, complete=complete)
+
+    @staticmethod
+    def _trees_of(store: HostPublication,
+                  hosts: Collection[str]) -> Optional[dict[str, str]]:
+        """host -> its root provider's uuid (what ``in_tree`` takes), as it
+        published them; None when a host published none."""
+        trees = {}
+        for host, snapshot in store.get_hosts(sorted(hosts)).items():
+            roots = sorted(u for u, name in snapshot.providers.items()
+                           if name == snapshot.nodename) or sorted(snapshot.providers)
+            if roots:
+                trees[host] = roots[0]
+        return trees if len(trees) == len(hosts) else None
 
     def _keep(self, key: Shape, entry: _Entry) -> None:
         """Keep ``entry`` (the lock held); drop the answers too old to be
@@ -201,15 +281,16 @@ class PlacementView:
 
     def providers_seen(self, host: str, uuids: Mapping[str, str]) -> bool:
         """Record the providers ``host`` published; True when they differ
-        from those seen before (its tree changed: every kept answer is
-        dropped)."""
+        from those seen before (its tree changed: the kept answers are
+        wrong about it, and Placement is asked about that host again)."""
         tree = frozenset(uuids)
         with self._lock:
             before = self._trees.get(host)
             self._trees[host] = tree
             if before is None or before == tree:
                 return False
-            self._entries.clear()
+            for entry in self._entries.values():
+                entry.asked = entry.asked - {host}
         return True
 
     def forget_gone(self, known: Collection[str]) -> None:

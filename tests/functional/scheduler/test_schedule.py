@@ -220,7 +220,13 @@ def test_placement_conflict_moves_to_the_next_host(cloud):
         (a.name, "conflict"), (b.name, "claimed")]
     assert "409" in results["second"].attempts[0].reasons[0].reason
     third = results["third"]
-    assert not third.placed and third.candidates == 0
+    # Refused: bb's published state (its claim) has no room left, and aa,
+    # which the kept answer left out after its 409, was asked about again
+    # (its tree: 2 shapes) before the refusal: no room there either.
+    assert not third.placed and third.candidates == 1
+    assert third.placement_calls == {"GET /resource_providers": 2}
+    assert {r.plugin for r in third.verdicts[b.name]} == {"numa"}
+    assert {r.plugin for r in third.verdicts[a.name]} == {"numa"}
     assert {h.host for h in third.reasons} == {a.name, b.name}
     for host in (a, b):
         assert list(cloud.usage(host).values()) == [{"PCPU": 4, "MEMORY_MB": 2048}]

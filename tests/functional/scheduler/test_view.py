@@ -171,7 +171,11 @@ def test_a_host_whose_tree_changed_is_asked_about_again(cloud):
     cloud.store.publish(host.name, snapshot.states, snapshot.generation,
                         providers=providers)
     planned = sched.plan(spec)
-    assert planned.found.calls == asked and planned.ordered
+    # NOTE: that host alone, by its tree: one call per shape (the root's
+    # COMPUTE_STATUS_DISABLED, VCPU, MEMORY_MB), no sharing provider lookup
+    assert planned.found.calls == 3 and planned.ordered
+    assert all("in_tree=%s" % host.root in q for q in planned.found.queries[-3:])
+    assert sched.plan(spec).found.calls == 0
 
 
 def test_the_view_keeps_no_answer_past_its_age_nor_beyond_its_bound(cloud):
@@ -228,3 +232,50 @@ def test_a_request_refused_on_kept_answers_is_planned_on_a_fresh_one(cloud):
     assert result.placed and result.host == b.name, result.reasons
     assert [(t.host, t.outcome) for t in result.attempts] == [
         (a.name, "conflict"), (b.name, "claimed")]
+    # the fresh answer: the hosts the kept one excluded (bb, and aa once
+    # refused), asked by tree: 2 hosts x 2 shapes, then bb's allocation
+    assert result.placement_calls == {GET: 4, PUT: 2}
+
+
+def test_hosts_joining_between_decisions_are_asked_about_by_their_trees(cloud):
+    """Issue 19 item 2 at 50 hosts: hosts that join between decisions are
+    asked about one tree at a time (``in_tree``) and merged into the kept
+    answer; the decisions in between make only the ``PUT`` that commits
+    them. More joiners than ``max_trees``: every host is asked again."""
+    for i in range(44):     # no room for 4 dedicated CPUs on one cell
+        cloud.add_host("s%02d-small" % i, [cell(2, 2048)], dedicated="0-1", start=False)
+    for i in range(4):
+        cloud.add_host("b%d-big" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(1, 4, 1024))
+    calls = []
+
+    def decide() -> Any:
+        result = sched.schedule(spec, new_consumer(), "p", "u")
+        assert result.placed, result.reasons
+        assert cloud.allocations(result.consumer) == {
+            rp: dict(res) for rp, res in result.decision.allocations.items()}
+        calls.append(result.placement_calls)
+        return result
+
+    assert decide().candidates == 4                      # 48 hosts, every one asked
+    decide()
+    joined = [cloud.add_host("j%d-joined" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+              for i in range(2)]
+    third = decide()
+    assert third.candidates == 6
+    assert [q for q in third.queries if "in_tree=" in q] and all(
+        any(h.root in q for h in joined) for q in third.queries if "in_tree=" in q)
+    decide()
+    sched.view.max_trees = 1
+    for i in range(2):
+        cloud.add_host("k%d-joined" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    assert decide().candidates == 8
+    decide()
+    assert calls == [
+        {GET: 2, PUT: 1},      # the first: Placement asked about every host
+        {PUT: 1},
+        {GET: 4, PUT: 1},      # 2 joined: 2 trees x 2 shapes
+        {PUT: 1},
+        {GET: 2, PUT: 1},      # 2 joined, max_trees 1: every host again
+        {PUT: 1}]
