@@ -61,7 +61,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.compute.release import ReleaseOutcome, request_release
+from compute_plugins.compute.release import ReleaseOutcome, refuse_moving, request_release
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
@@ -651,7 +651,11 @@ class Scheduler:
         ``releasing`` and its host's agent frees its ledger entry, its state
         and the Placement allocation, waited for up to ``timeout`` seconds
         (0: return once requested).
+
+        :raises ReleaseRefused: the consumer is moving, or is a move's
+            migration consumer (nothing changed; confirm or revert it).
         """
+        refuse_moving(self.store, consumer)
         return request_release(self.store, consumer, self.placement,
                                timeout=timeout, poll_interval=self.poll_interval)
 

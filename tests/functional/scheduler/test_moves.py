@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from compute_plugins.compute.release import ReleaseRefused
 from compute_plugins.hoststate.records import DecisionStatus, MoveStatus
 from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
@@ -775,3 +776,32 @@ def test_a_reverted_claim_is_verified_again_on_its_source(cloud, caplog):
     # kept: the same decision, in the ledger
     assert source.agent.ledger.get(consumer).decision_id == \
         cloud.store.active_decision(consumer).id
+
+
+def test_the_python_apis_release_refuses_a_moving_consumer_as_the_cli(cloud):
+    """``Scheduler.release`` (the Python API of ``release``) of a moving
+    instance, or of its move's migration consumer, is refused as the
+    command line's is: nothing changed. (Released behind the move, the
+    migration consumer's source claim would be gone and a revert would
+    leave the instance with no claim anywhere.)"""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    held = cloud.allocations(consumer)
+    with pytest.raises(ReleaseRefused, match="consumer %s is the migration consumer "
+                       "of a move in force" % moved.move.migration):
+        sched.release(moved.move.migration, timeout=10)
+    with pytest.raises(ReleaseRefused, match="consumer %s is moving" % consumer):
+        sched.release(consumer, timeout=10)
+    assert cloud.allocations(moved.move.migration) == before
+    assert cloud.allocations(consumer) == held
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).host == source.name
+    settled(cloud)
+    check_invariants(cloud)
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
