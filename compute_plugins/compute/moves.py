@@ -163,18 +163,19 @@ class MoveFinisher:
         if status in (MoveStatus.PREPARING, MoveStatus.HANDED_OVER):
             if move.source != self.host:
                 return None
+            # NOTE: the move's progress is its scheduler's too: a mover
+            # whose scheduler waited long for a host is alive while it
+            # records a claim just made, or tries the next host after one
+            # withdrawn just now (never overtaken by a step of the agent).
+            age = (now - self._last_change(move)).total_seconds()
+            if age < self.timeout:
+                return None
             dest = self._destination(move)
             if dest is None:
                 return self._roll_back(move, age)
             if dest.status == DecisionStatus.PENDING:
                 # NOTE: the scheduler's offer is in flight: its destination
                 # answers it, or the scheduler (or the auditor) withdraws it.
-                return None
-            # NOTE: the move's progress is its destination's answer too: a
-            # mover whose scheduler waited long is alive while it records
-            # a claim just made (never overtaken by a step of the agent).
-            age = (now - max(move.updated_at, dest.updated_at)).total_seconds()
-            if age < self.timeout:
                 return None
             if move.kind == "evacuate":
                 # NOTE: the instance was rebuilt where its new claim holds:
@@ -203,6 +204,14 @@ class MoveFinisher:
         """``step`` on ``move`` from the status this agent read only (a
         step its mover, slow but alive, made since is a conflict)."""
         return protocol.apply_move(self.store, move, step, seen=True, **fields)
+
+    def _last_change(self, move: MoveRecord) -> Any:
+        """When the move last changed, or the latest decision its scheduler
+        made for the instance since (submitted, answered or withdrawn)."""
+        latest: Optional[HostDecision] = self.store.latest_decision(move.consumer)
+        if latest is not None and latest.id > move.source_decision:
+            return max(move.updated_at, latest.updated_at)
+        return move.updated_at
 
     def _destination(self, move: MoveRecord) -> Optional[HostDecision]:
         """The instance's new decision in force (the destination's), if any."""

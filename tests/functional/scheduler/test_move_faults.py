@@ -293,6 +293,45 @@ def test_a_slow_mover_whose_destination_just_claimed_is_not_overtaken(patient, m
     end_case(cloud, mv, consumer)
 
 
+def test_a_slow_mover_between_two_hosts_is_not_rolled_back(patient, mv):
+    """The scheduler's first destination did not answer within its wait
+    (longer than the agents' ``move_step_timeout``): its offer withdrawn
+    just now, the scheduler alive, about to try the next host. The source's
+    agent leaves the move (its scheduler's withdrawal is progress); once
+    the move is left unchanged past the timeout (here: the mover stopped
+    there), the agent rolls it back."""
+    cloud = patient
+    consumer, source = instance(cloud)
+    dest = [h for h in cloud.hosts.values() if h is not source][0]
+
+    def kill(at):
+        if at == "handed-over":
+            raise Killed(at)
+
+    mv.inject = kill
+    with pytest.raises(Killed):
+        mv.migrate(consumer, timeout=10)
+    mv.inject = None
+    move = cloud.store.active_move(consumer)
+    # what the scheduler writes of an offer its destination did not answer
+    dest.stop()
+    offer = cloud.store.submit_decision(consumer, dest.name, move.spec)
+    protocol.withdraw(cloud.store, offer.id)
+    backdate(cloud, move.migration, 120)
+
+    assert source.agent.run_once().ok
+    assert cloud.store.active_move(consumer).status == MoveStatus.HANDED_OVER
+    check_invariants(cloud, up_only=True)
+
+    assert cloud.restart(dest).ok
+    agents_finish(cloud)
+    assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    settled(cloud)
+    check_invariants(cloud)
+    check_instances(cloud, [consumer])
+    end_case(cloud, mv, consumer)
+
+
 def test_an_agent_makes_a_step_only_from_the_status_it_saw(patient, mv):
     """The source's agent read the move handed-over with a claimed
     destination (its mover stopped there, past the timeout); before the
