@@ -64,6 +64,7 @@ def consumer_uuid(text: str) -> str:
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.compute.release import (
         ReleaseRefused,
+        refuse_moved_meanwhile,
         refuse_moving,
         request_release,
     )
@@ -90,6 +91,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 done = request_release(store, consumer, placement, timeout=wait)
         else:
             done = request_release(store, consumer, timeout=wait)
+        try:
+            refuse_moved_meanwhile(store, done)
+        except ReleaseRefused as err:
+            print("compute-plugins: error: %s" % err, file=sys.stderr)
+            return EXIT_USAGE
     decision = done.decision
     if done.outcome == "unknown":
         return _say(args, done, "consumer %s: no decision was ever made for it"

@@ -82,6 +82,18 @@ def refuse_moving(store: DecisionQueue, consumer: str) -> None:
                              % (consumer, handed.describe()))
 
 
+def refuse_moved_meanwhile(store: DecisionQueue, done: ReleaseOutcome) -> None:
+    """After :func:`request_release` found nothing of the consumer in force:
+    a move that started since :func:`refuse_moving`'s check (its hand-over
+    re-keyed the instance's claim to the migration consumer) is refused
+    as a moving consumer's, never reported as "nothing to release".
+
+    :raises ReleaseRefused: it is moving now (its release did nothing).
+    """
+    if done.outcome in ("unknown", "nothing-in-force"):
+        refuse_moving(store, done.consumer)
+
+
 def _released(decision: HostDecision) -> bool:
     return decision.status == DecisionStatus.RELEASED
 

@@ -61,7 +61,12 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.compute.release import ReleaseOutcome, refuse_moving, request_release
+from compute_plugins.compute.release import (
+    ReleaseOutcome,
+    refuse_moved_meanwhile,
+    refuse_moving,
+    request_release,
+)
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
@@ -656,8 +661,10 @@ class Scheduler:
             migration consumer (nothing changed; confirm or revert it).
         """
         refuse_moving(self.store, consumer)
-        return request_release(self.store, consumer, self.placement,
+        done = request_release(self.store, consumer, self.placement,
                                timeout=timeout, poll_interval=self.poll_interval)
+        refuse_moved_meanwhile(self.store, done)
+        return done
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int], known: list[int]) -> Attempt:

@@ -805,3 +805,49 @@ def test_the_python_apis_release_refuses_a_moving_consumer_as_the_cli(cloud):
     check_invariants(cloud)
     assert sched.release(consumer, timeout=10).outcome == "released"
     check_invariants(cloud)
+
+
+class _Killed(BaseException):
+    """The mover's process killed at an injected point."""
+
+
+def test_a_move_started_between_the_release_check_and_its_request_is_refused(
+        cloud, monkeypatch):
+    """A move of the instance starts right after ``release``'s check (its
+    hand-over re-keyed the instance's claim to the migration consumer):
+    the release finds nothing of the instance in force. It is refused as a
+    moving consumer's (nothing released), never reported as done ("nothing
+    in force to release", exit 0) while the instance stays placed."""
+    from compute_plugins.compute import release as releasing
+    from compute_plugins.scheduler import selection
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    # an earlier move: the instance has a decision that is not in force
+    assert mv.migrate(consumer).moved and mv.revert(consumer, timeout=10).done
+    checked = []
+
+    def check_then_move(store, who):
+        releasing.refuse_moving(store, who)
+        if not checked:
+            checked.append(who)
+
+            def kill(at):
+                if at == "rekeyed":
+                    raise _Killed(at)
+            mv.inject = kill
+            with pytest.raises(_Killed):
+                mv.migrate(consumer)
+            mv.inject = None
+
+    monkeypatch.setattr(selection, "refuse_moving", check_then_move)
+    with pytest.raises(ReleaseRefused, match="consumer %s is moving" % consumer):
+        sched.release(consumer, timeout=10)
+    monkeypatch.undo()
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.store.active_decision(consumer).host == source.name
+    settled(cloud)
+    check_invariants(cloud)
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
