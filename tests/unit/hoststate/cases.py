@@ -1057,6 +1057,30 @@ class TestDisabledHosts:
         again, changed = store.disable_host("h1", "evacuated", "mover", kind="evacuated")
         assert not changed and again == record
 
+    def test_an_operators_disable_racing_the_lifting_of_a_fence_disables(
+            self, store, monkeypatch):
+        """The host's agent lifts the evacuation's fence between the
+        operator's insert (refused: the fence is there) and its take-over
+        of the fence's record: the host is enabled, and the operator's
+        ``host disable`` disables it, no "try again"."""
+        store.disable_host("h1", "evacuated", "mover@desk", kind="evacuated")
+        write = store.db.write
+        writes = []
+
+        @contextlib.contextmanager
+        def lifted_meanwhile():
+            writes.append(1)
+            if len(writes) == 2:
+                monkeypatch.setattr(store.db, "write", write)
+                assert store.enable_host("h1", kind="evacuated") is not None
+            with write() as conn:
+                yield conn
+
+        monkeypatch.setattr(store.db, "write", lifted_meanwhile)
+        record, changed = store.disable_host("h1", "disk swap", "ops@desk")
+        assert changed and (record.kind, record.reason) == ("operator", "disk swap")
+        assert store.disabled_hosts() == {"h1": record}
+
     def test_enable_removes_the_record_and_returns_it(self, store):
         record, _ = store.disable_host("h1", "", "ops@desk")
         assert record.describe() == "host h1 is disabled (no reason given)"
