@@ -996,6 +996,29 @@ class TestAgentLeases:
             assert s.enable_host("h2", kind="evacuated").kind == "evacuated"
             assert list(s.disabled_hosts()) == ["h1"]
 
+    def test_an_interrupted_upgrade_to_6_is_run_again(self, empty_url):
+        """MySQL's DDL commits at once: an upgrade stopped after its
+        ``ALTER TABLE`` leaves the column with the version still 5. Opened
+        again, the store skips the column and records version 6."""
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            fence, _ = s.disable_host("h1", "evacuated", "mover", kind="evacuated")
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.update(schema.version).values(version=5))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.disabled_hosts()["h1"] == fence
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
+                    == [6]
+        finally:
+            engine.dispose()
+
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
