@@ -93,6 +93,11 @@ def move_allocations(client: Any, source: str, target: str, target_type: str,
     for _ in range(ATTEMPTS):
         held = read(client, source)
         there = read(client, target)
+        if there.allocations and held.allocations:
+            # NOTE: read again: another give-back (a revert and its mover's
+            # roll-back, or an agent's) may have moved them between the two
+            # reads; then they are moved already.
+            held = read(client, source)
         if not held.allocations:
             if there.allocations:
                 return there    # NOTE: moved already (a re-run)

@@ -851,3 +851,52 @@ def test_a_move_started_between_the_release_check_and_its_request_is_refused(
     check_invariants(cloud)
     assert sched.release(consumer, timeout=10).outcome == "released"
     check_invariants(cloud)
+
+
+def test_two_give_backs_at_once_both_find_the_source_given_back(cloud):
+    """A revert and its mover's roll-back (or an agent's) give the source
+    allocation back at once: the one whose two reads straddle the other's
+    ``POST /allocations`` (the migration consumer holding, then the
+    instance holding) finds it given back, not "both hold: not moved"."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+
+    class OtherGivesBackBetween:
+        """The Placement client of one give-back; the other's POST lands
+        between its read of the migration consumer and of the instance."""
+
+        def __init__(self, client):
+            self.client, self.done = client, False
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def get(self, path, *args, **kwargs):
+            if path == "/allocations/%s" % consumer and not self.done:
+                self.done = True
+                migration.move_allocations(self.client, move.migration, consumer,
+                                           migration.INSTANCE, migration.MIGRATION)
+            return self.client.get(path, *args, **kwargs)
+
+    held = migration.move_allocations(OtherGivesBackBetween(mv.placement),
+                                      move.migration, consumer, migration.INSTANCE,
+                                      migration.MIGRATION)
+    assert held.allocations == before
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(move.migration) == {}
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.store.active_decision(consumer).id == decision.id
+    settled(cloud)
+    check_invariants(cloud)
