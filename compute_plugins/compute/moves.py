@@ -253,10 +253,16 @@ class MoveFinisher:
         if dest is not None:
             if dest.host != self.host:
                 return None     # NOTE: the destination's agent frees it
-            outcome = request_release(self.store, move.consumer, self.placement)
+            # NOTE: no Placement in the request: a pending offer withdrawn
+            # has its allocation freed by free_destination (never the
+            # source's, should its mover give it back meanwhile).
+            outcome = request_release(self.store, move.consumer, None)
             if outcome.decision is not None and outcome.decision.status == \
                     DecisionStatus.RELEASING:
                 self.release(move.consumer, outcome.decision)
+            elif outcome.outcome == "released":
+                pmigration.free_destination(self.placement, move.consumer,
+                                            move.migration)
             if self._destination(move) is not None:
                 return None
         if move.source != self.host:

@@ -603,11 +603,15 @@ class Mover:
                             % (consumer, move.describe()))
         dest = self.store.active_decision(consumer)
         if dest is not None and dest.id != move.source_decision:
-            done = request_release(self.store, consumer, self.placement,
+            # NOTE: no Placement here: a pending offer withdrawn has its
+            # allocation freed by free_destination (never the source's,
+            # should the mover give it back meanwhile).
+            done = request_release(self.store, consumer, None,
                                    timeout=timeout, poll_interval=self.poll_interval)
             if done.outcome != "released":
                 return FinishResult(move, False, waiting=self._waiting(
                     dest.host, done.outcome, timeout))
+            pmigration.free_destination(self.placement, consumer, move.migration)
         self._step("dest-freed")
         self._give_back(move)
         self._step("given-back")

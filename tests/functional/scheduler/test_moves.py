@@ -900,3 +900,72 @@ def test_two_give_backs_at_once_both_find_the_source_given_back(cloud):
     assert cloud.store.active_decision(consumer).id == decision.id
     settled(cloud)
     check_invariants(cloud)
+
+
+def test_a_revert_racing_its_movers_roll_back_never_deletes_the_source(cloud):
+    """``revert`` of a move whose mover is still scheduling: the revert
+    withdraws the pending offer; the mover, its offer gone, frees the
+    offer's allocation and gives the source back -- between the revert's
+    withdrawal and its freeing of the offer's allocation. The revert frees
+    only the destination's: the source allocation given back is kept."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    move = protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    # the mover's scheduler offers the destination (its agent slow)
+    dest.stop()
+    by_name = {name: rp for rp, name in dest.providers.items()}
+    mv.placement.put("/allocations/%s" % consumer, {
+        "allocations": {by_name[source.providers[rp].replace(source.name, dest.name)]:
+                        {"resources": res} for rp, res in before.items()},
+        "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    cloud.store.submit_decision(consumer, dest.name, decision.spec)
+    client = mv.placement
+
+    class TheMoverRollsBackMeanwhile:
+        """The revert's Placement client: the mover's roll-back lands right
+        after the revert withdrew the offer (its first Placement call)."""
+
+        def __init__(self):
+            self.done = False
+
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def _mover(self):
+            if not self.done:
+                self.done = True
+                client.delete_allocations(consumer)     # the scheduler's free
+                migration.move_allocations(client, move.migration, consumer,
+                                           migration.INSTANCE, migration.MIGRATION)
+
+        def get(self, path, *args, **kwargs):
+            self._mover()
+            return client.get(path, *args, **kwargs)
+
+        def delete_allocations(self, who):
+            self._mover()
+            return client.delete_allocations(who)
+
+    mv.placement = TheMoverRollsBackMeanwhile()
+    done = mv.revert(consumer, timeout=10)
+    mv.placement = client
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(move.migration) == {}
+    assert cloud.store.active_decision(consumer).id == decision.id
+    assert cloud.restart(dest).ok
+    settled(cloud)
+    check_invariants(cloud)
