@@ -969,3 +969,41 @@ def test_a_revert_racing_its_movers_roll_back_never_deletes_the_source(cloud):
     assert cloud.restart(dest).ok
     settled(cloud)
     check_invariants(cloud)
+
+
+def test_a_mover_whose_offer_a_revert_withdrew_never_frees_the_source(
+        cloud, monkeypatch):
+    """While the mover waits for its destination's answer, a ``revert``
+    withdraws the offer, frees it and gives the source back; the mover's
+    scheduler, its offer gone, frees the instance's allocation only while
+    the migration consumer holds the source: the source given back is
+    kept."""
+    from compute_plugins.hoststate import errors, protocol
+
+    a, b = two_hosts(cloud)
+    sched, mv, other = cloud.scheduler(), mover(cloud), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    dest.stop()
+    wait_for_answer = protocol.wait_for_answer
+    reverted = []
+
+    def revert_first(store, who, *args, **kwargs):
+        if who == consumer and not reverted:
+            reverted.append(other.revert(consumer, timeout=10))
+        return wait_for_answer(store, who, *args, **kwargs)
+
+    monkeypatch.setattr(protocol, "wait_for_answer", revert_first)
+    # the mover says its move ended otherwise meanwhile (one line)
+    with pytest.raises(errors.MoveStatusConflict, match="is reverted"):
+        mv.migrate(consumer, timeout=5)
+    monkeypatch.undo()
+    assert reverted and reverted[0].done
+    assert cloud.store.latest_move(consumer).status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).id == decision.id
+    assert cloud.restart(dest).ok
+    settled(cloud)
+    check_invariants(cloud)
