@@ -62,7 +62,12 @@ def consumer_uuid(text: str) -> str:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
-    from compute_plugins.compute.release import request_release
+    from compute_plugins.compute.release import (
+        ReleaseRefused,
+        refuse_moved_meanwhile,
+        refuse_moving,
+        request_release,
+    )
     from compute_plugins.hoststate import protocol
     from compute_plugins.hoststate.store import HostStateStore
     from compute_plugins.placement import connect
@@ -71,19 +76,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     timeout = conf.compute.release_timeout if args.timeout is None else args.timeout
     wait = 0.0 if args.no_wait else timeout
     with HostStateStore.from_config(conf) as store:
-        moving = store.active_move(consumer)
-        if moving is not None:
-            print("compute-plugins: error: consumer %s is moving (%s): confirm or "
-                  "revert it first" % (consumer, moving.describe()), file=sys.stderr)
-            return EXIT_USAGE
-        handed = store.get_move(consumer)
-        if handed is not None and handed.in_force:
-            # NOTE: the source's claim of a move, held by its migration
-            # consumer: freed by confirm (or given back by revert), never
-            # behind the move's back.
-            print("compute-plugins: error: consumer %s is the migration consumer of a "
-                  "move in force (%s): confirm or revert it"
-                  % (consumer, handed.describe()), file=sys.stderr)
+        try:
+            refuse_moving(store, consumer)
+        except ReleaseRefused as err:
+            print("compute-plugins: error: %s" % err, file=sys.stderr)
             return EXIT_USAGE
         active = store.active_decision(consumer)
         if active is not None and \
@@ -95,6 +91,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                 done = request_release(store, consumer, placement, timeout=wait)
         else:
             done = request_release(store, consumer, timeout=wait)
+        try:
+            refuse_moved_meanwhile(store, done)
+        except ReleaseRefused as err:
+            print("compute-plugins: error: %s" % err, file=sys.stderr)
+            return EXIT_USAGE
     decision = done.decision
     if done.outcome == "unknown":
         return _say(args, done, "consumer %s: no decision was ever made for it"

@@ -16,8 +16,10 @@ preparing,      the source's agent    no destination decision: roll-back (an
 handed-over                           allocation of the instance without a
                                       decision deleted, the allocation back to
                                       the instance consumer, the decision
-                                      re-keyed back); a
-                                      destination decision made: request-revert
+                                      re-keyed back); a pending
+                                      destination decision: left to its
+                                      scheduler; a claimed one, unchanged
+                                      for the timeout too: request-revert
                                       (an evacuation whose destination claimed:
                                       dest-claimed, then as below)
 confirming      the source's agent    releases the migration consumer (ledger,
@@ -36,7 +38,8 @@ Every step is checked before it is made (a re-run, or a command running
 again, does what is left): the Placement swap is skipped when done
 (:func:`compute_plugins.placement.migration.move_allocations`), the re-key
 when the decision is the target's already, and each status change is a
-compare-and-swap; one that another side made meanwhile is left as it is.
+compare-and-swap from the status the agent read; one that another side
+made meanwhile (a slow mover, alive) is left as it is.
 
 :func:`give_back` is also the mover's own roll-back and revert
 (:class:`~compute_plugins.scheduler.moves.Mover`).
@@ -143,9 +146,8 @@ class MoveFinisher:
             # store does (a release by consumer must not free the other side).
             self.follow()
         for move in due:
-            age = (now - move.updated_at).total_seconds()
             try:
-                done = self._one(move, age)
+                done = self._one(move, now)
             except errors.MoveStatusConflict as err:
                 # NOTE: its command (running again) made the step meanwhile
                 LOG.info("host %s: move of consumer %s: %s", self.host,
@@ -155,27 +157,39 @@ class MoveFinisher:
                 changed.append(done)
         return changed
 
-    def _one(self, move: MoveRecord, age: float) -> Optional[MoveRecord]:
+    def _one(self, move: MoveRecord, now: Any) -> Optional[MoveRecord]:
         status = move.status
+        age = (now - move.updated_at).total_seconds()
         if status in (MoveStatus.PREPARING, MoveStatus.HANDED_OVER):
             if move.source != self.host:
+                return None
+            # NOTE: the move's progress is its scheduler's too: a mover
+            # whose scheduler waited long for a host is alive while it
+            # records a claim just made, or tries the next host after one
+            # withdrawn just now (never overtaken by a step of the agent).
+            age = (now - self._last_change(move)).total_seconds()
+            if age < self.timeout:
                 return None
             dest = self._destination(move)
             if dest is None:
                 return self._roll_back(move, age)
+            if dest.status == DecisionStatus.PENDING:
+                # NOTE: the scheduler's offer is in flight: its destination
+                # answers it, or the scheduler (or the auditor) withdraws it.
+                return None
             if move.kind == "evacuate":
                 # NOTE: the instance was rebuilt where its new claim holds:
                 # an evacuation is completed, not undone (a pending claim
                 # is left to the destination's agent to answer).
                 if status != MoveStatus.HANDED_OVER or dest.status != DecisionStatus.CLAIMED:
                     return None
-                move = protocol.apply_move(self.store, move, MoveStep.CLAIMED,
+                move = self._apply(move, MoveStep.CLAIMED,
                                            dest=dest.host, dest_decision=dest.id)
                 return self._drop_source(move, MoveStep.EVACUATED)
             LOG.warning("host %s: %s left %s for %.0f s with a destination "
                         "decision: reverted by this host's agent", self.host,
                         move.describe(), status.value, age)
-            move = protocol.apply_move(self.store, move, MoveStep.REQUEST_REVERT)
+            move = self._apply(move, MoveStep.REQUEST_REVERT)
             status = move.status
         if status == MoveStatus.REVERTING:
             return self._revert(move)
@@ -185,6 +199,19 @@ class MoveFinisher:
                 and move.source == self.host:
             return self._drop_source(move, MoveStep.EVACUATED)
         return None
+
+    def _apply(self, move: MoveRecord, step: MoveStep, **fields: Any) -> MoveRecord:
+        """``step`` on ``move`` from the status this agent read only (a
+        step its mover, slow but alive, made since is a conflict)."""
+        return protocol.apply_move(self.store, move, step, seen=True, **fields)
+
+    def _last_change(self, move: MoveRecord) -> Any:
+        """When the move last changed, or the latest decision its scheduler
+        made for the instance since (submitted, answered or withdrawn)."""
+        latest: Optional[HostDecision] = self.store.latest_decision(move.consumer)
+        if latest is not None and latest.id > move.source_decision:
+            return max(move.updated_at, latest.updated_at)
+        return move.updated_at
 
     def _destination(self, move: MoveRecord) -> Optional[HostDecision]:
         """The instance's new decision in force (the destination's), if any."""
@@ -213,6 +240,8 @@ class MoveFinisher:
         LOG.warning("host %s: %s left %s for %.0f s (its command stopped): rolled "
                     "back by this host's agent", self.host, move.describe(),
                     move.status.value, age)
+        # NOTE: from either status: its give-back is made already, the
+        # move must end rolled back whichever its mover reached meanwhile.
         return protocol.apply_move(self.store, move, MoveStep.ROLL_BACK, reasons=(
             Rejection("the move's command stopped (left %s for %.0f s): rolled back "
                       "by host %s's agent" % (move.status.value, age, self.host)),))
@@ -224,10 +253,16 @@ class MoveFinisher:
         if dest is not None:
             if dest.host != self.host:
                 return None     # NOTE: the destination's agent frees it
-            outcome = request_release(self.store, move.consumer, self.placement)
+            # NOTE: no Placement in the request: a pending offer withdrawn
+            # has its allocation freed by free_destination (never the
+            # source's, should its mover give it back meanwhile).
+            outcome = request_release(self.store, move.consumer, None)
             if outcome.decision is not None and outcome.decision.status == \
                     DecisionStatus.RELEASING:
                 self.release(move.consumer, outcome.decision)
+            elif outcome.outcome == "released":
+                pmigration.free_destination(self.placement, move.consumer,
+                                            move.migration)
             if self._destination(move) is not None:
                 return None
         if move.source != self.host:
@@ -236,7 +271,7 @@ class MoveFinisher:
         self.follow()
         LOG.warning("host %s: %s reverted by this host's agent (its command "
                     "stopped)", self.host, move.describe())
-        return protocol.apply_move(self.store, move, MoveStep.REVERT)
+        return self._apply(move, MoveStep.REVERT)
 
     def _drop_source(self, move: MoveRecord, step: MoveStep) -> Optional[MoveRecord]:
         """The source's agent frees the migration consumer (its ledger
@@ -252,7 +287,7 @@ class MoveFinisher:
         LOG.warning("host %s: %s: the migration consumer %s freed by this host's "
                     "agent (its command stopped): %s", self.host, move.describe(),
                     move.migration, protocol.MOVE_TRANSITIONS[step].target.value)
-        return protocol.apply_move(self.store, move, step)
+        return self._apply(move, step)
 
     def lift_fence(self) -> bool:
         """An evacuated host's fence (disabled, kind :data:`EVACUATED`)

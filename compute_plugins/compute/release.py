@@ -18,6 +18,7 @@ import datetime
 import time
 from typing import Optional
 
+from compute_plugins import exception
 from compute_plugins.hoststate import errors, protocol
 from compute_plugins.hoststate.records import DecisionStatus, HostDecision
 from compute_plugins.hoststate.transport import DecisionQueue
@@ -49,6 +50,48 @@ class ReleaseOutcome:
     was: Optional[DecisionStatus] = None
     allocations_deleted: bool = False
     lease_expired_at: Optional[datetime.datetime] = None
+
+
+class ReleaseRefused(exception.ComputePluginsError):
+    """A release refused before anything changed (one line): the consumer
+    is moving, or is the migration consumer of a move in force."""
+
+
+def refuse_moving(store: DecisionQueue, consumer: str) -> None:
+    """The requester's check before a release of ``consumer`` (``release``
+    and :meth:`~compute_plugins.scheduler.selection.Scheduler.release`):
+    a moving instance, or the migration consumer of a move in force (its
+    source claim), is freed by the move's confirm or revert, never behind
+    its back (a revert would then give nothing back). :func:`request_release`
+    itself does not check: the moves free exactly these consumers through it.
+
+    :raises ReleaseRefused: it is (nothing changed).
+    """
+    active_move = getattr(store, "active_move", None)
+    get_move = getattr(store, "get_move", None)
+    if active_move is None or get_move is None:
+        return      # NOTE: a transport without moves (nothing moves there)
+    moving = active_move(consumer)
+    if moving is not None:
+        raise ReleaseRefused("consumer %s is moving (%s): confirm or revert it first"
+                             % (consumer, moving.describe()))
+    handed = get_move(consumer)
+    if handed is not None and handed.in_force:
+        raise ReleaseRefused("consumer %s is the migration consumer of a move in force "
+                             "(%s): confirm or revert it"
+                             % (consumer, handed.describe()))
+
+
+def refuse_moved_meanwhile(store: DecisionQueue, done: ReleaseOutcome) -> None:
+    """After :func:`request_release` found nothing of the consumer in force:
+    a move that started since :func:`refuse_moving`'s check (its hand-over
+    re-keyed the instance's claim to the migration consumer) is refused
+    as a moving consumer's, never reported as "nothing to release".
+
+    :raises ReleaseRefused: it is moving now (its release did nothing).
+    """
+    if done.outcome in ("unknown", "nothing-in-force"):
+        refuse_moving(store, done.consumer)
 
 
 def _released(decision: HostDecision) -> bool:

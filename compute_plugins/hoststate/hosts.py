@@ -34,6 +34,10 @@ from compute_plugins.hoststate.schema import providers as t_providers
 from compute_plugins.hoststate.schema import states as t_states
 from compute_plugins.request.types import FrozenMap
 
+#: Inserts of a disabled record whose conflicting record was removed
+#: before it was read (enabled meanwhile) before :meth:`disable_host` gives up.
+_DISABLE_ATTEMPTS = 3
+
 #: The kind of an operator's ``host disable`` record (an evacuation's fence
 #: is ``evacuated``: :mod:`compute_plugins.compute.moves`).
 OPERATOR = "operator"
@@ -348,31 +352,35 @@ class SqlHostPublication(database.OnDatabase):
                               database.utcnow(), kind)
 
         def write() -> tuple[HostDisabled, bool]:
-            try:
-                with self.db.write() as conn:
-                    conn.execute(sa.insert(t_disabled).values(
-                        host=host, reason=record.reason, disabled_by=record.by,
-                        disabled_at=record.at, kind=kind))
-                    self.notify_host(conn, host, "disabled")
-                return record, True
-            except sa.exc.IntegrityError:
-                pass
-            # NOTE: disabled already (or by a concurrent command): keep the
-            # first record, its reason and time; an operator's takes over an
-            # evacuation's fence.
-            if kind == OPERATOR:
-                with self.db.write() as conn:
-                    taken = conn.execute(sa.update(t_disabled).where(
-                        t_disabled.c.host == host, t_disabled.c.kind != OPERATOR)
-                        .values(reason=record.reason, disabled_by=record.by,
-                                disabled_at=record.at, kind=kind)).rowcount
-                if taken:
+            # NOTE: a record removed between the refused insert and what
+            # follows (an evacuation's fence lifted by its agent): the
+            # host is enabled now, the insert is made again.
+            for _ in range(_DISABLE_ATTEMPTS):
+                try:
+                    with self.db.write() as conn:
+                        conn.execute(sa.insert(t_disabled).values(
+                            host=host, reason=record.reason, disabled_by=record.by,
+                            disabled_at=record.at, kind=kind))
+                        self.notify_host(conn, host, "disabled")
                     return record, True
-            found = self.disabled_hosts([host]).get(host)
-            if found is None:
-                raise errors.HostStateError("host %s: enabled while being disabled: "
-                                            "try again" % host)
-            return found, False
+                except sa.exc.IntegrityError:
+                    pass
+                # NOTE: disabled already (or by a concurrent command): keep
+                # the first record, its reason and time; an operator's takes
+                # over an evacuation's fence.
+                if kind == OPERATOR:
+                    with self.db.write() as conn:
+                        taken = conn.execute(sa.update(t_disabled).where(
+                            t_disabled.c.host == host, t_disabled.c.kind != OPERATOR)
+                            .values(reason=record.reason, disabled_by=record.by,
+                                    disabled_at=record.at, kind=kind)).rowcount
+                    if taken:
+                        return record, True
+                found = self.disabled_hosts([host]).get(host)
+                if found is not None:
+                    return found, False
+            raise errors.HostStateError("host %s: enabled while being disabled %d "
+                                        "times: try again" % (host, _DISABLE_ATTEMPTS))
 
         return self.db.retrying(write)
 

@@ -733,18 +733,26 @@ MOVE_TRANSITIONS: Mapping[MoveStep, MoveTransition] = types.MappingProxyType(
 
 
 def apply_move(store: Any, move: MoveRecord, step: MoveStep | str,
-               **fields: Any) -> MoveRecord:
+               seen: bool = False, **fields: Any) -> MoveRecord:
     """Make ``step`` on ``move``: one compare-and-swap of the store
     (:meth:`~compute_plugins.hoststate.moves.SqlMoves.swap_move_status`).
 
+    :param seen: only from ``move.status``, the status its maker read (an
+        agent ending a move: a step that another side made meanwhile, its
+        mover slow but alive, is a conflict, even where this step also
+        starts from the new status: a revert requested of a move left
+        handed-over never reverts one recorded to confirm since).
     :raises MoveStatusConflict: the move is in a status the step does not
-        start from.
+        start from (``seen``: not in ``move.status`` any more).
     """
     transition = MOVE_TRANSITIONS[MoveStep(step)]
     if not transition.sources:
         raise ValueError("%s records a new move: use start_move()" % transition.step)
+    sources = transition.sources
+    if seen:
+        sources = tuple(s for s in sources if s == move.status)
     result: MoveRecord = store.swap_move_status(
-        move.migration, transition.sources, transition.target,
+        move.migration, sources, transition.target,
         step=transition.step.value, **fields)
     return result
 

@@ -93,6 +93,11 @@ def move_allocations(client: Any, source: str, target: str, target_type: str,
     for _ in range(ATTEMPTS):
         held = read(client, source)
         there = read(client, target)
+        if there.allocations and held.allocations:
+            # NOTE: read again: another give-back (a revert and its mover's
+            # roll-back, or an agent's) may have moved them between the two
+            # reads; then they are moved already.
+            held = read(client, source)
         if not held.allocations:
             if there.allocations:
                 return there    # NOTE: moved already (a re-run)
@@ -121,5 +126,38 @@ def move_allocations(client: Any, source: str, target: str, target_type: str,
                        "them): %s" % (source, target, ATTEMPTS, last))
 
 
+def free_destination(client: Any, instance: str, migration: str) -> bool:
+    """Delete the allocations of ``instance`` -- a withdrawn destination
+    offer's -- only while ``migration`` still holds the source's: an empty
+    ``POST /allocations`` at the instance's generation just read, so a
+    give-back landing meanwhile (the mover's roll-back, its offer gone) is
+    never deleted. (A give-back moves the source only to an instance that
+    holds nothing: once the migration consumer is empty, whatever the
+    instance holds is the source's.)
+
+    :returns: whether it deleted them.
+    :raises MoveConflict: a 409 every attempt.
+    """
+    typed = client.microversion >= (1, 38)
+    last: Optional[pexc.PlacementError] = None
+    for _ in range(ATTEMPTS):
+        there = read(client, instance)
+        if not there.allocations or not read(client, migration).allocations:
+            return False
+        try:
+            client.post("/allocations", {instance: _body(
+                {}, there.generation, there.project_id, there.user_id, INSTANCE,
+                typed)})
+        except pexc.Conflict as err:
+            if err.code != pexc.CONCURRENT_UPDATE:
+                raise
+            last = err
+            continue
+        return True
+    raise MoveConflict("Placement refused to free the allocation of consumer %s %d "
+                       "times (409: another writer keeps changing it): %s"
+                       % (instance, ATTEMPTS, last))
+
+
 __all__ = ["ATTEMPTS", "INSTANCE", "MIGRATION", "Held", "MoveConflict",
-           "move_allocations", "read"]
+           "free_destination", "move_allocations", "read"]

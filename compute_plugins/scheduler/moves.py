@@ -196,11 +196,25 @@ class MoveScheduler(Scheduler):
     miss the one asked for), the source shown with its reason."""
 
     def __init__(self, *args: Any, source: str, allow_source: bool,
-                 only: Optional[str], **kwargs: Any) -> None:
+                 only: Optional[str], migration: Optional[str] = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.source = source
         self.allow_source = allow_source
         self.only = only
+        self.migration = migration
+
+    def _free(self, consumer: str, calls: dict[str, int]) -> None:
+        """An offer not held (withdrawn, rejected, no answer): its
+        allocation freed only while the move's migration consumer holds
+        the source (:func:`~compute_plugins.placement.migration.
+        free_destination`): a revert that withdrew the offer may have
+        given the source back to the instance meanwhile."""
+        if self.migration is None:
+            super()._free(consumer, calls)
+            return
+        self._count(calls, "GET", "/allocations/{consumer}")
+        pmigration.free_destination(self.placement, consumer, self.migration)
 
     def _left_out(self, host: str) -> Optional[Rejection]:
         if self.only is not None and host != self.only:
@@ -410,7 +424,7 @@ class Mover:
             scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
                                       poll_interval=self.poll_interval,
                                       source=decision.host, allow_source=allow_source,
-                                      only=only)
+                                      only=only, migration=migration)
             result = scheduler.schedule(spec, consumer, held.project_id or DEFAULT_PROJECT,
                                         held.user_id or DEFAULT_PROJECT, timeout=timeout)
         except Exception as err:
@@ -603,11 +617,15 @@ class Mover:
                             % (consumer, move.describe()))
         dest = self.store.active_decision(consumer)
         if dest is not None and dest.id != move.source_decision:
-            done = request_release(self.store, consumer, self.placement,
+            # NOTE: no Placement here: a pending offer withdrawn has its
+            # allocation freed by free_destination (never the source's,
+            # should the mover give it back meanwhile).
+            done = request_release(self.store, consumer, None,
                                    timeout=timeout, poll_interval=self.poll_interval)
             if done.outcome != "released":
                 return FinishResult(move, False, waiting=self._waiting(
                     dest.host, done.outcome, timeout))
+            pmigration.free_destination(self.placement, consumer, move.migration)
         self._step("dest-freed")
         self._give_back(move)
         self._step("given-back")

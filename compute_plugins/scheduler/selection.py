@@ -61,7 +61,12 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from compute_plugins import exception
-from compute_plugins.compute.release import ReleaseOutcome, request_release
+from compute_plugins.compute.release import (
+    ReleaseOutcome,
+    refuse_moved_meanwhile,
+    refuse_moving,
+    request_release,
+)
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import HostDecision
@@ -654,9 +659,15 @@ class Scheduler:
         ``releasing`` and its host's agent frees its ledger entry, its state
         and the Placement allocation, waited for up to ``timeout`` seconds
         (0: return once requested).
+
+        :raises ReleaseRefused: the consumer is moving, or is a move's
+            migration consumer (nothing changed; confirm or revert it).
         """
-        return request_release(self.store, consumer, self.placement,
+        refuse_moving(self.store, consumer)
+        done = request_release(self.store, consumer, self.placement,
                                timeout=timeout, poll_interval=self.poll_interval)
+        refuse_moved_meanwhile(self.store, done)
+        return done
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int], known: list[int]) -> Attempt:

@@ -17,9 +17,15 @@ force): fast enough to run every boundary."""
 
 from __future__ import annotations
 
-import pytest
+import datetime
 
+import pytest
+import sqlalchemy as sa
+
+from compute_plugins.compute.moves import MoveFinisher
+from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.records import MoveStatus
+from compute_plugins.hoststate.schema import moves as t_moves
 from compute_plugins.scheduler.moves import FENCE_REASON
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud
@@ -231,6 +237,137 @@ def test_the_mover_stopped_after_the_destinations_allocation_before_its_decision
     agents_finish(cloud)
     assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
     assert cloud.allocations(consumer) == before
+    settled(cloud)
+    check_invariants(cloud)
+    check_instances(cloud, [consumer])
+    end_case(cloud, mv, consumer)
+
+
+@pytest.fixture
+def patient(pair):
+    """Both agents of ``pair`` with a real ``move_step_timeout`` (60 s; the
+    other cases leave it 0), restored after the case."""
+    was = {h.name: h.agent.move_step_timeout for h in pair.hosts.values()}
+    for host in pair.hosts.values():
+        host.agent.move_step_timeout = 60.0
+    yield pair
+    for host in pair.hosts.values():
+        host.agent.move_step_timeout = was[host.name]
+
+
+def backdate(cloud, migration, seconds):
+    """The move's last change ``seconds`` ago (its mover slow since)."""
+    with cloud.store.db.write() as conn:
+        row = conn.execute(sa.select(t_moves.c.updated_at).where(
+            t_moves.c.migration == migration)).one()
+        conn.execute(sa.update(t_moves).where(t_moves.c.migration == migration).values(
+            updated_at=row.updated_at - datetime.timedelta(seconds=seconds)))
+
+
+def test_a_slow_mover_whose_destination_just_claimed_is_not_overtaken(patient, mv):
+    """The scheduler's wait for the destination took longer than the
+    agents' ``move_step_timeout`` (the move unchanged since its hand-over);
+    the destination claimed just now and the mover, alive, is about to
+    record it. The agents' periodic there leaves the move to its mover: a
+    move's progress is its destination's answer too."""
+    cloud = patient
+    consumer, source = instance(cloud)
+    dest = [h for h in cloud.hosts.values() if h is not source][0]
+
+    def slow(at):
+        if at == "dest-claimed":
+            backdate(cloud, cloud.store.active_move(consumer).migration, 120)
+            for host in (source, dest):
+                assert host.agent.run_once().ok
+
+    mv.inject = slow
+    result = mv.migrate(consumer, timeout=10)
+    mv.inject = None
+    assert result.moved and result.move.status == MoveStatus.TO_CONFIRM, result.move
+    assert cloud.store.active_decision(consumer).host == dest.name
+    assert mv.confirm(consumer, timeout=10).done
+    settled(cloud)
+    check_invariants(cloud)
+    check_instances(cloud, [consumer])
+    assert not on_host(cloud, source, consumer)
+    end_case(cloud, mv, consumer)
+
+
+def test_a_slow_mover_between_two_hosts_is_not_rolled_back(patient, mv):
+    """The scheduler's first destination did not answer within its wait
+    (longer than the agents' ``move_step_timeout``): its offer withdrawn
+    just now, the scheduler alive, about to try the next host. The source's
+    agent leaves the move (its scheduler's withdrawal is progress); once
+    the move is left unchanged past the timeout (here: the mover stopped
+    there), the agent rolls it back."""
+    cloud = patient
+    consumer, source = instance(cloud)
+    dest = [h for h in cloud.hosts.values() if h is not source][0]
+
+    def kill(at):
+        if at == "handed-over":
+            raise Killed(at)
+
+    mv.inject = kill
+    with pytest.raises(Killed):
+        mv.migrate(consumer, timeout=10)
+    mv.inject = None
+    move = cloud.store.active_move(consumer)
+    # what the scheduler writes of an offer its destination did not answer
+    dest.stop()
+    offer = cloud.store.submit_decision(consumer, dest.name, move.spec)
+    protocol.withdraw(cloud.store, offer.id)
+    backdate(cloud, move.migration, 120)
+
+    assert source.agent.run_once().ok
+    assert cloud.store.active_move(consumer).status == MoveStatus.HANDED_OVER
+    check_invariants(cloud, up_only=True)
+
+    assert cloud.restart(dest).ok
+    agents_finish(cloud)
+    assert cloud.store.latest_move(consumer).status == MoveStatus.ROLLED_BACK
+    settled(cloud)
+    check_invariants(cloud)
+    check_instances(cloud, [consumer])
+    end_case(cloud, mv, consumer)
+
+
+def test_an_agent_makes_a_step_only_from_the_status_it_saw(patient, mv):
+    """The source's agent read the move handed-over with a claimed
+    destination (its mover stopped there, past the timeout); before the
+    agent's step the mover -- slow, not dead -- recorded the claim (to
+    confirm). The agent's revert request, from handed-over, is refused by
+    the store: a move to confirm is the operator's, never reverted behind
+    its back."""
+    cloud = patient
+    consumer, source = instance(cloud)
+
+    def kill(at):
+        if at == "dest-claimed":
+            raise Killed(at)
+
+    mv.inject = kill
+    with pytest.raises(Killed):
+        mv.migrate(consumer, timeout=10)
+    mv.inject = None
+    move = cloud.store.active_move(consumer)
+    assert move.status == MoveStatus.HANDED_OVER
+    claimed = cloud.store.active_decision(consumer)
+    backdate(cloud, move.migration, 120)
+
+    def the_mover_records_the_claim():
+        if cloud.store.active_move(consumer).status == MoveStatus.HANDED_OVER:
+            protocol.apply_move(cloud.store, move, protocol.MoveStep.CLAIMED,
+                                dest=claimed.host, dest_decision=claimed.id)
+
+    def no_release(consumer, decision):
+        raise AssertionError("released %s" % consumer)
+
+    finisher = MoveFinisher(source.name, cloud.store, mv.placement, 60.0,
+                            follow=the_mover_records_the_claim, release=no_release)
+    assert finisher.finish() == []
+    assert cloud.store.active_move(consumer).status == MoveStatus.TO_CONFIRM
+    assert mv.confirm(consumer, timeout=10).done
     settled(cloud)
     check_invariants(cloud)
     check_instances(cloud, [consumer])

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from compute_plugins.compute.release import ReleaseRefused
 from compute_plugins.hoststate.records import DecisionStatus, MoveStatus
 from compute_plugins.scheduler import audit, liveness
 from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
@@ -775,3 +776,234 @@ def test_a_reverted_claim_is_verified_again_on_its_source(cloud, caplog):
     # kept: the same decision, in the ledger
     assert source.agent.ledger.get(consumer).decision_id == \
         cloud.store.active_decision(consumer).id
+
+
+def test_the_python_apis_release_refuses_a_moving_consumer_as_the_cli(cloud):
+    """``Scheduler.release`` (the Python API of ``release``) of a moving
+    instance, or of its move's migration consumer, is refused as the
+    command line's is: nothing changed. (Released behind the move, the
+    migration consumer's source claim would be gone and a revert would
+    leave the instance with no claim anywhere.)"""
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    before = cloud.allocations(consumer)
+    moved = mv.migrate(consumer)
+    assert moved.moved
+    held = cloud.allocations(consumer)
+    with pytest.raises(ReleaseRefused, match="consumer %s is the migration consumer "
+                       "of a move in force" % moved.move.migration):
+        sched.release(moved.move.migration, timeout=10)
+    with pytest.raises(ReleaseRefused, match="consumer %s is moving" % consumer):
+        sched.release(consumer, timeout=10)
+    assert cloud.allocations(moved.move.migration) == before
+    assert cloud.allocations(consumer) == held
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).host == source.name
+    settled(cloud)
+    check_invariants(cloud)
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
+
+
+class _Killed(BaseException):
+    """The mover's process killed at an injected point."""
+
+
+def test_a_move_started_between_the_release_check_and_its_request_is_refused(
+        cloud, monkeypatch):
+    """A move of the instance starts right after ``release``'s check (its
+    hand-over re-keyed the instance's claim to the migration consumer):
+    the release finds nothing of the instance in force. It is refused as a
+    moving consumer's (nothing released), never reported as done ("nothing
+    in force to release", exit 0) while the instance stays placed."""
+    from compute_plugins.compute import release as releasing
+    from compute_plugins.scheduler import selection
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    # an earlier move: the instance has a decision that is not in force
+    assert mv.migrate(consumer).moved and mv.revert(consumer, timeout=10).done
+    checked = []
+
+    def check_then_move(store, who):
+        releasing.refuse_moving(store, who)
+        if not checked:
+            checked.append(who)
+
+            def kill(at):
+                if at == "rekeyed":
+                    raise _Killed(at)
+            mv.inject = kill
+            with pytest.raises(_Killed):
+                mv.migrate(consumer)
+            mv.inject = None
+
+    monkeypatch.setattr(selection, "refuse_moving", check_then_move)
+    with pytest.raises(ReleaseRefused, match="consumer %s is moving" % consumer):
+        sched.release(consumer, timeout=10)
+    monkeypatch.undo()
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.store.active_decision(consumer).host == source.name
+    settled(cloud)
+    check_invariants(cloud)
+    assert sched.release(consumer, timeout=10).outcome == "released"
+    check_invariants(cloud)
+
+
+def test_two_give_backs_at_once_both_find_the_source_given_back(cloud):
+    """A revert and its mover's roll-back (or an agent's) give the source
+    allocation back at once: the one whose two reads straddle the other's
+    ``POST /allocations`` (the migration consumer holding, then the
+    instance holding) finds it given back, not "both hold: not moved"."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+
+    class OtherGivesBackBetween:
+        """The Placement client of one give-back; the other's POST lands
+        between its read of the migration consumer and of the instance."""
+
+        def __init__(self, client):
+            self.client, self.done = client, False
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def get(self, path, *args, **kwargs):
+            if path == "/allocations/%s" % consumer and not self.done:
+                self.done = True
+                migration.move_allocations(self.client, move.migration, consumer,
+                                           migration.INSTANCE, migration.MIGRATION)
+            return self.client.get(path, *args, **kwargs)
+
+    held = migration.move_allocations(OtherGivesBackBetween(mv.placement),
+                                      move.migration, consumer, migration.INSTANCE,
+                                      migration.MIGRATION)
+    assert held.allocations == before
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(move.migration) == {}
+    assert mv.revert(consumer, timeout=10).done
+    assert cloud.store.active_decision(consumer).id == decision.id
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_a_revert_racing_its_movers_roll_back_never_deletes_the_source(cloud):
+    """``revert`` of a move whose mover is still scheduling: the revert
+    withdraws the pending offer; the mover, its offer gone, frees the
+    offer's allocation and gives the source back -- between the revert's
+    withdrawal and its freeing of the offer's allocation. The revert frees
+    only the destination's: the source allocation given back is kept."""
+    from compute_plugins.hoststate import protocol
+    from compute_plugins.placement import migration
+
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
+                                  decision.id, decision.spec)
+    cloud.store.rekey_decision(decision.id, consumer, move.migration)
+    migration.move_allocations(mv.placement, consumer, move.migration,
+                               migration.MIGRATION, migration.INSTANCE)
+    move = protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    # the mover's scheduler offers the destination (its agent slow)
+    dest.stop()
+    by_name = {name: rp for rp, name in dest.providers.items()}
+    mv.placement.put("/allocations/%s" % consumer, {
+        "allocations": {by_name[source.providers[rp].replace(source.name, dest.name)]:
+                        {"resources": res} for rp, res in before.items()},
+        "project_id": "p", "user_id": "u", "consumer_generation": None,
+        "consumer_type": "INSTANCE"})
+    cloud.store.submit_decision(consumer, dest.name, decision.spec)
+    client = mv.placement
+
+    class TheMoverRollsBackMeanwhile:
+        """The revert's Placement client: the mover's roll-back lands right
+        after the revert withdrew the offer (its first Placement call)."""
+
+        def __init__(self):
+            self.done = False
+
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def _mover(self):
+            if not self.done:
+                self.done = True
+                client.delete_allocations(consumer)     # the scheduler's free
+                migration.move_allocations(client, move.migration, consumer,
+                                           migration.INSTANCE, migration.MIGRATION)
+
+        def get(self, path, *args, **kwargs):
+            self._mover()
+            return client.get(path, *args, **kwargs)
+
+        def delete_allocations(self, who):
+            self._mover()
+            return client.delete_allocations(who)
+
+    mv.placement = TheMoverRollsBackMeanwhile()
+    done = mv.revert(consumer, timeout=10)
+    mv.placement = client
+    assert done.done and done.move.status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.allocations(move.migration) == {}
+    assert cloud.store.active_decision(consumer).id == decision.id
+    assert cloud.restart(dest).ok
+    settled(cloud)
+    check_invariants(cloud)
+
+
+def test_a_mover_whose_offer_a_revert_withdrew_never_frees_the_source(
+        cloud, monkeypatch):
+    """While the mover waits for its destination's answer, a ``revert``
+    withdraws the offer, frees it and gives the source back; the mover's
+    scheduler, its offer gone, frees the instance's allocation only while
+    the migration consumer holds the source: the source given back is
+    kept."""
+    from compute_plugins.hoststate import errors, protocol
+
+    a, b = two_hosts(cloud)
+    sched, mv, other = cloud.scheduler(), mover(cloud), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    dest = b if source is a else a
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    dest.stop()
+    wait_for_answer = protocol.wait_for_answer
+    reverted = []
+
+    def revert_first(store, who, *args, **kwargs):
+        if who == consumer and not reverted:
+            reverted.append(other.revert(consumer, timeout=10))
+        return wait_for_answer(store, who, *args, **kwargs)
+
+    monkeypatch.setattr(protocol, "wait_for_answer", revert_first)
+    # the mover says its move ended otherwise meanwhile (one line)
+    with pytest.raises(errors.MoveStatusConflict, match="is reverted"):
+        mv.migrate(consumer, timeout=5)
+    monkeypatch.undo()
+    assert reverted and reverted[0].done
+    assert cloud.store.latest_move(consumer).status == MoveStatus.REVERTED
+    assert cloud.allocations(consumer) == before
+    assert cloud.store.active_decision(consumer).id == decision.id
+    assert cloud.restart(dest).ok
+    settled(cloud)
+    check_invariants(cloud)

@@ -1015,6 +1015,29 @@ class TestAgentLeases:
             assert s.enable_host("h2", kind="evacuated").kind == "evacuated"
             assert list(s.disabled_hosts()) == ["h1"]
 
+    def test_an_interrupted_upgrade_to_6_is_run_again(self, empty_url):
+        """MySQL's DDL commits at once: an upgrade stopped after its
+        ``ALTER TABLE`` leaves the column with the version still 5. Opened
+        again, the store skips the column and records version 6."""
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            fence, _ = s.disable_host("h1", "evacuated", "mover", kind="evacuated")
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.update(schema.version).values(version=5))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.disabled_hosts()["h1"] == fence
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
+                    == [6]
+        finally:
+            engine.dispose()
+
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
@@ -1075,6 +1098,30 @@ class TestDisabledHosts:
         # and an evacuation of an operator's disabled host keeps its record
         again, changed = store.disable_host("h1", "evacuated", "mover", kind="evacuated")
         assert not changed and again == record
+
+    def test_an_operators_disable_racing_the_lifting_of_a_fence_disables(
+            self, store, monkeypatch):
+        """The host's agent lifts the evacuation's fence between the
+        operator's insert (refused: the fence is there) and its take-over
+        of the fence's record: the host is enabled, and the operator's
+        ``host disable`` disables it, no "try again"."""
+        store.disable_host("h1", "evacuated", "mover@desk", kind="evacuated")
+        write = store.db.write
+        writes = []
+
+        @contextlib.contextmanager
+        def lifted_meanwhile():
+            writes.append(1)
+            if len(writes) == 2:
+                monkeypatch.setattr(store.db, "write", write)
+                assert store.enable_host("h1", kind="evacuated") is not None
+            with write() as conn:
+                yield conn
+
+        monkeypatch.setattr(store.db, "write", lifted_meanwhile)
+        record, changed = store.disable_host("h1", "disk swap", "ops@desk")
+        assert changed and (record.kind, record.reason) == ("operator", "disk swap")
+        assert store.disabled_hosts() == {"h1": record}
 
     def test_enable_removes_the_record_and_returns_it(self, store):
         record, _ = store.disable_host("h1", "", "ops@desk")
