@@ -342,8 +342,8 @@ def report(out: Path, expected_path: Optional[Path] = expected.PATH,
         exclude, pattern = scope["exclude"], scope["pattern"]
     lines = expected.differences(known, docs, exclude or [], pattern)
     _write_differences(out, docs, known, lines)
-    for name, doc in sorted(docs["plugins"].items()):
-        for test, again in sorted(doc.get("reruns", {}).items()):
+    for name, ran_doc in sorted(docs["plugins"].items()):
+        for test, again in sorted(ran_doc.get("reruns", {}).items()):
             print("re-run in a fresh process: %s.%s: %s, then %s%s" % (
                 name, expected.test_key(test)[1], _shown(again, "first"),
                 _shown(again, "second"), " (first: %s)" % again["first_cause"]
@@ -381,7 +381,7 @@ def _shown(again: dict[str, Any], which: str) -> str:
     """A re-run test's first or second outcome, with its boots whose XML
     differed."""
     xml = again.get(which + "_xml", 0)
-    return again[which] + (" (%d boot(s)' XML differ)" % xml if xml else "")
+    return str(again[which]) + (" (%d boot(s)' XML differ)" % xml if xml else "")
 
 
 def _write_differences(out: Path, docs: dict[str, dict[str, dict[str, Any]]],
