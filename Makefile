@@ -58,7 +58,8 @@ nova-functional: $(NOVA_STAMP)
 
 # What .ci/run runs: the plugins side of the CI scope (expected.toml's [ci]
 # exclude leaves the slowest classes to nova-functional), two files at a
-# time, each stopped after 20 minutes, against the recorded stock outcomes.
+# time, each stopped after 20 minutes, against the recorded stock outcomes;
+# a test that differs from them is run once more in a fresh process first.
 nova-functional-ci: $(NOVA_STAMP)
 	rm -rf $(NOVA_OUT)
 	$(NOVA_RUN) run --modes plugins --ci -j $(NOVA_JOBS) --file-timeout 1200 --out $(NOVA_OUT) $(NOVA_FILES)

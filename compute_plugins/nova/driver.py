@@ -43,6 +43,7 @@ config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import shutil
@@ -507,6 +508,10 @@ class PluginProviderTreeMixin:
             raise nova_exception.ReshapeNeeded() from err
         write_back(ours, provider_tree)
         self._plugin_static_traits(provider_tree, nodename)
+        # NOTE: kept as nova's LibvirtDriver.update_provider_tree keeps it:
+        # nova's spawn finds a VGPU allocation's pGPU there
+        # (_allocate_mdevs: the provider's name less the root's).
+        self.provider_tree = copy.deepcopy(provider_tree)
         self.plugin_publish(nodename, ours)
 
     #: The mixin publishes its host's plugin states (``PluginFitFilter``

@@ -247,6 +247,32 @@ def test_our_vgpu_providers_are_novas_pgpu_providers(both, conf):
     assert vgpu_providers(tree) == expected
 
 
+def test_novas_spawn_finds_the_pgpu_of_a_vgpu_allocation_on_our_provider(both, conf):
+    # nova's spawn (_allocate_mdevs) finds the pGPU of an instance's VGPU
+    # allocation in the tree its driver kept from update_provider_tree
+    # (self.provider_tree: the provider's name less the root's is the
+    # pGPU's nodedev name), then a free mdev of that pGPU. The mixin
+    # replaces that method: it must keep the tree as nova's does, or every
+    # vGPU guest fails to spawn ('NoneType' object has no attribute 'data').
+    driver, ours = both
+    free = {"_pci_" + m.parent.replace(":", "_").replace(".", "_")
+            for m in ours.mdevs if m.parent}
+    if not free:
+        pytest.skip("no mediated device on this host to hand out")
+    conf.set_override("enabled_mdev_types", ["nvidia-11"], group="vgpu")
+    driver.plugin_manager = helpers.manager(conf, ("vgpu",))
+    try:
+        nova_tree = nova_pt.ProviderTree()
+        nova_tree.new_root(NODE, ROOT)
+        driver.update_provider_tree(nova_tree, NODE, allocations={})
+        gpu = [u for u in nova_tree.get_provider_uuids()
+               if nova_tree.data(u).name.endswith(tuple(free))]
+        mdevs = driver._allocate_mdevs({gpu[0]: {"resources": {"VGPU": 1}}})
+    finally:
+        driver.plugin_manager = None
+    assert mdevs == [MDEV[len("mdev_"):].replace("_", "-")]
+
+
 def test_the_mixin_reports_novas_driver_traits_on_the_root(both, conf):
     # nova's LibvirtDriver.update_provider_tree puts its static traits
     # (CPU features, storage buses, video and vif models...) on the root,

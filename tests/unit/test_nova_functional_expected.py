@@ -222,3 +222,62 @@ def test_the_project_s_expectations_load_and_every_cause_is_documented():
         ("test_numa_servers", "test_pci_sriov_servers", "test_pci_in_placement",
          "test_vgpu", "test_numa_live_migration", "test_vpmem", "test_amd_sev",
          "test_reshape"))
+
+
+def test_ci_runs_again_only_the_tests_whose_outcome_or_xml_differs(known):
+    doc = plugins_doc(A__test_ok="failed", A__test_filter="passed", A__test_new="failed")
+    doc["boots"].append(boot("A.test_varies", False))
+    doc["tests"].pop(PREFIX + "A.test_nova_fails")
+    assert expected.retried(known, {"plugins": {"test_numa_servers": doc}},
+                            ("test_numa_servers.Big",)) == [
+        ("test_numa_servers", "A.test_filter"), ("test_numa_servers", "A.test_ok"),
+        ("test_numa_servers", "A.test_varies")]
+    # NOTE: a test the run did not reach is not run again (its file was stopped).
+    doc = plugins_doc(A__test_ok=None)
+    assert expected.retried(known, {"plugins": {"test_numa_servers": doc}}, ()) == []
+
+
+def rerun_report(tmp_path, monkeypatch, first, second):
+    """A CI run's report whose A.test_ok was ``first`` and, run once more
+    in a fresh process, ``second``. The fresh process is replaced: it runs
+    nova's test from nova's wheel, which is only in .venv-nova, not in the
+    venv the unit tests run in."""
+    from tools.nova_functional import __main__ as runner
+
+    def again(out, name, key):
+        assert (name, key) == ("test_numa_servers", "A.test_ok")
+        return {"result": result(second), "boots": [boot("A.test_ok", True)],
+                "rejections": []}
+
+    monkeypatch.setattr(runner, "_rerun_one", again)
+    out = tmp_path / "out"
+    (out / "plugins").mkdir(parents=True)
+    doc = plugins_doc(A__test_ok=first)
+    doc["tests"][PREFIX + "A.test_ok"]["detail"] = (
+        "Traceback...\nTypeError: Can't upgrade a READER transaction")
+    (out / "plugins" / "test_numa_servers.json").write_text(json.dumps(doc))
+    (tmp_path / "expected.toml").write_text(FILE)
+    scope = ["test_numa_servers.Big"]
+    runner._rerun_differing(out, expected.load(tmp_path / "expected.toml"), scope, "", 1)
+    return runner.report(out, tmp_path / "expected.toml", scope, "")
+
+
+def test_ci_passes_a_test_that_failed_once_and_passes_in_a_fresh_process(
+        tmp_path, monkeypatch, capsys):
+    assert rerun_report(tmp_path, monkeypatch, "failed", "passed") == 0
+    out = capsys.readouterr().out
+    assert ("re-run in a fresh process: test_numa_servers.A.test_ok: failed, then "
+            "passed (first: TypeError: Can't upgrade a READER transaction)") in out
+    assert "0 differences from expected.toml" in out
+
+
+def test_ci_fails_on_a_difference_the_fresh_process_shows_again(
+        tmp_path, monkeypatch, capsys):
+    assert rerun_report(tmp_path, monkeypatch, "failed", "error") == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("re-running 1 test(s) that differ from the expectations, each "
+                      "once in a fresh process")
+    assert out[2] == ("re-run in a fresh process: test_numa_servers.A.test_ok: failed, "
+                      "then error (first: TypeError: Can't upgrade a READER transaction)")
+    assert out[3].startswith("regression: test_numa_servers.A.test_ok failed with the "
+                             "plugins, expected passed")

@@ -145,8 +145,28 @@ def differences(expected: Expected, docs: dict[str, dict[str, dict[str, Any]]],
     compared only for tests passing stock: a test nova's own run fails or
     skips says nothing about the plugins.
     """
+    return [line for _file, _key, line in _differences(expected, docs, scope, pattern)]
+
+
+def retried(expected: Expected, docs: dict[str, dict[str, dict[str, Any]]],
+            scope: Iterable[str] = (), pattern: str = "") -> list[tuple[str, str]]:
+    """The plugins run's tests (file, ``Class.test``) worth running once
+    more: those whose outcome or boots differ from the expectations (not a
+    test the run did not reach, nor a stock or new one)."""
+    found = []
+    for file, key, line in _differences(expected, {"plugins": docs.get("plugins", {})},
+                                        scope, pattern):
+        if key and not line.startswith("not run: ") and (file, key) not in found:
+            found.append((file, key))
+    return found
+
+
+def _differences(expected: Expected, docs: dict[str, dict[str, dict[str, Any]]],
+                 scope: Iterable[str], pattern: str) -> list[tuple[str, str, str]]:
+    """:func:`differences`' lines, each with its test's file and key
+    (the key empty for a test the expectations do not list)."""
     scope = list(scope)
-    lines: list[str] = []
+    lines: list[tuple[str, str, str]] = []
     for mode in ("stock", "plugins"):
         for file, doc in sorted(docs.get(mode, {}).items()):
             observed = {test_key(t)[1]: r for t, r in doc["tests"].items()}
@@ -157,11 +177,11 @@ def differences(expected: Expected, docs: dict[str, dict[str, dict[str, Any]]],
                 " (the file's run was stopped: %s)" % doc.get("stopped", "unfinished"))
             for key in sorted(set(observed) - set(wanted)):
                 if not excluded(file, key, scope):
-                    lines.append("new: %s.%s %s %s: not in the expectations (%s)" % (
-                        file, key, mode, outcome(observed[key]), UPDATE))
+                    lines.append((file, "", "new: %s.%s %s %s: not in the expectations (%s)" % (
+                        file, key, mode, outcome(observed[key]), UPDATE)))
             for key, entry in sorted(wanted.items()):
-                lines += _compare(mode, file, key, entry, observed.get(key), doc,
-                                  stopped)
+                lines += [(file, key, line) for line in _compare(
+                    mode, file, key, entry, observed.get(key), doc, stopped)]
     return lines
 
 
