@@ -88,6 +88,21 @@ def mv(request):
     cloud.mover.inject = None
 
 
+def killed_at(mv, point, call):
+    """Run ``call`` with the mover killed (:class:`Killed`) when it reaches
+    ``point``; the mover's injection cleared after."""
+    def kill(at):
+        if at == point:
+            raise Killed(at)
+
+    mv.inject = kill
+    try:
+        with pytest.raises(Killed):
+            call()
+    finally:
+        mv.inject = None
+
+
 def agents_finish(cloud: Cloud, rounds: int = 3) -> None:
     """Every host's periodic, a few rounds (the source's and the
     destination's agents each own a step): the moves left by a stopped
@@ -214,13 +229,7 @@ def test_the_mover_stopped_after_the_destinations_allocation_before_its_decision
     dest = [h for h in cloud.hosts.values() if h is not source][0]
     before = cloud.allocations(consumer)
 
-    def kill(at):
-        if at == "handed-over":
-            raise Killed(at)
-
-    mv.inject = kill
-    with pytest.raises(Killed):
-        mv.migrate(consumer)
+    killed_at(mv, "handed-over", lambda: mv.migrate(consumer))
     move = cloud.store.latest_move(consumer)
     held = mv.placement.get("/allocations/%s" % move.migration)
     # the same resources on the destination's providers of the same names
@@ -304,14 +313,7 @@ def test_a_slow_mover_between_two_hosts_is_not_rolled_back(patient, mv):
     consumer, source = instance(cloud)
     dest = [h for h in cloud.hosts.values() if h is not source][0]
 
-    def kill(at):
-        if at == "handed-over":
-            raise Killed(at)
-
-    mv.inject = kill
-    with pytest.raises(Killed):
-        mv.migrate(consumer, timeout=10)
-    mv.inject = None
+    killed_at(mv, "handed-over", lambda: mv.migrate(consumer, timeout=10))
     move = cloud.store.active_move(consumer)
     # what the scheduler writes of an offer its destination did not answer
     dest.stop()
@@ -342,14 +344,7 @@ def test_an_agent_makes_a_step_only_from_the_status_it_saw(patient, mv):
     cloud = patient
     consumer, source = instance(cloud)
 
-    def kill(at):
-        if at == "dest-claimed":
-            raise Killed(at)
-
-    mv.inject = kill
-    with pytest.raises(Killed):
-        mv.migrate(consumer, timeout=10)
-    mv.inject = None
+    killed_at(mv, "dest-claimed", lambda: mv.migrate(consumer, timeout=10))
     move = cloud.store.active_move(consumer)
     assert move.status == MoveStatus.HANDED_OVER
     claimed = cloud.store.active_decision(consumer)
@@ -450,15 +445,8 @@ def test_an_evacuation_stopped_between_two_steps(trio, mv, point):
     cloud.store.enable_host(spare.name)
     assert host is dead
 
-    def kill(at):
-        if at == point:
-            raise Killed(at)
-
-    mv.inject = kill
     dead.stop()
-    with pytest.raises(Killed):
-        mv.evacuate(dead.name, force_down=True, timeout=10)
-    mv.inject = None
+    killed_at(mv, point, lambda: mv.evacuate(dead.name, force_down=True, timeout=10))
     fence = cloud.store.disabled_hosts()[dead.name]
     assert (fence.kind, fence.reason) == ("evacuated", FENCE_REASON)
     check_invariants(cloud, up_only=True)

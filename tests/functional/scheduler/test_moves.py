@@ -400,13 +400,11 @@ def test_a_consumer_generation_conflict_is_read_again_and_retried(cloud):
     check_invariants(cloud)
 
 
-def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(cloud):
-    a, b = two_hosts(cloud)
-    sched, mv = cloud.scheduler(), mover(cloud)
-    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
-    decision = cloud.store.active_decision(consumer)
-    before = cloud.allocations(consumer)
-    # the mover's first steps, then it is killed (nothing offered to a host)
+def hand_over(cloud, mv, consumer, source, decision):
+    """A migration's first steps as its mover makes them (the move
+    recorded, the allocation handed to the migration consumer, the decision
+    re-keyed, the status handed-over), then nothing more: a mover killed
+    there."""
     from compute_plugins.hoststate import protocol
     from compute_plugins.placement import migration
 
@@ -416,6 +414,17 @@ def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(clou
                                migration.MIGRATION, migration.INSTANCE)
     cloud.store.rekey_decision(decision.id, consumer, move.migration)
     protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    return move
+
+
+def test_a_move_whose_mover_stopped_after_the_hand_over_is_undone_by_revert(cloud):
+    a, b = two_hosts(cloud)
+    sched, mv = cloud.scheduler(), mover(cloud)
+    consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
+    decision = cloud.store.active_decision(consumer)
+    before = cloud.allocations(consumer)
+    # the mover's first steps, then it is killed (nothing offered to a host)
+    hand_over(cloud, mv, consumer, source, decision)
     check_invariants(cloud)
     with pytest.raises(MoveError, match="is moving already"):
         mv.migrate(consumer)
@@ -858,7 +867,6 @@ def test_two_give_backs_at_once_both_find_the_source_given_back(cloud):
     allocation back at once: the one whose two reads straddle the other's
     ``POST /allocations`` (the migration consumer holding, then the
     instance holding) finds it given back, not "both hold: not moved"."""
-    from compute_plugins.hoststate import protocol
     from compute_plugins.placement import migration
 
     two_hosts(cloud)
@@ -866,12 +874,7 @@ def test_two_give_backs_at_once_both_find_the_source_given_back(cloud):
     consumer, source = boot(cloud, sched, spec_of(sched, *pinned(1, 2, 1024)))
     decision = cloud.store.active_decision(consumer)
     before = cloud.allocations(consumer)
-    move = cloud.store.start_move(new_consumer(), consumer, "migrate", source.name,
-                                  decision.id, decision.spec)
-    migration.move_allocations(mv.placement, consumer, move.migration,
-                               migration.MIGRATION, migration.INSTANCE)
-    cloud.store.rekey_decision(decision.id, consumer, move.migration)
-    protocol.apply_move(cloud.store, move, protocol.MoveStep.HAND_OVER)
+    move = hand_over(cloud, mv, consumer, source, decision)
 
     class OtherGivesBackBetween:
         """The Placement client of one give-back; the other's POST lands
