@@ -101,9 +101,12 @@ def test_claim_is_published_and_the_next_schedule_sees_it(cloud):
     assert published_pinned(cloud, host) == {0, 1, 2, 3}
     consistent(cloud)
 
-    # full: Placement has no room, and says so per host and plugin
+    # full: refused, with the plugin's reason per host. The scheduler's view
+    # kept Placement's answer (the host, a candidate then) and the fit on
+    # the host's published state -- its CPUs all pinned -- refuses it: the
+    # view re-asks Placement only for hosts its answer left out.
     third = schedule(sched)
-    assert not third.placed and third.candidates == 0
+    assert not third.placed and third.candidates == 1
     [why] = third.reasons
     assert why.host == host.name and {r.plugin for r in why.reasons} == {"numa"}
     assert cloud.store.active_decision(third.consumer) is None
