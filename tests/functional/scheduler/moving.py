@@ -4,8 +4,10 @@ step must keep (issue 21)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
@@ -14,6 +16,25 @@ from tests.functional.scheduler.cloud import Cloud
 
 #: Seconds a test waits for an agent to do what it polls for.
 WAIT = 15.0
+
+
+class Killed(BaseException):
+    """The mover's process killed at an injected point."""
+
+
+def killed_at(mv: Mover, point: str, call: Callable[[], object]) -> None:
+    """Run ``call`` with the mover killed (:class:`Killed`) when it reaches
+    ``point``; the mover's injection cleared after."""
+    def kill(at: str) -> None:
+        if at == point:
+            raise Killed(at)
+
+    mv.inject = kill
+    try:
+        with pytest.raises(Killed):
+            call()
+    finally:
+        mv.inject = None
 
 
 def mover(cloud: Cloud, **overrides: Any) -> Mover:

@@ -30,19 +30,16 @@ from compute_plugins.scheduler.moves import FENCE_REASON
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud
 from tests.functional.scheduler.moving import (
+    Killed,
     check_instances,
     check_invariants,
+    killed_at,
     ledger_keys,
     mover,
     on_host,
     settled,
 )
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
-
-
-class Killed(BaseException):
-    """The mover's process killed at an injected point."""
-
 
 #: The mover's points of a resize or migration, in order; then those of the
 #: confirm and of the revert that follow it.
@@ -86,21 +83,6 @@ def mv(request):
                                     else "pair")
     yield cloud.mover
     cloud.mover.inject = None
-
-
-def killed_at(mv, point, call):
-    """Run ``call`` with the mover killed (:class:`Killed`) when it reaches
-    ``point``; the mover's injection cleared after."""
-    def kill(at):
-        if at == point:
-            raise Killed(at)
-
-    mv.inject = kill
-    try:
-        with pytest.raises(Killed):
-            call()
-    finally:
-        mv.inject = None
 
 
 def agents_finish(cloud: Cloud, rounds: int = 3) -> None:

@@ -18,6 +18,7 @@ from compute_plugins.scheduler.moves import FENCE_REASON, MoveError
 from tests.functional.request.hosts import HEADERS, cell
 from tests.functional.scheduler.moving import (
     check_invariants,
+    killed_at,
     ledger_keys,
     mover,
     on_host,
@@ -816,10 +817,6 @@ def test_the_python_apis_release_refuses_a_moving_consumer_as_the_cli(cloud):
     check_invariants(cloud)
 
 
-class _Killed(BaseException):
-    """The mover's process killed at an injected point."""
-
-
 def test_a_move_started_between_the_release_check_and_its_request_is_refused(
         cloud, monkeypatch):
     """A move of the instance starts right after ``release``'s check (its
@@ -841,14 +838,7 @@ def test_a_move_started_between_the_release_check_and_its_request_is_refused(
         releasing.refuse_moving(store, who)
         if not checked:
             checked.append(who)
-
-            def kill(at):
-                if at == "rekeyed":
-                    raise _Killed(at)
-            mv.inject = kill
-            with pytest.raises(_Killed):
-                mv.migrate(consumer)
-            mv.inject = None
+            killed_at(mv, "rekeyed", lambda: mv.migrate(consumer))
 
     monkeypatch.setattr(selection, "refuse_moving", check_then_move)
     with pytest.raises(ReleaseRefused, match="consumer %s is moving" % consumer):
