@@ -45,6 +45,10 @@ PCI_AFFINITY = AffinityKey(name="hw:" + PCI_AFFINITY_POLICY_KEY, cells="NUMA")
 #: socket a device is on); the same-socket check itself is the fit's job.
 SOCKET_TRAIT = "COMPUTE_SOCKET_PCI_NUMA_AFFINITY"
 
+#: The request's ``group_policy`` (the framework's key: parsed and checked by
+#: :mod:`compute_plugins.request.generic`, read here by device plugins).
+GROUP_POLICY_KEY = "group_policy"
+
 _PCI_RE = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{1,4}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
     r"(?P<slot>[0-9a-fA-F]{1,2})\.(?P<function>[0-7])$")
@@ -81,6 +85,29 @@ def pci_affinity_policy(ri: RequestInput) -> Optional[str]:
     (:func:`compute_plugins.request.rules.affinity_policy`); None when
     unset or wrong (the problem is reported on ``ri``)."""
     return rules.affinity_policy(ri, PCI_AFFINITY_POLICY_KEY)
+
+
+def isolates_groups(ri: RequestInput) -> bool:
+    """Whether the request says ``group_policy=isolate``.
+
+    Placement then serves each numbered (suffixed) group from a provider no
+    other numbered group uses (the unsuffixed group may share); a device
+    plugin that chooses providers itself (offline, or nova's own query whose
+    candidates it cannot map to its groups) must keep that rule, or nova's
+    claim of its decision breaks it. An invalid value is reported by the
+    framework's parse, and reads here as not ``isolate``.
+    """
+    return ri.extra_specs.get(GROUP_POLICY_KEY) == "isolate"
+
+
+def isolation_problem(unit: str, group: str, holder: Optional[str]) -> Optional[str]:
+    """Why ``unit`` (a device provider, named for users) cannot serve numbered
+    group ``group`` under ``group_policy=isolate`` when numbered group
+    ``holder`` already has it; None when no numbered group has it."""
+    if holder is None:
+        return None
+    return ("%s serves group %s already, group %s needs another one "
+            "(group_policy=isolate)" % (unit, holder, group))
 
 
 def enabled_plugins(conf: cfg.ConfigOpts) -> list[str]:

@@ -53,8 +53,9 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
     """
 
     name = "vgpu"
-    #: 1.1: VGPUAssignment.host_cells; host states.
-    version = "1.1"
+    #: 1.1: VGPUAssignment.host_cells; host states. 1.2: VGPURequest.isolate
+    #: (group_policy=isolate), VGPUGroup.resource_class ([mdev_*] mdev_class).
+    version = "1.2"
     request_type = VGPURequest
     assignment_type = VGPUAssignment
     state_type = VGPUState

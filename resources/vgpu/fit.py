@@ -6,8 +6,9 @@ Per VGPU group, in the request's order:
   maps the group's suffix to its provider); offline (``placement`` None)
   the best pGPU that can serve it: NUMA-affine first (see
   :mod:`compute_plugins.plugin.topology`), then by address (deterministic). Two
-  groups may share a pGPU (nova's ``group_policy=none``); the second sees
-  what the first took, and when the best choices leave a later group
+  groups may share a pGPU (nova's ``group_policy=none``), except two
+  numbered groups under ``group_policy=isolate`` (as Placement keeps them
+  apart); the second sees what the first took, and when the best choices leave a later group
   without a pGPU the next ones are tried (:func:`compute_plugins.plugin.choice.
   first_fit`): whenever the groups fit the host, ``fit`` finds where;
 - **the checks** (:func:`group_problem`): the pGPU offers ``VGPU`` (not a
@@ -25,12 +26,13 @@ a claim runs are, by construction, the checks the scheduler ran.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Optional, Union
 
 from compute_plugins.plugin.choice import Budget, first_fit
 from compute_plugins.plugin.contract import Earlier, Mappings, Rejection
-from compute_plugins.plugin.devices import PCI_AFFINITY, summarize
+from compute_plugins.plugin.devices import PCI_AFFINITY, isolation_problem, summarize
 from compute_plugins.plugin.topology import Affinity, guest_host_cells
 from resources.vgpu.provider import mdev_type_trait
 from resources.vgpu.request import (
@@ -46,10 +48,16 @@ VGPU = "VGPU"
 
 
 def group_problem(gpu: PGPUState, group: VGPUGroup, affinity: Affinity,
-                  taken: int = 0) -> Optional[str]:
+                  taken: int = 0, holder: Optional[str] = None) -> Optional[str]:
     """Why ``gpu`` cannot serve ``group`` when ``taken`` of its instances
-    already went to earlier groups of the request; None when it can."""
+    already went to earlier groups of the request and, under
+    ``group_policy=isolate``, numbered group ``holder`` has it (None: none
+    has, or the policy does not apply); None when it can."""
     name = "pGPU %s" % gpu.address
+    if group.numbered:
+        problem = isolation_problem(name, group.requester_id, holder)
+        if problem is not None:
+            return problem
     if gpu.resource_class != VGPU:
         return ("%s offers its mdevs as %s, group %s asks for %s"
                 % (name, gpu.resource_class, group.requester_id, VGPU))
@@ -115,8 +123,23 @@ def _pick_mdevs(gpu: PGPUState, count: int, taken: Sequence[str]) -> tuple[str, 
     return tuple(chosen)
 
 
-#: Instances each pGPU (in state order) gave earlier groups of the request.
-Usage = tuple[int, ...]
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What earlier groups of the request took, per pGPU in state order:
+    instances, and the numbered group holding it under
+    ``group_policy=isolate`` (None: none)."""
+
+    counts: tuple[int, ...]
+    holders: tuple[Optional[str], ...]
+
+    @classmethod
+    def empty(cls, state: VGPUState) -> Usage:
+        return cls((0,) * len(state.pgpus), (None,) * len(state.pgpus))
+
+
+def _holder(request: VGPURequest, group: VGPUGroup) -> Optional[str]:
+    """The group a pGPU is held by once ``group`` takes it (isolate)."""
+    return group.requester_id if request.isolate and group.numbered else None
 
 
 def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
@@ -125,7 +148,8 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
     """The pGPUs that can serve ``group`` after ``usage``, best first: the
     mapped one, or offline every one, NUMA-affine first, then by address;
     when none, why not."""
-    taken = dict(zip((g.address for g in state.pgpus), usage, strict=True))
+    taken = dict(zip((g.address for g in state.pgpus),
+                     zip(usage.counts, usage.holders, strict=True), strict=True))
     if placement is not None:
         mapped = tuple(placement.get(group.requester_id, ()))
         if not mapped:
@@ -133,7 +157,7 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
                                  "group %s" % group.requester_id)
         for gpu in state.pgpus:
             if gpu.provider_uuid in mapped:
-                problem = group_problem(gpu, group, affinity, taken[gpu.address])
+                problem = group_problem(gpu, group, affinity, *taken[gpu.address])
                 if problem is not None:
                     return [], Rejection(problem, gpu.provider_uuid)
                 return [gpu], None
@@ -143,7 +167,7 @@ def _candidates(state: VGPUState, group: VGPUGroup, affinity: Affinity,
     fits: list[PGPUState] = []
     problems: list[str] = []
     for gpu in state.pgpus:
-        problem = group_problem(gpu, group, affinity, taken[gpu.address])
+        problem = group_problem(gpu, group, affinity, *taken[gpu.address])
         if problem is None:
             fits.append(gpu)
         else:
@@ -171,11 +195,14 @@ def fit(state: VGPUState, request: VGPURequest, placement: Mappings,
         return _candidates(state, group, affinity, placement, usage)[0]
 
     def take(group: VGPUGroup, gpu: PGPUState, usage: Usage) -> Usage:
-        counts = list(usage)
-        counts[index[gpu.address]] += group.count
-        return tuple(counts)
+        at = index[gpu.address]
+        counts = list(usage.counts)
+        counts[at] += group.count
+        holders = list(usage.holders)
+        holders[at] = holders[at] or _holder(request, group)
+        return Usage(tuple(counts), tuple(holders))
 
-    outcome, usage = first_fit(request.groups, (0,) * len(state.pgpus),
+    outcome, usage = first_fit(request.groups, Usage.empty(state),
                                options, take, budget)
     if outcome.exhausted:
         return Rejection(budget.stopped("pGPUs for %d VGPU groups"
@@ -212,6 +239,7 @@ def verify(state: VGPUState, request: VGPURequest,
                          "%s" % (", ".join(d.requester_id for d in assignment.devices)
                                  or "none", ", ".join(wanted)))
     taken: dict[str, list[str]] = {}
+    holders: dict[str, str] = {}
     for group in request.groups:
         device = devices[group.requester_id]
         gpu = state.pgpu(device.parent_address)
@@ -234,10 +262,14 @@ def verify(state: VGPUState, request: VGPURequest,
                              % (group.requester_id, len(device.mdev_uuids),
                                 group.count), gpu.provider_uuid)
         already = taken.setdefault(gpu.address, [])
-        problem = (group_problem(gpu, group, affinity, len(already))
+        problem = (group_problem(gpu, group, affinity, len(already),
+                                 holders.get(gpu.address))
                    or mdevs_problem(state, gpu, group.requester_id,
                                     device.mdev_uuids, already))
         if problem is not None:
             return Rejection(problem, gpu.provider_uuid)
         already.extend(device.mdev_uuids)
+        holder = _holder(request, group)
+        if holder is not None:
+            holders.setdefault(gpu.address, holder)
     return None

@@ -47,11 +47,23 @@ class VGPUGroup:
     mdev_types: frozenset[str] = frozenset()
     forbidden_mdev_types: frozenset[str] = frozenset()
 
+    @property
+    def numbered(self) -> bool:
+        """A group of the user's ``resources<N>:`` (``group_policy`` rules it)."""
+        return self.requester_id != UNSUFFIXED_GROUP
+
 
 @dataclasses.dataclass(frozen=True)
 class VGPURequest(PluginRequest):
+    """The VGPU groups of a request.
+
+    :param isolate: ``group_policy=isolate``: no two numbered groups on one
+        pGPU (:func:`compute_plugins.plugin.devices.isolates_groups`).
+    """
+
     groups: tuple[VGPUGroup, ...] = ()
     affinity: Optional[str] = enum_field(AFFINITY_POLICIES)
+    isolate: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +137,8 @@ def parse(ri: RequestInput) -> Optional[VGPURequest]:
                   mdev_types=frozenset(required.get(suffix, ())),
                   forbidden_mdev_types=frozenset(forbidden.get(suffix, ())))
         for suffix, count in sorted(counts.items()))
-    return VGPURequest(groups=groups, affinity=affinity)
+    return VGPURequest(groups=groups, affinity=affinity,
+                       isolate=devices.isolates_groups(ri))
 
 
 def request_groups(req: VGPURequest) -> list[RequestGroup]:

@@ -82,7 +82,7 @@ def test_round_trip_with_decision(manager):
     text = spec.to_json()
     doc = json.loads(text)
     assert doc["version"] == FORMAT_VERSION
-    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.1", "sriov": "1.1", "disk": "1.2"}
+    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.2", "sriov": "1.1", "disk": "1.2"}
     again = RequestSpec.from_json(text, manager.plugins)
     assert again == spec
     assert again.to_json() == text
@@ -278,8 +278,12 @@ def test_a_payload_of_the_previous_format_reads_as_the_spec_it_was(manager):
     # affinity); a 1.1 request has none and reads without them
     numa = built.requests["numa"]
     assert numa.physnets
-    requests = type(built.requests)({**built.requests, "numa": dataclasses.replace(
-        numa, physnets=frozenset(), tunneled=False)})
+    # vgpu 1.2 records group_policy=isolate; a 1.1 request reads without it
+    assert built.requests["vgpu"].isolate
+    requests = type(built.requests)({
+        **built.requests,
+        "numa": dataclasses.replace(numa, physnets=frozenset(), tunneled=False),
+        "vgpu": dataclasses.replace(built.requests["vgpu"], isolate=False)})
     assert dataclasses.replace(read, plugin_versions=built.plugin_versions) == \
         dataclasses.replace(built, requests=requests)
     assert json.loads(read.to_json())["version"] == FORMAT_VERSION

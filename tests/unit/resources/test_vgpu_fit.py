@@ -176,6 +176,42 @@ def test_two_groups_share_a_pgpu_and_see_each_other(plugin):
         ("1", GPU_B), ("2", GPU_A)]
 
 
+def test_group_policy_isolate_puts_numbered_groups_on_different_pgpus(plugin):
+    # nova's VGPUTests.test_create_server_with_two_vgpus_isolated: Placement
+    # keeps the two groups apart; the offline fit (nova's own query) must too
+    info = two_gpus(a=4, b=4)
+    specs = {"resources1:VGPU": "1", "resources2:VGPU": "1"}
+    shared = plugin.fit(state(plugin, info), parse(plugin, {
+        **specs, "group_policy": "none"}), None, {})
+    assert [d.parent_address for d in shared.devices] == [GPU_A, GPU_A]
+    isolated = parse(plugin, {**specs, "group_policy": "isolate"})
+    got = plugin.fit(state(plugin, info), isolated, None, {})
+    assert [(d.requester_id, d.parent_address) for d in got.devices] == [
+        ("1", GPU_A), ("2", GPU_B)]
+    # the unsuffixed group may share with a numbered one
+    mixed = parse(plugin, {"resources:VGPU": "1", "resources1:VGPU": "1",
+                           "group_policy": "isolate"})
+    assert [d.parent_address for d in plugin.fit(
+        state(plugin, info), mixed, None, {}).devices] == [GPU_A, GPU_A]
+    # one pGPU with room for both: refused, naming the rule
+    one = host(CELLS, [gpu(GPU_A, 0, nvidia_35=4)])
+    assert plugin.fit(state(plugin, one), isolated, None, {}) == Rejection(
+        "no pGPU can serve group 2: pGPU 0000:84:00.0 serves group 1 already, "
+        "group 2 needs another one (group_policy=isolate)")
+
+
+def test_verify_refuses_two_isolated_groups_on_one_pgpu(plugin):
+    info = two_gpus()
+    isolated = parse(plugin, {"resources1:VGPU": "1", "resources2:VGPU": "1",
+                              "group_policy": "isolate"})
+    both_on_a = VGPUAssignment(devices=(
+        MdevAssignment("1", uuid_of(GPU_A), GPU_A, "nvidia-35", (M1,)),
+        MdevAssignment("2", uuid_of(GPU_A), GPU_A, "nvidia-35", (M2,))))
+    assert plugin.verify(state(plugin, info), isolated, both_on_a) == Rejection(
+        "pGPU 0000:84:00.0 serves group 1 already, group 2 needs another one "
+        "(group_policy=isolate)", uuid_of(GPU_A))
+
+
 def test_offline_finds_the_fit_the_best_first_choice_misses(plugin):
     # group 1 on the first pGPU (the greedy choice) leaves group 2 nowhere
     info = two_gpus(a=2, b=1)
