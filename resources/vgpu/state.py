@@ -95,6 +95,54 @@ class VGPUState(PluginState):
                 return gpu
         return None
 
+    def consumed(self, assignment: VGPUAssignment) -> VGPUState:
+        """This state once ``assignment`` is taken too: what a scheduler
+        gave an earlier guest of the same request on this host, before the
+        host publishes again (nova's ``num_instances > 1``). Its existing
+        mdevs become used, the others planned, so the next guest's fit
+        takes other mdevs (and new uuids: :func:`new_mdev_uuid` skips the
+        planned ones).
+
+        :raises AssignmentConflict: a pGPU the state lacks, an mdev taken
+            already or on another pGPU, or more mdevs than a pGPU offers.
+        """
+        gpus = {gpu.address: gpu for gpu in self.pgpus}
+        for device in assignment.devices:
+            gpu = gpus.get(device.parent_address)
+            if gpu is None:
+                raise AssignmentConflict(PLUGIN, "an earlier guest of the request "
+                                         "uses pGPU %s, which offers no vGPUs on "
+                                         "this host" % device.parent_address)
+            free, used = list(gpu.free_mdevs), list(gpu.used_mdevs)
+            planned = list(gpu.planned_mdevs)
+            for mdev in device.mdev_uuids:
+                if mdev in used or mdev in planned:
+                    raise AssignmentConflict(PLUGIN, "mdev %s on pGPU %s is taken "
+                                             "twice (an earlier guest of the "
+                                             "request)" % (mdev, gpu.address))
+                owner = self.owner_of(mdev)
+                if owner is not None and owner.address != gpu.address:
+                    raise AssignmentConflict(PLUGIN, "mdev %s exists on pGPU %s, an "
+                                             "earlier guest of the request puts it "
+                                             "on pGPU %s"
+                                             % (mdev, owner.address, gpu.address))
+                if mdev in free:
+                    free.remove(mdev)
+                    used.append(mdev)
+                else:
+                    planned.append(mdev)
+            taken = dataclasses.replace(gpu, free_mdevs=tuple(free),
+                                        used_mdevs=tuple(sorted(used)),
+                                        planned_mdevs=tuple(sorted(planned)))
+            if taken.creatable < 0:
+                raise AssignmentConflict(PLUGIN, "pGPU %s offers %d mdevs of type "
+                                         "%s; with an earlier guest of the request "
+                                         "it would hold %d" % (
+                                             gpu.address, gpu.total, gpu.mdev_type,
+                                             gpu.total - taken.creatable))
+            gpus[gpu.address] = taken
+        return dataclasses.replace(self, pgpus=tuple(gpus[g.address] for g in self.pgpus))
+
     def owner_of(self, mdev_uuid: str) -> Optional[PGPUState]:
         """The pGPU on which ``mdev_uuid`` exists or is planned."""
         for gpu in self.pgpus:

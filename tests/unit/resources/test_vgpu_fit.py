@@ -212,6 +212,44 @@ def test_verify_refuses_two_isolated_groups_on_one_pgpu(plugin):
         "(group_policy=isolate)", uuid_of(GPU_A))
 
 
+def test_instances_of_one_request_never_take_an_mdev_twice(plugin):
+    # nova's num_instances > 1: the filter fits each instance on the state
+    # with the earlier ones' assignments consumed (VGPUTests.
+    # test_multiple_instance_create): one pGPU with room for two vGPUs, one
+    # of them an existing free mdev
+    info = host(CELLS, [gpu(GPU_A, 0, nvidia_35=1)],
+                mdevs=[Mdev(M1, "nvidia-35", GPU_A)])
+    request = vgpus(plugin)
+    published = state(plugin, info)
+    first = plugin.fit(published, request, None, {})
+    second_state = published.consumed(first)
+    second = plugin.fit(second_state, request, None, {})
+    assert [d.mdev_uuids for d in first.devices] == [(M1,)]
+    assert [d.mdev_uuids for d in second.devices] == [(new_mdev_uuid(uuid_of(GPU_A), 0),)]
+    # the state after both equals the one the host publishes with both
+    both = second_state.consumed(second)
+    assert both == state(plugin, info, first, second)
+    assert plugin.fit(both, request, None, {}) == Rejection(
+        "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 has 0 of 2 mdevs of "
+        "type nvidia-35 free, group _VGPU needs 1")
+
+
+@pytest.mark.parametrize(("earlier", "reason"), [
+    (lambda s: assigned(GPU_B, M1), "an earlier guest of the request uses pGPU "
+     "0000:85:00.0, which offers no vGPUs on this host"),
+    (lambda s: assigned(GPU_A, M1, M1), "mdev %s on pGPU 0000:84:00.0 is taken "
+     "twice (an earlier guest of the request)" % M1),
+    (lambda s: assigned(GPU_A, M1, M2, "33333333-3333-4333-8333-333333333333"),
+     "pGPU 0000:84:00.0 offers 2 mdevs of type nvidia-35; with an earlier guest "
+     "of the request it would hold 3"),
+])
+def test_consuming_what_does_not_hold_names_it(plugin, earlier, reason):
+    published = state(plugin, host(CELLS, [gpu(GPU_A, 0, nvidia_35=2)]))
+    with pytest.raises(AssignmentConflict) as err:
+        published.consumed(earlier(published))
+    assert err.value.reason == reason
+
+
 def test_offline_finds_the_fit_the_best_first_choice_misses(plugin):
     # group 1 on the first pGPU (the greedy choice) leaves group 2 nowhere
     info = two_gpus(a=2, b=1)
