@@ -37,6 +37,7 @@ from resources.vgpu.view import (
     InvalidMdevConfig,
     VGPUView,
     build_view,
+    mdev_classes,
     register_dynamic_opts,
 )
 
@@ -98,8 +99,9 @@ class VGPUPlugin(ResourcePlugin[VGPUView, VGPURequest, VGPUState, VGPUAssignment
         return provider.contributions(view, nodename)
 
     def parse_request(self, request_input: Any) -> Optional[vgpu_request.VGPURequest]:
-        """``resources[N]:VGPU`` with ``trait[N]:CUSTOM_MDEV_TYPE_*``."""
-        return vgpu_request.parse(request_input)
+        """``resources[N]:VGPU`` (or an ``[mdev_<type>] mdev_class``) with
+        ``trait[N]:CUSTOM_MDEV_TYPE_*``."""
+        return vgpu_request.parse(request_input, mdev_classes(self.conf))
 
     def request_groups(
         self, plugin_request: vgpu_request.VGPURequest

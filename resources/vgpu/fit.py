@@ -8,13 +8,14 @@ Per VGPU group, in the request's order:
   :mod:`compute_plugins.plugin.topology`), then by address (deterministic). Two
   groups may share a pGPU (nova's ``group_policy=none``), except two
   numbered groups under ``group_policy=isolate`` (as Placement keeps them
-  apart); the second sees what the first took, and when the best choices leave a later group
-  without a pGPU the next ones are tried (:func:`compute_plugins.plugin.choice.
+  apart); the second sees what the first took, and when the best choices
+  leave a later group without a pGPU the next ones are tried (:func:`compute_plugins.plugin.choice.
   first_fit`): whenever the groups fit the host, ``fit`` finds where;
-- **the checks** (:func:`group_problem`): the pGPU offers ``VGPU`` (not a
-  ``[mdev_<type>] mdev_class`` custom class), the group's required /
-  forbidden ``CUSTOM_MDEV_TYPE_*`` traits, enough free instances of its type,
-  and the NUMA affinity policy against the host cells of the guest's NUMA
+- **the checks** (:func:`group_problem`): the pGPU offers the group's
+  resource class (``VGPU`` or its ``[mdev_<type>] mdev_class``), the
+  group's required / forbidden ``CUSTOM_MDEV_TYPE_*`` traits, under
+  ``group_policy=isolate`` no other numbered group on it, enough free
+  instances of its type, and the NUMA affinity policy against the host cells of the guest's NUMA
   nodes (the topology in ``earlier``: the ``needs = (TOPOLOGY,)`` of
   :class:`~resources.vgpu.VGPUPlugin`);
 - **the mdevs**: existing free mdevs of the type first (sorted), then new
@@ -43,9 +44,6 @@ from resources.vgpu.request import (
 )
 from resources.vgpu.state import PGPUState, VGPUState, new_mdev_uuid
 
-#: The resource class a ``resources[N]:VGPU`` group asks for.
-VGPU = "VGPU"
-
 
 def group_problem(gpu: PGPUState, group: VGPUGroup, affinity: Affinity,
                   taken: int = 0, holder: Optional[str] = None) -> Optional[str]:
@@ -58,9 +56,10 @@ def group_problem(gpu: PGPUState, group: VGPUGroup, affinity: Affinity,
         problem = isolation_problem(name, group.requester_id, holder)
         if problem is not None:
             return problem
-    if gpu.resource_class != VGPU:
+    if gpu.resource_class != group.resource_class:
         return ("%s offers its mdevs as %s, group %s asks for %s"
-                % (name, gpu.resource_class, group.requester_id, VGPU))
+                % (name, gpu.resource_class, group.requester_id,
+                   group.resource_class))
     trait = mdev_type_trait(gpu.mdev_type)
     if group.mdev_types and trait not in group.mdev_types:
         return ("%s offers mdev type %s, group %s requires %s"

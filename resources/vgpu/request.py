@@ -1,7 +1,11 @@
 """The vGPU plugin's request: ``resources[N]:VGPU`` and mdev-type traits.
 
 nova's syntax: ``resources[N]:VGPU=<count>`` with, in the same group,
-``trait[N]:CUSTOM_MDEV_TYPE_<TYPE>=required|forbidden``. Each group becomes
+``trait[N]:CUSTOM_MDEV_TYPE_<TYPE>=required|forbidden``; an mdev class of
+the configuration (``[mdev_<type>] mdev_class = CUSTOM_*``, e.g. nova's
+``CUSTOM_NOTVGPU``) is asked the same way instead of ``VGPU``
+(``resources[N]:CUSTOM_NOTVGPU=1``), one class per group (a pGPU offers
+one). Each group becomes
 one ``device`` request group (all its vGPUs from one pGPU): the numbered
 group keeps the user's suffix, the unsuffixed one is named ``_VGPU``.
 
@@ -13,6 +17,7 @@ NUMA affinity: nova has none for mdevs; here a vGPU group follows
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Optional
 
 import os_resource_classes as orc
@@ -34,7 +39,8 @@ from compute_plugins.request.types import FrozenMap, enum_field
 PLUGIN = "vgpu"
 UNSUFFIXED_GROUP = "_VGPU"
 
-_VGPU_KEY = granular_key_re("resources", "VGPU")
+#: The resource class of vGPUs (an mdev type's default ``mdev_class``).
+VGPU = orc.VGPU
 _MDEV_KEY = granular_key_re("trait", "(CUSTOM_MDEV_TYPE_[A-Z0-9_]+)")
 
 
@@ -46,6 +52,8 @@ class VGPUGroup:
     count: int
     mdev_types: frozenset[str] = frozenset()
     forbidden_mdev_types: frozenset[str] = frozenset()
+    #: ``VGPU``, or the ``[mdev_<type>] mdev_class`` asked.
+    resource_class: str = VGPU
 
     @property
     def numbered(self) -> bool:
@@ -96,18 +104,36 @@ class VGPUAssignment(PluginAssignment):
     host_cells: tuple[int, ...] = ()
 
 
-def parse(ri: RequestInput) -> Optional[VGPURequest]:
+def _class_key(classes: frozenset[str]) -> re.Pattern[str]:
+    """``resources[N]:<class>`` for the mdev classes ``classes``."""
+    return granular_key_re("resources", "(%s)" % "|".join(
+        re.escape(c) for c in sorted(classes | {VGPU})))
+
+
+def parse(ri: RequestInput, classes: frozenset[str] = frozenset({VGPU})
+          ) -> Optional[VGPURequest]:
+    """The VGPU groups of ``ri``; ``classes``: the mdev classes of the
+    configuration (:func:`resources.vgpu.view.mdev_classes`)."""
+    class_key = _class_key(classes)
     counts: dict[str, int] = {}
+    asked: dict[str, str] = {}
     required: dict[str, set[str]] = {}
     forbidden: dict[str, set[str]] = {}
     trait_keys: dict[str, list[tuple[str, str]]] = {}
     for key, value in sorted(ri.extra_specs.items()):
-        match = _VGPU_KEY.match(key)
+        match = class_key.match(key)
         if match:
             ri.claim(key)
             count = rules.check_int(ri, key, value, minimum=0, maximum=MAX_AMOUNT)
-            if count:
-                counts[match.group(1) or ""] = count
+            if not count:
+                continue
+            suffix, rc = match.group(1) or "", match.group(2)
+            if suffix in asked:
+                ri.report(key, value, "a group's mdevs come from one physical "
+                          "GPU, which offers one mdev class: the group asks "
+                          "%s already" % asked[suffix])
+                continue
+            counts[suffix], asked[suffix] = count, rc
             continue
         match = _MDEV_KEY.match(key)
         if match:
@@ -135,7 +161,8 @@ def parse(ri: RequestInput) -> Optional[VGPURequest]:
     groups = tuple(
         VGPUGroup(requester_id=suffix or UNSUFFIXED_GROUP, count=count,
                   mdev_types=frozenset(required.get(suffix, ())),
-                  forbidden_mdev_types=frozenset(forbidden.get(suffix, ())))
+                  forbidden_mdev_types=frozenset(forbidden.get(suffix, ())),
+                  resource_class=asked[suffix])
         for suffix, count in sorted(counts.items()))
     return VGPURequest(groups=groups, affinity=affinity,
                        isolate=devices.isolates_groups(ri))
@@ -147,7 +174,7 @@ def request_groups(req: VGPURequest) -> list[RequestGroup]:
     groups = [
         RequestGroup(
             requester_id=g.requester_id,
-            resources=FrozenMap({orc.VGPU: g.count}),
+            resources=FrozenMap({g.resource_class: g.count}),
             required_traits=g.mdev_types,
             forbidden_traits=g.forbidden_mdev_types,
             owner=PLUGIN, kind=KIND_DEVICE, affinity=req.affinity)

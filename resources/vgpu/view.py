@@ -90,6 +90,15 @@ def register_dynamic_opts(conf: cfg.ConfigOpts) -> None:
             group=type_group(mdev_type))
 
 
+def mdev_classes(conf: cfg.ConfigOpts) -> frozenset[str]:
+    """The resource classes a request may ask mdevs as: ``VGPU`` and every
+    enabled type's ``[mdev_<type>] mdev_class`` (nova's
+    ``_get_supported_mdev_resource_classes``)."""
+    register_dynamic_opts(conf)
+    return frozenset({"VGPU"} | {conf[type_group(t)].mdev_class
+                                 for t in conf[GROUP].enabled_mdev_types})
+
+
 @dataclasses.dataclass(frozen=True)
 class GPUView:
     """One physical GPU that offers vGPUs of its enabled type."""

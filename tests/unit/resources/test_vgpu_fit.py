@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from compute_plugins.host.model import MdevType
 from compute_plugins.plugin import names
 from compute_plugins.plugin.choice import Budget
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.plugin.state import AssignmentConflict
+from compute_plugins.request.inputs import RequestInput
 from resources.vgpu import VGPUPlugin
 from resources.vgpu import fit as vgpu_fit
 from resources.vgpu.request import MdevAssignment, VGPUAssignment
@@ -300,14 +303,60 @@ def test_mdev_type_traits_choose_the_pgpu(conf):
         uuid_of(GPU_A))
 
 
-def test_custom_mdev_class_is_not_a_vgpu(conf):
+def test_a_custom_mdev_class_is_asked_and_decided_as_that_class(conf):
+    # nova's DifferentMdevClassesTests: [mdev_mlx5_core] mdev_class =
+    # CUSTOM_NOTVGPU on one GPU, nvidia-12 (VGPU) on the other
+    conf.set_override("enabled_mdev_types", ["mlx5_core", "nvidia-12"], "vgpu")
+    plugin = VGPUPlugin(conf)
+    conf.set_override("device_addresses", [GPU_A], "mdev_mlx5_core")
+    conf.set_override("device_addresses", [GPU_B], "mdev_nvidia-12")
+    conf.set_override("mdev_class", "CUSTOM_NOTVGPU", "mdev_mlx5_core")
+    # nova's fakelibvirt GPUs offer both types (mlx5_core keeps its "_")
+    info = host(CELLS, [dataclasses.replace(g, mdev_types=(
+        MdevType("mlx5_core", available_instances=16, device_api="vfio-pci"),
+        *g.mdev_types)) for g in (gpu(GPU_A, 0, nvidia_12=8),
+                                   gpu(GPU_B, 1, nvidia_12=8))])
+    view = plugin.discover(info)
+    assert {c.name: sorted(c.inventory) for c in plugin.provider_contributions(
+        view, NODE)} == {"node1_pci_0000_84_00_0": ["CUSTOM_NOTVGPU"],
+                         "node1_pci_0000_85_00_0": ["VGPU"]}
+    published = state(plugin, info)
+    custom = parse(plugin, {"resources:CUSTOM_NOTVGPU": "1"})
+    assert [(rg.requester_id, dict(rg.resources))
+            for rg in plugin.request_groups(custom)] == [
+        ("_VGPU", {"CUSTOM_NOTVGPU": 1})]
+    got = plugin.fit(published, custom, None, {})
+    assert [(d.parent_address, d.mdev_type, len(d.mdev_uuids))
+            for d in got.devices] == [(GPU_A, "mlx5_core", 1)]
+    # the decision names the mdev: the guest XML gets its <hostdev>
+    assert len(plugin.guest_config(custom, got)) == 1
+    vgpu = plugin.fit(published, parse(plugin, {"resources:VGPU": "1"}), None, {})
+    assert [d.parent_address for d in vgpu.devices] == [GPU_B]
+    # a full GPU of the class: no VGPU GPU serves it instead
+    assert plugin.fit(published, parse(plugin, {"resources:CUSTOM_NOTVGPU": "17"}),
+                      None, {}) == Rejection(
+        "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 has 16 of 16 mdevs of "
+        "type mlx5_core free, group _VGPU needs 17; pGPU 0000:85:00.0 offers "
+        "its mdevs as VGPU, group _VGPU asks for CUSTOM_NOTVGPU")
+
+
+def test_a_group_asks_one_mdev_class_and_other_custom_classes_are_not_mdevs(conf):
     conf.set_override("enabled_mdev_types", ["nvidia-35"], "vgpu")
     plugin = VGPUPlugin(conf)
-    plugin.discover(host())
     conf.set_override("mdev_class", "CUSTOM_NOTVGPU", "mdev_nvidia-35")
-    got = plugin.fit(state(plugin, two_gpus()), vgpus(plugin), None, {})
-    assert "pGPU 0000:84:00.0 offers its mdevs as CUSTOM_NOTVGPU, group _VGPU " \
-        "asks for VGPU" in got.reason
+    ri = RequestInput.from_dicts({"name": "f", "vcpus": 2, "memory_mb": 2048,
+                                  "extra_specs": {"resources1:CUSTOM_NOTVGPU": "1",
+                                                  "resources1:VGPU": "1"}}
+                                 ).for_plugin(plugin.name)
+    plugin.parse_request(ri)
+    assert [str(p) for p in ri.problems] == [
+        "flavor resources1:VGPU='1': a group's mdevs come from one "
+        "physical GPU, which offers one mdev class: the group asks "
+        "CUSTOM_NOTVGPU already"]
+    # a custom class no mdev type names is left to the framework
+    assert plugin.parse_request(RequestInput.from_dicts({
+        "name": "f", "vcpus": 2, "memory_mb": 2048,
+        "extra_specs": {"resources:CUSTOM_OTHER": "1"}}).for_plugin(plugin.name)) is None
 
 
 def test_max_instances_is_honoured(conf):
