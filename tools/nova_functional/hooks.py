@@ -27,7 +27,10 @@ The plugins run (:class:`Plugins`) adds:
   test set (``self.flags``: CPU sets and the legacy ``vcpu_pin_set``,
   ratios, reserved memory, PCI alias, mdev types, pmem namespaces, NUMA-affine networks and their
   ``[neutron_physnet_<name>] numa_nodes``) and a fresh SQLite
-  host-state store per test;
+  host-state store per test; ``PluginFitFilter`` reloads the plugins when
+  the mirrored ``[vgpu]`` / ``[mdev_<type>]`` options changed since it was
+  built (nova's ``[devices]`` options are the compute's, set by a test
+  after the scheduler started);
 - publishing: the driver mixin publishes the host's plugin states itself
   (``PluginProviderTreeMixin.PUBLISHES_HOST_STATES``); with a mixin that
   does not, the driver publishes them after each ``update_provider_tree``
@@ -254,6 +257,19 @@ class Plugins:
 
     def overlay(self) -> Path:
         """The nova options the test set, in our configuration's groups."""
+        lines = self.overlay_lines()
+        path = self.test_dir / "overlay.conf"
+        path.write_text("".join(
+            "[%s]\n%s\n" % (group, "\n".join(body)) for group, body in lines.items()))
+        return path
+
+    def mdev_options(self) -> dict[str, list[str]]:
+        """The overlay's ``[vgpu]`` and ``[mdev_<type>]`` groups now."""
+        return {group: body for group, body in self.overlay_lines().items()
+                if group == "vgpu" or group.startswith("mdev_")}
+
+    def overlay_lines(self) -> dict[str, list[str]]:
+        """The overlay's lines by group (:meth:`overlay`)."""
         conf = self.conf
         lines: dict[str, list[str]] = {"host_state": [
             "connection = %s" % self.store_url()]}
@@ -288,10 +304,7 @@ class Plugins:
                 continue
             lines.setdefault("neutron_physnet_%s" % physnet, []).append(
                 "numa_nodes = %s" % ",".join(map(str, nodes or ())))
-        path = self.test_dir / "overlay.conf"
-        path.write_text("".join(
-            "[%s]\n%s\n" % (group, "\n".join(body)) for group, body in lines.items()))
-        return path
+        return lines
 
     def install(self) -> None:
         from nova.scheduler import host_manager
@@ -340,8 +353,26 @@ class Plugins:
         scheduler_manager.SchedulerManager._consume_selected_host = staticmethod(consumed)
 
         filter_all = plugin_filters.PluginFitFilter.filter_all
+        build_filter = plugin_filters.PluginFitFilter.__init__
+
+        def built(fit_filter: Any, *args: Any, **kwargs: Any) -> None:
+            build_filter(fit_filter, *args, **kwargs)
+            fit_filter._nf_mdev = self.mdev_options()
 
         def filtered(fit_filter: Any, hosts: Any, spec_obj: Any) -> Any:
+            # NOTE: nova's [devices] options are the compute's: a test sets
+            # them (mdev types, [mdev_<type>] mdev_class) after nova's
+            # scheduler started, then (re)starts its compute. The plugins'
+            # filter needs them too (a custom mdev class is the vgpu
+            # plugin's request): it reloads the plugins when they changed,
+            # as an operator configures both services alike.
+            mdev = self.mdev_options()
+            if getattr(fit_filter, "_nf_mdev", mdev) != mdev:
+                from compute_plugins.runtime.manager import PluginManager
+                fit_filter.plugins = PluginManager(load_conf()).plugins
+                fit_filter.states = plugin_filters.StoreStates(
+                    fit_filter.states.store, fit_filter.plugins)
+                fit_filter._nf_mdev = mdev
             hosts = list(hosts)
             passed = filter_all(fit_filter, hosts, spec_obj)
             if hosts and not passed:
@@ -349,6 +380,7 @@ class Plugins:
             return passed
 
         setattr(plugin_filters.PluginFitFilter, "filter_all", filtered)  # noqa: B010 - mypy: a method
+        setattr(plugin_filters.PluginFitFilter, "__init__", built)  # noqa: B010 - mypy: a method
 
         driver_class = self.driver_class()
         load_driver = virt_driver.load_compute_driver
