@@ -120,9 +120,11 @@ class VGPUState(PluginState):
                     raise AssignmentConflict(PLUGIN, "mdev %s on pGPU %s is taken "
                                              "twice (an earlier guest of the "
                                              "request)" % (mdev, gpu.address))
-                owner = self.owner_of(mdev)
+                # NOTE: the pGPUs as taken so far: an mdev planned by an
+                # earlier device of the assignment counts as well.
+                owner = next((g for g in gpus.values() if g.knows(mdev)), None)
                 if owner is not None and owner.address != gpu.address:
-                    raise AssignmentConflict(PLUGIN, "mdev %s exists on pGPU %s, an "
+                    raise AssignmentConflict(PLUGIN, "mdev %s is on pGPU %s, an "
                                              "earlier guest of the request puts it "
                                              "on pGPU %s"
                                              % (mdev, owner.address, gpu.address))

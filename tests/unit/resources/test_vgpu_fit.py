@@ -253,6 +253,24 @@ def test_consuming_what_does_not_hold_names_it(plugin, earlier, reason):
     assert err.value.reason == reason
 
 
+def test_consuming_one_new_mdev_on_two_pgpus_is_a_conflict(plugin):
+    # what the host's own state would refuse ("assigned twice"), consumed
+    # refuses too: one uuid planned on two pGPUs would count it twice
+    info = two_gpus()
+    published = state(plugin, info)
+    new = new_mdev_uuid(uuid_of(GPU_A), 0)
+    both = VGPUAssignment(devices=(
+        MdevAssignment("1", uuid_of(GPU_A), GPU_A, "nvidia-35", (new,)),
+        MdevAssignment("2", uuid_of(GPU_B), GPU_B, "nvidia-35", (new,))))
+    with pytest.raises(AssignmentConflict):
+        state(plugin, info, both)
+    with pytest.raises(AssignmentConflict) as err:
+        published.consumed(both)
+    assert err.value.reason == (
+        "mdev %s is on pGPU 0000:84:00.0, an earlier guest of the request "
+        "puts it on pGPU 0000:85:00.0" % new)
+
+
 def test_offline_finds_the_fit_the_best_first_choice_misses(plugin):
     # group 1 on the first pGPU (the greedy choice) leaves group 2 nowhere
     info = two_gpus(a=2, b=1)
