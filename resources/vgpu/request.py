@@ -4,10 +4,14 @@ nova's syntax: ``resources[N]:VGPU=<count>`` with, in the same group,
 ``trait[N]:CUSTOM_MDEV_TYPE_<TYPE>=required|forbidden``; an mdev class of
 the configuration (``[mdev_<type>] mdev_class = CUSTOM_*``, e.g. nova's
 ``CUSTOM_NOTVGPU``) is asked the same way instead of ``VGPU``
-(``resources[N]:CUSTOM_NOTVGPU=1``), one class per group (a pGPU offers
-one). Each group becomes
-one ``device`` request group (all its vGPUs from one pGPU): the numbered
-group keeps the user's suffix, the unsuffixed one is named ``_VGPU``.
+(``resources[N]:CUSTOM_NOTVGPU=1``). A numbered group asks one class (its
+resources come from one provider, a pGPU offers one); the unsuffixed group
+may ask several, as Placement serves each of its resource classes from one
+provider, different classes from different ones. Each (group, class)
+becomes one ``device`` request group (all its vGPUs from one pGPU): the
+numbered group keeps the user's suffix, the unsuffixed ones are named
+``_VGPU`` (``VGPU`` first, then the custom classes by name), ``_VGPU1``...
+(reserved suffixes: none is numbered, ``group_policy`` leaves them be).
 
 NUMA affinity: nova has none for mdevs; here a vGPU group follows
 ``hw:pci_numa_affinity_policy`` when it is ``required``, ``preferred`` or
@@ -32,6 +36,7 @@ from compute_plugins.request.groups import (
     PluginRequest,
     RequestGroup,
     granular_key_re,
+    is_reserved_suffix,
 )
 from compute_plugins.request.inputs import MAX_AMOUNT, RequestInput
 from compute_plugins.request.types import FrozenMap, enum_field
@@ -58,7 +63,7 @@ class VGPUGroup:
     @property
     def numbered(self) -> bool:
         """A group of the user's ``resources<N>:`` (``group_policy`` rules it)."""
-        return self.requester_id != UNSUFFIXED_GROUP
+        return not is_reserved_suffix(self.requester_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,8 +120,7 @@ def parse(ri: RequestInput, classes: frozenset[str] = frozenset({VGPU})
     """The VGPU groups of ``ri``; ``classes``: the mdev classes of the
     configuration (:func:`resources.vgpu.view.mdev_classes`)."""
     class_key = _class_key(classes)
-    counts: dict[str, int] = {}
-    asked: dict[str, str] = {}
+    counts: dict[str, dict[str, int]] = {}
     required: dict[str, set[str]] = {}
     forbidden: dict[str, set[str]] = {}
     trait_keys: dict[str, list[tuple[str, str]]] = {}
@@ -128,12 +132,12 @@ def parse(ri: RequestInput, classes: frozenset[str] = frozenset({VGPU})
             if not count:
                 continue
             suffix, rc = match.group(1) or "", match.group(2)
-            if suffix in asked:
+            if suffix and suffix in counts:
                 ri.report(key, value, "a group's mdevs come from one physical "
                           "GPU, which offers one mdev class: the group asks "
-                          "%s already" % asked[suffix])
+                          "%s already" % ", ".join(counts[suffix]))
                 continue
-            counts[suffix], asked[suffix] = count, rc
+            counts.setdefault(suffix, {})[rc] = count
             continue
         match = _MDEV_KEY.match(key)
         if match:
@@ -146,6 +150,13 @@ def parse(ri: RequestInput, classes: frozenset[str] = frozenset({VGPU})
                           "in the same group: resources%s:VGPU" % suffix)
                 continue
             kind = rules.check_enum(ri, key, value, ("required", "forbidden"))
+            if kind == "required" and len(counts[suffix]) > 1:
+                # NOTE: Placement wants the trait on one of the group's
+                # providers, which pGPU (class) is not said.
+                ri.report(key, value, "the unsuffixed group asks several mdev "
+                          "classes (%s): require the mdev type in a numbered "
+                          "group with its class" % ", ".join(sorted(counts[suffix])))
+                continue
             target = required if kind == "required" else forbidden
             if kind:
                 target.setdefault(suffix, set()).add(key.split(":", 1)[1])
@@ -159,13 +170,23 @@ def parse(ri: RequestInput, classes: frozenset[str] = frozenset({VGPU})
     policy = devices.pci_affinity_policy(ri)
     affinity = policy if policy in ("required", "preferred", "socket") else None
     groups = tuple(
-        VGPUGroup(requester_id=suffix or UNSUFFIXED_GROUP, count=count,
+        VGPUGroup(requester_id=_requester_id(suffix, index), count=count,
                   mdev_types=frozenset(required.get(suffix, ())),
                   forbidden_mdev_types=frozenset(forbidden.get(suffix, ())),
-                  resource_class=asked[suffix])
-        for suffix, count in sorted(counts.items()))
+                  resource_class=rc)
+        for suffix, asked in sorted(counts.items())
+        for index, (rc, count) in enumerate(sorted(
+            asked.items(), key=lambda item: (item[0] != VGPU, item[0]))))
     return VGPURequest(groups=groups, affinity=affinity,
                        isolate=devices.isolates_groups(ri))
+
+
+def _requester_id(suffix: str, index: int) -> str:
+    """The group of the ``index``-th class asked with ``suffix`` (module
+    doc): the user's suffix, or ``_VGPU``, ``_VGPU1``... unsuffixed."""
+    if suffix:
+        return suffix
+    return UNSUFFIXED_GROUP + (str(index) if index else "")
 
 
 def request_groups(req: VGPURequest) -> list[RequestGroup]:

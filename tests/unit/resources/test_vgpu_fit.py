@@ -321,9 +321,9 @@ def test_mdev_type_traits_choose_the_pgpu(conf):
         uuid_of(GPU_A))
 
 
-def test_a_custom_mdev_class_is_asked_and_decided_as_that_class(conf):
-    # nova's DifferentMdevClassesTests: [mdev_mlx5_core] mdev_class =
-    # CUSTOM_NOTVGPU on one GPU, nvidia-12 (VGPU) on the other
+def mlx5_and_vgpu(conf):
+    """nova's DifferentMdevClassesTests: [mdev_mlx5_core] mdev_class =
+    CUSTOM_NOTVGPU on GPU_A, nvidia-12 (VGPU) on GPU_B: the plugin and host."""
     conf.set_override("enabled_mdev_types", ["mlx5_core", "nvidia-12"], "vgpu")
     plugin = VGPUPlugin(conf)
     conf.set_override("device_addresses", [GPU_A], "mdev_mlx5_core")
@@ -334,6 +334,11 @@ def test_a_custom_mdev_class_is_asked_and_decided_as_that_class(conf):
         MdevType("mlx5_core", available_instances=16, device_api="vfio-pci"),
         *g.mdev_types)) for g in (gpu(GPU_A, 0, nvidia_12=8),
                                    gpu(GPU_B, 1, nvidia_12=8))])
+    return plugin, info
+
+
+def test_a_custom_mdev_class_is_asked_and_decided_as_that_class(conf):
+    plugin, info = mlx5_and_vgpu(conf)
     view = plugin.discover(info)
     assert {c.name: sorted(c.inventory) for c in plugin.provider_contributions(
         view, NODE)} == {"node1_pci_0000_84_00_0": ["CUSTOM_NOTVGPU"],
@@ -356,6 +361,36 @@ def test_a_custom_mdev_class_is_asked_and_decided_as_that_class(conf):
         "no pGPU can serve group _VGPU: pGPU 0000:84:00.0 has 16 of 16 mdevs of "
         "type mlx5_core free, group _VGPU needs 17; pGPU 0000:85:00.0 offers "
         "its mdevs as VGPU, group _VGPU asks for CUSTOM_NOTVGPU")
+
+
+def test_the_unsuffixed_group_takes_each_mdev_class_from_its_own_pgpu(conf):
+    # Placement serves each resource class of the unsuffixed group from one
+    # provider, different classes from different ones (nova's driver then
+    # makes an mdev on each pGPU of its allocation): not one pGPU for both
+    plugin, info = mlx5_and_vgpu(conf)
+    both = parse(plugin, {"resources:CUSTOM_NOTVGPU": "1", "resources:VGPU": "2",
+                          "trait:CUSTOM_MDEV_TYPE_NVIDIA_11": "forbidden"})
+    assert [(rg.requester_id, dict(rg.resources), sorted(rg.forbidden_traits))
+            for rg in plugin.request_groups(both)] == [
+        ("_VGPU", {"VGPU": 2}, ["CUSTOM_MDEV_TYPE_NVIDIA_11"]),
+        ("_VGPU1", {"CUSTOM_NOTVGPU": 1}, ["CUSTOM_MDEV_TYPE_NVIDIA_11"])]
+    got = plugin.fit(state(plugin, info), both, None, {})
+    assert [(d.requester_id, d.parent_address, len(d.mdev_uuids))
+            for d in got.devices] == [("_VGPU", GPU_B, 2), ("_VGPU1", GPU_A, 1)]
+    # neither group is a numbered one: group_policy=isolate does not apply
+    assert not any(g.numbered for g in both.groups)
+    # which of its groups a required mdev type is for cannot be told
+    ri = RequestInput.from_dicts({"name": "f", "vcpus": 2, "memory_mb": 2048,
+                                  "extra_specs": {
+                                      "resources:CUSTOM_NOTVGPU": "1",
+                                      "resources:VGPU": "1",
+                                      "trait:CUSTOM_MDEV_TYPE_NVIDIA_12": "required"}}
+                                 ).for_plugin(plugin.name)
+    plugin.parse_request(ri)
+    assert [str(p) for p in ri.problems] == [
+        "flavor trait:CUSTOM_MDEV_TYPE_NVIDIA_12='required': the unsuffixed "
+        "group asks several mdev classes (CUSTOM_NOTVGPU, VGPU): require the "
+        "mdev type in a numbered group with its class"]
 
 
 def test_a_group_asks_one_mdev_class_and_other_custom_classes_are_not_mdevs(conf):
