@@ -62,9 +62,10 @@ OPTS = [
         "a scheduler of the host's answer, as soon as it is committed, and "
         "an idle agent reads nothing from the store (its lease renewal "
         "aside). Each agent and scheduler process then holds one more "
-        "database connection (or broker connection), listening. The store stays the record: a "
-        "notification only wakes the waiter, which reads the store. False, "
-        "and on SQLite and MySQL without ``push_transport_url``: agents poll every ``[compute] "
+        "connection (to the database, or to the broker), listening. The "
+        "store stays the record: a notification only wakes the waiter, "
+        "which reads the store. False, and on SQLite and MySQL without "
+        "``push_transport_url``: agents poll every ``[compute] "
         "claim_poll_interval`` and schedulers poll for the answer.",
     ),
     cfg.Opt(
