@@ -23,10 +23,16 @@ Ordering (why nothing is missed but what the safety net catches):
   reads the store: a change committed before its read is in what it reads,
   one committed after it is published after that, hence routed to its
   queue;
-- a wake-up is lost when the writer dies between its commit and the
-  publish, when the broker cannot be reached (the writer does not wait for
-  it: it tries again after a back-off) or restarts with the message queued
-  (queues and messages are transient). A listener whose connection failed
+- the writer does not wait for the broker: it hands the wake-up to its
+  process's publisher thread, which keeps what it could not publish and
+  tries again until the broker is back. A wake-up committed while a waiter's
+  listener is connected is therefore published after that, and reaches it;
+  one published before the waiter's listener (re)connected is covered by
+  the wake-up of every waiter at the reconnection, which reads the store
+  after the commit;
+- a wake-up is lost when the writer's process dies between its commit and
+  the publish, or when the broker restarts with the message queued (queues
+  and messages are transient). A listener whose connection failed
   polls meanwhile, and wakes every waiter once reconnected; whatever is
   still lost is read at the waiters' safety net
   (``[host_state] push_safety_poll_interval``).
@@ -44,11 +50,11 @@ waiters come and go. ``fake://``, oslo.messaging's in-process driver, is
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -80,6 +86,12 @@ _DRAIN_TIMEOUT = 1.0
 #: writers too wait as long before publishing again after a failure.
 _RECONNECT_FIRST = 0.5
 _RECONNECT_MAX = 30.0
+#: The publisher's longest pause between tries while the broker is down
+#: (what it holds meanwhile is published within this of the broker's return).
+_PUBLISH_RETRY_MAX = 5.0
+#: Channels pending publication beyond which they are dropped (the waiters'
+#: safety net reads them): a broker down for long under many writes.
+MAX_PENDING = 100_000
 
 
 def broker_urls(transport_url: str) -> list[str]:
@@ -175,13 +187,16 @@ class BrokerPush:
         self.broker = redacted(transport_url)
         self.url = url
         self._safety = safety_poll_interval
-        #: The connection the writers publish on and the waiters bind on.
+        #: The connection the publisher publishes on and the waiters bind on.
         self._control: Optional[_Connection] = None
         self._control_lock = threading.Lock()
-        #: No publishing before then (monotonic): the broker failed.
-        self._retry_at = 0.0
-        self._delay = _RECONNECT_FIRST
         self._down_said = False
+        #: Wake-ups committed, not published yet: channel -> payload (a
+        #: channel woken twice meanwhile is published once).
+        self._pending: dict[str, str] = {}
+        self._pending_cond = threading.Condition()
+        self._publisher: Optional[threading.Thread] = None
+        self._stop = threading.Event()
         self._listener: Optional[BrokerListener] = None
         self._listener_lock = threading.Lock()
         self._closed = False
@@ -192,20 +207,59 @@ class BrokerPush:
         return False  # NOTE: published once committed (committed())
 
     def committed(self, wakeups: Sequence[tuple[Sequence[str], str]]) -> None:
-        channels = sorted({c for chans, _ in wakeups for c in chans})
-        payload = wakeups[-1][1] if wakeups else ""
-        with self._control_lock:
-            if self._closed or time.monotonic() < self._retry_at:
-                return  # NOTE: the broker is down: the waiters poll, or catch it later
+        """Hand the wake-ups to this process's publisher thread: the writer
+        never waits for the broker (nor for one that is down)."""
+        with self._pending_cond:
+            if self._closed:
+                return
+            for channels, payload in wakeups:
+                for channel in channels:
+                    self._pending[channel] = payload
+            if len(self._pending) > MAX_PENDING:
+                LOG.warning("host-state store %s: %d wake-ups not published to %s "
+                            "dropped: waiters read the store at their safety net",
+                            self.url, len(self._pending), self.broker)
+                self._pending.clear()
+            if self._publisher is None:
+                self._publisher = threading.Thread(target=self._publishing, daemon=True,
+                                                   name="hoststate-broker-publisher")
+                self._publisher.start()
+            self._pending_cond.notify()
+
+    def _publishing(self) -> None:
+        """The publisher thread: publishes what is pending; keeps it while
+        the broker cannot be reached, trying again (0.5 s doubling up to
+        :data:`_PUBLISH_RETRY_MAX`), so that a wake-up committed while a
+        waiter's listener is back is not dropped. Once closed, it tries what
+        is left once and ends."""
+        delay = _RECONNECT_FIRST
+        while True:
+            with self._pending_cond:
+                while not self._pending and not self._closed:
+                    self._pending_cond.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, {}
+                closing = self._closed
             try:
-                self._on_control(lambda ch: self._publish(ch, channels, payload))
-            except Exception as err:  # noqa: BLE001 - any broker failure: safety net
-                self._failed(err, "publishing wake-ups")
+                with self._control_lock:
+                    self._on_control(functools.partial(self._publish, batch=batch))
+                delay = _RECONNECT_FIRST
+            except Exception as err:  # noqa: BLE001 - any broker failure: kept, retried
+                with self._control_lock:
+                    self._failed(err, "publishing wake-ups")
+                if closing:
+                    return
+                with self._pending_cond:
+                    for channel, payload in batch.items():
+                        self._pending.setdefault(channel, payload)
+                self._stop.wait(delay)
+                delay = min(delay * 2, _PUBLISH_RETRY_MAX)
 
     @staticmethod
-    def _publish(channel: Any, channels: Sequence[str], payload: str) -> None:
+    def _publish(channel: Any, batch: dict[str, str]) -> None:
         amqp: Any = importlib.import_module("amqp")
-        for name in channels:
+        for name, payload in sorted(batch.items()):
             # NOTE: confirmed: a publish into a connection the broker
             # closed fails here (and is tried again on a new one) instead
             # of vanishing.
@@ -231,13 +285,9 @@ class BrokerPush:
             self._down_said = False
             LOG.info("host-state store %s: publishing wake-ups to %s again",
                      self.url, self.broker)
-        self._delay = _RECONNECT_FIRST
-        self._retry_at = 0.0
 
     def _failed(self, err: BaseException, doing: str) -> None:
         self._drop_control()
-        self._retry_at = time.monotonic() + self._delay
-        self._delay = min(self._delay * 2, _RECONNECT_MAX)
         if not self._down_said:
             self._down_said = True
             LOG.warning("host-state store %s: broker %s unavailable (%s: %s): waiters "
@@ -263,7 +313,11 @@ class BrokerPush:
         with self._control_lock:
             if self._closed:
                 raise RuntimeError("closed")
-            self._on_control(operation)
+            try:
+                self._on_control(operation)
+            except Exception:
+                self._drop_control()
+                raise
 
     # -- waiters -------------------------------------------------------------
 
@@ -274,12 +328,21 @@ class BrokerPush:
             return self._listener
 
     def close(self) -> None:
+        """Stop listening; publish what is pending (one try: a store
+        closed right after its write, as a command's, still wakes its
+        waiters), then close the connections."""
         with self._listener_lock:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
-        with self._control_lock:
+        with self._pending_cond:
             self._closed = True
+            publisher = self._publisher
+            self._pending_cond.notify()
+        self._stop.set()
+        if publisher is not None and publisher is not threading.current_thread():
+            publisher.join(CONNECT_TIMEOUT + IO_TIMEOUT)
+        with self._control_lock:
             self._drop_control()
 
 
