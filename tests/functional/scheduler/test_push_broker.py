@@ -269,3 +269,42 @@ def test_fake_transport_pushes_within_the_process(placement, tmp_path):
     finally:
         cloud.close()
         own.close()
+
+
+def test_a_wakeup_committed_while_the_broker_is_down_is_published_when_it_is_back(
+        tmp_path, rabbit):
+    """The writer never waits for the broker and never drops what it could
+    not publish: a wake-up committed while RabbitMQ is down is published
+    once it is back, and reaches a waiter that subscribed only then (a new
+    listener: no wake-up at a reconnection could have woken it). The
+    writer's publisher is held off (its lock) until the waiter is bound."""
+    url = sqlite_url(tmp_path)
+    with HostStateStore(url, safety_poll_interval=NEVER,
+                        push_transport_url=rabbit.transport_url) as writer:
+        push = writer.db.push
+        assert isinstance(push, broker.BrokerPush)
+        with writer.db.write() as conn:  # NOTE: connects the publisher
+            writer.db.wake(conn, [notify.host_channel("warm")], "x")
+        assert wait_until(lambda: push._control is not None)
+        try:
+            rabbit.stop()
+            started = time.monotonic()
+            with writer.db.write() as conn:
+                writer.db.wake(conn, [notify.host_channel("late")], "decision")
+            assert time.monotonic() - started < 1.0  # NOTE: not held up
+            assert wait_until(lambda: push._down_said)
+            with push._control_lock:
+                rabbit.start()
+                waiter = HostStateStore(url, safety_poll_interval=NEVER,
+                                        push_transport_url=rabbit.transport_url)
+                sub = waiter.host_changes("late")
+                assert sub is not None and sub.live
+                assert not sub.wait(0)
+        finally:
+            if rabbit.process is None:
+                rabbit.start()
+        try:
+            assert sub.wait(ANSWER)
+        finally:
+            sub.close()
+            waiter.close()
