@@ -7,7 +7,8 @@ default_state_dir``), so ``XDG_STATE_HOME`` points into a temporary
 directory, for the session (module-scoped fixtures that start subprocesses)
 and for each test. Subprocesses inherit ``os.environ``.
 
-The database tests get the session's own PostgreSQL and MariaDB servers
+The database and broker tests get the session's own PostgreSQL, MariaDB and
+RabbitMQ servers
 (:mod:`tests.servers`), started when a test first needs one.
 """
 
@@ -44,4 +45,11 @@ def postgresql_server() -> Iterator[servers.DatabaseServer]:
 def mariadb_server() -> Iterator[servers.DatabaseServer]:
     """This session's (this xdist worker's) private MariaDB."""
     with servers.mariadb() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> Iterator[servers.RabbitServer]:
+    """This session's (this xdist worker's) private RabbitMQ."""
+    with servers.rabbitmq() as server:
         yield server

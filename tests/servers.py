@@ -1,4 +1,5 @@
-"""Private, throwaway PostgreSQL and MariaDB servers for the test session.
+"""Private, throwaway PostgreSQL, MariaDB and RabbitMQ servers for the test
+session.
 
 The database tests need real servers, and they must not depend on what the
 machine happens to run: each server here gets its own temporary directory
@@ -28,6 +29,13 @@ factories are not used, for two reasons:
   ``--no-defaults``, so they read ``/etc/mysql/my.cnf`` (a machine's
   ``user = mysql``, ``log-error``, ...); the wrappers here add it, and have
   ``root`` log in with an empty password over TCP, as the tests do.
+
+RabbitMQ (:func:`rabbitmq`) runs the same way without an executor: its own
+Erlang node name (``rabbit-PID@localhost``), cookie and ``HOME``, AMQP and
+distribution ports, and its own ``epmd`` on a free port (``ERL_EPMD_PORT``),
+killed at the end, so that neither a machine's RabbitMQ nor its ``epmd``
+on 4369 is touched; ``/etc/rabbitmq`` is not read (its own configuration,
+environment and plugins files).
 
 A missing server binary or user fails the tests that need the server, with
 the Debian package (listed in ``bindep.txt``) to install; nothing skips.
@@ -320,3 +328,130 @@ def mariadb() -> Iterator[DatabaseServer]:
             yield DatabaseServer("mariadb", HOST, port, "root")
         finally:
             executor.stop()
+
+
+#: Where Debian installs RabbitMQ's own scripts (``/usr/sbin/rabbitmq-server``
+#: is a wrapper that runs them as the ``rabbitmq`` user with /etc's settings).
+RABBITMQ_SCRIPTS = ("/usr/lib/rabbitmq/bin",)
+#: Seconds RabbitMQ takes to accept connections (about 3 s here).
+RABBITMQ_START_S = 60.0
+
+
+@dataclasses.dataclass
+class RabbitServer:
+    """A private RabbitMQ: ``guest``/``guest`` on 127.0.0.1, stopped and
+    started again by the tests of a broker restart (same node, port and
+    data)."""
+
+    port: int
+    base: Path
+    env: dict[str, str]
+    server: str
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def transport_url(self) -> str:
+        """Its oslo.messaging transport URL."""
+        return "rabbit://guest:guest@%s:%d/" % (HOST, self.port)
+
+    def accepts(self) -> bool:
+        """Whether it accepts AMQP connections (guest logged in)."""
+        from kombu.connection import Connection
+
+        conn = Connection("pyamqp://guest:guest@%s:%d//" % (HOST, self.port),
+                                connect_timeout=2)
+        try:
+            conn.connect()
+            return True
+        except Exception:  # noqa: BLE001 - not yet
+            return False
+        finally:
+            conn.release()
+
+    def start(self) -> None:
+        """Start the node and wait until it accepts connections."""
+        log = open(self.base / "server.out", "ab")  # noqa: SIM115 - the child's
+        self.process = subprocess.Popen([self.server], env=self.env, stdout=log,
+                                        stderr=subprocess.STDOUT, cwd=self.base,
+                                        start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + RABBITMQ_START_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            if self.accepts():
+                return
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail("the private RabbitMQ (%s) did not start%s"
+                    % (self.server, _log_tail(self.base / "server.out")), pytrace=False)
+
+    def stop(self) -> None:
+        """Stop the node (SIGTERM: its clean shutdown), killed after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        # NOTE: the node's other processes (inet_gethost, erl_child_setup)
+        # are in its session: gone with it.
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def rabbitmq() -> Iterator[RabbitServer]:
+    """A private RabbitMQ while the block runs (see the module docstring);
+    its ``epmd`` killed and its directory removed after."""
+    # NOTE: Debian's own script first: the one on PATH (/usr/sbin) is its
+    # wrapper (su to ``rabbitmq``, cd /var/lib/rabbitmq).
+    scripts = [os.path.join(d, "rabbitmq-server") for d in RABBITMQ_SCRIPTS]
+    server = next((p for p in scripts if os.access(p, os.X_OK)), None) or _find(
+        ("rabbitmq-server",), "rabbitmq-server", "the RabbitMQ server", RABBITMQ_SCRIPTS)
+    epmd = _find(("epmd",), "rabbitmq-server", "Erlang's epmd (a dependency of it)")
+    with _private_dir("compute-plugins-rabbitmq-", None) as base:
+        for name in ("mnesia", "log"):
+            (base / name).mkdir()
+        (base / "enabled_plugins").write_text("[].\n")
+        (base / "rabbitmq.conf").write_text("loopback_users.guest = true\n")
+        (base / "rabbitmq-env.conf").write_text("")
+        cookie = base / ".erlang.cookie"
+        cookie.write_text(os.urandom(20).hex())
+        cookie.chmod(0o400)
+        epmd_port = port_for.select_random()
+        port = port_for.select_random()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(base),
+            "LANG": "C.UTF-8",
+            "RABBITMQ_NODENAME": "rabbit-%d@localhost" % os.getpid(),
+            "RABBITMQ_NODE_IP_ADDRESS": HOST,
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_DIST_PORT": str(port_for.select_random()),
+            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(base / "log"),
+            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(base / "rabbit.pid"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS":
+                "-kernel inet_dist_use_interface {127,0,0,1}",
+            "ERL_EPMD_PORT": str(epmd_port),
+            "ERL_EPMD_ADDRESS": HOST,
+        }
+        rabbit = RabbitServer(port, base, env, server)
+        try:
+            rabbit.start()
+            yield rabbit
+        finally:
+            rabbit.stop()
+            subprocess.run([epmd, "-port", str(epmd_port), "-kill"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False, timeout=30)

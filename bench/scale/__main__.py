@@ -89,6 +89,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="the databases of Placement and the store (default sqlite; "
                         "postgresql: a private server, or --store-url)")
     parser.add_argument("--store-url", help="the store's database (SQLAlchemy URL)")
+    parser.add_argument("--push-transport-url", default="",
+                        help="[host_state] push_transport_url of every store: "
+                        "rabbit://USER:PASS@HOST:PORT/ (any store pushes through "
+                        "RabbitMQ), or 'private': a private RabbitMQ "
+                        "(tests/servers.py); default: none (PostgreSQL pushes by "
+                        "NOTIFY, SQLite polls)")
     parser.add_argument("--placement-db-url",
                         help="the embedded Placement's database (SQLAlchemy URL)")
     parser.add_argument("--workers", type=positive(int), default=2,
@@ -121,6 +127,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.placement_view_seconds is not None and not args.placement_view_seconds >= 0:
         parser.error("--placement-view-seconds %g: must be >= 0" % args.placement_view_seconds)
     return args
+
+
+@contextlib.contextmanager
+def broker(transport_url: str) -> Iterator[str]:
+    """``transport_url``, or a private RabbitMQ's for ``private``."""
+    if transport_url != "private":
+        yield transport_url
+        return
+    from tests import servers
+
+    with servers.rabbitmq() as server:
+        yield server.transport_url
 
 
 @contextlib.contextmanager
@@ -258,18 +276,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
                            "store": args.store, "workers": len(agent_procs.procs),
-                           "poll_interval_s": args.poll_interval, "lease_s": args.lease}
+                           "poll_interval_s": args.poll_interval, "lease_s": args.lease,
+                           "push_transport": args.push_transport_url.partition(":")[0]}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, \
                 databases(args, tmp) as (placement_db, store_url), \
+                broker(args.push_transport_url) as transport_url, \
                 embedded.EmbeddedPlacement(placement_db) as service, \
-                HostStateStore(store_url) as store:
+                HostStateStore(store_url, push_transport_url=transport_url) as store:
             server = service.make_server(threads=8)
             serving = threading.Thread(target=server.serve_forever, daemon=True)
             serving.start()
             try:
-                _measure(args, out, service, server.url, store, store_url, tmp,
-                         agent_procs, sched_procs)
+                _measure(args, out, service, server.url, store,
+                         (store_url, transport_url), tmp, agent_procs, sched_procs)
             finally:
                 server.shutdown()
                 serving.join(10)
@@ -285,7 +305,7 @@ def say(text: str) -> None:
 
 
 def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
-             placement_url: str, store: HostStateStore, store_url: str, tmp: str,
+             placement_url: str, store: HostStateStore, store_url: tuple[str, str], tmp: str,
              agent_procs: Workers, sched_procs: Workers) -> None:
     client = service.client()
     client.get("/")

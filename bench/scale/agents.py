@@ -156,7 +156,8 @@ class AgentPool:
 def worker(conn: Connection, stats: counters.Slot) -> None:
     """A worker process: agents for the hosts it is sent, until told to stop.
 
-    Messages in: ``("start", hosts, store_url, placement_url, state_root,
+    Messages in: ``("start", hosts, (store_url, push_transport_url),
+    placement_url, state_root,
     poll_interval, lease_duration, threads)``, then ``("stop",)``. Out:
     ``("ready", seconds, errors, pushed)`` once every agent polled once
     (``pushed``: how many are woken by the store's push),
@@ -169,7 +170,7 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         (_, hosts, store_url, placement_url, state_root, poll_interval,
          lease_duration, threads) = message
         start = time.monotonic()
-        store = HostStateStore(store_url)
+        store = HostStateStore(store_url[0], push_transport_url=store_url[1])
         counters.count_statements(store.db.engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
         stats.placement = placement.calls

@@ -114,7 +114,8 @@ def workload(scheduler: Scheduler, count: int, seed: int,
 
 
 def worker(conn: Connection, stats: counters.Slot) -> None:
-    """A scheduler process. In: ``("start", store_url, placement_url,
+    """A scheduler process. In: ``("start", (store_url, push_transport_url),
+    placement_url,
     count, seed, delete_fraction, answer_timeout, view_seconds, warm)``,
     then ``("go",)``. Out: ``("ready", warm_up_seconds)`` (0 unless
     ``warm``: :func:`warm_up`), then ``("done", result)``
@@ -123,7 +124,7 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
     try:
         (_, store_url, placement_url, count, seed, delete_fraction,
          answer_timeout, view_seconds, warm) = conn.recv()
-        store = HostStateStore(store_url)
+        store = HostStateStore(store_url[0], push_transport_url=store_url[1])
         counters.count_statements(store.db.engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
         stats.placement = placement.calls

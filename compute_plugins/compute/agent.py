@@ -22,7 +22,8 @@
    after each change (a claim's before it is answered).
 
 Between periodics the agent waits for decisions. Where the store pushes
-(PostgreSQL ``LISTEN``/``NOTIFY``, :mod:`compute_plugins.hoststate.notify`)
+(through a broker, ``[host_state] push_transport_url``, or PostgreSQL's
+``LISTEN``/``NOTIFY``: :mod:`compute_plugins.hoststate.notify`)
 it is woken when a decision addressed to its host is submitted or changed
 by someone else, or the host is disabled or enabled, and only then reads the
 store; an idle agent's periodics and polls read nothing from the store

@@ -78,7 +78,8 @@ OPTS = [
         help="Seconds between the agent's polls of the host-state store for "
         "decisions addressed to its host (claims and releases), between "
         "periodics. Each poll is two indexed reads and no write. Where the "
-        "store pushes (PostgreSQL, ``[host_state] push``) the agent is told "
+        "store pushes (``[host_state] push``: through ``push_transport_url``'s "
+        "broker, or PostgreSQL's ``NOTIFY``) the agent is told "
         "of decisions instead and reads nothing while idle; it polls at this "
         "interval only while its listening connection is down.",
     ),

@@ -55,15 +55,17 @@ OPTS = [
     cfg.BoolOpt(
         "push",
         default=True,
-        help="Wake compute agents and schedulers by PostgreSQL "
+        help="Wake compute agents and schedulers through the broker "
+        "``push_transport_url`` names (any store), else by PostgreSQL "
         "``LISTEN``/``NOTIFY`` when the store is PostgreSQL (the psycopg2 "
         "driver): an agent learns of a decision addressed to its host, and "
         "a scheduler of the host's answer, as soon as it is committed, and "
         "an idle agent reads nothing from the store (its lease renewal "
         "aside). Each agent and scheduler process then holds one more "
-        "database connection, listening. The store stays the record: a "
-        "notification only wakes the waiter, which reads the store. False, "
-        "and on SQLite and MySQL: agents poll every ``[compute] "
+        "connection (to the database, or to the broker), listening. The "
+        "store stays the record: a notification only wakes the waiter, "
+        "which reads the store. False, and on SQLite and MySQL without "
+        "``push_transport_url``: agents poll every ``[compute] "
         "claim_poll_interval`` and schedulers poll for the answer.",
     ),
     cfg.Opt(
@@ -77,6 +79,26 @@ OPTS = [
         "was lost. A notification lost while the listening connection was "
         "down is covered sooner: every waiter reads the store when it "
         "reconnects.",
+    ),
+    cfg.StrOpt(
+        "push_transport_url",
+        default="",
+        secret=True,
+        help="An oslo.messaging transport URL of the message broker that "
+        "carries the wake-ups of ``push``, whatever the store's database "
+        "(SQLite, MySQL or PostgreSQL): "
+        "``rabbit://USER:PASS@HOST:PORT/VHOST`` (RabbitMQ; several "
+        "``USER:PASS@HOST:PORT`` separated by commas are tried in turn), as "
+        "in an OpenStack deployment's ``[DEFAULT] transport_url``. The "
+        "writer publishes to the host's or the decision's channel after its "
+        "commit; each agent and scheduler process holds one connection "
+        "consuming its own queue and one publishing. ``fake://`` wakes the "
+        "waiters of this process only (every agent, scheduler and writer of "
+        "the store in one process, as the embedded demo). Every process "
+        "that uses the store must name the same broker: a writer without it "
+        "wakes nobody, and its changes are read at the waiters' "
+        "``push_safety_poll_interval``. Empty: ``LISTEN``/``NOTIFY`` on "
+        "PostgreSQL, polling elsewhere.",
     ),
 ]
 

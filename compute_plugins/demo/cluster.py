@@ -15,12 +15,13 @@ Each host has its own configuration (its snapshot's ``compute-plugins.conf``:
 CPU sets, vGPU types, physnets, shared storage), its own Placement client
 (so each agent's calls are counted apart) and a
 :class:`~compute_plugins.compute.agent.ComputeAgent` that runs as a thread
-while the scheduler works (claims and releases are answered by polling the
-store). The operator's one job here is the shared storage: a sharing
-provider with ``DISK_GB`` and ``MISC_SHARES_VIA_AGGREGATE`` in the
-aggregate the ``shared`` host's ``[disk] shared_storage_aggregate`` names,
-made with plain Placement calls, as an operator does with the ``openstack
-resource provider`` commands.
+while the scheduler works (claims and releases are answered as the store's
+in-process wake-ups arrive: :data:`PUSH_TRANSPORT_URL`). The operator's
+one job here is the shared storage: a sharing provider with ``DISK_GB``
+and ``MISC_SHARES_VIA_AGGREGATE`` in the aggregate the ``shared`` host's
+``[disk] shared_storage_aggregate`` names, made with plain Placement
+calls, as an operator does with the ``openstack resource provider``
+commands.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ SHARED_STORAGE_GB = 10240
 SHARES_TRAIT = "MISC_SHARES_VIA_AGGREGATE"
 #: Seconds between an agent thread's polls for decisions (the option's minimum).
 CLAIM_POLL_INTERVAL = 0.05
+
+#: How the agents learn of decisions and the scheduler of answers: every
+#: one of them is in this process, on one store object, so the writers wake
+#: the waiters directly after their commits (``[host_state]
+#: push_transport_url = fake://``) instead of each agent reading the store
+#: every ``CLAIM_POLL_INTERVAL`` (two reads per poll).
+PUSH_TRANSPORT_URL = "fake://"
 
 Progress = Callable[[str], None]
 
@@ -111,8 +119,10 @@ class Cluster:
     (agents stopped, Placement and the store closed).
     """
 
-    def __init__(self, state_dir: str, progress: Progress = _no_progress) -> None:
+    def __init__(self, state_dir: str, progress: Progress = _no_progress,
+                 push_transport_url: str = PUSH_TRANSPORT_URL) -> None:
         self.state_dir = os.path.abspath(state_dir)
+        self.push_transport_url = push_transport_url
         self.progress = progress
         self.hosts: list[DemoHost] = []
         self.service: Optional[embedded.EmbeddedPlacement] = None
@@ -140,7 +150,8 @@ class Cluster:
         self.service = embedded.EmbeddedPlacement(embedded.sqlite_url(
             os.path.join(self.state_dir, embedded.DB_FILE)))
         self.service.start()
-        self.store = HostStateStore(self.store_url)
+        self.store = HostStateStore(self.store_url,
+                                    push_transport_url=self.push_transport_url)
         self.operator = self.service.client()
         for name in demo.HOST_DIRS:
             self.hosts.append(self._host(name))
@@ -226,7 +237,8 @@ class Cluster:
         return result
 
     def start_agents(self) -> None:
-        """Each agent in a thread: polls for claims and releases."""
+        """Each agent in a thread: answers claims and releases when woken
+        (polls every ``CLAIM_POLL_INTERVAL`` while nothing pushes)."""
         self._stop.clear()
         for host in self.hosts:
             host.thread = threading.Thread(

@@ -27,11 +27,16 @@ from sqlalchemy.engine import Connection, Engine
 
 from compute_plugins.hoststate import engine as engines
 from compute_plugins.hoststate import errors, notify, schema
+from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.records import AgentLease
 
 LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Where a write transaction keeps the wake-ups to deliver after its commit
+#: (its connection's ``info``; :meth:`Database.wake`).
+_WAKEUPS = "compute_plugins.wakeups"
 
 #: Names per ``IN (...)`` list.
 CHUNK = 500
@@ -155,23 +160,28 @@ class Database:
     :param lock_timeout: seconds a writer waits for another's lock before
         failing with StoreUnavailable (SQLite's busy timeout, PostgreSQL's
         ``lock_timeout``, MySQL's ``innodb_lock_wait_timeout``).
-    :param push: wake waiters by ``LISTEN``/``NOTIFY`` where the database
-        can (:mod:`~compute_plugins.hoststate.notify`; PostgreSQL).
+    :param push: wake waiters: through the broker ``push_transport_url``
+        names, else by ``LISTEN``/``NOTIFY`` where the database can
+        (:mod:`~compute_plugins.hoststate.notify`; PostgreSQL).
     :param safety_poll_interval: with push, seconds between a waiter's
         reads of the store while nothing is pushed (lost notifications).
+    :param push_transport_url: an oslo.messaging transport URL
+        (``rabbit://USER:PASS@HOST:PORT/VHOST``, or ``fake://``: this
+        process only) that carries the wake-ups, whatever the database
+        (:mod:`~compute_plugins.hoststate.broker`); empty: none.
+    :raises ValueError: ``push_transport_url`` is not one of those.
     :raises SchemaVersionMismatch: the database has another schema version.
     :raises StoreUnavailable: the database cannot be reached.
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
-                 push: bool = True, safety_poll_interval: float = 300.0) -> None:
+                 push: bool = True, safety_poll_interval: float = 300.0,
+                 push_transport_url: str = "") -> None:
         if not safety_poll_interval > 0:
             raise ValueError("safety_poll_interval %r: expected seconds > 0"
                              % (safety_poll_interval,))
         self.url = engines.safe_url(connection)
         self.safety_poll_interval = safety_poll_interval
-        self._push = push
-        self._listener: Optional[notify.Listener] = None
         self._listener_lock = threading.Lock()
         #: Closed: no listener is opened again (its waiters poll).
         self._closed = False
@@ -202,54 +212,81 @@ class Database:
         except BaseException:
             self.engine.dispose()
             raise
+        try:
+            #: How waiters are woken (None: they poll).
+            self.push: Optional[notify.Push] = push_backends.choose(
+                self.engine, self.url, push=push, transport_url=push_transport_url,
+                safety_poll_interval=safety_poll_interval)
+        except BaseException:
+            self.engine.dispose()
+            raise
 
     def close(self) -> None:
         """Close the database's connections (the listener's too)."""
         with self._listener_lock:
             self._closed = True
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
+        if self.push is not None:
+            self.push.close()
         self.engine.dispose()
 
     @property
     def pushes(self) -> bool:
-        """Whether waiters on this database are woken by notifications
-        (push asked for, and PostgreSQL with psycopg2)."""
-        return self._push and notify.supported(self.engine)
+        """Whether waiters on this database are woken (push asked for, and
+        a broker named or PostgreSQL with psycopg2)."""
+        return self.push is not None
 
-    def listener(self) -> Optional[notify.Listener]:
-        """The one listener of this database's waiters, opened at the first
-        call (None: no push, or the database was closed: they poll)."""
-        if not self.pushes:
+    def listener(self) -> Optional[notify.Hub]:
+        """The one hub of this database's waiters in this process, opened
+        at the first call (None: no push, or the database was closed: they
+        poll)."""
+        if self.push is None:
             return None
         with self._listener_lock:
             if self._closed:
                 return None
-            if self._listener is None:
-                self._listener = notify.Listener(notify.connector(self.engine), self.url,
-                                                 self.safety_poll_interval)
-            return self._listener
+            return self.push.listener()
+
+    def wake(self, conn: Connection, channels: Sequence[str], payload: str) -> None:
+        """In a write transaction on ``conn``: wake ``channels``' waiters
+        once it commits (in the transaction on PostgreSQL; after the commit
+        through a broker: :meth:`_transaction`)."""
+        if self.push is None or not channels:
+            return
+        if not self.push.send(conn, channels, payload):
+            conn.info.setdefault(_WAKEUPS, []).append((list(channels), payload))
 
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
+        wakeups: Optional[list[tuple[list[str], str]]] = None
         try:
             with self._serial, self.engine.connect() as conn:
                 conn.execution_options(
                     **(self._write_options if write else self._read_options))
+                conn.info.pop(_WAKEUPS, None)
                 try:
                     with conn.begin():
                         yield conn
                 except sa.exc.DBAPIError as err:
+                    conn.info.pop(_WAKEUPS, None)
                     if _unavailable(err) or _corrupt(err):
                         self._reconnect(conn)
                     raise
+                except BaseException:
+                    conn.info.pop(_WAKEUPS, None)
+                    raise
+                wakeups = conn.info.pop(_WAKEUPS, None)
         except sa.exc.DBAPIError as err:
             if _corrupt(err) and self.path is not None:
                 raise errors.StoreCorrupt(self.url, self.path, str(err.orig)) from err
             if _unavailable(err):
                 raise errors.StoreUnavailable(self.url, str(err.orig)) from err
             raise
+        if wakeups and self.push is not None:
+            # NOTE: after the commit (and the connection given back), never
+            # before: a waiter woken reads what woke it. A crash between
+            # the commit and this loses the wake-up: the waiters' safety
+            # net reads it (notify.Push.committed).
+            self.push.committed(wakeups)
 
     def _reconnect(self, conn: Connection) -> None:
         """After a failure that may be the connection's own, drop it and
@@ -328,7 +365,7 @@ class OnDatabase:
         """In a write transaction: wake ``host``'s agent at the commit
         (not for the agent's own writes)."""
         if self.fence is None or self.fence[0] != host:
-            notify.send(conn, [notify.host_channel(host)], what)
+            self.db.wake(conn, [notify.host_channel(host)], what)
 
     @property
     def url(self) -> str:

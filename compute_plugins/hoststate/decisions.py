@@ -254,7 +254,7 @@ class SqlDecisionQueue(database.OnDatabase):
         channels = [notify.decision_channel(int(row.id))]
         if self.fence is None or self.fence[0] != row.host:
             channels.append(notify.host_channel(row.host))
-        notify.send(conn, channels, what)
+        self.db.wake(conn, channels, what)
 
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,

@@ -22,7 +22,13 @@ back every waiter is woken to read the store again, and waiters read the
 store every ``[host_state] push_safety_poll_interval`` seconds whatever
 happened (the safety net).
 
-SQLite and MySQL have no such channel: there the waiters poll.
+The same channels and wake-ups travel through a message broker where
+``[host_state] push_transport_url`` names one, whatever the database
+(:mod:`~compute_plugins.hoststate.broker`: RabbitMQ, published after the
+commit; or ``fake://``, this process only). How a store pushes is a
+:class:`Push` it chooses when it opens (:func:`choose`); waiters only see
+a :class:`Hub`'s :class:`Subscription`, whichever carries the wake-ups.
+Without either, SQLite and MySQL have no channel: there the waiters poll.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ import hashlib
 import os
 import select
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Optional, Protocol
 
 import sqlalchemy as sa
 from oslo_log import log as logging
@@ -84,13 +90,13 @@ def send(conn: Connection, channels: Iterable[str], payload: str) -> None:
 
 
 class Subscription:
-    """One waiter's subscription to a channel (:meth:`Listener.subscribe`).
+    """One waiter's subscription to a channel (:meth:`Hub.subscribe`).
 
     :param listener: the listener it belongs to.
     :param channel: the channel.
     """
 
-    def __init__(self, listener: Listener, channel: str) -> None:
+    def __init__(self, listener: Hub, channel: str) -> None:
         self.listener = listener
         self.channel = channel
         self._event = threading.Event()
@@ -106,7 +112,7 @@ class Subscription:
     @property
     def safety_poll_interval(self) -> float:
         """Seconds between the waiter's reads of the store while nothing
-        is pushed (:attr:`Listener.safety_poll_interval`)."""
+        is pushed (:attr:`Hub.safety_poll_interval`)."""
         return self.listener.safety_poll_interval
 
     def wait(self, timeout: float) -> bool:
@@ -149,37 +155,29 @@ class Subscription:
         self.close()
 
 
-class Listener:
-    """One connection in ``LISTEN`` for a store's waiters, and the thread
-    that reads its notifications (see the module docstring).
+class Hub:
+    """The waiters of one store in this process, by channel: what every
+    way of pushing shares (:class:`Listener` on PostgreSQL, the broker's
+    listener, or this hub alone for ``fake://``, where the writers of this
+    process wake it after their commits: :class:`LocalPush`).
 
-    :param connect: opens a new DB-API connection (psycopg2) to the store.
     :param url: the store's URL, password hidden (for messages).
     :param safety_poll_interval: seconds between a waiter's reads of the
-        store while nothing is pushed (lost notifications).
+        store while nothing is pushed (lost wake-ups).
     """
 
-    def __init__(self, connect: Callable[[], Any], url: str,
-                 safety_poll_interval: float) -> None:
-        self._connect = connect
+    def __init__(self, url: str, safety_poll_interval: float) -> None:
         self.url = url
         self.safety_poll_interval = safety_poll_interval
-        #: Guards the connection and the subscriptions.
+        #: Guards the subscriptions (and a subclass's connection).
         self._lock = threading.RLock()
-        self._conn: Any = None
         self._subs: dict[str, list[Subscription]] = {}
-        self._thread: Optional[threading.Thread] = None
-        self._wake_r, self._wake_w = os.pipe()
         self._closed = False
-        #: Said once per outage of the listening connection.
-        self._down_said = False
 
     @property
     def connected(self) -> bool:
-        """Whether the listening connection is up."""
-        return self._conn is not None and not self._closed
-
-    # -- subscribing ---------------------------------------------------------
+        """Whether wake-ups are delivered now (False: poll meanwhile)."""
+        return not self._closed
 
     def subscribe(self, channel: str) -> Subscription:
         """Listen on ``channel`` for a waiter: once this returns, every
@@ -191,15 +189,15 @@ class Listener:
                 raise RuntimeError("listener of %s closed" % self.url)
             first = channel not in self._subs
             self._subs.setdefault(channel, []).append(sub)
-            if self._conn is None and self._thread is None:
-                self._open()
-            if first and self._conn is not None:
-                self._listening("LISTEN " + _quoted(channel))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="hoststate-listener")
-                self._thread.start()
+            self._subscribed(channel, first)
         return sub
+
+    def _subscribed(self, channel: str, first: bool) -> None:
+        """A subclass's hook (the lock held): ``channel`` has a new waiter
+        (``first``: its first)."""
+
+    def _unsubscribed(self, channel: str) -> None:
+        """A subclass's hook (the lock held): ``channel``'s last waiter left."""
 
     def _unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
@@ -209,8 +207,70 @@ class Listener:
             if subs:
                 return
             self._subs.pop(sub.channel, None)
-            if self._conn is not None and not self._closed:
-                self._listening("UNLISTEN " + _quoted(sub.channel))
+            if not self._closed:
+                self._unsubscribed(sub.channel)
+
+    def wake(self, channels: Iterable[str]) -> None:
+        """Wake the waiters of ``channels`` (those of other channels sleep on)."""
+        with self._lock:
+            for channel in channels:
+                for sub in list(self._subs.get(channel, ())):
+                    sub.wake()
+
+    def _wake_all(self) -> None:
+        """Every waiter reads the store again (wake-ups may have been lost
+        while the channel was down)."""
+        with self._lock:
+            for subs in list(self._subs.values()):
+                for sub in list(subs):
+                    sub.wake()
+
+    def close(self) -> None:
+        """Stop delivering wake-ups (waiters still subscribed poll)."""
+        with self._lock:
+            self._closed = True
+
+
+class Listener(Hub):
+    """One connection in ``LISTEN`` for a store's waiters, and the thread
+    that reads its notifications (see the module docstring).
+
+    :param connect: opens a new DB-API connection (psycopg2) to the store.
+    :param url: the store's URL, password hidden (for messages).
+    :param safety_poll_interval: seconds between a waiter's reads of the
+        store while nothing is pushed (lost notifications).
+    """
+
+    def __init__(self, connect: Callable[[], Any], url: str,
+                 safety_poll_interval: float) -> None:
+        super().__init__(url, safety_poll_interval)
+        self._connect = connect
+        self._conn: Any = None
+        self._thread: Optional[threading.Thread] = None
+        self._wake_r, self._wake_w = os.pipe()
+        #: Said once per outage of the listening connection.
+        self._down_said = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether the listening connection is up."""
+        return self._conn is not None and not self._closed
+
+    # -- subscribing ---------------------------------------------------------
+
+    def _subscribed(self, channel: str, first: bool) -> None:
+        if self._conn is None and self._thread is None:
+            self._open()
+        if first and self._conn is not None:
+            self._listening("LISTEN " + _quoted(channel))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="hoststate-listener")
+            self._thread.start()
+
+    def _unsubscribed(self, channel: str) -> None:
+        if self._conn is not None:
+            self._listening("UNLISTEN " + _quoted(channel))
 
     def close(self) -> None:
         """Close the listening connection and stop its thread."""
@@ -292,13 +352,6 @@ class Listener:
             except Exception:  # noqa: BLE001 - closing a broken connection
                 pass
 
-    def _wake_all(self) -> None:
-        """Every waiter reads the store again (notifications may have been
-        lost while the connection was down)."""
-        for subs in self._subs.values():
-            for sub in subs:
-                sub.wake()
-
     def _run(self) -> None:
         delay = _RECONNECT_FIRST
         while not self._closed:
@@ -363,5 +416,114 @@ def connector(engine: Engine) -> Callable[[], Any]:
     return connect
 
 
-__all__ = ["Listener", "Subscription", "connector", "decision_channel", "host_channel",
-           "send", "supported"]
+class Push(Protocol):
+    """How a store wakes its waiters (chosen by :func:`choose`): the
+    writers' side (:meth:`send`, then :meth:`committed`) and the waiters'
+    (:meth:`listener`). Waiters do not care which it is
+    (:func:`compute_plugins.hoststate.push.choose`)."""
+
+    #: What carries the wake-ups, for messages: "postgresql", "rabbit", "fake".
+    kind: str
+
+    def send(self, conn: Connection, channels: Sequence[str], payload: str) -> bool:
+        """In the write transaction on ``conn``: wake ``channels`` at its
+        commit. False: nothing was sent yet, the writer hands the channels
+        to :meth:`committed` once the transaction committed (a broker is no
+        part of the database's transaction)."""
+
+    def committed(self, wakeups: Sequence[tuple[Sequence[str], str]]) -> None:
+        """After the commit of a transaction whose :meth:`send` returned
+        False: deliver its wake-ups (``(channels, payload)`` each). Never
+        raises: a wake-up that cannot be delivered is caught by the
+        waiters' safety net."""
+
+    def listener(self) -> Hub:
+        """This process's one hub of the store's waiters (opened at the
+        first call)."""
+
+    def close(self) -> None:
+        """Close what the writers and the listener hold."""
+
+
+class PgPush:
+    """``LISTEN``/``NOTIFY``: the notification is part of the write
+    transaction (PostgreSQL delivers it at the commit, never for a rollback).
+
+    :param engine: the store's engine (PostgreSQL, psycopg2).
+    :param url: the store's URL, password hidden.
+    :param safety_poll_interval: see :class:`Hub`.
+    """
+
+    kind = "postgresql"
+
+    def __init__(self, engine: Engine, url: str, safety_poll_interval: float) -> None:
+        self._engine = engine
+        self._url = url
+        self._safety = safety_poll_interval
+        self._listener: Optional[Listener] = None
+        self._lock = threading.Lock()
+
+    def send(self, conn: Connection, channels: Sequence[str], payload: str) -> bool:
+        send(conn, channels, payload)
+        return True
+
+    def committed(self, wakeups: Sequence[tuple[Sequence[str], str]]) -> None:
+        return None
+
+    def listener(self) -> Hub:
+        with self._lock:
+            if self._listener is None:
+                self._listener = Listener(connector(self._engine), self._url, self._safety)
+            return self._listener
+
+    def close(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+
+
+#: The in-process hubs (``fake://``), one per store URL in this process:
+#: every store object of the same database here shares it.
+_LOCAL_HUBS: dict[str, Hub] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+class LocalPush:
+    """``fake://`` (named after oslo.messaging's in-process driver): the
+    writers of this process wake the waiters of this process, after the
+    commit. Only where every writer and waiter of the store shares the
+    process (the embedded demo): a change another process makes is read at
+    the waiters' safety net only.
+
+    :param url: the store's URL, password hidden (the hub's key).
+    :param safety_poll_interval: see :class:`Hub`.
+    """
+
+    kind = "fake"
+
+    def __init__(self, url: str, safety_poll_interval: float) -> None:
+        with _LOCAL_LOCK:
+            hub = _LOCAL_HUBS.get(url)
+            if hub is None or hub._closed:
+                hub = _LOCAL_HUBS[url] = Hub(url, safety_poll_interval)
+        self._hub = hub
+
+    def send(self, conn: Connection, channels: Sequence[str], payload: str) -> bool:
+        return False
+
+    def committed(self, wakeups: Sequence[tuple[Sequence[str], str]]) -> None:
+        for channels, _payload in wakeups:
+            self._hub.wake(channels)
+
+    def listener(self) -> Hub:
+        return self._hub
+
+    def close(self) -> None:
+        # NOTE: the hub is the process's, shared with the store's other
+        # objects here: their waiters keep it.
+        return None
+
+
+__all__ = ["Hub", "Listener", "LocalPush", "PgPush", "Push", "Subscription",
+           "connector", "decision_channel", "host_channel", "send", "supported"]

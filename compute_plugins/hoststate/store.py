@@ -37,16 +37,23 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         kinds, what opening checks and what it raises.
     :param lock_timeout: seconds a writer waits for another's lock
         (:class:`Database`).
-    :param push: wake agents and schedulers by ``LISTEN``/``NOTIFY`` where
-        the database can (PostgreSQL; :mod:`~compute_plugins.hoststate.notify`).
+    :param push: wake agents and schedulers through ``push_transport_url``,
+        else by ``LISTEN``/``NOTIFY`` where the database can (PostgreSQL;
+        :mod:`~compute_plugins.hoststate.notify`).
     :param safety_poll_interval: with push, seconds between the waiters'
         reads that catch a lost notification.
+    :param push_transport_url: the broker that carries the wake-ups,
+        whatever the database (an oslo.messaging transport URL:
+        ``rabbit://...``, or ``fake://`` for this process only;
+        :mod:`~compute_plugins.hoststate.broker`); empty: none.
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
-                 push: bool = True, safety_poll_interval: float = 300.0) -> None:
+                 push: bool = True, safety_poll_interval: float = 300.0,
+                 push_transport_url: str = "") -> None:
         super().__init__(Database(connection, lock_timeout, push=push,
-                                  safety_poll_interval=safety_poll_interval))
+                                  safety_poll_interval=safety_poll_interval,
+                                  push_transport_url=push_transport_url))
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
@@ -54,7 +61,8 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         return cls(host_state_conf.connection(conf),
                    lock_timeout=conf.host_state.lock_timeout,
                    push=conf.host_state.push,
-                   safety_poll_interval=conf.host_state.push_safety_poll_interval)
+                   safety_poll_interval=conf.host_state.push_safety_poll_interval,
+                   push_transport_url=conf.host_state.push_transport_url)
 
     def close(self) -> None:
         """Close the store's connections."""

@@ -63,3 +63,20 @@ def test_a_bad_option_is_one_line_and_exit_2():
     assert result.returncode == 1   # NOTE: bench's runner: a benchmark failed
     assert "--hosts: '0': must be > 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_on_sqlite_through_rabbitmq_idle_agents_are_polled_for_their_heartbeat_only(
+        rabbitmq_server):
+    """With ``--push-transport-url`` (the session's private RabbitMQ) the
+    SQLite store pushes too: every agent is woken by its host's wake-up and
+    polled for its lease renewal only (polling: 300 polls a host-minute)."""
+    result = bench("--hosts", "4", "--decisions", "8", "--idle", "3", "--workers", "1",
+                   "--poll-interval", "0.2", "--lease", "3", "--json",
+                   "--push-transport-url", rabbitmq_server.transport_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (out["store"], out["push_transport"]) == ("sqlite", "rabbit")
+    assert out["pushed_hosts"] == 4
+    assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
+    assert 0 < out["idle_polls_per_host_minute"] <= 90, out
+    assert out["idle_store_queries_per_host_minute"] <= 90, out

@@ -1,0 +1,310 @@
+"""Push through a message broker (issue 19, item 1): with ``[host_state]
+push_transport_url`` a store on any database (SQLite here, MariaDB and
+PostgreSQL too) wakes the host's agent and the waiting scheduler through
+RabbitMQ (:mod:`compute_plugins.hoststate.broker`): the session's private
+RabbitMQ (:func:`tests.servers.rabbitmq`), real Placement (embedded) and
+each host's real agent. ``fake://`` does the same within one process.
+
+The agent and the scheduler each have their own store object (as two
+processes would: their own engine, listener and publisher), and the
+safety-net poll is 600 s wherever a test shows that a wake-up did the work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from compute_plugins.hoststate import broker, notify
+from compute_plugins.hoststate.store import HostStateStore
+from tests.functional.hoststate.conftest import clear_database, create_database
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.cloud import Cloud
+from tests.functional.scheduler.test_push import (
+    ANSWER,
+    NEVER,
+    heartbeat,
+    run_agent,
+    statements,
+)
+from tests.functional.scheduler.test_schedule import new_consumer, spec_of
+
+
+def sqlite_url(tmp_path) -> str:
+    return "sqlite:///%s" % os.path.join(str(tmp_path), "host_state.sqlite")
+
+
+def open_cloud(placement, tmp_path, url: str, transport_url: str,
+               safety: float = NEVER) -> tuple[Cloud, HostStateStore]:
+    """A cloud whose scheduler's store and agents' store are two objects of
+    the same database, both pushing through ``transport_url``."""
+    cloud = Cloud(placement, str(tmp_path),
+                  store=HostStateStore(url, safety_poll_interval=safety,
+                                       push_transport_url=transport_url))
+    agents = HostStateStore(url, safety_poll_interval=safety,
+                            push_transport_url=transport_url)
+    return cloud, agents
+
+
+def beyond_heartbeat(seen: list[str]) -> list[str]:
+    """The statements of ``seen`` that are not the lease renewal's (on
+    SQLite its transaction's ``BEGIN IMMEDIATE`` too)."""
+    left = []
+    for index, statement in enumerate(seen):
+        if heartbeat(statement):
+            continue
+        if statement == "BEGIN IMMEDIATE" and index + 1 < len(seen) \
+                and heartbeat(seen[index + 1]):
+            continue
+        left.append(statement)
+    return left
+
+
+def wait_until(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+@pytest.fixture
+def rabbit(rabbitmq_server):
+    """The private RabbitMQ, running (a test that stopped it restarts it)."""
+    if rabbitmq_server.process is None:
+        rabbitmq_server.start()
+    return rabbitmq_server
+
+
+def test_an_idle_agent_on_sqlite_makes_only_heartbeat_statements(placement, tmp_path,
+                                                                  rabbit):
+    """SQLite, wake-ups through RabbitMQ: periodics every 0.3 s, polls
+    every 0.05 s, the lease renewed every second: in 4 s the idle agent
+    runs only its lease renewals (before: two reads per poll, 160 in 4 s)."""
+    cloud, own = open_cloud(placement, tmp_path, sqlite_url(tmp_path), rabbit.transport_url)
+    try:
+        host = cloud.add_host("idle", [cell(4, 4096)], start=False, store=own,
+                              lease_duration=3.0)
+        agent = host.agent
+        halt = run_agent(agent, 0.3)
+        try:
+            time.sleep(1.0)
+            assert agent.pushed()
+            seen, forget = statements(own.engine)
+            calls = agent.client.placement.calls.snapshot()
+            time.sleep(4.0)
+            forget()
+            after = agent.client.placement.calls.snapshot()
+        finally:
+            halt()
+        assert beyond_heartbeat(seen) == []
+        assert any(s.startswith("UPDATE hoststate_leases") for s in seen)
+        assert after == calls
+    finally:
+        cloud.close()
+        own.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mariadb", "postgresql"])
+def test_a_decision_is_answered_on_its_wakeup(placement, tmp_path, rabbit, request,
+                                              backend):
+    """Whatever the database, the agent reads its decisions only when woken
+    (it polls every 600 s and so does the safety net): a decision is
+    answered well within the answer timeout, and the scheduler learns the
+    answer the same way. On PostgreSQL the broker carries the wake-ups
+    instead of ``NOTIFY`` (no ``pg_notify`` is run)."""
+    drop = None
+    if backend == "sqlite":
+        url = sqlite_url(tmp_path)
+    else:
+        server = request.getfixturevalue(
+            "postgresql_server" if backend == "postgresql" else "mariadb_server")
+        url, drop = create_database(server)
+        clear_database(url)
+    cloud, own = open_cloud(placement, tmp_path, url, rabbit.transport_url)
+    try:
+        assert own.db.push is not None and own.db.push.kind == "rabbit"
+        host = cloud.add_host("push-" + backend, [cell(4, 4096)], start=False, store=own,
+                              lease_duration=1800.0)
+        host.agent.claim_poll_interval = NEVER
+        host.start()
+        assert wait_until(host.agent.pushed)
+        seen, forget = statements(cloud.store.engine)
+        sched = cloud.scheduler(answer_timeout=ANSWER)
+        consumer = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u")
+        forget()
+        assert result.placed, result.reasons
+        assert [a.outcome for a in result.attempts] == ["claimed"]
+        assert result.timings["claim"] < 2.0
+        assert consumer in host.agent.ledger.entries()
+        assert not [s for s in seen if "pg_notify" in s]
+    finally:
+        cloud.close()
+        own.close()
+        if drop is not None:
+            drop()
+
+
+def test_a_broker_restart_is_survived(placement, tmp_path, rabbit, caplog):
+    """RabbitMQ stops with an agent and a scheduler subscribed: the
+    listeners say so once each and poll meanwhile; a decision made while
+    it is down is still answered (by polling); once it is back they
+    reconnect, wake every waiter, and the next decision arrives by its
+    wake-up again (safety net 600 s)."""
+    cloud, own = open_cloud(placement, tmp_path, sqlite_url(tmp_path), rabbit.transport_url)
+    try:
+        host = cloud.add_host("restart", [cell(8, 8192)], start=False, store=own,
+                              lease_duration=1800.0)
+        host.agent.claim_poll_interval = 0.2
+        host.start()
+        assert wait_until(host.agent.pushed)
+        listener = own.db.listener()
+        assert listener is not None
+        sub = own.host_changes("watched")
+        assert sub is not None and sub.live
+        sched = cloud.scheduler(answer_timeout=ANSWER)
+
+        rabbit.stop()
+        assert wait_until(lambda: not host.agent.pushed())
+        consumer = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u")
+        assert result.placed, result.reasons  # NOTE: polled: the broker is down
+        assert consumer in host.agent.ledger.entries()
+
+        sub.wait(0)
+        rabbit.start()
+        assert wait_until(lambda: host.agent.pushed() and sub.live, 60)
+        assert sub.wait(ANSWER)  # NOTE: woken at the reconnection
+        sub.close()
+        host.agent.claim_poll_interval = NEVER
+        time.sleep(0.5)  # the agent back in its (now long) wait
+        second = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), second, "p", "u")
+        assert result.placed, result.reasons
+        assert result.timings["claim"] < 2.0
+        assert second in host.agent.ledger.entries()
+        outages = [r for r in caplog.records
+                   if "cannot listen for changes on" in r.getMessage()]
+        assert 1 <= len(outages) <= 2  # NOTE: once per listener (the agent's, the scheduler's)
+    finally:
+        if rabbit.process is None:
+            rabbit.start()
+        cloud.close()
+        own.close()
+
+
+def test_a_lost_wakeup_is_caught_by_the_safety_net(placement, tmp_path, rabbit,
+                                                   monkeypatch):
+    """Every wake-up lost (a writer that died after its commit, before
+    publishing): the agent and the scheduler still get there by their
+    safety-net reads (1 s here)."""
+    cloud, own = open_cloud(placement, tmp_path, sqlite_url(tmp_path), rabbit.transport_url,
+                            safety=1.0)
+    try:
+        host = cloud.add_host("lost", [cell(4, 4096)], store=own)
+        assert wait_until(host.agent.pushed)
+        monkeypatch.setattr(broker.BrokerPush, "committed", lambda self, wakeups: None)
+        sched = cloud.scheduler(answer_timeout=ANSWER)
+        consumer = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u")
+        assert result.placed, result.reasons
+        assert consumer in host.agent.ledger.entries()
+    finally:
+        cloud.close()
+        own.close()
+
+
+def test_a_wakeup_reaches_only_its_channel_and_only_after_the_commit(tmp_path, rabbit):
+    """The broker routes a host's wake-up to that host's subscriptions
+    only, and a rolled-back write publishes nothing."""
+    url = sqlite_url(tmp_path)
+    with HostStateStore(url, safety_poll_interval=NEVER,
+                        push_transport_url=rabbit.transport_url) as waiter, \
+            HostStateStore(url, safety_poll_interval=NEVER,
+                           push_transport_url=rabbit.transport_url) as writer:
+        mine = waiter.host_changes("mine")
+        other = waiter.host_changes("other")
+        assert isinstance(mine, notify.Subscription) and isinstance(other, notify.Subscription)
+        try:
+            with pytest.raises(RuntimeError), writer.db.write() as conn:
+                writer.db.wake(conn, [notify.host_channel("mine")], "x")
+                raise RuntimeError("rolled back")
+            assert not mine.wait(1.0)
+            with writer.db.write() as conn:
+                writer.db.wake(conn, [notify.host_channel("mine")], "x")
+            assert mine.wait(ANSWER)
+            assert not other.wait(0.5)
+        finally:
+            mine.close()
+            other.close()
+
+
+def test_fake_transport_pushes_within_the_process(placement, tmp_path):
+    """``fake://`` (oslo.messaging's in-process driver's name): the agent
+    and the scheduler of one process, on SQLite, are woken without a
+    broker; the idle agent makes only heartbeat statements and the
+    decision is answered on its wake-up."""
+    cloud, own = open_cloud(placement, tmp_path, sqlite_url(tmp_path), "fake://")
+    try:
+        assert own.db.push is not None and own.db.push.kind == "fake"
+        host = cloud.add_host("local", [cell(4, 4096)], start=False, store=own,
+                              lease_duration=1800.0)
+        host.agent.claim_poll_interval = NEVER
+        host.start()
+        assert wait_until(host.agent.pushed)
+        seen, forget = statements(own.engine)
+        time.sleep(2.0)
+        forget()
+        assert beyond_heartbeat(seen) == []
+        sched = cloud.scheduler(answer_timeout=ANSWER)
+        consumer = new_consumer()
+        result = sched.schedule(spec_of(sched, {}, 1, 512), consumer, "p", "u")
+        assert result.placed, result.reasons
+        assert result.timings["claim"] < 2.0
+        assert consumer in host.agent.ledger.entries()
+    finally:
+        cloud.close()
+        own.close()
+
+
+def test_a_wakeup_committed_while_the_broker_is_down_is_published_when_it_is_back(
+        tmp_path, rabbit):
+    """The writer never waits for the broker and never drops what it could
+    not publish: a wake-up committed while RabbitMQ is down is published
+    once it is back, and reaches a waiter that subscribed only then (a new
+    listener: no wake-up at a reconnection could have woken it). The
+    writer's publisher is held off (its lock) until the waiter is bound."""
+    url = sqlite_url(tmp_path)
+    with HostStateStore(url, safety_poll_interval=NEVER,
+                        push_transport_url=rabbit.transport_url) as writer:
+        push = writer.db.push
+        assert isinstance(push, broker.BrokerPush)
+        with writer.db.write() as conn:  # NOTE: connects the publisher
+            writer.db.wake(conn, [notify.host_channel("warm")], "x")
+        assert wait_until(lambda: push._control is not None)
+        try:
+            rabbit.stop()
+            started = time.monotonic()
+            with writer.db.write() as conn:
+                writer.db.wake(conn, [notify.host_channel("late")], "decision")
+            assert time.monotonic() - started < 1.0  # NOTE: not held up
+            assert wait_until(lambda: push._down_said)
+            with push._control_lock:
+                rabbit.start()
+                waiter = HostStateStore(url, safety_poll_interval=NEVER,
+                                        push_transport_url=rabbit.transport_url)
+                sub = waiter.host_changes("late")
+                assert sub is not None and sub.live
+                assert not sub.wait(0)
+        finally:
+            if rabbit.process is None:
+                rabbit.start()
+        try:
+            assert sub.wait(ANSWER)
+        finally:
+            sub.close()
+            waiter.close()

@@ -1,0 +1,102 @@
+"""Push through a broker, the pieces that need no broker
+(:mod:`compute_plugins.hoststate.broker`); against a private RabbitMQ:
+``tests/functional/scheduler/test_push_broker.py``."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from oslo_config import cfg
+
+from compute_plugins import conf as conf_areas
+from compute_plugins.hoststate import broker, notify
+from compute_plugins.hoststate.store import HostStateStore
+
+
+def test_an_oslo_messaging_url_becomes_one_broker_url_per_host():
+    assert broker.broker_urls("rabbit://guest:guest@127.0.0.1:5672/") == [
+        "pyamqp://guest:guest@127.0.0.1:5672/%2F"]
+    assert broker.broker_urls("rabbit://u:p@a:5672,u:q@b:5673/nova") == [
+        "pyamqp://u:p@a:5672/nova", "pyamqp://u:q@b:5673/nova"]
+
+
+@pytest.mark.parametrize("url", ["kafka://h:9092/", "rabbit:///", "localhost:5672",
+                                 "rabbit://u:p@/x"])
+def test_a_url_no_broker_serves_is_refused_in_one_line_naming_the_option(url):
+    with pytest.raises(ValueError) as err:
+        HostStateStore("sqlite://", push_transport_url=url)
+    message = str(err.value)
+    assert message.startswith("[host_state] push_transport_url")
+    assert "expected rabbit://USER:PASS@HOST:PORT/VHOST" in message
+    assert "\n" not in message
+
+
+def test_passwords_are_hidden_in_messages():
+    assert broker.redacted("rabbit://u:secret@a:5672,v:other@b:5672/vh") == \
+        "rabbit://u:***@a:5672,v:***@b:5672/vh"
+    with pytest.raises(ValueError) as err:
+        broker.broker_urls("kafka://u:secret@h/")
+    assert "secret" not in str(err.value)
+
+
+def test_the_option_chooses_the_broker_whatever_the_database():
+    conf = cfg.ConfigOpts()
+    conf_areas.register_all(conf)
+    conf([], default_config_files=[], default_config_dirs=[])
+    conf.set_override("connection", "sqlite://", "host_state")
+    with HostStateStore.from_config(conf) as store:
+        assert store.db.push is None  # NOTE: SQLite without a broker polls
+    conf.set_override("push_transport_url", "fake://", "host_state")
+    with HostStateStore.from_config(conf) as store:
+        assert store.db.push is not None and store.db.push.kind == "fake"
+    conf.set_override("push", False, "host_state")
+    with HostStateStore.from_config(conf) as store:
+        assert store.db.push is None
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_broker_is_said_once_and_lets_waiters_poll(caplog):
+    """No broker listens: subscribing works (the waiter polls: ``live``
+    is False), a writer's commit is not held up nor failed, and each side
+    says so once however often it retries."""
+    url = "rabbit://guest:guest@127.0.0.1:%d/" % _closed_port()
+    with HostStateStore("sqlite://", push_transport_url=url) as store:
+        sub = store.host_changes("h")
+        assert isinstance(sub, notify.Subscription) and not sub.live
+        for _ in range(3):
+            started = time.monotonic()
+            with store.db.write() as conn:
+                store.db.wake(conn, [notify.host_channel("h")], "x")
+            assert time.monotonic() - started < 5
+        time.sleep(1.2)  # NOTE: the listener retried meanwhile
+        said = [r.getMessage() for r in caplog.records if "127.0.0.1" in r.getMessage()]
+        assert len([m for m in said if "cannot listen for changes" in m]) == 1
+        assert len([m for m in said if "unavailable (publishing wake-ups" in m]) == 1
+        assert all("guest:guest" not in m for m in said)
+        sub.close()
+
+
+def test_the_in_process_hub_is_shared_by_the_stores_of_one_database(tmp_path):
+    """``fake://``: two store objects of the same file in one process (the
+    demo's agents and scheduler) wake each other, after the commit only."""
+    url = "sqlite:///%s" % (tmp_path / "s.sqlite")
+    with HostStateStore(url, push_transport_url="fake://") as a, \
+            HostStateStore(url, push_transport_url="fake://") as b:
+        sub = a.host_changes("h")
+        assert sub is not None and sub.live
+        with pytest.raises(RuntimeError), b.db.write() as conn:
+            b.db.wake(conn, [notify.host_channel("h")], "x")
+            raise RuntimeError("rolled back")
+        assert not sub.wait(0)
+        with b.db.write() as conn:
+            b.db.wake(conn, [notify.host_channel("h")], "x")
+            assert not sub.wait(0)  # NOTE: not before the commit
+        assert sub.wait(0)
+        sub.close()
