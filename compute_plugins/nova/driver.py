@@ -512,7 +512,7 @@ class PluginProviderTreeMixin:
         # nova's spawn finds a VGPU allocation's pGPU there
         # (_allocate_mdevs: the provider's name less the root's).
         self.provider_tree = copy.deepcopy(provider_tree)
-        self.plugin_publish(nodename, ours)
+        self.plugin_publish(nodename, ours, instances=self._plugin_tracked())
 
     #: The mixin publishes its host's plugin states (``PluginFitFilter``
     #: reads them): after every ``update_provider_tree``.
@@ -528,16 +528,44 @@ class PluginProviderTreeMixin:
         import nova.conf
         return str(nova.conf.CONF.host)
 
+    def _plugin_tracked(self) -> Optional[set[str]]:
+        """The instances nova's resource tracker counts on this host now
+        (``ResourceTracker.tracked_instances``, which it read from the
+        database at the start of the periodic, or added in a claim, under
+        its lock); None without a resource tracker (then
+        :meth:`_plugin_usage` reads the database).
+
+        ``update_provider_tree`` runs inside the tracker's periodic (nova's
+        per-node update, a worker of its own): reading nova's database
+        there again, late in the update, is a second round trip per host
+        and period, and in nova's functional tests it deadlocked the live
+        migration tests. Their ``_run_periodics`` runs in the migration's
+        operation thread under ``target_cell`` (a read lock of nova's
+        ``CellDatabases`` fixture) and waits for the per-node worker, while
+        the test's API polling asks the fixture's write lock; the lock
+        serves a pending writer first, so the worker's late read waited on
+        the writer, the writer on the operation thread, and the operation
+        thread on the worker (the hang of ``cause: varies``)."""
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        tracked = getattr(getattr(compute, "rt", None), "tracked_instances", None)
+        if not isinstance(tracked, (set, frozenset)):
+            return None
+        return {str(uuid) for uuid in tracked}
+
     def _plugin_usage(self, host: str, context: Any = None,
-                      leave_out: Optional[str] = None) -> dict[str, list[Any]]:
+                      leave_out: Optional[str] = None,
+                      instances: Optional[set[str]] = None) -> dict[str, list[Any]]:
         """plugin -> the assignments of the decisions of the instances on
-        this host (those nova assigns to it, and the driver's guests), but
-        ``leave_out``'s."""
+        this host (``instances``, default those nova's database assigns to
+        it; and the driver's guests), but ``leave_out``'s."""
         from nova import context as nova_context
         from nova import objects
         manager = self.get_plugin_manager()
-        here = set(objects.InstanceList.get_uuids_by_host(
-            context or nova_context.get_admin_context(), host))
+        if instances is not None:
+            here = set(instances)
+        else:
+            here = set(objects.InstanceList.get_uuids_by_host(
+                context or nova_context.get_admin_context(), host))
         listed = getattr(self, "list_instance_uuids", None)
         if listed is not None:
             here.update(listed())
@@ -550,17 +578,19 @@ class PluginProviderTreeMixin:
                 usage.setdefault(name, []).append(assignment)
         return usage
 
-    def plugin_publish(self, nodename: str, tree: Optional[ProviderTree] = None) -> None:
+    def plugin_publish(self, nodename: str, tree: Optional[ProviderTree] = None,
+                       instances: Optional[set[str]] = None) -> None:
         """Publish the plugins' host states of ``nodename`` (under the
-        decisions of the instances on this host) to the host-state store,
+        decisions of the instances on this host: ``instances``, default
+        those nova's database assigns to it) to the host-state store,
         under nova's service host, for ``PluginFitFilter``; a failure is
         logged (the scheduler keeps the last published states)."""
         manager = self.get_plugin_manager()
         host = self._plugin_service_host()
         try:
+            usage = self._plugin_usage(host, instances=instances)
             states, broken = manager.host_states(
-                nodename, {n: tuple(a) for n, a in self._plugin_usage(host).items()},
-                host=host)
+                nodename, {n: tuple(a) for n, a in usage.items()}, host=host)
             for rejection in broken:
                 LOG.warning("host %s: plugin %s publishes no state: %s", host,
                             rejection.plugin, rejection.reason)

@@ -294,7 +294,7 @@ def place(state: NUMAState, cell: CellState, demand: NodeDemand,
         page_size_kb=size,
         memory_mb=demand.memory_mb,
         shared_vcpus=demand.shared,
-        held_cpus=chosen.emulator,
+        held_cpus=chosen.emulator | chosen.idle,
     )
     problem = check(state, cell, demand, assignment, chosen.emulator)
     if problem:

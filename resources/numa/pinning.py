@@ -20,14 +20,22 @@ The policies (nova's, ``hw:cpu_thread_policy``):
 - ``isolate``: on a cell with SMT, refused (:data:`ISOLATE_ON_SMT`): the
   plugin's dedicated CPUs are ``[compute] cpu_dedicated_set``, so, as nova
   with that option, holding a core's siblings idle would take CPUs the
-  Placement request (the guest's PCPUs) does not count (nova bug 1889633;
-  nova only keeps the "hold the siblings" behaviour for its legacy hosts,
-  without ``cpu_dedicated_set``: on those the plugin pins to the ``VCPU``
-  CPUs, :attr:`resources.numa.view.NUMAView.legacy`, but still refuses
-  ``isolate`` on SMT). The query forbids
-  ``HW_CPU_HYPERTHREADING`` on the root too (:mod:`resources.numa.provider`);
-  the per-cell check makes the fit and ``verify`` say so on their own. On a
-  cell without SMT, as ``prefer``.
+  Placement request (the guest's PCPUs) does not count (nova bug 1889633).
+  The query forbids ``HW_CPU_HYPERTHREADING`` on the root too
+  (:mod:`resources.numa.provider`); the per-cell check makes the fit and
+  ``verify`` say so on their own. On nova's legacy host (no
+  ``cpu_dedicated_set``, :attr:`resources.numa.view.NUMAView.legacy`) nova
+  keeps its old "pin a core, hold its siblings idle" ``isolate``, and so
+  does the plugin (:func:`_isolate_legacy`): each vCPU takes the first
+  thread of a whole free core (a core with the cell's most threads, all
+  free: nova's ``sibling_sets[threads_per_core]``), the core's other
+  threads are held idle by the guest (:attr:`Pinning.idle`, recorded in
+  ``held_cpus``: nova's ``pin_cpus_with_siblings``), and the emulator
+  threads' CPU of ``hw:emulator_threads_policy=isolate`` is the first
+  thread of a further whole free core, its siblings held too (nova takes
+  the first free thread of any other core and then holds its siblings,
+  which fails nova's claim where one of them is taken: the plugin takes a
+  whole free core instead). On a cell without SMT, as ``prefer``.
 
 The emulator threads' CPU (``hw:emulator_threads_policy=isolate``) is one
 more free dedicated CPU, not one of the vCPUs': any free one.
@@ -53,13 +61,12 @@ ISOLATE_ON_SMT = (
     "refused as nova refuses it with [compute] cpu_dedicated_set (holding "
     "the siblings idle would take CPUs the guest's PCPU request does not "
     "count; nova bug 1889633)")
-#: The same on nova's legacy host (no ``cpu_dedicated_set``), where nova
-#: would pin a core and hold its siblings: not implemented here.
-ISOLATE_ON_SMT_LEGACY = (
-    "%s %s thread siblings (SMT) and %s asks hw:cpu_thread_policy=isolate: "
-    "nova's legacy mode for hosts without [compute] cpu_dedicated_set (pin "
-    "a core, hold its siblings idle) is not implemented; set "
-    "cpu_dedicated_set")
+#: What ``isolate`` asks on nova's legacy host (no ``cpu_dedicated_set``):
+#: said when the cell has too few whole free cores.
+ISOLATE_LEGACY = (
+    "hw:cpu_thread_policy=isolate on a host without [compute] "
+    "cpu_dedicated_set pins each vCPU to a whole free core and holds its "
+    "thread siblings idle")
 
 
 def plural(count: int, noun: str) -> str:
@@ -97,6 +104,9 @@ class Pinning:
 
     cpus: tuple[int, ...]
     emulator: frozenset[int] = frozenset()
+    #: CPUs held idle beside them: the thread siblings of the cores of
+    #: ``cpus`` and ``emulator`` (``isolate`` on a legacy host).
+    idle: frozenset[int] = frozenset()
 
 
 def _free_threads(cell: CellState) -> list[list[int]]:
@@ -131,9 +141,68 @@ def _require_fallback(groups: list[list[int]], count: int) -> Optional[list[int]
     return cpus[:count] if len(cpus) >= count else None
 
 
-def _isolate_on_smt(subject: Subject, who: str, legacy: bool) -> str:
-    return (ISOLATE_ON_SMT_LEGACY if legacy else ISOLATE_ON_SMT) % (
-        subject.name, subject.has, who)
+def _isolate_on_smt(subject: Subject, who: str) -> str:
+    return ISOLATE_ON_SMT % (subject.name, subject.has, who)
+
+
+def _threads_per_core(cell: CellState) -> int:
+    """The most threads a core of the cell has (nova's ``threads_per_core``)."""
+    return max((len(core) for core in cell.cores), default=1)
+
+
+def _whole_free_cores(cell: CellState) -> list[frozenset[int]]:
+    """Cores with the cell's most threads, every one a free dedicated CPU
+    (nova's ``sibling_sets[threads_per_core]``), core order."""
+    threads = _threads_per_core(cell)
+    free = cell.free_pcpus
+    return [core for core in cell.cores if len(core) == threads and core <= free]
+
+
+def _isolate_legacy(cell: CellState, count: int, emulator: int,
+                    subject: Subject, who: str) -> Union[Pinning, str]:
+    """``isolate`` on a legacy host's SMT cell: the first thread of a whole
+    free core per vCPU (and for the emulator threads), the cores' other
+    threads held idle (see the module doc)."""
+    whole = _whole_free_cores(cell)
+    if len(whole) < count + emulator:
+        extra = " + 1 for emulator threads" if emulator else ""
+        return ("%s %s %s (all %d threads free), %s needs %d%s (%s)"
+                % (subject.name, subject.has,
+                   plural(len(whole), "whole free core"),
+                   _threads_per_core(cell), who, count, extra, ISOLATE_LEGACY))
+    cpus = tuple(min(core) for core in whole[:count])
+    emulated = frozenset(min(core) for core in whole[count:count + emulator])
+    used = frozenset().union(*whole[:count + emulator])
+    return Pinning(cpus, emulated, used - set(cpus) - emulated)
+
+
+def _isolate_legacy_problem(cell: CellState, cpus: Sequence[int],
+                            emulator: frozenset[int], idle: frozenset[int],
+                            subject: Subject, who: str) -> Optional[str]:
+    """Why ``cpus`` (+ ``emulator``, holding ``idle``) is not a legacy
+    ``isolate`` pinning on ``cell``: one CPU per core, on cores with the
+    cell's most threads, each core's other threads held idle."""
+    threads = _threads_per_core(cell)
+    cores = [cell.core_of[cpu] for cpu in list(cpus) + sorted(emulator)]
+    shared = sorted({cpu for cpu, core in zip(list(cpus) + sorted(emulator), cores,
+                                              strict=True)
+                     if cores.count(core) > 1})
+    if shared:
+        return ("CPU(s) %s of %s share a core; %s asks one CPU per core (%s)"
+                % (format_cpu_spec(shared), subject.name, who, ISOLATE_LEGACY))
+    small = sorted(min(core) for core in cores if len(core) < threads)
+    if small:
+        return ("the cores of CPU(s) %s of %s have fewer than its %d threads "
+                "per core; %s needs whole cores (%s)"
+                % (format_cpu_spec(small), subject.name, threads, who,
+                   ISOLATE_LEGACY))
+    siblings = frozenset().union(*cores) - set(cpus) - emulator
+    if idle != siblings:
+        return ("%s must hold CPU(s) %s of %s idle (the thread siblings of "
+                "its cores); it holds %s (%s)"
+                % (who, format_cpu_spec(siblings) or "none", subject.name,
+                   format_cpu_spec(idle) or "none", ISOLATE_LEGACY))
+    return None
 
 
 def choose(cell: CellState, count: int, emulator: int, policy: Optional[str],
@@ -144,9 +213,11 @@ def choose(cell: CellState, count: int, emulator: int, policy: Optional[str],
     The caller has checked that the cell has ``count + emulator`` free
     dedicated CPUs.
     """
-    groups = _free_threads(cell)
     if policy == ISOLATE and cell.has_threads:
-        return _isolate_on_smt(subject, who, legacy)
+        if legacy:
+            return _isolate_legacy(cell, count, emulator, subject, who)
+        return _isolate_on_smt(subject, who)
+    groups = _free_threads(cell)
     if policy == REQUIRE:
         if not cell.has_threads:
             return ("%s %s no thread siblings (SMT), %s requires them "
@@ -197,7 +268,10 @@ def problem(cell: CellState, policy: Optional[str], cpus: Sequence[int],
                     "requires them (hw:cpu_thread_policy=require)"
                     % (format_cpu_spec(alone), subject.name, who))
     if policy == ISOLATE and cell.has_threads:
-        return _isolate_on_smt(subject, who, legacy)
+        if legacy:
+            return _isolate_legacy_problem(cell, cpus, emulator, idle,
+                                           subject, who)
+        return _isolate_on_smt(subject, who)
     if idle:
         return "%s holds CPU(s) %s of %s idle beside its emulator threads' CPU" % (
             who, format_cpu_spec(idle), subject.name)

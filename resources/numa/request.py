@@ -170,9 +170,11 @@ class CellAssignment:
     :param shared_vcpus: guest vCPUs floating on ``shared_cpus`` (their
         load, counted against ``cpu_allocation_ratio``).
     :param held_cpus: dedicated host CPUs taken without a vCPU on them: the
-        emulator threads' CPU (``hw:emulator_threads_policy=isolate``).
-        (``hw:cpu_thread_policy=isolate`` on SMT, which held idle siblings
-        here, is refused as in nova: :data:`resources.numa.pinning.ISOLATE_ON_SMT`.)
+        emulator threads' CPU (``hw:emulator_threads_policy=isolate``), and
+        on nova's legacy host the thread siblings ``hw:cpu_thread_policy=isolate``
+        holds idle (:mod:`resources.numa.pinning`; with
+        ``cpu_dedicated_set`` that policy is refused on SMT, as in nova:
+        :data:`resources.numa.pinning.ISOLATE_ON_SMT`).
     """
 
     guest_cell: int

@@ -325,3 +325,50 @@ def test_pinned_small_page_memory_stays_within_placements_capacity_unlike_nova()
     assert nova_model.placed(nova_model.fit(st, request([(2, 3000)]))) is not None
     assert ours(st, request([(2, 3000)])) is None
     assert ours(st, request([(2, 2048)])) is not None
+
+
+def test_isolate_on_a_legacy_smt_cell_pins_and_holds_as_nova():
+    """nova's legacy host (no ``cpu_dedicated_set``: a cell's ``pcpuset``
+    is its ``cpuset``) keeps the old ``isolate``: a vCPU on the first
+    thread of each whole free core, the cores' siblings held
+    (``numa_usage_from_instance_numa``'s ``pin_cpus_with_siblings``). On
+    every pattern of taken CPUs of a 4-core, 2-thread cell, for 1 to 3
+    vCPUs with and without an isolated emulator thread: we fit where nova
+    does, with nova's pinning, and take exactly the CPUs nova's usage
+    marks pinned. Where nova's answer cannot be claimed (its emulator CPU on
+    a core whose sibling is taken: ``CPUPinningInvalid``) we take a whole
+    free core instead; counted, not compared."""
+    import dataclasses
+    import itertools
+
+    from nova import exception as nova_exception
+
+    from tests.unit.resources.numa_fit.helpers import smt_cell
+    n = nova_model.nova()
+    compared = unclaimable = 0
+    cpus = range(8)
+    for taken_count in range(0, 9):
+        for taken in itertools.combinations(cpus, taken_count):
+            base = smt_cell(0, 4, pinned=taken)
+            st = dataclasses.replace(state(dataclasses.replace(
+                base, shared_cpus=base.pcpus)), legacy=True)
+            for vcpus, emulator in itertools.product((1, 2, 3), (None, "isolate")):
+                req = request([(vcpus, 256)], thread="isolate", emulator=emulator)
+                theirs = nova_model.fit(st, req)
+                got = fit(st, req, None)
+                if theirs is None:
+                    assert not isinstance(got, NUMAAssignment), (taken, vcpus, emulator)
+                    continue
+                host = nova_model.host(st)
+                try:
+                    used = n["hardware"].numa_usage_from_instance_numa(host, theirs)
+                except nova_exception.CPUPinningInvalid:
+                    unclaimable += 1
+                    continue
+                assert isinstance(got, NUMAAssignment), (taken, vcpus, emulator, got)
+                assert [(c.host_cell, dict(c.pinning)) for c in got.cells] == \
+                    nova_model.placed(theirs)
+                ours_taken = st.consumed(got).cells[0].pinned
+                assert ours_taken == used.cells[0].pinned_cpus, (taken, vcpus, emulator)
+                compared += 1
+    assert compared > 250 and unclaimable > 0, (compared, unclaimable)

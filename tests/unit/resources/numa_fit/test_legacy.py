@@ -10,12 +10,14 @@ hosts (``*_old_configuration``, ``NUMALiveMigration*Tests``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from compute_plugins.host.model import CPU, HostInfo, NUMACell
 from compute_plugins.request.spec import build_request_spec
+from compute_plugins.request.types import FrozenMap
 from resources.numa import InvalidCPUSet
 from resources.numa.view import NUMAView
 from tests.unit.resources.helpers import manager, state_of
@@ -31,14 +33,16 @@ def two_cells(online: frozenset[int] | None = None) -> HostInfo:
     return HostInfo(hostname=NODE, source="test", cells=cells, online_cpus=online)
 
 
-def fit(conf, *guests: int, host: HostInfo | None = None):
+def fit(conf, *guests: int, host: HostInfo | None = None,
+        taken: list[Any] | None = None):
     """Fit pinned one-node guests of ``guests`` vCPUs one after the other
-    on the host (each with the earlier ones in force); their assignments."""
+    on the host (each with the earlier ones, and ``taken``, in force); the
+    assignments in force."""
     conf.set_override("reserved_host_memory_mb", 0, "compute")
     mgr = manager(conf, ["numa"])
     plugin = mgr.plugins["numa"]
     view = plugin.discover(host or two_cells())
-    taken: list[Any] = []
+    taken = list(taken or [])
     for vcpus in guests:
         spec = build_request_spec(mgr.plugins, {
             "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
@@ -149,24 +153,127 @@ def test_a_pinned_guest_on_a_legacy_host_is_allocated_vcpu(conf):
     assert group.resources == {"VCPU": 2, "MEMORY_MB": 512}
 
 
-def test_isolate_on_an_smt_legacy_host_is_refused_naming_the_legacy_mode(conf):
-    """nova would pin a core and hold its siblings there; not implemented,
-    and the refusal says so (not nova's cpu_dedicated_set reason)."""
-    conf.set_override("reserved_host_memory_mb", 0, "compute")
-    cpus = tuple(CPU(id=i, siblings=frozenset({i - i % 2, i - i % 2 + 1}))
-                 for i in range(4))
-    smt = HostInfo(hostname=NODE, source="test", cells=(
+def smt_host(cores: int = 4, threads: int = 2) -> HostInfo:
+    """One cell of ``cores`` cores of ``threads`` threads (CPUs numbered
+    core by core: 0-1 are core 0's), 4 GiB."""
+    cpus = tuple(CPU(id=i, siblings=frozenset(range(i - i % threads,
+                                                    i - i % threads + threads)))
+                 for i in range(cores * threads))
+    return HostInfo(hostname=NODE, source="test", cells=(
         NUMACell(id=0, cpus=cpus, memory_kb=4 * GIB_KB),))
+
+
+def isolate_fit(conf, *guests: int, host: HostInfo | None = None,
+                extra: dict[str, str] | None = None, taken: list[Any] | None = None):
+    """Fit ``isolate`` guests of ``guests`` vCPUs one after the other on the
+    legacy SMT host (each with the earlier ones, and ``taken``, in force);
+    (plugin, view, assignments in force, rejections of the first refused)."""
+    conf.set_override("reserved_host_memory_mb", 0, "compute")
     mgr = manager(conf, ["numa"])
     plugin = mgr.plugins["numa"]
+    view = plugin.discover(host or smt_host())
+    taken = list(taken or [])
+    for vcpus in guests:
+        spec = build_request_spec(mgr.plugins, {
+            "name": "f", "vcpus": vcpus, "memory_mb": 512, "root_gb": 0,
+            "extra_specs": {"hw:cpu_policy": "dedicated",
+                            "hw:cpu_thread_policy": "isolate", **(extra or {})}})
+        result = mgr.plugins.fit({"numa": state_of(plugin, view, taken)}, spec, None)
+        if not result.fits:
+            return plugin, view, taken, result.rejections
+        taken.append(result.assignments["numa"])
+    return plugin, view, taken, ()
+
+
+def held(assignment) -> set[int]:
+    return {cpu for cell in assignment.cells for cpu in cell.held_cpus}
+
+
+def test_isolate_on_an_smt_legacy_host_pins_a_core_per_vcpu_and_holds_its_siblings(conf):
+    """nova's legacy ``isolate``
+    (``test_create_server_with_isolate_thread_policy_old_configuration``):
+    a vCPU per core, the cores' other threads held idle; 2 vCPUs take 4 of
+    the host's 8 CPUs, and no other guest gets the held ones."""
+    plugin, view, taken, rejections = isolate_fit(conf, 2)
+    assert rejections == ()
+    (guest,) = taken
+    assert pins(guest) == {0, 2} and held(guest) == {1, 3}
+    state = state_of(plugin, view, taken)
+    assert state.cells[0].pinned == {0, 1, 2, 3}
+    # A pinned guest without a policy gets the two cores left, not the
+    # held siblings.
+    others, none = fit(conf, 4, host=smt_host(), taken=taken)
+    assert none == ()
+    assert pins(others[-1]) == {4, 5, 6, 7}
+
+
+def test_isolate_on_a_legacy_host_wants_whole_free_cores(conf):
+    """A core with one thread taken is no core for ``isolate``: the
+    refusal counts the whole free cores and says what the policy asks."""
+    half, _ = fit(conf, 1, host=smt_host())  # CPU 0: core 0 half taken
+    assert pins(half[0]) == {0}
+    _, _, taken, rejections = isolate_fit(conf, 4, taken=half)
+    assert taken == half
+    (rejection,) = rejections
+    assert "3 whole free cores (all 2 threads free), guest node 0 needs 4" in rejection.reason
+    assert "holds its thread siblings idle" in rejection.reason
+
+
+def test_isolate_siblings_are_released_with_the_guest(conf):
+    """The host full of ``isolate`` guests (4 cores, 4 one-vCPU guests)
+    takes a fifth once one of them is gone."""
+    plugin, view, taken, rejections = isolate_fit(conf, 1, 1, 1, 1, 1)
+    assert len(taken) == 4 and len(rejections) == 1
+    assert state_of(plugin, view, taken).cells[0].free_pcpus == frozenset()
+    _, _, again, rejections = isolate_fit(conf, 1, taken=taken[1:])
+    assert rejections == () and pins(again[-1]) == {0} and held(again[-1]) == {1}
+
+
+def test_isolate_legacy_emulator_threads_take_a_whole_core_too(conf):
+    """``hw:emulator_threads_policy=isolate``: its CPU is the first thread
+    of one more whole core, whose sibling is held as well (nova's
+    ``pin_cpus_with_siblings`` on the reserved CPU); still ``VCPU`` = the
+    flavor's vCPUs in Placement."""
+    plugin, view, taken, rejections = isolate_fit(
+        conf, 2, extra={"hw:emulator_threads_policy": "isolate"})
+    assert rejections == ()
+    (guest,) = taken
+    assert pins(guest) == {0, 2} and guest.emulator_threads == {4}
+    assert held(guest) == {1, 3, 4, 5}
+
+
+@pytest.mark.parametrize("change,reason", [
+    (lambda c: {"pinning": {0: 0, 1: 1}, "held_cpus": frozenset()}, "share a core"),
+    (lambda c: {"held_cpus": frozenset({1})}, "must hold CPU(s) 1,3 of host cell 0 idle"),
+    (lambda c: {"held_cpus": frozenset()}, "must hold CPU(s) 1,3 of host cell 0 idle"),
+])
+def test_a_recorded_legacy_isolate_pinning_is_verified(conf, change, reason):
+    """``verify`` (the compute's check of the scheduler's decision) holds a
+    recorded ``isolate`` pinning to the same rules: one vCPU per core, the
+    siblings held."""
+    plugin, view, (guest,), _ = isolate_fit(conf, 2)
+    mgr = manager(conf, ["numa"])
     spec = build_request_spec(mgr.plugins, {
-        "name": "f", "vcpus": 1, "memory_mb": 512, "root_gb": 0,
+        "name": "f", "vcpus": 2, "memory_mb": 512, "root_gb": 0,
         "extra_specs": {"hw:cpu_policy": "dedicated",
                         "hw:cpu_thread_policy": "isolate"}})
-    result = mgr.plugins.fit(
-        {"numa": state_of(plugin, plugin.discover(smt), [])}, spec, None)
-    (rejection,) = result.rejections
-    assert "legacy mode for hosts without [compute] cpu_dedicated_set" in rejection.reason
+    state = state_of(plugin, view, [])
+    assert plugin.verify(state, spec.requests["numa"], guest) is None
+    fields = change(guest.cells[0])
+    if "pinning" in fields:
+        fields["pinning"] = FrozenMap(fields["pinning"])
+    bad = dataclasses.replace(guest, cells=(dataclasses.replace(guest.cells[0], **fields),))
+    rejection = plugin.verify(state, spec.requests["numa"], bad)
+    assert rejection is not None and reason in rejection.reason
+
+
+def test_isolate_with_cpu_dedicated_set_on_smt_is_still_refused(conf):
+    """Not legacy: nova's bug 1889633 refusal stays."""
+    conf.set_override("cpu_dedicated_set", "0-7", "compute")
+    _, _, taken, rejections = isolate_fit(conf, 1)
+    assert taken == []
+    (rejection,) = rejections
+    assert "nova bug 1889633" in rejection.reason
 
 
 def test_vcpu_pin_set_leaves_cpu_shared_set_to_shared_emulator_threads(conf):
