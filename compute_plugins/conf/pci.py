@@ -105,6 +105,26 @@ aliases (a NIC's PF and VFs included) and, for ports, a PF named in
 while another PF serves ports with those of its VFs that a spec with
 ``physical_network`` matches, on that physnet.""",
     ),
+    cfg.BoolOpt(
+        "report_in_placement",
+        default=False,
+        help="""Enable PCI resource inventory reporting to Placement (nova's
+option). If it is enabled then the PCI devices of ``[pci] device_spec``
+that have no ``physical_network`` are reported as nova reports them: one
+provider ``<nodename>_<ADDRESS>`` under the compute node per PF or plain
+device, a PF's VFs counted on their PF's provider, resource class the
+spec's ``resource_class`` or ``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``,
+traits the spec's ``traits`` plus ``COMPUTE_MANAGED_PCI_DEVICE`` (and
+``HW_PCI_LIVE_MIGRATABLE``); nova's compute then finds them already there.
+Only these devices serve ``[pci] alias`` requests (nova's ``[filter_scheduler]
+pci_in_placement``); devices with a ``physical_network`` serve SR-IOV ports
+through the sriov plugin's ``<nodename>_pf_<address>`` providers.
+
+Related options:
+
+* [pci]device_spec: to define which PCI devices nova are allowed to track and
+  assign to guests.""",
+    ),
 ]
 
 # NOTE: [0-9], not \d: jsonschema's \d also matches other scripts' digits.

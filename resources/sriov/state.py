@@ -7,12 +7,12 @@
   given: a PF whose ``sriov_numvfs`` exceeds that list has fewer here than
   its ``SRIOV_NET_VF`` inventory.
 - Per alias device: vendor, product, device type, NUMA cell, its PF when it
-  is a VF, and whether an assignment uses it. A device's ``provider_uuid``
-  is the one its provider would have (``provider_uuid(nodename, "pci",
-  address)``, named like the vGPU plugin's device providers): no plugin
-  reports alias devices to Placement yet, so there is no provider to be
-  handed, and ``fit`` only honours a mapping of an alias group when the
-  allocation has one.
+  is a VF, and whether an assignment uses it. With ``[pci]
+  report_in_placement`` a device's ``provider_uuid`` is its provider's in
+  nova's layout (:mod:`resources.sriov.placement`: its own, a VF's PF's);
+  without, the one its provider would have (``provider_uuid(nodename,
+  "pci", address)``): no provider is reported for it, and ``fit`` only
+  honours a mapping of an alias group when the allocation has one.
 
 The PFs' provider uuids are the plugin's providers handed to ``host_state``
 (:class:`~compute_plugins.tree.contribution.Providers`).
@@ -29,9 +29,10 @@ from compute_plugins.plugin import names
 from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.tree.contribution import Providers
+from resources.sriov import placement
 from resources.sriov.provider import KIND
 from resources.sriov.request import PLUGIN, SRIOVAssignment
-from resources.sriov.view import SRIOVView, VFView
+from resources.sriov.view import DeviceView, SRIOVView, VFView
 
 #: Kind of an alias device's provider name (``<nodename>_pci_<address>``).
 DEVICE_KIND = "pci"
@@ -206,7 +207,16 @@ def _pf_states(view: SRIOVView, providers: Providers,
     return tuple(states)
 
 
-def _device_states(view: SRIOVView, nodename: str,
+def _device_provider(providers: Providers, device: DeviceView) -> str:
+    """The uuid of the provider of an alias device: nova's layout's
+    (``[pci] report_in_placement``), else the one it would have."""
+    if device.placed_on is not None:
+        return providers[placement.provider_name(providers.nodename,
+                                                 device.placed_on)]
+    return names.provider_uuid(providers.nodename, DEVICE_KIND, device.address)
+
+
+def _device_states(view: SRIOVView, providers: Providers,
                    assignments: Sequence[SRIOVAssignment]) -> tuple[DeviceState, ...]:
     devices = {d.address: d for d in view.devices}
     seen: dict[str, str] = {}
@@ -232,7 +242,7 @@ def _device_states(view: SRIOVView, nodename: str,
     by_ports = {vf.vf_address for a in assignments for vf in a.vfs}
     return tuple(
         DeviceState(address=d.address,
-                    provider_uuid=names.provider_uuid(nodename, DEVICE_KIND, d.address),
+                    provider_uuid=_device_provider(providers, d),
                     device_type=d.device_type, vendor_id=d.vendor_id,
                     product_id=d.product_id, cell=d.cell, parent=d.parent,
                     used=d.address in seen or d.address in by_ports,
@@ -252,5 +262,5 @@ def build_state(view: SRIOVView, providers: Providers,
         PF's.
     """
     return SRIOVState(pfs=_pf_states(view, providers, assignments),
-                      devices=_device_states(view, providers.nodename, assignments),
+                      devices=_device_states(view, providers, assignments),
                       sockets=view.sockets)

@@ -139,6 +139,10 @@ class DeviceView:
     managed: bool = True
     #: ``live_migratable`` tag (``"true"``/``"false"``; None: not said).
     live_migratable: Optional[str] = None
+    #: With ``[pci] report_in_placement``: the address of the device whose
+    #: provider it is counted on (its own, a VF's PF;
+    #: :mod:`resources.sriov.placement`); None: not in Placement.
+    placed_on: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,7 +322,8 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
         for key in sorted(set(config) - used):
             LOG.warning("%s: device %s is not a PF with VFs on this "
                         "host; ignored", option, key)
-    devices = (spec_devices(specs, host, parents) if specs
+    in_placement = bool(conf.pci.report_in_placement)
+    devices = (spec_devices(specs, host, parents, in_placement) if specs
                else alias_devices(conf, host, pfs, parents))
     return SRIOVView(tuple(pfs), devices, cell_sockets(host.cells))
 
@@ -370,16 +375,25 @@ def alias_devices(conf: cfg.ConfigOpts, host: HostInfo, pfs: list[PFView],
 
 
 def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
-                 parents: NUMAParents) -> tuple[DeviceView, ...]:
+                 parents: NUMAParents, in_placement: bool = False
+                 ) -> tuple[DeviceView, ...]:
     """The devices ``[pci] device_spec`` matches (see the module), with
-    their spec's resource class, traits and ``managed``."""
+    their spec's resource class, traits and ``managed``.
+
+    :param in_placement: ``[pci] report_in_placement``: the devices with a
+        ``physical_network`` are left out (nova does not report them, they
+        serve ports) and the others say the provider they are counted on.
+    """
     devices = []
     for device in sorted(host.pci_devices, key=lambda d: d.address):
         if _offers_mdevs(device, host):
             continue
         spec = devspec.first_match(specs, device, host)
-        if spec is None:
+        if spec is None or (in_placement and spec.physical_network):
             continue
+        placed_on = None
+        if in_placement:
+            placed_on = device.phys_function or device.address
         devices.append(DeviceView(
             address=device.address, vendor_id=device.vendor_id,
             product_id=device.product_id,
@@ -389,5 +403,6 @@ def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
                 spec.resource_class, device.vendor_id, device.product_id),
             traits=alias_rules.spec_traits(spec.traits, spec.live_migratable),
             managed=spec.managed != "false",
-            live_migratable=spec.tag("live_migratable")))
+            live_migratable=spec.tag("live_migratable"),
+            placed_on=placed_on))
     return tuple(devices)

@@ -67,6 +67,7 @@ MIRRORED = (
      "packing_host_numa_cells_allocation_strategy"),
     ("pci", "alias", "pci", "alias"),
     ("pci", "device_spec", "pci", "device_spec"),
+    ("pci", "report_in_placement", "pci", "report_in_placement"),
     ("devices", "enabled_mdev_types", "vgpu", "enabled_mdev_types"),
     ("libvirt", "pmem_namespaces", "libvirt", "pmem_namespaces"),
     ("neutron", "physnets", "neutron", "physnets"),

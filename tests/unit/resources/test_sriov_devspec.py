@@ -281,3 +281,61 @@ def test_a_bad_live_migratable_of_an_alias(conf):
     with pytest.raises(ConfigError, match="live_migratable of alias vfs is "
                                           "'perhaps': expected one of 1, t"):
         alias_request(SRIOVPlugin(conf), "vfs:1")
+
+
+# -- [pci] report_in_placement: nova's layout ------------------------------------
+
+def test_report_in_placement_gives_novas_providers_and_the_decision_names_them(conf):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"vendor_id": "8086", "product_id": "1515",
+                          "address": "*:81:00.*", "traits": "blue"},
+                   {"vendor_id": "10de", "resource_class": "pgpu"},
+                   # a physnet device serves ports: nova does not report it
+                   {"vendor_id": "8086", "product_id": "1515",
+                    "address": "*:82:00.*", "physical_network": "physnet4"},
+                   aliases=[VF_ALIAS, {"name": "gpu", "resource_class": "PGPU"}])
+    view = plugin.discover(devices())
+    got = {c.name: c for c in plugin.provider_contributions(view, NODE)}
+    assert sorted(got) == ["node1_0000:81:00.0", "node1_0000:84:00.0",
+                           "node1_pf_0000_82_00_0"]
+    vfs = got["node1_0000:81:00.0"]
+    assert vfs.parent is None
+    assert {rc: inv["total"] for rc, inv in vfs.inventory.items()} == {
+        "CUSTOM_PCI_8086_1515": 2}
+    assert vfs.inventory["CUSTOM_PCI_8086_1515"]["max_unit"] == 2
+    assert vfs.traits == {"CUSTOM_BLUE", "COMPUTE_MANAGED_PCI_DEVICE"}
+    gpu = got["node1_0000:84:00.0"]
+    assert (list(gpu.inventory), gpu.traits) == (
+        ["PGPU"], {"COMPUTE_MANAGED_PCI_DEVICE"})
+    state = state_of(plugin, view)
+    two = plugin.fit(state, alias_request(plugin, "vfs:2"), None, {})
+    assert {d.provider_uuid for d in two.devices} == {vfs.uuid}
+    assert plugin.group_providers(None, two, state) == {"_PCI0": vfs.uuid}
+    # the allocation's mapping of the group is honoured
+    mapped = plugin.fit(state, alias_request(plugin, "gpu:1"),
+                        {"_PCI0": (gpu.uuid,)}, {})
+    assert [d.provider_uuid for d in mapped.devices] == [gpu.uuid]
+
+
+@pytest.mark.parametrize("values, message", [
+    ([{"address": PF, "product_id": "1528"}, {"address": "*:81:00.*"}],
+     "Configuring both 0000:81:00.0 and 0000:81:00.1,0000:81:00.2 in "
+     "[pci]device_spec is not supported. Either the parent PF or its "
+     "children VFs can be configured."),
+    ([{"address": "0000:81:00.1", "resource_class": "a"},
+      {"address": "0000:81:00.2"}],
+     "VFs from the same PF cannot be configured with different "
+     "'resource_class' values in [pci]device_spec. We got "
+     "CUSTOM_PCI_8086_1515 for 0000:81:00.2 and CUSTOM_A for 0000:81:00.1."),
+    ([{"address": "0000:81:00.1", "traits": "a"}, {"address": "0000:81:00.2"}],
+     "VFs from the same PF cannot be configured with different set of "
+     "'traits' in [pci]device_spec. We got COMPUTE_MANAGED_PCI_DEVICE for "
+     "0000:81:00.2 and COMPUTE_MANAGED_PCI_DEVICE,CUSTOM_A for 0000:81:00.1."),
+])
+def test_report_in_placement_refuses_what_nova_refuses(conf, values, message):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, *values)
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert str(err.value) == ("Failed to gather or report PCI resources to "
+                              "Placement: " + message)
