@@ -1,4 +1,7 @@
-"""``[pci]``: PCI passthrough aliases, in nova's JSON format.
+"""``[pci]``: PCI passthrough aliases and device specs, in nova's JSON format.
+
+``[pci] device_spec`` (nova's whitelist of assignable devices) is parsed by
+:mod:`resources.sriov.devspec`; this module registers it.
 
 ``[pci] alias`` is a multi-valued option; each value is a JSON object as in
 nova (``nova.pci.request``)::
@@ -49,12 +52,88 @@ OPTS = [
         "``vendor_id`` and ``product_id`` or a ``resource_class``. Repeat the "
         "option for several aliases.",
     ),
+    cfg.MultiStrOpt(
+        "device_spec",
+        default=[],
+        help="""Specify the PCI devices available to VMs (nova's option, same
+syntax; parsed by ``resources.sriov.devspec``).
+
+Possible values:
+
+* A JSON dictionary which describe a PCI device. It should take
+  the following format::
+
+    ["vendor_id": "<id>",] ["product_id": "<id>",]
+    ["address": "[[[[<domain>]:]<bus>]:][<slot>][.[<function>]]" |
+     "devname": "<name>",]
+    {"<tag>": "<tag_value>",}
+
+  Where ``[`` indicates zero or one occurrences, ``{`` indicates zero or
+  multiple occurrences, and ``|`` mutually exclusive options. Note that any
+  missing fields are automatically wildcarded. ``address`` may also be a
+  JSON object of regular expressions (``domain``, ``bus``, ``slot``,
+  ``function``). The address fields are restricted to these maximum
+  values: domain 0xFFFF, bus 0xFF, slot 0x1F, function 0x7. A single
+  address or ``devname`` of an SR-IOV PF also matches its VFs.
+
+  Tags: ``physical_network`` (the VF serves SR-IOV ports of that physical
+  network), ``remote_managed`` ("true"/"false"; remote-managed devices are
+  not offered), ``managed`` ("yes"/"no": libvirt detaches the device),
+  ``live_migratable``, ``resource_class`` (a Placement resource class,
+  normalised as nova does; default ``CUSTOM_PCI_<vendor_id>_<product_id>``),
+  ``traits`` (comma-separated Placement traits), ``trusted``,
+  ``one_time_use``.
+
+* A JSON list of JSON dictionaries corresponding to the above format.
+
+Examples::
+
+    device_spec = {"devname":"eth0", "physical_network":"physnet"}
+    device_spec = {"address":"*:0a:00.*"}
+    device_spec = {"vendor_id":"1137", "product_id":"0071"}
+    device_spec = {"address":{"domain": ".*", "bus": "02", "slot": "01",
+                              "function": "[2-7]"},
+                   "physical_network":"physnet1"}
+
+With the ``sriov`` plugin: when this option is empty, the devices a
+``[pci] alias`` may name are every device an alias matches (less the SR-IOV
+NICs and their VFs) and every VF of an SR-IOV NIC serves ports on the PF's
+``[sriov] physical_device_mappings`` physnet (as before this option
+existed). When it is set, only the devices it matches are given for
+aliases (a NIC's PF and VFs included) and, for ports, a PF named in
+``[sriov] physical_device_mappings`` keeps that physnet and all its VFs,
+while another PF serves ports with those of its VFs that a spec with
+``physical_network`` matches, on that physnet.""",
+    ),
+    cfg.BoolOpt(
+        "report_in_placement",
+        default=False,
+        help="""Enable PCI resource inventory reporting to Placement (nova's
+option). If it is enabled then the PCI devices of ``[pci] device_spec``
+that have no ``physical_network`` are reported as nova reports them: one
+provider ``<nodename>_<ADDRESS>`` under the compute node per PF or plain
+device, a PF's VFs counted on their PF's provider, resource class the
+spec's ``resource_class`` or ``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``,
+traits the spec's ``traits`` plus ``COMPUTE_MANAGED_PCI_DEVICE`` (and
+``HW_PCI_LIVE_MIGRATABLE``); nova's compute then finds them already there.
+Only these devices serve ``[pci] alias`` requests (nova's ``[filter_scheduler]
+pci_in_placement``); devices with a ``physical_network`` serve SR-IOV ports
+through the sriov plugin's ``<nodename>_pf_<address>`` providers.
+
+Related options:
+
+* [pci]device_spec: to define which PCI devices nova are allowed to track and
+  assign to guests.""",
+    ),
 ]
 
 # NOTE: [0-9], not \d: jsonschema's \d also matches other scripts' digits.
 _PCI_VENDOR_PATTERN = "^([0-9a-fA-F]{4})$"
 NUMA_POLICIES = ("legacy", "preferred", "required", "socket")
 DEVICE_TYPES = ("type-PCI", "type-PF", "type-VF")
+#: oslo's boolean strings (nova's ``bool_from_string(strict=True)``).
+_TRUE = ("1", "t", "true", "on", "y", "yes")
+_FALSE = ("0", "f", "false", "off", "n", "no")
 
 ALIAS_SCHEMA = {
     "type": "object",
@@ -93,6 +172,9 @@ class PciAlias:
     device_type: Optional[str] = None
     vendor_id: Optional[str] = None
     product_id: Optional[str] = None
+    #: ``"true"``/``"false"`` (nova's normalised ``live_migratable``), None
+    #: when the alias does not say.
+    live_migratable: Optional[str] = None
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
@@ -103,14 +185,18 @@ def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
     return [(GROUP, OPTS)]
 
 
-def _normalize_rc(name: str) -> str:
-    name = name.strip()
+def normalize_rc(name: str) -> str:
+    """A resource class as nova normalises ``resource_class`` (upper case,
+    ``CUSTOM_`` prefix unless standard)."""
+    name = name.strip().upper()
     if name in os_resource_classes.STANDARDS:
         return name
     return names.custom_name(name)
 
 
-def _normalize_trait(name: str) -> str:
+def normalize_trait(name: str) -> str:
+    """A trait as nova normalises ``traits`` entries (``CUSTOM_`` prefix
+    unless standard)."""
     name = name.strip()
     if name in os_traits.get_traits():
         return name
@@ -138,18 +224,27 @@ def load_aliases(conf: cfg.ConfigOpts) -> dict[str, PciAlias]:
         policy = spec.get("numa_policy") or "legacy"
         vendor, product = spec.get("vendor_id"), spec.get("product_id")
         if spec.get("resource_class"):
-            rc = _normalize_rc(spec["resource_class"])
+            rc = normalize_rc(spec["resource_class"])
         elif vendor and product:
             rc = names.custom_name("PCI", vendor.upper(), product.upper())
         else:
             raise PciInvalidAlias(
                 "The PCI alias(es) %s does not have vendor_id and product_id "
                 "fields set or resource_class field set." % name)
-        traits = frozenset(_normalize_trait(t) for t in
+        traits = frozenset(normalize_trait(t) for t in
                            (spec.get("traits") or "").split(",") if t.strip())
         alias = PciAlias(name=name, numa_policy=policy, resource_class=rc,
                          traits=traits, device_type=spec.get("device_type"),
                          vendor_id=vendor, product_id=product)
+        live = spec.get("live_migratable")
+        if live is not None:
+            flag = live.strip().lower()
+            if flag not in _TRUE + _FALSE:
+                raise PciInvalidAlias(
+                    "live_migratable of alias %s is %r: expected one of %s"
+                    % (name, live, ", ".join(_TRUE + _FALSE)))
+            alias = dataclasses.replace(
+                alias, live_migratable="true" if flag in _TRUE else "false")
         previous = aliases.get(name)
         if previous is not None:
             if previous.numa_policy != policy:

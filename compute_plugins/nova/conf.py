@@ -47,3 +47,39 @@ def plugin_conf(nova_conf: Optional[Any] = None) -> cfg.ConfigOpts:
     conf([], project="compute-plugins",
          default_config_files=list(nova_conf[GROUP].config_file))
     return conf
+
+
+class NovaAliases:
+    """nova's ``[pci] alias`` read on each request into the plugins'
+    configuration (nova's scheduler reads its aliases on every request, so
+    an alias added to nova's configuration is known without a restart).
+
+    nova's value, when set, wins over the plugins' own ``[pci] alias``; the
+    override changes only when nova's value does (one tuple comparison per
+    request).
+
+    :param nova_config: nova's ``CONF``.
+    :param conf: the plugins' configuration (``[pci]`` registered on it).
+    """
+
+    def __init__(self, nova_config: Any, conf: cfg.ConfigOpts) -> None:
+        self.nova_config = nova_config
+        self.conf = conf
+        self._seen: Optional[tuple[str, ...]] = None
+
+    def refresh(self) -> bool:
+        """Apply nova's current value; True when it changed."""
+        try:
+            value = tuple(self.nova_config.pci.alias or ())
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError, AttributeError):
+            return False
+        if value == self._seen:
+            return False
+        self._seen = value
+        from compute_plugins.conf import pci as pci_conf
+        pci_conf.register_opts(self.conf)
+        if value:
+            self.conf.set_override("alias", list(value), group="pci")
+        else:
+            self.conf.clear_override("alias", group="pci")
+        return True

@@ -240,20 +240,29 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
     :param decisions: where the decision of each selected instance is
         recorded for its compute (default: the store of ``states`` when it
         is a :class:`StoreStates`; None: not recorded).
+    :param nova_config: nova's ``CONF`` (default: nova's global one when
+        the filter loads its own plugins): its ``[pci] alias`` is read on
+        every request, as nova does (:class:`~compute_plugins.nova.conf.NovaAliases`).
     """
 
     RUN_ON_REBUILD = False
 
     def __init__(self, plugins: Optional[PluginSet] = None,
                  states: Optional[StatesSource] = None,
-                 decisions: Optional[NovaDecisions] = None) -> None:
+                 decisions: Optional[NovaDecisions] = None,
+                 nova_config: Any = None) -> None:
         super().__init__()
+        from compute_plugins.nova import conf as nova_conf
+        self.aliases: Optional[nova_conf.NovaAliases] = None
         if plugins is None or states is None:
-            from compute_plugins.nova import conf as nova_conf
             from compute_plugins.runtime.manager import PluginManager
-            conf = nova_conf.plugin_conf()
+            if nova_config is None:
+                import nova.conf
+                nova_config = nova.conf.CONF
+            conf = nova_conf.plugin_conf(nova_config)
             if plugins is None:
                 plugins = PluginManager(conf).plugins
+                self.aliases = nova_conf.NovaAliases(nova_config, conf)
             if states is None:
                 states = StoreStates(HostStateStore.from_config(conf), plugins)
         self.plugins = plugins
@@ -307,6 +316,8 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         :raises RequestInputError: the flavor or a port cannot be used.
         """
         inputs = nova_spec.request_input(spec_obj)
+        if self.aliases is not None and self.aliases.refresh():
+            setattr(spec_obj, _PARSED, None)
         cached = getattr(spec_obj, _PARSED, None)
         if cached is not None and cached[0] is self.plugins and cached[1] == inputs:
             spec: RequestSpec = cached[2]

@@ -117,7 +117,8 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
     devices ``taken``; None when it can."""
     name = "PCI device %s" % device.address
     mismatch = alias_rules.mismatch(alias, device.vendor_id, device.product_id,
-                                    device.device_type)
+                                    device.device_type, device.resource_class,
+                                    device.traits, device.live_migratable)
     if mismatch is not None:
         return "%s does not match alias %s: %s" % (name, alias.name, mismatch)
     if device.used or device.address in taken:
@@ -127,6 +128,10 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
         if other in taken or (peer is not None and peer.used):
             return "%s (alias %s) cannot be given: %s %s is used" % (
                 name, alias.name, "its PF" if device.parent else "its VF", other)
+    nic = state.pf(device.address)
+    if nic is not None and nic.used_vfs:
+        return "%s (alias %s) cannot be given: its VF %s serves a port" % (
+            name, alias.name, min(nic.used_vfs))
     problem = affinity.problem(device.cell)
     if problem is not None:
         return "%s %s" % (name, problem)
@@ -208,7 +213,8 @@ def _pf_candidates(state: SRIOVState, port: PortRequest, affinity: Affinity,
 
 def _alias_text(alias: AliasRequest) -> str:
     said = [("vendor_id", alias.vendor_id), ("product_id", alias.product_id),
-            ("device_type", alias.device_type)]
+            ("device_type", alias.device_type),
+            ("live_migratable", alias.live_migratable)]
     fields = ["%s %s" % (k, v) for k, v in said if v is not None]
     return ", ".join(fields) or "resource class %s" % alias.resource_class
 
@@ -235,8 +241,11 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
     where = "of provider(s) %s" % ", ".join(mapped) if mapped else "on this host"
     provider = mapped[0] if mapped else ""
     if not matching:
-        traits = ("; it requires traits %s, which PCI devices do not carry"
-                  % ", ".join(sorted(alias.traits)) if alias.traits else "")
+        carry = ("no device of this host's [pci] device_spec carries all"
+                 if any(d.traits is not None for d in state.devices)
+                 else "which PCI devices do not carry")
+        traits = ("; it requires traits %s, %s"
+                  % (", ".join(sorted(alias.traits)), carry) if alias.traits else "")
         return Rejection("alias %s needs %d device(s) (%s): no PCI device %s "
                          "matches it%s" % (alias.name, alias.count,
                                            _alias_text(alias), where, traits),
@@ -255,7 +264,8 @@ def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
     matching = [d for d in state.devices
                 if (mapped is None or d.provider_uuid in mapped)
                 and alias_rules.mismatch(alias, d.vendor_id, d.product_id,
-                                         d.device_type) is None]
+                                         d.device_type, d.resource_class,
+                                         d.traits, d.live_migratable) is None]
     # NOTE: a PF last: taking it makes its VFs unavailable.
     matching.sort(key=lambda d: (_rank(affinity, d.cell),
                                  d.parent is None and bool(state.related(d)),

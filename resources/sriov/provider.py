@@ -4,6 +4,9 @@ Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.plugin.dev
 or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
 ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
 ``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped.
+
+With ``[pci] report_in_placement`` the alias devices get nova's providers
+too (:mod:`resources.sriov.placement`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os_resource_classes as orc
 from compute_plugins.plugin import names
 from compute_plugins.plugin.devices import inventory_record, parent_name
 from compute_plugins.tree.contribution import ProviderContribution
+from resources.sriov import placement
 from resources.sriov.view import PFView, SRIOVView
 
 KIND = "pf"
@@ -34,6 +38,7 @@ def pf_inventory(pf: PFView) -> dict[str, dict[str, Any]]:
 def contributions(view: SRIOVView,
                   nodename: str) -> list[ProviderContribution]:
     result = []
+    result.extend(placement.contributions(view.devices, nodename))
     for pf in view.pfs:
         traits = {names.VNIC_TYPE_DIRECT}
         if pf.physnet:

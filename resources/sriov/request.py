@@ -79,6 +79,8 @@ class AliasRequest:
     vendor_id: Optional[str] = None
     product_id: Optional[str] = None
     device_type: Optional[str] = enum_field(pci_conf.DEVICE_TYPES)
+    #: The alias's ``live_migratable`` (``"true"``/``"false"``; None: any).
+    live_migratable: Optional[str] = enum_field(("true", "false"))
 
     @property
     def requester_id(self) -> str:
@@ -192,7 +194,8 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
                     numa_policy=alias.numa_policy,
                     vendor_id=alias.vendor_id and alias.vendor_id.lower(),
                     product_id=alias.product_id and alias.product_id.lower(),
-                    device_type=alias.device_type))
+                    device_type=alias.device_type,
+                    live_migratable=alias.live_migratable))
     if not ports and not alias_requests:
         return None
     return SRIOVRequest(ports=tuple(ports), aliases=tuple(alias_requests),

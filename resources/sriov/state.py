@@ -7,12 +7,12 @@
   given: a PF whose ``sriov_numvfs`` exceeds that list has fewer here than
   its ``SRIOV_NET_VF`` inventory.
 - Per alias device: vendor, product, device type, NUMA cell, its PF when it
-  is a VF, and whether an assignment uses it. A device's ``provider_uuid``
-  is the one its provider would have (``provider_uuid(nodename, "pci",
-  address)``, named like the vGPU plugin's device providers): no plugin
-  reports alias devices to Placement yet, so there is no provider to be
-  handed, and ``fit`` only honours a mapping of an alias group when the
-  allocation has one.
+  is a VF, and whether an assignment uses it. With ``[pci]
+  report_in_placement`` a device's ``provider_uuid`` is its provider's in
+  nova's layout (:mod:`resources.sriov.placement`: its own, a VF's PF's);
+  without, the one its provider would have (``provider_uuid(nodename,
+  "pci", address)``): no provider is reported for it, and ``fit`` only
+  honours a mapping of an alias group when the allocation has one.
 
 The PFs' provider uuids are the plugin's providers handed to ``host_state``
 (:class:`~compute_plugins.tree.contribution.Providers`).
@@ -29,9 +29,10 @@ from compute_plugins.plugin import names
 from compute_plugins.plugin.state import AssignmentConflict, PluginState
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.tree.contribution import Providers
+from resources.sriov import placement
 from resources.sriov.provider import KIND
 from resources.sriov.request import PLUGIN, SRIOVAssignment
-from resources.sriov.view import SRIOVView, VFView
+from resources.sriov.view import DeviceView, SRIOVView, VFView
 
 #: Kind of an alias device's provider name (``<nodename>_pci_<address>``).
 DEVICE_KIND = "pci"
@@ -79,6 +80,11 @@ class DeviceState:
     cell: Optional[int] = None
     parent: Optional[str] = None
     used: bool = False
+    #: From ``[pci] device_spec`` (:class:`~resources.sriov.view.DeviceView`).
+    resource_class: Optional[str] = None
+    traits: Optional[frozenset[str]] = None
+    managed: bool = True
+    live_migratable: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +143,19 @@ def pf_provider(providers: Providers, address: str) -> str:
     return providers[names.device_provider_name(providers.nodename, KIND, address)]
 
 
+def _alias_taken(view: SRIOVView,
+                 assignments: Sequence[SRIOVAssignment]) -> set[str]:
+    """Addresses of VFs an alias device takes: the VF itself, or every VF
+    of a PF given whole (with ``[pci] device_spec`` a NIC's PF and VFs are
+    alias devices too)."""
+    given = {d.address for a in assignments for d in a.devices}
+    taken = set(given)
+    for pf in view.pfs:
+        if pf.address in given:
+            taken.update(f.address for f in pf.functions)
+    return taken
+
+
 def _pf_states(view: SRIOVView, providers: Providers,
                assignments: Sequence[SRIOVAssignment]) -> tuple[PFState, ...]:
     pfs = {pf.address: pf for pf in view.pfs}
@@ -144,6 +163,7 @@ def _pf_states(view: SRIOVView, providers: Providers,
     egress = dict.fromkeys(pfs, 0)
     ingress = dict.fromkeys(pfs, 0)
     seen: dict[str, str] = {}
+    by_alias = _alias_taken(view, assignments)
     for assignment in assignments:
         for vf in assignment.vfs:
             pf = pfs.get(vf.pf_address)
@@ -163,6 +183,9 @@ def _pf_states(view: SRIOVView, providers: Providers,
             if vf.vf_address in seen:
                 raise _conflict("VF %s is assigned twice (ports %s and %s)"
                                 % (vf.vf_address, seen[vf.vf_address], vf.port_id))
+            if vf.vf_address in by_alias:
+                raise _conflict("VF %s of port %s is given to an alias too"
+                                % (vf.vf_address, vf.port_id))
             seen[vf.vf_address] = vf.port_id
             used[pf.address].add(vf.vf_address)
             egress[pf.address] += vf.egress_kbps
@@ -176,13 +199,24 @@ def _pf_states(view: SRIOVView, providers: Providers,
             address=address,
             provider_uuid=pf_provider(providers, address),
             total_vfs=pf.vfs, physnet=pf.physnet, cell=pf.cell,
-            vfs=pf.functions, used_vfs=frozenset(used[address]),
+            vfs=pf.functions,
+            used_vfs=frozenset(used[address] | {f.address for f in pf.functions
+                                                if f.address in by_alias}),
             egress_kbps=pf.egress_kbps, ingress_kbps=pf.ingress_kbps,
             used_egress_kbps=egress[address], used_ingress_kbps=ingress[address]))
     return tuple(states)
 
 
-def _device_states(view: SRIOVView, nodename: str,
+def _device_provider(providers: Providers, device: DeviceView) -> str:
+    """The uuid of the provider of an alias device: nova's layout's
+    (``[pci] report_in_placement``), else the one it would have."""
+    if device.placed_on is not None:
+        return providers[placement.provider_name(providers.nodename,
+                                                 device.placed_on)]
+    return names.provider_uuid(providers.nodename, DEVICE_KIND, device.address)
+
+
+def _device_states(view: SRIOVView, providers: Providers,
                    assignments: Sequence[SRIOVAssignment]) -> tuple[DeviceState, ...]:
     devices = {d.address: d for d in view.devices}
     seen: dict[str, str] = {}
@@ -203,12 +237,17 @@ def _device_states(view: SRIOVView, nodename: str,
         if parent is not None and parent in seen:
             raise _conflict("PF %s and its VF %s are both assigned"
                             % (parent, address))
+    # NOTE: a VF a port uses is taken for aliases too (its PF: fit's
+    # device_problem, through the PF's used VFs).
+    by_ports = {vf.vf_address for a in assignments for vf in a.vfs}
     return tuple(
         DeviceState(address=d.address,
-                    provider_uuid=names.provider_uuid(nodename, DEVICE_KIND, d.address),
+                    provider_uuid=_device_provider(providers, d),
                     device_type=d.device_type, vendor_id=d.vendor_id,
                     product_id=d.product_id, cell=d.cell, parent=d.parent,
-                    used=d.address in seen)
+                    used=d.address in seen or d.address in by_ports,
+                    resource_class=d.resource_class, traits=d.traits,
+                    managed=d.managed, live_migratable=d.live_migratable)
         for d in devices.values())
 
 
@@ -223,5 +262,5 @@ def build_state(view: SRIOVView, providers: Providers,
         PF's.
     """
     return SRIOVState(pfs=_pf_states(view, providers, assignments),
-                      devices=_device_states(view, providers.nodename, assignments),
+                      devices=_device_states(view, providers, assignments),
                       sockets=view.sockets)

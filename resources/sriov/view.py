@@ -40,6 +40,20 @@ the *alias devices*: every PCI device a configured ``[pci] alias`` matches
 (:mod:`resources.sriov.alias`), except the NICs' PFs above and their VFs
 (they serve ports) and devices that offer mdev types or whose VFs do (the
 ``vgpu`` plugin's).
+
+nova's ``[pci] device_spec`` (:mod:`resources.sriov.devspec`), when set,
+says which devices may be given (nova's whitelist):
+
+- alias devices are the devices a spec matches (a NIC's PF and VFs
+  included; never a device offering mdev types), each with the tags of the
+  first spec it matches: its resource class (the spec's ``resource_class``,
+  else ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``) and traits, and ``managed``;
+- a PF that ``physical_device_mappings`` does not name serves ports with
+  those of its VFs a spec with ``physical_network`` matches, on that
+  physnet (the first such VF's: VFs of one PF on two physnets are a
+  warning, the others are left out); with no such VF it gets no provider.
+  A PF ``physical_device_mappings`` names keeps its physnet and all its
+  VFs.
 """
 
 from __future__ import annotations
@@ -63,6 +77,7 @@ from compute_plugins.plugin.topology import cell_sockets
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.util.text import ascii_int
 from resources.sriov import alias as alias_rules
+from resources.sriov import devspec
 
 LOG = logging.getLogger(__name__)
 
@@ -116,6 +131,18 @@ class DeviceView:
     cell: Optional[int] = None
     #: The PF of a VF (a PF and its VFs are not given at the same time).
     parent: Optional[str] = None
+    #: Its Placement resource class and traits (``[pci] device_spec``'s
+    #: tags; without a device_spec ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``, none).
+    resource_class: Optional[str] = None
+    traits: Optional[frozenset[str]] = None
+    #: ``managed`` tag: False when libvirt must not detach the device.
+    managed: bool = True
+    #: ``live_migratable`` tag (``"true"``/``"false"``; None: not said).
+    live_migratable: Optional[str] = None
+    #: With ``[pci] report_in_placement``: the address of the device whose
+    #: provider it is counted on (its own, a VF's PF;
+    #: :mod:`resources.sriov.placement`); None: not in Placement.
+    placed_on: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,10 +259,36 @@ def _lookup(config: Mapping[str, object], device: PCIDevice,
     return keys[0] if keys else None
 
 
+def _spec_vfs(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
+              device: PCIDevice, vfs: int) -> tuple[Optional[str], tuple[str, ...]]:
+    """The physnet and VFs (of the first ``vfs``) of an unmapped PF that a
+    ``device_spec`` with ``physical_network`` matches (see the module)."""
+    physnet: Optional[str] = None
+    chosen: list[str] = []
+    for address in device.virt_functions[:vfs]:
+        vf = host.pci_device(address) or PCIDevice(
+            address=address, name="", phys_function=device.address)
+        spec = devspec.first_match(specs, vf, host)
+        net = spec.physical_network if spec is not None else None
+        if not net:
+            continue
+        if physnet is None:
+            physnet = net
+        if net != physnet:
+            LOG.warning("%s: VF %s of PF %s is on physnet %s, its PF's other "
+                        "VFs on %s; left out", devspec.OPTION, address,
+                        device.address, net, physnet)
+            continue
+        chosen.append(address)
+    return physnet, tuple(chosen)
+
+
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
     """The SR-IOV NICs of ``host`` with VFs, with physnet and bandwidth."""
     mappings = parse_mappings(conf[GROUP].physical_device_mappings)
     bandwidth = parse_bandwidth(conf[GROUP].bandwidth)
+    specs = devspec.load(conf)
+    devspec.check_host(specs, host)
     parents = NUMAParents(conf, host)
     used: set[str] = set()
     pfs = []
@@ -249,21 +302,30 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
         used.update(k for k in (device.address, *device.netdevs)
                     if k in mappings or k in bandwidth)
         egress, ingress = bandwidth[bw_key] if bw_key else (None, None)
+        physnet = mappings[physnet_key] if physnet_key else None
+        functions = device.virt_functions[:vfs]
+        if specs and physnet is None:
+            physnet, functions = _spec_vfs(specs, host, device, vfs)
+            if not functions:
+                continue
+            vfs = len(functions)
         pfs.append(PFView(
             address=device.address,
             vfs=vfs,
-            physnet=mappings[physnet_key] if physnet_key else None,
+            physnet=physnet,
             egress_kbps=egress,
             ingress_kbps=ingress,
             cell=parents.cell(device.numa_node),
-            functions=tuple(_vf_view(host, a) for a in device.virt_functions[:vfs]),
+            functions=tuple(_vf_view(host, a) for a in functions),
         ))
     for option, config in ((MAPPINGS, mappings), (BANDWIDTH, bandwidth)):
         for key in sorted(set(config) - used):
             LOG.warning("%s: device %s is not a PF with VFs on this "
                         "host; ignored", option, key)
-    return SRIOVView(tuple(pfs), alias_devices(conf, host, pfs, parents),
-                     cell_sockets(host.cells))
+    in_placement = bool(conf.pci.report_in_placement)
+    devices = (spec_devices(specs, host, parents, in_placement) if specs
+               else alias_devices(conf, host, pfs, parents))
+    return SRIOVView(tuple(pfs), devices, cell_sockets(host.cells))
 
 
 def _vf_view(host: HostInfo, address: str) -> VFView:
@@ -309,4 +371,38 @@ def alias_devices(conf: cfg.ConfigOpts, host: HostInfo, pfs: list[PFView],
             address=device.address, vendor_id=device.vendor_id,
             product_id=device.product_id, device_type=kind,
             cell=parents.cell(device.numa_node), parent=device.phys_function))
+    return tuple(devices)
+
+
+def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
+                 parents: NUMAParents, in_placement: bool = False
+                 ) -> tuple[DeviceView, ...]:
+    """The devices ``[pci] device_spec`` matches (see the module), with
+    their spec's resource class, traits and ``managed``.
+
+    :param in_placement: ``[pci] report_in_placement``: the devices with a
+        ``physical_network`` are left out (nova does not report them, they
+        serve ports) and the others say the provider they are counted on.
+    """
+    devices = []
+    for device in sorted(host.pci_devices, key=lambda d: d.address):
+        if _offers_mdevs(device, host):
+            continue
+        spec = devspec.first_match(specs, device, host)
+        if spec is None or (in_placement and spec.physical_network):
+            continue
+        placed_on = None
+        if in_placement:
+            placed_on = device.phys_function or device.address
+        devices.append(DeviceView(
+            address=device.address, vendor_id=device.vendor_id,
+            product_id=device.product_id,
+            device_type=alias_rules.device_type(device),
+            cell=parents.cell(device.numa_node), parent=device.phys_function,
+            resource_class=alias_rules.spec_resource_class(
+                spec.resource_class, device.vendor_id, device.product_id),
+            traits=alias_rules.spec_traits(spec.traits, spec.live_migratable),
+            managed=spec.managed != "false",
+            live_migratable=spec.tag("live_migratable"),
+            placed_on=placed_on))
     return tuple(devices)

@@ -508,3 +508,28 @@ def test_nova_candidates_are_kept_where_they_carry_the_decision():
     assert cross["allocations"]["c1"] == {"resources": {"MEMORY_MB": 512}}
     # other totals (a split guest's 4 CPUs against nova's 2) are not moved
     assert plugin_filters.carrying(cross, {"PCPU": {"c0": 2, "c1": 2}}) is None
+
+
+def test_an_alias_nova_gets_after_the_filter_started_is_known(nova_conf):
+    # nova's scheduler reads [pci] alias on every request: an alias added to
+    # nova's configuration after the filter was built is known to it too.
+    handler, filt = loaded_filter()
+    spec_obj = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
+    assert run(handler, filt, nova_hosts(spec_obj), spec_obj) == []
+    host = nova_hosts()[0]
+    filt.host_passes(host, spec_obj)
+    assert "PCI alias qat is not defined" in host.plugin_rejections[0].reason
+    nova_conf.set_override("alias", ['{"name": "qat", "vendor_id": "8086", '
+                                     '"product_id": "0443"}'], "pci")
+    try:
+        later = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
+        hosts = nova_hosts(later)
+        assert run(handler, filt, hosts, later) == []
+        # parsed now: each host says it has no such device
+        reasons = [r.reason for r in hosts[2].plugin_rejections]
+        assert any("alias qat needs 1 device(s)" in r for r in reasons), reasons
+    finally:
+        nova_conf.clear_override("alias", "pci")
+    again = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
+    filt.host_passes(host, again)
+    assert "PCI alias qat is not defined" in host.plugin_rejections[0].reason

@@ -69,6 +69,8 @@ MIRRORED = (
     ("compute", "packing_host_numa_cells_allocation_strategy", "compute",
      "packing_host_numa_cells_allocation_strategy"),
     ("pci", "alias", "pci", "alias"),
+    ("pci", "device_spec", "pci", "device_spec"),
+    ("pci", "report_in_placement", "pci", "report_in_placement"),
     ("devices", "enabled_mdev_types", "vgpu", "enabled_mdev_types"),
     ("libvirt", "pmem_namespaces", "libvirt", "pmem_namespaces"),
     ("neutron", "physnets", "neutron", "physnets"),
@@ -283,7 +285,8 @@ class Plugins:
             if isinstance(value, bool):
                 text = [str(value).lower()]
             elif isinstance(value, (list, tuple)):
-                text = list(value) if name == "alias" else [",".join(map(str, value))]
+                text = (list(value) if name in ("alias", "device_spec")
+                        else [",".join(map(str, value))])
             else:
                 text = [str(value)]
             lines.setdefault(ours, []).extend("%s = %s" % (our_name, t) for t in text)
