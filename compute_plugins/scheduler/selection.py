@@ -395,7 +395,7 @@ class Scheduler:
             start = time.monotonic()
             for host, state in decoded.items():
                 tree_changed |= self.view.providers_seen(host, state.snapshot.providers)
-            fitted = fitting.fit_hosts(self.plugins, spec, decoded)
+            fitted = fitting.fit_hosts(self.plugins, spec, decoded, self.states.fits)
             found += sum(1 for fit in fitted.values() if fit.result.fits)
             fits.update(fitted)
             timings["fit"] += time.monotonic() - start
