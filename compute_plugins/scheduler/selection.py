@@ -16,8 +16,9 @@
    hosts_to_score_percentage``, as kube-scheduler's
    ``percentageOfNodesToScore``: :func:`.view.scoring_target`);
 3. the hosts that fit, by weight (:mod:`.weighers`); the first offered is
-   drawn at random among those as good as the best (within 1 % of the
-   weight's range, :func:`.view.draw`, as kube-scheduler's ``selectHost``),
+   drawn at random among those as good as the best (within 1 % of one
+   plugin's weight range, :func:`.view.draw`, as kube-scheduler's
+   ``selectHost``),
    and with ``[scheduler] host_subset_size`` > 1 among at least that many
    of the best;
 4. for the best: the allocation its assignments take (:mod:`.allocation`)
@@ -249,12 +250,15 @@ class Scheduler:
         tells which consumer and host it waits for, so that an interrupted
         or killed scheduler's work can be found (``compute-plugins
         schedule`` prints it on stderr).
+    :param seed: the draw among equally good hosts (:func:`.view.draw`):
+        None, from the system's entropy (schedulers draw differently); a
+        number, the same draws every run.
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
                  store: HostStateTransport, poll_interval: float = 0.02,
-                 on_offer: Optional[Callable[[HostDecision, float], object]] = None
-                 ) -> None:
+                 on_offer: Optional[Callable[[HostDecision, float], object]] = None,
+                 seed: Optional[int] = None) -> None:
         from compute_plugins.conf import scheduler as scheduler_conf
 
         scheduler_conf.register_opts(conf)
@@ -271,10 +275,11 @@ class Scheduler:
         #: Draws the first host among the best (equal weights, or the best
         #: ``host_subset_size``), and
         #: where fitting starts; seeded per scheduler from the system's
-        #: entropy, so that schedulers draw differently. None: no draw,
-        #: the best by weight then by host name (reproducible choices).
-        self.rng: Optional[random.Random] = random.Random()
-        self.rotation = view.Rotation(random.randrange(1 << 30))
+        #: entropy (``seed`` None), so that schedulers draw differently; a
+        #: fixed ``seed`` draws the same every run (the demo's walk-through).
+        #: None: no draw, the best by weight then by host name.
+        self.rng: Optional[random.Random] = random.Random(seed)
+        self.rotation = view.Rotation(self.rng.randrange(1 << 30))
         self.factors = weighers.multipliers(conf, sorted(plugins))
         #: Hosts this close to the best weight are drawn among (:func:`.view.draw`).
         self.tie_tolerance = view.tie_tolerance(self.factors)

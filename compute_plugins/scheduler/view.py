@@ -342,18 +342,19 @@ class Rotation:
                 self._next = (self._next + fitted) % total
 
 
-#: Hosts whose weight is within this fraction of the weight's range (the
-#: sum of the multipliers' magnitudes) of the best are equally good: the
-#: first choice is drawn among them. kube-scheduler's ``selectHost`` draws
-#: among the nodes of the best score, scores being whole numbers from 0 to
-#: 100 per plugin: a 1 % step, as here.
+#: Hosts whose weight is within this fraction of one plugin's weight range
+#: (its utilization from 0 to 1 times the largest multiplier's magnitude)
+#: of the best are equally good: the first choice is drawn among them.
+#: kube-scheduler's ``selectHost`` draws among the nodes of the best score,
+#: each plugin's score a whole number from 0 to 100: a 1 % step, as here.
 TIE_FRACTION = 0.01
 
 
 def tie_tolerance(factors: Mapping[str, float]) -> float:
     """The weight difference under which two hosts are equally good
-    (:data:`TIE_FRACTION` of the sum of the multipliers' magnitudes)."""
-    return TIE_FRACTION * sum(abs(f) for f in factors.values())
+    (:data:`TIE_FRACTION` of the largest multiplier's magnitude: 1 % of
+    one plugin's utilization at the default multiplier)."""
+    return TIE_FRACTION * max((abs(f) for f in factors.values()), default=0.0)
 
 
 def draw(weights: Sequence[float], subset: int, rng: Optional[Any],

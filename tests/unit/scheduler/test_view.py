@@ -62,9 +62,9 @@ def test_draw_is_the_best_unless_others_are_as_good_or_a_subset_is_asked():
     assert {view.draw([0.0] * 4 + [-1.0] * 4, 2, rng) for _ in range(200)} == {0, 1, 2, 3}
 
 
-def test_the_tie_tolerance_is_a_hundredth_of_the_multipliers_range():
+def test_the_tie_tolerance_is_a_hundredth_of_one_plugins_range():
     assert view.tie_tolerance({"a": -1.0}) == 0.01
-    assert view.tie_tolerance({"a": -1.0, "b": 3.0}) == 0.04
+    assert view.tie_tolerance({"a": -1.0, "b": 3.0, "c": -1.0}) == 0.03
     assert view.tie_tolerance({}) == 0.0
 
 
