@@ -43,12 +43,15 @@ def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     host's notification and polled for their lease renewal only (every
     third of --lease), not every --poll-interval: at 10,000 hosts the
     timed polls were 10,000 a second doing nothing. The warmed-up
-    schedulers' figures exclude the warm-up, which is printed apart."""
+    schedulers' figures exclude the warm-up, which is printed apart.
+    Placement is served by two processes here (``--placement-workers``)."""
     result = bench("--hosts", "4", "--decisions", "8", "--idle", "3", "--workers", "1",
                    "--poll-interval", "0.2", "--lease", "3", "--store", "postgresql",
-                   "--warm-up", "--placement-view-seconds", "600", "--json")
+                   "--warm-up", "--placement-view-seconds", "600",
+                   "--placement-workers", "2", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["placement_workers"] == 2
     assert out["pushed_hosts"] == 4
     assert out["scheduler_warm_up_s"] > 0
     assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
@@ -62,4 +65,11 @@ def test_a_bad_option_is_one_line_and_exit_2():
     result = bench("--hosts", "0")
     assert result.returncode == 1   # NOTE: bench's runner: a benchmark failed
     assert "--hosts: '0': must be > 0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_placement_workers_need_postgresql():
+    result = bench("--placement-workers", "2")
+    assert result.returncode == 1
+    assert "--placement-workers 2: only with --store postgresql" in result.stderr
     assert "Traceback" not in result.stderr
