@@ -97,6 +97,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         "NOTIFY, SQLite polls)")
     parser.add_argument("--placement-db-url",
                         help="the embedded Placement's database (SQLAlchemy URL)")
+    parser.add_argument("--placement-workers", type=positive(int), default=1,
+                        help="processes serving Placement (PostgreSQL only; "
+                        "default 1): placement serve's --workers")
     parser.add_argument("--workers", type=positive(int), default=2,
                         help="agents' processes (default 2)")
     parser.add_argument("--threads", type=positive(int), default=4,
@@ -124,6 +127,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--delete-fraction %g: must be in [0, 1)" % args.delete_fraction)
     if args.lease < 3 * args.poll_interval:
         parser.error("--lease must be at least 3 x --poll-interval")
+    if args.placement_workers > 1 and args.store != "postgresql":
+        parser.error("--placement-workers %d: only with --store postgresql"
+                     % args.placement_workers)
     if args.placement_view_seconds is not None and not args.placement_view_seconds >= 0:
         parser.error("--placement-view-seconds %g: must be >= 0" % args.placement_view_seconds)
     return args
@@ -276,6 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
                            "store": args.store, "workers": len(agent_procs.procs),
+                           "placement_workers": args.placement_workers,
                            "poll_interval_s": args.poll_interval, "lease_s": args.lease,
                            "push_transport": args.push_transport_url.partition(":")[0]}
     try:
@@ -284,7 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 broker(args.push_transport_url) as transport_url, \
                 embedded.EmbeddedPlacement(placement_db) as service, \
                 HostStateStore(store_url, push_transport_url=transport_url) as store:
-            server = service.make_server(threads=8)
+            server = service.make_server(threads=8, workers=args.placement_workers)
             serving = threading.Thread(target=server.serve_forever, daemon=True)
             serving.start()
             try:

@@ -12,7 +12,8 @@ worker threads, keep-alive, a stalled client blocks nobody and is closed
 after ``--timeout`` seconds of silence, a slow one once its request has
 taken ``--request-timeout`` seconds); Placement itself, built once,
 answers one request at a time on SQLite, several at once on PostgreSQL
-or MySQL (:mod:`compute_plugins.placement.embedded`). The first line on stdout is
+or MySQL (:mod:`compute_plugins.placement.embedded`), there in
+``--workers`` processes sharing the port, as Placement's API workers. The first line on stdout is
 ``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
 0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
 """
@@ -63,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                  "at a time)")
     threads.server_default = arguments.Deferred(  # type: ignore[attr-defined]
         lambda: _server().DEFAULT_THREADS)
+    serve.add_argument("--workers", type=_positive("workers"), default=1,
+                       help="processes serving the port, each with its threads "
+                       "(default 1; more only on a PostgreSQL or MySQL database: "
+                       "Placement on SQLite answers one request at a time)")
     timeout = serve.add_argument("--timeout", type=_positive("timeout"),
                                  metavar="SECONDS",
                                  help="close a connection that sends nothing for this "
@@ -132,6 +137,11 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     report.quiet_placement_logs(conf.debug)
     connection = (embedded.sqlite_url(args.db) if args.db
                   else embedded.connection_for(conf))
+    if args.workers > 1 and embedded.serialised(connection):
+        raise exception.ConfigError(
+            "--workers %d: Placement on SQLite (%s) answers one request at a time; "
+            "several workers need a PostgreSQL or MySQL [placement] "
+            "embedded_connection" % (args.workers, urls.masked(connection)))
     service = embedded.EmbeddedPlacement(connection)
     try:
         service.start()
@@ -156,7 +166,7 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
                                      request_timeout=(pserver.DEFAULT_REQUEST_TIMEOUT
                                                       if args.request_timeout is None
                                                       else args.request_timeout),
-                                     token=secret)
+                                     token=secret, workers=args.workers)
     except OSError as err:
         service.close()
         print("compute-plugins: error: cannot listen on 127.0.0.1:%s: %s"

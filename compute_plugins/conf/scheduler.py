@@ -110,12 +110,17 @@ OPTS = [
         "host_subset_size",
         default=1,
         min=1,
-        help="The first host offered is drawn at random among this many "
-        "best hosts that fit (nova's option of the same name). 1 always "
-        "offers the best (ties by host name). With several schedulers at "
-        "once, a few (e.g. 2 per scheduler) keeps them from all racing for "
-        "the same best host: Placement and the host's agent refuse all "
-        "but one of such racers, who then try again.",
+        help="The first host offered is drawn at random among at least "
+        "this many best hosts that fit (nova's option of the same name). "
+        "With 1 it is drawn among the hosts as good as the best (weights "
+        "within 1 % of one plugin's utilization at the largest multiplier, "
+        "as kube-scheduler's "
+        "selectHost draws among the nodes of the best score), so several "
+        "schedulers on the same states do not all race for one host; a host "
+        "better than all others is always offered first. More (e.g. 2 per "
+        "scheduler) also spreads them over hosts of nearly the best weight: "
+        "Placement and the host's agent refuse all but one of racers, who "
+        "then try again.",
     ),
     cfg.BoolOpt(
         "allow_resize_to_same_host",

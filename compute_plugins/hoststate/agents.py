@@ -143,27 +143,38 @@ class SqlAgentLeases(database.OnDatabase):
         match = sa.update(t_leases).where(t_leases.c.host == lease.host,
                                           t_leases.c.epoch == lease.epoch)
 
-        def renew() -> AgentLease:
-            with self.db.write() as conn:
-                kind = engines.backend(conn.engine)
-                expires: Optional[datetime.datetime]
-                if kind == "postgresql":
-                    now = sa.func.timezone("UTC", sa.func.clock_timestamp(),
-                                           type_=sa.DateTime())
-                    expires = conn.execute(match.values(expires_at=now + length)
-                                           .returning(t_leases.c.expires_at)).scalar()
-                else:
-                    expires = database.server_now(conn) + length
-                    if conn.execute(match.values(expires_at=expires)).rowcount != 1:
-                        expires = None
-                if expires is None:
-                    row = conn.execute(sa.select(t_leases).where(
-                        t_leases.c.host == lease.host)).one_or_none()
-                    raise errors.Fenced(lease.host, lease.epoch,
-                                        None if row is None else database.lease_of(row))
+        def fenced(conn: sa.Connection) -> errors.Fenced:
+            row = conn.execute(sa.select(t_leases).where(
+                t_leases.c.host == lease.host)).one_or_none()
+            return errors.Fenced(lease.host, lease.epoch,
+                                 None if row is None else database.lease_of(row))
+
+        def renewed(expires: datetime.datetime) -> AgentLease:
             return AgentLease(host=lease.host, epoch=lease.epoch, node=lease.node,
                               holder=lease.holder, expires_at=expires.replace(tzinfo=None))
 
+        def renew_one_statement() -> AgentLease:
+            # NOTE: the server's clock in the statement, the expiry read
+            # back: one statement, on its own (Database.single: one round
+            # trip).
+            now = sa.func.timezone("UTC", sa.func.clock_timestamp(), type_=sa.DateTime())
+            expires = self.db.single(lambda conn: conn.execute(
+                match.values(expires_at=now + length)
+                .returning(t_leases.c.expires_at)).scalar())
+            if expires is None:
+                with self.db.read() as conn:
+                    raise fenced(conn)
+            return renewed(expires)
+
+        def renew() -> AgentLease:
+            with self.db.write() as conn:
+                expires = database.server_now(conn) + length
+                if conn.execute(match.values(expires_at=expires)).rowcount != 1:
+                    raise fenced(conn)
+            return renewed(expires)
+
+        if engines.backend(self.db.engine) == "postgresql":
+            return self.db.retrying(renew_one_statement)
         return self.db.retrying(renew)
 
     def end_lease(self, lease: AgentLease) -> bool:

@@ -150,8 +150,18 @@ def _sqlite_events(engine: Engine, wal: bool, lock_timeout: float) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def create_engine(url: str | URL, lock_timeout: float = 30.0) -> Engine:
+def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
+                  autocommit: bool = False) -> Engine:
     """An engine for ``url``, set up as the module docstring says.
+
+    :param autocommit: (PostgreSQL, MySQL) each statement commits on its
+        own, and a connection taken from the pool is not pinged first: for
+        single statements that are atomic by themselves (the heartbeat),
+        one round trip instead of a ping, an isolation level set and reset,
+        the statement and its commit. A pooled connection the server closed
+        meanwhile then fails the statement (``connection_invalidated``): the
+        caller tries once more (:meth:`Database.single
+        <compute_plugins.hoststate.database.Database.single>`).
 
     SQLite files are created 0600 (their directory 0700) when missing;
     ``sqlite://`` is one in-memory database shared by the engine's users.
@@ -196,7 +206,9 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0) -> Engine:
             # the schema lock, then take its time.
             connect_args[key] = CONNECT_TIMEOUT if key == "connect_timeout" else int(
                 max(lock_timeout, _MYSQL_SCHEMA_LOCK_WAIT) + CONNECT_TIMEOUT)
-    kwargs = {"pool_pre_ping": True, "connect_args": connect_args}
+    kwargs = {"pool_pre_ping": not autocommit, "connect_args": connect_args}
+    if autocommit:
+        kwargs["isolation_level"] = "AUTOCOMMIT"
     if kind == "mysql":
         if "charset" not in parsed.query:
             parsed = parsed.update_query_dict({"charset": "utf8mb4"})

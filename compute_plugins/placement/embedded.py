@@ -185,6 +185,7 @@ class EmbeddedPlacement:
         self.running = False
         self._unbind: Optional[Callable[[], None]] = None
         self._server: Optional[pserver.PlacementHTTPServer] = None
+        self._engine: Any = None
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -224,6 +225,7 @@ class EmbeddedPlacement:
         self.stop()
         if self._server is not None:
             self._server.shutdown()
+            self._server.stop_workers()
             self._server = None
         with _BIND_LOCK:
             if self._unbind is not None:
@@ -292,6 +294,7 @@ class EmbeddedPlacement:
             db_api.configure(boot)
         engine = engines.create_engine(url, sqlite_fk=False, max_retries=0)
         self._unbind = db_api.placement_context_manager.patch_engine(engine)
+        self._engine = engine
         if url == "sqlite://":
             migration.create_schema(engine)
         else:
@@ -300,6 +303,7 @@ class EmbeddedPlacement:
         # database must be synced again.
         trait._TRAITS_SYNCED = False
         resource_class._RESOURCE_CLASSES_SYNCED = False
+        check_schemas_once()
         app: WSGIApp = deploy.loadapp(conf)
         if url.startswith("sqlite:///"):
             # NOTE: only once it proved to be Placement's database: a file
@@ -363,6 +367,7 @@ class EmbeddedPlacement:
         channel_timeout: int = pserver.DEFAULT_CHANNEL_TIMEOUT,
         request_timeout: int = pserver.DEFAULT_REQUEST_TIMEOUT,
         token: Optional[str] = None,
+        workers: int = 1,
     ) -> pserver.PlacementHTTPServer:
         """An HTTP server for this app (``port`` 0: any free port).
 
@@ -377,17 +382,111 @@ class EmbeddedPlacement:
         :param token: the token every request must carry (``admin`` is
             then refused, :mod:`compute_plugins.placement.token`); None:
             ``noauth2``'s ``admin``.
+        :param workers: processes serving the port (PostgreSQL and MySQL
+            only): this one and ``workers - 1`` forked from it now, each
+            with ``threads`` threads and its own database connections, as
+            Placement's own API workers; one process's Python runs one
+            thread at a time, so several use several cores. They end with
+            the server (:meth:`close`), or when this process ends.
         :raises OSError: the address cannot be listened on.
+        :raises ValueError: ``workers`` > 1 on SQLite (one request at a
+            time: the module doc).
         """
+        if workers < 1:
+            raise ValueError("workers must be 1 or more, got %r" % workers)
+        if workers > 1 and self.serialised:
+            raise ValueError(
+                "%d Placement workers: Placement on SQLite answers one request "
+                "at a time; several workers need a PostgreSQL or MySQL "
+                "database" % workers)
         self.start()
         from compute_plugins.placement import token as ptoken
 
         app: Any = self if token is None else ptoken.TokenMiddleware(self, token)
-        server = pserver.PlacementHTTPServer(
-            app, host, port, threads=threads,
-            channel_timeout=channel_timeout, request_timeout=request_timeout)
+        options: dict[str, Any] = dict(threads=threads, channel_timeout=channel_timeout,
+                                       request_timeout=request_timeout)
+        sock = pserver.listen(host, port) if workers > 1 else None
+        pids: list[int] = []
+        if sock is not None:
+            # NOTE: forked before this process's server starts its threads.
+
+            def serve() -> None:
+                self._after_fork()
+                pserver.PlacementHTTPServer(app, host, port, sock=sock,
+                                            **options).serve_forever()
+
+            pids = pserver.fork_workers(workers - 1, serve)
+        try:
+            server = pserver.PlacementHTTPServer(app, host, port, sock=sock, **options)
+        except BaseException:
+            pserver.stop_workers(pids)
+            raise
+        server.workers = pids
         self._server = server
         return server
+
+    def _after_fork(self) -> None:
+        """In a forked worker: the database connections pooled by the
+        parent are the parent's (the same sockets): this process opens its
+        own (SQLAlchemy's ``dispose(close=False)`` for a forked child)."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+
+
+#: Schemas remembered as checked at most (Placement's are a few dozen
+#: constants; a schema built per request would otherwise grow the memo).
+MAX_CHECKED_SCHEMAS = 256
+
+
+class _SchemaOnce:
+    """``jsonschema`` as ``placement.util`` uses it, but each schema checked
+    against its meta-schema once, not on every request.
+
+    ``jsonschema.validate(instance, schema)`` checks the *schema* before
+    the instance, every call: Placement validates every request body and
+    query string that way, and that check of its own constant schemas was
+    a quarter of the embedded Placement's CPU (``bench.scale``, 1,000 hosts:
+    doc/source/benchmarks.md). The instance is validated as before
+    (``best_match`` of the same validator's errors: the same 400 and
+    message); a schema is still checked the first time it is seen (kept by
+    identity, with a reference so that its id is not reused), and an
+    invalid one still raises ``SchemaError``. Every other attribute is
+    jsonschema's own.
+    """
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self._checked: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def validate(self, instance: Any, schema: Any, cls: Any = None,
+                 *args: Any, **kwargs: Any) -> None:
+        validators = self._module.validators
+        if cls is None:
+            cls = validators.validator_for(schema)
+        key = id(schema)
+        if self._checked.get(key) is not schema:
+            cls.check_schema(schema)
+            with self._lock:
+                if len(self._checked) >= MAX_CHECKED_SCHEMAS:
+                    self._checked.clear()
+                self._checked[key] = schema
+        validator = cls(schema, *args, **kwargs)
+        error = self._module.exceptions.best_match(validator.iter_errors(instance))
+        if error is not None:
+            raise error
+
+
+def check_schemas_once() -> None:
+    """Make Placement's request validation check each of its schemas once
+    per process (:class:`_SchemaOnce`); idempotent."""
+    from placement import util as p_util
+
+    if not isinstance(p_util.jsonschema, _SchemaOnce):
+        p_util.jsonschema = _SchemaOnce(p_util.jsonschema)
 
 
 def serialised(connection: str) -> bool:

@@ -32,8 +32,14 @@ one at a time (see :meth:`EmbeddedPlacement.__call__
 
 from __future__ import annotations
 
+import os
 import resource
+import signal
+import socket
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -169,6 +175,112 @@ def connection_limit_for(wanted: int = DEFAULT_CONNECTION_LIMIT) -> int:
     return max(1, min(wanted, soft - _SPARE_FILES))
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (0: any free port) and
+    listening, for :class:`PlacementHTTPServer` processes to share.
+
+    :raises OSError: the address cannot be listened on.
+    """
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+#: Seconds between a worker's checks that the process that forked it lives.
+_PARENT_CHECK = 1.0
+#: Seconds a worker has to end after SIGTERM before it is killed.
+_WORKER_STOP = 10.0
+
+
+def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
+    """``count`` processes forked from this one, each running ``serve()``
+    (which serves a listening socket shared with this process: the kernel
+    hands each new connection to one of the processes waiting on it, as
+    pre-forking servers do) until SIGTERM, or until this process is gone.
+
+    Fork before starting threads in this process where possible (a child
+    has only the forking thread; a lock another thread held stays held).
+    Each child ends with ``os._exit`` (nothing of the parent's is flushed
+    or cleaned up twice).
+
+    :returns: the children's pids (:func:`stop_workers` ends them).
+    """
+    parent = os.getpid()
+    pids = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child; its work is tested by its answers
+            code = 0
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, _stop_worker)
+                threading.Thread(target=_die_with, args=(parent,), daemon=True,
+                                 name="placement-worker-parent").start()
+                serve()
+            except SystemExit:
+                pass
+            except BaseException:  # noqa: BLE001 - said, then the child ends
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    return pids
+
+
+def _stop_worker(signum: int, frame: object) -> None:
+    # NOTE: waitress's loop (serve_forever) ends on SystemExit.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise SystemExit(0)
+
+
+def _die_with(parent: int) -> None:
+    """In a worker: end it once the process that forked it is gone (its
+    workers must not keep serving the port on their own)."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK)
+    os._exit(0)
+
+
+def stop_workers(pids: list[int], timeout: float = _WORKER_STOP) -> None:
+    """SIGTERM to each of ``pids`` (:func:`fork_workers`), then wait for
+    them; one still running after ``timeout`` seconds is killed."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left:
+        for pid in list(left):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                left.remove(pid)
+        if left and time.monotonic() > deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+            return
+        if left:
+            time.sleep(0.05)
+
+
 class PlacementHTTPServer:
     """A WSGI app served over HTTP by waitress, until :meth:`shutdown`.
 
@@ -181,8 +293,14 @@ class PlacementHTTPServer:
     :param request_timeout: seconds a request may take to arrive whole.
     :param connection_limit: the most connections open at once (fewer if
         the open-file limit says so, :func:`connection_limit_for`).
+    :param sock: a listening socket to serve (:func:`listen`, shared with
+        other processes), instead of binding ``host``:``port``.
     :raises OSError: the address cannot be listened on.
     """
+
+    #: Processes serving the same socket (:func:`fork_workers`), ended with
+    #: this server.
+    workers: list[int]
 
     def __init__(
         self,
@@ -193,7 +311,9 @@ class PlacementHTTPServer:
         channel_timeout: int = DEFAULT_CHANNEL_TIMEOUT,
         request_timeout: int = DEFAULT_REQUEST_TIMEOUT,
         connection_limit: int = DEFAULT_CONNECTION_LIMIT,
+        sock: socket.socket | None = None,
     ) -> None:
+        self.workers = []
         if threads < 1:
             raise ValueError("threads must be 1 or more, got %r" % threads)
         if channel_timeout < 1:
@@ -223,7 +343,7 @@ class PlacementHTTPServer:
         dispatcher = ThreadedTaskDispatcher()
         dispatcher.set_thread_count(threads)
         tcp = _WSGIServer(app, map=self._map, dispatcher=dispatcher,
-                          adj=adjustments,
+                          adj=adjustments, _sock=sock, bind_socket=sock is None,
                           # NOTE: types-waitress types listen as strings;
                           # after parsing they are socket tuples.
                           sockinfo=cast(Any, adjustments.listen)[0])
@@ -251,6 +371,12 @@ class PlacementHTTPServer:
         finally:
             self._server.task_dispatcher.shutdown()
             wasyncore.close_all(self._map, ignore_all=True)
+            self.stop_workers()
+
+    def stop_workers(self) -> None:
+        """End the processes serving the same socket (:attr:`workers`)."""
+        workers, self.workers = self.workers, []
+        stop_workers(workers)
 
     def shutdown(self) -> None:
         """Make :meth:`serve_forever` return; safe from any thread but a
@@ -264,3 +390,4 @@ class PlacementHTTPServer:
         :meth:`serve_forever` is not running)."""
         self._server.task_dispatcher.shutdown()
         wasyncore.close_all(self._map, ignore_all=True)
+        self.stop_workers()

@@ -26,8 +26,10 @@ something publish a new generation.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
+import weakref
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -90,6 +92,44 @@ class DecodedHost:
 #: Fits kept per host generation (request shapes: flavors, images' and
 #: ports' needs); the oldest kept is dropped first.
 MAX_KEPT_FITS = 32
+#: Fits kept by one scheduler, all hosts together (:class:`KeptFits`); the
+#: oldest kept is dropped first. A fit holds the plugins' assignments (a
+#: few KiB with a NUMA topology): 32 per host at 10,000 hosts reached about
+#: 1 GiB; this bound keeps about 4 request shapes per host at 10,000 hosts
+#: (a few hundred MiB at most).
+MAX_FITS = 40_000
+
+
+class KeptFits:
+    """The order in which fits were kept, over every host, so that one
+    scheduler keeps at most ``limit`` (the oldest dropped first), however
+    many hosts and request shapes it sees.
+
+    Holds the hosts weakly: a host's decoded states replaced by a newer
+    generation take their fits with them; their entries here then count
+    until they come round (the fits kept are at most ``limit``).
+    """
+
+    def __init__(self, limit: int = MAX_FITS) -> None:
+        self.limit = max(1, limit)
+        self._order: collections.deque[
+            tuple[weakref.ref[DecodedHost], Hashable]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def kept(self, host: DecodedHost, key: Hashable) -> None:
+        """``host`` keeps a fit under ``key``: the oldest kept are dropped
+        past the limit."""
+        with self._lock:
+            self._order.append((weakref.ref(host), key))
+            while len(self._order) > self.limit:
+                ref, old = self._order.popleft()
+                holder = ref()
+                if holder is not None:
+                    holder.fits.pop(old, None)
+
+    def __len__(self) -> int:
+        """Entries (at least the fits still kept)."""
+        return len(self._order)
 
 
 def decode_host(plugins: PluginSet, snapshot: HostSnapshot) -> DecodedHost:
@@ -111,9 +151,11 @@ class StateCache:
     ``generations()`` tells which.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_fits: int = MAX_FITS) -> None:
         self._hosts: dict[str, DecodedHost] = {}
         self._lock = threading.Lock()
+        #: The fits kept with these states, bounded all hosts together.
+        self.fits = KeptFits(max_fits)
 
     def prune(self, generations: Mapping[str, int]) -> None:
         """Forget the hosts no longer among ``generations`` (every live
@@ -160,11 +202,14 @@ def _fit_key(plugins: PluginSet, spec: RequestSpec) -> Optional[Hashable]:
     return key  # type: ignore[no-any-return]
 
 
-def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostFit:
+def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost,
+             bound: Optional[KeptFits] = None) -> HostFit:
     """Every requested plugin's ``fit`` on ``host``'s states; a requested
     plugin that is not loaded here, or whose state the host did not publish
     or cannot be read, rejects the host without a fit. The same requests
-    on the same decoded states are fitted once (:attr:`DecodedHost.fits`)."""
+    on the same decoded states are fitted once (:attr:`DecodedHost.fits`;
+    at most :data:`MAX_KEPT_FITS` per host, and with ``bound`` at most its
+    limit all hosts together)."""
     key = _fit_key(plugins, spec)
     kept = host.fits.get(key) if key is not None else None
     if kept is not None and kept[0] is plugins:
@@ -177,6 +222,8 @@ def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostFi
             except (KeyError, RuntimeError, StopIteration):
                 pass  # NOTE: another thread dropped one meanwhile
         host.fits[key] = (plugins, fit)
+        if bound is not None:
+            bound.kept(host, key)
     return fit
 
 
@@ -205,6 +252,7 @@ def _fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost) -> HostF
 
 
 def fit_hosts(plugins: PluginSet, spec: RequestSpec,
-              hosts: Mapping[str, DecodedHost]) -> dict[str, HostFit]:
+              hosts: Mapping[str, DecodedHost],
+              bound: Optional[KeptFits] = None) -> dict[str, HostFit]:
     """:func:`fit_host` on every host, by host."""
-    return {name: fit_host(plugins, spec, host) for name, host in hosts.items()}
+    return {name: fit_host(plugins, spec, host, bound) for name, host in hosts.items()}

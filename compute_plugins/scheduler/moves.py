@@ -255,17 +255,22 @@ class Mover:
     :param store: the host-state store (decisions and moves).
     :param poll_interval: first delay between polls of an agent's answer.
     :param domain_type: libvirt domain type of a live migration's guest XML.
+    :param seed: the destination's draw among equally good hosts
+        (:class:`~compute_plugins.scheduler.selection.Scheduler`'s).
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement: Any,
                  store: HostStateStore, poll_interval: float = 0.02,
-                 domain_type: str = "kvm") -> None:
+                 domain_type: str = "kvm", seed: Optional[int] = None) -> None:
         self.conf = conf
         self.plugins = plugins
         self.placement = placement
         self.store = store
         self.poll_interval = poll_interval
         self.domain_type = domain_type
+        #: The destination's draw among equally good hosts: from the
+        #: system's entropy (None), or the same every run (the demo).
+        self.seed = seed
         #: Fault injection (tests): called with the name of each point
         #: between two steps of a move (:meth:`_step`); None: nothing.
         self.inject: Optional[Callable[[str], None]] = None
@@ -424,7 +429,7 @@ class Mover:
             scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
                                       poll_interval=self.poll_interval,
                                       source=decision.host, allow_source=allow_source,
-                                      only=only, migration=migration)
+                                      only=only, migration=migration, seed=self.seed)
             result = scheduler.schedule(spec, consumer, held.project_id or DEFAULT_PROJECT,
                                         held.user_id or DEFAULT_PROJECT, timeout=timeout)
         except Exception as err:

@@ -15,8 +15,12 @@
    (:mod:`.fitting`), until enough fit (``[scheduler]
    hosts_to_score_percentage``, as kube-scheduler's
    ``percentageOfNodesToScore``: :func:`.view.scoring_target`);
-3. the hosts that fit, by weight (:mod:`.weighers`); with ``[scheduler]
-   host_subset_size`` > 1 the first offered is drawn among the best few;
+3. the hosts that fit, by weight (:mod:`.weighers`); the first offered is
+   drawn at random among those as good as the best (within 1 % of one
+   plugin's weight range, :func:`.view.draw`, as kube-scheduler's
+   ``selectHost``),
+   and with ``[scheduler] host_subset_size`` > 1 among at least that many
+   of the best;
 4. for the best: the allocation its assignments take (:mod:`.allocation`)
    written with ``PUT /allocations/{consumer}`` (``consumer_generation``
    null: a new consumer; ``consumer_type`` INSTANCE). Placement checks the
@@ -216,7 +220,8 @@ class Plan:
     :param verdicts: every known host -> its rejections (empty: fits),
         but the candidates not fitted (``unscored``).
     :param ordered: ``(weight, fit)`` of the hosts that fit, best first
-        (the first drawn among the best ``[scheduler] host_subset_size``).
+        (the first drawn among the equally good, or the best
+        ``[scheduler] host_subset_size``: :func:`.view.draw`).
     :param timings: seconds: ``placement``, ``store``, ``fit``.
     :param unscored: candidates not fitted: enough others fit
         (``[scheduler] hosts_to_score_percentage``).
@@ -245,12 +250,15 @@ class Scheduler:
         tells which consumer and host it waits for, so that an interrupted
         or killed scheduler's work can be found (``compute-plugins
         schedule`` prints it on stderr).
+    :param seed: the draw among equally good hosts (:func:`.view.draw`):
+        None, from the system's entropy (schedulers draw differently); a
+        number, the same draws every run.
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
                  store: HostStateTransport, poll_interval: float = 0.02,
-                 on_offer: Optional[Callable[[HostDecision, float], object]] = None
-                 ) -> None:
+                 on_offer: Optional[Callable[[HostDecision, float], object]] = None,
+                 seed: Optional[int] = None) -> None:
         from compute_plugins.conf import scheduler as scheduler_conf
 
         scheduler_conf.register_opts(conf)
@@ -264,12 +272,17 @@ class Scheduler:
         self.states = fitting.StateCache()
         #: Placement's answers, kept while they stand (:mod:`.view`).
         self.view = view.PlacementView(conf.scheduler.placement_view_seconds)
-        #: Draws the first host among the best ``host_subset_size``, and
+        #: Draws the first host among the best (equal weights, or the best
+        #: ``host_subset_size``), and
         #: where fitting starts; seeded per scheduler from the system's
-        #: entropy, so that schedulers draw differently.
-        self.rng = random.Random()
+        #: entropy (``seed`` None), so that schedulers draw differently; a
+        #: fixed ``seed`` draws the same every run (the demo's walk-through).
+        #: None: no draw, the best by weight then by host name.
+        self.rng: Optional[random.Random] = random.Random(seed)
         self.rotation = view.Rotation(self.rng.randrange(1 << 30))
         self.factors = weighers.multipliers(conf, sorted(plugins))
+        #: Hosts this close to the best weight are drawn among (:func:`.view.draw`).
+        self.tie_tolerance = view.tie_tolerance(self.factors)
 
     # -- Placement --------------------------------------------------------
 
@@ -341,7 +354,8 @@ class Scheduler:
             verdicts[host] = fit.result.rejections
         ordered = weighers.weigh(self.plugins, [f for f in fits.values() if f.result.fits],
                                  self.factors)
-        first = view.draw(len(ordered), self.conf.scheduler.host_subset_size, self.rng)
+        first = view.draw([w for w, _ in ordered], self.conf.scheduler.host_subset_size,
+                          self.rng, self.tie_tolerance)
         if first:
             ordered.insert(0, ordered.pop(first))
         timings["fit"] += time.monotonic() - start
@@ -386,7 +400,7 @@ class Scheduler:
             start = time.monotonic()
             for host, state in decoded.items():
                 tree_changed |= self.view.providers_seen(host, state.snapshot.providers)
-            fitted = fitting.fit_hosts(self.plugins, spec, decoded)
+            fitted = fitting.fit_hosts(self.plugins, spec, decoded, self.states.fits)
             found += sum(1 for fit in fitted.values() if fit.result.fits)
             fits.update(fitted)
             timings["fit"] += time.monotonic() - start

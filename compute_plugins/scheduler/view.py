@@ -342,14 +342,47 @@ class Rotation:
                 self._next = (self._next + fitted) % total
 
 
-def draw(count: int, subset: int, rng: Optional[Any]) -> int:
-    """The index, among ``count`` hosts best first, of the first choice:
-    0, or with ``[scheduler] host_subset_size`` > 1 one of the best
-    ``subset`` drawn at random (nova's option), so that several schedulers
-    do not all race for the same best host."""
-    if rng is None or subset <= 1 or count <= 1:
+#: Hosts whose weight is within this fraction of one plugin's weight range
+#: (its utilization from 0 to 1 times the largest multiplier's magnitude)
+#: of the best are equally good: the first choice is drawn among them.
+#: kube-scheduler's ``selectHost`` draws among the nodes of the best score,
+#: each plugin's score a whole number from 0 to 100: a 1 % step, as here.
+TIE_FRACTION = 0.01
+
+
+def tie_tolerance(factors: Mapping[str, float]) -> float:
+    """The weight difference under which two hosts are equally good
+    (:data:`TIE_FRACTION` of the largest multiplier's magnitude: 1 % of
+    one plugin's utilization at the default multiplier)."""
+    return TIE_FRACTION * max((abs(f) for f in factors.values()), default=0.0)
+
+
+def draw(weights: Sequence[float], subset: int, rng: Optional[Any],
+         tolerance: float = 0.0) -> int:
+    """The index, among hosts best first (``weights``, in that order), of
+    the first choice.
+
+    Drawn at random among the hosts as good as the best (within
+    ``tolerance``: :func:`tie_tolerance`), as kube-scheduler's
+    ``selectHost`` does, so that several schedulers on the same states do
+    not all race for the same host, and a lone one spreads equal hosts'
+    first guests without a rule by name; and with ``[scheduler]
+    host_subset_size`` > 1 among at least that many of the best (nova's
+    option). A best host better than every other by more than
+    ``tolerance`` is always first (``host_subset_size`` 1).
+    """
+    count = len(weights)
+    if rng is None or count <= 1:
         return 0
-    return int(rng.randrange(min(subset, count)))
+    best = weights[0]
+    ties = 1
+    while ties < count and best - weights[ties] <= tolerance:
+        ties += 1
+    pool = min(max(subset, ties), count)
+    if pool <= 1:
+        return 0
+    return int(rng.randrange(pool))
 
 
-__all__ = ["MIN_HOSTS_TO_SCORE", "PlacementView", "Rotation", "draw", "scoring_target"]
+__all__ = ["MIN_HOSTS_TO_SCORE", "TIE_FRACTION", "PlacementView", "Rotation", "draw",
+           "scoring_target", "tie_tolerance"]

@@ -43,12 +43,15 @@ def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     host's notification and polled for their lease renewal only (every
     third of --lease), not every --poll-interval: at 10,000 hosts the
     timed polls were 10,000 a second doing nothing. The warmed-up
-    schedulers' figures exclude the warm-up, which is printed apart."""
+    schedulers' figures exclude the warm-up, which is printed apart.
+    Placement is served by two processes here (``--placement-workers``)."""
     result = bench("--hosts", "4", "--decisions", "8", "--idle", "3", "--workers", "1",
                    "--poll-interval", "0.2", "--lease", "3", "--store", "postgresql",
-                   "--warm-up", "--placement-view-seconds", "600", "--json")
+                   "--warm-up", "--placement-view-seconds", "600",
+                   "--placement-workers", "2", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["placement_workers"] == 2
     assert out["pushed_hosts"] == 4
     assert out["scheduler_warm_up_s"] > 0
     assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
@@ -80,3 +83,10 @@ def test_on_sqlite_through_rabbitmq_idle_agents_are_polled_for_their_heartbeat_o
     assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
     assert 0 < out["idle_polls_per_host_minute"] <= 90, out
     assert out["idle_store_queries_per_host_minute"] <= 90, out
+
+
+def test_placement_workers_need_postgresql():
+    result = bench("--placement-workers", "2")
+    assert result.returncode == 1
+    assert "--placement-workers 2: only with --store postgresql" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -149,3 +149,117 @@ def test_the_plain_postgresql_url_opens_the_store(url, backend):
         assert s.engine.dialect.driver == "psycopg"
         s.publish("plain-url", states(numa=1), 0)
         assert s.get_host("plain-url").generation == 1
+
+
+class QueryCounter:
+    """A TCP proxy in front of a PostgreSQL server that records the queries
+    its clients send (the wire protocol's simple-query ``Q`` and extended
+    ``P`` messages): every statement is one, the pool's ping and an
+    isolation level set or reset included."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self.queries: list[str] = []
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._threading = threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._threading.Thread(target=self._pump, args=(server, client, False),
+                                   daemon=True).start()
+            self._threading.Thread(target=self._pump, args=(client, server, True),
+                                   daemon=True).start()
+
+    def _pump(self, src, dst, from_client: bool) -> None:
+        buffer = b""
+        typed = False
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for sock in (src, dst):
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
+                return
+            if from_client:
+                buffer += data
+                while True:
+                    head = 5 if typed else 4
+                    if len(buffer) < head:
+                        break
+                    length = int.from_bytes(buffer[head - 4:head], "big")
+                    if len(buffer) < head - 4 + length:
+                        break
+                    message, buffer = buffer[:head - 4 + length], buffer[head - 4 + length:]
+                    if not typed:
+                        # NOTE: SSLRequest/GSSENCRequest, then the startup
+                        # message (protocol 3.0): typed messages after it.
+                        typed = int.from_bytes(message[4:8], "big") == 196608
+                    elif message[:1] in (b"Q", b"P"):
+                        self.queries.append(message[5:].split(b"\0")[0].decode())
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def url(self, url: str) -> str:
+        return sa.engine.make_url(url).set(host="127.0.0.1", port=self.port) \
+            .render_as_string(hide_password=False)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_heartbeat_is_one_statement_on_postgresql(url, backend):
+    """issue 19: an agent's lease renewal, the one steady-state write of
+    every idle host, was one UPDATE but five round trips (the pool's ping,
+    the isolation level set, the UPDATE, the COMMIT, the level reset): a
+    third of an idle agent's store work. It is one statement on the wire
+    now; a renewal on a connection the server closed since still renews,
+    and a lease taken over is still refused (Fenced)."""
+    parsed = sa.engine.make_url(url)
+    proxy = QueryCounter(parsed.host, parsed.port)
+    try:
+        with hoststate.HostStateStore(proxy.url(url)) as s:
+            lease = s.acquire_lease("beat", "node-a", "pid 1", 60)
+            s.renew_lease(lease, 60)  # its connection opened and set up
+            proxy.queries.clear()
+            renewed = s.renew_lease(lease, 60)
+            assert len(proxy.queries) == 1, proxy.queries
+            assert proxy.queries[0].startswith("UPDATE hoststate_leases SET expires_at")
+            assert renewed.expires_at >= lease.expires_at
+            # the server closed the pooled connection (a restart, an idle
+            # timeout): no ping caught it; the renewal is tried again
+            with s.db.engine.connect() as conn:
+                killed = conn.execute(sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'UPDATE hoststate_leases%' AND pid <> pg_backend_pid()"
+                )).scalars().all()
+                conn.commit()
+            assert killed == [True]
+            again = s.renew_lease(lease, 60)
+            assert again.expires_at >= renewed.expires_at
+            s.end_lease(lease)
+            taken = s.acquire_lease("beat", "node-b", "pid 2", 60)
+            with pytest.raises(hoststate.Fenced):
+                s.renew_lease(lease, 60)
+            assert s.get_lease("beat").epoch == taken.epoch
+    finally:
+        proxy.close()

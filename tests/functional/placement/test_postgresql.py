@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from oslo_config import cfg
@@ -315,3 +316,110 @@ def test_the_embedded_placement_serialises_only_sqlite():
     assert embedded.serialised("sqlite:////var/lib/placement.sqlite")
     assert not embedded.serialised("postgresql+psycopg2://u@h/placement")
     assert not embedded.serialised("mysql+pymysql://u@h/placement")
+
+
+@contextlib.contextmanager
+def only_running(pid: int, pids: list[int]) -> Iterator[None]:
+    """Every process of ``pids`` but ``pid`` stopped (SIGSTOP): a new
+    connection can only be accepted and answered by ``pid``."""
+    import os
+    import signal
+
+    others = [p for p in pids if p != pid]
+    for other in others:
+        os.kill(other, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for other in others:
+            os.kill(other, signal.SIGCONT)
+
+
+def test_placement_workers_each_serve_the_port_and_still_arbitrate(database, tmp_path):
+    """``placement serve --workers 3`` (one thread each): three processes
+    answer on the one port, each on its own (the others stopped); a request
+    waiting on a row lock in one holds up no request in another; and a
+    write with a stale generation in one after another's write still gets
+    Placement's 409 and its error code. SIGTERM ends all three."""
+    import os
+    import signal
+
+    import requests
+    import sqlalchemy as sa
+
+    config = tmp_path / "placement.conf"
+    config.write_text("[placement]\nembedded_connection = %s\n" % database)
+    log = tmp_path / "api.log"
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
+             "placement", "serve", "--port", "0", "--no-token", "--workers", "3",
+             "--threads", "1"], stdout=subprocess.PIPE, stderr=log_file, text=True)
+    engine = sa.create_engine(database)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("Placement listening on "), line + log.read_text()
+        url = line.split()[3]
+        children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
+        workers = [proc.pid] + [int(p) for p in children.read_text().split()]
+        assert len(workers) == 3, workers
+        headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39",
+                   "Connection": "close"}
+
+        def call(method: str, path: str, body: Any = None) -> requests.Response:
+            # NOTE: a new connection each time (Connection: close): it goes
+            # to a process that accepts now.
+            return requests.request(method, url + path, json=body, headers=headers,
+                                    timeout=30)
+
+        for pid in workers:
+            with only_running(pid, workers):
+                assert call("GET", "/").status_code == 200
+        rp = str(uuid.uuid4())
+        with only_running(workers[1], workers):
+            assert call("POST", "/resource_providers",
+                        {"uuid": rp, "name": "workers-" + rp[:8]}).status_code == 200
+            written = call("PUT", "/resource_providers/%s/inventories" % rp, {
+                "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+            assert written.status_code == 200, written.text
+        with only_running(workers[2], workers):
+            stale = call("PUT", "/resource_providers/%s/inventories" % rp, {
+                "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 4}}})
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["errors"][0]["code"] == "placement.concurrent_update"
+        # a write waiting on a row lock in one worker; another answers
+        outcome: list[requests.Response] = []
+        with engine.connect() as conn, conn.begin():
+            conn.execute(sa.text("SELECT id FROM resource_providers WHERE uuid = :u "
+                                 "FOR UPDATE"), {"u": rp})
+            with only_running(workers[0], workers):
+                writer = threading.Thread(target=lambda: outcome.append(call(
+                    "PUT", "/resource_providers/%s/inventories" % rp,
+                    {"resource_provider_generation": 1,
+                     "inventories": {"VCPU": {"total": 16}}})))
+                writer.start()
+                deadline = time.monotonic() + 20
+                waiting = 0
+                while not waiting and time.monotonic() < deadline:
+                    with engine.connect() as look:
+                        waiting = look.execute(sa.text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE "
+                            "wait_event_type = 'Lock'")).scalar()
+                    time.sleep(0.05)
+                assert waiting, "the write never reached the row lock"
+            with only_running(workers[1], workers):
+                read = call("GET", "/resource_providers/%s" % rp)
+            assert read.status_code == 200 and read.json()["generation"] == 1
+            assert not outcome
+        writer.join(30)
+        assert outcome and outcome[0].status_code == 200, outcome
+        assert outcome[0].json()["inventories"]["VCPU"]["total"] == 16
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        # its workers ended and reaped with it
+        assert [pid for pid in workers[1:] if os.path.exists("/proc/%d" % pid)] == []
+    finally:
+        engine.dispose()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -234,9 +234,15 @@ class Cloud:
             "resource_provider_generation": have["resource_provider_generation"],
             "traits": sorted(set(have["traits"]) | set(traits))})
 
-    def scheduler(self, disk_aggregate: Optional[str] = None,
+    def scheduler(self, disk_aggregate: Optional[str] = None, draw: bool = False,
                   **overrides: Any) -> Scheduler:
-        """A scheduler; ``overrides`` are ``[scheduler]`` options."""
+        """A scheduler; ``overrides`` are ``[scheduler]`` options.
+
+        :param draw: draw the first host among equally good ones, as a
+            scheduler does (:func:`compute_plugins.scheduler.view.draw`);
+            False (``rng`` None): the best by weight, then by name, so that
+            a test can name the host it expects among equal ones.
+        """
         conf = cfg.ConfigOpts()
         conf_areas.register_all(conf)
         conf([], default_config_files=[], default_config_dirs=[])
@@ -245,8 +251,10 @@ class Cloud:
         plugins = make_agent_manager()
         if disk_aggregate:
             plugins.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
-        return Scheduler(conf, plugins.plugins, self.placement.emb.client(),
-                         self.store)
+        sched = Scheduler(conf, plugins.plugins, self.placement.emb.client(), self.store)
+        if not draw:
+            sched.rng = None
+        return sched
 
     def sharing_provider(self, aggregate: str, disk_gb: int) -> str:
         """Shared storage: a provider outside every host's tree with

@@ -101,19 +101,26 @@ def test_an_idle_agent_makes_only_heartbeat_statements(cloud, url):
             time.sleep(1.0)  # its first periodic, subscribed
             assert agent.pushed()
             seen, forget = statements(own.engine)
+            # NOTE: the renewal runs on its own connections (one statement)
+            beats, forget_beats = statements(own.db.single_engine)
             calls = agent.client.placement.calls.snapshot()
             time.sleep(4.0)
             forget()
+            forget_beats()
             after = agent.client.placement.calls.snapshot()
         finally:
             halt()
-        assert [s for s in seen if not heartbeat(s)] == []
-        assert any(s.startswith("UPDATE hoststate_leases") for s in seen)  # renewed
+        assert [s for s in seen + beats if not heartbeat(s)] == []
+        assert seen == []  # nothing but the renewals, on their own connection
+        assert beats and all(s.startswith("UPDATE hoststate_leases") for s in beats)
         assert after == calls
         # NOTE: besides its listening connection, at most the one its
-        # lease renewal uses stays pooled; none is held.
+        # lease renewal uses stays pooled (and one its periodic used); none
+        # is held.
         assert own.engine.pool.checkedout() == 0
+        assert own.db.single_engine.pool.checkedout() == 0
         assert own.engine.pool.checkedin() <= 1
+        assert own.db.single_engine.pool.checkedin() <= 1
     finally:
         own.close()
 

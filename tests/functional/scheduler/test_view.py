@@ -133,23 +133,33 @@ def test_fitting_stops_once_enough_hosts_fit_and_goes_on_when_none_did(cloud):
     assert result.candidates == 6 and result.fitting == 1
 
 
-def test_host_subset_size_spreads_the_first_choice(cloud):
-    """Four equal hosts: with ``host_subset_size`` 1 every plan offers the
-    same one first (name order), so several schedulers would all race for
-    it; with 4 the first is drawn among the best 4, differently per
-    scheduler."""
-    names = sorted(cloud.add_host("eq%d" % i, [cell(4, 4096)], start=False).name
-                   for i in range(4))
-    same = cloud.scheduler()
-    spec = spec_of(same, {}, 1, 512)
-    assert {same.plan(spec).ordered[0][1].host for _ in range(5)} == {names[0]}
+def test_schedulers_draw_their_first_choice_among_equal_hosts(cloud):
+    """Four equal hosts: with the default ``host_subset_size`` (1) each plan
+    offers first one drawn among the four (kube-scheduler's ``selectHost``),
+    so two schedulers on the same states do not both race for the same
+    host every time; a host better than the others is always first; with
+    ``host_subset_size`` 4 the first is drawn among the best 4 even when
+    one is better."""
+    names = sorted(cloud.add_host("eq%d" % i, [cell(4, 4096)]).name for i in range(4))
+    one, two = cloud.scheduler(draw=True), cloud.scheduler(draw=True)
+    spec = spec_of(one, {}, 1, 512)
+    pairs = [(one.plan(spec).ordered[0][1].host, two.plan(spec).ordered[0][1].host)
+             for _ in range(12)]
+    assert {host for pair in pairs for host in pair} == set(names), pairs
+    assert sum(a == b for a, b in pairs) < 12, pairs
+    for sched in (one, two):
+        planned = sched.plan(spec)
+        assert sorted(f.host for _, f in planned.ordered) == names
+    # pack: a host with a guest weighs more than the three empty ones
+    packer = cloud.scheduler(default_weigher_multiplier=1.0, draw=True)
+    placed = packer.schedule(spec, new_consumer(), "p", "u")
+    assert placed.placed, placed.reasons
+    assert {packer.plan(spec).ordered[0][1].host for _ in range(8)} == {placed.host}
     firsts = []
-    spread = cloud.scheduler(host_subset_size=4)
+    spread = cloud.scheduler(host_subset_size=4, default_weigher_multiplier=1.0)
     for seed in range(12):
         spread.rng = random.Random(seed)
-        planned = spread.plan(spec)
-        firsts.append(planned.ordered[0][1].host)
-        assert sorted(f.host for _, f in planned.ordered) == names
+        firsts.append(spread.plan(spec).ordered[0][1].host)
     assert len(set(firsts)) >= 3, firsts
 
 

@@ -53,11 +53,15 @@ def statements(store):
 
     def before(conn, cursor, statement, parameters, context, executemany):
         seen.append(" ".join(statement.split()))
-    event.listen(store.engine, "before_cursor_execute", before)
+    # NOTE: and those run on their own (the heartbeat, PostgreSQL).
+    engines = [e for e in (store.engine, store.db.single_engine) if e is not None]
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", before)
     try:
         yield seen
     finally:
-        event.remove(store.engine, "before_cursor_execute", before)
+        for engine in engines:
+            event.remove(engine, "before_cursor_execute", before)
 
 
 def writes(seen):

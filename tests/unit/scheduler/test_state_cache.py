@@ -102,3 +102,33 @@ def test_the_fits_kept_per_host_are_bounded():
     for vcpus in range(1, fitting.MAX_KEPT_FITS + 10):
         fitting.fit_host(plugins, slots_spec(plugins, vcpus), host)
     assert len(host.fits) == fitting.MAX_KEPT_FITS
+
+
+def test_the_fits_kept_are_bounded_over_all_hosts():
+    """32 fits per host at 10,000 hosts reached about 1 GiB in one
+    scheduler: the fits kept are bounded all hosts together too, the
+    oldest dropped first; a dropped fit is fitted again when asked."""
+    CountingSlots.fits = 0
+    plugins = PluginSet.of({"slots": CountingSlots(cfg.ConfigOpts())})
+    kept = fitting.KeptFits(limit=5)
+    hosts = {"h%d" % i: slots_host(1, free=4) for i in range(4)}
+    two, three = slots_spec(plugins, 2), slots_spec(plugins, 3)
+    fitting.fit_hosts(plugins, two, hosts, kept)
+    fitting.fit_hosts(plugins, three, hosts, kept)
+    assert CountingSlots.fits == 8
+    assert sum(len(h.fits) for h in hosts.values()) == 5
+    # the oldest (h0 to h2 for two vCPUs) went; the newest stay
+    assert [len(hosts["h%d" % i].fits) for i in range(4)] == [1, 1, 1, 2]
+    fitting.fit_hosts(plugins, three, hosts, kept)
+    assert CountingSlots.fits == 8  # all kept
+    assert fitting.fit_host(plugins, two, hosts["h0"], kept).result.fits
+    assert CountingSlots.fits == 9  # dropped: fitted again
+    assert sum(len(h.fits) for h in hosts.values()) == 5
+    # a host's states replaced (a new generation) go with their fits: the
+    # bound does not hold them
+    import gc
+    import weakref
+
+    old = weakref.ref(hosts.pop("h3"))
+    gc.collect()
+    assert old() is None

@@ -45,14 +45,27 @@ def test_rotation_starts_after_the_hosts_fitted_last():
     assert view.Rotation(7).order(hosts) == ["c", "d", "e", "a", "b"]
 
 
-def test_draw_is_the_best_unless_a_subset_is_asked():
-    rng = random.Random(1)
-    assert view.draw(10, 1, rng) == 0
-    assert view.draw(1, 5, rng) == 0
-    assert view.draw(10, 5, None) == 0
-    drawn = {view.draw(10, 3, rng) for _ in range(200)}
-    assert drawn == {0, 1, 2}
-    assert {view.draw(2, 8, rng) for _ in range(100)} == {0, 1}
+def test_draw_is_the_best_unless_others_are_as_good_or_a_subset_is_asked():
+    rng = random.Random(7)
+    # a best host better than every other by more than the tolerance
+    assert {view.draw([0.0, -0.5, -0.9], 1, rng, 0.01) for _ in range(50)} == {0}
+    assert view.draw([0.0], 5, rng) == 0
+    assert view.draw([0.0] * 10, 5, None) == 0
+    # equal best weights: drawn among them, never beyond
+    assert {view.draw([0.0, 0.0, 0.0, -0.5], 1, rng) for _ in range(200)} == {0, 1, 2}
+    # near-equal: within the tolerance
+    assert {view.draw([-0.100, -0.105, -0.2], 1, rng, 0.01)
+            for _ in range(100)} == {0, 1}
+    # host_subset_size: at least that many of the best
+    assert {view.draw([0.0, -0.5, -0.6, -0.7], 3, rng) for _ in range(200)} == {0, 1, 2}
+    assert {view.draw([0.0, -0.5], 8, rng) for _ in range(100)} == {0, 1}
+    assert {view.draw([0.0] * 4 + [-1.0] * 4, 2, rng) for _ in range(200)} == {0, 1, 2, 3}
+
+
+def test_the_tie_tolerance_is_a_hundredth_of_one_plugins_range():
+    assert view.tie_tolerance({"a": -1.0}) == 0.01
+    assert view.tie_tolerance({"a": -1.0, "b": 3.0, "c": -1.0}) == 0.03
+    assert view.tie_tolerance({}) == 0.0
 
 
 def test_the_trees_of_hosts_gone_from_the_store_are_forgotten():
