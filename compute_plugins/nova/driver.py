@@ -530,7 +530,8 @@ class PluginProviderTreeMixin:
 
     def _plugin_tracked(self) -> Optional[set[str]]:
         """The instances nova's resource tracker counts on this host now
-        (``ResourceTracker.tracked_instances``, which it read from the
+        (``ResourceTracker.tracked_instances`` and the instances of its
+        ``tracked_migrations``, which it read from the
         database at the start of the periodic, or added in a claim, under
         its lock); None without a resource tracker (then
         :meth:`_plugin_usage` reads the database).
@@ -547,10 +548,25 @@ class PluginProviderTreeMixin:
         the writer, the writer on the operation thread, and the operation
         thread on the worker (the hang of ``cause: varies``)."""
         compute = getattr(getattr(self, "virtapi", None), "_compute", None)
-        tracked = getattr(getattr(compute, "rt", None), "tracked_instances", None)
+        tracker = getattr(compute, "rt", None)
+        tracked = getattr(tracker, "tracked_instances", None)
         if not isinstance(tracked, (set, frozenset)):
             return None
-        return {str(uuid) for uuid in tracked}
+        # NOTE: an instance moving in (resize, cold or live migration,
+        # evacuation) is in tracked_migrations only, from nova's move claim
+        # until the next periodic after its move finished (its host is the
+        # source's, its guest not defined here yet): nova counts its new
+        # flavor here all along, and so must the published state, or the
+        # scheduler gives the move's CPUs to another guest meanwhile. (A
+        # move dropped here, reverted or rolled back, is still there at its
+        # drop's publish: its CPUs are free from the next periodic; an
+        # instance moving out counts on the source by its guest, defined
+        # there until the move is confirmed.)
+        migrations = getattr(tracker, "tracked_migrations", None) or {}
+        host = getattr(tracker, "host", None)
+        incoming = {str(uuid) for uuid, migration in list(migrations.items())
+                    if getattr(migration, "dest_compute", None) == host}
+        return {str(uuid) for uuid in tracked} | incoming
 
     def _plugin_usage(self, host: str, context: Any = None,
                       leave_out: Optional[str] = None,
