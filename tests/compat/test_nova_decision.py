@@ -526,6 +526,15 @@ def test_the_periodic_counts_an_instance_migrating_in_as_nova_s_tracker_does(
         assert instance in world.tracker.tracked_migrations
         states = world.store.get_host(NODE).states["numa"]["state"]
         assert sum(len(c["pinned"]) for c in states["cells"]) == 8
+        # and the spawn's verify of a decision on the move's CPUs refuses it
+        other = world.instance(str(uuid.uuid4()), spec)
+        world.driver.plugin_decisions.record(other.uuid, NODE, recorded(world, instance))
+        try:
+            with pytest.raises(DecisionRefused) as refused:
+                world.driver.plugin_decision(world.context, other, None, host=NODE)
+        finally:
+            other.destroy()
+        assert "numa: host cell 1 has 0 free dedicated CPUs" in str(refused.value)
     finally:
         migration.status = "error"
         migration.save()
