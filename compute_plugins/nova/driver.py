@@ -530,10 +530,11 @@ class PluginProviderTreeMixin:
 
     def _plugin_tracked(self) -> Optional[set[str]]:
         """The instances nova's resource tracker counts on this host now
-        (``ResourceTracker.tracked_instances``, which it read from the
-        database at the start of the periodic, or added in a claim, under
-        its lock); None without a resource tracker (then
-        :meth:`_plugin_usage` reads the database).
+        (``ResourceTracker.tracked_instances``, and those moving in:
+        :meth:`_plugin_moving_in`; which it read from the database at the
+        start of the periodic, or added in a claim, under its lock); None
+        without a resource tracker (then :meth:`_plugin_usage` reads the
+        database).
 
         ``update_provider_tree`` runs inside the tracker's periodic (nova's
         per-node update, a worker of its own): reading nova's database
@@ -546,18 +547,48 @@ class PluginProviderTreeMixin:
         serves a pending writer first, so the worker's late read waited on
         the writer, the writer on the operation thread, and the operation
         thread on the worker (the hang of ``cause: varies``)."""
-        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
-        tracked = getattr(getattr(compute, "rt", None), "tracked_instances", None)
+        tracker = self._plugin_tracker()
+        tracked = getattr(tracker, "tracked_instances", None)
         if not isinstance(tracked, (set, frozenset)):
             return None
-        return {str(uuid) for uuid in tracked}
+        return {str(uuid) for uuid in tracked} | self._plugin_moving_in()
+
+    def _plugin_tracker(self) -> Any:
+        """nova's resource tracker of this compute (None without one)."""
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        return getattr(compute, "rt", None)
+
+    def _plugin_moving_in(self) -> set[str]:
+        """The instances moving onto this host that nova's resource tracker
+        counts here (its ``tracked_migrations`` whose destination is this
+        host).
+
+        An instance moving in (resize, cold or live migration, evacuation)
+        is in ``tracked_migrations`` only, from nova's move claim until the
+        next periodic after its move finished (its host is the source's,
+        its guest not defined here yet): nova counts its new flavor here
+        all along, and so must the published state and the verify of a
+        spawn here, or another guest gets the move's CPUs meanwhile. A move
+        dropped here (reverted, rolled back) is still there at its drop's
+        publish: its CPUs are free from the next periodic. An instance
+        moving out counts on the source by its guest, defined there until
+        the move is confirmed. The copy is one C-level read of the dict
+        (no other thread's change can break it)."""
+        tracker = self._plugin_tracker()
+        migrations = getattr(tracker, "tracked_migrations", None)
+        if not isinstance(migrations, dict):
+            return set()
+        host = getattr(tracker, "host", None)
+        return {str(uuid) for uuid, migration in list(migrations.items())
+                if getattr(migration, "dest_compute", None) == host}
 
     def _plugin_usage(self, host: str, context: Any = None,
                       leave_out: Optional[str] = None,
                       instances: Optional[set[str]] = None) -> dict[str, list[Any]]:
         """plugin -> the assignments of the decisions of the instances on
         this host (``instances``, default those nova's database assigns to
-        it; and the driver's guests), but ``leave_out``'s."""
+        it and those moving in, :meth:`_plugin_moving_in`; and the
+        driver's guests), but ``leave_out``'s."""
         from nova import context as nova_context
         from nova import objects
         manager = self.get_plugin_manager()
@@ -566,6 +597,7 @@ class PluginProviderTreeMixin:
         else:
             here = set(objects.InstanceList.get_uuids_by_host(
                 context or nova_context.get_admin_context(), host))
+            here |= self._plugin_moving_in()
         listed = getattr(self, "list_instance_uuids", None)
         if listed is not None:
             here.update(listed())

@@ -25,6 +25,7 @@ Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
 
 from __future__ import annotations
 
+import datetime
 import os
 import uuid
 import warnings
@@ -492,3 +493,52 @@ def test_the_destination_of_a_reverted_move_forgets_its_decision(world, three):
             world.driver.plugin_manager.plugins) is None
     finally:
         inst.destroy()
+
+
+def test_the_periodic_counts_an_instance_migrating_in_as_nova_s_tracker_does(
+        world, three, monkeypatch):
+    # a cold migration to this host: nova's tracker counts the incoming
+    # instance from its move claim (tracked_migrations; the instance's host
+    # is still the source and its guest is not defined here yet); the
+    # published state must count the move's decision too, or the scheduler
+    # places another guest on the CPUs the move was given
+    import types
+
+    from nova.compute import manager as compute_manager
+    compute = types.SimpleNamespace(host=NODE, rt=world.tracker,
+                                    reportclient=world.tracker.reportclient)
+    monkeypatch.setattr(world.driver, "virtapi", compute_manager.ComputeVirtAPI(compute))
+    world.tracker.update_available_resource(world.context, NODE)
+    spec, (instance,) = pinned(world, 2, 1)
+    world.select(spec, [instance])  # the move's decision, on the 2 CPUs left
+    inst = world.instance(instance, spec)
+    inst.host, inst.node, inst.compute_id = "other", "other", None
+    inst.vm_state, inst.task_state = "active", "resize_migrating"
+    inst.save()
+    migration = objects.Migration(
+        context=world.context, instance_uuid=instance, source_compute="other",
+        source_node="other", dest_compute=NODE, dest_node=NODE,
+        dest_compute_id=world.compute.id,
+        migration_type="migration", status="migrating")
+    migration.create()
+    try:
+        world.tracker.update_available_resource(world.context, NODE)
+        assert instance in world.tracker.tracked_migrations
+        states = world.store.get_host(NODE).states["numa"]["state"]
+        assert sum(len(c["pinned"]) for c in states["cells"]) == 8
+        # and the spawn's verify of a decision on the move's CPUs refuses it
+        other = world.instance(str(uuid.uuid4()), spec)
+        world.driver.plugin_decisions.record(other.uuid, NODE, recorded(world, instance))
+        try:
+            with pytest.raises(DecisionRefused) as refused:
+                world.driver.plugin_decision(world.context, other, None, host=NODE)
+        finally:
+            other.destroy()
+        assert "numa: host cell 1 has 0 free dedicated CPUs" in str(refused.value)
+    finally:
+        migration.status = "error"
+        migration.save()
+        inst.destroy()
+        world.driver.plugin_decisions.forget_since(
+            instance, NODE, datetime.datetime(2000, 1, 1))
+        world.tracker.update_available_resource(world.context, NODE)
