@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 import socket
 import threading
 import uuid
@@ -98,12 +99,19 @@ def broker_urls(transport_url: str) -> list[str]:
     """The kombu URLs (one per broker, tried in turn) of an oslo.messaging
     transport URL.
 
-    :raises ValueError: not a ``rabbit://`` URL with at least one host.
+    :raises ValueError: not a ``rabbit://`` URL with at least one host, a
+        port that is not one (1-65535), or query options (``?ssl=1``: not
+        understood here, refused rather than ignored).
     """
     parts = urlsplit(transport_url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ValueError("[host_state] push_transport_url %r: expected %s"
                          % (redacted(transport_url), EXPECTED))
+    if parts.query or parts.fragment:
+        raise ValueError("[host_state] push_transport_url %r: options %r are not "
+                         "understood (TLS and the like are not supported); expected %s"
+                         % (redacted(transport_url), parts.query or parts.fragment,
+                            EXPECTED))
     vhost = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     urls = []
     for host in parts.netloc.split(","):
@@ -111,22 +119,41 @@ def broker_urls(transport_url: str) -> list[str]:
         if not where:
             raise ValueError("[host_state] push_transport_url %r: a host without a "
                              "name; expected %s" % (redacted(transport_url), EXPECTED))
+        try:
+            address = urlsplit("//" + where)
+            port = address.port
+        except ValueError:
+            port = 0
+        else:
+            if port is None:
+                port = 5672
+        if not address.hostname or not 0 < port < 65536:
+            # NOTE: the port is not quoted: with an unencoded ',' in a
+            # password, it is that password's start.
+            raise ValueError("[host_state] push_transport_url %r: a host without a "
+                             "port 1-65535 (a ',', '@', ':' or '/' in a password is "
+                             "percent-encoded); expected %s"
+                             % (redacted(transport_url), EXPECTED))
         user, _, password = auth.partition(":")
         credentials = ("%s:%s@" % (user, password)) if auth else ""
         urls.append("pyamqp://%s%s/%s" % (credentials, where, quote(vhost or "/", safe="")))
     return urls
 
 
+#: A host's credentials in a transport URL: from the start or a ',', the
+#: user, ':', the password (up to the next '@', commas included: an
+#: unencoded one must not show the rest of the password).
+_CREDENTIALS = re.compile(r"(^|,)([^:@,/]*):[^@]*@")
+
+
 def redacted(transport_url: str) -> str:
     """``transport_url`` with its passwords hidden (for messages)."""
     scheme, sep, rest = transport_url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    hosts = []
-    for host in netloc.split(","):
-        auth, at, where = host.rpartition("@")
-        user, colon, _password = auth.partition(":")
-        hosts.append(("%s%s%s" % (user, ":***" if colon else "", at)) + where)
-    return scheme + sep + ",".join(hosts) + slash + path
+    # NOTE: the hosts end at the first '/' after the last '@' (an
+    # unencoded '/' in a password is hidden too).
+    cut = rest.find("/", rest.rfind("@") + 1)
+    netloc, slash, path = (rest, "", "") if cut < 0 else (rest[:cut], "/", rest[cut + 1:])
+    return scheme + sep + _CREDENTIALS.sub(r"\1\2:***@", netloc) + slash + path
 
 
 def _one_line(err: BaseException) -> str:
