@@ -230,6 +230,13 @@ def test_a_wakeup_reaches_only_its_channel_and_only_after_the_commit(tmp_path, r
         other = waiter.host_changes("other")
         assert isinstance(mine, notify.Subscription) and isinstance(other, notify.Subscription)
         try:
+            # NOTE: the listener's thread connects after the first
+            # subscription (which polls meanwhile) and then wakes every
+            # waiter once: the wake-ups it could have missed.
+            assert wait_until(lambda: mine.live)
+            with mine.listener._lock:  # NOTE: its wake-up of all is done
+                mine.wait(0)
+                other.wait(0)
             with pytest.raises(RuntimeError), writer.db.write() as conn:
                 writer.db.wake(conn, [notify.host_channel("mine")], "x")
                 raise RuntimeError("rolled back")
@@ -298,7 +305,13 @@ def test_a_wakeup_committed_while_the_broker_is_down_is_published_when_it_is_bac
                 waiter = HostStateStore(url, safety_poll_interval=NEVER,
                                         push_transport_url=rabbit.transport_url)
                 sub = waiter.host_changes("late")
-                assert sub is not None and sub.live
+                assert sub is not None
+                # NOTE: its listener's thread connects, binds "late" and
+                # wakes it once (what it could have missed): cleared, so
+                # that only the publisher's wake-up is waited for below.
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:  # NOTE: its wake-up of all is done
+                    sub.wait(0)
                 assert not sub.wait(0)
         finally:
             if rabbit.process is None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
@@ -169,3 +170,62 @@ def test_fake_in_the_configuration_warns_that_other_processes_wake_nobody(caplog
         assert store.db.push is not None and store.db.push.kind == "fake"
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("fake://" in m and "push_safety_poll_interval" in m for m in said), said
+
+
+@pytest.fixture
+def silent_broker():
+    """A "broker" that accepts connections and never answers (hung, or
+    behind a firewall that drops its packets): what times out instead of
+    being refused."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield "rabbit://guest:guest@127.0.0.1:%d/" % server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_silent_broker_holds_up_neither_waiters_nor_close(tmp_path, silent_broker):
+    """Subscribing never waits for the broker (the waiter polls until the
+    listener's thread connects), nor does a writer, and closing the store
+    waits for one connection attempt at most (before: the first subscribe
+    took 10 s, a later one up to 10 s while the listener reconnected, and
+    close 30 s)."""
+    url = "sqlite:///%s" % (tmp_path / "s.sqlite")
+    store = HostStateStore(url, push_transport_url=silent_broker)
+    try:
+        started = time.monotonic()
+        sub = store.host_changes("h")
+        assert sub is not None and not sub.live
+        assert time.monotonic() - started < 2
+        with store.db.write() as conn:
+            store.db.wake(conn, [notify.host_channel("h")], "x")
+        assert time.monotonic() - started < 2
+        time.sleep(1.0)  # NOTE: the listener's thread is connecting meanwhile
+        started = time.monotonic()
+        other = store.host_changes("h2")
+        assert other is not None and not other.live
+        assert time.monotonic() - started < 2
+        sub.close()
+        other.close()
+    finally:
+        started = time.monotonic()
+        store.close()
+        closing = time.monotonic() - started
+    assert closing < broker.CONNECT_TIMEOUT + 3
