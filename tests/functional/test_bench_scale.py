@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 FIELDS = {"hosts", "schedulers", "store", "decisions_per_s", "p50_ms", "p99_ms",
@@ -80,3 +82,15 @@ def test_on_sqlite_through_rabbitmq_idle_agents_are_polled_for_their_heartbeat_o
     assert out["placed"] == out["boots"] > 0 and out["double_allocations"] == 0
     assert 0 < out["idle_polls_per_host_minute"] <= 90, out
     assert out["idle_store_queries_per_host_minute"] <= 90, out
+
+
+@pytest.mark.parametrize("url", ["fake://", "rabbit://guest:s3cr3t@127.0.0.1:nope/"])
+def test_a_push_transport_url_the_processes_cannot_share_is_refused(url):
+    """The agents and the schedulers run in processes of their own:
+    ``fake://`` would wake nobody across them (every decision waiting for
+    the safety net), and a bad URL would be retried as a broker that is
+    down; both refused at once (before: accepted)."""
+    result = bench("--hosts", "1", "--push-transport-url", url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "--push-transport-url" in result.stderr
+    assert "Traceback" not in result.stderr and "s3cr3t" not in result.stderr
