@@ -60,6 +60,7 @@ import re
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 from urllib.parse import quote, unquote, urlsplit
@@ -230,6 +231,25 @@ class BrokerPush:
         self._listener: Optional[BrokerListener] = None
         self._listener_lock = threading.Lock()
         self._closed = False
+        #: What a forked child inherited of its parent (kept, never used).
+        self._parents: list[Any] = []
+        _PUSHES.add(self)
+
+    def _forked(self) -> None:
+        """In a child forked with this object: the parent's threads are not
+        here, and its connections are the parent's sockets: forget them
+        (kept from the garbage collector: never closed from here), so that
+        the child publishes and listens on connections of its own."""
+        self._parents.append((self._control, self._listener))
+        self._control = None
+        self._control_lock = threading.Lock()
+        self._down_said = False
+        self._pending = {}
+        self._pending_cond = threading.Condition()
+        self._publisher = None
+        self._stop = threading.Event()
+        self._listener = None
+        self._listener_lock = threading.Lock()
 
     # -- writers -------------------------------------------------------------
 
@@ -386,6 +406,18 @@ class BrokerPush:
                 return  # NOTE: it drops the connection when it ends
         with self._control_lock:
             self._drop_control()
+
+
+#: Every BrokerPush of this process (forgetting their parent's in a forked child).
+_PUSHES: weakref.WeakSet[BrokerPush] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for push in list(_PUSHES):
+        push._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BrokerListener(notify.Hub):
