@@ -55,6 +55,7 @@ import sqlalchemy as sa
 
 from bench.scale import agents, counters, hosts, schedulers
 from compute_plugins import exception
+from compute_plugins.hoststate import broker as hoststate_broker
 from compute_plugins.hoststate import protocol
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.placement import embedded
@@ -132,6 +133,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
                      % args.placement_workers)
     if args.placement_view_seconds is not None and not args.placement_view_seconds >= 0:
         parser.error("--placement-view-seconds %g: must be >= 0" % args.placement_view_seconds)
+    if args.push_transport_url not in ("", "private"):
+        if args.push_transport_url.lower().startswith("fake:"):
+            # NOTE: the agents and the schedulers are processes of their
+            # own: in-process wake-ups would reach none of them.
+            parser.error("--push-transport-url fake://: wakes one process only; the "
+                         "agents and the schedulers run in processes of their own "
+                         "(a rabbit:// URL, or 'private')")
+        try:
+            hoststate_broker.broker_urls(args.push_transport_url)
+        except ValueError as err:
+            parser.error("--push-transport-url: %s" % err)
     return args
 
 

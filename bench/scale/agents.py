@@ -101,6 +101,20 @@ class AgentPool:
         with futures.ThreadPoolExecutor(self.threads) as running:
             list(running.map(self._poll, self.agents))
 
+    def settle(self) -> None:
+        """Poll the agents woken before :meth:`start` (a broker's listener,
+        once connected, wakes every waiter once: they subscribed before
+        their channels were bound): part of the set-up, not of the idle
+        figures."""
+        for n, woken in enumerate(self._woken):
+            agents = self.agents[n::len(self._woken)]
+            while True:
+                try:
+                    i = woken.get_nowait()
+                except queue.Empty:
+                    break
+                self._poll(agents[i])
+
     def _poll(self, agent: ComputeAgent) -> None:
         try:
             result = agent.poll()
@@ -180,6 +194,13 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
                              lease_duration) for h in hosts]
         pool = AgentPool(agents, threads, stats)
         pool.first_poll()
+        if store.db.pushes:
+            # NOTE: a broker's listener connects on its own thread (the
+            # agents poll meanwhile): ready once it has, or said not pushed.
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and not all(a.pushed() for a in agents):
+                time.sleep(0.05)
+            pool.settle()
         stats.sync()
         conn.send(("ready", time.monotonic() - start, list(pool.errors),
                    sum(1 for agent in agents if agent.pushed())))

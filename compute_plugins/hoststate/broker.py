@@ -22,7 +22,10 @@ Ordering (why nothing is missed but what the safety net catches):
 - a waiter subscribes (the binding confirmed by the broker) *before* it
   reads the store: a change committed before its read is in what it reads,
   one committed after it is published after that, hence routed to its
-  queue;
+  queue. While the listener's thread is not connected (the first
+  subscription, an outage) nothing is bound: the waiter polls
+  (``live`` False), and the thread, once connected and every channel
+  bound, wakes every waiter; no waiter ever waits for the broker itself;
 - the writer does not wait for the broker: it hands the wake-up to its
   process's publisher thread, which keeps what it could not publish and
   tries again until the broker is back. A wake-up committed while a waiter's
@@ -53,9 +56,11 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 from urllib.parse import quote, unquote, urlsplit
@@ -98,12 +103,19 @@ def broker_urls(transport_url: str) -> list[str]:
     """The kombu URLs (one per broker, tried in turn) of an oslo.messaging
     transport URL.
 
-    :raises ValueError: not a ``rabbit://`` URL with at least one host.
+    :raises ValueError: not a ``rabbit://`` URL with at least one host, a
+        port that is not one (1-65535), or query options (``?ssl=1``: not
+        understood here, refused rather than ignored).
     """
     parts = urlsplit(transport_url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ValueError("[host_state] push_transport_url %r: expected %s"
                          % (redacted(transport_url), EXPECTED))
+    if parts.query or parts.fragment:
+        raise ValueError("[host_state] push_transport_url %r: options %r are not "
+                         "understood (TLS and the like are not supported); expected %s"
+                         % (redacted(transport_url), parts.query or parts.fragment,
+                            EXPECTED))
     vhost = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
     urls = []
     for host in parts.netloc.split(","):
@@ -111,22 +123,41 @@ def broker_urls(transport_url: str) -> list[str]:
         if not where:
             raise ValueError("[host_state] push_transport_url %r: a host without a "
                              "name; expected %s" % (redacted(transport_url), EXPECTED))
+        try:
+            address = urlsplit("//" + where)
+            port = address.port
+        except ValueError:
+            port = 0
+        else:
+            if port is None:
+                port = 5672
+        if not address.hostname or not 0 < port < 65536:
+            # NOTE: the port is not quoted: with an unencoded ',' in a
+            # password, it is that password's start.
+            raise ValueError("[host_state] push_transport_url %r: a host without a "
+                             "port 1-65535 (a ',', '@', ':' or '/' in a password is "
+                             "percent-encoded); expected %s"
+                             % (redacted(transport_url), EXPECTED))
         user, _, password = auth.partition(":")
         credentials = ("%s:%s@" % (user, password)) if auth else ""
         urls.append("pyamqp://%s%s/%s" % (credentials, where, quote(vhost or "/", safe="")))
     return urls
 
 
+#: A host's credentials in a transport URL: from the start or a ',', the
+#: user, ':', the password (up to the next '@', commas included: an
+#: unencoded one must not show the rest of the password).
+_CREDENTIALS = re.compile(r"(^|,)([^:@,/]*):[^@]*@")
+
+
 def redacted(transport_url: str) -> str:
     """``transport_url`` with its passwords hidden (for messages)."""
     scheme, sep, rest = transport_url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    hosts = []
-    for host in netloc.split(","):
-        auth, at, where = host.rpartition("@")
-        user, colon, _password = auth.partition(":")
-        hosts.append(("%s%s%s" % (user, ":***" if colon else "", at)) + where)
-    return scheme + sep + ",".join(hosts) + slash + path
+    # NOTE: the hosts end at the first '/' after the last '@' (an
+    # unencoded '/' in a password is hidden too).
+    cut = rest.find("/", rest.rfind("@") + 1)
+    netloc, slash, path = (rest, "", "") if cut < 0 else (rest[:cut], "/", rest[cut + 1:])
+    return scheme + sep + _CREDENTIALS.sub(r"\1\2:***@", netloc) + slash + path
 
 
 def _one_line(err: BaseException) -> str:
@@ -145,10 +176,10 @@ class _Connection:
             list(urls), connect_timeout=CONNECT_TIMEOUT, heartbeat=heartbeat,
             failover_strategy="round-robin",
             transport_options={"read_timeout": IO_TIMEOUT, "write_timeout": IO_TIMEOUT})
-        # NOTE: each broker once, without kombu's pauses (connect() sleeps
-        # 2 s before its retry): a writer publishing after its commit must
-        # not wait for a broker that is down.
-        self._kombu.ensure_connection(max_retries=len(urls), interval_start=0,
+        # NOTE: each broker once (kombu's max_retries counts the tries
+        # after the first), without kombu's pauses (connect() sleeps 2 s
+        # before its retry): nothing waits twice for a broker that is down.
+        self._kombu.ensure_connection(max_retries=len(urls) - 1, interval_start=0,
                                       interval_step=0, interval_max=0)
         self.channel: Any = self._kombu.channel()
         self.channel.exchange_declare(exchange=EXCHANGE, type="direct", durable=True,
@@ -200,6 +231,25 @@ class BrokerPush:
         self._listener: Optional[BrokerListener] = None
         self._listener_lock = threading.Lock()
         self._closed = False
+        #: What a forked child inherited of its parent (kept, never used).
+        self._parents: list[Any] = []
+        _PUSHES.add(self)
+
+    def _forked(self) -> None:
+        """In a child forked with this object: the parent's threads are not
+        here, and its connections are the parent's sockets: forget them
+        (kept from the garbage collector: never closed from here), so that
+        the child publishes and listens on connections of its own."""
+        self._parents.append((self._control, self._listener))
+        self._control = None
+        self._control_lock = threading.Lock()
+        self._down_said = False
+        self._pending = {}
+        self._pending_cond = threading.Condition()
+        self._publisher = None
+        self._stop = threading.Event()
+        self._listener = None
+        self._listener_lock = threading.Lock()
 
     # -- writers -------------------------------------------------------------
 
@@ -238,7 +288,7 @@ class BrokerPush:
                 while not self._pending and not self._closed:
                     self._pending_cond.wait()
                 if not self._pending:
-                    return
+                    break
                 batch, self._pending = self._pending, {}
                 closing = self._closed
             try:
@@ -248,13 +298,17 @@ class BrokerPush:
             except Exception as err:  # noqa: BLE001 - any broker failure: kept, retried
                 with self._control_lock:
                     self._failed(err, "publishing wake-ups")
-                if closing:
-                    return
+                if closing or self._closed:
+                    # NOTE: closed while this try failed: no other (close
+                    # waits for one try at most).
+                    break
                 with self._pending_cond:
                     for channel, payload in batch.items():
                         self._pending.setdefault(channel, payload)
                 self._stop.wait(delay)
                 delay = min(delay * 2, _PUBLISH_RETRY_MAX)
+        with self._control_lock:
+            self._drop_control()
 
     @staticmethod
     def _publish(channel: Any, batch: dict[str, str]) -> None:
@@ -271,15 +325,19 @@ class BrokerPush:
         held), on a new one if it fails (a connection the broker closed
         while it was idle, a restart)."""
         for attempt in (1, 2):
+            control = self._control
+            fresh = control is None
             try:
-                if self._control is None:
-                    self._control = _Connection(self.urls, heartbeat=0)
-                    self._control.channel.confirm_select()
-                operation(self._control.channel)
+                if control is None:
+                    control = self._control = _Connection(self.urls, heartbeat=0)
+                    control.channel.confirm_select()
+                operation(control.channel)
                 break
             except Exception:
                 self._drop_control()
-                if attempt == 2:
+                if fresh or attempt == 2:
+                    # NOTE: again only on a new connection after an old one
+                    # failed (the broker closed it while idle, restarted).
                     raise
         if self._down_said:
             self._down_said = False
@@ -330,20 +388,36 @@ class BrokerPush:
     def close(self) -> None:
         """Stop listening; publish what is pending (one try: a store
         closed right after its write, as a command's, still wakes its
-        waiters), then close the connections."""
-        with self._listener_lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
+        waiters), then close the connections. Waits for one connection
+        attempt at most (a broker that does not answer): the threads left
+        are daemons, and close what they hold when they end."""
         with self._pending_cond:
             self._closed = True
             publisher = self._publisher
             self._pending_cond.notify()
         self._stop.set()
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if publisher is not None and publisher is not threading.current_thread():
             publisher.join(CONNECT_TIMEOUT + IO_TIMEOUT)
+            if publisher.is_alive():
+                return  # NOTE: it drops the connection when it ends
         with self._control_lock:
             self._drop_control()
+
+
+#: Every BrokerPush of this process (forgetting their parent's in a forked child).
+_PUSHES: weakref.WeakSet[BrokerPush] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for push in list(_PUSHES):
+        push._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BrokerListener(notify.Hub):
@@ -378,8 +452,10 @@ class BrokerListener(notify.Hub):
         return self._conn is not None and not self._broken and not self._closed
 
     def _subscribed(self, channel: str, first: bool) -> None:
+        # NOTE: the thread connects, never the waiter (nor under the lock):
+        # a broker that does not answer holds up no subscription; the
+        # waiter polls until the thread has connected and woken it.
         if self._thread is None:
-            self._open()
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name="hoststate-broker-listener")
             self._thread.start()
@@ -400,10 +476,10 @@ class BrokerListener(notify.Hub):
             self._broken = True
             self._said_down(err)
 
-    def _open(self) -> bool:
-        """Connect, declare the queue, bind every subscribed channel and
-        consume (the lock held); False when the broker cannot be reached
-        (said once per outage)."""
+    def _connect(self) -> Optional[_Connection]:
+        """Connect, declare the queue and consume it (the thread's, the lock
+        not held: it may wait for a broker that does not answer); None when
+        the broker cannot be reached (said once per outage)."""
         try:
             conn = _Connection(self._push.urls, heartbeat=HEARTBEAT)
             try:
@@ -411,15 +487,26 @@ class BrokerListener(notify.Hub):
                     queue=self.queue, durable=False, exclusive=False, auto_delete=True,
                     arguments={"x-expires": int(max(60.0, self.safety_poll_interval)
                                                 * 1000)})
-                for channel in sorted(self._subs):
-                    conn.channel.queue_bind(queue=self.queue, exchange=EXCHANGE,
-                                            routing_key=channel)
                 conn.channel.basic_consume(queue=self.queue, no_ack=True,
                                            callback=self._delivered)
             except BaseException:
                 conn.close()
                 raise
         except Exception as err:  # noqa: BLE001 - any broker failure: retried
+            with self._lock:
+                self._said_down(err)
+            return None
+        return conn
+
+    def _attach(self, conn: _Connection) -> bool:
+        """Bind every subscribed channel on ``conn`` and listen on it (the
+        lock held: no waiter subscribes meanwhile); False when it failed."""
+        try:
+            for channel in sorted(self._subs):
+                conn.channel.queue_bind(queue=self.queue, exchange=EXCHANGE,
+                                        routing_key=channel)
+        except Exception as err:  # noqa: BLE001 - any broker failure: retried
+            conn.close()
             self._said_down(err)
             return False
         self._conn = conn
@@ -451,16 +538,20 @@ class BrokerListener(notify.Hub):
         delay = _RECONNECT_FIRST
         while not self._closed:
             with self._lock:
-                if self._closed:
-                    break
                 if self._broken:
                     self._drop()
-                if self._conn is None:
-                    if self._open():
-                        delay = _RECONNECT_FIRST
-                        self._wake_all()
                 conn = self._conn
             if conn is None:
+                fresh = self._connect()
+                with self._lock:
+                    if self._closed:
+                        if fresh is not None:
+                            fresh.close()
+                        break
+                    if fresh is not None and self._attach(fresh):
+                        delay = _RECONNECT_FIRST
+                        self._wake_all()
+                        continue
                 self._stop.wait(delay)
                 delay = min(delay * 2, _RECONNECT_MAX)
                 continue
@@ -482,7 +573,9 @@ class BrokerListener(notify.Hub):
             self._closed = True
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(10)
+            # NOTE: one connection attempt at most (a daemon: it closes what
+            # it holds when it ends).
+            self._thread.join(CONNECT_TIMEOUT + 1)
 
 
 __all__ = ["EXCHANGE", "BrokerListener", "BrokerPush", "broker_urls", "redacted"]

@@ -9,9 +9,37 @@ from __future__ import annotations
 
 from typing import Optional
 
+from oslo_log import log as logging
 from sqlalchemy.engine import Engine
 
 from compute_plugins.hoststate import broker, notify
+
+LOG = logging.getLogger(__name__)
+
+
+def _is_fake(transport_url: str) -> bool:
+    scheme, sep, _ = transport_url.partition("://")
+    return bool(sep) and scheme.lower() == "fake"
+
+
+def check_configured(transport_url: str, safety_poll_interval: float) -> None:
+    """Check ``[host_state] push_transport_url`` as a process opened from
+    its configuration (a service, a command) has it: a broker's URL must
+    parse; ``fake://`` is said, since such a process shares no hub with
+    the others (their changes reach its waiters at the safety net only).
+
+    :raises ValueError: ``transport_url`` is not one :func:`choose` takes.
+    """
+    if not transport_url:
+        return
+    if _is_fake(transport_url):
+        LOG.warning("[host_state] push_transport_url fake:// wakes only this "
+                    "process's waiters: a change another process makes (an agent, "
+                    "a scheduler, a command) is read here every "
+                    "push_safety_poll_interval (%s s); name a broker (rabbit://) "
+                    "or leave it empty", safety_poll_interval)
+        return
+    broker.broker_urls(transport_url)
 
 
 def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
@@ -26,8 +54,7 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
     if not push:
         return None
     if transport_url:
-        scheme = transport_url.partition("://")[0].lower()
-        if scheme == "fake" and "://" in transport_url:
+        if _is_fake(transport_url):
             return notify.LocalPush(url, safety_poll_interval)
         return broker.BrokerPush(transport_url, url, safety_poll_interval)
     if notify.supported(engine):
@@ -35,4 +62,4 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
     return None
 
 
-__all__ = ["choose"]
+__all__ = ["check_configured", "choose"]

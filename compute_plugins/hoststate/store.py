@@ -19,7 +19,9 @@ from typing import Any
 
 from oslo_config import cfg
 
+from compute_plugins import exception
 from compute_plugins.conf import host_state as host_state_conf
+from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
 from compute_plugins.hoststate.decisions import SqlDecisionQueue
@@ -57,7 +59,16 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
-        """The store ``[host_state]`` of ``conf`` names."""
+        """The store ``[host_state]`` of ``conf`` names.
+
+        :raises ConfigError: ``push_transport_url`` is not a broker's URL.
+        """
+        try:
+            if conf.host_state.push:
+                push_backends.check_configured(conf.host_state.push_transport_url,
+                                               conf.host_state.push_safety_poll_interval)
+        except ValueError as err:
+            raise exception.ConfigError(str(err)) from err
         return cls(host_state_conf.connection(conf),
                    lock_timeout=conf.host_state.lock_timeout,
                    push=conf.host_state.push,

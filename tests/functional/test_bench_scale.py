@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 FIELDS = {"hosts", "schedulers", "store", "decisions_per_s", "p50_ms", "p99_ms",
@@ -90,3 +92,15 @@ def test_placement_workers_need_postgresql():
     assert result.returncode == 1
     assert "--placement-workers 2: only with --store postgresql" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("url", ["fake://", "rabbit://guest:s3cr3t@127.0.0.1:nope/"])
+def test_a_push_transport_url_the_processes_cannot_share_is_refused(url):
+    """The agents and the schedulers run in processes of their own:
+    ``fake://`` would wake nobody across them (every decision waiting for
+    the safety net), and a bad URL would be retried as a broker that is
+    down; both refused at once (before: accepted)."""
+    result = bench("--hosts", "1", "--push-transport-url", url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "--push-transport-url" in result.stderr
+    assert "Traceback" not in result.stderr and "s3cr3t" not in result.stderr

@@ -12,6 +12,7 @@ safety-net poll is 600 s wherever a test shows that a wake-up did the work.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -230,6 +231,13 @@ def test_a_wakeup_reaches_only_its_channel_and_only_after_the_commit(tmp_path, r
         other = waiter.host_changes("other")
         assert isinstance(mine, notify.Subscription) and isinstance(other, notify.Subscription)
         try:
+            # NOTE: the listener's thread connects after the first
+            # subscription (which polls meanwhile) and then wakes every
+            # waiter once: the wake-ups it could have missed.
+            assert wait_until(lambda: mine.live)
+            with mine.listener._lock:  # NOTE: its wake-up of all is done
+                mine.wait(0)
+                other.wait(0)
             with pytest.raises(RuntimeError), writer.db.write() as conn:
                 writer.db.wake(conn, [notify.host_channel("mine")], "x")
                 raise RuntimeError("rolled back")
@@ -298,7 +306,13 @@ def test_a_wakeup_committed_while_the_broker_is_down_is_published_when_it_is_bac
                 waiter = HostStateStore(url, safety_poll_interval=NEVER,
                                         push_transport_url=rabbit.transport_url)
                 sub = waiter.host_changes("late")
-                assert sub is not None and sub.live
+                assert sub is not None
+                # NOTE: its listener's thread connects, binds "late" and
+                # wakes it once (what it could have missed): cleared, so
+                # that only the publisher's wake-up is waited for below.
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:  # NOTE: its wake-up of all is done
+                    sub.wait(0)
                 assert not sub.wait(0)
         finally:
             if rabbit.process is None:
@@ -308,3 +322,40 @@ def test_a_wakeup_committed_while_the_broker_is_down_is_published_when_it_is_bac
         finally:
             sub.close()
             waiter.close()
+
+
+def test_a_forked_child_publishes_and_listens_on_its_own(tmp_path, rabbit):
+    """A process forked with its parent's store (a pre-forking server, a
+    benchmark's workers) gets none of the parent's threads: its wake-ups
+    are still published and its waiters still woken, on connections of
+    its own (before: its writes woke nobody, its publisher being the
+    parent's thread, and it wrote on the parent's sockets)."""
+    url = sqlite_url(tmp_path)
+    with HostStateStore(url, safety_poll_interval=NEVER,
+                        push_transport_url=rabbit.transport_url) as store:
+        with store.db.write() as conn:  # NOTE: the parent's publisher and connection
+            store.db.wake(conn, [notify.host_channel("warm")], "x")
+        sub = store.host_changes("parent")
+        assert sub is not None and wait_until(lambda: sub.live)
+        with sub.listener._lock:
+            sub.wait(0)
+        ctx = multiprocessing.get_context("fork")
+        answers = ctx.Queue()
+
+        def child() -> None:
+            try:
+                mine = store.host_changes("child")
+                live = mine is not None and wait_until(lambda: mine.live, 20)
+                with store.db.write() as conn:
+                    store.db.wake(conn, [notify.host_channel("parent")], "x")
+                answers.put(live)
+                time.sleep(1.0)  # NOTE: its publisher's time
+            finally:
+                os._exit(0)
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        proc.join(60)
+        assert answers.get(timeout=5) is True
+        assert sub.wait(ANSWER)
+        sub.close()

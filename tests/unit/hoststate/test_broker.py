@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import pytest
 from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
+from compute_plugins import exception
 from compute_plugins.hoststate import broker, notify
 from compute_plugins.hoststate.store import HostStateStore
 
@@ -100,3 +102,130 @@ def test_the_in_process_hub_is_shared_by_the_stores_of_one_database(tmp_path):
             assert not sub.wait(0)  # NOTE: not before the commit
         assert sub.wait(0)
         sub.close()
+
+
+@pytest.mark.parametrize("url, why", [
+    ("rabbit://guest:s3cr3t@127.0.0.1:notaport/", "port"),
+    ("rabbit://guest:s3cr3t@127.0.0.1:99999/", "port"),
+    ("rabbit://guest:s3cr3t@127.0.0.1:0/", "port"),
+    # NOTE: a ',' in a password must be percent-encoded (%2C): unencoded,
+    # it splits the hosts and the password's start reads as a port.
+    ("rabbit://guest:s3cr,3t@127.0.0.1:5672/", "port"),
+])
+def test_a_bad_port_is_refused_when_the_store_opens_without_its_password(url, why):
+    """Before: accepted, then retried forever as "broker unavailable" (the
+    comma's password printed whole in that warning)."""
+    with pytest.raises(ValueError) as err:
+        HostStateStore("sqlite://", push_transport_url=url)
+    message = str(err.value)
+    assert message.startswith("[host_state] push_transport_url")
+    assert why in message and "\n" not in message
+    assert "s3cr" not in message and "3t@" not in message
+
+
+def test_query_options_are_refused_rather_than_ignored():
+    """``?ssl=1`` (TLS) is not understood: refused, not connecting in clear."""
+    with pytest.raises(ValueError) as err:
+        HostStateStore("sqlite://",
+                       push_transport_url="rabbit://guest:s3cr3t@127.0.0.1:5671/?ssl=1")
+    message = str(err.value)
+    assert "ssl=1" in message and "s3cr3t" not in message
+
+
+def test_a_password_with_a_comma_is_hidden_whole():
+    assert "ssword" not in broker.redacted("rabbit://guest:pa,ssword@127.0.0.1:5672/")
+    assert broker.redacted("rabbit://guest:pa/ss@h:5672/v") == "rabbit://guest:***@h:5672/v"
+    assert broker.redacted("rabbit://u:p%2Cq@a:5672,v:w@[::1]:5672/vh") == \
+        "rabbit://u:***@a:5672,v:***@[::1]:5672/vh"
+
+
+def test_ipv6_and_default_ports_are_kept():
+    assert broker.broker_urls("rabbit://u:p@[::1]:5673,u:p@h/") == [
+        "pyamqp://u:p@[::1]:5673/%2F", "pyamqp://u:p@h/%2F"]
+
+
+def _conf(transport_url: str) -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    conf_areas.register_all(conf)
+    conf([], default_config_files=[], default_config_dirs=[])
+    conf.set_override("connection", "sqlite://", "host_state")
+    conf.set_override("push_transport_url", transport_url, "host_state")
+    return conf
+
+
+def test_a_bad_url_in_the_configuration_is_a_configuration_error():
+    """A command says ``error: [host_state] push_transport_url ...``, not
+    "unexpected error (a bug)" (before: a ValueError)."""
+    with pytest.raises(exception.ConfigError) as err:
+        HostStateStore.from_config(_conf("rabbit://guest:s3cr3t@127.0.0.1:nope/"))
+    assert str(err.value).startswith("[host_state] push_transport_url")
+    assert "s3cr3t" not in str(err.value)
+
+
+def test_fake_in_the_configuration_warns_that_other_processes_wake_nobody(caplog):
+    """A process opened from the configuration (a service, a command) with
+    ``fake://`` is woken only by its own writes: said, not silent (its
+    waiters see another process's change at the safety net only)."""
+    with HostStateStore.from_config(_conf("fake://")) as store:
+        assert store.db.push is not None and store.db.push.kind == "fake"
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("fake://" in m and "push_safety_poll_interval" in m for m in said), said
+
+
+@pytest.fixture
+def silent_broker():
+    """A "broker" that accepts connections and never answers (hung, or
+    behind a firewall that drops its packets): what times out instead of
+    being refused."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield "rabbit://guest:guest@127.0.0.1:%d/" % server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_silent_broker_holds_up_neither_waiters_nor_close(tmp_path, silent_broker):
+    """Subscribing never waits for the broker (the waiter polls until the
+    listener's thread connects), nor does a writer, and closing the store
+    waits for one connection attempt at most (before: the first subscribe
+    took 10 s, a later one up to 10 s while the listener reconnected, and
+    close 30 s)."""
+    url = "sqlite:///%s" % (tmp_path / "s.sqlite")
+    store = HostStateStore(url, push_transport_url=silent_broker)
+    try:
+        started = time.monotonic()
+        sub = store.host_changes("h")
+        assert sub is not None and not sub.live
+        assert time.monotonic() - started < 2
+        with store.db.write() as conn:
+            store.db.wake(conn, [notify.host_channel("h")], "x")
+        assert time.monotonic() - started < 2
+        time.sleep(1.0)  # NOTE: the listener's thread is connecting meanwhile
+        started = time.monotonic()
+        other = store.host_changes("h2")
+        assert other is not None and not other.live
+        assert time.monotonic() - started < 2
+        sub.close()
+        other.close()
+    finally:
+        started = time.monotonic()
+        store.close()
+        closing = time.monotonic() - started
+    assert closing < broker.CONNECT_TIMEOUT + 3
