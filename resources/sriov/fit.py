@@ -112,15 +112,20 @@ def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
 
 
 def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
-                   affinity: Affinity, taken: frozenset[str]) -> Optional[str]:
+                   affinity: Affinity, taken: frozenset[str],
+                   port_vfs: frozenset[str] = frozenset()) -> Optional[str]:
     """Why ``device`` cannot serve ``alias`` once the request took the
-    devices ``taken``; None when it can."""
+    devices ``taken`` and its ports the VFs ``port_vfs`` (with ``[pci]
+    device_spec`` a port's VF or its PF may be an alias device too); None
+    when it can."""
     name = "PCI device %s" % device.address
     mismatch = alias_rules.mismatch(alias, device.vendor_id, device.product_id,
                                     device.device_type, device.resource_class,
                                     device.traits, device.live_migratable)
     if mismatch is not None:
         return "%s does not match alias %s: %s" % (name, alias.name, mismatch)
+    if device.address in port_vfs:
+        return "%s (alias %s) serves a port of this request" % (name, alias.name)
     if device.used or device.address in taken:
         return "%s (alias %s) is used by another guest" % (name, alias.name)
     for other in state.related(device):
@@ -129,9 +134,11 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
             return "%s (alias %s) cannot be given: %s %s is used" % (
                 name, alias.name, "its PF" if device.parent else "its VF", other)
     nic = state.pf(device.address)
-    if nic is not None and nic.used_vfs:
-        return "%s (alias %s) cannot be given: its VF %s serves a port" % (
-            name, alias.name, min(nic.used_vfs))
+    if nic is not None:
+        busy = nic.used_vfs | {f.address for f in nic.vfs if f.address in port_vfs}
+        if busy:
+            return "%s (alias %s) cannot be given: its VF %s serves a port" % (
+                name, alias.name, min(busy))
     problem = affinity.problem(device.cell)
     if problem is not None:
         return "%s %s" % (name, problem)
@@ -220,7 +227,8 @@ def _alias_text(alias: AliasRequest) -> str:
 
 
 def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
-                    placement: Mappings, taken: set[str]
+                    placement: Mappings, taken: set[str],
+                    port_vfs: frozenset[str] = frozenset()
                     ) -> Union[tuple[DeviceState, ...], Rejection]:
     """``alias.count`` devices for ``alias``, best first (module doc)."""
     mapped = None if placement is None else placement.get(alias.requester_id)
@@ -231,7 +239,8 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
         if len(chosen) == alias.count:
             break
         why = device_problem(state, device, alias, affinity,
-                             frozenset(taken) | {d.address for d in chosen})
+                             frozenset(taken) | {d.address for d in chosen},
+                             port_vfs)
         if why is None:
             chosen.append(device)
         else:
@@ -275,8 +284,10 @@ def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
 
 def _alias_devices(state: SRIOVState, request: SRIOVRequest,
                    affinity: dict[str, Affinity], placement: Mappings,
-                   budget: Budget) -> Union[alias_fit.Choice, Rejection]:
-    """The devices of every alias (:mod:`resources.sriov.alias_fit`)."""
+                   budget: Budget, port_vfs: frozenset[str] = frozenset()
+                   ) -> Union[alias_fit.Choice, Rejection]:
+    """The devices of every alias (:mod:`resources.sriov.alias_fit`), none
+    of them a VF ``port_vfs`` names (the request's ports') nor its PF."""
     aliases = request.aliases
 
     def greedy() -> Union[alias_fit.Choice, Rejection]:
@@ -284,7 +295,7 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
         result: alias_fit.Choice = []
         for alias in aliases:
             chosen = _choose_devices(state, alias, affinity[alias.requester_id],
-                                     placement, taken)
+                                     placement, taken, port_vfs)
             if isinstance(chosen, Rejection):
                 return chosen
             taken.update(d.address for d in chosen)
@@ -294,7 +305,7 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
     def problem(device: DeviceState, alias: AliasRequest,
                 taken: frozenset[str]) -> Optional[str]:
         return device_problem(state, device, alias,
-                              affinity[alias.requester_id], taken)
+                              affinity[alias.requester_id], taken, port_vfs)
 
     candidates = {alias.requester_id: [
         d for d in _matching(state, alias, affinity[alias.requester_id], placement)
@@ -332,7 +343,8 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
             physnet=port.physnet, egress_kbps=port.min_kbps_egress,
             ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
-    chosen = _alias_devices(state, request, alias_affinity, placement, budget)
+    chosen = _alias_devices(state, request, alias_affinity, placement, budget,
+                            frozenset(vf.vf_address for vf in vfs))
     if isinstance(chosen, Rejection):
         return chosen
     devices = [DeviceAssignment(requester_id=alias.requester_id, alias=alias.name,
@@ -430,7 +442,7 @@ def verify(state: SRIOVState, request: SRIOVRequest,
                              device.provider_uuid)
         why = device_problem(state, device, alias,
                              alias_affinity[alias.requester_id],
-                             frozenset(taken_devices))
+                             frozenset(taken_devices), frozenset(taken))
         if why is not None:
             return Rejection(why, device.provider_uuid)
         taken_devices.add(device.address)

@@ -15,11 +15,13 @@ from compute_plugins.host.model import PCIDevice
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.plugin.state import AssignmentConflict
 from resources.sriov import SRIOVPlugin, devspec
+from resources.sriov import fit as sriov_fit
 from resources.sriov.request import DeviceAssignment, SRIOVAssignment
 from tests.unit.resources.helpers import NODE, cell, host, state_of
 from tests.unit.resources.test_sriov_fit import (
     alias_request,
     dev_uuid,
+    parse,
     port,
     ports_request,
     vf_assignment,
@@ -339,3 +341,36 @@ def test_report_in_placement_refuses_what_nova_refuses(conf, values, message):
         plugin.provider_contributions(plugin.discover(devices()), NODE)
     assert str(err.value) == ("Failed to gather or report PCI resources to "
                               "Placement: " + message)
+
+
+# -- one request: ports and aliases -----------------------------------------------
+
+def test_one_request_never_gives_a_port_vf_to_an_alias_too(conf):
+    # the VFs serve ports (physnet4) and match the alias: the port takes the
+    # first VF, the alias in the same request must take another one, and a
+    # PF whose VF serves the request's port is never given whole
+    plugin = specs(conf, {"vendor_id": "8086", "physical_network": "physnet4",
+                          "address": "*:81:*.*"},
+                   aliases=[PF_ALIAS, VF_ALIAS])
+    view = plugin.discover(devices())
+    state = state_of(plugin, view)
+    specs_ = {"pci_passthrough:alias": "vfs:1"}
+    both = parse(plugin, specs_, ports=(port("p1", "physnet4"),))
+    got = plugin.fit(state, both, None, {})
+    assert [vf.vf_address for vf in got.vfs] == ["0000:81:00.1"]
+    assert [d.address for d in got.devices] == ["0000:81:00.2"]
+    # the host state of the claim holds
+    state_of(plugin, view, [got])
+    pf = parse(plugin, {"pci_passthrough:alias": "pfs:1"},
+               ports=(port("p1", "physnet4"),))
+    refused = plugin.fit(state, pf, None, {})
+    assert isinstance(refused, Rejection)
+    assert "PCI device 0000:81:00.0 (alias pfs) cannot be given" in refused.reason
+    # verify refuses such an assignment made elsewhere
+    bad = SRIOVAssignment(vfs=got.vfs, devices=(DeviceAssignment(
+        "_PCI0", "vfs", "0000:81:00.1", dev_uuid("0000:81:00.1")),),
+        host_cells=got.host_cells)
+    rejected = sriov_fit.verify(state, both, bad)
+    assert rejected is not None
+    assert rejected.reason == ("PCI device 0000:81:00.1 (alias vfs) serves a "
+                               "port of this request")
