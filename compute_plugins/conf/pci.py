@@ -115,7 +115,9 @@ provider ``<nodename>_<ADDRESS>`` under the compute node per PF or plain
 device, a PF's VFs counted on their PF's provider, resource class the
 spec's ``resource_class`` or ``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``,
 traits the spec's ``traits`` plus ``COMPUTE_MANAGED_PCI_DEVICE`` (and
-``HW_PCI_LIVE_MIGRATABLE``); nova's compute then finds them already there.
+``HW_PCI_LIVE_MIGRATABLE``, ``HW_PCI_ONE_TIME_USE``); nova's compute then
+finds them already there. As in nova, a ``devname`` spec is then an error,
+and ``one_time_use=true`` is an error without this option.
 Only these devices serve ``[pci] alias`` requests (nova's ``[filter_scheduler]
 pci_in_placement``); devices with a ``physical_network`` serve SR-IOV ports
 through the sriov plugin's ``<nodename>_pf_<address>`` providers.

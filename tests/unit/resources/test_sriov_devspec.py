@@ -374,3 +374,46 @@ def test_one_request_never_gives_a_port_vf_to_an_alias_too(conf):
     assert rejected is not None
     assert rejected.reason == ("PCI device 0000:81:00.1 (alias vfs) serves a "
                                "port of this request")
+
+
+# -- nova's refusals around report_in_placement ----------------------------------
+
+def test_report_in_placement_refuses_a_devname_spec(conf):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"devname": "ens1f0", "physical_network": "physnet4"})
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert str(err.value) == (
+        "Failed to gather or report PCI resources to Placement: Invalid "
+        "[pci]device_spec configuration. PCI Placement reporting does not "
+        "support 'devname' based device specification but we got "
+        "{'devname': 'ens1f0', 'physical_network': 'physnet4'}. Please use "
+        "PCI address in the configuration instead.")
+
+
+def test_one_time_use_needs_report_in_placement(conf):
+    value = {"vendor_id": "10de", "one_time_use": "yes"}
+    plugin = specs(conf, value)
+    with pytest.raises(devspec.PciConfigInvalidSpec) as err:
+        plugin.discover(devices())
+    assert str(err.value) == (
+        "Invalid [pci]device_spec config: one_time_use=true requires "
+        "pci.report_in_placement to be enabled (entry %s)" % json.dumps(value))
+    # false is fine
+    specs(conf, {"vendor_id": "10de", "one_time_use": "no"}).discover(devices())
+
+
+def test_one_time_use_in_placement_as_nova_reports_it(conf):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"vendor_id": "10de", "one_time_use": "yes"})
+    (gpu,) = plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert gpu.name == "node1_0000:84:00.0"
+    assert gpu.traits == {"COMPUTE_MANAGED_PCI_DEVICE", "HW_PCI_ONE_TIME_USE"}
+    # a VF may not say one_time_use at all (nova's message)
+    plugin = specs(conf, {"address": "0000:81:00.1", "one_time_use": "false"})
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert str(err.value) == (
+        "Failed to gather or report PCI resources to Placement: Only "
+        "type-PCI and type-PF devices may set one_time_use and "
+        "node1_0000:81:00.0 does not qualify")
