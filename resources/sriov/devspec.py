@@ -173,9 +173,13 @@ class RegexAddress:
 
     @classmethod
     def parse(cls, entry: str, value: Mapping[str, Any]) -> RegexAddress:
+        parts = [value.get(key, REGEX_ANY)
+                 for key in ("domain", "bus", "slot", "function")]
+        if not all(isinstance(p, str) for p in parts):
+            # NOTE: nova fails with a traceback here
+            raise _wrong_address(entry, dict(value))
         try:
-            compiled = tuple(re.compile(str(value.get(key, REGEX_ANY)))
-                             for key in ("domain", "bus", "slot", "function"))
+            compiled = tuple(re.compile(p) for p in parts)
         except re.error:
             raise _wrong_address(entry, dict(value)) from None
         return cls(compiled)  # type: ignore[arg-type]

@@ -96,6 +96,11 @@ def test_what_a_spec_matches(spec, matched):
      "The PCI address 1:2:3:4.0 has an incorrect format."),
     ('{"address": {"bus": "(8"}}',
      "The PCI address {'bus': '(8'} has an incorrect format."),
+    # a part that is not a string (nova: a traceback) names no device
+    ('{"address": {"bus": "81", "function": null}}',
+     "The PCI address {'bus': '81', 'function': None} has an incorrect format."),
+    ('{"address": {"bus": 81}}',
+     "The PCI address {'bus': 81} has an incorrect format."),
     ('{"address": "0000:81:00.0", "devname": "ens1f0"}',
      "Invalid PCI Whitelist: The PCI whitelist can specify devname or "
      "address, but not both"),
