@@ -73,12 +73,13 @@ class PciConfigInvalidSpec(InvalidOptionValue):
 
 class PlacementPciError(InvalidOptionValue):
     """The device_spec cannot be reported to Placement as nova does (nova's
-    ``PlacementPciException`` message)."""
+    ``PlacementPciException`` message; ``prefixed`` False: the message of
+    one of its subclasses, which have their own whole text)."""
 
-    def __init__(self, value: str, reason: str) -> None:
+    def __init__(self, value: str, reason: str, prefixed: bool = True) -> None:
         super().__init__(OPTION, value, reason)
         self.args = ("Failed to gather or report PCI resources to Placement: "
-                     "%s" % reason,)
+                     "%s" % reason if prefixed else reason,)
 
     def __str__(self) -> str:
         return str(self.args[0])

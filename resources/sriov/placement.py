@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Optional
 
 from compute_plugins.plugin import names
 from compute_plugins.plugin.devices import inventory_record
@@ -73,6 +74,41 @@ class PciProvider:
     devices: tuple[str, ...]
 
 
+def _dependent(device: str, others: Sequence[DeviceView]) -> PlacementPciError:
+    return PlacementPciError(
+        device, "Configuring both %s and %s in [pci]device_spec is not "
+        "supported. Either the parent PF or its children VFs can be "
+        "configured." % (device, ",".join(d.address for d in others)),
+        prefixed=False)
+
+
+def _check_child(device: DeviceView, children: Sequence[DeviceView],
+                 name: str) -> None:
+    """nova's ``add_child`` checks of a VF joining ``children``."""
+    if children:
+        rc = children[0].resource_class or ""
+        traits = children[0].traits or frozenset()
+        current = ",".join(d.address for d in children)
+        if (device.resource_class or "") != rc:
+            raise PlacementPciError(
+                device.address, "VFs from the same PF cannot be configured "
+                "with different 'resource_class' values in [pci]device_spec. "
+                "We got %s for %s and %s for %s."
+                % (device.resource_class, device.address, rc, current),
+                prefixed=False)
+        if (device.traits or frozenset()) != traits:
+            raise PlacementPciError(
+                device.address, "VFs from the same PF cannot be configured "
+                "with different set of 'traits' in [pci]device_spec. We got "
+                "%s for %s and %s for %s."
+                % (",".join(sorted(device.traits or ())), device.address,
+                   ",".join(sorted(traits)), current), prefixed=False)
+    if device.one_time_use is not None:
+        raise PlacementPciError(
+            device.address, "Only type-PCI and type-PF devices may set "
+            "one_time_use and %s does not qualify" % name)
+
+
 def layout(devices: Sequence[DeviceView], nodename: str = "") -> list[PciProvider]:
     """nova's providers for ``devices`` (those with ``placed_on``) of the
     compute node ``nodename``.
@@ -87,36 +123,23 @@ def layout(devices: Sequence[DeviceView], nodename: str = "") -> list[PciProvide
             groups.setdefault(device.placed_on, []).append(device)
     result = []
     for address, members in sorted(groups.items()):
-        parent = [d for d in members if d.address == address]
-        children = [d for d in members if d.address != address]
-        if parent and children:
-            raise PlacementPciError(
-                address, "Configuring both %s and %s in [pci]device_spec is "
-                "not supported. Either the parent PF or its children VFs can "
-                "be configured." % (address, ",".join(d.address for d in children)))
-        first = members[0]
+        # NOTE: nova's PciResourceProvider, fed in address order (its
+        # tracker's), so that the first conflict and its message are nova's
+        parent: Optional[DeviceView] = None
+        children: list[DeviceView] = []
+        for device in sorted(members, key=lambda d: d.address):
+            if device.address == address:
+                if children:
+                    raise _dependent(device.address, children)
+                parent = device
+                continue
+            if parent is not None:
+                raise _dependent(device.address, [parent])
+            _check_child(device, children, provider_name(nodename, address))
+            children.append(device)
+        first = parent or children[0]
         rc = first.resource_class or ""
         traits = first.traits or frozenset()
-        for other in members[1:]:
-            if (other.resource_class or "") != rc:
-                raise PlacementPciError(
-                    other.address, "VFs from the same PF cannot be configured "
-                    "with different 'resource_class' values in "
-                    "[pci]device_spec. We got %s for %s and %s for %s."
-                    % (other.resource_class, other.address, rc, first.address))
-            if (other.traits or frozenset()) != traits:
-                raise PlacementPciError(
-                    other.address, "VFs from the same PF cannot be configured "
-                    "with different set of 'traits' in [pci]device_spec. We "
-                    "got %s for %s and %s for %s."
-                    % (",".join(sorted(other.traits or ())), other.address,
-                       ",".join(sorted(traits)), first.address))
-        for child in children:
-            if child.one_time_use is not None:
-                raise PlacementPciError(
-                    child.address, "Only type-PCI and type-PF devices may set "
-                    "one_time_use and %s does not qualify"
-                    % provider_name(nodename, address))
         result.append(PciProvider(address=address, resource_class=rc,
                                   traits=traits,
                                   devices=tuple(d.address for d in members)))

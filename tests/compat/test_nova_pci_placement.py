@@ -25,6 +25,8 @@ else:
 from nova import objects  # noqa: E402
 from nova.pci import whitelist  # noqa: E402
 
+from compute_plugins.exception import ConfigError  # noqa: E402
+from resources.sriov import SRIOVPlugin  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 from tests.unit.resources.test_sriov_devspec import PF2, devices  # noqa: E402
 
@@ -80,3 +82,40 @@ def test_novas_translator_changes_nothing_in_the_plugins_tree(conf):
         if name.startswith("node1_0000:"):
             provider["traits"].discard("OWNER_NOVA")
     assert after == before
+
+
+def _novas_error(values, info):
+    view = translator.PlacementView(helpers.NODE, [])
+    specs = whitelist.Whitelist([json.dumps(s) for s in values])
+    try:
+        for device in sorted(info.pci_devices, key=lambda d: d.address):
+            nova_dev = nova_device(device)
+            view.process_dev(nova_dev, specs.get_devspec(nova_dev))
+    except Exception as err:  # nova's PlacementPciException family
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("values", [
+    # a PF with its VFs
+    [{"address": PF2, "product_id": "1528"}, {"address": "*:82:00.*"}],
+    [{"address": "*:82:00.*"}],
+    # VFs of one PF with other classes, other traits (the third VF differs)
+    [{"address": "0000:81:00.3", "resource_class": "a"},
+     {"vendor_id": "8086", "product_id": "1515", "address": "*:81:00.*"}],
+    [{"address": "0000:81:00.1", "traits": "a"},
+     {"vendor_id": "8086", "product_id": "1515"}],
+    # a VF saying one_time_use
+    [{"address": "0000:81:00.2", "one_time_use": "false"},
+     {"vendor_id": "8086", "product_id": "1515", "address": "*:81:00.*"}],
+])
+def test_the_plugins_refusal_is_novas(conf, values):
+    conf.set_override("device_spec", [json.dumps(s) for s in values], "pci")
+    conf.set_override("report_in_placement", True, "pci")
+    info = devices(vfs=3)
+    expected = _novas_error(values, info)
+    assert expected is not None
+    plugin = SRIOVPlugin(conf)
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(info), helpers.NODE)
+    assert str(err.value) == expected
