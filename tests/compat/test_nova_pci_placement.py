@@ -119,3 +119,18 @@ def test_the_plugins_refusal_is_novas(conf, values):
     with pytest.raises(ConfigError) as err:
         plugin.provider_contributions(plugin.discover(info), helpers.NODE)
     assert str(err.value) == expected
+
+
+@pytest.mark.parametrize("given", [
+    "blue", "blue, red", " pgpu", "custom_foo", "CUSTOM_foo", "foo-bar",
+    "HW_NIC_SRIOV", "hw_nic_sriov", "PGPU", "vgpu"])
+def test_resource_classes_and_traits_are_normalised_as_nova_does(given):
+    # the same function serves nova's provider (device_spec) and its request
+    # group (alias): a name nova writes otherwise moves the provider's traits
+    from compute_plugins.conf import pci as pci_conf
+    from resources.sriov import alias as alias_rules
+    assert alias_rules.spec_traits(given) == translator.get_traits(given) | {
+        "COMPUTE_MANAGED_PCI_DEVICE"}
+    if "," not in given:
+        assert pci_conf.normalize_rc(given) == translator.get_resource_class(
+            given, "8086", "1515")
