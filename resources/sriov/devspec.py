@@ -374,13 +374,25 @@ def check_host(specs: Sequence[DeviceSpec], host: HostInfo) -> None:
                 spec.entry, 'Invalid PCI Whitelist: A device specified as '
                 '"remote_managed" is not actually present on the host')
         pf = spec._pf_address(host)
-        if pf is not None:
-            device = host.pci_device(pf)
-            if device is not None and spec.product_id in (
-                    ANY, (device.product_id or "").lower()):
-                raise PciConfigInvalidSpec(
-                    spec.entry, 'Invalid PCI Whitelist: PFs must not have the '
-                    '"remote_managed"tag, device address: %s' % pf)
+        device = host.pci_device(pf) if pf is not None else None
+        if device is None:
+            continue
+        # NOTE: nova's checks, the VF's ids read from the PF's first VF
+        vf = next((d for d in map(host.pci_device, device.virt_functions)
+                   if d is not None), None)
+        pf_vendor = (device.vendor_id or "").lower()
+        vf_product = (vf.product_id or "").lower() if vf is not None else None
+        vendor_ok = spec.vendor_id in (pf_vendor, ANY)
+        if spec.product_id == vf_product and vendor_ok:
+            continue
+        if spec.product_id in ((device.product_id or "").lower(), ANY) and vendor_ok:
+            raise PciConfigInvalidSpec(
+                spec.entry, 'Invalid PCI Whitelist: PFs must not have the '
+                '"remote_managed"tag, device address: %s' % pf)
+        raise PciConfigInvalidSpec(
+            spec.entry, "the specified VF vendor ID %s and product ID %s do "
+            "not match the expected VF IDs based on the corresponding PF "
+            "identified by PCI address %s" % (spec.vendor_id, spec.product_id, pf))
 
 
 def check_placement(specs: Sequence[DeviceSpec]) -> None:

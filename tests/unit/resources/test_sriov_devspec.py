@@ -118,6 +118,32 @@ def test_bad_specs_get_novas_reason_and_the_entry(conf, value, reason):
     assert message.endswith("(entry %s)" % value)
 
 
+@pytest.mark.parametrize("spec, reason", [
+    # the PF's VFs' ids: nova accepts the spec (the devices need a VPD serial)
+    ({"address": PF, "product_id": "1515", "remote_managed": "true"}, None),
+    ({"address": PF, "vendor_id": "8086", "product_id": "1516",
+      "remote_managed": "true"},
+     "the specified VF vendor ID 8086 and product ID 1516 do not match the "
+     "expected VF IDs based on the corresponding PF identified by PCI address "
+     "0000:81:00.0"),
+    ({"address": PF, "vendor_id": "15b3", "product_id": "1515",
+      "remote_managed": "true"},
+     "the specified VF vendor ID 15b3 and product ID 1515 do not match the "
+     "expected VF IDs based on the corresponding PF identified by PCI address "
+     "0000:81:00.0"),
+])
+def test_remote_managed_spec_of_a_pf_address_as_nova_checks_it(conf, spec, reason):
+    plugin = specs(conf, spec)
+    if reason is None:
+        view = plugin.discover(devices())
+        assert [d.address for d in view.devices] == []
+        return
+    with pytest.raises(devspec.PciConfigInvalidSpec) as err:
+        plugin.discover(devices())
+    assert str(err.value) == "Invalid [pci]device_spec config: %s (entry %s)" % (
+        reason, json.dumps(spec))
+
+
 def test_remote_managed_spec_of_a_pf_is_refused(conf):
     specs(conf, {"address": PF, "remote_managed": "true"})
     with pytest.raises(devspec.PciConfigInvalidSpec,
