@@ -32,6 +32,7 @@ runs exactly the checks the scheduler ran.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Optional, Union
 
 from compute_plugins.plugin.choice import Budget, first_fit
@@ -313,6 +314,49 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
     return alias_fit.choose(state, aliases, candidates, greedy, problem, budget)
 
 
+#: Most provider choices :func:`_one_provider_each` tries.
+_PROVIDER_CHOICES = 64
+
+
+def _spread(chosen: alias_fit.Choice) -> bool:
+    """Whether an alias's devices are on more than one provider of nova's
+    layout (a device without is on its own provider, in no Placement)."""
+    return any(len({d.provider_uuid for d in given}) > 1
+               and all(d.placed for d in given) for _, given in chosen)
+
+
+def _one_provider_each(state: SRIOVState, request: SRIOVRequest,
+                       affinity: dict[str, Affinity], budget: Budget,
+                       port_vfs: frozenset[str]
+                       ) -> Union[alias_fit.Choice, Rejection]:
+    """The devices of every alias, each alias's on one provider: its
+    request group (``{resource class: count}``) is served by one Placement
+    provider, and with ``[pci] report_in_placement`` a PF's VFs share their
+    PF's. Offline only (an allocation's mapping already names one); the
+    providers are tried best first, at most :data:`_PROVIDER_CHOICES`
+    choices."""
+    options = []
+    for alias in request.aliases:
+        providers: list[str] = []
+        for device in _matching(state, alias, affinity[alias.requester_id], None):
+            if device.provider_uuid not in providers:
+                providers.append(device.provider_uuid)
+        options.append(providers)
+    for tried, choice in enumerate(itertools.product(*options)):
+        if tried == _PROVIDER_CHOICES:
+            break
+        mapping = {a.requester_id: (p,) for a, p in
+                   zip(request.aliases, choice, strict=True)}
+        got = _alias_devices(state, request, affinity, mapping, budget, port_vfs)
+        if not isinstance(got, Rejection):
+            return got
+    spread = [a for a in request.aliases if a.count > 1]
+    alias = spread[0] if spread else request.aliases[0]
+    return Rejection("alias %s needs %d device(s) on one provider (its request "
+                     "group is served by one Placement provider): no provider "
+                     "of this host has them" % (alias.name, alias.count))
+
+
 def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
         earlier: Earlier, budget: Optional[Budget] = None
         ) -> Union[SRIOVAssignment, Rejection]:
@@ -343,10 +387,16 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
             physnet=port.physnet, egress_kbps=port.min_kbps_egress,
             ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
+    port_vfs = frozenset(vf.vf_address for vf in vfs)
     chosen = _alias_devices(state, request, alias_affinity, placement, budget,
-                            frozenset(vf.vf_address for vf in vfs))
+                            port_vfs)
     if isinstance(chosen, Rejection):
         return chosen
+    if placement is None and _spread(chosen):
+        chosen = _one_provider_each(state, request, alias_affinity, budget,
+                                    port_vfs)
+        if isinstance(chosen, Rejection):
+            return chosen
     devices = [DeviceAssignment(requester_id=alias.requester_id, alias=alias.name,
                                 address=device.address,
                                 provider_uuid=device.provider_uuid)

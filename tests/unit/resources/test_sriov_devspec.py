@@ -450,3 +450,25 @@ def test_one_time_use_in_placement_as_nova_reports_it(conf):
         "Failed to gather or report PCI resources to Placement: Only "
         "type-PCI and type-PF devices may set one_time_use and "
         "node1_0000:81:00.0 does not qualify")
+
+
+def test_report_in_placement_puts_an_aliases_devices_on_one_provider(conf):
+    # the alias's request group {CUSTOM_PCI_8086_1515: 2} is served by one
+    # provider: with 0000:81:00.1 taken, both VFs come from the other PF
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"vendor_id": "8086", "product_id": "1515"},
+                   aliases=[VF_ALIAS])
+    view = plugin.discover(devices())
+    taken = SRIOVAssignment(devices=(DeviceAssignment(
+        "_PCI0", "vfs", "0000:81:00.1",
+        plugin.provider_contributions(view, NODE)[0].uuid),))
+    state = state_of(plugin, view, [taken])
+    request = alias_request(plugin, "vfs:2")
+    got = plugin.fit(state, request, None, {})
+    assert [d.address for d in got.devices] == ["0000:82:00.1", "0000:82:00.2"]
+    assert list(plugin.group_providers(request, got, state)) == ["_PCI0"]
+    refused = plugin.fit(state, alias_request(plugin, "vfs:3"), None, {})
+    assert isinstance(refused, Rejection)
+    assert refused.reason == (
+        "alias vfs needs 3 device(s) on one provider (its request group is "
+        "served by one Placement provider): no provider of this host has them")
