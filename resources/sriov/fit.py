@@ -20,7 +20,11 @@ policy is the request's, else the alias's ``numa_policy``. When the
 allocation maps the alias's group (``_PCI<N>``) to providers, only their
 devices are used. Each alias in turn takes its best devices; when that
 leaves one short, :mod:`resources.sriov.alias_fit` finds a choice that
-serves every alias if there is one (a flow, bounded).
+serves every alias if there is one (a flow, bounded). No alias device is a
+VF one of the request's ports takes, nor its PF. With ``[pci]
+report_in_placement`` an alias's devices are on one provider of nova's
+layout (its request group is served by one provider): offline, when the
+best choice spreads them, providers are tried in turn.
 
 Every search runs on a :class:`~compute_plugins.plugin.choice.Budget` of steps;
 when it runs out the rejection says the search stopped.
