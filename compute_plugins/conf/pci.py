@@ -115,7 +115,9 @@ provider ``<nodename>_<ADDRESS>`` under the compute node per PF or plain
 device, a PF's VFs counted on their PF's provider, resource class the
 spec's ``resource_class`` or ``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``,
 traits the spec's ``traits`` plus ``COMPUTE_MANAGED_PCI_DEVICE`` (and
-``HW_PCI_LIVE_MIGRATABLE``); nova's compute then finds them already there.
+``HW_PCI_LIVE_MIGRATABLE``, ``HW_PCI_ONE_TIME_USE``); nova's compute then
+finds them already there. As in nova, a ``devname`` spec is then an error,
+and ``one_time_use=true`` is an error without this option.
 Only these devices serve ``[pci] alias`` requests (nova's ``[filter_scheduler]
 pci_in_placement``); devices with a ``physical_network`` serve SR-IOV ports
 through the sriov plugin's ``<nodename>_pf_<address>`` providers.
@@ -186,21 +188,27 @@ def list_opts() -> list[tuple[cfg.OptGroup, Sequence[cfg.Opt]]]:
 
 
 def normalize_rc(name: str) -> str:
-    """A resource class as nova normalises ``resource_class`` (upper case,
-    ``CUSTOM_`` prefix unless standard)."""
-    name = name.strip().upper()
-    if name in os_resource_classes.STANDARDS:
+    """A resource class as nova normalises ``resource_class``
+    (``pci_placement_translator``): upper case, kept when standard or
+    custom, else ``CUSTOM_`` and non-alphanumerics as ``_`` (spaces
+    included: nova strips nothing, ``" pgpu"`` is ``CUSTOM__PGPU``)."""
+    name = name.upper()
+    if name in os_resource_classes.STANDARDS or os_resource_classes.is_custom(name):
         return name
-    return names.custom_name(name)
+    return str(os_resource_classes.normalize_name(name))
 
 
 def normalize_trait(name: str) -> str:
-    """A trait as nova normalises ``traits`` entries (``CUSTOM_`` prefix
-    unless standard)."""
-    name = name.strip()
+    """A trait as nova normalises each ``traits`` entry
+    (``pci_placement_translator``): kept when standard, else upper case,
+    kept when custom, else ``CUSTOM_`` and non-alphanumerics as ``_``
+    (``"blue, red"`` gives ``CUSTOM__RED``, as in nova)."""
     if name in os_traits.get_traits():
         return name
-    return names.custom_name(name)
+    name = name.upper()
+    if os_traits.is_custom(name):
+        return name
+    return str(os_traits.normalize_name(name))
 
 
 def load_aliases(conf: cfg.ConfigOpts) -> dict[str, PciAlias]:

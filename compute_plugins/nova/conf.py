@@ -66,6 +66,9 @@ class NovaAliases:
         self.nova_config = nova_config
         self.conf = conf
         self._seen: Optional[tuple[str, ...]] = None
+        #: Counts the changes applied: a parse made under an older
+        #: generation is stale (another request may have applied the change).
+        self.generation = 0
 
     def refresh(self) -> bool:
         """Apply nova's current value; True when it changed."""
@@ -76,6 +79,7 @@ class NovaAliases:
         if value == self._seen:
             return False
         self._seen = value
+        self.generation += 1
         from compute_plugins.conf import pci as pci_conf
         pci_conf.register_opts(self.conf)
         if value:

@@ -316,14 +316,19 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         :raises RequestInputError: the flavor or a port cannot be used.
         """
         inputs = nova_spec.request_input(spec_obj)
-        if self.aliases is not None and self.aliases.refresh():
-            setattr(spec_obj, _PARSED, None)
+        generation = 0
+        if self.aliases is not None:
+            # NOTE: a parse cached under older aliases is stale, whichever
+            # request applied the change
+            self.aliases.refresh()
+            generation = self.aliases.generation
         cached = getattr(spec_obj, _PARSED, None)
-        if cached is not None and cached[0] is self.plugins and cached[1] == inputs:
+        if (cached is not None and cached[0] is self.plugins
+                and cached[1] == inputs and cached[3] == generation):
             spec: RequestSpec = cached[2]
             return spec
         spec = nova_spec.parse(self.plugins, inputs, nova_spec.SCHEDULER)
-        setattr(spec_obj, _PARSED, (self.plugins, inputs, spec))
+        setattr(spec_obj, _PARSED, (self.plugins, inputs, spec, generation))
         return spec
 
     def _parse(self, spec_obj: Any) -> Any:

@@ -71,6 +71,20 @@ class PciConfigInvalidSpec(InvalidOptionValue):
         return str(self.args[0])
 
 
+class PlacementPciError(InvalidOptionValue):
+    """The device_spec cannot be reported to Placement as nova does (nova's
+    ``PlacementPciException`` message; ``prefixed`` False: the message of
+    one of its subclasses, which have their own whole text)."""
+
+    def __init__(self, value: str, reason: str, prefixed: bool = True) -> None:
+        super().__init__(OPTION, value, reason)
+        self.args = ("Failed to gather or report PCI resources to Placement: "
+                     "%s" % reason if prefixed else reason,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _bool(value: Optional[str], strict: bool = False) -> bool:
     """oslo's ``bool_from_string`` (nova's parsing of boolean tags)."""
     text = str(value).strip().lower() if value is not None else ""
@@ -160,9 +174,13 @@ class RegexAddress:
 
     @classmethod
     def parse(cls, entry: str, value: Mapping[str, Any]) -> RegexAddress:
+        parts = [value.get(key, REGEX_ANY)
+                 for key in ("domain", "bus", "slot", "function")]
+        if not all(isinstance(p, str) for p in parts):
+            # NOTE: nova fails with a traceback here
+            raise _wrong_address(entry, dict(value))
         try:
-            compiled = tuple(re.compile(str(value.get(key, REGEX_ANY)))
-                             for key in ("domain", "bus", "slot", "function"))
+            compiled = tuple(re.compile(p) for p in parts)
         except re.error:
             raise _wrong_address(entry, dict(value)) from None
         return cls(compiled)  # type: ignore[arg-type]
@@ -192,6 +210,8 @@ class DeviceSpec:
     devname: Optional[str] = None
     #: Every other key, the boolean ones as ``"true"``/``"false"``.
     tags: tuple[tuple[str, str], ...] = ()
+    #: The object as given (Python's text of it, as nova's messages show it).
+    source: str = ""
 
     def tag(self, name: str) -> Optional[str]:
         for key, value in self.tags:
@@ -223,6 +243,11 @@ class DeviceSpec:
     @property
     def live_migratable(self) -> bool:
         return _bool(self.tag("live_migratable"))
+
+    @property
+    def one_time_use(self) -> Optional[str]:
+        """``"true"``/``"false"``, None when the spec does not say."""
+        return self.tag("one_time_use")
 
     def _pf_address(self, host: HostInfo) -> Optional[str]:
         """The PF whose VFs this spec matches too (see the module)."""
@@ -264,8 +289,11 @@ def _by_netdev(host: HostInfo, name: str) -> Optional[PCIDevice]:
     return None
 
 
-def parse_spec(entry: str, value: Mapping[str, Any]) -> DeviceSpec:
-    """One ``device_spec`` object (nova's ``PciDeviceSpec``)."""
+def parse_spec(entry: str, value: Mapping[str, Any],
+               report_in_placement: bool = False) -> DeviceSpec:
+    """One ``device_spec`` object (nova's ``PciDeviceSpec``);
+    ``one_time_use`` true needs ``report_in_placement`` (nova)."""
+    source = repr(dict(value))
     tags = dict(value)
     vendor = str(tags.pop("vendor_id", ANY)).strip()
     product = str(tags.pop("product_id", ANY)).strip()
@@ -294,14 +322,21 @@ def parse_spec(entry: str, value: Mapping[str, Any]) -> DeviceSpec:
             except ValueError as err:
                 raise PciConfigInvalidSpec(
                     entry, "Cannot parse tag '%s': %s" % (tag, err)) from None
+    if tags.get("one_time_use") == "true" and not report_in_placement:
+        raise PciConfigInvalidSpec(
+            entry, "one_time_use=true requires pci.report_in_placement to be "
+            "enabled")
     return DeviceSpec(entry=entry, vendor_id=vendor, product_id=product,
                       address=matcher, devname=str(devname) if devname else None,
                       tags=tuple(sorted((str(k), str(v))
-                                        for k, v in tags.items() if v is not None)))
+                                        for k, v in tags.items() if v is not None)),
+                      source=source)
 
 
-def parse(values: Sequence[str]) -> tuple[DeviceSpec, ...]:
-    """Every spec of the option's ``values``, in order (nova's ``Whitelist``).
+def parse(values: Sequence[str],
+          report_in_placement: bool = False) -> tuple[DeviceSpec, ...]:
+    """Every spec of the option's ``values``, in order (nova's ``Whitelist``;
+    ``report_in_placement``: nova's option of that name).
 
     :raises PciConfigInvalidSpec: not JSON, not an object or a list of
         objects, or a spec nova refuses (the reason names the key and value).
@@ -321,7 +356,7 @@ def parse(values: Sequence[str]) -> tuple[DeviceSpec, ...]:
             if not isinstance(item, dict):
                 raise PciConfigInvalidSpec(
                     text, "Invalid entry: '%s'; Expecting dict" % (item,))
-            specs.append(parse_spec(text, item))
+            specs.append(parse_spec(text, item, report_in_placement))
     return tuple(specs)
 
 
@@ -339,19 +374,51 @@ def check_host(specs: Sequence[DeviceSpec], host: HostInfo) -> None:
                 spec.entry, 'Invalid PCI Whitelist: A device specified as '
                 '"remote_managed" is not actually present on the host')
         pf = spec._pf_address(host)
-        if pf is not None:
-            device = host.pci_device(pf)
-            if device is not None and spec.product_id in (
-                    ANY, (device.product_id or "").lower()):
-                raise PciConfigInvalidSpec(
-                    spec.entry, 'Invalid PCI Whitelist: PFs must not have the '
-                    '"remote_managed"tag, device address: %s' % pf)
+        device = host.pci_device(pf) if pf is not None else None
+        if device is None:
+            continue
+        # NOTE: nova's checks, the VF's ids read from the PF's first VF
+        vf = next((d for d in map(host.pci_device, device.virt_functions)
+                   if d is not None), None)
+        pf_vendor = (device.vendor_id or "").lower()
+        vf_product = (vf.product_id or "").lower() if vf is not None else None
+        vendor_ok = spec.vendor_id in (pf_vendor, ANY)
+        if spec.product_id == vf_product and vendor_ok:
+            continue
+        if spec.product_id in ((device.product_id or "").lower(), ANY) and vendor_ok:
+            raise PciConfigInvalidSpec(
+                spec.entry, 'Invalid PCI Whitelist: PFs must not have the '
+                '"remote_managed"tag, device address: %s' % pf)
+        raise PciConfigInvalidSpec(
+            spec.entry, "the specified VF vendor ID %s and product ID %s do "
+            "not match the expected VF IDs based on the corresponding PF "
+            "identified by PCI address %s" % (spec.vendor_id, spec.product_id, pf))
+
+
+def check_placement(specs: Sequence[DeviceSpec]) -> None:
+    """nova's refusal of ``devname`` with ``[pci] report_in_placement``
+    (``ensure_no_dev_spec_with_devname``).
+
+    :raises PlacementPciError: a spec naming a ``devname``.
+    """
+    for spec in specs:
+        if spec.devname is not None:
+            raise PlacementPciError(
+                spec.entry, "Invalid [pci]device_spec configuration. PCI "
+                "Placement reporting does not support 'devname' based device "
+                "specification but we got %s. Please use PCI address in the "
+                "configuration instead." % spec.source)
 
 
 def load(conf: cfg.ConfigOpts) -> tuple[DeviceSpec, ...]:
-    """``[pci] device_spec`` of ``conf`` (registered if needed), parsed."""
+    """``[pci] device_spec`` of ``conf`` (registered if needed), parsed,
+    with nova's checks of ``[pci] report_in_placement``."""
     pci_conf.register_opts(conf)
-    return parse(conf.pci.device_spec)
+    in_placement = bool(conf.pci.report_in_placement)
+    specs = parse(conf.pci.device_spec, in_placement)
+    if in_placement:
+        check_placement(specs)
+    return specs
 
 
 def first_match(specs: Sequence[DeviceSpec], device: PCIDevice,

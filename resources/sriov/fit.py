@@ -20,7 +20,11 @@ policy is the request's, else the alias's ``numa_policy``. When the
 allocation maps the alias's group (``_PCI<N>``) to providers, only their
 devices are used. Each alias in turn takes its best devices; when that
 leaves one short, :mod:`resources.sriov.alias_fit` finds a choice that
-serves every alias if there is one (a flow, bounded).
+serves every alias if there is one (a flow, bounded). No alias device is a
+VF one of the request's ports takes, nor its PF. With ``[pci]
+report_in_placement`` an alias's devices are on one provider of nova's
+layout (its request group is served by one provider): offline, when the
+best choice spreads them, providers are tried in turn.
 
 Every search runs on a :class:`~compute_plugins.plugin.choice.Budget` of steps;
 when it runs out the rejection says the search stopped.
@@ -32,6 +36,7 @@ runs exactly the checks the scheduler ran.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Optional, Union
 
 from compute_plugins.plugin.choice import Budget, first_fit
@@ -112,15 +117,20 @@ def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
 
 
 def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
-                   affinity: Affinity, taken: frozenset[str]) -> Optional[str]:
+                   affinity: Affinity, taken: frozenset[str],
+                   port_vfs: frozenset[str] = frozenset()) -> Optional[str]:
     """Why ``device`` cannot serve ``alias`` once the request took the
-    devices ``taken``; None when it can."""
+    devices ``taken`` and its ports the VFs ``port_vfs`` (with ``[pci]
+    device_spec`` a port's VF or its PF may be an alias device too); None
+    when it can."""
     name = "PCI device %s" % device.address
     mismatch = alias_rules.mismatch(alias, device.vendor_id, device.product_id,
                                     device.device_type, device.resource_class,
                                     device.traits, device.live_migratable)
     if mismatch is not None:
         return "%s does not match alias %s: %s" % (name, alias.name, mismatch)
+    if device.address in port_vfs:
+        return "%s (alias %s) serves a port of this request" % (name, alias.name)
     if device.used or device.address in taken:
         return "%s (alias %s) is used by another guest" % (name, alias.name)
     for other in state.related(device):
@@ -129,9 +139,11 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
             return "%s (alias %s) cannot be given: %s %s is used" % (
                 name, alias.name, "its PF" if device.parent else "its VF", other)
     nic = state.pf(device.address)
-    if nic is not None and nic.used_vfs:
-        return "%s (alias %s) cannot be given: its VF %s serves a port" % (
-            name, alias.name, min(nic.used_vfs))
+    if nic is not None:
+        busy = nic.used_vfs | {f.address for f in nic.vfs if f.address in port_vfs}
+        if busy:
+            return "%s (alias %s) cannot be given: its VF %s serves a port" % (
+                name, alias.name, min(busy))
     problem = affinity.problem(device.cell)
     if problem is not None:
         return "%s %s" % (name, problem)
@@ -220,7 +232,8 @@ def _alias_text(alias: AliasRequest) -> str:
 
 
 def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
-                    placement: Mappings, taken: set[str]
+                    placement: Mappings, taken: set[str],
+                    port_vfs: frozenset[str] = frozenset()
                     ) -> Union[tuple[DeviceState, ...], Rejection]:
     """``alias.count`` devices for ``alias``, best first (module doc)."""
     mapped = None if placement is None else placement.get(alias.requester_id)
@@ -231,7 +244,8 @@ def _choose_devices(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
         if len(chosen) == alias.count:
             break
         why = device_problem(state, device, alias, affinity,
-                             frozenset(taken) | {d.address for d in chosen})
+                             frozenset(taken) | {d.address for d in chosen},
+                             port_vfs)
         if why is None:
             chosen.append(device)
         else:
@@ -275,8 +289,10 @@ def _matching(state: SRIOVState, alias: AliasRequest, affinity: Affinity,
 
 def _alias_devices(state: SRIOVState, request: SRIOVRequest,
                    affinity: dict[str, Affinity], placement: Mappings,
-                   budget: Budget) -> Union[alias_fit.Choice, Rejection]:
-    """The devices of every alias (:mod:`resources.sriov.alias_fit`)."""
+                   budget: Budget, port_vfs: frozenset[str] = frozenset()
+                   ) -> Union[alias_fit.Choice, Rejection]:
+    """The devices of every alias (:mod:`resources.sriov.alias_fit`), none
+    of them a VF ``port_vfs`` names (the request's ports') nor its PF."""
     aliases = request.aliases
 
     def greedy() -> Union[alias_fit.Choice, Rejection]:
@@ -284,7 +300,7 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
         result: alias_fit.Choice = []
         for alias in aliases:
             chosen = _choose_devices(state, alias, affinity[alias.requester_id],
-                                     placement, taken)
+                                     placement, taken, port_vfs)
             if isinstance(chosen, Rejection):
                 return chosen
             taken.update(d.address for d in chosen)
@@ -294,12 +310,55 @@ def _alias_devices(state: SRIOVState, request: SRIOVRequest,
     def problem(device: DeviceState, alias: AliasRequest,
                 taken: frozenset[str]) -> Optional[str]:
         return device_problem(state, device, alias,
-                              affinity[alias.requester_id], taken)
+                              affinity[alias.requester_id], taken, port_vfs)
 
     candidates = {alias.requester_id: [
         d for d in _matching(state, alias, affinity[alias.requester_id], placement)
         if problem(d, alias, frozenset()) is None] for alias in aliases}
     return alias_fit.choose(state, aliases, candidates, greedy, problem, budget)
+
+
+#: Most provider choices :func:`_one_provider_each` tries.
+_PROVIDER_CHOICES = 64
+
+
+def _spread(chosen: alias_fit.Choice) -> bool:
+    """Whether an alias's devices are on more than one provider of nova's
+    layout (a device without is on its own provider, in no Placement)."""
+    return any(len({d.provider_uuid for d in given}) > 1
+               and all(d.placed for d in given) for _, given in chosen)
+
+
+def _one_provider_each(state: SRIOVState, request: SRIOVRequest,
+                       affinity: dict[str, Affinity], budget: Budget,
+                       port_vfs: frozenset[str]
+                       ) -> Union[alias_fit.Choice, Rejection]:
+    """The devices of every alias, each alias's on one provider: its
+    request group (``{resource class: count}``) is served by one Placement
+    provider, and with ``[pci] report_in_placement`` a PF's VFs share their
+    PF's. Offline only (an allocation's mapping already names one); the
+    providers are tried best first, at most :data:`_PROVIDER_CHOICES`
+    choices."""
+    options = []
+    for alias in request.aliases:
+        providers: list[str] = []
+        for device in _matching(state, alias, affinity[alias.requester_id], None):
+            if device.provider_uuid not in providers:
+                providers.append(device.provider_uuid)
+        options.append(providers)
+    for tried, choice in enumerate(itertools.product(*options)):
+        if tried == _PROVIDER_CHOICES:
+            break
+        mapping = {a.requester_id: (p,) for a, p in
+                   zip(request.aliases, choice, strict=True)}
+        got = _alias_devices(state, request, affinity, mapping, budget, port_vfs)
+        if not isinstance(got, Rejection):
+            return got
+    spread = [a for a in request.aliases if a.count > 1]
+    alias = spread[0] if spread else request.aliases[0]
+    return Rejection("alias %s needs %d device(s) on one provider (its request "
+                     "group is served by one Placement provider): no provider "
+                     "of this host has them" % (alias.name, alias.count))
 
 
 def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
@@ -332,9 +391,16 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
             physnet=port.physnet, egress_kbps=port.min_kbps_egress,
             ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
-    chosen = _alias_devices(state, request, alias_affinity, placement, budget)
+    port_vfs = frozenset(vf.vf_address for vf in vfs)
+    chosen = _alias_devices(state, request, alias_affinity, placement, budget,
+                            port_vfs)
     if isinstance(chosen, Rejection):
         return chosen
+    if placement is None and _spread(chosen):
+        chosen = _one_provider_each(state, request, alias_affinity, budget,
+                                    port_vfs)
+        if isinstance(chosen, Rejection):
+            return chosen
     devices = [DeviceAssignment(requester_id=alias.requester_id, alias=alias.name,
                                 address=device.address,
                                 provider_uuid=device.provider_uuid)
@@ -430,7 +496,7 @@ def verify(state: SRIOVState, request: SRIOVRequest,
                              device.provider_uuid)
         why = device_problem(state, device, alias,
                              alias_affinity[alias.requester_id],
-                             frozenset(taken_devices))
+                             frozenset(taken_devices), frozenset(taken))
         if why is not None:
             return Rejection(why, device.provider_uuid)
         taken_devices.add(device.address)

@@ -14,11 +14,17 @@ nothing:
 - inventory one resource class, ``total`` and ``max_unit`` the number of
   devices: the spec's ``resource_class`` (normalised) or
   ``CUSTOM_PCI_<VENDOR_ID>_<PRODUCT_ID>``;
-- traits: the spec's ``traits`` (normalised), ``COMPUTE_MANAGED_PCI_DEVICE``
-  and ``HW_PCI_LIVE_MIGRATABLE`` for a live-migratable device.
+- traits: the spec's ``traits`` (normalised), ``COMPUTE_MANAGED_PCI_DEVICE``,
+  ``HW_PCI_LIVE_MIGRATABLE`` for a live-migratable device and
+  ``HW_PCI_ONE_TIME_USE`` for a ``one_time_use`` PF or plain device (the
+  device's traits, :func:`resources.sriov.view.spec_devices`).
 
 nova's rules are checked with nova's messages: a PF together with its VFs,
-and VFs of one PF with different resource classes or traits, are errors.
+VFs of one PF with different resource classes or traits, a VF saying
+``one_time_use`` and a ``devname`` spec (:func:`resources.sriov.devspec.check_placement`)
+are errors. NOTE: nova reserves an allocated one-time-use device's inventory;
+the plugin reports ``reserved`` 0 and nova's translator, which runs after it,
+sets it.
 
 The provider's uuid is the plugin's stable uuid (nova generates a random
 one only for a provider it has to create). The decision of an alias device
@@ -31,10 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Optional
 
 from compute_plugins.plugin import names
-from compute_plugins.plugin.devices import InvalidOptionValue, inventory_record
+from compute_plugins.plugin.devices import inventory_record
 from compute_plugins.tree.contribution import ProviderContribution
+from resources.sriov.devspec import PlacementPciError
 from resources.sriov.view import DeviceView
 
 #: Kind of the stable uuid of a device's provider.
@@ -42,16 +50,8 @@ KIND = "pci"
 OPTION = "[pci] device_spec"
 
 
-class PlacementPciError(InvalidOptionValue):
-    """The device_spec cannot be reported as nova does (nova's message)."""
-
-    def __init__(self, value: str, reason: str) -> None:
-        super().__init__(OPTION, value, reason)
-        self.args = ("Failed to gather or report PCI resources to Placement: "
-                     "%s" % reason,)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+__all__ = ["PlacementPciError", "PciProvider", "contributions", "layout",
+           "provider_name", "provider_uuid"]
 
 
 def provider_name(nodename: str, address: str) -> str:
@@ -74,11 +74,48 @@ class PciProvider:
     devices: tuple[str, ...]
 
 
-def layout(devices: Sequence[DeviceView]) -> list[PciProvider]:
-    """nova's providers for ``devices`` (those with ``placed_on``).
+def _dependent(device: str, others: Sequence[DeviceView]) -> PlacementPciError:
+    return PlacementPciError(
+        device, "Configuring both %s and %s in [pci]device_spec is not "
+        "supported. Either the parent PF or its children VFs can be "
+        "configured." % (device, ",".join(d.address for d in others)),
+        prefixed=False)
 
-    :raises PlacementPciError: a PF with its VFs, or VFs of one PF with
-        different resource classes or traits.
+
+def _check_child(device: DeviceView, children: Sequence[DeviceView],
+                 name: str) -> None:
+    """nova's ``add_child`` checks of a VF joining ``children``."""
+    if children:
+        rc = children[0].resource_class or ""
+        traits = children[0].traits or frozenset()
+        current = ",".join(d.address for d in children)
+        if (device.resource_class or "") != rc:
+            raise PlacementPciError(
+                device.address, "VFs from the same PF cannot be configured "
+                "with different 'resource_class' values in [pci]device_spec. "
+                "We got %s for %s and %s for %s."
+                % (device.resource_class, device.address, rc, current),
+                prefixed=False)
+        if (device.traits or frozenset()) != traits:
+            raise PlacementPciError(
+                device.address, "VFs from the same PF cannot be configured "
+                "with different set of 'traits' in [pci]device_spec. We got "
+                "%s for %s and %s for %s."
+                % (",".join(sorted(device.traits or ())), device.address,
+                   ",".join(sorted(traits)), current), prefixed=False)
+    if device.one_time_use is not None:
+        raise PlacementPciError(
+            device.address, "Only type-PCI and type-PF devices may set "
+            "one_time_use and %s does not qualify" % name)
+
+
+def layout(devices: Sequence[DeviceView], nodename: str = "") -> list[PciProvider]:
+    """nova's providers for ``devices`` (those with ``placed_on``) of the
+    compute node ``nodename``.
+
+    :raises PlacementPciError: a PF with its VFs, VFs of one PF with
+        different resource classes or traits, or a VF saying
+        ``one_time_use``.
     """
     groups: dict[str, list[DeviceView]] = {}
     for device in devices:
@@ -86,30 +123,23 @@ def layout(devices: Sequence[DeviceView]) -> list[PciProvider]:
             groups.setdefault(device.placed_on, []).append(device)
     result = []
     for address, members in sorted(groups.items()):
-        parent = [d for d in members if d.address == address]
-        children = [d for d in members if d.address != address]
-        if parent and children:
-            raise PlacementPciError(
-                address, "Configuring both %s and %s in [pci]device_spec is "
-                "not supported. Either the parent PF or its children VFs can "
-                "be configured." % (address, ",".join(d.address for d in children)))
-        first = members[0]
+        # NOTE: nova's PciResourceProvider, fed in address order (its
+        # tracker's), so that the first conflict and its message are nova's
+        parent: Optional[DeviceView] = None
+        children: list[DeviceView] = []
+        for device in sorted(members, key=lambda d: d.address):
+            if device.address == address:
+                if children:
+                    raise _dependent(device.address, children)
+                parent = device
+                continue
+            if parent is not None:
+                raise _dependent(device.address, [parent])
+            _check_child(device, children, provider_name(nodename, address))
+            children.append(device)
+        first = parent or children[0]
         rc = first.resource_class or ""
         traits = first.traits or frozenset()
-        for other in members[1:]:
-            if (other.resource_class or "") != rc:
-                raise PlacementPciError(
-                    other.address, "VFs from the same PF cannot be configured "
-                    "with different 'resource_class' values in "
-                    "[pci]device_spec. We got %s for %s and %s for %s."
-                    % (other.resource_class, other.address, rc, first.address))
-            if (other.traits or frozenset()) != traits:
-                raise PlacementPciError(
-                    other.address, "VFs from the same PF cannot be configured "
-                    "with different set of 'traits' in [pci]device_spec. We "
-                    "got %s for %s and %s for %s."
-                    % (",".join(sorted(other.traits or ())), other.address,
-                       ",".join(sorted(traits)), first.address))
         result.append(PciProvider(address=address, resource_class=rc,
                                   traits=traits,
                                   devices=tuple(d.address for d in members)))
@@ -125,4 +155,4 @@ def contributions(devices: Sequence[DeviceView],
         parent=None,
         inventory={p.resource_class: inventory_record(len(p.devices))},
         traits=p.traits,
-    ) for p in layout(devices)]
+    ) for p in layout(devices, nodename)]

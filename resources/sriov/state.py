@@ -85,6 +85,8 @@ class DeviceState:
     traits: Optional[frozenset[str]] = None
     managed: bool = True
     live_migratable: Optional[str] = None
+    #: On a provider of nova's layout (``[pci] report_in_placement``).
+    placed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +249,8 @@ def _device_states(view: SRIOVView, providers: Providers,
                     product_id=d.product_id, cell=d.cell, parent=d.parent,
                     used=d.address in seen or d.address in by_ports,
                     resource_class=d.resource_class, traits=d.traits,
-                    managed=d.managed, live_migratable=d.live_migratable)
+                    managed=d.managed, live_migratable=d.live_migratable,
+                    placed=d.placed_on is not None)
         for d in devices.values())
 
 

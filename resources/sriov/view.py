@@ -63,6 +63,7 @@ import logging
 from collections.abc import Mapping
 from typing import Optional
 
+import os_traits
 from oslo_config import cfg
 
 from compute_plugins.conf import pci as pci_conf
@@ -139,6 +140,8 @@ class DeviceView:
     managed: bool = True
     #: ``live_migratable`` tag (``"true"``/``"false"``; None: not said).
     live_migratable: Optional[str] = None
+    #: ``one_time_use`` tag (``"true"``/``"false"``; None: not said).
+    one_time_use: Optional[str] = None
     #: With ``[pci] report_in_placement``: the address of the device whose
     #: provider it is counted on (its own, a VF's PF;
     #: :mod:`resources.sriov.placement`); None: not in Placement.
@@ -392,8 +395,12 @@ def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
         if spec is None or (in_placement and spec.physical_network):
             continue
         placed_on = None
+        traits = alias_rules.spec_traits(spec.traits, spec.live_migratable)
         if in_placement:
             placed_on = device.phys_function or device.address
+            if spec.one_time_use == "true" and not device.phys_function:
+                # NOTE: nova's trait of its one-time-use providers
+                traits |= {os_traits.HW_PCI_ONE_TIME_USE}
         devices.append(DeviceView(
             address=device.address, vendor_id=device.vendor_id,
             product_id=device.product_id,
@@ -401,8 +408,9 @@ def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
             cell=parents.cell(device.numa_node), parent=device.phys_function,
             resource_class=alias_rules.spec_resource_class(
                 spec.resource_class, device.vendor_id, device.product_id),
-            traits=alias_rules.spec_traits(spec.traits, spec.live_migratable),
+            traits=traits,
             managed=spec.managed != "false",
             live_migratable=spec.tag("live_migratable"),
+            one_time_use=spec.one_time_use,
             placed_on=placed_on))
     return tuple(devices)

@@ -533,3 +533,24 @@ def test_an_alias_nova_gets_after_the_filter_started_is_known(nova_conf):
     again = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
     filt.host_passes(host, again)
     assert "PCI alias qat is not defined" in host.plugin_rejections[0].reason
+
+
+def test_a_request_parsed_before_nova_dropped_its_alias_is_parsed_again(nova_conf):
+    # the parse cached on a spec object does not outlive a change of nova's
+    # [pci] alias, even when another request saw the change first
+    handler, filt = loaded_filter()
+    nova_conf.set_override("alias", ['{"name": "qat", "vendor_id": "8086", '
+                                     '"product_id": "0443"}'], "pci")
+    try:
+        first = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
+        host = nova_hosts()[0]
+        filt.host_passes(host, first)
+        reasons = [r.reason for r in host.plugin_rejections]
+        assert any("alias qat needs 1 device(s)" in r for r in reasons), reasons
+    finally:
+        nova_conf.clear_override("alias", "pci")
+    other = nova_spec_obj(extra_specs={"pci_passthrough:alias": "qat:1"})
+    filt.host_passes(nova_hosts()[0], other)
+    host = nova_hosts()[0]
+    filt.host_passes(host, first)
+    assert "PCI alias qat is not defined" in host.plugin_rejections[0].reason

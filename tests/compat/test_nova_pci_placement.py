@@ -25,6 +25,8 @@ else:
 from nova import objects  # noqa: E402
 from nova.pci import whitelist  # noqa: E402
 
+from compute_plugins.exception import ConfigError  # noqa: E402
+from resources.sriov import SRIOVPlugin  # noqa: E402
 from tests.unit.resources import helpers  # noqa: E402
 from tests.unit.resources.test_sriov_devspec import PF2, devices  # noqa: E402
 
@@ -80,3 +82,55 @@ def test_novas_translator_changes_nothing_in_the_plugins_tree(conf):
         if name.startswith("node1_0000:"):
             provider["traits"].discard("OWNER_NOVA")
     assert after == before
+
+
+def _novas_error(values, info):
+    view = translator.PlacementView(helpers.NODE, [])
+    specs = whitelist.Whitelist([json.dumps(s) for s in values])
+    try:
+        for device in sorted(info.pci_devices, key=lambda d: d.address):
+            nova_dev = nova_device(device)
+            view.process_dev(nova_dev, specs.get_devspec(nova_dev))
+    except Exception as err:  # nova's PlacementPciException family
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("values", [
+    # a PF with its VFs
+    [{"address": PF2, "product_id": "1528"}, {"address": "*:82:00.*"}],
+    [{"address": "*:82:00.*"}],
+    # VFs of one PF with other classes, other traits (the third VF differs)
+    [{"address": "0000:81:00.3", "resource_class": "a"},
+     {"vendor_id": "8086", "product_id": "1515", "address": "*:81:00.*"}],
+    [{"address": "0000:81:00.1", "traits": "a"},
+     {"vendor_id": "8086", "product_id": "1515"}],
+    # a VF saying one_time_use
+    [{"address": "0000:81:00.2", "one_time_use": "false"},
+     {"vendor_id": "8086", "product_id": "1515", "address": "*:81:00.*"}],
+])
+def test_the_plugins_refusal_is_novas(conf, values):
+    conf.set_override("device_spec", [json.dumps(s) for s in values], "pci")
+    conf.set_override("report_in_placement", True, "pci")
+    info = devices(vfs=3)
+    expected = _novas_error(values, info)
+    assert expected is not None
+    plugin = SRIOVPlugin(conf)
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(info), helpers.NODE)
+    assert str(err.value) == expected
+
+
+@pytest.mark.parametrize("given", [
+    "blue", "blue, red", " pgpu", "custom_foo", "CUSTOM_foo", "foo-bar",
+    "HW_NIC_SRIOV", "hw_nic_sriov", "PGPU", "vgpu"])
+def test_resource_classes_and_traits_are_normalised_as_nova_does(given):
+    # the same function serves nova's provider (device_spec) and its request
+    # group (alias): a name nova writes otherwise moves the provider's traits
+    from compute_plugins.conf import pci as pci_conf
+    from resources.sriov import alias as alias_rules
+    assert alias_rules.spec_traits(given) == translator.get_traits(given) | {
+        "COMPUTE_MANAGED_PCI_DEVICE"}
+    if "," not in given:
+        assert pci_conf.normalize_rc(given) == translator.get_resource_class(
+            given, "8086", "1515")

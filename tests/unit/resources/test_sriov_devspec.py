@@ -15,11 +15,13 @@ from compute_plugins.host.model import PCIDevice
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.plugin.state import AssignmentConflict
 from resources.sriov import SRIOVPlugin, devspec
+from resources.sriov import fit as sriov_fit
 from resources.sriov.request import DeviceAssignment, SRIOVAssignment
 from tests.unit.resources.helpers import NODE, cell, host, state_of
 from tests.unit.resources.test_sriov_fit import (
     alias_request,
     dev_uuid,
+    parse,
     port,
     ports_request,
     vf_assignment,
@@ -44,10 +46,11 @@ def nic(address, numa_node, vfs=2, netdev=None):
                   phys_function=address) for a in vf_addresses]
 
 
-def devices():
+def devices(vfs=2):
     gpu = PCIDevice(address=GPU, name="pci_gpu", vendor_id="10de",
                     product_id="25b6", class_code="030200", numa_node=1)
-    return host(CELLS, [*nic(PF, 0, netdev="ens1f0"), *nic(PF2, 1), gpu])
+    return host(CELLS, [*nic(PF, 0, vfs=vfs, netdev="ens1f0"), *nic(PF2, 1, vfs=vfs),
+                        gpu])
 
 
 def specs(conf, *values, aliases=()):
@@ -94,6 +97,11 @@ def test_what_a_spec_matches(spec, matched):
      "The PCI address 1:2:3:4.0 has an incorrect format."),
     ('{"address": {"bus": "(8"}}',
      "The PCI address {'bus': '(8'} has an incorrect format."),
+    # a part that is not a string (nova: a traceback) names no device
+    ('{"address": {"bus": "81", "function": null}}',
+     "The PCI address {'bus': '81', 'function': None} has an incorrect format."),
+    ('{"address": {"bus": 81}}',
+     "The PCI address {'bus': 81} has an incorrect format."),
     ('{"address": "0000:81:00.0", "devname": "ens1f0"}',
      "Invalid PCI Whitelist: The PCI whitelist can specify devname or "
      "address, but not both"),
@@ -108,6 +116,32 @@ def test_bad_specs_get_novas_reason_and_the_entry(conf, value, reason):
     message = str(err.value)
     assert message.startswith("Invalid [pci]device_spec config: " + reason)
     assert message.endswith("(entry %s)" % value)
+
+
+@pytest.mark.parametrize("spec, reason", [
+    # the PF's VFs' ids: nova accepts the spec (the devices need a VPD serial)
+    ({"address": PF, "product_id": "1515", "remote_managed": "true"}, None),
+    ({"address": PF, "vendor_id": "8086", "product_id": "1516",
+      "remote_managed": "true"},
+     "the specified VF vendor ID 8086 and product ID 1516 do not match the "
+     "expected VF IDs based on the corresponding PF identified by PCI address "
+     "0000:81:00.0"),
+    ({"address": PF, "vendor_id": "15b3", "product_id": "1515",
+      "remote_managed": "true"},
+     "the specified VF vendor ID 15b3 and product ID 1515 do not match the "
+     "expected VF IDs based on the corresponding PF identified by PCI address "
+     "0000:81:00.0"),
+])
+def test_remote_managed_spec_of_a_pf_address_as_nova_checks_it(conf, spec, reason):
+    plugin = specs(conf, spec)
+    if reason is None:
+        view = plugin.discover(devices())
+        assert [d.address for d in view.devices] == []
+        return
+    with pytest.raises(devspec.PciConfigInvalidSpec) as err:
+        plugin.discover(devices())
+    assert str(err.value) == "Invalid [pci]device_spec config: %s (entry %s)" % (
+        reason, json.dumps(spec))
 
 
 def test_remote_managed_spec_of_a_pf_is_refused(conf):
@@ -318,8 +352,9 @@ def test_report_in_placement_gives_novas_providers_and_the_decision_names_them(c
 
 
 @pytest.mark.parametrize("values, message", [
+    # nova names the device that meets the conflict first (address order)
     ([{"address": PF, "product_id": "1528"}, {"address": "*:81:00.*"}],
-     "Configuring both 0000:81:00.0 and 0000:81:00.1,0000:81:00.2 in "
+     "Configuring both 0000:81:00.1 and 0000:81:00.0 in "
      "[pci]device_spec is not supported. Either the parent PF or its "
      "children VFs can be configured."),
     ([{"address": "0000:81:00.1", "resource_class": "a"},
@@ -333,9 +368,107 @@ def test_report_in_placement_gives_novas_providers_and_the_decision_names_them(c
      "0000:81:00.2 and COMPUTE_MANAGED_PCI_DEVICE,CUSTOM_A for 0000:81:00.1."),
 ])
 def test_report_in_placement_refuses_what_nova_refuses(conf, values, message):
+    # nova's messages of its PlacementPciException's subclasses (no prefix)
     conf.set_override("report_in_placement", True, "pci")
     plugin = specs(conf, *values)
     with pytest.raises(ConfigError) as err:
         plugin.provider_contributions(plugin.discover(devices()), NODE)
-    assert str(err.value) == ("Failed to gather or report PCI resources to "
-                              "Placement: " + message)
+    assert str(err.value) == message
+
+
+# -- one request: ports and aliases -----------------------------------------------
+
+def test_one_request_never_gives_a_port_vf_to_an_alias_too(conf):
+    # the VFs serve ports (physnet4) and match the alias: the port takes the
+    # first VF, the alias in the same request must take another one, and a
+    # PF whose VF serves the request's port is never given whole
+    plugin = specs(conf, {"vendor_id": "8086", "physical_network": "physnet4",
+                          "address": "*:81:*.*"},
+                   aliases=[PF_ALIAS, VF_ALIAS])
+    view = plugin.discover(devices())
+    state = state_of(plugin, view)
+    specs_ = {"pci_passthrough:alias": "vfs:1"}
+    both = parse(plugin, specs_, ports=(port("p1", "physnet4"),))
+    got = plugin.fit(state, both, None, {})
+    assert [vf.vf_address for vf in got.vfs] == ["0000:81:00.1"]
+    assert [d.address for d in got.devices] == ["0000:81:00.2"]
+    # the host state of the claim holds
+    state_of(plugin, view, [got])
+    pf = parse(plugin, {"pci_passthrough:alias": "pfs:1"},
+               ports=(port("p1", "physnet4"),))
+    refused = plugin.fit(state, pf, None, {})
+    assert isinstance(refused, Rejection)
+    assert "PCI device 0000:81:00.0 (alias pfs) cannot be given" in refused.reason
+    # verify refuses such an assignment made elsewhere
+    bad = SRIOVAssignment(vfs=got.vfs, devices=(DeviceAssignment(
+        "_PCI0", "vfs", "0000:81:00.1", dev_uuid("0000:81:00.1")),),
+        host_cells=got.host_cells)
+    rejected = sriov_fit.verify(state, both, bad)
+    assert rejected is not None
+    assert rejected.reason == ("PCI device 0000:81:00.1 (alias vfs) serves a "
+                               "port of this request")
+
+
+# -- nova's refusals around report_in_placement ----------------------------------
+
+def test_report_in_placement_refuses_a_devname_spec(conf):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"devname": "ens1f0", "physical_network": "physnet4"})
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert str(err.value) == (
+        "Failed to gather or report PCI resources to Placement: Invalid "
+        "[pci]device_spec configuration. PCI Placement reporting does not "
+        "support 'devname' based device specification but we got "
+        "{'devname': 'ens1f0', 'physical_network': 'physnet4'}. Please use "
+        "PCI address in the configuration instead.")
+
+
+def test_one_time_use_needs_report_in_placement(conf):
+    value = {"vendor_id": "10de", "one_time_use": "yes"}
+    plugin = specs(conf, value)
+    with pytest.raises(devspec.PciConfigInvalidSpec) as err:
+        plugin.discover(devices())
+    assert str(err.value) == (
+        "Invalid [pci]device_spec config: one_time_use=true requires "
+        "pci.report_in_placement to be enabled (entry %s)" % json.dumps(value))
+    # false is fine
+    specs(conf, {"vendor_id": "10de", "one_time_use": "no"}).discover(devices())
+
+
+def test_one_time_use_in_placement_as_nova_reports_it(conf):
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"vendor_id": "10de", "one_time_use": "yes"})
+    (gpu,) = plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert gpu.name == "node1_0000:84:00.0"
+    assert gpu.traits == {"COMPUTE_MANAGED_PCI_DEVICE", "HW_PCI_ONE_TIME_USE"}
+    # a VF may not say one_time_use at all (nova's message)
+    plugin = specs(conf, {"address": "0000:81:00.1", "one_time_use": "false"})
+    with pytest.raises(ConfigError) as err:
+        plugin.provider_contributions(plugin.discover(devices()), NODE)
+    assert str(err.value) == (
+        "Failed to gather or report PCI resources to Placement: Only "
+        "type-PCI and type-PF devices may set one_time_use and "
+        "node1_0000:81:00.0 does not qualify")
+
+
+def test_report_in_placement_puts_an_aliases_devices_on_one_provider(conf):
+    # the alias's request group {CUSTOM_PCI_8086_1515: 2} is served by one
+    # provider: with 0000:81:00.1 taken, both VFs come from the other PF
+    conf.set_override("report_in_placement", True, "pci")
+    plugin = specs(conf, {"vendor_id": "8086", "product_id": "1515"},
+                   aliases=[VF_ALIAS])
+    view = plugin.discover(devices())
+    taken = SRIOVAssignment(devices=(DeviceAssignment(
+        "_PCI0", "vfs", "0000:81:00.1",
+        plugin.provider_contributions(view, NODE)[0].uuid),))
+    state = state_of(plugin, view, [taken])
+    request = alias_request(plugin, "vfs:2")
+    got = plugin.fit(state, request, None, {})
+    assert [d.address for d in got.devices] == ["0000:82:00.1", "0000:82:00.2"]
+    assert list(plugin.group_providers(request, got, state)) == ["_PCI0"]
+    refused = plugin.fit(state, alias_request(plugin, "vfs:3"), None, {})
+    assert isinstance(refused, Rejection)
+    assert refused.reason == (
+        "alias vfs needs 3 device(s) on one provider (its request group is "
+        "served by one Placement provider): no provider of this host has them")
