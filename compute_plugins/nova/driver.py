@@ -31,8 +31,11 @@ nova's own claim on the compute (``instance.numa_topology``, fitted by
 nova's resource tracker), says every difference in one ERROR line naming
 both, and builds the guest from the decision: nova's NUMA cells are set to
 the decision's host cells and pinning before nova's driver writes the
-guest. A decision that no longer holds, or that nova's claim cannot be
-made to carry (another number of guest cells), fails the spawn with
+guest, and nova's PCI claim is moved onto the decision's devices
+(:meth:`PluginProviderTreeMixin.plugin_carry_pci`,
+:mod:`compute_plugins.nova.pciclaim`). A decision that no longer holds,
+or that nova's claim cannot be made to carry (another number of guest
+cells, a decided device nova's tracker does not give), fails the spawn with
 :class:`DecisionRefused` (nova then reschedules or errors the instance):
 never a third answer.
 
@@ -57,6 +60,7 @@ from compute_plugins.host.model import DiskInfo, DomainCaps, HostInfo, PMEMNames
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate.store import HostStateStore
 from compute_plugins.nova import decisions as nova_decisions
+from compute_plugins.nova import pciclaim
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.tree.provider_tree import ProviderTree
@@ -286,13 +290,47 @@ class PluginProviderTreeMixin:
             if cell.cpu_pinning_raw is not None or pinning:
                 cell.cpu_pinning = pinning
 
+    def plugin_carry_pci(self, context: Any, instance: Any, spec: RequestSpec,
+                         network_info: Any = None, host: Optional[str] = None) -> None:
+        """Make nova's PCI claim of ``instance`` (its tracker, the instance's
+        ``pci_devices``, a port's binding profile: what nova's driver builds
+        the guest from) the devices of the decision's ``sriov`` assignment,
+        saying in one ERROR line where nova's claim had taken others
+        (:func:`compute_plugins.nova.pciclaim.move_pci_claim`, which says
+        why it is done so).
+
+        :raises DecisionRefused: nova's tracker does not give the decided
+            devices to the request (nova's claim is kept).
+        """
+        assert spec.decision is not None
+        assignment = spec.decision.assignments.get("sriov")
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        if assignment is None or compute is None:
+            return
+        if host is None:
+            host = self._plugin_service_host()
+
+        def refuse(reason: str) -> Exception:
+            LOG.error("%s", reason)
+            return DecisionRefused(reason=reason)
+
+        differences = pciclaim.move_pci_claim(context, compute, instance, assignment,
+                                              host, network_info, refuse)
+        if differences:
+            LOG.error("instance %s on host %s: nova's PCI claim differs from the "
+                      "scheduler's decision (%s); the guest gets the decision's "
+                      "devices", instance.uuid, host, "; ".join(differences))
+
     def spawn(self, context: Any, instance: Any, image_meta: Any,
               injected_files: Any, admin_password: Any, allocations: Any,
               network_info: Any = None, block_device_info: Any = None,
               power_on: bool = True, accel_info: Any = None) -> Any:
         """nova's ``spawn``, executing the scheduler's decision first
-        (:meth:`plugin_decision`)."""
-        self.plugin_decision(context, instance, allocations)
+        (:meth:`plugin_decision`), nova's PCI claim moved onto the
+        decision's devices first (:meth:`plugin_carry_pci`)."""
+        spec = self.plugin_decision(context, instance, allocations)
+        if spec is not None:
+            self.plugin_carry_pci(context, instance, spec, network_info)
         return super().spawn(  # type: ignore[misc]  # nova's driver, after us
             context, instance, image_meta, injected_files, admin_password,
             allocations, network_info=network_info,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.types import FrozenMap
 from resources.numa.request import CellAssignment, NUMAAssignment
-from resources.sriov.request import DeviceAssignment, SRIOVAssignment
+from resources.sriov.request import DeviceAssignment, SRIOVAssignment, VFAssignment
 from tools.nova_functional.hooks import compare
 
 #: nova's guest XML of a 2-vCPU pinned guest on host cell 1, CPUs 4 and 5,
@@ -63,3 +63,19 @@ def test_a_guest_the_plugins_placed_nowhere_must_not_be_pinned_or_encrypted():
         "the XML pins vCPUs, the decision has no NUMA placement",
         "PCI devices ['0000:81:00.2'] in the XML, none in the decision",
         "memory encryption sev in the XML, none in the decision"]
+
+
+def test_a_macvtap_port_is_its_vfs_netdev_in_the_xml():
+    """A ``macvtap`` port's VF is no hostdev: nova writes a direct
+    interface on the VF's netdev, which names the decided VF or not."""
+    macvtap = ("<domain><devices><interface type='direct'>"
+               "<source dev='enp129s0f0v1' mode='passthrough'/>"
+               "</interface></devices></domain>")
+    vf = VFAssignment(requester_id="port", provider_uuid="rp",
+                      pf_address="0000:81:00.0", vf_address="0000:81:00.1",
+                      port_id="p1", vf_netdev="enp129s0f0v1")
+    ours = Decision(host="compute1", assignments=FrozenMap(
+        {"sriov": SRIOVAssignment(vfs=(vf,))}))
+    assert compare(ours, macvtap) == []
+    assert compare(ours, macvtap.replace("f0v1", "f0v2")) == [
+        "PCI devices [] in the XML, decision ['0000:81:00.1'] (1)"]

@@ -180,6 +180,11 @@ def compare(decision: Any, xml: str) -> list[str]:
         "./devices/interface[@type='hostdev']/source/address"))
     sriov = assignments.get("sriov")
     if sriov is not None:
+        # a macvtap port's VF is a direct interface on the VF's netdev
+        netdevs = {vf.vf_netdev: vf.vf_address for vf in sriov.vfs if vf.vf_netdev}
+        xml_pci += sorted(netdevs[dev] for dev in (
+            e.get("dev") for e in root.findall(
+                "./devices/interface[@type='direct']/source")) if dev in netdevs)
         wanted = [vf.vf_address for vf in sriov.vfs if vf.vf_address]
         wanted += [d.address for d in sriov.devices]
         missing = sorted(set(wanted) - set(xml_pci))

@@ -1,0 +1,175 @@
+"""The mixin moves nova's PCI claim onto the scheduler's decision.
+
+nova 34's own pieces: nova's ``ResourceTracker`` over nova's fake libvirt
+(one PF ``0000:81:00.0`` with 4 VFs ``.1``-``.4``, nova's ``[pci]
+device_spec`` and alias ``vfs``), nova's DB; nova's ``instance_claim``
+claims the instance's PCI request as a nova compute does before ``spawn``
+(it takes the *last* free VF of its pool), then the mixin's
+``plugin_carry_pci`` (what its ``spawn`` calls) gets the sriov plugin's
+decision (the decision's ``SRIOVAssignment``, made here: the scheduler
+side is tests/compat/test_nova_decision.py). nova's tracker, DB, the
+instance's ``pci_devices`` must all name the decided VF, and later claims
+and the delete must count it.
+
+Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+import uuid
+import warnings
+from typing import Any
+
+import pytest
+
+if os.environ.get("COMPUTE_PLUGINS_COMPAT"):
+    import nova.compute.resource_tracker  # noqa: F401
+else:
+    pytest.importorskip("nova.compute.resource_tracker")
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from nova import context as nova_context
+    from nova import objects
+    from nova.compute import resource_tracker
+    from nova.pci import request as pci_request
+    from nova.scheduler.client import report
+    from nova.virt.libvirt import driver as libvirt_driver
+
+from compute_plugins.nova.driver import (  # noqa: E402
+    DecisionRefused,
+    PluginProviderTreeMixin,
+)
+from compute_plugins.request.groups import Decision  # noqa: E402
+from compute_plugins.request.types import FrozenMap  # noqa: E402
+from resources.sriov.request import DeviceAssignment, SRIOVAssignment  # noqa: E402
+from tests.compat.nova_libvirt import NovaLibvirt, fakelibvirt  # noqa: E402
+from tests.unit.resources import helpers  # noqa: E402
+
+NODE = "compute1"
+PROJECT = "a0000000-0000-0000-0000-000000000001"
+USER = "b0000000-0000-0000-0000-000000000001"
+VF = "0000:81:00.%d"
+
+
+class PluginLibvirtDriver(PluginProviderTreeMixin, libvirt_driver.LibvirtDriver):
+    """nova's libvirt driver with the plugins."""
+
+
+@pytest.fixture(scope="module")
+def world():
+    nova = NovaLibvirt()
+    nova.setUp()
+    conf, fixture = helpers.make_conf()
+    try:
+        nova.services()
+        nova.connect(NODE, pci_info=fakelibvirt.HostPCIDevicesInfo(
+            num_pci=0, num_pfs=1, num_vfs=4))
+        nova.conf.set_override("host", NODE)
+        nova.conf.set_override("device_spec", [json.dumps(
+            {"vendor_id": fakelibvirt.PCI_VEND_ID,
+             "product_id": fakelibvirt.VF_PROD_ID})], "pci")
+        nova.conf.set_override("alias", [json.dumps(
+            {"name": "vfs", "vendor_id": fakelibvirt.PCI_VEND_ID,
+             "product_id": fakelibvirt.VF_PROD_ID, "device_type": "type-VF"})], "pci")
+        driver = nova.driver(PluginLibvirtDriver)
+        driver.plugin_manager = helpers.manager(conf, ("disk",))
+        context = nova_context.get_admin_context()
+        service = objects.Service(context, host=NODE, binary="nova-compute",
+                                  topic="compute")
+        service.create()
+        rt = resource_tracker.ResourceTracker(NODE, driver, report.SchedulerReportClient())
+        rt.service_ref = service
+        rt.update_available_resource(context, NODE, startup=True)
+        # what the driver reaches nova's compute manager by (its virtapi)
+        driver.virtapi._compute = types.SimpleNamespace(rt=rt, network_api=None)
+        yield types.SimpleNamespace(nova=nova, driver=driver, rt=rt, context=context)
+    finally:
+        nova.conf.clear_override("device_spec", "pci")
+        nova.conf.clear_override("alias", "pci")
+        fixture.cleanUp()
+        nova.cleanUp()
+
+
+def boot(world: Any) -> Any:
+    """An instance asking one ``vfs`` device, claimed by nova's tracker."""
+    flavor = objects.Flavor(name="vf", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="vf",
+                            extra_specs={"pci_passthrough:alias": "vfs:1"})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER,
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="building",
+                            task_state="spawning", numa_topology=None)
+    inst.pci_requests = pci_request.get_pci_requests_from_flavor(flavor)
+    inst.pci_requests.instance_uuid = inst.uuid
+    inst.create()
+    inst.pci_devices = objects.PciDeviceList(objects=[])
+    world.rt.instance_claim(world.context, inst, NODE, None)
+    return inst
+
+
+def decision(*addresses: str) -> Any:
+    """The part of a recorded request the mixin reads: the decision's
+    sriov assignment naming ``addresses`` for the alias."""
+    return types.SimpleNamespace(decision=Decision(
+        host=NODE, nodename=NODE,
+        assignments=FrozenMap({"sriov": SRIOVAssignment(devices=tuple(
+            DeviceAssignment(requester_id="", alias="vfs", address=a)
+            for a in addresses))})))
+
+
+def in_db(world: Any) -> dict[str, tuple[str, Any]]:
+    devs = objects.PciDeviceList.get_by_compute_node(
+        world.context, world.rt.compute_nodes[NODE].id)
+    return {d.address: (d.status, d.instance_uuid) for d in devs
+            if d.dev_type == "type-VF"}
+
+
+def test_nova_claim_moves_onto_the_decided_vf_everywhere(world, caplog):
+    inst = boot(world)
+    # nova's claim took the last VF of the pool
+    assert [d.address for d in inst.pci_devices] == [VF % 4]
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_carry_pci(world.context, inst, decision(VF % 1),
+                                      host=NODE)
+    assert "nova's PCI claim differs" in caplog.text
+    assert VF % 1 in caplog.text and VF % 4 in caplog.text
+    assert [d.address for d in inst.pci_devices] == [VF % 1]
+    db = in_db(world)
+    assert db[VF % 1] == ("allocated", inst.uuid)
+    assert db[VF % 4] == ("available", None)
+    free = {d.address for d in world.rt.pci_tracker.stats.get_free_devs()}
+    assert VF % 1 not in free and VF % 4 in free
+
+    # a later boot never gets the decided VF; nova's pool gave .4 back
+    other = boot(world)
+    assert [d.address for d in other.pci_devices] == [VF % 4]
+
+    # a decision naming another instance's VF is refused, nova's claim stays
+    third = boot(world)
+    kept = [d.address for d in third.pci_devices]
+    with pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_carry_pci(world.context, third, decision(VF % 1),
+                                      host=NODE)
+    assert VF % 1 in str(refused.value) and third.uuid in str(refused.value)
+    assert [d.address for d in third.pci_devices] == kept
+    assert in_db(world)[kept[0]] == ("allocated", third.uuid)
+
+    # the delete frees the decided VF, not the one nova had claimed
+    world.rt.pci_tracker.free_instance(world.context, inst)
+    world.rt.pci_tracker.save(world.context)
+    assert in_db(world)[VF % 1] == ("available", None)
+    assert in_db(world)[VF % 4] == ("allocated", other.uuid)
+
+
+def test_nova_claim_already_the_decision_is_left_alone(world, caplog):
+    inst = boot(world)
+    mine = [d.address for d in inst.pci_devices]
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_carry_pci(world.context, inst, decision(*mine), host=NODE)
+    assert "differs" not in caplog.text
+    assert [d.address for d in inst.pci_devices] == mine
