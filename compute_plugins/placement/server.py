@@ -332,6 +332,7 @@ class PlacementHTTPServer:
         self.workers = []
         self.lost_worker = None
         self._stopping = threading.Event()
+        self._workers_lock = threading.Lock()
         if threads < 1:
             raise ValueError("threads must be 1 or more, got %r" % threads)
         if channel_timeout < 1:
@@ -401,25 +402,35 @@ class PlacementHTTPServer:
 
     def stop_workers(self) -> None:
         """End the processes serving the same socket (:attr:`workers`)."""
-        self._stopping.set()
-        workers, self.workers = self.workers, []
+        with self._workers_lock:
+            self._stopping.set()
+            workers, self.workers = self.workers, []
         stop_workers(workers)
 
     def _watch_workers(self) -> None:
         """Until the workers are stopped: the first one that ended on its
         own is :attr:`lost_worker`, and :meth:`serve_forever` returns."""
         while not self._stopping.wait(_WORKER_WATCH):
-            for pid in list(self.workers):
-                try:
-                    done, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
+            # NOTE: reaped and dropped under the lock that stop_workers
+            # takes: a reaped pid (which the system may reuse) is never
+            # signalled.
+            with self._workers_lock:
+                if self._stopping.is_set():
+                    return
+                for pid in self.workers:
+                    try:
+                        done, status = os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        continue
+                    if done:
+                        self.workers = [p for p in self.workers if p != pid]
+                        self.lost_worker = "Placement worker %d ended (%s)" % (
+                            pid, _how_ended(status))
+                        break
+                else:
                     continue
-                if not done or self._stopping.is_set():
-                    continue
-                self.lost_worker = "Placement worker %d ended (%s)" % (
-                    pid, _how_ended(status))
-                self.shutdown()
-                return
+            self.shutdown()
+            return
 
     def shutdown(self) -> None:
         """Make :meth:`serve_forever` return; safe from any thread but a
