@@ -15,7 +15,9 @@ answers one request at a time on SQLite, several at once on PostgreSQL
 or MySQL (:mod:`compute_plugins.placement.embedded`), there in
 ``--workers`` processes sharing the port, as Placement's API workers. The first line on stdout is
 ``Placement listening on http://127.0.0.1:PORT``. SIGTERM stops it (exit
-0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line.
+0); so does Ctrl-C (SIGINT), as an interrupt: exit 130 and one line. A
+``--workers`` process that ends on its own (a crash, the OOM killer) stops
+the others and it: exit 1 and one line naming the worker.
 """
 
 from __future__ import annotations
@@ -199,6 +201,10 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
         service.close()
     if stopped_by == [signal.SIGINT]:
         return common.interrupted("Placement stopped")
+    if server.lost_worker is not None:
+        print("compute-plugins: error: %s: Placement stopped" % server.lost_worker,
+              file=sys.stderr)
+        return 1
     return 0
 
 

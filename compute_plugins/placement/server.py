@@ -198,6 +198,19 @@ def listen(host: str, port: int) -> socket.socket:
 _PARENT_CHECK = 1.0
 #: Seconds a worker has to end after SIGTERM before it is killed.
 _WORKER_STOP = 10.0
+#: Seconds between the parent's checks that its workers still run.
+_WORKER_WATCH = 0.5
+
+
+def _how_ended(status: int) -> str:
+    """``killed by SIGKILL`` or ``exit code 1``, from a ``waitpid`` status."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return "killed by %s" % signal.Signals(number).name
+        except ValueError:
+            return "killed by signal %d" % number
+    return "exit code %d" % os.waitstatus_to_exitcode(status)
 
 
 def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
@@ -301,6 +314,9 @@ class PlacementHTTPServer:
     #: Processes serving the same socket (:func:`fork_workers`), ended with
     #: this server.
     workers: list[int]
+    #: How the first worker that ended on its own ended (``Placement worker
+    #: PID ended (...)``): :meth:`serve_forever` then returned; None: none.
+    lost_worker: str | None
 
     def __init__(
         self,
@@ -314,6 +330,9 @@ class PlacementHTTPServer:
         sock: socket.socket | None = None,
     ) -> None:
         self.workers = []
+        self.lost_worker = None
+        self._stopping = threading.Event()
+        self._workers_lock = threading.Lock()
         if threads < 1:
             raise ValueError("threads must be 1 or more, got %r" % threads)
         if channel_timeout < 1:
@@ -365,7 +384,15 @@ class PlacementHTTPServer:
     def serve_forever(self) -> None:
         """Serve until :meth:`shutdown` (from another thread) or until a
         signal handler raises ``SystemExit``/``KeyboardInterrupt`` in this
-        one; then stop the worker threads and close every connection."""
+        one; then stop the worker threads and close every connection.
+
+        With :attr:`workers`, also once one of them ends on its own (a
+        crash, the OOM killer): :attr:`lost_worker` says which and how, the
+        others are stopped (the port is not left to fewer workers than
+        asked for, unnoticed)."""
+        if self.workers:
+            threading.Thread(target=self._watch_workers, daemon=True,
+                             name="placement-workers-watch").start()
         try:
             self._server.run()
         finally:
@@ -375,8 +402,35 @@ class PlacementHTTPServer:
 
     def stop_workers(self) -> None:
         """End the processes serving the same socket (:attr:`workers`)."""
-        workers, self.workers = self.workers, []
+        with self._workers_lock:
+            self._stopping.set()
+            workers, self.workers = self.workers, []
         stop_workers(workers)
+
+    def _watch_workers(self) -> None:
+        """Until the workers are stopped: the first one that ended on its
+        own is :attr:`lost_worker`, and :meth:`serve_forever` returns."""
+        while not self._stopping.wait(_WORKER_WATCH):
+            # NOTE: reaped and dropped under the lock that stop_workers
+            # takes: a reaped pid (which the system may reuse) is never
+            # signalled.
+            with self._workers_lock:
+                if self._stopping.is_set():
+                    return
+                for pid in self.workers:
+                    try:
+                        done, status = os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        continue
+                    if done:
+                        self.workers = [p for p in self.workers if p != pid]
+                        self.lost_worker = "Placement worker %d ended (%s)" % (
+                            pid, _how_ended(status))
+                        break
+                else:
+                    continue
+            self.shutdown()
+            return
 
     def shutdown(self) -> None:
         """Make :meth:`serve_forever` return; safe from any thread but a

@@ -191,7 +191,15 @@ class QueryCounter:
             except OSError:
                 data = b""
             if not data:
+                # NOTE: shut down, not only closed: a close leaves the other
+                # direction's thread blocked in recv holding the socket, so
+                # the client never saw the server's end (and waited for the
+                # rest of the server's answer forever).
                 for sock in (src, dst):
+                    try:
+                        sock.shutdown(2)  # socket.SHUT_RDWR
+                    except OSError:
+                        pass
                     try:
                         sock.close()
                     except OSError:
@@ -216,6 +224,11 @@ class QueryCounter:
             try:
                 dst.sendall(data)
             except OSError:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(2)  # socket.SHUT_RDWR
+                    except OSError:
+                        pass
                 return
 
     def url(self, url: str) -> str:

@@ -423,3 +423,35 @@ def test_placement_workers_each_serve_the_port_and_still_arbitrate(database, tmp
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_placement_worker_that_dies_stops_the_service(database, tmp_path):
+    """A ``--workers`` process killed (the OOM killer, a crash) left the
+    port served by the others and a zombie, and nobody was told: the
+    service answered on with fewer workers than asked for. Its parent
+    notices now: one line naming the worker and how it ended, the others
+    stopped, exit 1 (a supervisor starts it again whole)."""
+    import os
+    import signal
+
+    config = tmp_path / "placement.conf"
+    config.write_text("[placement]\nembedded_connection = %s\n" % database)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
+         "placement", "serve", "--port", "0", "--no-token", "--workers", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("Placement listening on "), line + proc.stderr.read()
+        children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
+        workers = [int(p) for p in children.read_text().split()]
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        assert proc.wait(timeout=20) == 1
+        err = proc.stderr.read()
+        assert ("Placement worker %d ended (killed by SIGKILL)" % workers[0]) in err, err
+        assert [pid for pid in workers if os.path.exists("/proc/%d" % pid)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
