@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Optional, TypeVar
 
@@ -150,9 +152,10 @@ def _is_deadlock(err: sa.exc.DBAPIError) -> bool:
 class Database:
     """The host-state database at ``connection``.
 
-    Safe to share between threads; every process opens its own (an engine
-    does not survive ``fork``). Opening checks the schema version and
-    creates the tables in an empty database.
+    Safe to share between threads; every process opens its own, or, forked
+    with its parent's, opens connections of its own at its first statement
+    (:meth:`_forked`). Opening checks the schema version and creates the
+    tables in an empty database.
 
     :param connection: an SQLAlchemy URL: ``sqlite:////abs/file`` (created
         0600 when missing), ``sqlite://`` (in memory, this object only),
@@ -217,6 +220,10 @@ class Database:
         except BaseException:
             self.engine.dispose()
             raise
+        #: What a forked child inherited of its parent's pools (kept, never
+        #: used: :meth:`_forked`).
+        self._parents: list[Any] = []
+        _DATABASES.add(self)
         try:
             #: How waiters are woken (None: they poll).
             self.push: Optional[notify.Push] = push_backends.choose(
@@ -235,6 +242,22 @@ class Database:
         self.engine.dispose()
         if self.single_engine is not None:
             self.single_engine.dispose()
+
+    def _forked(self) -> None:
+        """In a child forked with this object: the pooled connections of
+        both engines (the transactions' and the heartbeat's) are the
+        parent's sockets, its sessions on the server. The child opens its
+        own (SQLAlchemy's ``dispose(close=False)`` for a forked child) and
+        keeps the parent's from the garbage collector, whose close would
+        end the parent's sessions. The broker push forgets the parent's
+        threads likewise (:mod:`~compute_plugins.hoststate.broker`). An
+        in-memory SQLite database is its one connection: kept."""
+        if self._memory:
+            return
+        for engine in (self.engine, self.single_engine):
+            if engine is not None:
+                self._parents.append(engine.pool)
+                engine.dispose(close=False)
 
     @property
     def pushes(self) -> bool:
@@ -362,6 +385,18 @@ class Database:
                     raise
                 LOG.debug("host-state store: deadlock, attempt %d: %s", attempt, err)
         raise AssertionError("unreachable")
+
+
+#: Every Database of this process (their pools forgotten in a forked child).
+_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for db in list(_DATABASES):
+        db._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class OnDatabase:

@@ -37,6 +37,7 @@ import hashlib
 import os
 import select
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional, Protocol
 
@@ -462,6 +463,20 @@ class PgPush:
         self._safety = safety_poll_interval
         self._listener: Optional[Listener] = None
         self._lock = threading.Lock()
+        #: What a forked child inherited of its parent (kept, never used).
+        self._parents: list[Any] = []
+        _PG_PUSHES.add(self)
+
+    def _forked(self) -> None:
+        """In a child forked with this object: the parent's listener
+        thread is not here (a subscription waited for it for ever) and its
+        connection is the parent's socket: forget it (kept from the garbage
+        collector, whose close would end the parent's session), so that the
+        child listens on a connection of its own (as the broker push does:
+        :mod:`~compute_plugins.hoststate.broker`)."""
+        self._parents.append(self._listener)
+        self._listener = None
+        self._lock = threading.Lock()
 
     def send(self, conn: Connection, channels: Sequence[str], payload: str) -> bool:
         send(conn, channels, payload)
@@ -481,6 +496,19 @@ class PgPush:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
+
+
+#: Every PgPush of this process (forgetting their parent's listener in a
+#: forked child).
+_PG_PUSHES: weakref.WeakSet[PgPush] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for push in list(_PG_PUSHES):
+        push._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: The in-process hubs (``fake://``), one per store URL in this process:

@@ -6,6 +6,7 @@ several machines are."""
 from __future__ import annotations
 
 import multiprocessing
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -276,3 +277,95 @@ def test_a_heartbeat_is_one_statement_on_postgresql(url, backend):
             assert s.get_lease("beat").epoch == taken.epoch
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_forked_child_uses_database_sessions_of_its_own(url, backend):
+    """review (merge of the broker push and the one-statement heartbeat): a
+    process forked with its parent's store (the broker push forgets the
+    parent's threads for it) ran its writes and its heartbeats on the
+    parent's pooled sockets (two processes' statements interleaved on one
+    session), and closing its store ended the parent's sessions. The child
+    opens sessions of its own and leaves the parent's alone."""
+    import os
+
+    pid = sa.text("SELECT pg_backend_pid()")
+    with hoststate.HostStateStore(url, push=False) as store:
+        lease = store.acquire_lease("forked", "node-f", "pid 1 on m1", 60)
+
+        def sessions() -> tuple[int, int]:
+            with store.db.write() as conn:
+                writer = conn.execute(pid).scalar()
+            return writer, store.db.single(lambda conn: conn.execute(pid).scalar())
+
+        store.renew_lease(lease, 60)
+        parent = sessions()
+        ctx = multiprocessing.get_context("fork")
+        answers = ctx.Queue()
+
+        def child() -> None:
+            try:
+                answers.put(sessions())
+                store.renew_lease(lease, 60)
+                store.close()
+                answers.put("closed")
+            except BaseException as err:  # noqa: BLE001 - said to the parent
+                answers.put(repr(err))
+            finally:
+                answers.close()
+                answers.join_thread()  # NOTE: flushed before os._exit
+                os._exit(0)
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        proc.join(60)
+        mine = answers.get(timeout=5)
+        assert answers.get(timeout=5) == "closed"
+        assert not set(mine) & set(parent), (mine, parent)
+        assert sessions() == parent
+        assert store.renew_lease(lease, 60).epoch == lease.epoch
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_forked_childs_waiters_are_woken_by_listen_notify(url, backend):
+    """review: a process forked with its parent's store on PostgreSQL kept
+    the parent's LISTEN hub, whose thread is not in the child and whose
+    connection is the parent's socket: a waiter's subscription in the
+    child waited for that thread for ever (the agent hung). The child
+    listens on a connection of its own, as with a broker."""
+    import os
+
+    from compute_plugins.hoststate import notify
+
+    with hoststate.HostStateStore(url, safety_poll_interval=600.0) as store:
+        sub = store.host_changes("parent")
+        assert sub is not None
+        ctx = multiprocessing.get_context("fork")
+        answers = ctx.Queue()
+
+        def child() -> None:
+            try:
+                mine = store.host_changes("child")
+                assert mine is not None
+                for _ in range(200):
+                    if mine.live:
+                        break
+                    time.sleep(0.05)
+                with store.db.write() as conn:
+                    store.db.wake(conn, [notify.host_channel("child")], "x")
+                answers.put(mine.wait(10.0))
+            except BaseException as err:  # noqa: BLE001 - said to the parent
+                answers.put(repr(err))
+            finally:
+                answers.close()
+                answers.join_thread()  # NOTE: flushed before os._exit
+                os._exit(0)
+
+        proc = ctx.Process(target=child)
+        proc.start()
+        proc.join(60)
+        assert answers.get(timeout=5) is True
+        with store.db.write() as conn:  # the parent's listener still works
+            store.db.wake(conn, [notify.host_channel("parent")], "x")
+        assert sub.wait(10.0)
+        sub.close()
