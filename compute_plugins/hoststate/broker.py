@@ -60,7 +60,6 @@ import re
 import socket
 import threading
 import uuid
-import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 from urllib.parse import quote, unquote, urlsplit
@@ -69,6 +68,7 @@ from oslo_log import log as logging
 from sqlalchemy.engine import Connection
 
 from compute_plugins.hoststate import notify
+from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class BrokerPush:
         self._closed = False
         #: What a forked child inherited of its parent (kept, never used).
         self._parents: list[Any] = []
-        _PUSHES.add(self)
+        forks.renew_in_child(self)
 
     def _forked(self) -> None:
         """In a child forked with this object: the parent's threads are not
@@ -406,18 +406,6 @@ class BrokerPush:
                 return  # NOTE: it drops the connection when it ends
         with self._control_lock:
             self._drop_control()
-
-
-#: Every BrokerPush of this process (forgetting their parent's in a forked child).
-_PUSHES: weakref.WeakSet[BrokerPush] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for push in list(_PUSHES):
-        push._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BrokerListener(notify.Hub):

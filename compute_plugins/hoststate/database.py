@@ -17,9 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import os
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Optional, TypeVar
 
@@ -31,6 +29,7 @@ from compute_plugins.hoststate import engine as engines
 from compute_plugins.hoststate import errors, notify, schema
 from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.records import AgentLease
+from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
 
@@ -223,7 +222,7 @@ class Database:
         #: What a forked child inherited of its parent's pools (kept, never
         #: used: :meth:`_forked`).
         self._parents: list[Any] = []
-        _DATABASES.add(self)
+        forks.renew_in_child(self)
         try:
             #: How waiters are woken (None: they poll).
             self.push: Optional[notify.Push] = push_backends.choose(
@@ -385,18 +384,6 @@ class Database:
                     raise
                 LOG.debug("host-state store: deadlock, attempt %d: %s", attempt, err)
         raise AssertionError("unreachable")
-
-
-#: Every Database of this process (their pools forgotten in a forked child).
-_DATABASES: weakref.WeakSet[Database] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for db in list(_DATABASES):
-        db._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class OnDatabase:

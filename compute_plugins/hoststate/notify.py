@@ -37,13 +37,14 @@ import hashlib
 import os
 import select
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional, Protocol
 
 import sqlalchemy as sa
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection, Engine
+
+from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
 
@@ -465,7 +466,7 @@ class PgPush:
         self._lock = threading.Lock()
         #: What a forked child inherited of its parent (kept, never used).
         self._parents: list[Any] = []
-        _PG_PUSHES.add(self)
+        forks.renew_in_child(self)
 
     def _forked(self) -> None:
         """In a child forked with this object: the parent's listener
@@ -496,19 +497,6 @@ class PgPush:
             listener, self._listener = self._listener, None
         if listener is not None:
             listener.close()
-
-
-#: Every PgPush of this process (forgetting their parent's listener in a
-#: forked child).
-_PG_PUSHES: weakref.WeakSet[PgPush] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for push in list(_PG_PUSHES):
-        push._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 #: The in-process hubs (``fake://``), one per store URL in this process:
