@@ -80,6 +80,17 @@ sys.meta_path.insert(0, InterruptedImport())
 """
 
 
+#: Says "started" when the entry point begins importing the command line.
+_STARTED_IN_THE_ENTRY_POINT = """
+import sys
+class Started:
+    def find_spec(self, name, path=None, target=None):
+        if name == "compute_plugins.cmd.main":
+            print("started", flush=True)
+sys.meta_path.insert(0, Started())
+"""
+
+
 def test_ctrl_c_while_the_script_imports_the_command_line_is_exit_130():
     import subprocess
     import sys
@@ -105,10 +116,13 @@ def test_ctrl_c_at_any_moment_of_the_start_is_no_traceback():
 
     flavor = Path(__file__).parents[2] / "examples" / "fit" / "nfv.medium.json"
     seen = []
-    # NOTE: "started" once the script imported the entry point (the
-    # compute_plugins and compute_plugins.cmd packages, a millisecond of
-    # nothing but the import machinery), right before calling it.
-    script = _console_script().replace("sys.exit(", "print('started', flush=True)\nsys.exit(")
+    # NOTE: "started" once the entry point runs: when it starts importing
+    # the command line (inside its guard). Printed by the script right
+    # before calling the entry point, a signal could land in the few
+    # bytecodes between the two, a window no program can guard (it failed
+    # so at delay 0 under load).
+    script = _STARTED_IN_THE_ENTRY_POINT + _console_script().replace(
+        "sys.exit(", "assert 'compute_plugins.cmd.main' not in sys.modules\nsys.exit(")
     for delay in (0, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.45):
         proc = subprocess.Popen([sys.executable, "-c", script,
                                  "validate", "--flavor", str(flavor)],
