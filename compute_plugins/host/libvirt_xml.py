@@ -60,7 +60,22 @@ class NetInterface:
     parent: Optional[str] = None
 
 
-NodeDevice = Union[PCIDevice, Mdev, NetInterface]
+@dataclasses.dataclass(frozen=True)
+class VDPADevice:
+    """A ``<capability type='vdpa'>`` node device: a vDPA device on a VF
+    (``vdpa_vdpa0``, its ``<chardev>`` ``/dev/vhost-vdpa-0``).
+
+    Only used to mark its parent PCI device (the VF) as a vDPA device
+    (``PCIDevice.vdpa_dev``), as nova's ``Host._get_pcidev_info`` does.
+    """
+
+    name: str
+    chardev: str
+    #: Address of the parent PCI device (the VF), ``None`` when not a PCI device.
+    parent: Optional[str] = None
+
+
+NodeDevice = Union[PCIDevice, Mdev, NetInterface, VDPADevice]
 
 # libvirt's scaled-integer units (virScaleInteger), as bytes.
 _UNITS = {
@@ -360,7 +375,8 @@ def parse_node_device(
 
     :returns: a :class:`PCIDevice` for ``<capability type='pci'>``, an
         :class:`Mdev` for ``<capability type='mdev'>``, a
-        :class:`NetInterface` for ``<capability type='net'>``, ``None`` for
+        :class:`NetInterface` for ``<capability type='net'>``, a
+        :class:`VDPADevice` for ``<capability type='vdpa'>``, ``None`` for
         every other kind of device (system, drm, scsi, ...).
     :raises HostDataError: malformed or incomplete document.
     """
@@ -388,6 +404,17 @@ def parse_node_device(
             return NetInterface(
                 name=name,
                 interface=interface,
+                parent=address_from_name(_text(root.find("parent"))),
+            )
+        if kind == "vdpa":
+            chardev = _text(capability.find("chardev"))
+            if chardev is None:
+                raise HostDataError(
+                    f"{source} ({name})", "vdpa capability has no <chardev>"
+                )
+            return VDPADevice(
+                name=name,
+                chardev=chardev,
                 parent=address_from_name(_text(root.find("parent"))),
             )
     return None
@@ -566,7 +593,9 @@ def host_info_from_xml(
     the host. With ``skip_bad_devices=False`` it is an error.
 
     ``<capability type='net'>`` devices name the netdevs of their parent PCI
-    device (``PCIDevice.netdevs``); udev may add more later.
+    device (``PCIDevice.netdevs``); udev may add more later. A
+    ``<capability type='vdpa'>`` device makes its parent PCI device (a VF)
+    a vDPA device (``PCIDevice.vdpa_dev``, its ``<chardev>``).
 
     :param nodedev_xmls: ``{source label: XML}``, one entry per device.
     :param memory_kb: host memory; when ``None`` it is the sum of the cells'
@@ -593,6 +622,7 @@ def host_info_from_xml(
     pci: dict[str, PCIDevice] = {}
     mdevs: dict[tuple[Optional[str], str], Mdev] = {}
     netdevs: dict[str, list[str]] = {}
+    vdpa: dict[str, VDPADevice] = {}
     for label, text in sorted(nodedev_xmls.items()):
         bad: Optional[HostDataError] = None
         try:
@@ -620,6 +650,14 @@ def host_info_from_xml(
             names = netdevs.setdefault(device.parent, [])
             if device.interface not in names:
                 names.append(device.interface)
+        elif isinstance(device, VDPADevice) and device.parent:
+            if device.parent in vdpa:
+                LOG.warning("%s: PCI device %s has vDPA devices %s and %s; "
+                            "%s kept", label, device.parent,
+                            vdpa[device.parent].name, device.name,
+                            vdpa[device.parent].name)
+                continue
+            vdpa[device.parent] = device
     for address, names in netdevs.items():
         if address in pci:
             known = pci[address].netdevs
@@ -627,6 +665,9 @@ def host_info_from_xml(
                 pci[address],
                 netdevs=known + tuple(n for n in names if n not in known),
             )
+    for address, found in vdpa.items():
+        if address in pci:
+            pci[address] = dataclasses.replace(pci[address], vdpa_dev=found.chardev)
     if (
         memory_kb is None
         and cells

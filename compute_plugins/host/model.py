@@ -91,6 +91,11 @@ class PCIDevice:
     #: Kernel network interface name(s) of the device (``ens1f0``): from
     #: libvirt's ``<capability type='net'>`` node devices, then udev.
     netdevs: tuple[str, ...] = ()
+    #: The vhost-vdpa character device (``/dev/vhost-vdpa-0``) of a VF bound
+    #: to a vDPA driver: the ``<chardev>`` of the ``<capability type='vdpa'>``
+    #: node device whose parent this device is. nova calls such a VF a
+    #: ``vdpa`` device (``PciDeviceType.VDPA``): only a ``vdpa`` port gets it.
+    vdpa_dev: Optional[str] = None
 
     @property
     def is_pf(self) -> bool:

@@ -227,6 +227,7 @@ class PluginProviderTreeMixin:
             claimed = {rp: {rc: int(n) for rc, n in (body.get("resources") or {}).items()}
                        for rp, body in allocations.items()}
             decided = {rp: dict(res) for rp, res in decision.allocations.items()}
+            claimed = self._plugin_this_host(claimed, decided)
             if claimed != decided:
                 problems.append("Placement holds %s, the decision takes %s"
                                 % (claimed, decided))
@@ -238,6 +239,22 @@ class PluginProviderTreeMixin:
             raise DecisionRefused(reason=reason)
         self._plugin_carry(instance, spec, host)
         return spec
+
+    def _plugin_this_host(self, claimed: dict[str, dict[str, int]],
+                          decided: dict[str, dict[str, int]]
+                          ) -> dict[str, dict[str, int]]:
+        """``claimed`` less the providers of other hosts: those neither in
+        this host's provider tree (``self.provider_tree``, nova's, kept at
+        each ``update_provider_tree``) nor in the decision. An evacuation's
+        allocation keeps the source host's providers under the instance
+        (nova frees them when the source's compute service comes back);
+        they are not this host's to compare. Without a tree, all of
+        ``claimed``."""
+        tree = getattr(self, "provider_tree", None)
+        if tree is None:
+            return claimed
+        return {rp: res for rp, res in claimed.items()
+                if rp in decided or tree.exists(rp)}
 
     def _plugin_verify(self, context: Any, instance: Any, spec: RequestSpec,
                        host: str) -> list[str]:
@@ -423,8 +440,9 @@ class PluginProviderTreeMixin:
           nova's driver counts them, so an offline CPU is never offered;
         - the node devices nova lists itself (``Host.list_pci_devices``,
           ``Host.list_mediated_devices``), each dumped with
-          ``Host.device_lookup_by_name``: the same devices nova's PCI and
-          vGPU code see;
+          ``Host.device_lookup_by_name``, and the vDPA devices
+          (``Host.list_all_devices`` with libvirt's ``CAP_VDPA``, as nova's
+          driver lists them): the same devices nova's PCI and vGPU code see;
         - the memory (``Host.get_memory_mb_total``) and CPU count;
         - the disk from the driver's ``_get_local_gb_info`` (nova's
           ``[libvirt] images_type`` aware measure), so DISK_GB is what
@@ -443,6 +461,13 @@ class PluginProviderTreeMixin:
             "nova libvirt nodedev %s" % name:
                 host.device_lookup_by_name(name).XMLDesc(0)
             for name in names}
+        # NOTE: the vDPA devices as nova's driver lists them
+        # (_get_pci_passthrough_devices), with the libvirt module nova's
+        # host uses: their parent VF is a vdpa device.
+        from nova.virt.libvirt import host as nova_host
+        cap_vdpa = nova_host.libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_VDPA
+        for dev in host.list_all_devices(cap_vdpa):
+            nodedevs["nova libvirt nodedev %s" % dev.name()] = dev.XMLDesc(0)
         info = libvirt_xml.host_info_from_xml(
             hostname=nodename, source="nova libvirt driver",
             capabilities_xml=conn.getCapabilities(),

@@ -163,6 +163,9 @@ TOPOLOGY_NODE_TRAIT = os_traits.HW_NUMA_ROOT
 
 #: Trait of an SR-IOV PF that serves ``vnic_type=direct`` (and macvtap) ports.
 VNIC_TYPE_DIRECT = custom_name("VNIC_TYPE", "DIRECT")
+#: Trait of an SR-IOV PF with VFs bound to a vDPA driver: it serves
+#: ``vnic_type=vdpa`` ports.
+VNIC_TYPE_VDPA = custom_name("VNIC_TYPE", "VDPA")
 
 
 def physnet_trait(physnet: str) -> str:

@@ -51,7 +51,8 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     name = "sriov"
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
     #: AliasRequest vendor/product/device type; host states.
-    version = "1.1"
+    #: 1.2: ``vdpa`` ports (PortRequest vnic_type vdpa, VFAssignment vdpa_dev).
+    version = "1.2"
     request_type = SRIOVRequest
     assignment_type = SRIOVAssignment
     state_type = SRIOVState
@@ -95,8 +96,8 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
         return provider.contributions(view, nodename)
 
     def parse_request(self, request_input: Any) -> Optional[sriov_request.SRIOVRequest]:
-        """Direct ports, ``pci_passthrough:alias`` (``[pci] alias``) and
-        ``hw:pci_numa_affinity_policy``."""
+        """Direct, macvtap and vdpa ports, ``pci_passthrough:alias``
+        (``[pci] alias``) and ``hw:pci_numa_affinity_policy``."""
         return sriov_request.parse(request_input, pci_conf.load_aliases(self.conf))
 
     def request_groups(

@@ -6,11 +6,14 @@ NUMA-affine first (:mod:`compute_plugins.plugin.topology`), then by address, the
 next ones tried when the best choices leave a later port without a PF
 (:func:`compute_plugins.plugin.choice.first_fit`). A PF
 serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
-free VF (with a network interface for a ``macvtap`` port), the port's
+free VF of the port's kind (a VF bound to a vDPA driver for a ``vdpa``
+port, another VF for the others, with a network interface for a
+``macvtap`` port), the port's
 minimum bandwidth fits what the PF has left per direction, and the NUMA
 affinity policy (``hw:pci_numa_affinity_policy``, default ``legacy``)
-allows it. The VF is the PF's first free one in VF order; the physnet and
-the bandwidth are recorded in the assignment (the host state sums them).
+allows it. The VF is the PF's first usable free one in VF order; the
+physnet, the bandwidth and a ``vdpa`` port's vhost-vdpa device are recorded
+in the assignment (the host state sums the bandwidth).
 
 **Aliases** (``pci_passthrough:alias``, in the request's order): ``count``
 free devices the alias matches (:mod:`resources.sriov.alias`), NUMA-affine
@@ -47,6 +50,7 @@ from compute_plugins.request.types import FrozenMap
 from resources.sriov import alias as alias_rules
 from resources.sriov import alias_fit
 from resources.sriov.request import (
+    VDPA,
     AliasRequest,
     DeviceAssignment,
     PortRequest,
@@ -75,10 +79,33 @@ def _port_name(port: PortRequest) -> str:
 
 def _usable_vfs(pf: PFState, port: PortRequest,
                 taken: frozenset[str]) -> tuple[VFView, ...]:
+    """The free VFs of ``pf`` that can serve ``port``: a vDPA VF for a
+    ``vdpa`` port, another VF for the others (with a network interface for
+    a ``macvtap`` port), as nova's PCI stats keep ``vdpa`` devices for
+    ``vdpa`` requests only."""
     free = pf.free_vfs(taken)
+    if port.vnic_type == VDPA:
+        return tuple(vf for vf in free if vf.vdpa_dev)
+    free = tuple(vf for vf in free if not vf.vdpa_dev)
     if port.vnic_type == MACVTAP:
         return tuple(vf for vf in free if vf.netdev)
     return free
+
+
+def _unusable(pf_name: str, pf: PFState, port: PortRequest,
+              taken: frozenset[str]) -> str:
+    """Why none of the free VFs of ``pf`` can serve ``port``."""
+    free = pf.free_vfs(taken)
+    if port.vnic_type == VDPA:
+        return ("%s has %d free VFs and none is a vDPA device, vdpa %s needs "
+                "one" % (pf_name, len(free), _port_name(port)))
+    plain = [vf for vf in free if not vf.vdpa_dev]
+    if not plain:
+        return ("%s has %d free VFs, all vDPA devices (for vdpa ports), %s %s "
+                "needs another" % (pf_name, len(free), port.vnic_type,
+                                   _port_name(port)))
+    return ("%s has %d free VFs and none has a network interface, "
+            "macvtap %s needs one" % (pf_name, len(plain), _port_name(port)))
 
 
 def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
@@ -95,8 +122,7 @@ def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
         return "%s has 0 of %d VFs free, %s needs 1" % (
             name, len(pf.vfs), _port_name(port))
     if not _usable_vfs(pf, port, taken):
-        return ("%s has %d free VFs and none has a network interface, "
-                "macvtap %s needs one" % (name, len(free), _port_name(port)))
+        return _unusable(name, pf, port, taken)
     for what, need, capacity, used in (
             ("egress", port.min_kbps_egress, pf.egress_kbps,
              pf.used_egress_kbps + egress),
@@ -390,7 +416,8 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
             requester_id=port.requester_id, provider_uuid=pf.provider_uuid,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
             physnet=port.physnet, egress_kbps=port.min_kbps_egress,
-            ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or ""))
+            ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or "",
+            vdpa_dev=(vf.vdpa_dev or "") if port.vnic_type == VDPA else ""))
     port_vfs = frozenset(vf.vf_address for vf in vfs)
     chosen = _alias_devices(state, request, alias_affinity, placement, budget,
                             port_vfs)
@@ -440,12 +467,27 @@ def _verify_port(state: SRIOVState, port: PortRequest, vf: VFAssignment,
             why = "VF %s of PF %s (%s) is used by another guest" % (
                 vf.vf_address, pf.address, _port_name(port))
         elif function not in _usable_vfs(pf, port, taken):
-            why = "VF %s of PF %s has no network interface, macvtap %s needs one" % (
-                vf.vf_address, pf.address, _port_name(port))
+            if port.vnic_type == VDPA:
+                why = "VF %s of PF %s is not a vDPA device, vdpa %s needs one" % (
+                    vf.vf_address, pf.address, _port_name(port))
+            elif function.vdpa_dev:
+                why = "VF %s of PF %s is a vDPA device (%s), %s %s needs another" % (
+                    vf.vf_address, pf.address, function.vdpa_dev,
+                    port.vnic_type, _port_name(port))
+            else:
+                why = "VF %s of PF %s has no network interface, macvtap %s needs one" % (
+                    vf.vf_address, pf.address, _port_name(port))
         elif (function.netdev or "") != vf.vf_netdev:
             why = "VF %s of %s has network interface %s, the assignment says %s" % (
                 vf.vf_address, _port_name(port), function.netdev or "none",
                 vf.vf_netdev or "none")
+        elif port.vnic_type == VDPA and function.vdpa_dev != vf.vdpa_dev:
+            why = "VF %s of %s has vDPA device %s, the assignment says %s" % (
+                vf.vf_address, _port_name(port), function.vdpa_dev,
+                vf.vdpa_dev or "none")
+        elif port.vnic_type != VDPA and vf.vdpa_dev:
+            why = "the assignment gives %s %s vDPA device %s" % (
+                port.vnic_type, _port_name(port), vf.vdpa_dev)
     return None if why is None else Rejection(why, pf.provider_uuid)
 
 

@@ -17,6 +17,13 @@ As nova's libvirt driver writes them (``vif.get_config_hw_veb``,
       <model type="virtio"/><driver name="vhost"/>
     </interface>
 
+- a ``vdpa`` port's VF, by its vhost-vdpa device
+  (``designer.set_vif_host_backend_vdpa_config``)::
+
+    <interface type="vdpa">
+      <source dev="/dev/vhost-vdpa-3"/>
+    </interface>
+
 - an alias device::
 
     <hostdev mode="subsystem" type="pci" managed="yes">
@@ -33,7 +40,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
-from resources.sriov.request import SRIOVAssignment, SRIOVRequest
+from resources.sriov.request import VDPA, SRIOVAssignment, SRIOVRequest
 
 MACVTAP = "macvtap"
 
@@ -63,6 +70,13 @@ def macvtap_interface(netdev: str) -> str:
     return ET.tostring(interface, encoding="unicode")
 
 
+def vdpa_interface(vdpa_dev: str) -> str:
+    """A ``vdpa`` port's ``<interface type="vdpa">`` on its vhost-vdpa device."""
+    interface = ET.Element("interface", {"type": "vdpa"})
+    ET.SubElement(interface, "source", {"dev": vdpa_dev})
+    return ET.tostring(interface, encoding="unicode")
+
+
 def pci_hostdev(address: str) -> str:
     """An alias device's ``<hostdev type="pci">``."""
     hostdev = ET.Element("hostdev", {"mode": "subsystem", "type": "pci",
@@ -80,6 +94,8 @@ def fragments(request: SRIOVRequest,
     for vf in assignment.vfs:
         if vnic.get(vf.requester_id) == MACVTAP:
             xml = macvtap_interface(vf.vf_netdev)
+        elif vnic.get(vf.requester_id) == VDPA:
+            xml = vdpa_interface(vf.vdpa_dev)
         else:
             xml = vf_interface(vf.vf_address)
         result.append(GuestFragment("devices", xml))

@@ -3,7 +3,9 @@
 Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.plugin.devices`)
 or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
 ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
-``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped.
+``CUSTOM_VNIC_TYPE_DIRECT`` (some VF is not a vDPA device),
+``CUSTOM_VNIC_TYPE_VDPA`` (some VF is) and ``CUSTOM_PHYSNET_<PHYSNET>``
+when mapped.
 
 With ``[pci] report_in_placement`` the alias devices get nova's providers
 too (:mod:`resources.sriov.placement`).
@@ -40,7 +42,13 @@ def contributions(view: SRIOVView,
     result = []
     result.extend(placement.contributions(view.devices, nodename))
     for pf in view.pfs:
-        traits = {names.VNIC_TYPE_DIRECT}
+        # NOTE: a PF serves direct (and macvtap) ports with its VFs that are
+        # not vDPA devices, vdpa ports with the others.
+        traits = set()
+        if pf.vfs > pf.vdpa_vfs:
+            traits.add(names.VNIC_TYPE_DIRECT)
+        if pf.vdpa_vfs:
+            traits.add(names.VNIC_TYPE_VDPA)
         if pf.physnet:
             traits.add(names.physnet_trait(pf.physnet))
         result.append(ProviderContribution(

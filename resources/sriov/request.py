@@ -4,7 +4,10 @@
   on its physical network: group ``_PORT<N>`` (N = the port's position) with
   ``SRIOV_NET_VF:1``, its minimum bandwidth (``NET_BW_EGR_KILOBIT_PER_SEC`` /
   ``NET_BW_IGR_KILOBIT_PER_SEC``), traits ``CUSTOM_PHYSNET_<PHYSNET>`` and
-  ``CUSTOM_VNIC_TYPE_DIRECT``. Other SR-IOV vnic types are refused (a
+  ``CUSTOM_VNIC_TYPE_DIRECT``. A ``vdpa`` port needs one VF bound to a vDPA
+  driver (nova's ``dev_type`` ``vdpa``) the same way, with trait
+  ``CUSTOM_VNIC_TYPE_VDPA`` instead. Other SR-IOV vnic types
+  (``direct-physical``: a whole PF; ``remote-managed``...) are refused (a
   vnic_type neutron does not know is refused by the framework).
 - ``pci_passthrough:alias=<name>:<count>[,...]`` against ``[pci] alias``
   (:mod:`compute_plugins.conf.pci`): group ``_PCI<N>`` with
@@ -43,9 +46,11 @@ ALIAS_PATTERN = r"[^:]+:\d{1,4}(?:\s*,\s*[^:]+:\d{1,4})*"
 #: nova's ``\s*,\s*[^:]+`` splits them 2**n ways on ``a:1 , a:1 , ...:``,
 #: exponential time): the blanks after the comma are the name's.
 ALIAS_MATCH = r"[^:]+:\d{1,4}(?:\s*,[^:]+:\d{1,4})*"
-VF_VNIC_TYPES = ("direct", "macvtap")
+#: A ``vdpa`` port's VF is bound to a vDPA driver (nova's ``dev_type`` ``vdpa``).
+VDPA = "vdpa"
+VF_VNIC_TYPES = ("direct", "macvtap", VDPA)
 #: vnic types that need a device this plugin does not provide.
-UNSUPPORTED_VNIC_TYPES = ("direct-physical", "vdpa", "remote-managed",
+UNSUPPORTED_VNIC_TYPES = ("direct-physical", "remote-managed",
                           "accelerator-direct", "accelerator-direct-physical")
 SOCKET_TRAIT = devices.SOCKET_TRAIT
 
@@ -103,6 +108,8 @@ class VFAssignment:
         taken from the PF's.
     :param vf_netdev: the VF's network interface (a ``macvtap`` port's
         ``<source dev>``), "" when unknown.
+    :param vdpa_dev: a ``vdpa`` port's vhost-vdpa device (its
+        ``<source dev>``, ``/dev/vhost-vdpa-0``), "" for other ports.
     """
 
     requester_id: str
@@ -114,6 +121,7 @@ class VFAssignment:
     egress_kbps: int = 0
     ingress_kbps: int = 0
     vf_netdev: str = ""
+    vdpa_dev: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +163,8 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
         if port.vnic_type in UNSUPPORTED_VNIC_TYPES:
             ri.report("vnic_type", port.vnic_type, "vnic_type %s is not "
                       "supported: the sriov plugin provides VFs (vnic_type "
-                      "%s)" % (port.vnic_type, " or ".join(VF_VNIC_TYPES)), source)
+                      "%s or %s)" % (port.vnic_type, ", ".join(VF_VNIC_TYPES[:-1]),
+                                      VF_VNIC_TYPES[-1]), source)
             continue
         if port.vnic_type not in VF_VNIC_TYPES:
             continue
@@ -225,7 +234,8 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
         groups.append(RequestGroup(
             requester_id=port.requester_id, resources=FrozenMap(resources),
             required_traits=frozenset({names.physnet_trait(port.physnet),
-                                       names.VNIC_TYPE_DIRECT}),
+                                       names.VNIC_TYPE_VDPA if port.vnic_type == VDPA
+                                       else names.VNIC_TYPE_DIRECT}),
             owner=PLUGIN, kind=KIND_DEVICE,
             affinity=port_affinity_policy(req)))
     for alias in req.aliases:

@@ -21,7 +21,10 @@ def describe(request: SRIOVRequest, assignment: SRIOVAssignment) -> list[str]:
             what = "alias %s" % alias.name
         else:
             what = vf.requester_id
-        if vf.vf_address:
+        if vf.vf_address and vf.vdpa_dev:
+            lines.append("%s -> VF %s (vDPA %s) of PF %s" % (
+                what, vf.vf_address, vf.vdpa_dev, vf.pf_address))
+        elif vf.vf_address:
             lines.append("%s -> VF %s of PF %s" % (what, vf.vf_address, vf.pf_address))
         else:
             lines.append("%s -> %s" % (what, vf.pf_address))

@@ -38,14 +38,17 @@ PF's VFs (address and network interface: the first ``vfs`` of libvirt's
 list, in VF order), the host cells' sockets (NUMA affinity ``socket``), and
 the *alias devices*: every PCI device a configured ``[pci] alias`` matches
 (:mod:`resources.sriov.alias`), except the NICs' PFs above and their VFs
-(they serve ports) and devices that offer mdev types or whose VFs do (the
-``vgpu`` plugin's).
+(they serve ports), devices that offer mdev types or whose VFs do (the
+``vgpu`` plugin's) and VFs bound to a vDPA driver (a ``<capability
+type='vdpa'>`` node device is their child: ``PCIDevice.vdpa_dev``), which
+serve ``vdpa`` ports only, as nova's PCI stats keep ``vdpa`` devices from
+every request that does not ask ``dev_type`` ``vdpa``.
 
 nova's ``[pci] device_spec`` (:mod:`resources.sriov.devspec`), when set,
 says which devices may be given (nova's whitelist):
 
 - alias devices are the devices a spec matches (a NIC's PF and VFs
-  included; never a device offering mdev types), each with the tags of the
+  included; never a device offering mdev types, nor a vDPA VF), each with the tags of the
   first spec it matches: its resource class (the spec's ``resource_class``,
   else ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``) and traits, and ``managed``;
 - a PF that ``physical_device_mappings`` does not name serves ports with
@@ -99,10 +102,14 @@ class InvalidSRIOVConfig(InvalidOptionValue):
 
 @dataclasses.dataclass(frozen=True)
 class VFView:
-    """One VF of a PF: its address and network interface (if known)."""
+    """One VF of a PF: its address, network interface (if known) and, for a
+    VF bound to a vDPA driver, its vhost-vdpa device (``/dev/vhost-vdpa-0``):
+    such a VF serves ``vdpa`` ports only, the others ``direct`` and
+    ``macvtap`` ports only (nova's ``dev_type`` ``vdpa`` / ``type-VF``)."""
 
     address: str
     netdev: Optional[str] = None
+    vdpa_dev: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +125,11 @@ class PFView:
     cell: Optional[int] = None
     #: The VFs whose address is known (at most ``vfs``), in VF order.
     functions: tuple[VFView, ...] = ()
+
+    @property
+    def vdpa_vfs(self) -> int:
+        """How many of its VFs are vDPA devices."""
+        return sum(1 for vf in self.functions if vf.vdpa_dev)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +346,7 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
 def _vf_view(host: HostInfo, address: str) -> VFView:
     device = host.pci_device(address)
     netdev = device.netdevs[0] if device is not None and device.netdevs else None
-    return VFView(address, netdev)
+    return VFView(address, netdev, device.vdpa_dev if device is not None else None)
 
 
 def _offers_mdevs(device: PCIDevice, host: HostInfo) -> bool:
@@ -364,7 +376,7 @@ def alias_devices(conf: cfg.ConfigOpts, host: HostInfo, pfs: list[PFView],
     for device in sorted(host.pci_devices, key=lambda d: d.address):
         if device.address in nic_pfs or device.phys_function in nic_pfs:
             continue
-        if _offers_mdevs(device, host):
+        if _offers_mdevs(device, host) or device.vdpa_dev:
             continue
         kind = alias_rules.device_type(device)
         if all(alias_rules.mismatch(a, device.vendor_id, device.product_id, kind)
@@ -389,7 +401,7 @@ def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
     """
     devices = []
     for device in sorted(host.pci_devices, key=lambda d: d.address):
-        if _offers_mdevs(device, host):
+        if _offers_mdevs(device, host) or device.vdpa_dev:
             continue
         spec = devspec.first_match(specs, device, host)
         if spec is None or (in_placement and spec.physical_network):

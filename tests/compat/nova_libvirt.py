@@ -68,11 +68,11 @@ class NovaLibvirt(fixtures.Fixture):
             return_value=dict(LOCAL_GB)))
 
     def connect(self, hostname: str, host_info: Any = None, pci_info: Any = None,
-                mdev_info: Any = None) -> Any:
+                mdev_info: Any = None, vdpa_info: Any = None) -> Any:
         """A fresh ``fakelibvirt.Connection`` as the host's libvirt."""
         self.connection = fakelibvirt.Connection(
             "qemu:///system", host_info=host_info, pci_info=pci_info,
-            mdev_info=mdev_info, hostname=hostname)
+            mdev_info=mdev_info, vdpa_info=vdpa_info, hostname=hostname)
         return self.connection
 
     def services(self) -> Any:

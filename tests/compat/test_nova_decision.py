@@ -449,6 +449,29 @@ def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, cap
     assert instance in caplog.text
 
 
+def test_another_hosts_allocation_is_not_compared(world, three, caplog):
+    # an evacuation: nova's allocation of the instance keeps the source
+    # host's providers (nova frees them when the source comes back) next to
+    # the decided ones on this host; the decision holds on this host
+    instance = three["instances"][1]
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    claimed = {rp: {"resources": res}
+               for rp, res in world.allocations(instance).items()}
+    source = str(uuid.uuid4())
+    assert not world.driver.provider_tree.exists(source)
+    claimed[source] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    assert world.driver.plugin_decision(world.context, inst, claimed,
+                                        host=NODE) is not None
+    # a provider of this host the decision does not take is compared
+    mine = next(u for u in world.driver.provider_tree.get_provider_uuids()
+                if u not in claimed)
+    claimed[mine] = {"resources": {"VCPU": 1}}
+    with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
+    assert "Placement holds" in str(refused.value)
+
+
 def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):
     # a resize to the same host records the new flavor's decision for the
     # instance on this host; nova reverts it: the host publishes the

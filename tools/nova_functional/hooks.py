@@ -178,6 +178,8 @@ def compare(decision: Any, xml: str) -> list[str]:
         _pci(a) for a in root.findall("./devices/hostdev[@type='pci']/source/address")
     ) + sorted(_pci(a) for a in root.findall(
         "./devices/interface[@type='hostdev']/source/address"))
+    xml_vdpa = [e.get("dev") for e in root.findall(
+        "./devices/interface[@type='vdpa']/source")]
     sriov = assignments.get("sriov")
     if sriov is not None:
         # a macvtap port's VF is a direct interface on the VF's netdev
@@ -185,14 +187,18 @@ def compare(decision: Any, xml: str) -> list[str]:
         xml_pci += sorted(netdevs[dev] for dev in (
             e.get("dev") for e in root.findall(
                 "./devices/interface[@type='direct']/source")) if dev in netdevs)
+        # a vdpa port's VF is a vdpa interface on the VF's vhost-vdpa device
+        vdpa = {vf.vdpa_dev: vf.vf_address for vf in sriov.vfs if vf.vdpa_dev}
+        xml_pci += sorted(vdpa.get(dev or "", "vdpa:%s" % dev) for dev in xml_vdpa)
         wanted = [vf.vf_address for vf in sriov.vfs if vf.vf_address]
         wanted += [d.address for d in sriov.devices]
         missing = sorted(set(wanted) - set(xml_pci))
         if missing or len(xml_pci) != len(sriov.vfs) + len(sriov.devices):
             problems.append("PCI devices %s in the XML, decision %s (%d)" % (
                 xml_pci, sorted(wanted), len(sriov.vfs) + len(sriov.devices)))
-    elif xml_pci:
-        problems.append("PCI devices %s in the XML, none in the decision" % xml_pci)
+    elif xml_pci or xml_vdpa:
+        problems.append("PCI devices %s in the XML, none in the decision"
+                        % (xml_pci + ["vdpa:%s" % dev for dev in xml_vdpa]))
     mdevs = root.findall("./devices/hostdev[@type='mdev']")
     vgpu = assignments.get("vgpu")
     wanted_mdevs = 0 if vgpu is None else sum(

@@ -233,7 +233,7 @@ def test_image_policy_twin(manager):
     ({"pci_passthrough:alias": "qat"}, None, (), "pci_passthrough:alias",
      "is not of the format"),
     ({}, None, [{"vnic_type": "direct"}], "physnet", "needs the physical network"),
-    ({}, None, [{"vnic_type": "vdpa", "physnet": "p"}], "vnic_type", "not supported"),
+    ({}, None, [{"vnic_type": "direct-physical", "physnet": "p"}], "vnic_type", "not supported"),
 ])
 def test_sriov_invalid(manager, specs, image, ports, key, text):
     assert_problem(problems(manager, specs, image=image, ports=ports), key, text)
