@@ -395,29 +395,23 @@ def parse_node_device(
                 capability,
                 f"{source} ({name})",
             )
-        if kind == "net":
-            interface = _text(capability.find("interface"))
-            if interface is None:
+        if kind in _CHILD_FIELD:
+            field = _CHILD_FIELD[kind]
+            value = _text(capability.find(field))
+            if value is None:
                 raise HostDataError(
-                    f"{source} ({name})", "net capability has no <interface>"
+                    f"{source} ({name})", f"{kind} capability has no <{field}>"
                 )
-            return NetInterface(
-                name=name,
-                interface=interface,
-                parent=address_from_name(_text(root.find("parent"))),
-            )
-        if kind == "vdpa":
-            chardev = _text(capability.find("chardev"))
-            if chardev is None:
-                raise HostDataError(
-                    f"{source} ({name})", "vdpa capability has no <chardev>"
-                )
-            return VDPADevice(
-                name=name,
-                chardev=chardev,
-                parent=address_from_name(_text(root.find("parent"))),
-            )
+            parent = address_from_name(_text(root.find("parent")))
+            if kind == "net":
+                return NetInterface(name=name, interface=value, parent=parent)
+            return VDPADevice(name=name, chardev=value, parent=parent)
     return None
+
+
+#: Capabilities of a PCI device's child node devices -> the element they
+#: are read for: a net device's interface name, a vDPA device's char device.
+_CHILD_FIELD = {"net": "interface", "vdpa": "chardev"}
 
 
 def _parse_pci(name: str, cap: ET.Element, source: str) -> PCIDevice:

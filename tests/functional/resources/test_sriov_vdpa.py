@@ -51,6 +51,17 @@ def conf():
     fixture.cleanUp()
 
 
+@pytest.fixture
+def plugin(conf):
+    return SRIOVPlugin(conf)
+
+
+@pytest.fixture
+def view(plugin):
+    """The plugin's view of :func:`vdpa_host`."""
+    return plugin.discover(vdpa_host())
+
+
 def request(plugin, *vnic_types):
     ports = [{"id": "port%d" % i, "vnic_type": vnic, "physnet": "physnet4"}
              for i, vnic in enumerate(vnic_types)]
@@ -76,9 +87,7 @@ def test_discovery_marks_the_vdpa_vfs():
     assert all(d.vdpa_dev is None for d in plain.pci_devices)
 
 
-def test_pf_provider_serves_direct_and_vdpa_ports(conf):
-    plugin = SRIOVPlugin(conf)
-    view = plugin.discover(vdpa_host())
+def test_pf_provider_serves_direct_and_vdpa_ports(plugin, view):
     [pf] = view.pfs
     assert [(vf.address, vf.vdpa_dev) for vf in pf.functions] == [
         (VF1, "/dev/vhost-vdpa-0"), (VF2, "/dev/vhost-vdpa-1"), (VF3, None)]
@@ -91,9 +100,7 @@ def test_pf_provider_serves_direct_and_vdpa_ports(conf):
                                      names.physnet_trait("physnet4")}
 
 
-def test_vdpa_port_gets_a_vdpa_vf_and_its_vhost_device(conf):
-    plugin = SRIOVPlugin(conf)
-    view = plugin.discover(vdpa_host())
+def test_vdpa_port_gets_a_vdpa_vf_and_its_vhost_device(plugin, view):
     req = request(plugin, "direct", "vdpa")
     got = plugin.fit(helpers.state_of(plugin, view), req, None, {})
     assert isinstance(got, SRIOVAssignment)
@@ -124,9 +131,7 @@ def test_vdpa_port_gets_a_vdpa_vf_and_its_vhost_device(conf):
         "and none is a vDPA device, vdpa port port0 needs one" % PF)
 
 
-def test_direct_port_never_gets_a_vdpa_vf(conf):
-    plugin = SRIOVPlugin(conf)
-    view = plugin.discover(vdpa_host())
+def test_direct_port_never_gets_a_vdpa_vf(plugin, view):
     first = plugin.fit(helpers.state_of(plugin, view), request(plugin, "direct"),
                        None, {})
     assert [vf.vf_address for vf in first.vfs] == [VF3]
@@ -136,9 +141,7 @@ def test_direct_port_never_gets_a_vdpa_vf(conf):
         "all vDPA devices (for vdpa ports), direct port port0 needs another" % PF)
 
 
-def test_verify_refuses_a_decision_the_host_does_not_carry(conf):
-    plugin = SRIOVPlugin(conf)
-    view = plugin.discover(vdpa_host())
+def test_verify_refuses_a_decision_the_host_does_not_carry(plugin, view):
     state = helpers.state_of(plugin, view)
     req = request(plugin, "vdpa")
     got = plugin.fit(state, req, None, {})
@@ -158,8 +161,7 @@ def test_verify_refuses_a_decision_the_host_does_not_carry(conf):
     assert isinstance(plugin.verify(now, req, got), Rejection)
 
 
-def test_direct_physical_is_still_refused(conf):
-    plugin = SRIOVPlugin(conf)
+def test_direct_physical_is_still_refused(plugin):
     ri = RequestInput.from_dicts(
         {"name": "f", "vcpus": 1, "memory_mb": 512}, None,
         [{"id": "p", "vnic_type": "direct-physical", "physnet": "physnet4"}]
