@@ -91,6 +91,11 @@ class PCIDevice:
     #: Kernel network interface name(s) of the device (``ens1f0``): from
     #: libvirt's ``<capability type='net'>`` node devices, then udev.
     netdevs: tuple[str, ...] = ()
+    #: The card serial number of the device's PCI VPD (libvirt's
+    #: ``<capability type='vpd'>``, read-only ``<serial_number>``), None when
+    #: the device has no VPD or no serial number in it. nova gives
+    #: ``remote_managed`` devices only when they (or a VF's PF) have one.
+    card_serial_number: Optional[str] = None
 
     @property
     def is_pf(self) -> bool:

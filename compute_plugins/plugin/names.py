@@ -163,6 +163,12 @@ TOPOLOGY_NODE_TRAIT = os_traits.HW_NUMA_ROOT
 
 #: Trait of an SR-IOV PF that serves ``vnic_type=direct`` (and macvtap) ports.
 VNIC_TYPE_DIRECT = custom_name("VNIC_TYPE", "DIRECT")
+#: Trait of an SR-IOV PF whose VFs serve ``vnic_type=remote-managed`` ports
+#: (a SmartNIC DPU's) and no other.
+VNIC_TYPE_REMOTE_MANAGED = custom_name("VNIC_TYPE", "REMOTE_MANAGED")
+#: neutron's trait of a device on tunneled networks (neutron-lib's
+#: ``TRAIT_NETWORK_TUNNEL``): a PF whose VFs serve ports without a physnet.
+NETWORK_TUNNEL_PROVIDER = custom_name("NETWORK", "TUNNEL_PROVIDER")
 
 
 def physnet_trait(physnet: str) -> str:

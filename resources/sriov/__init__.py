@@ -50,8 +50,10 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
 
     name = "sriov"
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
-    #: AliasRequest vendor/product/device type; host states.
-    version = "1.1"
+    #: AliasRequest vendor/product/device type; host states. 1.2: ports
+    #: ``remote-managed`` (physnet None when tunneled) and their own
+    #: affinity policy; PFState remote_managed.
+    version = "1.2"
     request_type = SRIOVRequest
     assignment_type = SRIOVAssignment
     state_type = SRIOVState

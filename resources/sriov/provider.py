@@ -3,7 +3,10 @@
 Parent: the provider of the PF's NUMA cell (see :mod:`compute_plugins.plugin.devices`)
 or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
 ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
-``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped.
+``CUSTOM_VNIC_TYPE_DIRECT`` and ``CUSTOM_PHYSNET_<PHYSNET>`` when mapped; a
+PF whose VFs are remote-managed ``CUSTOM_VNIC_TYPE_REMOTE_MANAGED`` instead
+of ``CUSTOM_VNIC_TYPE_DIRECT``, and ``CUSTOM_NETWORK_TUNNEL_PROVIDER`` when
+it has no physnet (its VFs serve tunneled networks).
 
 With ``[pci] report_in_placement`` the alias devices get nova's providers
 too (:mod:`resources.sriov.placement`).
@@ -40,9 +43,12 @@ def contributions(view: SRIOVView,
     result = []
     result.extend(placement.contributions(view.devices, nodename))
     for pf in view.pfs:
-        traits = {names.VNIC_TYPE_DIRECT}
+        traits = {names.VNIC_TYPE_REMOTE_MANAGED if pf.remote_managed
+                  else names.VNIC_TYPE_DIRECT}
         if pf.physnet:
             traits.add(names.physnet_trait(pf.physnet))
+        elif pf.remote_managed:
+            traits.add(names.NETWORK_TUNNEL_PROVIDER)
         result.append(ProviderContribution(
             name=names.device_provider_name(nodename, KIND, pf.address),
             uuid=names.provider_uuid(nodename, KIND, pf.address),

@@ -82,7 +82,7 @@ def test_round_trip_with_decision(manager):
     text = spec.to_json()
     doc = json.loads(text)
     assert doc["version"] == FORMAT_VERSION
-    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.2", "sriov": "1.1", "disk": "1.2"}
+    assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.2", "sriov": "1.2", "disk": "1.2"}
     again = RequestSpec.from_json(text, manager.plugins)
     assert again == spec
     assert again.to_json() == text
