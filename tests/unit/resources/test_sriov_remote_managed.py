@@ -21,7 +21,17 @@ from compute_plugins.request.inputs import Port, RequestInput
 from resources.sriov import SRIOVPlugin, devspec
 from resources.sriov import request as sriov_request
 from resources.sriov.request import SRIOVAssignment
-from tests.unit.resources.helpers import NODE, cell, host, on_cells, parse, pf, state_of
+from tests.unit.resources.helpers import (
+    NODE,
+    cell,
+    decoded,
+    encoded,
+    host,
+    on_cells,
+    parse,
+    pf,
+    state_of,
+)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "hosts"
 DPU_PF = "0000:42:00.0"       # BlueField-2 PF, VPD serial MT2113X00000
@@ -126,6 +136,8 @@ def test_a_dpus_remote_managed_vfs_serve_tunneled_remote_managed_ports(
     assert plugin.describe(request, got) == [
         "port rm1 (tunneled) -> VF 0000:42:00.2 of PF 0000:42:00.0"]
     taken = state_of(plugin, view, [got])
+    assert taken.pf(DPU_PF).remote_managed
+    assert decoded(plugin, encoded(plugin, taken)) == taken
     assert [v.vf_address for v in plugin.fit(taken, request, None, {}).vfs] == [
         DPU_VFS[1]]
 
