@@ -445,6 +445,7 @@ def _parse_pci(name: str, cap: ET.Element, source: str) -> PCIDevice:
     virt_functions: list[str] = []
     max_vfs = None
     phys_function = None
+    card_serial_number = None
     for sub in cap.findall("capability"):
         kind = sub.get("type")
         if kind == "mdev_types":
@@ -471,6 +472,8 @@ def _parse_pci(name: str, cap: ET.Element, source: str) -> PCIDevice:
             phys_function = _address_element(
                 addresses[0], source, "phys_function address"
             )
+        elif kind == "vpd":
+            card_serial_number = _vpd_serial_number(sub)
 
     return PCIDevice(
         address=address,
@@ -496,7 +499,22 @@ def _parse_pci(name: str, cap: ET.Element, source: str) -> PCIDevice:
         virt_functions=tuple(virt_functions),
         max_vfs=max_vfs,
         phys_function=phys_function,
+        card_serial_number=card_serial_number,
     )
+
+
+def _vpd_serial_number(cap: ET.Element) -> Optional[str]:
+    """The card serial number of a ``<capability type='vpd'>``: the
+    ``<serial_number>`` of its ``<fields access='readonly'>`` (the last one,
+    as nova's ``LibvirtConfigNodeDeviceVpdCap.card_serial_number`` reads
+    it), None when absent or empty (nova filters an empty one out)."""
+    serial: Optional[str] = None
+    for fields in cap.findall("fields"):
+        if fields.get("access") != "readonly":
+            continue
+        for element in fields.findall("serial_number"):
+            serial = element.text
+    return serial or None
 
 
 def _parse_mdev_types(cap: ET.Element, source: str) -> Iterable[MdevType]:

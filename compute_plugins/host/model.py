@@ -96,6 +96,11 @@ class PCIDevice:
     #: node device whose parent this device is. nova calls such a VF a
     #: ``vdpa`` device (``PciDeviceType.VDPA``): only a ``vdpa`` port gets it.
     vdpa_dev: Optional[str] = None
+    #: The card serial number of the device's PCI VPD (libvirt's
+    #: ``<capability type='vpd'>``, read-only ``<serial_number>``), None when
+    #: the device has no VPD or no serial number in it. nova gives
+    #: ``remote_managed`` devices only when they (or a VF's PF) have one.
+    card_serial_number: Optional[str] = None
 
     @property
     def is_pf(self) -> bool:

@@ -5,7 +5,8 @@
 properties (``ImageMetaProps`` back to glance's names: ``hw_numa_cpus`` as
 ``hw_numa_cpus.N``, ``traits_required`` as a list), the ports (neutron
 ports nova turned into PCI requests: ``requester_id`` is the port,
-``physical_network`` its physnet, ``dev_type`` its vnic type; and the
+``physical_network`` its physnet, ``dev_type`` (or ``remote_managed``) its
+vnic type, ``numa_policy`` its NUMA affinity policy; and the
 bandwidth request groups nova made per port) and the scheduler hints.
 :func:`from_nova` parses it once with every plugin
 (:meth:`~compute_plugins.request.spec.RequestSpec.build`).
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from oslo_log import log as logging
+from oslo_utils import strutils
 
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.inputs import Flavor, Port, RequestInput
@@ -51,6 +53,10 @@ HINT = "compute_plugins:spec"
 #: (``nova.pci.request.DEVICE_TYPE_FOR_VNIC_TYPE`` read backwards; a port
 #: without one is a VF: ``direct``, or ``macvtap``, which nova treats alike).
 _VNIC_OF_DEV_TYPE = {"type-PF": "direct-physical", "vdpa": "vdpa"}
+#: The tag of a ``remote-managed`` port's PCI request (nova's
+#: ``PCI_REMOTE_MANAGED_TAG``, ``"True"``/``"False"``), and its vnic type.
+_REMOTE_MANAGED_TAG = "remote_managed"
+_REMOTE_MANAGED = "remote-managed"
 #: Bandwidth resource classes of a port's request group.
 _EGRESS = "NET_BW_EGR_KILOBIT_PER_SEC"
 _INGRESS = "NET_BW_IGR_KILOBIT_PER_SEC"
@@ -111,7 +117,10 @@ def ports(spec_obj: Any) -> list[Port]:
 
     A neutron port of an SR-IOV vnic type is one PCI request of nova's
     (``requester_id`` the port id, ``spec[0]`` its physnet and device
-    type); a port with a minimum bandwidth rule is a request group of
+    type, or ``remote_managed`` for a ``remote-managed`` port; the
+    request's ``numa_policy`` the port's ``numa_affinity_policy``, else
+    the flavor's or image's, as nova's ``create_resource_requests`` sets
+    it); a port with a minimum bandwidth rule is a request group of
     nova's (``requester_id`` the port id); nova's ``network_metadata`` (the
     physnets and tunnel of every port) adds a normal port
     ``network:<physnet>`` per physnet no port above names and a tunneled
@@ -132,10 +141,13 @@ def ports(spec_obj: Any) -> list[Port]:
             continue  # a flavor alias: our sriov plugin parses the flavor's key
         tags = (_get(req, "spec") or [{}])[0]
         port_id = str(_get(req, "requester_id") or _get(req, "request_id"))
+        vnic = _VNIC_OF_DEV_TYPE.get(tags.get("dev_type") or "", "direct")
+        if strutils.bool_from_string(tags.get(_REMOTE_MANAGED_TAG)):
+            vnic = _REMOTE_MANAGED
         found[port_id] = {
-            "id": port_id,
-            "vnic_type": _VNIC_OF_DEV_TYPE.get(tags.get("dev_type") or "", "direct"),
-            "physnet": tags.get("physical_network")}
+            "id": port_id, "vnic_type": vnic,
+            "physnet": tags.get("physical_network"),
+            "affinity_policy": _get(req, "numa_policy")}
     for port_id in bandwidth:
         found.setdefault(port_id, {"id": port_id, "vnic_type": "normal"})
     # NOTE: nova's network_metadata: the physnets and tunnel of every port

@@ -166,6 +166,12 @@ VNIC_TYPE_DIRECT = custom_name("VNIC_TYPE", "DIRECT")
 #: Trait of an SR-IOV PF with VFs bound to a vDPA driver: it serves
 #: ``vnic_type=vdpa`` ports.
 VNIC_TYPE_VDPA = custom_name("VNIC_TYPE", "VDPA")
+#: Trait of an SR-IOV PF whose VFs serve ``vnic_type=remote-managed`` ports
+#: (a SmartNIC DPU's) and no other.
+VNIC_TYPE_REMOTE_MANAGED = custom_name("VNIC_TYPE", "REMOTE_MANAGED")
+#: neutron's trait of a device on tunneled networks (neutron-lib's
+#: ``TRAIT_NETWORK_TUNNEL``): a PF whose VFs serve ports without a physnet.
+NETWORK_TUNNEL_PROVIDER = custom_name("NETWORK", "TUNNEL_PROVIDER")
 
 
 def physnet_trait(physnet: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from compute_plugins.request.errors import Problem, RequestInputError
+from compute_plugins.request.groups import AFFINITY_POLICIES
 from compute_plugins.request.types import (
     FrozenMap,
     enum_field,
@@ -128,6 +129,10 @@ class Port:
     :param tunneled: the port's network is a tunnel (neutron's
         ``provider:network_type`` vxlan, gre or geneve: nova's
         ``NetworkMetadata.tunneled``).
+    :param affinity_policy: the port's own affinity policy for its device
+        (neutron's port attribute ``numa_affinity_policy``: ``required``,
+        ``preferred``, ``legacy`` or ``socket``), None when it has none;
+        it overrides the flavor's and image's for this port, as in nova.
     """
 
     id: str
@@ -136,6 +141,7 @@ class Port:
     min_kbps_egress: int = 0
     min_kbps_ingress: int = 0
     tunneled: bool = False
+    affinity_policy: Optional[str] = enum_field(AFFINITY_POLICIES)
 
     @classmethod
     def from_dict(cls, doc: Any, index: int) -> Port:
@@ -166,6 +172,12 @@ class Port:
             raise RequestInputError("port %d field 'tunneled' must be true or "
                                     "false" % index)
         kwargs["tunneled"] = tunneled
+        policy = doc.get("affinity_policy")
+        if policy is not None and policy not in AFFINITY_POLICIES:
+            raise RequestInputError(
+                "port %d field 'affinity_policy' must be one of %s, got %r"
+                % (index, ", ".join(AFFINITY_POLICIES), thaw_json(policy)))
+        kwargs["affinity_policy"] = policy
         return cls(**kwargs)
 
 

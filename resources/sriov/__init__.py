@@ -51,7 +51,9 @@ class SRIOVPlugin(ResourcePlugin[SRIOVView, SRIOVRequest, SRIOVState,
     name = "sriov"
     #: 1.1: VFAssignment physnet/bandwidth/netdev, alias devices, host_cells;
     #: AliasRequest vendor/product/device type; host states.
-    #: 1.2: ``vdpa`` ports (PortRequest vnic_type vdpa, VFAssignment vdpa_dev).
+    #: 1.2: ``vdpa`` ports (PortRequest vnic_type vdpa, VFAssignment
+    #: vdpa_dev); ports ``remote-managed`` (physnet None when tunneled) and
+    #: their own affinity policy; PFState remote_managed.
     version = "1.2"
     request_type = SRIOVRequest
     assignment_type = SRIOVAssignment

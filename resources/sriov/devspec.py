@@ -19,10 +19,11 @@ spec a device matches gives its *tags*: ``physical_network``,
 ``remote_managed``, ``resource_class``, ``traits``, ``managed``,
 ``live_migratable``, ``one_time_use``, ``trusted``; the boolean ones are
 normalised to ``"true"``/``"false"`` and a value that is not boolean is an
-error. A ``remote_managed`` device is only matched when nova would (it has
-a card serial number in its VPD, which this project's host model does not
-read: such a device is never matched); a ``remote_managed`` spec naming a
-PF is an error.
+error. A spec saying ``remote_managed`` matches only a device with a card
+serial number in its PCI VPD (:func:`card_serial_number`: the device's, a
+VF's PF's when the VF has none), as nova's ``_ensure_remote_managed_dev_vpd_serial``:
+a networking backend identifies the card that programs the VF by it; a
+``remote_managed`` spec naming a PF is an error.
 
 :func:`load` parses the option; :meth:`DeviceSpec.match` matches one
 device of a :class:`~compute_plugins.host.model.HostInfo`. Bad values raise
@@ -268,9 +269,7 @@ class DeviceSpec:
             return False
         if self.product_id not in (ANY, (device.product_id or "").lower()):
             return False
-        if self.remote_managed:
-            # NOTE: nova also needs the VPD's card serial number, which the
-            # host model does not read: never matched (see the module).
+        if self.remote_managed and not card_serial_number(device, host):
             return False
         pf = self._pf_address(host)
         if pf is not None and device.phys_function == pf:
@@ -280,6 +279,18 @@ class DeviceSpec:
             return named is not None and named.address == device.address
         assert self.address is not None
         return self.address.match(address_parts(device.address))
+
+
+def card_serial_number(device: PCIDevice, host: HostInfo) -> Optional[str]:
+    """The card serial number nova reads for ``device`` (libvirt's
+    ``_get_vpd_details``): its own VPD's, else, for a VF, its PF's (whether
+    a VF exposes its VPD is a firmware setting); None when neither has one."""
+    if device.card_serial_number:
+        return device.card_serial_number
+    if device.phys_function is None:
+        return None
+    pf = host.pci_device(device.phys_function)
+    return pf.card_serial_number or None if pf is not None else None
 
 
 def _by_netdev(host: HostInfo, name: str) -> Optional[PCIDevice]:

@@ -5,15 +5,16 @@ the port's group (``_PORT<N>``) from; offline the best PF that can serve it:
 NUMA-affine first (:mod:`compute_plugins.plugin.topology`), then by address, the
 next ones tried when the best choices leave a later port without a PF
 (:func:`compute_plugins.plugin.choice.first_fit`). A PF
-serves a port when (:func:`pf_problem`) it is on the port's physnet, has a
-free VF of the port's kind (a VF bound to a vDPA driver for a ``vdpa``
-port, another VF for the others, with a network interface for a
-``macvtap`` port), the port's
-minimum bandwidth fits what the PF has left per direction, and the NUMA
-affinity policy (``hw:pci_numa_affinity_policy``, default ``legacy``)
-allows it. The VF is the PF's first usable free one in VF order; the
-physnet, the bandwidth and a ``vdpa`` port's vhost-vdpa device are recorded
-in the assignment (the host state sums the bandwidth).
+serves a port when (:func:`pf_problem`) it is on the port's physnet (none:
+a tunneled network), its VFs are remote-managed exactly when the port is
+(``remote-managed``), it has a free VF of the port's kind (a VF bound to a
+vDPA driver for a ``vdpa`` port, another VF for the others, with a network
+interface for a ``macvtap`` port), the port's minimum bandwidth fits what
+the PF has left per direction, and the NUMA affinity policy (the port's
+own, else ``hw:pci_numa_affinity_policy``, default ``legacy``) allows it.
+The VF is the PF's first usable free one in VF order; the physnet, the
+bandwidth and a ``vdpa`` port's vhost-vdpa device are recorded in the
+assignment (the host state sums the bandwidth).
 
 **Aliases** (``pci_passthrough:alias``, in the request's order): ``count``
 free devices the alias matches (:mod:`resources.sriov.alias`), NUMA-affine
@@ -77,6 +78,12 @@ def _port_name(port: PortRequest) -> str:
     return "port %s" % port.port_id
 
 
+def _network(port: PortRequest) -> str:
+    """Where ``port``'s VF must be: its physnet, or a tunneled network."""
+    return ("physnet %s" % port.physnet if port.physnet
+            else "no physnet (a tunneled network)")
+
+
 def _usable_vfs(pf: PFState, port: PortRequest,
                 taken: frozenset[str]) -> tuple[VFView, ...]:
     """The free VFs of ``pf`` that can serve ``port``: a vDPA VF for a
@@ -116,7 +123,13 @@ def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,
     name = "PF %s on %s" % (pf.address, "physnet %s" % pf.physnet
                             if pf.physnet else "no physnet")
     if pf.physnet != port.physnet:
-        return "%s, %s needs physnet %s" % (name, _port_name(port), port.physnet)
+        return "%s, %s needs %s" % (name, _port_name(port), _network(port))
+    if pf.remote_managed != port.remote_managed:
+        return "%s %s, %s (vnic_type %s) %s" % (
+            name, "has remote-managed VFs ([pci] device_spec remote_managed)"
+            if pf.remote_managed else "has no remote-managed VF",
+            _port_name(port), port.vnic_type,
+            "needs one" if port.remote_managed else "cannot use them")
     free = pf.free_vfs(taken)
     if not free:
         return "%s has 0 of %d VFs free, %s needs 1" % (
@@ -177,13 +190,15 @@ def device_problem(state: SRIOVState, device: DeviceState, alias: AliasRequest,
 
 
 def _affinities(request: SRIOVRequest, host_cells: frozenset[int],
-                state: SRIOVState) -> tuple[Affinity, dict[str, Affinity]]:
-    port = Affinity(port_affinity_policy(request), host_cells, state.sockets,
-                    key=PCI_AFFINITY)
+                state: SRIOVState) -> tuple[dict[str, Affinity], dict[str, Affinity]]:
+    """The affinity of each port and of each alias, by requester id."""
+    ports = {p.requester_id: Affinity(port_affinity_policy(request, p), host_cells,
+                                      state.sockets, key=PCI_AFFINITY)
+             for p in request.ports}
     aliases = {a.requester_id: Affinity(alias_affinity_policy(request, a),
                                         host_cells, state.sockets, key=PCI_AFFINITY)
                for a in request.aliases}
-    return port, aliases
+    return ports, aliases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +259,7 @@ def _pf_candidates(state: SRIOVState, port: PortRequest, affinity: Affinity,
         return fits, None
     if not problems:
         return [], Rejection("this host has no SR-IOV PF; %s needs a VF on "
-                             "physnet %s" % (_port_name(port), port.physnet))
+                             "%s" % (_port_name(port), _network(port)))
     return [], Rejection("no PF can serve %s: %s" % (_port_name(port),
                                                      summarize(problems)))
 
@@ -397,14 +412,16 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
     port_affinity, alias_affinity = _affinities(request, host_cells, state)
     outcome, usage = first_fit(
         request.ports, _PortUsage(),
-        lambda port, used: _pf_candidates(state, port, port_affinity, placement,
-                                          used)[0],
+        lambda port, used: _pf_candidates(state, port,
+                                          port_affinity[port.requester_id],
+                                          placement, used)[0],
         lambda port, pf, used: used.taking(pf, port), budget)
     if outcome.exhausted:
         return Rejection(budget.stopped("PFs for %d ports" % len(request.ports)))
     if outcome.choices is None:
         port = request.ports[outcome.failed_at]
-        rejection = _pf_candidates(state, port, port_affinity, placement, usage)[1]
+        rejection = _pf_candidates(state, port, port_affinity[port.requester_id],
+                                   placement, usage)[1]
         # NOTE: the deepest failing port has no PF left (search module).
         return rejection or Rejection("no PF can serve %s" % _port_name(port))
     vfs = []
@@ -415,7 +432,7 @@ def fit(state: SRIOVState, request: SRIOVRequest, placement: Mappings,
         vfs.append(VFAssignment(
             requester_id=port.requester_id, provider_uuid=pf.provider_uuid,
             pf_address=pf.address, vf_address=vf.address, port_id=port.port_id,
-            physnet=port.physnet, egress_kbps=port.min_kbps_egress,
+            physnet=port.physnet or "", egress_kbps=port.min_kbps_egress,
             ingress_kbps=port.min_kbps_ingress, vf_netdev=vf.netdev or "",
             vdpa_dev=(vf.vdpa_dev or "") if port.vnic_type == VDPA else ""))
     port_vfs = frozenset(vf.vf_address for vf in vfs)
@@ -449,7 +466,7 @@ def _verify_port(state: SRIOVState, port: PortRequest, vf: VFAssignment,
                          % (_port_name(port), vf.provider_uuid, pf.address,
                             pf.provider_uuid), pf.provider_uuid)
     recorded = (vf.physnet, vf.egress_kbps, vf.ingress_kbps)
-    if recorded != (port.physnet, port.min_kbps_egress, port.min_kbps_ingress):
+    if recorded != (port.physnet or "", port.min_kbps_egress, port.min_kbps_ingress):
         return Rejection("the assignment of %s records physnet %s, %d/%d kbps; "
                          "the port asks physnet %s, %d/%d kbps"
                          % ((_port_name(port),) + recorded
@@ -505,8 +522,8 @@ def verify(state: SRIOVState, request: SRIOVRequest,
     taken: set[str] = set()
     bandwidth: dict[str, tuple[int, int]] = {}
     for port, vf in zip(request.ports, assignment.vfs, strict=True):
-        problem = _verify_port(state, port, vf, port_affinity, frozenset(taken),
-                               bandwidth)
+        problem = _verify_port(state, port, vf, port_affinity[port.requester_id],
+                               frozenset(taken), bandwidth)
         if problem is not None:
             return problem
         taken.add(vf.vf_address)

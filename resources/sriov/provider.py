@@ -5,7 +5,10 @@ or the root. Inventory ``SRIOV_NET_VF`` (one per VF) and, when configured,
 ``NET_BW_EGR_KILOBIT_PER_SEC`` / ``NET_BW_IGR_KILOBIT_PER_SEC``. Traits
 ``CUSTOM_VNIC_TYPE_DIRECT`` (some VF is not a vDPA device),
 ``CUSTOM_VNIC_TYPE_VDPA`` (some VF is) and ``CUSTOM_PHYSNET_<PHYSNET>``
-when mapped.
+when mapped; a PF whose VFs are remote-managed
+``CUSTOM_VNIC_TYPE_REMOTE_MANAGED`` instead of ``CUSTOM_VNIC_TYPE_DIRECT``,
+and ``CUSTOM_NETWORK_TUNNEL_PROVIDER`` when it has no physnet (its VFs
+serve tunneled networks).
 
 With ``[pci] report_in_placement`` the alias devices get nova's providers
 too (:mod:`resources.sriov.placement`).
@@ -43,14 +46,19 @@ def contributions(view: SRIOVView,
     result.extend(placement.contributions(view.devices, nodename))
     for pf in view.pfs:
         # NOTE: a PF serves direct (and macvtap) ports with its VFs that are
-        # not vDPA devices, vdpa ports with the others.
+        # not vDPA devices, vdpa ports with the others; a remote-managed
+        # PF's VFs serve remote-managed ports only.
         traits = set()
-        if pf.vfs > pf.vdpa_vfs:
+        if pf.remote_managed:
+            traits.add(names.VNIC_TYPE_REMOTE_MANAGED)
+        elif pf.vfs > pf.vdpa_vfs:
             traits.add(names.VNIC_TYPE_DIRECT)
         if pf.vdpa_vfs:
             traits.add(names.VNIC_TYPE_VDPA)
         if pf.physnet:
             traits.add(names.physnet_trait(pf.physnet))
+        elif pf.remote_managed:
+            traits.add(names.NETWORK_TUNNEL_PROVIDER)
         result.append(ProviderContribution(
             name=names.device_provider_name(nodename, KIND, pf.address),
             uuid=names.provider_uuid(nodename, KIND, pf.address),

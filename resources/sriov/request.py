@@ -7,14 +7,27 @@
   ``CUSTOM_VNIC_TYPE_DIRECT``. A ``vdpa`` port needs one VF bound to a vDPA
   driver (nova's ``dev_type`` ``vdpa``) the same way, with trait
   ``CUSTOM_VNIC_TYPE_VDPA`` instead. Other SR-IOV vnic types
-  (``direct-physical``: a whole PF; ``remote-managed``...) are refused (a
+  (``direct-physical``: a whole PF, ``accelerator-direct``...) are refused (a
   vnic_type neutron does not know is refused by the framework).
+- A ``remote-managed`` port (a SmartNIC DPU's, nova's
+  ``VNIC_TYPE_REMOTE_MANAGED``) needs one VF that ``[pci] device_spec`` says
+  ``remote_managed`` (:mod:`resources.sriov.view`), on its network's
+  physnet, or, on a tunneled network (no physnet, as nova allows it), on a
+  PF whose remote-managed VFs have none: traits
+  ``CUSTOM_VNIC_TYPE_REMOTE_MANAGED`` and ``CUSTOM_PHYSNET_<PHYSNET>`` or
+  ``CUSTOM_NETWORK_TUNNEL_PROVIDER`` (neutron's trait of tunnels). A port of
+  another vnic type never gets such a VF (nova's
+  ``_filter_pools_for_unrequested_remote_managed_devices``).
 - ``pci_passthrough:alias=<name>:<count>[,...]`` against ``[pci] alias``
   (:mod:`compute_plugins.conf.pci`): group ``_PCI<N>`` with
   ``<alias resource class>:<count>`` and the alias's traits.
 - ``hw:pci_numa_affinity_policy`` (image ``hw_pci_numa_affinity_policy``):
   the NUMA affinity of every device group; unset, ports get nova's default
-  ``legacy`` and alias devices their alias's ``numa_policy``.
+  ``legacy`` and alias devices their alias's ``numa_policy``. A port's own
+  policy (neutron's port attribute ``numa_affinity_policy``,
+  ``Port.affinity_policy``) overrides it for that port (nova's
+  ``create_resource_requests``: "port NUMA policies take precedence over
+  image and flavor policies").
 """
 
 from __future__ import annotations
@@ -48,21 +61,38 @@ ALIAS_PATTERN = r"[^:]+:\d{1,4}(?:\s*,\s*[^:]+:\d{1,4})*"
 ALIAS_MATCH = r"[^:]+:\d{1,4}(?:\s*,[^:]+:\d{1,4})*"
 #: A ``vdpa`` port's VF is bound to a vDPA driver (nova's ``dev_type`` ``vdpa``).
 VDPA = "vdpa"
-VF_VNIC_TYPES = ("direct", "macvtap", VDPA)
+#: neutron's vnic type of a SmartNIC DPU's port (nova's
+#: ``VNIC_TYPE_REMOTE_MANAGED``).
+REMOTE_MANAGED = "remote-managed"
+VF_VNIC_TYPES = ("direct", "macvtap", VDPA, REMOTE_MANAGED)
 #: vnic types that need a device this plugin does not provide.
-UNSUPPORTED_VNIC_TYPES = ("direct-physical", "remote-managed",
+UNSUPPORTED_VNIC_TYPES = ("direct-physical",
                           "accelerator-direct", "accelerator-direct-physical")
 SOCKET_TRAIT = devices.SOCKET_TRAIT
 
 
 @dataclasses.dataclass(frozen=True)
 class PortRequest:
+    """One port's VF.
+
+    :param physnet: its network's physnet; None only for a
+        ``remote-managed`` port on a tunneled network.
+    :param affinity_policy: the port's own NUMA affinity policy, None when
+        it has none (the request's then, :func:`port_affinity_policy`).
+    """
+
     port_id: str
     index: int
-    physnet: str
+    physnet: Optional[str]
     vnic_type: str = enum_field(VF_VNIC_TYPES, "direct")
     min_kbps_egress: int = 0
     min_kbps_ingress: int = 0
+    affinity_policy: Optional[str] = enum_field(AFFINITY_POLICIES)
+
+    @property
+    def remote_managed(self) -> bool:
+        """Whether the port needs a remote-managed VF (and only it may get one)."""
+        return self.vnic_type == REMOTE_MANAGED
 
     @property
     def requester_id(self) -> str:
@@ -103,7 +133,8 @@ class SRIOVRequest(PluginRequest):
 class VFAssignment:
     """The PF and VF serving one port, with what the port takes of the PF.
 
-    :param physnet: the port's physical network (the PF's).
+    :param physnet: the port's physical network (the PF's); "" for a
+        ``remote-managed`` port on a tunneled network.
     :param egress_kbps: / :param ingress_kbps: the port's minimum bandwidth,
         taken from the PF's.
     :param vf_netdev: the VF's network interface (a ``macvtap`` port's
@@ -168,14 +199,15 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
             continue
         if port.vnic_type not in VF_VNIC_TYPES:
             continue
-        if not port.physnet:
+        if not port.physnet and port.vnic_type != REMOTE_MANAGED:
             ri.report("physnet", None, "an SR-IOV port (vnic_type %s) needs the "
                       "physical network of its network" % port.vnic_type, source)
             continue
         ports.append(PortRequest(
             port_id=port.id, index=index, physnet=port.physnet,
             vnic_type=port.vnic_type, min_kbps_egress=port.min_kbps_egress,
-            min_kbps_ingress=port.min_kbps_ingress))
+            min_kbps_ingress=port.min_kbps_ingress,
+            affinity_policy=port.affinity_policy))
     alias_requests: list[AliasRequest] = []
     if ALIAS_KEY in ri.extra_specs:
         ri.claim(ALIAS_KEY)
@@ -211,9 +243,20 @@ def parse(ri: RequestInput, aliases: dict[str, pci_conf.PciAlias]
                         affinity_policy=policy)
 
 
-def port_affinity_policy(req: SRIOVRequest) -> str:
-    """NUMA affinity policy of a port's VF (nova's default: ``legacy``)."""
-    return req.affinity_policy or "legacy"
+def port_affinity_policy(req: SRIOVRequest, port: PortRequest) -> str:
+    """NUMA affinity policy of ``port``'s VF: the port's own, else the
+    request's (nova's precedence), else nova's default ``legacy``."""
+    return port.affinity_policy or req.affinity_policy or "legacy"
+
+
+def port_traits(port: PortRequest) -> frozenset[str]:
+    """The traits of the PF ``port`` needs (see the module)."""
+    vnic = (names.VNIC_TYPE_REMOTE_MANAGED if port.remote_managed
+            else names.VNIC_TYPE_VDPA if port.vnic_type == VDPA
+            else names.VNIC_TYPE_DIRECT)
+    network = (names.physnet_trait(port.physnet) if port.physnet
+               else names.NETWORK_TUNNEL_PROVIDER)
+    return frozenset({vnic, network})
 
 
 def alias_affinity_policy(req: SRIOVRequest, alias: AliasRequest) -> str:
@@ -226,6 +269,8 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
     groups = []
     socket = req.affinity_policy == "socket"
     for port in req.ports:
+        affinity = port_affinity_policy(req, port)
+        socket = socket or affinity == "socket"
         resources = {orc.SRIOV_NET_VF: 1}
         if port.min_kbps_egress:
             resources[orc.NET_BW_EGR_KILOBIT_PER_SEC] = port.min_kbps_egress
@@ -233,11 +278,8 @@ def request_groups(req: SRIOVRequest) -> list[RequestGroup]:
             resources[orc.NET_BW_IGR_KILOBIT_PER_SEC] = port.min_kbps_ingress
         groups.append(RequestGroup(
             requester_id=port.requester_id, resources=FrozenMap(resources),
-            required_traits=frozenset({names.physnet_trait(port.physnet),
-                                       names.VNIC_TYPE_VDPA if port.vnic_type == VDPA
-                                       else names.VNIC_TYPE_DIRECT}),
-            owner=PLUGIN, kind=KIND_DEVICE,
-            affinity=port_affinity_policy(req)))
+            required_traits=port_traits(port),
+            owner=PLUGIN, kind=KIND_DEVICE, affinity=affinity))
     for alias in req.aliases:
         affinity = alias_affinity_policy(req, alias)
         socket = socket or affinity == "socket"

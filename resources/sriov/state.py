@@ -58,6 +58,8 @@ class PFState:
     ingress_kbps: Optional[int] = None
     used_egress_kbps: int = 0
     used_ingress_kbps: int = 0
+    #: Its VFs serve ``remote-managed`` ports only (:class:`PFView`).
+    remote_managed: bool = False
 
     def has_vf(self, address: str) -> bool:
         return any(vf.address == address for vf in self.vfs)
@@ -205,7 +207,8 @@ def _pf_states(view: SRIOVView, providers: Providers,
             used_vfs=frozenset(used[address] | {f.address for f in pf.functions
                                                 if f.address in by_alias}),
             egress_kbps=pf.egress_kbps, ingress_kbps=pf.ingress_kbps,
-            used_egress_kbps=egress[address], used_ingress_kbps=ingress[address]))
+            used_egress_kbps=egress[address], used_ingress_kbps=ingress[address],
+            remote_managed=pf.remote_managed))
     return tuple(states)
 
 

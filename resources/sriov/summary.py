@@ -16,7 +16,7 @@ def describe(request: SRIOVRequest, assignment: SRIOVAssignment) -> list[str]:
         alias = aliases.get(vf.requester_id)
         if port is not None:
             what = "port %s (%s)" % (vf.port_id or port.port_id or vf.requester_id,
-                                     port.physnet)
+                                     port.physnet or "tunneled")
         elif alias is not None:
             what = "alias %s" % alias.name
         else:

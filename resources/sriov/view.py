@@ -52,11 +52,16 @@ says which devices may be given (nova's whitelist):
   first spec it matches: its resource class (the spec's ``resource_class``,
   else ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``) and traits, and ``managed``;
 - a PF that ``physical_device_mappings`` does not name serves ports with
-  those of its VFs a spec with ``physical_network`` matches, on that
-  physnet (the first such VF's: VFs of one PF on two physnets are a
-  warning, the others are left out); with no such VF it gets no provider.
-  A PF ``physical_device_mappings`` names keeps its physnet and all its
-  VFs.
+  those of its VFs a spec with ``physical_network`` or ``remote_managed``
+  matches, on that physnet (the first such VF's: VFs of one PF on two
+  physnets, or remote-managed and not, are a warning, the others are left
+  out); with no such VF it gets no provider. Remote-managed VFs (a SmartNIC
+  DPU's, matched only with a card serial number in their VPD:
+  :mod:`resources.sriov.devspec`) serve ``remote-managed`` ports only, on
+  their physnet or, without one, on tunneled networks; they are never
+  alias devices (nova gives them to no request but a remote-managed
+  port's). A PF ``physical_device_mappings`` names keeps its physnet and
+  all its VFs.
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ class PFView:
     cell: Optional[int] = None
     #: The VFs whose address is known (at most ``vfs``), in VF order.
     functions: tuple[VFView, ...] = ()
+    #: Its VFs are ``remote_managed`` (``[pci] device_spec``): they serve
+    #: ``remote-managed`` ports, and only them.
+    remote_managed: bool = False
 
     @property
     def vdpa_vfs(self) -> int:
@@ -274,28 +282,40 @@ def _lookup(config: Mapping[str, object], device: PCIDevice,
     return keys[0] if keys else None
 
 
+#: How a PF's VFs serve ports: their physnet, and whether remote-managed.
+_Network = tuple[Optional[str], bool]
+
+
+def _network_text(network: _Network) -> str:
+    physnet, remote = network
+    where = "physnet %s" % physnet if physnet else "no physnet"
+    return "remote-managed, " + where if remote else where
+
+
 def _spec_vfs(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
-              device: PCIDevice, vfs: int) -> tuple[Optional[str], tuple[str, ...]]:
-    """The physnet and VFs (of the first ``vfs``) of an unmapped PF that a
-    ``device_spec`` with ``physical_network`` matches (see the module)."""
-    physnet: Optional[str] = None
+              device: PCIDevice, vfs: int
+              ) -> tuple[Optional[_Network], tuple[str, ...]]:
+    """The network (physnet, remote-managed) and VFs (of the first
+    ``vfs``) of an unmapped PF that a ``device_spec`` with
+    ``physical_network`` or ``remote_managed`` matches (see the module)."""
+    network: Optional[_Network] = None
     chosen: list[str] = []
     for address in device.virt_functions[:vfs]:
         vf = host.pci_device(address) or PCIDevice(
             address=address, name="", phys_function=device.address)
         spec = devspec.first_match(specs, vf, host)
-        net = spec.physical_network if spec is not None else None
-        if not net:
+        if spec is None or not (spec.physical_network or spec.remote_managed):
             continue
-        if physnet is None:
-            physnet = net
-        if net != physnet:
-            LOG.warning("%s: VF %s of PF %s is on physnet %s, its PF's other "
-                        "VFs on %s; left out", devspec.OPTION, address,
-                        device.address, net, physnet)
+        mine = (spec.physical_network or None, spec.remote_managed)
+        if network is None:
+            network = mine
+        if mine != network:
+            LOG.warning("%s: VF %s of PF %s is on %s, its PF's other VFs on "
+                        "%s; left out", devspec.OPTION, address, device.address,
+                        _network_text(mine), _network_text(network))
             continue
         chosen.append(address)
-    return physnet, tuple(chosen)
+    return network, tuple(chosen)
 
 
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
@@ -319,10 +339,12 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
         egress, ingress = bandwidth[bw_key] if bw_key else (None, None)
         physnet = mappings[physnet_key] if physnet_key else None
         functions = device.virt_functions[:vfs]
+        remote_managed = False
         if specs and physnet is None:
-            physnet, functions = _spec_vfs(specs, host, device, vfs)
-            if not functions:
+            network, functions = _spec_vfs(specs, host, device, vfs)
+            if network is None or not functions:
                 continue
+            physnet, remote_managed = network
             vfs = len(functions)
         pfs.append(PFView(
             address=device.address,
@@ -332,6 +354,7 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
             ingress_kbps=ingress,
             cell=parents.cell(device.numa_node),
             functions=tuple(_vf_view(host, a) for a in functions),
+            remote_managed=remote_managed,
         ))
     for option, config in ((MAPPINGS, mappings), (BANDWIDTH, bandwidth)):
         for key in sorted(set(config) - used):
@@ -405,6 +428,9 @@ def spec_devices(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
             continue
         spec = devspec.first_match(specs, device, host)
         if spec is None or (in_placement and spec.physical_network):
+            continue
+        if spec.remote_managed:
+            # NOTE: nova's _filter_pools_for_unrequested_remote_managed_devices
             continue
         placed_on = None
         traits = alias_rules.spec_traits(spec.traits, spec.live_migratable)

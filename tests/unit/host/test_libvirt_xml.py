@@ -367,6 +367,38 @@ def test_vpd_nic():
     assert device.max_vfs == 16
     assert device.virt_functions == ()
     assert (device.numa_node, device.iommu_group) == (0, 65)
+    # NOTE: libvirt's own test data: the read-only <serial_number> of its
+    # <capability type='vpd'> (the read-write fields are not the card's).
+    assert device.card_serial_number == "MT2113X00000"
+
+
+_VPD_DEVICE = """<device><name>pci_0000_82_00_0</name>
+  <capability type='pci'><domain>0</domain><bus>130</bus><slot>0</slot>
+    <function>0</function><product id='0xa2d6'/><vendor id='0x15b3'/>
+    <capability type='vpd'><name>MT42822 BlueField-2</name>%s</capability>
+  </capability></device>"""
+
+
+@pytest.mark.parametrize("fields, serial", [
+    ("", None),
+    ("<fields access='readwrite'><serial_number>RW1</serial_number></fields>",
+     None),
+    ("<fields access='readonly'><serial_number></serial_number></fields>", None),
+    ("<fields access='readonly'><part_number>P</part_number></fields>", None),
+    ("<fields access='readonly'><serial_number>MT0000X00002</serial_number>"
+     "</fields>", "MT0000X00002"),
+    # NOTE: nova's parser keeps the last one it reads
+    ("<fields access='readonly'><serial_number>A</serial_number>"
+     "<serial_number>B</serial_number></fields>", "B"),
+])
+def test_the_card_serial_number_is_the_read_only_vpd_field_as_nova_reads_it(
+        fields, serial):
+    device = libvirt_xml.parse_node_device(_VPD_DEVICE % fields, "vpd")
+    assert device.card_serial_number == serial
+
+
+def test_a_device_without_vpd_has_no_card_serial_number():
+    assert _dev("pci_0000_02_10_7_sriov.xml").card_serial_number is None
 
 
 def test_pf_file_without_sriov_capabilities():
