@@ -536,8 +536,12 @@ class PluginProviderTreeMixin:
 
         :raises nova.exception.ReshapeNeeded: inventory moves between
             providers and ``allocations`` is None.
+        :raises nova.exception.PlacementPciException: ``[pci]
+            report_in_placement`` was turned off after it was on
+            (:meth:`_plugin_pci_reporting_kept`).
         """
         manager = self.get_plugin_manager()
+        self._plugin_pci_reporting_kept(provider_tree)
         manager.discover(self.plugin_host_info(nodename))
         ours = copy_tree(provider_tree)
         try:
@@ -551,6 +555,34 @@ class PluginProviderTreeMixin:
         # (_allocate_mdevs: the provider's name less the root's).
         self.provider_tree = copy.deepcopy(provider_tree)
         self.plugin_publish(nodename, ours, instances=self._plugin_tracked())
+
+    def _plugin_pci_reporting_kept(self, provider_tree: Any) -> None:
+        """nova's refusal to turn ``[pci] report_in_placement`` off once it
+        was on, made before the plugins touch nova's tree.
+
+        nova's resource tracker checks it after the driver's
+        ``update_provider_tree`` (``pci_placement_translator``: a provider
+        with ``COMPUTE_MANAGED_PCI_DEVICE`` in the tree and the option off),
+        and a compute at startup dies of it. With the ``sriov`` plugin the
+        PCI providers of nova's layout are the plugin's: with the option off
+        it no longer contributes them, the mixin's write-back would remove
+        them from nova's tree, and nova's check would find nothing. So the
+        mixin runs nova's own check first, on the tree nova handed in (read
+        from Placement), when the plugins' option is off (the runner and an
+        operator set it as nova's): nothing is removed, nova's
+        ``PlacementPciException`` and message.
+
+        :raises nova.exception.PlacementPciException: the option is off and
+            the tree has a provider of nova's PCI layout.
+        """
+        try:
+            reporting = bool(self.get_plugin_manager().conf.pci.report_in_placement)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            reporting = False
+        if reporting:
+            return
+        from nova.compute import pci_placement_translator
+        pci_placement_translator.ensure_tracking_was_not_enabled_before(provider_tree)
 
     #: The mixin publishes its host's plugin states (``PluginFitFilter``
     #: reads them): after every ``update_provider_tree``.
