@@ -173,3 +173,67 @@ def test_nova_claim_already_the_decision_is_left_alone(world, caplog):
         world.driver.plugin_carry_pci(world.context, inst, decision(*mine), host=NODE)
     assert "differs" not in caplog.text
     assert [d.address for d in inst.pci_devices] == mine
+
+
+def moving_in(world: Any) -> Any:
+    """An instance live-migrating to this host: nova's destination claim of
+    its ``vfs`` request (``check_can_live_migrate_destination``'s
+    ``_flavor_based_pci_claim``: nova's tracker, devices ``claimed``)."""
+    flavor = objects.Flavor(name="vf", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="vf",
+                            extra_specs={"pci_passthrough:alias": "vfs:1"})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER, host="source",
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="active",
+                            task_state="migrating", numa_topology=None)
+    inst.pci_requests = pci_request.get_pci_requests_from_flavor(flavor)
+    inst.pci_requests.instance_uuid = inst.uuid
+    inst.create()
+    inst.migration_context = None
+    world.rt.claim_pci_devices(world.context, objects.InstancePCIRequests(
+        requests=inst.pci_requests.requests, instance_uuid=inst.uuid), None)
+    return inst
+
+
+def claimed(world: Any, inst: Any) -> list[str]:
+    return sorted(d.address for d in world.rt.pci_tracker.pci_devs
+                  if d.instance_uuid == inst.uuid and d.status == "claimed")
+
+
+def test_a_live_migrations_destination_claim_moves_onto_its_decision(world, caplog):
+    from nova import exception as nova_exception
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    inst = moving_in(world)
+    [nova_pick] = claimed(world, inst)  # the last free VF of its pool
+    decided = min(VF % n for n in range(1, 5) if VF % n != nova_pick)
+    source = "0000:05:00.3"
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={source: nova_pick})
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_move_pci(world.context, inst, decision(decided), data, NODE)
+    assert "live migration to host %s: nova's PCI claim differs" % NODE in caplog.text
+    # what nova's source writes into the migrated guest's XML
+    assert data.pci_dev_map_src_dst == {source: decided}
+    assert claimed(world, inst) == [decided]
+    assert in_db(world)[decided] == ("claimed", inst.uuid)
+    assert in_db(world)[nova_pick] == ("available", None)
+    # the move's end (post_live_migration_at_destination) allocates it
+    world.rt.allocate_pci_devices_for_instance(world.context, inst)
+    assert in_db(world)[decided] == ("allocated", inst.uuid)
+
+    # a decision naming a device nova's tracker does not give: refused as
+    # a destination's precheck (nova's conductor tries another host), nova's
+    # claim and map kept
+    other = moving_in(world)
+    kept = claimed(world, other)
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={source: kept[0]})
+    with pytest.raises(nova_exception.MigrationPreCheckError) as refused:
+        world.driver.plugin_move_pci(world.context, other, decision(decided), data, NODE)
+    assert decided in str(refused.value) and other.uuid in str(refused.value)
+    assert claimed(world, other) == kept
+    assert data.pci_dev_map_src_dst == {source: kept[0]}
