@@ -1,4 +1,5 @@
-"""Moving nova's PCI claim onto the scheduler's decision (the mixin's ``spawn``).
+"""Moving nova's PCI claim onto the scheduler's decision (the mixin's
+``spawn``, and a live migration's destination).
 
 nova's PCI tracker hands out the *last* free device of a pool
 (``PciDeviceStats._allocate_devs`` pops it), the ``sriov`` plugin's decision
@@ -26,6 +27,15 @@ another device. Why the swap is done this way:
   nova's claim before ``spawn``: it is rewritten from the new device with
   nova's own ``_get_pci_device_profile``, in ``network_info`` (which the
   guest XML is built from), in neutron and in the instance's cache.
+
+- A live migration runs no ``spawn`` on its destination: nova claims the
+  destination's devices in ``check_can_live_migrate_destination`` (left
+  ``claimed``, allocated when the move ends) and the source writes them
+  into the migrated guest from ``migrate_data`` (the flavor devices'
+  ``pci_dev_map_src_dst``, the ports' destination binding profiles in
+  ``vifs``). :func:`move_migration_claim` moves that claim the same way,
+  from the driver's last destination check
+  (``check_source_migrate_data_at_dest``), and rewrites both.
 
 It runs under nova's ``compute_resources`` lock, as nova's claims do.
 """

@@ -237,3 +237,57 @@ def test_a_live_migrations_destination_claim_moves_onto_its_decision(world, capl
     assert decided in str(refused.value) and other.uuid in str(refused.value)
     assert claimed(world, other) == kept
     assert data.pci_dev_map_src_dst == {source: kept[0]}
+
+
+def test_a_migrating_ports_destination_profile_follows_the_decision(world):
+    # a port's VF on the destination: nova's _claim_pci_for_instance_vifs
+    # claims it, nova's _update_migrate_vifs_profile_with_pci writes the
+    # destination binding profile the conductor binds the port with; after
+    # the move it names the decided VF
+    from nova.compute import manager as compute_manager
+    from nova.network import model as network_model
+
+    from resources.sriov.request import VFAssignment
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    port = "d0000000-0000-0000-0000-000000000001"
+    flavor = objects.Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="small", extra_specs={})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER, host="source",
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="active",
+                            task_state="migrating", numa_topology=None)
+    inst.pci_requests = objects.InstancePCIRequests(instance_uuid=inst.uuid, requests=[
+        objects.InstancePCIRequest(
+            count=1, requester_id=port, request_id=str(uuid.uuid4()),
+            spec=[{"vendor_id": fakelibvirt.PCI_VEND_ID,
+                   "product_id": fakelibvirt.VF_PROD_ID}])])
+    inst.create()
+    inst.migration_context = None
+    [nova_dev] = world.rt.claim_pci_devices(world.context, inst.pci_requests, None)
+    decided = min(VF % n for n in range(1, 5) if VF % n != nova_dev.address)
+    source_vif = network_model.VIF(id=port, profile={"pci_slot": "0000:05:00.1"})
+    vif = objects.VIFMigrateData(port_id=port, source_vif=source_vif)
+    manager = compute_manager.ComputeManager.__new__(compute_manager.ComputeManager)
+    manager._update_migrate_vifs_profile_with_pci([vif], {port: nova_dev})
+    assert vif.profile["pci_slot"] == nova_dev.address
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={}, vifs=[vif])
+    compute = world.driver.virtapi._compute
+    compute._update_migrate_vifs_profile_with_pci = (
+        manager._update_migrate_vifs_profile_with_pci)
+    try:
+        world.driver.plugin_move_pci(world.context, inst, types.SimpleNamespace(
+            decision=Decision(host=NODE, nodename=NODE, assignments=FrozenMap({
+                "sriov": SRIOVAssignment(vfs=(VFAssignment(
+                    requester_id=port, provider_uuid="", pf_address=VF % 0,
+                    vf_address=decided, port_id=port),))}))), data, NODE)
+    finally:
+        del compute._update_migrate_vifs_profile_with_pci
+    assert claimed(world, inst) == [decided]
+    assert data.vifs[0].profile["pci_slot"] == decided
+    assert data.pci_dev_map_src_dst == {}
