@@ -50,6 +50,9 @@ __all__ = ["decided_addresses", "move_migration_claim", "move_pci_claim"]
 
 LOG = logging.getLogger(__name__)
 
+#: (nova's PCI request, the device nova had taken, the decided one it has now)
+Moved = list[tuple[Any, Any, Any]]
+
 
 def decided_addresses(assignment: Any, requests: list[Any]) -> dict[str, list[str]]:
     """The decision's device addresses per nova PCI request id, for the
@@ -107,11 +110,11 @@ def _give_back(tracker: Any, instance: Any, devs: list[Any]) -> None:
 def _move(tracker: Any, instance: Any, requests: list[Any],
           wanted: dict[str, list[str]], cells: Any, host: str,
           refuse: Callable[[str], Exception], allocate: bool
-          ) -> tuple[list[tuple[Any, Any, Any]], list[str]]:
+          ) -> tuple[Moved, list[str]]:
     """Each request's devices in nova's ``tracker`` made the decided ones
     (``wanted``: request id -> addresses): the (request, old device, new
     device) moved and the differences found; under nova's lock."""
-    moved: list[tuple[Any, Any, Any]] = []
+    moved: Moved = []
     differences: list[str] = []
     for req in requests:
         addrs = wanted.get(req.request_id)
@@ -149,6 +152,41 @@ def _move(tracker: Any, instance: Any, requests: list[Any],
     return moved, differences
 
 
+def _move_locked(context: Any, compute: Any, instance: Any, assignment: Any,
+                 host: str, refuse: Callable[[str], Exception], allocate: bool,
+                 cells: Callable[[], Any], save: Callable[[Any, Any], None]
+                 ) -> tuple[Moved, list[str]]:
+    """:func:`_move` for the instance's PCI requests the decision's
+    ``assignment`` names devices of, under nova's ``compute_resources``
+    lock (nova's claims take it); ``cells()``: the guest cells nova's claim
+    is checked against, ``save(rt, tracker)``: nova's accounting written
+    when something moved."""
+    from nova import utils as nova_utils
+    from nova.compute import resource_tracker
+
+    requests = list(getattr(instance.pci_requests, "requests", None) or [])
+    wanted = decided_addresses(assignment, requests)
+    rt: Any = getattr(compute, "rt", None)
+    tracker = getattr(rt, "pci_tracker", None)
+    moved: Moved = []
+    differences: list[str] = []
+    if not wanted or tracker is None:
+        return moved, differences
+
+    @nova_utils.synchronized(  # type: ignore[untyped-decorator]  # nova is untyped
+        resource_tracker.COMPUTE_RESOURCE_SEMAPHORE, fair=True)
+    def locked() -> None:
+        done, found = _move(tracker, instance, requests, wanted, cells(), host,
+                            refuse, allocate)
+        moved.extend(done)
+        differences.extend(found)
+        if differences:
+            save(rt, tracker)
+
+    locked()
+    return moved, differences
+
+
 def move_pci_claim(context: Any, compute: Any, instance: Any, assignment: Any,
                    host: str, network_info: Any,
                    refuse: Callable[[str], Exception]) -> list[str]:
@@ -160,36 +198,20 @@ def move_pci_claim(context: Any, compute: Any, instance: Any, assignment: Any,
     :param refuse: builds the exception raised when nova's claim cannot
         carry the decision (nova's previous devices are kept then).
     """
-    from nova import utils as nova_utils
-    from nova.compute import resource_tracker
-
-    requests = list(getattr(instance.pci_requests, "requests", None) or [])
-    wanted = decided_addresses(assignment, requests)
-    rt: Any = getattr(compute, "rt", None)
-    tracker = getattr(rt, "pci_tracker", None)
-    if not wanted or tracker is None:
-        return []
-    moved: list[tuple[Any, Any, Any]] = []
-    differences: list[str] = []
-
-    @nova_utils.synchronized(  # type: ignore[untyped-decorator]  # nova is untyped
-        resource_tracker.COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def locked() -> None:
+    def cells() -> Any:
         topology = getattr(instance, "numa_topology", None)
-        cells = topology.cells if topology else None
-        done, found = _move(tracker, instance, requests, wanted, cells, host,
-                            refuse, allocate=True)
-        moved.extend(done)
-        differences.extend(found)
-        if differences:
-            node = getattr(instance, "node", None)
-            cn = rt.compute_nodes.get(node) if node else None
-            if cn is not None:
-                rt._update(context.elevated(), cn)
-            else:
-                tracker.save(context)
+        return topology.cells if topology else None
 
-    locked()
+    def save(rt: Any, tracker: Any) -> None:
+        node = getattr(instance, "node", None)
+        cn = rt.compute_nodes.get(node) if node else None
+        if cn is not None:
+            rt._update(context.elevated(), cn)
+        else:
+            tracker.save(context)
+
+    moved, differences = _move_locked(context, compute, instance, assignment, host,
+                                      refuse, True, cells, save)
     if differences:
         _rebind_ports(context, compute, instance, network_info, moved)
     return differences
@@ -214,34 +236,18 @@ def move_migration_claim(context: Any, compute: Any, instance: Any, assignment: 
     :param refuse: builds the exception raised when nova's claim cannot
         carry the decision (nova's claim is kept then).
     """
-    from nova import utils as nova_utils
-    from nova.compute import resource_tracker
-
-    requests = list(getattr(instance.pci_requests, "requests", None) or [])
-    wanted = decided_addresses(assignment, requests)
-    rt: Any = getattr(compute, "rt", None)
-    tracker = getattr(rt, "pci_tracker", None)
-    if not wanted or tracker is None:
-        return []
-    moved: list[tuple[Any, Any, Any]] = []
-    differences: list[str] = []
-
-    @nova_utils.synchronized(  # type: ignore[untyped-decorator]  # nova is untyped
-        resource_tracker.COMPUTE_RESOURCE_SEMAPHORE, fair=True)
-    def locked() -> None:
+    def cells() -> Any:
         # NOTE: nova's destination claim uses the move's new topology
         # (_claim_from_pci_reqs, _claim_pci_for_instance_vifs)
-        context_ = getattr(instance, "migration_context", None)
-        topology = getattr(context_, "new_numa_topology", None) if context_ else None
-        cells = topology.cells if topology else None
-        done, found = _move(tracker, instance, requests, wanted, cells, host,
-                            refuse, allocate=False)
-        moved.extend(done)
-        differences.extend(found)
-        if differences:
-            tracker.save(context)
+        migration_context = getattr(instance, "migration_context", None)
+        topology = getattr(migration_context, "new_numa_topology", None)
+        return topology.cells if topology else None
 
-    locked()
+    def save(_rt: Any, tracker: Any) -> None:
+        tracker.save(context)  # as nova's claim_pci_devices
+
+    moved, differences = _move_locked(context, compute, instance, assignment, host,
+                                      refuse, False, cells, save)
     if not differences:
         return []
     renamed = {old.address: new.address for _req, old, new in moved}

@@ -94,19 +94,24 @@ def world():
         nova.cleanUp()
 
 
-def boot(world: Any) -> Any:
-    """An instance asking one ``vfs`` device, claimed by nova's tracker."""
+def vfs_instance(world: Any, **fields: Any) -> Any:
+    """An instance (in nova's DB) whose flavor asks one ``vfs`` device."""
     flavor = objects.Flavor(name="vf", vcpus=1, memory_mb=512, root_gb=1,
                             ephemeral_gb=0, swap=0, flavorid="vf",
                             extra_specs={"pci_passthrough:alias": "vfs:1"})
     inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
                             project_id=PROJECT, user_id=USER,
                             flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, vm_state="building",
-                            task_state="spawning", numa_topology=None)
+                            ephemeral_gb=0, numa_topology=None, **fields)
     inst.pci_requests = pci_request.get_pci_requests_from_flavor(flavor)
     inst.pci_requests.instance_uuid = inst.uuid
     inst.create()
+    return inst
+
+
+def boot(world: Any) -> Any:
+    """An instance asking one ``vfs`` device, claimed by nova's tracker."""
+    inst = vfs_instance(world, vm_state="building", task_state="spawning")
     inst.pci_devices = objects.PciDeviceList(objects=[])
     world.rt.instance_claim(world.context, inst, NODE, None)
     return inst
@@ -179,17 +184,8 @@ def moving_in(world: Any) -> Any:
     """An instance live-migrating to this host: nova's destination claim of
     its ``vfs`` request (``check_can_live_migrate_destination``'s
     ``_flavor_based_pci_claim``: nova's tracker, devices ``claimed``)."""
-    flavor = objects.Flavor(name="vf", vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, swap=0, flavorid="vf",
-                            extra_specs={"pci_passthrough:alias": "vfs:1"})
-    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
-                            project_id=PROJECT, user_id=USER, host="source",
-                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, vm_state="active",
-                            task_state="migrating", numa_topology=None)
-    inst.pci_requests = pci_request.get_pci_requests_from_flavor(flavor)
-    inst.pci_requests.instance_uuid = inst.uuid
-    inst.create()
+    inst = vfs_instance(world, host="source", vm_state="active",
+                        task_state="migrating")
     inst.migration_context = None
     world.rt.claim_pci_devices(world.context, objects.InstancePCIRequests(
         requests=inst.pci_requests.requests, instance_uuid=inst.uuid), None)
