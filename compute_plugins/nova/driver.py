@@ -39,6 +39,15 @@ cells, a decided device nova's tracker does not give), fails the spawn with
 :class:`DecisionRefused` (nova then reschedules or errors the instance):
 never a third answer.
 
+A live migration's destination runs no ``spawn``: there the mixin moves
+nova's destination PCI claim onto the devices of the decision recorded for
+the move, in nova's last destination check
+(:meth:`PluginProviderTreeMixin.check_source_migrate_data_at_dest`), and
+the addresses the source writes into the migrated guest follow. With
+``[pci] report_in_placement`` turned off after it was on,
+``update_provider_tree`` refuses as nova does, before touching the tree
+(:meth:`PluginProviderTreeMixin._plugin_pci_reporting_kept`).
+
 The plugins' configuration comes from nova's ``[compute_plugins]
 config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
 ``plugin_manager`` itself.
