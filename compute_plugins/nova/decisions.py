@@ -92,13 +92,17 @@ class NovaDecisions:
 
         self.store.db.retrying(insert)
 
-    def spec_text(self, instance_uuid: str, host: str) -> Optional[str]:
-        """The newest spec recorded for the instance on ``host`` (JSON)."""
+    def spec_text(self, instance_uuid: str, host: str,
+                  since: Optional[datetime.datetime] = None) -> Optional[str]:
+        """The newest spec recorded for the instance on ``host`` (JSON);
+        ``since`` (naive UTC): only one recorded at or after it."""
         self._ensure()
+        where = [TABLE.c.consumer == instance_uuid, TABLE.c.host == host]
+        if since is not None:
+            where.append(TABLE.c.created_at >= since)
         with self.store.db.read() as conn:
             row = conn.execute(
-                sa.select(TABLE.c.spec)
-                .where(TABLE.c.consumer == instance_uuid, TABLE.c.host == host)
+                sa.select(TABLE.c.spec).where(*where)
                 .order_by(TABLE.c.id.desc()).limit(1)).one_or_none()
         return None if row is None else str(row.spec)
 
@@ -140,14 +144,17 @@ class NovaDecisions:
 
 
 def decision_for(decisions: NovaDecisions, instance_uuid: str, host: str,
-                 plugins: PluginSet) -> Optional[RequestSpec]:
+                 plugins: PluginSet,
+                 since: Optional[datetime.datetime] = None) -> Optional[RequestSpec]:
     """The scheduler's decision for instance ``instance_uuid`` on host
     ``host`` (nova's service host name, ``CONF.host``), as our spec with the
     decision included (``spec.decision``: the host, the allocation nova
     claimed, each plugin's assignment), read back with ``plugins``; None
     when ``PluginFitFilter`` recorded none (the instance was not scheduled
     by it on this host: an alternate host of a reschedule, a filter not
-    enabled).
+    enabled). ``since`` (naive UTC): only a decision recorded at or after
+    it (a move's, recorded after nova created its migration; not one of an
+    earlier stay of the instance on the host).
 
     This is the stable entry point for whoever compares a guest with the
     decision (the driver mixin, ``make nova-functional``): it never parses
@@ -156,5 +163,5 @@ def decision_for(decisions: NovaDecisions, instance_uuid: str, host: str,
     :raises RequestFormatError: a recorded spec that cannot be read (a
         newer format, a plugin not loaded).
     """
-    text = decisions.spec_text(instance_uuid, host)
+    text = decisions.spec_text(instance_uuid, host, since)
     return None if text is None else RequestSpec.from_json(text, plugins)

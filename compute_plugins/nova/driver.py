@@ -39,6 +39,15 @@ cells, a decided device nova's tracker does not give), fails the spawn with
 :class:`DecisionRefused` (nova then reschedules or errors the instance):
 never a third answer.
 
+A live migration's destination runs no ``spawn``: there the mixin moves
+nova's destination PCI claim onto the devices of the decision recorded for
+the move, in nova's last destination check
+(:meth:`PluginProviderTreeMixin.check_source_migrate_data_at_dest`), and
+the addresses the source writes into the migrated guest follow. With
+``[pci] report_in_placement`` turned off after it was on,
+``update_provider_tree`` refuses as nova does, before touching the tree
+(:meth:`PluginProviderTreeMixin._plugin_pci_reporting_kept`).
+
 The plugins' configuration comes from nova's ``[compute_plugins]
 config_file`` (:mod:`compute_plugins.nova.conf`), unless the driver sets
 ``plugin_manager`` itself.
@@ -48,6 +57,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import logging
 import shutil
 from typing import Any, Optional
@@ -116,6 +126,13 @@ def claim_differences(decision_cells: list[tuple[int, dict[int, int], Optional[i
     return out
 
 LOG = logging.getLogger(__name__)
+
+
+def _naive_utc(when: Optional[datetime.datetime]) -> Optional[datetime.datetime]:
+    """``when`` as the decisions table keeps times (naive UTC)."""
+    if when is not None and when.tzinfo is not None:
+        return when.astimezone(datetime.UTC).replace(tzinfo=None)
+    return when
 
 
 def copy_tree(nova_tree: Any) -> ProviderTree:
@@ -338,6 +355,82 @@ class PluginProviderTreeMixin:
                       "scheduler's decision (%s); the guest gets the decision's "
                       "devices", instance.uuid, host, "; ".join(differences))
 
+    def check_source_migrate_data_at_dest(self, context: Any, instance: Any,
+                                          migrate_data: Any, migration: Any,
+                                          limits: Any, allocs: Any) -> Any:
+        """nova's last check on a live migration's destination, nova's PCI
+        claim there moved onto the destination decision's devices first
+        (:meth:`plugin_carry_pci_move`)."""
+        self.plugin_carry_pci_move(context, instance, migrate_data, migration)
+        return super().check_source_migrate_data_at_dest(  # type: ignore[misc]  # nova's driver
+            context, instance, migrate_data, migration, limits, allocs)
+
+    def plugin_carry_pci_move(self, context: Any, instance: Any, migrate_data: Any,
+                              migration: Any, host: Optional[str] = None) -> None:
+        """On a live migration's destination (this host): make nova's PCI
+        claim here the devices of the decision the scheduler recorded for
+        the move, and the addresses the source writes into the migrated
+        guest follow (:func:`compute_plugins.nova.pciclaim.move_migration_claim`).
+
+        nova claims the destination's devices itself in
+        ``check_can_live_migrate_destination`` (its tracker's pick, the last
+        free device of a pool) and hands the source the map of source to
+        destination addresses (``migrate_data.pci_dev_map_src_dst``) and the
+        ports' destination binding profiles (``migrate_data.vifs``); nothing
+        of the spawn runs on the destination, so without this the migrated
+        guest has nova's devices, not the decision's. Only a decision
+        recorded since nova created the migration counts (an older one is
+        of an earlier stay on this host); without one nova's claim stands
+        (a WARNING, as a spawn without a decision).
+
+        :raises nova.exception.MigrationPreCheckError: nova's tracker does
+            not give the decided devices (nova's claim is kept; nova's
+            conductor then tries another destination).
+        """
+        if host is None:
+            host = self._plugin_service_host()
+        if not getattr(instance.pci_requests, "requests", None):
+            return
+        manager = self.get_plugin_manager()
+        since = _naive_utc(getattr(migration, "created_at", None))
+        spec = nova_decisions.decision_for(self.get_plugin_decisions(), instance.uuid,
+                                           host, manager.plugins, since=since)
+        if spec is None or spec.decision is None:
+            LOG.warning("no scheduler decision for the live migration of instance "
+                        "%s to host %s: nova's own PCI claim is used",
+                        instance.uuid, host)
+            return
+        self.plugin_move_pci(context, instance, spec, migrate_data, host)
+
+    def plugin_move_pci(self, context: Any, instance: Any, spec: RequestSpec,
+                        migrate_data: Any, host: str) -> None:
+        """Make nova's PCI claim of ``instance`` on this live migration's
+        destination the devices of the decision's ``sriov`` assignment
+        (``spec``, recorded for this host), saying in one ERROR line where
+        nova's claim had taken others (:meth:`plugin_carry_pci_move`).
+
+        :raises nova.exception.MigrationPreCheckError: nova's tracker does
+            not give the decided devices (nova's claim is kept).
+        """
+        assert spec.decision is not None
+        assignment = spec.decision.assignments.get("sriov")
+        compute = getattr(getattr(self, "virtapi", None), "_compute", None)
+        if assignment is None or compute is None:
+            return
+
+        def refuse(reason: str) -> Exception:
+            LOG.error("%s", reason)
+            error: Exception = nova_exception.MigrationPreCheckError(reason=reason)
+            return error
+
+        differences = pciclaim.move_migration_claim(
+            context, compute, instance, assignment, host, migrate_data, refuse)
+        if differences:
+            LOG.error("instance %s, live migration to host %s: nova's PCI claim "
+                      "differs from the scheduler's decision (%s); the migrated "
+                      "guest gets the decision's devices", instance.uuid, host,
+                      "; ".join(differences))
+
     def spawn(self, context: Any, instance: Any, image_meta: Any,
               injected_files: Any, admin_password: Any, allocations: Any,
               network_info: Any = None, block_device_info: Any = None,
@@ -407,16 +500,13 @@ class PluginProviderTreeMixin:
         flavor's resources as used); this host publishes again
         (``publish``: the source host, ``migration.source_node``). A failure
         is one ERROR line, never raised into nova."""
-        import datetime
-        created = getattr(migration, "created_at", None)
+        created = _naive_utc(getattr(migration, "created_at", None))
         dest = getattr(migration, "dest_compute", None)
         if created is None or not dest:
             LOG.warning("instance %s: reverted migration without a creation "
                         "time or destination: its move's decision is kept",
                         instance.uuid)
             return
-        if created.tzinfo is not None:
-            created = created.astimezone(datetime.UTC).replace(tzinfo=None)
         try:
             forgotten = self.get_plugin_decisions().forget_since(
                 instance.uuid, str(dest), created)
@@ -561,8 +651,12 @@ class PluginProviderTreeMixin:
 
         :raises nova.exception.ReshapeNeeded: inventory moves between
             providers and ``allocations`` is None.
+        :raises nova.exception.PlacementPciException: ``[pci]
+            report_in_placement`` was turned off after it was on
+            (:meth:`_plugin_pci_reporting_kept`).
         """
         manager = self.get_plugin_manager()
+        self._plugin_pci_reporting_kept(provider_tree)
         manager.discover(self.plugin_host_info(nodename))
         ours = copy_tree(provider_tree)
         try:
@@ -576,6 +670,34 @@ class PluginProviderTreeMixin:
         # (_allocate_mdevs: the provider's name less the root's).
         self.provider_tree = copy.deepcopy(provider_tree)
         self.plugin_publish(nodename, ours, instances=self._plugin_tracked())
+
+    def _plugin_pci_reporting_kept(self, provider_tree: Any) -> None:
+        """nova's refusal to turn ``[pci] report_in_placement`` off once it
+        was on, made before the plugins touch nova's tree.
+
+        nova's resource tracker checks it after the driver's
+        ``update_provider_tree`` (``pci_placement_translator``: a provider
+        with ``COMPUTE_MANAGED_PCI_DEVICE`` in the tree and the option off),
+        and a compute at startup dies of it. With the ``sriov`` plugin the
+        PCI providers of nova's layout are the plugin's: with the option off
+        it no longer contributes them, the mixin's write-back would remove
+        them from nova's tree, and nova's check would find nothing. So the
+        mixin runs nova's own check first, on the tree nova handed in (read
+        from Placement), when the plugins' option is off (the runner and an
+        operator set it as nova's): nothing is removed, nova's
+        ``PlacementPciException`` and message.
+
+        :raises nova.exception.PlacementPciException: the option is off and
+            the tree has a provider of nova's PCI layout.
+        """
+        try:
+            reporting = bool(self.get_plugin_manager().conf.pci.report_in_placement)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+            reporting = False
+        if reporting:
+            return
+        from nova.compute import pci_placement_translator
+        pci_placement_translator.ensure_tracking_was_not_enabled_before(provider_tree)
 
     #: The mixin publishes its host's plugin states (``PluginFitFilter``
     #: reads them): after every ``update_provider_tree``.

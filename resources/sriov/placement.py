@@ -22,9 +22,15 @@ nothing:
 nova's rules are checked with nova's messages: a PF together with its VFs,
 VFs of one PF with different resource classes or traits, a VF saying
 ``one_time_use`` and a ``devname`` spec (:func:`resources.sriov.devspec.check_placement`)
-are errors. NOTE: nova reserves an allocated one-time-use device's inventory;
-the plugin reports ``reserved`` 0 and nova's translator, which runs after it,
-sets it.
+are errors. NOTE: nova reserves an allocated one-time-use device's inventory
+(``reserved`` = total, never lowered by nova). The plugin's record leaves
+``reserved`` out (a device class, :func:`compute_plugins.plugin.devices.inventory_record`),
+so in nova nova's translator, which runs after the driver, sets it and it
+stays once the device is freed (nova's ``ProviderTree`` and report client
+compare only the fields a record has). The plugin cannot set it itself:
+its providers come from the host's view, which does not know which devices
+are allocated; the compute agent, without nova's translator, does not
+reserve a used one-time-use device (doc/source/nova-compat.md).
 
 The provider's uuid is the plugin's stable uuid (nova generates a random
 one only for a provider it has to create). The decision of an alias device

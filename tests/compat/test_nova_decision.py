@@ -565,3 +565,21 @@ def test_the_periodic_counts_an_instance_migrating_in_as_nova_s_tracker_does(
         world.driver.plugin_decisions.forget_since(
             instance, NODE, datetime.datetime(2000, 1, 1))
         world.tracker.update_available_resource(world.context, NODE)
+
+
+def test_a_moves_decision_is_one_recorded_since_its_migration(world, three):
+    # a live migration's destination reads the decision the scheduler
+    # recorded for the move (after nova created the migration), never one
+    # of an earlier stay of the instance on that host
+    import datetime
+    instance = three["instances"][0]
+    spec = recorded(world, instance)
+    plugins = world.driver.plugin_manager.plugins
+    decisions = world.driver.plugin_decisions
+    created = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    assert nova_decisions.decision_for(decisions, instance, NODE, plugins,
+                                       since=created) is None
+    decisions.record(instance, NODE, spec)
+    again = nova_decisions.decision_for(decisions, instance, NODE, plugins,
+                                        since=created)
+    assert again is not None and again.decision == spec.decision

@@ -132,3 +132,31 @@ def test_a_failing_plugin_keeps_its_last_providers_and_nova_runs_on(driver):
     assert tree.data(NODE + "_NUMA0").inventory["MEMORY_MB"]["total"] > \
         good[NODE + "_NUMA0"][1]["MEMORY_MB"]["total"]
     assert "numa" not in driver.plugin_manager.failures
+
+
+def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
+    # nova's compute refuses to start with [pci] report_in_placement off
+    # once its PCI providers are in Placement; the sriov plugin would
+    # simply stop contributing them (and the mixin remove them from nova's
+    # tree, so nova's own check, after the driver, found nothing)
+    import json
+
+    from tests.unit.resources.test_sriov_devspec import devices
+    conf.set_override("device_spec", [json.dumps(
+        {"vendor_id": "10de", "product_id": "25b6"})], "pci")
+    conf.set_override("report_in_placement", True, "pci")
+    tree = nova_flat_tree()
+    Driver(helpers.manager(conf, ("numa", "sriov")), devices()).update_provider_tree(
+        tree, NODE, allocations={})
+    gpu = NODE + "_0000:84:00.0"
+    assert "COMPUTE_MANAGED_PCI_DEVICE" in state(tree)[gpu][2]
+    before = state(tree)
+
+    conf.set_override("report_in_placement", False, "pci")
+    restarted = Driver(helpers.manager(conf, ("numa", "sriov")), devices())
+    with pytest.raises(nova_exception.PlacementPciException) as err:
+        restarted.update_provider_tree(tree, NODE)
+    assert ("The [pci]report_in_placement is False but it was enabled before "
+            "on this compute. Nova does not support disabling it after it is "
+            "enabled.") in str(err.value)
+    assert state(tree) == before

@@ -94,19 +94,24 @@ def world():
         nova.cleanUp()
 
 
-def boot(world: Any) -> Any:
-    """An instance asking one ``vfs`` device, claimed by nova's tracker."""
+def vfs_instance(world: Any, **fields: Any) -> Any:
+    """An instance (in nova's DB) whose flavor asks one ``vfs`` device."""
     flavor = objects.Flavor(name="vf", vcpus=1, memory_mb=512, root_gb=1,
                             ephemeral_gb=0, swap=0, flavorid="vf",
                             extra_specs={"pci_passthrough:alias": "vfs:1"})
     inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
                             project_id=PROJECT, user_id=USER,
                             flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, vm_state="building",
-                            task_state="spawning", numa_topology=None)
+                            ephemeral_gb=0, numa_topology=None, **fields)
     inst.pci_requests = pci_request.get_pci_requests_from_flavor(flavor)
     inst.pci_requests.instance_uuid = inst.uuid
     inst.create()
+    return inst
+
+
+def boot(world: Any) -> Any:
+    """An instance asking one ``vfs`` device, claimed by nova's tracker."""
+    inst = vfs_instance(world, vm_state="building", task_state="spawning")
     inst.pci_devices = objects.PciDeviceList(objects=[])
     world.rt.instance_claim(world.context, inst, NODE, None)
     return inst
@@ -173,3 +178,112 @@ def test_nova_claim_already_the_decision_is_left_alone(world, caplog):
         world.driver.plugin_carry_pci(world.context, inst, decision(*mine), host=NODE)
     assert "differs" not in caplog.text
     assert [d.address for d in inst.pci_devices] == mine
+
+
+def moving_in(world: Any) -> Any:
+    """An instance live-migrating to this host: nova's destination claim of
+    its ``vfs`` request (``check_can_live_migrate_destination``'s
+    ``_flavor_based_pci_claim``: nova's tracker, devices ``claimed``)."""
+    inst = vfs_instance(world, host="source", vm_state="active",
+                        task_state="migrating")
+    inst.migration_context = None
+    world.rt.claim_pci_devices(world.context, objects.InstancePCIRequests(
+        requests=inst.pci_requests.requests, instance_uuid=inst.uuid), None)
+    return inst
+
+
+def claimed(world: Any, inst: Any) -> list[str]:
+    return sorted(d.address for d in world.rt.pci_tracker.pci_devs
+                  if d.instance_uuid == inst.uuid and d.status == "claimed")
+
+
+def test_a_live_migrations_destination_claim_moves_onto_its_decision(world, caplog):
+    from nova import exception as nova_exception
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    inst = moving_in(world)
+    [nova_pick] = claimed(world, inst)  # the last free VF of its pool
+    decided = min(VF % n for n in range(1, 5) if VF % n != nova_pick)
+    source = "0000:05:00.3"
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={source: nova_pick})
+    with caplog.at_level("ERROR"):
+        world.driver.plugin_move_pci(world.context, inst, decision(decided), data, NODE)
+    assert "live migration to host %s: nova's PCI claim differs" % NODE in caplog.text
+    # what nova's source writes into the migrated guest's XML
+    assert data.pci_dev_map_src_dst == {source: decided}
+    assert claimed(world, inst) == [decided]
+    assert in_db(world)[decided] == ("claimed", inst.uuid)
+    assert in_db(world)[nova_pick] == ("available", None)
+    # the move's end (post_live_migration_at_destination) allocates it
+    world.rt.allocate_pci_devices_for_instance(world.context, inst)
+    assert in_db(world)[decided] == ("allocated", inst.uuid)
+
+    # a decision naming a device nova's tracker does not give: refused as
+    # a destination's precheck (nova's conductor tries another host), nova's
+    # claim and map kept
+    other = moving_in(world)
+    kept = claimed(world, other)
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={source: kept[0]})
+    with pytest.raises(nova_exception.MigrationPreCheckError) as refused:
+        world.driver.plugin_move_pci(world.context, other, decision(decided), data, NODE)
+    assert decided in str(refused.value) and other.uuid in str(refused.value)
+    assert claimed(world, other) == kept
+    assert data.pci_dev_map_src_dst == {source: kept[0]}
+
+
+def test_a_migrating_ports_destination_profile_follows_the_decision(world):
+    # a port's VF on the destination: nova's _claim_pci_for_instance_vifs
+    # claims it, nova's _update_migrate_vifs_profile_with_pci writes the
+    # destination binding profile the conductor binds the port with; after
+    # the move it names the decided VF
+    from nova.compute import manager as compute_manager
+    from nova.network import model as network_model
+
+    from resources.sriov.request import VFAssignment
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    port = "d0000000-0000-0000-0000-000000000001"
+    flavor = objects.Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="small", extra_specs={})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER, host="source",
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="active",
+                            task_state="migrating", numa_topology=None)
+    inst.pci_requests = objects.InstancePCIRequests(instance_uuid=inst.uuid, requests=[
+        objects.InstancePCIRequest(
+            count=1, requester_id=port, request_id=str(uuid.uuid4()),
+            spec=[{"vendor_id": fakelibvirt.PCI_VEND_ID,
+                   "product_id": fakelibvirt.VF_PROD_ID}])])
+    inst.create()
+    inst.migration_context = None
+    [nova_dev] = world.rt.claim_pci_devices(world.context, inst.pci_requests, None)
+    decided = min(VF % n for n in range(1, 5) if VF % n != nova_dev.address)
+    source_vif = network_model.VIF(id=port, profile={"pci_slot": "0000:05:00.1"})
+    vif = objects.VIFMigrateData(port_id=port, source_vif=source_vif)
+    manager = compute_manager.ComputeManager.__new__(compute_manager.ComputeManager)
+    manager._update_migrate_vifs_profile_with_pci([vif], {port: nova_dev})
+    assert vif.profile["pci_slot"] == nova_dev.address
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={}, vifs=[vif])
+    compute = world.driver.virtapi._compute
+    compute._update_migrate_vifs_profile_with_pci = (
+        manager._update_migrate_vifs_profile_with_pci)
+    try:
+        world.driver.plugin_move_pci(world.context, inst, types.SimpleNamespace(
+            decision=Decision(host=NODE, nodename=NODE, assignments=FrozenMap({
+                "sriov": SRIOVAssignment(vfs=(VFAssignment(
+                    requester_id=port, provider_uuid="", pf_address=VF % 0,
+                    vf_address=decided, port_id=port),))}))), data, NODE)
+    finally:
+        del compute._update_migrate_vifs_profile_with_pci
+    assert claimed(world, inst) == [decided]
+    assert data.vifs[0].profile["pci_slot"] == decided
+    assert data.pci_dev_map_src_dst == {}
