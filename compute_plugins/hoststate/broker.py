@@ -370,12 +370,21 @@ def explain(err: BaseException, broker: Broker, tls: TLS) -> Optional[str]:
                     % (broker.address, reason, tls.origin("cert_file"),
                        tls.origin("version")))
         return None
-    if not tls.enabled and isinstance(cause, (ConnectionResetError, EOFError)) \
-            and _speaks_tls(broker):
+    if not tls.enabled and _closed_on_us(cause) and _speaks_tls(broker):
         return ("broker %s speaks TLS and %s is not set: set it (or ?ssl=1 in "
                 "push_transport_url) and %s" % (broker.address, tls.origin("enabled"),
                                                  tls.origin("ca_file")))
     return None
+
+
+def _closed_on_us(err: BaseException) -> bool:
+    """Whether the broker closed (or reset) the connection, as a TLS port
+    does when it gets AMQP's greeting; not refused, timed out nor
+    unresolved, which say nothing of the port's protocol (and would cost a
+    second attempt each, for nothing)."""
+    if isinstance(err, (ConnectionRefusedError, TimeoutError, socket.gaierror)):
+        return False
+    return isinstance(err, (OSError, EOFError))
 
 
 def _root(err: BaseException) -> BaseException:

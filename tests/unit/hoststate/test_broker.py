@@ -308,3 +308,19 @@ def test_a_silent_broker_holds_up_neither_waiters_nor_close(tmp_path, silent_bro
         store.close()
         closing = time.monotonic() - started
     assert closing < broker.CONNECT_TIMEOUT + 3
+
+
+def test_a_certificate_for_another_name_says_which_host_the_url_must_name():
+    """Each broker's certificate must name the host its URL names (the
+    TLS handshake's error, as kombu wraps it, read to its cause)."""
+    found, tls = broker.brokers("rabbit://u:p@10.0.0.5:5671/?ssl=1")
+    cause = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    cause.verify_message = "IP address mismatch, certificate is not valid for '10.0.0.5'."
+    wrapped = OSError("kombu's")
+    wrapped.__cause__ = cause
+    why = broker.explain(wrapped, found[0], tls)
+    assert why == (
+        "broker 10.0.0.5:5671: its certificate does not name 10.0.0.5 (IP address mismatch, "
+        "certificate is not valid for '10.0.0.5'.); the host in [host_state] "
+        "push_transport_url must be one the certificate names")
+    assert broker.explain(ConnectionRefusedError(111, "refused"), found[0], tls) is None
