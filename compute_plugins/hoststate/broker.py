@@ -294,10 +294,11 @@ def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
     try:
         items = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
-        items = []
+        raise ValueError("[host_state] push_transport_url %r: the query %r is not "
+                         "KEY=VALUE pairs separated by '&'"
+                         % (redacted(transport_url), query)) from None
     keys = [key for key, _ in items]
-    unknown = sorted({key for key in keys if key not in TLS.QUERY}) or (
-        [] if items else [query])
+    unknown = sorted({key for key in keys if key not in TLS.QUERY})
     if unknown:
         raise ValueError("[host_state] push_transport_url %r: query options %s are "
                          "not understood here; expected %s (oslo.messaging's "

@@ -69,7 +69,12 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         Its broker (``push_transport_url``) is connected to at once
         (:meth:`~compute_plugins.hoststate.broker.BrokerPush.verify`): one
         that refuses this configuration (its certificate, TLS on one side
-        only) stops the process here, one that is down only is said.
+        only) stops the process here, one that is down only is said (the
+        waiters poll until it is back). This waits for one connection
+        attempt per broker: milliseconds, refused at once when it is down,
+        up to :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
+        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds when
+        it accepts connections and never answers.
 
         :raises ConfigError: ``push_transport_url`` is not a broker's URL,
             its TLS files do not load, or the broker refuses them.

@@ -127,7 +127,7 @@ def test_a_bad_port_is_refused_when_the_store_opens_without_its_password(url, wh
 @pytest.mark.parametrize("query, named", [
     ("heartbeat_timeout_threshold=30", "heartbeat_timeout_threshold"),
     ("ssl=1&sll_ca_file=/etc/ca.pem", "sll_ca_file"),
-    ("ssl", "ssl"),
+    ("ssl", "the query 'ssl' is not KEY=VALUE pairs"),
     ("ssl=1&ssl=0", "more than once"),
     ("ssl=maybe", "?ssl=maybe: expected true or false"),
     ("ssl=1&ssl_version=TLSv1_3", "ssl_version"),
