@@ -200,6 +200,22 @@ class TLS:
                 raise ValueError("%s: not a readable PEM certificate and its private key "
                                  "(unencrypted): %s" % (where, _one_line(err))) from None
 
+    def context(self) -> ssl.SSLContext:
+        """An SSL context as :meth:`params` makes py-amqp's (for a
+        diagnosis: :func:`explain`).
+
+        :raises OSError, ssl.SSLError: a file does not load (:meth:`check`).
+        """
+        context = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file or None)
+        lowest, highest = SSL_VERSIONS.get(self.version.lower(), (None, None))
+        if lowest is not None:
+            context.minimum_version = lowest
+        if highest is not None:
+            context.maximum_version = highest
+        return context
+
     def params(self, hostname: str) -> Union[bool, dict[str, Any]]:
         """kombu's (py-amqp's) ``ssl`` argument for the broker ``hostname``:
         False without TLS."""
@@ -342,6 +358,14 @@ def explain(err: BaseException, broker: Broker, tls: TLS) -> Optional[str]:
     in one line naming the option (and file) to change; None when it is no
     configuration error (the broker is down, unreachable, restarting)."""
     cause = _root(err)
+    if tls.enabled and _closed_on_us(cause) and (
+            isinstance(cause, ssl.SSLEOFError) or not isinstance(cause, ssl.SSLError)):
+        # NOTE: with TLS 1.3 the broker checks a client certificate after
+        # the client's side of the handshake is done, and its refusal (an
+        # alert, then it closes) races the client's AMQP greeting: a
+        # greeting it did not read makes its close a reset, which drops
+        # the alert. Asked again without a greeting, it says why.
+        cause = _tls_refusal(broker, tls) or cause
     if isinstance(cause, ssl.SSLCertVerificationError):
         reason = cause.verify_message or _one_line(cause)
         if tls.ca_file:
@@ -386,6 +410,29 @@ def _closed_on_us(err: BaseException) -> bool:
     if isinstance(err, (ConnectionRefusedError, TimeoutError, socket.gaierror)):
         return False
     return isinstance(err, (OSError, EOFError))
+
+
+#: Seconds :func:`_tls_refusal` waits for the broker's word after the
+#: handshake (one that accepts the client says nothing: it waits for AMQP's
+#: greeting).
+_REFUSAL_WAIT = 2.0
+
+
+def _tls_refusal(broker: Broker, tls: TLS) -> Optional[BaseException]:
+    """The TLS error with which ``broker`` refuses this client (its
+    certificate, the client's, a version), from a handshake without an AMQP
+    greeting after it; None when it does not refuse it (or cannot be
+    reached: nothing said of the configuration)."""
+    try:
+        with socket.create_connection((broker.host, broker.port), timeout=CONNECT_TIMEOUT) \
+                as sock, tls.context().wrap_socket(sock, server_hostname=broker.host) as conn:
+            conn.settimeout(_REFUSAL_WAIT)
+            conn.recv(1)
+    except ssl.SSLError as err:
+        return err if not isinstance(err, ssl.SSLEOFError) else None
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _root(err: BaseException) -> BaseException:

@@ -155,8 +155,8 @@ def test_a_client_certificate_the_broker_does_not_trust_is_named(tmp_path, rabbi
 def test_the_broker_named_localhost_is_checked_by_that_name(tmp_path, rabbit):
     """The certificate names 127.0.0.1 and localhost: a URL naming either
     connects (kombu's rewriting of localhost to 127.0.0.1 does not change
-    the name checked)."""
-    url = "rabbit://guest:guest@localhost:%d/?ssl=1&ssl_ca_file=%s" % (
+    the name checked); oslo.messaging's ``ssl_version`` pins the version."""
+    url = "rabbit://guest:guest@localhost:%d/?ssl=1&ssl_ca_file=%s&ssl_version=TLSv1_2" % (
         rabbit.tls_port, rabbit.tls.ca)
     with HostStateStore.from_config(_conf(url, tmp_path)) as store:
         assert isinstance(store.db.push, broker.BrokerPush)
@@ -166,3 +166,24 @@ def test_the_broker_named_localhost_is_checked_by_that_name(tmp_path, rabbit):
             assert wait_until(lambda: sub.live)
         finally:
             sub.close()
+
+
+def test_a_running_process_says_a_refused_certificate_as_an_error(tmp_path, rabbit, caplog):
+    """A store opened without the start check (as a long-running process
+    whose broker's certificate changed later): its listener says, once and
+    as an error, which option and file do not vouch for the broker, and
+    its waiters poll meanwhile."""
+    url = "%s?ssl=1&ssl_ca_file=%s" % (rabbit.tls_transport_url, rabbit.tls.other_ca)
+    with HostStateStore(sqlite_url(tmp_path), push_transport_url=url) as store:
+        sub = store.host_changes("h")
+        assert sub is not None
+        try:
+            assert wait_until(lambda: any(
+                "cannot listen for changes" in r.getMessage() for r in caplog.records))
+            assert not sub.live
+        finally:
+            sub.close()
+    said = [r for r in caplog.records if "cannot listen for changes" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "ERROR"
+    assert ("its certificate is not trusted by push_transport_url's ?ssl_ca_file %s"
+            % rabbit.tls.other_ca) in said[0].getMessage()
