@@ -35,7 +35,10 @@ Erlang node name (``rabbit-PID@localhost``), cookie and ``HOME``, AMQP and
 distribution ports, and its own ``epmd`` on a free port (``ERL_EPMD_PORT``),
 killed at the end, so that neither a machine's RabbitMQ nor its ``epmd``
 on 4369 is touched; ``/etc/rabbitmq`` is not read (its own configuration,
-environment and plugins files).
+environment and plugins files). Besides its plain AMQP port it listens
+for AMQP over TLS on a second one (:class:`TLSFiles`: a CA made for the
+session, and a server certificate it signed for ``127.0.0.1`` and
+``localhost``): the same node, so that the TLS tests cost no second start.
 
 A missing server binary or user fails the tests that need the server, with
 the Debian package (listed in ``bindep.txt``) to install; nothing skips.
@@ -330,6 +333,91 @@ def mariadb() -> Iterator[DatabaseServer]:
             executor.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class TLSFiles:
+    """PEM files for a TLS listener and its clients, made by
+    :func:`make_tls_files`: ``ca`` signed ``server_cert`` (for
+    ``127.0.0.1`` and ``localhost``) and ``client_cert``; ``other_ca`` is an
+    unrelated CA (a client trusting it refuses the server), which signed
+    ``other_client_cert`` (a server trusting ``ca`` refuses that one)."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+    other_client_cert: Path
+    other_client_key: Path
+
+
+def _write_key(path: Path, key: Any) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+
+
+def make_tls_files(directory: Path) -> TLSFiles:
+    """Two throwaway CAs and the certificates of :class:`TLSFiles`, written
+    under ``directory`` (P-256 keys: a few milliseconds; valid one day)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def certificate(subject: str, key: Any, issuer: tuple[str, Any] | None,
+                    usage: Any = None, names: list[Any] | None = None) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(name(subject))
+                   .issuer_name(name(issuer[0] if issuer else subject))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None),
+                                  critical=True))
+        if usage is not None:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names),
+                                            critical=False)
+        return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
+
+    def write(path: Path, cert: x509.Certificate) -> Path:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+    files: dict[str, Path] = {}
+    for ca_name, prefix in (("compute-plugins test CA", ""), ("another CA", "other_")):
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        files[prefix + "ca"] = write(directory / (prefix + "ca.pem"),
+                                     certificate(ca_name, ca_key, None))
+        issuer = (ca_name, ca_key)
+        if not prefix:
+            key = ec.generate_private_key(ec.SECP256R1())
+            _write_key(directory / "server.key", key)
+            files["server_key"] = directory / "server.key"
+            files["server_cert"] = write(directory / "server.pem", certificate(
+                "localhost", key, issuer, ExtendedKeyUsageOID.SERVER_AUTH,
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]))
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write_key(directory / (prefix + "client.key"), key)
+        files[prefix + "client_key"] = directory / (prefix + "client.key")
+        files[prefix + "client_cert"] = write(
+            directory / (prefix + "client.pem"),
+            certificate("compute-plugins client", key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH))
+    return TLSFiles(**files)
+
+
 #: Where Debian installs RabbitMQ's own scripts (``/usr/sbin/rabbitmq-server``
 #: is a wrapper that runs them as the ``rabbitmq`` user with /etc's settings).
 RABBITMQ_SCRIPTS = ("/usr/lib/rabbitmq/bin",)
@@ -347,12 +435,20 @@ class RabbitServer:
     base: Path
     env: dict[str, str]
     server: str
+    #: Its AMQP-over-TLS port (TLS only), and the files of its certificates.
+    tls_port: int
+    tls: TLSFiles
     process: subprocess.Popen[bytes] | None = None
 
     @property
     def transport_url(self) -> str:
         """Its oslo.messaging transport URL."""
         return "rabbit://guest:guest@%s:%d/" % (HOST, self.port)
+
+    @property
+    def tls_transport_url(self) -> str:
+        """The transport URL of its TLS port (no TLS option in it)."""
+        return "rabbit://guest:guest@%s:%d/" % (HOST, self.tls_port)
 
     def accepts(self) -> bool:
         """Whether it accepts AMQP connections (guest logged in)."""
@@ -419,7 +515,19 @@ def rabbitmq() -> Iterator[RabbitServer]:
         for name in ("mnesia", "log"):
             (base / name).mkdir()
         (base / "enabled_plugins").write_text("[].\n")
-        (base / "rabbitmq.conf").write_text("loopback_users.guest = true\n")
+        tls = make_tls_files(base)
+        tls_port = port_for.select_random()
+        # NOTE: the TLS port asks for a client certificate and checks one
+        # that is sent (verify_peer), without requiring it: a client's
+        # ssl_cert_file is shown to be sent by a foreign one being refused.
+        (base / "rabbitmq.conf").write_text("\n".join([
+            "loopback_users.guest = true",
+            "listeners.ssl.default = %s:%d" % (HOST, tls_port),
+            "ssl_options.cacertfile = %s" % tls.ca,
+            "ssl_options.certfile = %s" % tls.server_cert,
+            "ssl_options.keyfile = %s" % tls.server_key,
+            "ssl_options.verify = verify_peer",
+            "ssl_options.fail_if_no_peer_cert = false", ""]))
         (base / "rabbitmq-env.conf").write_text("")
         cookie = base / ".erlang.cookie"
         cookie.write_text(os.urandom(20).hex())
@@ -446,7 +554,7 @@ def rabbitmq() -> Iterator[RabbitServer]:
             "ERL_EPMD_PORT": str(epmd_port),
             "ERL_EPMD_ADDRESS": HOST,
         }
-        rabbit = RabbitServer(port, base, env, server)
+        rabbit = RabbitServer(port, base, env, server, tls_port, tls)
         try:
             rabbit.start()
             yield rabbit

@@ -90,8 +90,13 @@ OPTS = [
         "``rabbit://USER:PASS@HOST:PORT/VHOST`` (RabbitMQ; several "
         "``USER:PASS@HOST:PORT`` separated by commas are tried in turn), as "
         "in an OpenStack deployment's ``[DEFAULT] transport_url`` (a ',', "
-        "'@', ':' or '/' in a password percent-encoded; query options such as "
-        "``?ssl=1`` are refused: TLS is not supported). The "
+        "'@', ':' or '/' in a password percent-encoded). Its query may set "
+        "the TLS options as oslo.messaging's does, by their "
+        "``[oslo_messaging_rabbit]`` names, overriding ``push_ssl*`` here: "
+        "``?ssl=1&ssl_ca_file=/etc/ssl/certs/rabbit-ca.pem`` (also "
+        "``ssl_cert_file``, ``ssl_key_file``, ``ssl_version``); any other "
+        "query option is refused. The port is 5672 unless given, with TLS "
+        "too (as oslo.messaging). The "
         "writer publishes to the host's or the decision's channel after its "
         "commit; each agent and scheduler process holds one connection "
         "consuming its own queue and one publishing. ``fake://`` wakes the "
@@ -101,6 +106,50 @@ OPTS = [
         "wakes nobody, and its changes are read at the waiters' "
         "``push_safety_poll_interval``. Empty: ``LISTEN``/``NOTIFY`` on "
         "PostgreSQL, polling elsewhere.",
+    ),
+    cfg.BoolOpt(
+        "push_ssl",
+        default=False,
+        help="Connect to ``push_transport_url``'s broker over TLS, as "
+        "oslo.messaging's ``[oslo_messaging_rabbit] ssl`` (``?ssl=1`` in "
+        "the URL overrides it). The broker's certificate is verified "
+        "against ``push_ssl_ca_file`` (else the system's CAs) and must name "
+        "the host the URL names (each broker of the URL its own). A "
+        "process opening the store connects at once and stops with an "
+        "error naming the option when the broker's certificate is not "
+        "trusted, or only one side speaks TLS; a broker that is down "
+        "only makes the waiters poll until it is back.",
+    ),
+    cfg.StrOpt(
+        "push_ssl_ca_file",
+        default="",
+        help="PEM file of the CA certificates that vouch for the broker's "
+        "(oslo.messaging's ``[oslo_messaging_rabbit] ssl_ca_file``; "
+        "``?ssl_ca_file=`` in the URL overrides it). Empty: the system's "
+        "CAs. Read at start: a missing or unreadable file stops the process.",
+    ),
+    cfg.StrOpt(
+        "push_ssl_cert_file",
+        default="",
+        help="PEM file of this process's client certificate, for a broker "
+        "that asks for one (``[oslo_messaging_rabbit] ssl_cert_file``; "
+        "``?ssl_cert_file=``). Empty: none sent.",
+    ),
+    cfg.StrOpt(
+        "push_ssl_key_file",
+        default="",
+        help="PEM file of the client certificate's private key, unencrypted "
+        "(``[oslo_messaging_rabbit] ssl_key_file``; ``?ssl_key_file=``). "
+        "Empty: in ``push_ssl_cert_file``.",
+    ),
+    cfg.StrOpt(
+        "push_ssl_version",
+        default="",
+        help="The TLS version to use, as oslo.messaging's "
+        "``[oslo_messaging_rabbit] ssl_version`` (``?ssl_version=``): "
+        "``TLSv1_2``, ``TLSv1_1`` or ``TLSv1`` (that version only), "
+        "``SSLv23`` or empty (the highest both sides speak, TLS 1.2 or 1.3 "
+        "with OpenSSL's defaults).",
     ),
 ]
 

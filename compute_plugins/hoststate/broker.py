@@ -40,6 +40,19 @@ Ordering (why nothing is missed but what the safety net catches):
   still lost is read at the waiters' safety net
   (``[host_state] push_safety_poll_interval``).
 
+TLS is oslo.messaging's RabbitMQ driver's: ``[host_state] push_ssl``,
+``push_ssl_ca_file``, ``push_ssl_cert_file``, ``push_ssl_key_file`` and
+``push_ssl_version`` are its ``[oslo_messaging_rabbit]`` ``ssl*`` options
+(:class:`TLS`), and the transport URL's query may set them by those names
+(``?ssl=1&ssl_ca_file=/etc/ssl/ca.pem``), overriding the option, as
+oslo.messaging's driver reads any of its options from the URL. Any other
+query option is refused (one that would be ignored here, such as a
+heartbeat setting, or a typo that would connect in clear). A certificate
+the CA does not vouch for, a TLS handshake with a plain AMQP port, and a
+plain connection to a TLS port are configuration errors: a process
+opening the store says so and stops (:meth:`BrokerPush.verify`); a broker
+that is down is not (its waiters poll until it is back).
+
 oslo.messaging itself is not used, only its URL: its servers and
 notification listeners take their targets when they start (one consumer
 thread and queue set each), and a topic's queue is shared by its servers
@@ -53,17 +66,20 @@ waiters come and go. ``fake://``, oslo.messaging's in-process driver, is
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
 import re
 import socket
+import ssl
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any, Optional
-from urllib.parse import quote, unquote, urlsplit
+from typing import Any, Optional, Union
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from oslo_config import types
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection
 
@@ -99,25 +115,165 @@ _PUBLISH_RETRY_MAX = 5.0
 MAX_PENDING = 100_000
 
 
-def broker_urls(transport_url: str) -> list[str]:
-    """The kombu URLs (one per broker, tried in turn) of an oslo.messaging
-    transport URL.
+#: oslo.messaging's ``ssl_version`` values (its driver lowercases them) and
+#: the TLS versions each allows (lowest, highest; None: OpenSSL's default
+#: bound). ``sslv23`` is its name for "negotiate"; SSLv2 and SSLv3, which it
+#: lists where Python has them, no Python here has.
+SSL_VERSIONS: dict[str, tuple[Optional[ssl.TLSVersion], Optional[ssl.TLSVersion]]] = {
+    "sslv23": (None, None),
+    "tlsv1": (ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1),
+    "tlsv1_1": (ssl.TLSVersion.TLSv1_1, ssl.TLSVersion.TLSv1_1),
+    "tlsv1_2": (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TLS:
+    """How the broker is reached over TLS: ``[host_state] push_ssl*``, as
+    oslo.messaging's ``[oslo_messaging_rabbit] ssl*`` (same names and
+    meaning; a transport URL's ``?ssl=1&ssl_ca_file=...`` overrides them:
+    :func:`brokers`).
+
+    The broker's certificate is always verified, against ``ca_file`` (else
+    the system's CAs), and must name the host the URL names (its name or
+    IP address, each broker of the URL its own). oslo.messaging checks the
+    name only with ``ssl_ca_file`` and a single broker in the URL.
+    """
+
+    enabled: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    #: One of :data:`SSL_VERSIONS`, any case; empty: negotiated.
+    version: str = ""
+    #: Where each field came from (field -> the option, or the URL's query
+    #: key), for messages; a field not listed is its option's.
+    origins: tuple[tuple[str, str], ...] = ()
+
+    #: The ``[host_state]`` option of each field, and the query key of each
+    #: (oslo.messaging's option name).
+    OPTIONS = {"enabled": "push_ssl", "ca_file": "push_ssl_ca_file",
+               "cert_file": "push_ssl_cert_file", "key_file": "push_ssl_key_file",
+               "version": "push_ssl_version"}
+    QUERY = {"ssl": "enabled", "ssl_ca_file": "ca_file", "ssl_cert_file": "cert_file",
+             "ssl_key_file": "key_file", "ssl_version": "version"}
+
+    def origin(self, field: str) -> str:
+        """Where ``field``'s value is set, for messages:
+        ``[host_state] push_ssl_ca_file`` or ``push_transport_url's
+        ?ssl_ca_file``."""
+        return dict(self.origins).get(field, "[host_state] " + self.OPTIONS[field])
+
+    def check(self) -> None:
+        """Check what can be without a broker: the version is one
+        oslo.messaging names, a key goes with a certificate, and the files
+        are readable PEM that load (the key matching the certificate).
+
+        :raises ValueError: naming the option (or query key), the file and
+            the reason, in one line.
+        """
+        if not self.enabled:
+            return
+        if self.version and self.version.lower() not in SSL_VERSIONS:
+            raise ValueError("%s %r: expected one of %s, or empty (negotiated)"
+                             % (self.origin("version"), self.version,
+                                ", ".join(SSL_VERSIONS)))
+        if self.key_file and not self.cert_file:
+            raise ValueError("%s %s: a key without its certificate (%s)"
+                             % (self.origin("key_file"), self.key_file,
+                                self.origin("cert_file")))
+        context = ssl.create_default_context()
+        if self.ca_file:
+            try:
+                context.load_verify_locations(cafile=self.ca_file)
+            except (OSError, ssl.SSLError) as err:
+                raise ValueError("%s %s: not a readable PEM file of CA certificates: %s"
+                                 % (self.origin("ca_file"), self.ca_file,
+                                    _one_line(err))) from None
+        if self.cert_file:
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file or None)
+            except (OSError, ssl.SSLError) as err:
+                where = "%s %s" % (self.origin("cert_file"), self.cert_file)
+                if self.key_file:
+                    where += " with %s %s" % (self.origin("key_file"), self.key_file)
+                raise ValueError("%s: not a readable PEM certificate and its private key "
+                                 "(unencrypted): %s" % (where, _one_line(err))) from None
+
+    def context(self) -> ssl.SSLContext:
+        """An SSL context as :meth:`params` makes py-amqp's (for a
+        diagnosis: :func:`explain`).
+
+        :raises OSError, ssl.SSLError: a file does not load (:meth:`check`).
+        """
+        context = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file or None)
+        lowest, highest = SSL_VERSIONS.get(self.version.lower(), (None, None))
+        if lowest is not None:
+            context.minimum_version = lowest
+        if highest is not None:
+            context.maximum_version = highest
+        return context
+
+    def params(self, hostname: str) -> Union[bool, dict[str, Any]]:
+        """kombu's (py-amqp's) ``ssl`` argument for the broker ``hostname``:
+        False without TLS."""
+        if not self.enabled:
+            return False
+        params: dict[str, Any] = {"cert_reqs": ssl.CERT_REQUIRED,
+                                  "server_hostname": hostname}
+        if self.ca_file:
+            params["ca_certs"] = self.ca_file
+        if self.cert_file:
+            params["certfile"] = self.cert_file
+            if self.key_file:
+                params["keyfile"] = self.key_file
+        lowest, highest = SSL_VERSIONS.get(self.version.lower(), (None, None))
+        if lowest is not None:
+            params["tls_minimum_version"] = lowest
+        if highest is not None:
+            params["tls_maximum_version"] = highest
+        return params
+
+
+@dataclasses.dataclass(frozen=True)
+class Broker:
+    """One broker of a transport URL."""
+
+    #: kombu's URL of it (``pyamqp://USER:PASS@HOST:PORT/VHOST``).
+    url: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return "%s:%d" % (self.host, self.port)
+
+
+def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker], TLS]:
+    """The brokers of an oslo.messaging transport URL (tried in turn), and
+    the TLS to reach them: ``tls`` (``[host_state] push_ssl*``) with what
+    the URL's query sets (oslo.messaging's option names: ``ssl``,
+    ``ssl_ca_file``, ``ssl_cert_file``, ``ssl_key_file``, ``ssl_version``)
+    instead. A port not given is 5672, with TLS too (as oslo.messaging).
 
     :raises ValueError: not a ``rabbit://`` URL with at least one host, a
-        port that is not one (1-65535), or query options (``?ssl=1``: not
-        understood here, refused rather than ignored).
+        port that is not one (1-65535), a query option other than those, or
+        one given twice or with a value its option does not take.
     """
+    tls = tls or TLS()
     parts = urlsplit(transport_url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ValueError("[host_state] push_transport_url %r: expected %s"
                          % (redacted(transport_url), EXPECTED))
-    if parts.query or parts.fragment:
-        raise ValueError("[host_state] push_transport_url %r: options %r are not "
-                         "understood (TLS and the like are not supported); expected %s"
-                         % (redacted(transport_url), parts.query or parts.fragment,
-                            EXPECTED))
+    if parts.fragment:
+        raise ValueError("[host_state] push_transport_url %r: a fragment #%s is not "
+                         "understood; expected %s"
+                         % (redacted(transport_url), parts.fragment, EXPECTED))
+    tls = _query_tls(transport_url, parts.query, tls)
     vhost = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
-    urls = []
+    found = []
     for host in parts.netloc.split(","):
         auth, _, where = host.rpartition("@")
         if not where:
@@ -140,8 +296,169 @@ def broker_urls(transport_url: str) -> list[str]:
                              % (redacted(transport_url), EXPECTED))
         user, _, password = auth.partition(":")
         credentials = ("%s:%s@" % (user, password)) if auth else ""
-        urls.append("pyamqp://%s%s/%s" % (credentials, where, quote(vhost or "/", safe="")))
-    return urls
+        found.append(Broker("pyamqp://%s%s/%s" % (credentials, where,
+                                                  quote(vhost or "/", safe="")),
+                            address.hostname, port))
+    return found, tls
+
+
+def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
+    """``tls`` with the TLS options ``query`` sets (see :func:`brokers`)."""
+    if not query:
+        tls.check()
+        return tls
+    try:
+        items = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise ValueError("[host_state] push_transport_url %r: the query %r is not "
+                         "KEY=VALUE pairs separated by '&'"
+                         % (redacted(transport_url), query)) from None
+    keys = [key for key, _ in items]
+    unknown = sorted({key for key in keys if key not in TLS.QUERY})
+    if unknown:
+        raise ValueError("[host_state] push_transport_url %r: query options %s are "
+                         "not understood here; expected %s (oslo.messaging's "
+                         "[oslo_messaging_rabbit] TLS options) or none"
+                         % (redacted(transport_url), ", ".join(unknown),
+                            ", ".join(TLS.QUERY)))
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError("[host_state] push_transport_url %r: query option %s given "
+                         "more than once" % (redacted(transport_url), ", ".join(twice)))
+    changes: dict[str, Any] = {}
+    origins = dict(tls.origins)
+    for key, value in items:
+        field = TLS.QUERY[key]
+        origins[field] = "push_transport_url's ?%s" % key
+        if field == "enabled":
+            try:
+                changes[field] = bool(types.Boolean()(value))
+            except ValueError:
+                raise ValueError("[host_state] push_transport_url %r: ?ssl=%s: expected "
+                                 "true or false (1, 0, yes, no, on, off)"
+                                 % (redacted(transport_url), value)) from None
+        else:
+            changes[field] = value
+    tls = dataclasses.replace(tls, origins=tuple(sorted(origins.items())), **changes)
+    tls.check()
+    return tls
+
+
+def broker_urls(transport_url: str) -> list[str]:
+    """The kombu URLs (one per broker, tried in turn) of an oslo.messaging
+    transport URL.
+
+    :raises ValueError: see :func:`brokers`.
+    """
+    return [b.url for b in brokers(transport_url)[0]]
+
+
+def explain(err: BaseException, broker: Broker, tls: TLS) -> Optional[str]:
+    """What a failure to connect to ``broker`` says of the configuration,
+    in one line naming the option (and file) to change; None when it is no
+    configuration error (the broker is down, unreachable, restarting)."""
+    cause = _root(err)
+    if tls.enabled and _closed_on_us(cause) and (
+            isinstance(cause, ssl.SSLEOFError) or not isinstance(cause, ssl.SSLError)):
+        # NOTE: with TLS 1.3 the broker checks a client certificate after
+        # the client's side of the handshake is done, and its refusal (an
+        # alert, then it closes) races the client's AMQP greeting: a
+        # greeting it did not read makes its close a reset, which drops
+        # the alert. Asked again without a greeting, it says why.
+        cause = _tls_refusal(broker, tls) or cause
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        reason = cause.verify_message or _one_line(cause)
+        if tls.ca_file:
+            trusted = "%s %s" % (tls.origin("ca_file"), tls.ca_file)
+        else:
+            trusted = ("the system's CA certificates (%s not set)"
+                       % tls.origin("ca_file"))
+        if "hostname" in reason.lower() or "ip address" in reason.lower():
+            return ("broker %s: its certificate does not name %s (%s); the host in "
+                    "[host_state] push_transport_url must be one the certificate "
+                    "names" % (broker.address, broker.host, reason))
+        return ("broker %s: its certificate is not trusted by %s (%s)"
+                % (broker.address, trusted, reason))
+    if isinstance(cause, ssl.SSLError) and tls.enabled:
+        reason = cause.reason or _one_line(cause)
+        if reason in ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                      "HTTP_REQUEST", "UNKNOWN_PROTOCOL"):
+            return ("broker %s: the TLS handshake got no TLS answer (%s): a plain AMQP "
+                    "port? %s is set; the TLS port is usually 5671"
+                    % (broker.address, reason, tls.origin("enabled")))
+        if "ALERT" in reason and tls.cert_file:
+            return ("broker %s refused the TLS handshake (%s): does it trust %s %s?"
+                    % (broker.address, reason, tls.origin("cert_file"), tls.cert_file))
+        if "ALERT" in reason:
+            return ("broker %s refused the TLS handshake (%s): it may want a client "
+                    "certificate (%s) or another version (%s)"
+                    % (broker.address, reason, tls.origin("cert_file"),
+                       tls.origin("version")))
+        return None
+    if not tls.enabled and _closed_on_us(cause) and _speaks_tls(broker):
+        return ("broker %s speaks TLS and %s is not set: set it (or ?ssl=1 in "
+                "push_transport_url) and %s" % (broker.address, tls.origin("enabled"),
+                                                 tls.origin("ca_file")))
+    return None
+
+
+def _closed_on_us(err: BaseException) -> bool:
+    """Whether the broker closed (or reset) the connection, as a TLS port
+    does when it gets AMQP's greeting; not refused, timed out nor
+    unresolved, which say nothing of the port's protocol (and would cost a
+    second attempt each, for nothing)."""
+    if isinstance(err, (ConnectionRefusedError, TimeoutError, socket.gaierror)):
+        return False
+    return isinstance(err, (OSError, EOFError))
+
+
+#: Seconds :func:`_tls_refusal` waits for the broker's word after the
+#: handshake (one that accepts the client says nothing: it waits for AMQP's
+#: greeting).
+_REFUSAL_WAIT = 2.0
+
+
+def _tls_refusal(broker: Broker, tls: TLS) -> Optional[BaseException]:
+    """The TLS error with which ``broker`` refuses this client (its
+    certificate, the client's, a version), from a handshake without an AMQP
+    greeting after it; None when it does not refuse it (or cannot be
+    reached: nothing said of the configuration)."""
+    try:
+        with socket.create_connection((broker.host, broker.port), timeout=CONNECT_TIMEOUT) \
+                as sock, tls.context().wrap_socket(sock, server_hostname=broker.host) as conn:
+            conn.settimeout(_REFUSAL_WAIT)
+            conn.recv(1)
+    except ssl.SSLError as err:
+        return err if not isinstance(err, ssl.SSLEOFError) else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _root(err: BaseException) -> BaseException:
+    """The innermost cause of ``err`` (kombu wraps socket and TLS errors)."""
+    seen = {id(err)}
+    while True:
+        inner = err.__cause__ or err.__context__
+        if inner is None or id(inner) in seen:
+            return err
+        seen.add(id(inner))
+        err = inner
+
+
+def _speaks_tls(broker: Broker) -> bool:
+    """Whether ``broker``'s port completes a TLS handshake (nothing
+    verified: only to tell a TLS port from a broker that closed the
+    connection)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((broker.host, broker.port), timeout=CONNECT_TIMEOUT) \
+                as sock, context.wrap_socket(sock):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
 
 
 #: A host's credentials in a transport URL: from the start or a ',', the
@@ -164,23 +481,60 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-class _Connection:
-    """One kombu connection to the broker and its one channel (not
-    thread-safe: its owner serialises)."""
+def _level(err: BaseException) -> int:
+    """A broker's failure is logged as an error when it is one of
+    configuration (it lasts until someone changes it), else a warning."""
+    return logging.ERROR if isinstance(err, BrokerConfigError) else logging.WARNING
 
-    def __init__(self, urls: Sequence[str], heartbeat: int) -> None:
+
+class BrokerConfigError(ValueError):
+    """A broker refused for a reason of configuration (:func:`explain`):
+    no retry will help."""
+
+
+class _Connection:
+    """One kombu connection to the first of the brokers that answers, and
+    its one channel (not thread-safe: its owner serialises).
+
+    :raises BrokerConfigError: no broker could be reached and one of them
+        failed for a reason of configuration (:func:`explain`).
+    :raises Exception: no broker could be reached (the last one's error).
+    """
+
+    def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: int) -> None:
         # NOTE: imported here (an untyped library, and a second's import
         # that a store without a broker never pays).
         kombu: Any = importlib.import_module("kombu")
-        self._kombu: Any = kombu.Connection(
-            list(urls), connect_timeout=CONNECT_TIMEOUT, heartbeat=heartbeat,
-            failover_strategy="round-robin",
-            transport_options={"read_timeout": IO_TIMEOUT, "write_timeout": IO_TIMEOUT})
-        # NOTE: each broker once (kombu's max_retries counts the tries
-        # after the first), without kombu's pauses (connect() sleeps 2 s
-        # before its retry): nothing waits twice for a broker that is down.
-        self._kombu.ensure_connection(max_retries=len(urls) - 1, interval_start=0,
-                                      interval_step=0, interval_max=0)
+        # NOTE: one kombu connection per broker tried, not kombu's failover
+        # over a list of URLs: each broker's TLS names its own host (kombu
+        # shares one ``ssl`` argument between the URLs, and fills its
+        # server_hostname in once). Each broker once, without kombu's
+        # pauses (connect() sleeps 2 s before its retry): nothing waits
+        # twice for a broker that is down.
+        failure: Optional[BaseException] = None
+        refused: Optional[BrokerConfigError] = None
+        for broker in brokers:
+            conn = kombu.Connection(
+                broker.url, ssl=tls.params(broker.host), connect_timeout=CONNECT_TIMEOUT,
+                heartbeat=heartbeat,
+                transport_options={"read_timeout": IO_TIMEOUT, "write_timeout": IO_TIMEOUT})
+            try:
+                conn.ensure_connection(max_retries=0, interval_start=0, interval_step=0,
+                                       interval_max=0)
+            except Exception as err:  # noqa: BLE001 - the next broker, else raised
+                conn.release()
+                failure = err
+                why = explain(err, broker, tls)
+                if why is not None and refused is None:
+                    refused = BrokerConfigError(why)
+                continue
+            self._kombu: Any = conn
+            break
+        else:
+            if refused is not None:
+                raise refused from failure
+            assert failure is not None
+            raise failure
         self.channel: Any = self._kombu.channel()
         self.channel.exchange_declare(exchange=EXCHANGE, type="direct", durable=True,
                                       auto_delete=False)
@@ -208,13 +562,16 @@ class BrokerPush:
     :param transport_url: the oslo.messaging transport URL of the broker.
     :param url: the store's URL, password hidden (for messages).
     :param safety_poll_interval: see :class:`~compute_plugins.hoststate.notify.Hub`.
-    :raises ValueError: ``transport_url`` is not a broker's.
+    :param tls: ``[host_state] push_ssl*`` (the URL's query may override them).
+    :raises ValueError: ``transport_url`` is not a broker's, or its TLS
+        files do not load.
     """
 
     kind = "rabbit"
 
-    def __init__(self, transport_url: str, url: str, safety_poll_interval: float) -> None:
-        self.urls = broker_urls(transport_url)
+    def __init__(self, transport_url: str, url: str, safety_poll_interval: float,
+                 tls: Optional[TLS] = None) -> None:
+        self.brokers, self.tls = brokers(transport_url, tls)
         self.broker = redacted(transport_url)
         self.url = url
         self._safety = safety_poll_interval
@@ -329,7 +686,7 @@ class BrokerPush:
             fresh = control is None
             try:
                 if control is None:
-                    control = self._control = _Connection(self.urls, heartbeat=0)
+                    control = self._control = _Connection(self.brokers, self.tls, heartbeat=0)
                     control.channel.confirm_select()
                 operation(control.channel)
                 break
@@ -348,9 +705,27 @@ class BrokerPush:
         self._drop_control()
         if not self._down_said:
             self._down_said = True
-            LOG.warning("host-state store %s: broker %s unavailable (%s: %s): waiters "
-                        "poll until it is back", self.url, self.broker, doing,
-                        _one_line(err))
+            LOG.log(_level(err), "host-state store %s: broker %s unavailable (%s: %s): "
+                    "waiters poll until it is back", self.url, self.broker, doing,
+                    _one_line(err))
+
+    def verify(self) -> None:
+        """Connect to the broker now, as a process opened from its
+        configuration does (the connection is the publisher's, kept): a
+        broker refused for a reason of configuration (:func:`explain`) is
+        the caller's error; one that is down is said once, and the waiters
+        poll until it is back.
+
+        :raises BrokerConfigError: one line naming the option (and file).
+        """
+        with self._control_lock:
+            try:
+                self._on_control(lambda channel: None)
+            except BrokerConfigError as err:
+                raise BrokerConfigError("[host_state] push_transport_url %s: %s"
+                                        % (self.broker, err)) from None
+            except Exception as err:  # noqa: BLE001 - down: said, polled meanwhile
+                self._failed(err, "connecting")
 
     def _drop_control(self) -> None:
         control, self._control = self._control, None
@@ -469,7 +844,7 @@ class BrokerListener(notify.Hub):
         not held: it may wait for a broker that does not answer); None when
         the broker cannot be reached (said once per outage)."""
         try:
-            conn = _Connection(self._push.urls, heartbeat=HEARTBEAT)
+            conn = _Connection(self._push.brokers, self._push.tls, heartbeat=HEARTBEAT)
             try:
                 conn.channel.queue_declare(
                     queue=self.queue, durable=False, exclusive=False, auto_delete=True,
@@ -508,9 +883,9 @@ class BrokerListener(notify.Hub):
     def _said_down(self, err: BaseException) -> None:
         if not self._closed and not self._down_said:
             self._down_said = True
-            LOG.warning("host-state store %s: cannot listen for changes on %s (%s): "
-                        "reconnecting, polling meanwhile", self.url, self._push.broker,
-                        _one_line(err))
+            LOG.log(_level(err), "host-state store %s: cannot listen for changes on %s "
+                    "(%s): reconnecting, polling meanwhile", self.url, self._push.broker,
+                    _one_line(err))
 
     def _delivered(self, message: Any) -> None:
         key = message.delivery_info.get("routing_key")
@@ -566,4 +941,5 @@ class BrokerListener(notify.Hub):
             self._thread.join(CONNECT_TIMEOUT + 1)
 
 
-__all__ = ["EXCHANGE", "BrokerListener", "BrokerPush", "broker_urls", "redacted"]
+__all__ = ["EXCHANGE", "TLS", "Broker", "BrokerConfigError", "BrokerListener", "BrokerPush",
+           "broker_urls", "brokers", "explain", "redacted"]

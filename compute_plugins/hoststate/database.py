@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection, Engine
 
+from compute_plugins.hoststate import broker, errors, notify, schema
 from compute_plugins.hoststate import engine as engines
-from compute_plugins.hoststate import errors, notify, schema
 from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.records import AgentLease
 from compute_plugins.util import forks
@@ -171,14 +171,19 @@ class Database:
         (``rabbit://USER:PASS@HOST:PORT/VHOST``, or ``fake://``: this
         process only) that carries the wake-ups, whatever the database
         (:mod:`~compute_plugins.hoststate.broker`); empty: none.
-    :raises ValueError: ``push_transport_url`` is not one of those.
+    :param push_tls: how that broker is reached over TLS
+        (:class:`~compute_plugins.hoststate.broker.TLS`: ``[host_state]
+        push_ssl*``); None: as the URL says (plain by default).
+    :raises ValueError: ``push_transport_url`` is not one of those, or its
+        TLS files do not load.
     :raises SchemaVersionMismatch: the database has another schema version.
     :raises StoreUnavailable: the database cannot be reached.
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
                  push: bool = True, safety_poll_interval: float = 300.0,
-                 push_transport_url: str = "") -> None:
+                 push_transport_url: str = "",
+                 push_tls: Optional[broker.TLS] = None) -> None:
         if not safety_poll_interval > 0:
             raise ValueError("safety_poll_interval %r: expected seconds > 0"
                              % (safety_poll_interval,))
@@ -227,7 +232,8 @@ class Database:
             #: How waiters are woken (None: they poll).
             self.push: Optional[notify.Push] = push_backends.choose(
                 self.engine, self.url, push=push, transport_url=push_transport_url,
-                safety_poll_interval=safety_poll_interval)
+                safety_poll_interval=safety_poll_interval, tls=push_tls,
+                lock_timeout=lock_timeout)
         except BaseException:
             self.engine.dispose()
             raise

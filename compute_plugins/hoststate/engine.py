@@ -89,6 +89,40 @@ def is_sqlite_memory(url: str | URL) -> bool:
 #: Seconds to establish a connection to a database server before failing
 #: (unless the URL sets its own).
 CONNECT_TIMEOUT = 10
+#: libpq's TCP keepalives on every connection to PostgreSQL (the pool's, the
+#: heartbeat's, the listener's): a server that vanished without a word (no
+#: FIN nor RST: a crashed machine, a dropped route, a failed-over address)
+#: is noticed on an idle connection within idle + interval x count = 60 s
+#: instead of never (the listener sends nothing while it waits).
+PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                 "keepalives_count": 3}
+#: The least ``tcp_user_timeout`` (seconds): a few retransmissions of a
+#: packet lost on a busy network are not a dead server.
+MIN_TCP_USER_TIMEOUT = 10.0
+
+
+def pg_socket_params(lock_timeout: float) -> dict[str, int]:
+    """The libpq parameters every store connection to PostgreSQL gets
+    unless its URL sets them (:func:`create_engine`,
+    :func:`compute_plugins.hoststate.notify.connector`).
+
+    - :data:`PG_KEEPALIVES`, for a connection that waits;
+    - ``tcp_user_timeout``: a statement sent to a server that vanished
+      without a RST fails once it has gone unacknowledged this long,
+      instead of the kernel's ~15 minutes of retransmissions (while an
+      agent's lease renewal, or a writer holding the decision queue, waits
+      on it). It is ``lock_timeout`` (at least
+      :data:`MIN_TCP_USER_TIMEOUT`): as long as a writer waits for a lock
+      before the store counts as unavailable. A statement that waits for a
+      lock or runs long is not cut short: the server acknowledged it;
+    - ``connect_timeout`` (:data:`CONNECT_TIMEOUT`).
+
+    libpq applies the socket options (``SO_KEEPALIVE``, ``TCP_KEEPIDLE``,
+    ``TCP_KEEPINTVL``, ``TCP_KEEPCNT``, ``TCP_USER_TIMEOUT``) on Linux.
+    """
+    return {**PG_KEEPALIVES,
+            "tcp_user_timeout": int(max(lock_timeout, MIN_TCP_USER_TIMEOUT) * 1000),
+            "connect_timeout": CONNECT_TIMEOUT}
 #: Seconds ensure_schema waits for MySQL's schema lock.
 _MYSQL_SCHEMA_LOCK_WAIT = 60
 
@@ -168,8 +202,12 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
     A writer waits ``lock_timeout`` seconds for another's lock (SQLite's
     busy timeout, PostgreSQL's ``lock_timeout``, MySQL's
     ``innodb_lock_wait_timeout``); connecting to a server gives up after
-    :data:`CONNECT_TIMEOUT` seconds, and a MySQL server that does not
-    answer a statement in time counts as gone.
+    :data:`CONNECT_TIMEOUT` seconds. A server that vanished without a word
+    is noticed: on PostgreSQL by TCP keepalives and ``tcp_user_timeout``
+    (:func:`pg_socket_params`), on MySQL by the driver's read and write
+    timeouts (a statement unanswered for ``max(lock_timeout, 60) + 10``
+    seconds: it may wait for a row lock or the schema lock); each unless
+    the URL sets its own.
     """
     parsed = sa.engine.make_url(url)
     name = parsed.get_backend_name()
@@ -194,7 +232,10 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
     connect_args: dict[str, Any] = {}
     timeouts: tuple[str, ...] = ()
     if kind == "postgresql" and driver in ("psycopg2", "psycopg"):
-        timeouts = ("connect_timeout",)
+        # NOTE: libpq's own parameters, which both drivers pass on; the
+        # URL's win (connect_args would override them).
+        connect_args = {key: value for key, value in pg_socket_params(lock_timeout).items()
+                        if key not in parsed.query}
     elif kind == "mysql" and driver in ("pymysql", "mysqldb"):
         timeouts = ("connect_timeout", "read_timeout", "write_timeout")
     for key in timeouts:

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection, Engine
 
+from compute_plugins.hoststate import engine as engines
 from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
@@ -52,12 +53,6 @@ LOG = logging.getLogger(__name__)
 #: (doubling up to :data:`_RECONNECT_MAX`).
 _RECONNECT_FIRST = 0.5
 _RECONNECT_MAX = 30.0
-
-#: libpq's TCP keepalives on the listening connection, which sends nothing
-#: while idle: a server that vanished (no FIN: a crashed machine, a dropped
-#: route) is noticed within about a minute instead of never.
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
-               "keepalives_count": 3}
 
 
 def host_channel(host: str) -> str:
@@ -404,14 +399,16 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def connector(engine: Engine) -> Callable[[], Any]:
+def connector(engine: Engine, lock_timeout: float) -> Callable[[], Any]:
     """Opens DB-API connections to ``engine``'s database outside its pool
-    (the listener's), with TCP keepalives unless the URL sets its own."""
+    (the listener's), with the TCP keepalives and ``tcp_user_timeout`` of
+    the pool's (:func:`compute_plugins.hoststate.engine.pg_socket_params`)
+    unless the URL sets its own: the listener sends nothing while it
+    waits, and would otherwise never learn that the server vanished."""
     cargs, cparams = engine.dialect.create_connect_args(engine.url)
     params = dict(cparams)
-    for key, value in _KEEPALIVES.items():
+    for key, value in engines.pg_socket_params(lock_timeout).items():
         params.setdefault(key, value)
-    params.setdefault("connect_timeout", 10)
 
     def connect() -> Any:
         return engine.dialect.connect(*cargs, **params)
@@ -454,12 +451,16 @@ class PgPush:
     :param engine: the store's engine (PostgreSQL, psycopg2).
     :param url: the store's URL, password hidden.
     :param safety_poll_interval: see :class:`Hub`.
+    :param lock_timeout: the store's (its listener's ``tcp_user_timeout``:
+        :func:`connector`).
     """
 
     kind = "postgresql"
 
-    def __init__(self, engine: Engine, url: str, safety_poll_interval: float) -> None:
+    def __init__(self, engine: Engine, url: str, safety_poll_interval: float,
+                 lock_timeout: float = 30.0) -> None:
         self._engine = engine
+        self._lock_timeout = lock_timeout
         self._url = url
         self._safety = safety_poll_interval
         self._listener: Optional[Listener] = None
@@ -489,7 +490,8 @@ class PgPush:
     def listener(self) -> Hub:
         with self._lock:
             if self._listener is None:
-                self._listener = Listener(connector(self._engine), self._url, self._safety)
+                self._listener = Listener(connector(self._engine, self._lock_timeout), self._url,
+                                          self._safety)
             return self._listener
 
     def close(self) -> None:

@@ -22,13 +22,16 @@ def _is_fake(transport_url: str) -> bool:
     return bool(sep) and scheme.lower() == "fake"
 
 
-def check_configured(transport_url: str, safety_poll_interval: float) -> None:
+def check_configured(transport_url: str, safety_poll_interval: float,
+                     tls: Optional[broker.TLS] = None) -> None:
     """Check ``[host_state] push_transport_url`` as a process opened from
     its configuration (a service, a command) has it: a broker's URL must
-    parse; ``fake://`` is said, since such a process shares no hub with
-    the others (their changes reach its waiters at the safety net only).
+    parse and its TLS files load (``tls``: ``[host_state] push_ssl*``);
+    ``fake://`` is said, since such a process shares no hub with the others
+    (their changes reach its waiters at the safety net only).
 
-    :raises ValueError: ``transport_url`` is not one :func:`choose` takes.
+    :raises ValueError: ``transport_url`` is not one :func:`choose` takes,
+        or its TLS files do not load.
     """
     if not transport_url:
         return
@@ -39,16 +42,20 @@ def check_configured(transport_url: str, safety_poll_interval: float) -> None:
                     "push_safety_poll_interval (%s s); name a broker (rabbit://) "
                     "or leave it empty", safety_poll_interval)
         return
-    broker.broker_urls(transport_url)
+    broker.brokers(transport_url, tls)
 
 
 def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
-           safety_poll_interval: float) -> Optional[notify.Push]:
+           safety_poll_interval: float, tls: Optional[broker.TLS] = None,
+           lock_timeout: float = 30.0) -> Optional[notify.Push]:
     """How the store at ``engine`` pushes: through the broker
     ``transport_url`` names (any database), else by ``LISTEN``/``NOTIFY``
     on PostgreSQL; None where it does not (``push`` False, or SQLite and
     MySQL without a transport URL: the waiters poll).
 
+    :param tls: how a broker is reached over TLS (:class:`broker.TLS`).
+    :param lock_timeout: the store's (the ``LISTEN`` connection's
+        ``tcp_user_timeout``: :func:`notify.connector`).
     :raises ValueError: ``transport_url`` is not one this understands.
     """
     if not push:
@@ -56,9 +63,9 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
     if transport_url:
         if _is_fake(transport_url):
             return notify.LocalPush(url, safety_poll_interval)
-        return broker.BrokerPush(transport_url, url, safety_poll_interval)
+        return broker.BrokerPush(transport_url, url, safety_poll_interval, tls)
     if notify.supported(engine):
-        return notify.PgPush(engine, url, safety_poll_interval)
+        return notify.PgPush(engine, url, safety_poll_interval, lock_timeout)
     return None
 
 

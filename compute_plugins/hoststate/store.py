@@ -21,6 +21,7 @@ from oslo_config import cfg
 
 from compute_plugins import exception
 from compute_plugins.conf import host_state as host_state_conf
+from compute_plugins.hoststate import broker
 from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
@@ -48,32 +49,60 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         whatever the database (an oslo.messaging transport URL:
         ``rabbit://...``, or ``fake://`` for this process only;
         :mod:`~compute_plugins.hoststate.broker`); empty: none.
+    :param push_tls: how that broker is reached over TLS (``[host_state]
+        push_ssl*``: :class:`~compute_plugins.hoststate.broker.TLS`).
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
                  push: bool = True, safety_poll_interval: float = 300.0,
-                 push_transport_url: str = "") -> None:
+                 push_transport_url: str = "",
+                 push_tls: broker.TLS | None = None) -> None:
         super().__init__(Database(connection, lock_timeout, push=push,
                                   safety_poll_interval=safety_poll_interval,
-                                  push_transport_url=push_transport_url))
+                                  push_transport_url=push_transport_url,
+                                  push_tls=push_tls))
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
         """The store ``[host_state]`` of ``conf`` names.
 
-        :raises ConfigError: ``push_transport_url`` is not a broker's URL.
+        Its broker (``push_transport_url``) is connected to at once
+        (:meth:`~compute_plugins.hoststate.broker.BrokerPush.verify`): one
+        that refuses this configuration (its certificate, TLS on one side
+        only) stops the process here, one that is down only is said (the
+        waiters poll until it is back). This waits for one connection
+        attempt per broker: milliseconds, refused at once when it is down,
+        up to :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
+        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds when
+        it accepts connections and never answers.
+
+        :raises ConfigError: ``push_transport_url`` is not a broker's URL,
+            its TLS files do not load, or the broker refuses them.
         """
+        group = conf.host_state
+        tls = broker.TLS(enabled=group.push_ssl, ca_file=group.push_ssl_ca_file,
+                         cert_file=group.push_ssl_cert_file,
+                         key_file=group.push_ssl_key_file, version=group.push_ssl_version)
         try:
             if conf.host_state.push:
                 push_backends.check_configured(conf.host_state.push_transport_url,
-                                               conf.host_state.push_safety_poll_interval)
+                                               conf.host_state.push_safety_poll_interval,
+                                               tls)
         except ValueError as err:
             raise exception.ConfigError(str(err)) from err
-        return cls(host_state_conf.connection(conf),
-                   lock_timeout=conf.host_state.lock_timeout,
-                   push=conf.host_state.push,
-                   safety_poll_interval=conf.host_state.push_safety_poll_interval,
-                   push_transport_url=conf.host_state.push_transport_url)
+        store = cls(host_state_conf.connection(conf),
+                    lock_timeout=conf.host_state.lock_timeout,
+                    push=conf.host_state.push,
+                    safety_poll_interval=conf.host_state.push_safety_poll_interval,
+                    push_transport_url=conf.host_state.push_transport_url,
+                    push_tls=tls)
+        if isinstance(store.db.push, broker.BrokerPush):
+            try:
+                store.db.push.verify()
+            except broker.BrokerConfigError as err:
+                store.close()
+                raise exception.ConfigError(str(err)) from None
+        return store
 
     def close(self) -> None:
         """Close the store's connections."""

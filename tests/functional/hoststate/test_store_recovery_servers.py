@@ -5,10 +5,16 @@ the server dropped (a restart)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
+
 import pytest
 import sqlalchemy as sa
 
-from compute_plugins.hoststate import HostStateStore, StoreUnavailable
+from compute_plugins.hoststate import HostStateStore, StoreUnavailable, notify
+from compute_plugins.hoststate import engine as engines
 from tests.functional.hoststate.conftest import create_database
 
 
@@ -53,3 +59,160 @@ def test_a_dropped_connection_is_replaced(pg):
             cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                         "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
         assert store.acquire_lease("h4", "node-4", "test", 30).host == "h4"
+
+
+def wait_until(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _socket_options(dbapi_connection) -> dict[str, int]:
+    """What the kernel's socket of a psycopg2 connection carries."""
+    sock = socket.socket(fileno=os.dup(dbapi_connection.fileno()))
+    try:
+        return {"SO_KEEPALIVE": sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                "TCP_KEEPIDLE": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                "TCP_KEEPINTVL": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                "TCP_KEEPCNT": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                "TCP_USER_TIMEOUT": sock.getsockopt(socket.IPPROTO_TCP,
+                                                    socket.TCP_USER_TIMEOUT)}
+    finally:
+        sock.close()  # NOTE: the duplicate only
+
+
+def test_every_connection_notices_a_server_that_vanished(pg):
+    """The pool's, the heartbeat's and the listener's connections carry TCP
+    keepalives and ``tcp_user_timeout`` (the lock timeout): libpq says so
+    (``get_dsn_parameters``) and the kernel's sockets have them (before:
+    only the listener had keepalives; a lease renewal sent to a server
+    gone without a RST blocked for ~15 minutes). A URL's own win."""
+    url, _ = pg
+    expected = {"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3,
+                "TCP_USER_TIMEOUT": 20000}
+    with HostStateStore(url, lock_timeout=20) as store:
+        assert store.db.single_engine is not None
+        sub = store.host_changes("h")
+        assert isinstance(sub, notify.Subscription)
+        try:
+            assert wait_until(lambda: sub.live)
+            listening = sub.listener._conn
+            for engine in (store.db.engine, store.db.single_engine):
+                raw = engine.raw_connection()
+                try:
+                    dsn = raw.driver_connection.get_dsn_parameters()
+                    assert (dsn["keepalives"], dsn["tcp_user_timeout"]) == ("1", "20000")
+                    assert _socket_options(raw.driver_connection) == expected
+                finally:
+                    raw.close()
+            assert listening.get_dsn_parameters()["tcp_user_timeout"] == "20000"
+            assert _socket_options(listening) == expected
+        finally:
+            sub.close()
+    with HostStateStore(url + "?keepalives_idle=45&tcp_user_timeout=5000") as store:
+        raw = store.db.engine.raw_connection()
+        try:
+            options = _socket_options(raw.driver_connection)
+        finally:
+            raw.close()
+        assert (options["TCP_KEEPIDLE"], options["TCP_USER_TIMEOUT"]) == (45, 5000)
+
+
+class StallingProxy:
+    """A TCP relay to a server that, once :meth:`stall` is called, stops
+    reading and forwarding: what the client sends is no longer acknowledged
+    once the buffers between are full (its window closed), as with a server
+    that vanished without a RST, whose packets nobody acknowledges (which
+    takes root to make: dropped packets)."""
+
+    def __init__(self, port: int) -> None:
+        self._target = port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._stalled = threading.Event()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stall(self) -> None:
+        self._stalled.set()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            # NOTE: a small window: fewer bytes fill it.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            server = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.05)
+        while not self._closed.is_set():
+            if self._stalled.is_set():
+                time.sleep(0.05)
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            dst.sendall(data)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+def test_a_server_that_stops_answering_fails_the_statement_in_time(pg, monkeypatch):
+    """A statement sent to a server that no longer takes it fails once it
+    has gone unacknowledged for ``tcp_user_timeout`` (the lock timeout;
+    its floor lowered here to keep the test short) with the store
+    unavailable, instead of blocking until the kernel gives up (about 15
+    minutes; TCP keepalives alone never: their probes are acknowledged)."""
+    monkeypatch.setattr(engines, "MIN_TCP_USER_TIMEOUT", 1.0)
+    url, _ = pg
+    proxy = StallingProxy(sa.engine.make_url(url).port)
+    through = sa.engine.make_url(url).set(port=proxy.port).render_as_string(
+        hide_password=False)
+    outcome: list[object] = []
+    with HostStateStore(through, lock_timeout=2) as store:
+        store.acquire_lease("h5", "node-5", "test", 30)
+        conn = store.db.engine.connect()
+        try:
+            conn.execute(sa.text("SELECT 1"))
+            proxy.stall()
+
+            def statement() -> None:
+                started = time.monotonic()
+                try:
+                    # NOTE: large enough to fill the buffers between (a
+                    # small one is acknowledged by the relay's kernel, and
+                    # its answer waited for: what only a server that
+                    # vanished, whose kernel is gone too, leaves unacked).
+                    conn.execute(sa.text("SELECT length(:x)"), {"x": "x" * 4_000_000})
+                    outcome.append("answered")
+                except sa.exc.OperationalError as err:
+                    outcome.append((time.monotonic() - started, str(err.orig)))
+            thread = threading.Thread(target=statement, daemon=True)
+            thread.start()
+            thread.join(60)
+            assert not thread.is_alive(), "the statement waited on a stalled server"
+            assert isinstance(outcome[0], tuple), outcome
+            assert outcome[0][0] < 15, outcome
+        finally:
+            # NOTE: first: a connection still waiting then fails at once.
+            proxy.close()
+            conn.close()

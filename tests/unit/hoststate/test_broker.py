@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 
@@ -123,13 +124,91 @@ def test_a_bad_port_is_refused_when_the_store_opens_without_its_password(url, wh
     assert "s3cr" not in message and "3t@" not in message
 
 
-def test_query_options_are_refused_rather_than_ignored():
-    """``?ssl=1`` (TLS) is not understood: refused, not connecting in clear."""
+@pytest.mark.parametrize("query, named", [
+    ("heartbeat_timeout_threshold=30", "heartbeat_timeout_threshold"),
+    ("ssl=1&sll_ca_file=/etc/ca.pem", "sll_ca_file"),
+    ("ssl", "the query 'ssl' is not KEY=VALUE pairs"),
+    ("ssl=1&ssl=0", "more than once"),
+    ("ssl=maybe", "?ssl=maybe: expected true or false"),
+    ("ssl=1&ssl_version=TLSv1_3", "ssl_version"),
+])
+def test_query_options_other_than_tls_are_refused_rather_than_ignored(query, named):
+    """Only oslo.messaging's TLS options are understood in the query: any
+    other (a typo that would connect in clear, an option of its driver that
+    would be ignored here) is refused in one line, the password hidden."""
     with pytest.raises(ValueError) as err:
         HostStateStore("sqlite://",
-                       push_transport_url="rabbit://guest:s3cr3t@127.0.0.1:5671/?ssl=1")
+                       push_transport_url="rabbit://guest:s3cr3t@127.0.0.1:5671/?" + query)
     message = str(err.value)
-    assert "ssl=1" in message and "s3cr3t" not in message
+    assert named in message and "s3cr3t" not in message and "\n" not in message
+
+
+def test_the_query_sets_tls_over_the_options_as_oslo_messaging_does(tmp_path):
+    """``?ssl=1&ssl_ca_file=...`` overrides ``[host_state] push_ssl*`` (as
+    the query overrides ``[oslo_messaging_rabbit]``); each broker's TLS
+    names its own host, so that its certificate is checked against it."""
+    ca = _ca_file(tmp_path)
+    options = broker.TLS(enabled=False, ca_file="/nonexistent", version="tlsv1_2")
+    found, tls = broker.brokers("rabbit://u:p@a:5671,u:p@b/?ssl=true&ssl_ca_file=%s" % ca,
+                                options)
+    assert [(b.host, b.port) for b in found] == [("a", 5671), ("b", 5672)]
+    assert tls.enabled and tls.ca_file == str(ca) and tls.version == "tlsv1_2"
+    assert tls.origin("ca_file") == "push_transport_url's ?ssl_ca_file"
+    assert tls.origin("version") == "[host_state] push_ssl_version"
+    params = tls.params("b")
+    assert isinstance(params, dict)
+    assert params["server_hostname"] == "b" and params["ca_certs"] == str(ca)
+    assert params["cert_reqs"] == ssl.CERT_REQUIRED
+    assert params["tls_minimum_version"] == params["tls_maximum_version"] == \
+        ssl.TLSVersion.TLSv1_2
+    assert broker.brokers("rabbit://u:p@a/?ssl=0", broker.TLS(enabled=True))[1].params("a") \
+        is False
+
+
+def _ca_file(tmp_path):
+    from tests.servers import make_tls_files
+
+    return make_tls_files(tmp_path).ca
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"ca_file": "{missing}"}, "[host_state] push_ssl_ca_file {missing}: not a readable"),
+    ({"ca_file": "{garbage}"}, "[host_state] push_ssl_ca_file {garbage}: not a readable"),
+    ({"cert_file": "{ca}", "key_file": "{other_key}"},
+     "[host_state] push_ssl_cert_file {ca} with [host_state] push_ssl_key_file"),
+    ({"key_file": "{other_key}"}, "push_ssl_key_file {other_key}: a key without its "
+     "certificate"),
+    ({"version": "TLSv1_3"}, "[host_state] push_ssl_version 'TLSv1_3': expected one of"),
+])
+def test_tls_files_that_do_not_load_stop_a_process_naming_option_and_file(
+        tmp_path, settings, named):
+    """Checked when the process opens its store from its configuration,
+    before any broker is asked: a configuration error (the command's exit
+    2, one line), not a warning repeated at every reconnection."""
+    from tests.servers import make_tls_files
+
+    files = make_tls_files(tmp_path)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    names = {"missing": str(tmp_path / "missing.pem"), "garbage": str(garbage),
+             "ca": str(files.ca), "other_key": str(files.other_client_key)}
+    conf = _conf("rabbit://guest:s3cr3t@127.0.0.1:%d/" % _closed_port())
+    conf.set_override("push_ssl", True, "host_state")
+    for field, value in settings.items():
+        conf.set_override(broker.TLS.OPTIONS[field], value.format(**names), "host_state")
+    with pytest.raises(exception.ConfigError) as err:
+        HostStateStore.from_config(conf)
+    message = str(err.value)
+    assert named.format(**names) in message, message
+    assert "\n" not in message and "s3cr3t" not in message
+
+
+def test_tls_options_are_unused_without_tls():
+    """As oslo.messaging: ``push_ssl_*`` files are read only with ``push_ssl``."""
+    conf = _conf("rabbit://guest:guest@127.0.0.1:%d/" % _closed_port())
+    conf.set_override("push_ssl_ca_file", "/nonexistent.pem", "host_state")
+    with HostStateStore.from_config(conf) as store:
+        assert isinstance(store.db.push, broker.BrokerPush)
 
 
 def test_a_password_with_a_comma_is_hidden_whole():
@@ -229,3 +308,19 @@ def test_a_silent_broker_holds_up_neither_waiters_nor_close(tmp_path, silent_bro
         store.close()
         closing = time.monotonic() - started
     assert closing < broker.CONNECT_TIMEOUT + 3
+
+
+def test_a_certificate_for_another_name_says_which_host_the_url_must_name():
+    """Each broker's certificate must name the host its URL names (the
+    TLS handshake's error, as kombu wraps it, read to its cause)."""
+    found, tls = broker.brokers("rabbit://u:p@10.0.0.5:5671/?ssl=1")
+    cause = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    cause.verify_message = "IP address mismatch, certificate is not valid for '10.0.0.5'."
+    wrapped = OSError("kombu's")
+    wrapped.__cause__ = cause
+    why = broker.explain(wrapped, found[0], tls)
+    assert why == (
+        "broker 10.0.0.5:5671: its certificate does not name 10.0.0.5 (IP address mismatch, "
+        "certificate is not valid for '10.0.0.5'.); the host in [host_state] "
+        "push_transport_url must be one the certificate names")
+    assert broker.explain(ConnectionRefusedError(111, "refused"), found[0], tls) is None

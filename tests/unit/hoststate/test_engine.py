@@ -75,12 +75,32 @@ def test_server_timeouts():
     assert params["connect_timeout"] == 10
 
 
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_postgresql_connections_notice_a_vanished_server(autocommit):
+    """The pool's and the heartbeat's (autocommit) connections get TCP
+    keepalives and ``tcp_user_timeout`` = the lock timeout, at least 10 s
+    (before: none, and a renewal sent to a server gone without a RST
+    waited for the kernel's ~15 minutes of retransmissions)."""
+    params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db", lock_timeout=25,
+                             autocommit=autocommit)
+    assert {key: params[key] for key in ("keepalives", "keepalives_idle",
+                                         "keepalives_interval", "keepalives_count",
+                                         "tcp_user_timeout")} == {
+        "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+        "keepalives_count": 3, "tcp_user_timeout": 25000}
+    assert _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db",
+                           lock_timeout=0.5)["tcp_user_timeout"] == 10000
+
+
 def test_server_timeouts_in_the_url_win():
     params = _connect_params(
         "mysql+pymysql://root@127.0.0.1:1/db?read_timeout=5&connect_timeout=3")
     assert (params["read_timeout"], params["connect_timeout"]) == (5, 3)
-    params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db?connect_timeout=3")
-    assert params["connect_timeout"] == "3"
+    params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db?connect_timeout=3"
+                             "&keepalives=0&tcp_user_timeout=0")
+    assert (params["connect_timeout"], params["keepalives"], params["tcp_user_timeout"]) == \
+        ("3", "0", "0")
+    assert params["keepalives_idle"] == 30
 
 
 @pytest.mark.parametrize("url", [
