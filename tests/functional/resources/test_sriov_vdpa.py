@@ -170,3 +170,35 @@ def test_direct_physical_is_still_refused(plugin):
     assert [(p.key, p.rule) for p in ri.problems] == [(
         "vnic_type", "vnic_type direct-physical is not supported: the sriov "
         "plugin provides VFs (vnic_type direct, macvtap or vdpa)")]
+
+
+def test_verify_refuses_a_vdpa_vf_for_a_direct_port(plugin, view):
+    # a decision (another scheduler's, or made before the VF was bound to
+    # a vDPA driver) giving a direct port a vDPA VF, or a vDPA device:
+    # refused, saying which VF and why
+    state = helpers.state_of(plugin, view)
+    req = request(plugin, "direct")
+    got = plugin.fit(state, req, None, {})
+    [vf] = got.vfs
+    assert (vf.vf_address, vf.vdpa_dev) == (VF3, "")
+    on_vdpa_vf = dataclasses.replace(got, vfs=(dataclasses.replace(
+        vf, vf_address=VF1, vf_netdev=""),))
+    assert plugin.verify(state, req, on_vdpa_vf).reason == (
+        "VF %s of PF %s is a vDPA device (/dev/vhost-vdpa-0), direct port port0 "
+        "needs another" % (VF1, PF))
+    with_dev = dataclasses.replace(got, vfs=(dataclasses.replace(
+        vf, vdpa_dev="/dev/vhost-vdpa-0"),))
+    assert plugin.verify(state, req, with_dev).reason == (
+        "the assignment gives direct port port0 vDPA device /dev/vhost-vdpa-0")
+
+
+def test_a_macvtap_port_is_told_the_free_vfs_are_vdpa_devices(plugin, view):
+    # no VF of the test driver's host has a network interface; two of the
+    # three free VFs are vDPA devices: the rejection counts every free VF
+    # and says which are vDPA devices
+    got = plugin.fit(helpers.state_of(plugin, view), request(plugin, "macvtap"),
+                     None, {})
+    assert got.reason == (
+        "no PF can serve port port0: PF %s on physnet physnet4 has 3 free VFs, "
+        "2 of them vDPA devices (for vdpa ports), and none of the others has a "
+        "network interface, macvtap port port0 needs one" % PF)
