@@ -202,3 +202,48 @@ def test_a_macvtap_port_is_told_the_free_vfs_are_vdpa_devices(plugin, view):
         "no PF can serve port port0: PF %s on physnet physnet4 has 3 free VFs, "
         "2 of them vDPA devices (for vdpa ports), and none of the others has a "
         "network interface, macvtap port port0 needs one" % PF)
+
+
+#: A standalone PCI device (no VF: nova's ``type-PCI``) that is the parent
+#: of a vDPA device, as a virtio-net device bound to virtio_vdpa is.
+VIRTIO = "0000:09:00.0"
+VIRTIO_XML = """<device>
+  <name>pci_0000_09_00_0</name>
+  <parent>computer</parent>
+  <capability type='pci'>
+    <class>0x020000</class>
+    <domain>0</domain><bus>9</bus><slot>0</slot><function>0</function>
+    <product id='0x1041'>Virtio 1.0 network device</product>
+    <vendor id='0x1af4'>Red Hat, Inc.</vendor>
+    <iommuGroup number='70'>
+      <address domain='0x0000' bus='0x09' slot='0x00' function='0x0'/>
+    </iommuGroup>
+    <numa node='0'/>
+  </capability>
+</device>"""
+VIRTIO_VDPA_XML = """<device>
+  <name>vdpa_vdpa9</name>
+  <parent>pci_0000_09_00_0</parent>
+  <driver><name>vhost_vdpa</name></driver>
+  <capability type='vdpa'><chardev>/dev/vhost-vdpa-9</chardev></capability>
+</device>"""
+
+
+def test_only_a_vf_is_a_vdpa_device(conf):
+    # nova gives dev_type vdpa to a VF only (Host._get_pcidev_info): a
+    # device without a PF that is the parent of a vDPA device stays a
+    # type-PCI device an alias names, as in nova
+    import json
+    conf.set_override("alias", [json.dumps({
+        "name": "virtio", "vendor_id": "1af4", "product_id": "1041",
+        "device_type": "type-PCI"})], "pci")
+    raw = libvirt_host.fetch_libvirt(URI)
+    nodedevs = dict(raw.nodedevs, pci_0000_09_00_0=VIRTIO_XML,
+                    vdpa_vdpa9=VIRTIO_VDPA_XML)
+    for path in VDPA_XML:
+        nodedevs[path.stem] = path.read_text()
+    host = libvirt_host.host_info_from_raw(dataclasses.replace(raw, nodedevs=nodedevs))
+    view = SRIOVPlugin(conf).discover(host)
+    assert [d.address for d in view.devices] == [VIRTIO]
+    [pf] = view.pfs
+    assert pf.vdpa_vfs == 2
