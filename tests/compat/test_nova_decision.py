@@ -481,20 +481,30 @@ def _root(world: World, name: str) -> str:
     return rp
 
 
+def _with_another_provider(world: World, instance: str, provider: str,
+                           evacuated: Any = None) -> tuple[Any, dict[str, Any]]:
+    """``instance`` (evacuated to this host when ``evacuated`` is pytest's
+    monkeypatch) and its allocation in Placement plus 2 VCPU and 512 MB of
+    ``provider``, as ``spawn`` gets them."""
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    if evacuated is not None:
+        _evacuation(world, evacuated, inst)
+    claimed = {rp: {"resources": res}
+               for rp, res in world.allocations(instance).items()}
+    claimed[provider] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    return inst, claimed
+
+
 def test_an_evacuations_source_host_allocation_is_not_compared(
         world, three, monkeypatch, caplog):
     # an evacuation: nova's allocation of the instance keeps the source
     # host's providers (nova frees them when the source comes back) next to
     # the decided ones on this host; the decision holds on this host
-    instance = three["instances"][1]
-    inst = objects.Instance.get_by_uuid(world.context, instance,
-                                        expected_attrs=["numa_topology"])
-    _evacuation(world, monkeypatch, inst)
-    claimed = {rp: {"resources": res}
-               for rp, res in world.allocations(instance).items()}
     source = _root(world, "source")
     assert not world.driver.provider_tree.exists(source)
-    claimed[source] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    inst, claimed = _with_another_provider(world, three["instances"][1], source,
+                                           evacuated=monkeypatch)
     with caplog.at_level("INFO"):
         assert world.driver.plugin_decision(world.context, inst, claimed,
                                             host=NODE) is not None
@@ -512,13 +522,8 @@ def test_another_hosts_allocation_outside_an_evacuation_fails_the_spawn(
         world, three, caplog):
     # no evacuation: Placement holding another host's providers under the
     # instance is wrong (a leaked or misplaced claim), said and refused
-    instance = three["instances"][1]
-    inst = objects.Instance.get_by_uuid(world.context, instance,
-                                        expected_attrs=["numa_topology"])
-    claimed = {rp: {"resources": res}
-               for rp, res in world.allocations(instance).items()}
     other = _root(world, "elsewhere")
-    claimed[other] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    inst, claimed = _with_another_provider(world, three["instances"][1], other)
     with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
         world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
     assert "Placement holds" in str(refused.value) and other in str(refused.value)
@@ -530,14 +535,9 @@ def test_an_evacuation_with_providers_not_of_its_source_fails_the_spawn(
     # an evacuation from "source": a provider under the instance that is
     # neither this host's nor the source's (a third host's, or one
     # Placement does not know) is not left out: compared, refused
-    instance = three["instances"][1]
-    inst = objects.Instance.get_by_uuid(world.context, instance,
-                                        expected_attrs=["numa_topology"])
-    _evacuation(world, monkeypatch, inst)
-    claimed = {rp: {"resources": res}
-               for rp, res in world.allocations(instance).items()}
     other = _root(world, "third") if where == "third host" else str(uuid.uuid4())
-    claimed[other] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    inst, claimed = _with_another_provider(world, three["instances"][1], other,
+                                           evacuated=monkeypatch)
     with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
         world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
     assert "Placement holds" in str(refused.value) and other in str(refused.value)
