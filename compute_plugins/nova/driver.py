@@ -26,8 +26,9 @@ recorded it in the host-state store when nova's scheduler selected this
 host for the instance (:func:`compute_plugins.nova.decisions.decision_for`);
 the mixin reads it without parsing the flavor, verifies it on the live
 host (the host discovered now, under the decisions of the other instances
-nova has on it), compares it with the allocation nova claimed and with
-nova's own claim on the compute (``instance.numa_topology``, fitted by
+nova has on it), compares it with the allocation nova claimed (less an
+evacuation's source-host providers, which nova keeps under the instance)
+and with nova's own claim on the compute (``instance.numa_topology``, fitted by
 nova's resource tracker), says every difference in one ERROR line naming
 both, and builds the guest from the decision: nova's NUMA cells are set to
 the decision's host cells and pinning before nova's driver writes the
