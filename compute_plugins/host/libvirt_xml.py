@@ -606,8 +606,9 @@ def host_info_from_xml(
 
     ``<capability type='net'>`` devices name the netdevs of their parent PCI
     device (``PCIDevice.netdevs``); udev may add more later. A
-    ``<capability type='vdpa'>`` device makes its parent PCI device (a VF)
-    a vDPA device (``PCIDevice.vdpa_dev``, its ``<chardev>``).
+    ``<capability type='vdpa'>`` device makes its parent PCI device, when a
+    VF, a vDPA device (``PCIDevice.vdpa_dev``, its ``<chardev>``); nova
+    gives ``dev_type`` ``vdpa`` to VFs only, another parent is unchanged.
 
     :param nodedev_xmls: ``{source label: XML}``, one entry per device.
     :param memory_kb: host memory; when ``None`` it is the sum of the cells'
@@ -678,8 +679,13 @@ def host_info_from_xml(
                 netdevs=known + tuple(n for n in names if n not in known),
             )
     for address, found in vdpa.items():
-        if address in pci:
+        # NOTE: as nova (Host._get_pcidev_info): only a VF is a vdpa device;
+        # another parent stays what it is (a type-PCI device an alias names).
+        if address in pci and pci[address].phys_function:
             pci[address] = dataclasses.replace(pci[address], vdpa_dev=found.chardev)
+        elif address in pci:
+            LOG.debug("%s: vDPA device %s on %s, not a VF: not a vdpa device "
+                      "(as in nova)", source, found.name, address)
     if (
         memory_kb is None
         and cells

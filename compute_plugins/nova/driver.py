@@ -26,8 +26,9 @@ recorded it in the host-state store when nova's scheduler selected this
 host for the instance (:func:`compute_plugins.nova.decisions.decision_for`);
 the mixin reads it without parsing the flavor, verifies it on the live
 host (the host discovered now, under the decisions of the other instances
-nova has on it), compares it with the allocation nova claimed and with
-nova's own claim on the compute (``instance.numa_topology``, fitted by
+nova has on it), compares it with the allocation nova claimed (less an
+evacuation's source-host providers, which nova keeps under the instance)
+and with nova's own claim on the compute (``instance.numa_topology``, fitted by
 nova's resource tracker), says every difference in one ERROR line naming
 both, and builds the guest from the decision: nova's NUMA cells are set to
 the decision's host cells and pinning before nova's driver writes the
@@ -244,7 +245,8 @@ class PluginProviderTreeMixin:
             claimed = {rp: {rc: int(n) for rc, n in (body.get("resources") or {}).items()}
                        for rp, body in allocations.items()}
             decided = {rp: dict(res) for rp, res in decision.allocations.items()}
-            claimed = self._plugin_this_host(claimed, decided)
+            claimed = self._plugin_this_host(context, instance, claimed,
+                                             decided, host)
             if claimed != decided:
                 problems.append("Placement holds %s, the decision takes %s"
                                 % (claimed, decided))
@@ -257,21 +259,66 @@ class PluginProviderTreeMixin:
         self._plugin_carry(instance, spec, host)
         return spec
 
-    def _plugin_this_host(self, claimed: dict[str, dict[str, int]],
-                          decided: dict[str, dict[str, int]]
+    def _plugin_this_host(self, context: Any, instance: Any,
+                          claimed: dict[str, dict[str, int]],
+                          decided: dict[str, dict[str, int]], host: str
                           ) -> dict[str, dict[str, int]]:
-        """``claimed`` less the providers of other hosts: those neither in
-        this host's provider tree (``self.provider_tree``, nova's, kept at
-        each ``update_provider_tree``) nor in the decision. An evacuation's
-        allocation keeps the source host's providers under the instance
-        (nova frees them when the source's compute service comes back);
-        they are not this host's to compare. Without a tree, all of
-        ``claimed``."""
+        """``claimed`` less an evacuation's source-host providers: nova's
+        evacuation keeps them under the instance next to this host's (it
+        frees them when the source's compute service comes back); they are
+        not this host's to compare with the decision.
+
+        Only providers positively the source's are left out (INFO logged):
+        neither in this host's provider tree (``self.provider_tree``, nova's,
+        kept at each ``update_provider_tree``) nor in the decision, the
+        instance's migration an evacuation to ``host``, and Placement naming
+        the root of their tree the migration's ``source_node`` (nova names a
+        compute node's root provider by its node). Any other provider stays
+        in ``claimed``, so that a mismatch is refused loudly: outside an
+        evacuation, a provider of a third host, one Placement cannot say, a
+        provider of this host the cached tree lacks.
+        """
         tree = getattr(self, "provider_tree", None)
         if tree is None:
             return claimed
-        return {rp: res for rp, res in claimed.items()
-                if rp in decided or tree.exists(rp)}
+        others = sorted(rp for rp in claimed
+                        if rp not in decided and not tree.exists(rp))
+        if not others:
+            return claimed
+        migration = self._plugin_migration(context, instance)
+        if (migration is None
+                or getattr(migration, "migration_type", None) != "evacuation"
+                or getattr(migration, "dest_compute", None) != host):
+            return claimed
+        source = getattr(migration, "source_node", None)
+        reportclient = getattr(getattr(getattr(self, "virtapi", None),
+                                       "_compute", None), "reportclient", None)
+        if not source or reportclient is None:
+            LOG.warning("instance %s: evacuation to %s, providers %s are not "
+                        "this host's but their host cannot be read (source "
+                        "node %r, nova's report client %s): compared",
+                        instance.uuid, host, others, source,
+                        "missing" if reportclient is None else "present")
+            return claimed
+        left_out = set()
+        for rp in others:
+            try:
+                found = reportclient.get_providers_in_tree(context, rp)
+            except Exception as err:  # noqa: BLE001 - compared, so refused loudly
+                LOG.warning("instance %s: cannot read provider %s's tree from "
+                            "Placement: %s: %s", instance.uuid, rp,
+                            type(err).__name__, err)
+                continue
+            roots = [p.get("name") for p in found
+                     if p.get("uuid") == p.get("root_provider_uuid")]
+            if roots == [source]:
+                left_out.add(rp)
+        if left_out:
+            LOG.info("instance %s: evacuation from %s to %s: providers %s of "
+                     "the source host are left out of the comparison of "
+                     "Placement's allocation with the decision",
+                     instance.uuid, source, host, sorted(left_out))
+        return {rp: res for rp, res in claimed.items() if rp not in left_out}
 
     def _plugin_verify(self, context: Any, instance: Any, spec: RequestSpec,
                        host: str) -> list[str]:
@@ -485,8 +532,8 @@ class PluginProviderTreeMixin:
             if migration_context is None:
                 return None
             return objects.Migration.get_by_id(context, migration_context.migration_id)
-        except Exception as err:  # noqa: BLE001 - never into nova's revert
-            LOG.error("instance %s: cannot read the migration nova reverts: %s: %s",
+        except Exception as err:  # noqa: BLE001 - never into nova's revert or spawn
+            LOG.error("instance %s: cannot read its migration (of its migration context): %s: %s",
                       instance.uuid, type(err).__name__, err)
             return None
 

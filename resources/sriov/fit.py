@@ -111,8 +111,13 @@ def _unusable(pf_name: str, pf: PFState, port: PortRequest,
         return ("%s has %d free VFs, all vDPA devices (for vdpa ports), %s %s "
                 "needs another" % (pf_name, len(free), port.vnic_type,
                                    _port_name(port)))
+    if len(plain) < len(free):
+        return ("%s has %d free VFs, %d of them vDPA devices (for vdpa ports), "
+                "and none of the others has a network interface, macvtap %s "
+                "needs one" % (pf_name, len(free), len(free) - len(plain),
+                               _port_name(port)))
     return ("%s has %d free VFs and none has a network interface, "
-            "macvtap %s needs one" % (pf_name, len(plain), _port_name(port)))
+            "macvtap %s needs one" % (pf_name, len(free), _port_name(port)))
 
 
 def pf_problem(pf: PFState, port: PortRequest, affinity: Affinity,

@@ -449,20 +449,66 @@ def test_an_allocation_other_than_the_decision_fails_the_spawn(world, three, cap
     assert instance in caplog.text
 
 
-def test_another_hosts_allocation_is_not_compared(world, three, caplog):
+def _evacuation(world: World, monkeypatch: Any, inst: Any,
+                source: str = "source") -> Any:
+    """``inst`` evacuated from ``source`` to this host as nova's
+    ``rebuild_claim`` leaves it (an ``evacuation`` migration in its
+    migration context), with nova's compute manager (its report client) as
+    the driver's ``virtapi``."""
+    import types
+
+    from nova.compute import manager as compute_manager
+    compute = types.SimpleNamespace(host=NODE, rt=world.tracker,
+                                    reportclient=world.tracker.reportclient)
+    monkeypatch.setattr(world.driver, "virtapi", compute_manager.ComputeVirtAPI(compute))
+    migration = objects.Migration(
+        context=world.context, instance_uuid=inst.uuid, source_compute=source,
+        source_node=source, dest_compute=NODE, dest_node=NODE,
+        dest_compute_id=world.compute.id,
+        migration_type="evacuation", status="accepted")
+    migration.create()
+    inst.migration_context = objects.MigrationContext(
+        instance_uuid=inst.uuid, migration_id=migration.id)
+    return migration
+
+
+def _root(world: World, name: str) -> str:
+    """A new root provider named ``name`` in Placement (another compute
+    node's, as nova names it by its node)."""
+    rp = str(uuid.uuid4())
+    world.placement.api.post("/resource_providers", {"name": name, "uuid": rp},
+                             version="1.20")
+    return rp
+
+
+def _with_another_provider(world: World, instance: str, provider: str,
+                           evacuated: Any = None) -> tuple[Any, dict[str, Any]]:
+    """``instance`` (evacuated to this host when ``evacuated`` is pytest's
+    monkeypatch) and its allocation in Placement plus 2 VCPU and 512 MB of
+    ``provider``, as ``spawn`` gets them."""
+    inst = objects.Instance.get_by_uuid(world.context, instance,
+                                        expected_attrs=["numa_topology"])
+    if evacuated is not None:
+        _evacuation(world, evacuated, inst)
+    claimed = {rp: {"resources": res}
+               for rp, res in world.allocations(instance).items()}
+    claimed[provider] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
+    return inst, claimed
+
+
+def test_an_evacuations_source_host_allocation_is_not_compared(
+        world, three, monkeypatch, caplog):
     # an evacuation: nova's allocation of the instance keeps the source
     # host's providers (nova frees them when the source comes back) next to
     # the decided ones on this host; the decision holds on this host
-    instance = three["instances"][1]
-    inst = objects.Instance.get_by_uuid(world.context, instance,
-                                        expected_attrs=["numa_topology"])
-    claimed = {rp: {"resources": res}
-               for rp, res in world.allocations(instance).items()}
-    source = str(uuid.uuid4())
+    source = _root(world, "source")
     assert not world.driver.provider_tree.exists(source)
-    claimed[source] = {"resources": {"VCPU": 2, "MEMORY_MB": 512}}
-    assert world.driver.plugin_decision(world.context, inst, claimed,
-                                        host=NODE) is not None
+    inst, claimed = _with_another_provider(world, three["instances"][1], source,
+                                           evacuated=monkeypatch)
+    with caplog.at_level("INFO"):
+        assert world.driver.plugin_decision(world.context, inst, claimed,
+                                            host=NODE) is not None
+    assert source in caplog.text and "evacuation from source" in caplog.text
     # a provider of this host the decision does not take is compared
     mine = next(u for u in world.driver.provider_tree.get_provider_uuids()
                 if u not in claimed)
@@ -470,6 +516,31 @@ def test_another_hosts_allocation_is_not_compared(world, three, caplog):
     with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
         world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
     assert "Placement holds" in str(refused.value)
+
+
+def test_another_hosts_allocation_outside_an_evacuation_fails_the_spawn(
+        world, three, caplog):
+    # no evacuation: Placement holding another host's providers under the
+    # instance is wrong (a leaked or misplaced claim), said and refused
+    other = _root(world, "elsewhere")
+    inst, claimed = _with_another_provider(world, three["instances"][1], other)
+    with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
+    assert "Placement holds" in str(refused.value) and other in str(refused.value)
+
+
+@pytest.mark.parametrize("where", ["third host", "unknown to Placement"])
+def test_an_evacuation_with_providers_not_of_its_source_fails_the_spawn(
+        world, three, monkeypatch, caplog, where):
+    # an evacuation from "source": a provider under the instance that is
+    # neither this host's nor the source's (a third host's, or one
+    # Placement does not know) is not left out: compared, refused
+    other = _root(world, "third") if where == "third host" else str(uuid.uuid4())
+    inst, claimed = _with_another_provider(world, three["instances"][1], other,
+                                           evacuated=monkeypatch)
+    with caplog.at_level("ERROR"), pytest.raises(DecisionRefused) as refused:
+        world.driver.plugin_decision(world.context, inst, claimed, host=NODE)
+    assert "Placement holds" in str(refused.value) and other in str(refused.value)
 
 
 def test_a_reverted_resize_gives_the_instance_its_decision_back(world, three):

@@ -170,3 +170,80 @@ def test_direct_physical_is_still_refused(plugin):
     assert [(p.key, p.rule) for p in ri.problems] == [(
         "vnic_type", "vnic_type direct-physical is not supported: the sriov "
         "plugin provides VFs (vnic_type direct, macvtap or vdpa)")]
+
+
+def test_verify_refuses_a_vdpa_vf_for_a_direct_port(plugin, view):
+    # a decision (another scheduler's, or made before the VF was bound to
+    # a vDPA driver) giving a direct port a vDPA VF, or a vDPA device:
+    # refused, saying which VF and why
+    state = helpers.state_of(plugin, view)
+    req = request(plugin, "direct")
+    got = plugin.fit(state, req, None, {})
+    [vf] = got.vfs
+    assert (vf.vf_address, vf.vdpa_dev) == (VF3, "")
+    on_vdpa_vf = dataclasses.replace(got, vfs=(dataclasses.replace(
+        vf, vf_address=VF1, vf_netdev=""),))
+    assert plugin.verify(state, req, on_vdpa_vf).reason == (
+        "VF %s of PF %s is a vDPA device (/dev/vhost-vdpa-0), direct port port0 "
+        "needs another" % (VF1, PF))
+    with_dev = dataclasses.replace(got, vfs=(dataclasses.replace(
+        vf, vdpa_dev="/dev/vhost-vdpa-0"),))
+    assert plugin.verify(state, req, with_dev).reason == (
+        "the assignment gives direct port port0 vDPA device /dev/vhost-vdpa-0")
+
+
+def test_a_macvtap_port_is_told_the_free_vfs_are_vdpa_devices(plugin, view):
+    # no VF of the test driver's host has a network interface; two of the
+    # three free VFs are vDPA devices: the rejection counts every free VF
+    # and says which are vDPA devices
+    got = plugin.fit(helpers.state_of(plugin, view), request(plugin, "macvtap"),
+                     None, {})
+    assert got.reason == (
+        "no PF can serve port port0: PF %s on physnet physnet4 has 3 free VFs, "
+        "2 of them vDPA devices (for vdpa ports), and none of the others has a "
+        "network interface, macvtap port port0 needs one" % PF)
+
+
+#: A standalone PCI device (no VF: nova's ``type-PCI``) that is the parent
+#: of a vDPA device, as a virtio-net device bound to virtio_vdpa is.
+VIRTIO = "0000:09:00.0"
+VIRTIO_XML = """<device>
+  <name>pci_0000_09_00_0</name>
+  <parent>computer</parent>
+  <capability type='pci'>
+    <class>0x020000</class>
+    <domain>0</domain><bus>9</bus><slot>0</slot><function>0</function>
+    <product id='0x1041'>Virtio 1.0 network device</product>
+    <vendor id='0x1af4'>Red Hat, Inc.</vendor>
+    <iommuGroup number='70'>
+      <address domain='0x0000' bus='0x09' slot='0x00' function='0x0'/>
+    </iommuGroup>
+    <numa node='0'/>
+  </capability>
+</device>"""
+VIRTIO_VDPA_XML = """<device>
+  <name>vdpa_vdpa9</name>
+  <parent>pci_0000_09_00_0</parent>
+  <driver><name>vhost_vdpa</name></driver>
+  <capability type='vdpa'><chardev>/dev/vhost-vdpa-9</chardev></capability>
+</device>"""
+
+
+def test_only_a_vf_is_a_vdpa_device(conf):
+    # nova gives dev_type vdpa to a VF only (Host._get_pcidev_info): a
+    # device without a PF that is the parent of a vDPA device stays a
+    # type-PCI device an alias names, as in nova
+    import json
+    conf.set_override("alias", [json.dumps({
+        "name": "virtio", "vendor_id": "1af4", "product_id": "1041",
+        "device_type": "type-PCI"})], "pci")
+    raw = libvirt_host.fetch_libvirt(URI)
+    nodedevs = dict(raw.nodedevs, pci_0000_09_00_0=VIRTIO_XML,
+                    vdpa_vdpa9=VIRTIO_VDPA_XML)
+    for path in VDPA_XML:
+        nodedevs[path.stem] = path.read_text()
+    host = libvirt_host.host_info_from_raw(dataclasses.replace(raw, nodedevs=nodedevs))
+    view = SRIOVPlugin(conf).discover(host)
+    assert [d.address for d in view.devices] == [VIRTIO]
+    [pf] = view.pfs
+    assert pf.vdpa_vfs == 2
