@@ -169,7 +169,7 @@ def test_direct_physical_is_still_refused(plugin):
     plugin.parse_request(ri)
     assert [(p.key, p.rule) for p in ri.problems] == [(
         "vnic_type", "vnic_type direct-physical is not supported: the sriov "
-        "plugin provides VFs (vnic_type direct, macvtap or vdpa)")]
+        "plugin provides VFs (vnic_type direct, macvtap, vdpa or remote-managed)")]
 
 
 def test_verify_refuses_a_vdpa_vf_for_a_direct_port(plugin, view):
