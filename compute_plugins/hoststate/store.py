@@ -77,10 +77,13 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         that refuses this configuration (its certificate, TLS on one side
         only) stops the process here, one that is down only is said (the
         waiters poll until it is back). This waits for one connection
-        attempt per broker: milliseconds, refused at once when it is down,
-        up to :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
-        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds when
-        it accepts connections and never answers.
+        attempt per broker, in turn: milliseconds, refused at once when it
+        is down, :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT`
+        when it accepts connections and never answers; the brokers left
+        once :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
+        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds have
+        passed are not tried here (the publisher and the listener try
+        them later): about that long at most, whatever their number.
 
         :raises ConfigError: ``push_transport_url`` is not a broker's URL,
             its TLS files do not load, or the broker refuses them.

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import threading
@@ -324,3 +325,24 @@ def test_a_certificate_for_another_name_says_which_host_the_url_must_name():
         "certificate is not valid for '10.0.0.5'.); the host in [host_state] "
         "push_transport_url must be one the certificate names")
     assert broker.explain(ConnectionRefusedError(111, "refused"), found[0], tls) is None
+
+
+def test_the_start_check_waits_for_one_broker_s_time_whatever_their_number(
+        tmp_path, silent_broker, monkeypatch, caplog):
+    """A store opened from its configuration checks its broker within
+    ``CONNECT_TIMEOUT + IO_TIMEOUT`` seconds in all, as its docstring says,
+    however many brokers the URL lists: those it had no time for are tried
+    by the publisher and the listener later, the waiters polling meanwhile
+    (before: every broker in turn, ``CONNECT_TIMEOUT`` or more each, at
+    the start of every command and service: 15 s for three silent ones)."""
+    monkeypatch.setattr(broker, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(broker, "IO_TIMEOUT", 0.5)
+    host = silent_broker.split("//", 1)[1].rstrip("/")
+    conf = _conf("rabbit://%s/" % ",".join([host] * 8))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), HostStateStore.from_config(conf) as store:
+        waited = time.monotonic() - started
+        assert store.db.push is not None
+    assert waited < 2.5, waited
+    assert "unavailable (connecting" in caplog.text
+    assert "guest:guest" not in caplog.text
