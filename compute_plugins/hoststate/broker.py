@@ -259,7 +259,8 @@ def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker]
     the TLS to reach them: ``tls`` (``[host_state] push_ssl*``) with what
     the URL's query sets (oslo.messaging's option names: ``ssl``,
     ``ssl_ca_file``, ``ssl_cert_file``, ``ssl_key_file``, ``ssl_version``)
-    instead. A port not given is 5672, with TLS too (as oslo.messaging).
+    instead (a key with an empty value sets nothing, as there). A port not
+    given is 5672, with TLS too (as oslo.messaging).
 
     :raises ValueError: not a ``rabbit://`` URL with at least one host, a
         port that is not one (1-65535), a query option other than those, or
@@ -311,7 +312,14 @@ def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
         tls.check()
         return tls
     try:
-        items = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+        # NOTE: as oslo.messaging's TransportURL.parse (parse_qs): an empty
+        # segment ('ssl=1&') is nothing, and a key with an empty value
+        # ('ssl_ca_file=', as templates leave it) sets nothing: the option
+        # applies. A key without '=' (which it ignores) is refused: a typo
+        # that would connect in clear.
+        items = [(key, value) for key, value in parse_qsl(
+            "&".join(part for part in query.split("&") if part),
+            keep_blank_values=True, strict_parsing=True) if value]
     except ValueError:
         raise ValueError("[host_state] push_transport_url %r: the query %r is not "
                          "KEY=VALUE pairs separated by '&'"

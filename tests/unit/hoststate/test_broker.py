@@ -166,6 +166,20 @@ def test_the_query_sets_tls_over_the_options_as_oslo_messaging_does(tmp_path):
         is False
 
 
+def test_an_empty_value_in_the_query_sets_nothing_as_oslo_messaging_does(tmp_path):
+    """oslo.messaging drops a query key with an empty value (``parse_qs``),
+    and the option applies: ``?ssl=1&ssl_ca_file=`` (as deployment
+    templates leave it when no CA is given there) keeps ``[host_state]
+    push_ssl_ca_file`` (before: the system's CAs, the broker's
+    certificate refused); an empty segment is nothing."""
+    ca = _ca_file(tmp_path)
+    found, tls = broker.brokers("rabbit://u:p@a:5671/?ssl=1&ssl_ca_file=&ssl_version=&",
+                                broker.TLS(ca_file=str(ca), version="TLSv1_2"))
+    assert tls.enabled and tls.ca_file == str(ca) and tls.version == "TLSv1_2"
+    assert tls.origin("ca_file") == "[host_state] push_ssl_ca_file"
+    assert broker.brokers("rabbit://u:p@a/?ssl=", broker.TLS(enabled=True))[1].enabled
+
+
 def _ca_file(tmp_path):
     from tests.servers import make_tls_files
 
