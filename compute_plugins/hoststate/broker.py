@@ -271,6 +271,12 @@ def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker]
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ValueError("[host_state] push_transport_url %r: expected %s"
                          % (redacted(transport_url), EXPECTED))
+    if "@" not in parts.netloc and "@" in parts.query + parts.fragment:
+        # NOTE: the hosts ended at a '?' or '#' of a password: the rest of
+        # it is in the query or the fragment, which must not be shown.
+        raise ValueError("[host_state] push_transport_url %r: a '?' or '#' in a password "
+                         "is percent-encoded (%%3F, %%23); expected %s"
+                         % (redacted(transport_url), EXPECTED))
     if parts.fragment:
         raise ValueError("[host_state] push_transport_url %r: a fragment #%s is not "
                          "understood; expected %s"

@@ -144,6 +144,22 @@ def test_query_options_other_than_tls_are_refused_rather_than_ignored(query, nam
     assert named in message and "s3cr3t" not in message and "\n" not in message
 
 
+@pytest.mark.parametrize("password", ["pa?ss", "pa#ss", "pa?ssl=xy", "pa?ssl=1&ssl_ca_file=xy"])
+def test_a_password_with_an_unencoded_question_mark_or_hash_is_not_shown(password):
+    """A '?' or '#' in a password ends the URL's hosts there: the rest of
+    the password was read as the query or the fragment and shown in the
+    error (the password hidden only up to it); it is said as such, with
+    none of it (before: ``the query 'ss@127.0.0.1:5672/' is not ...``)."""
+    with pytest.raises(ValueError) as err:
+        broker.brokers("rabbit://guest:%s@127.0.0.1:5672/" % password)
+    message = str(err.value)
+    rest = password.replace("#", "?").split("?", 1)[1]
+    assert rest + "@" not in message and "xy" not in message, message
+    assert message.startswith("[host_state] push_transport_url "
+                              "'rabbit://guest:***@127.0.0.1:5672/': "), message
+    assert "a '?' or '#' in a password is percent-encoded" in message, message
+
+
 def test_the_query_sets_tls_over_the_options_as_oslo_messaging_does(tmp_path):
     """``?ssl=1&ssl_ca_file=...`` overrides ``[host_state] push_ssl*`` (as
     the query overrides ``[oslo_messaging_rabbit]``); each broker's TLS
