@@ -160,12 +160,17 @@ def test_the_broker_named_localhost_is_checked_by_that_name(tmp_path, rabbit):
         rabbit.tls_port, rabbit.tls.ca)
     with HostStateStore.from_config(_conf(url, tmp_path)) as store:
         assert isinstance(store.db.push, broker.BrokerPush)
-        sub = store.host_changes("h")
-        assert sub is not None
-        try:
-            assert wait_until(lambda: sub.live)
-        finally:
-            sub.close()
+        assert _listens(store)
+
+
+def _listens(store: HostStateStore) -> bool:
+    """Whether ``store``'s listener connects (a waiter's subscription live)."""
+    sub = store.host_changes("h")
+    assert sub is not None
+    try:
+        return wait_until(lambda: sub.live)
+    finally:
+        sub.close()
 
 
 def test_a_running_process_says_a_refused_certificate_as_an_error(tmp_path, rabbit, caplog):
@@ -200,9 +205,4 @@ def test_each_broker_of_the_url_is_checked_by_its_own_name(tmp_path, rabbit):
         push = store.db.push
         assert isinstance(push, broker.BrokerPush)
         assert push._control is not None  # NOTE: the start's check connected
-        sub = store.host_changes("h")
-        assert sub is not None
-        try:
-            assert wait_until(lambda: sub.live)
-        finally:
-            sub.close()
+        assert _listens(store)
