@@ -90,7 +90,7 @@ OPTS = [
         "``rabbit://USER:PASS@HOST:PORT/VHOST`` (RabbitMQ; several "
         "``USER:PASS@HOST:PORT`` separated by commas are tried in turn), as "
         "in an OpenStack deployment's ``[DEFAULT] transport_url`` (a ',', "
-        "'@', ':' or '/' in a password percent-encoded). Its query may set "
+        "'@', ':', '/', '?' or '#' in a password percent-encoded). Its query may set "
         "the TLS options as oslo.messaging's does, by their "
         "``[oslo_messaging_rabbit]`` names, overriding ``push_ssl*`` here: "
         "``?ssl=1&ssl_ca_file=/etc/ssl/certs/rabbit-ca.pem`` (also "

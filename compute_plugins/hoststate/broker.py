@@ -74,6 +74,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -99,6 +100,8 @@ EXPECTED = "rabbit://USER:PASS@HOST:PORT/VHOST (several HOST:PORT separated by c
 #: Seconds to connect, and to wait for the broker's answer on a connection.
 CONNECT_TIMEOUT = 5.0
 IO_TIMEOUT = 10.0
+#: The least timeout a broker is tried with near a deadline (seconds).
+_LEAST_WAIT = 0.1
 #: Heartbeat of the listening connection (seconds), checked every
 #: :data:`_DRAIN_TIMEOUT`: a broker that vanished is noticed within it.
 HEARTBEAT = 30
@@ -256,7 +259,8 @@ def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker]
     the TLS to reach them: ``tls`` (``[host_state] push_ssl*``) with what
     the URL's query sets (oslo.messaging's option names: ``ssl``,
     ``ssl_ca_file``, ``ssl_cert_file``, ``ssl_key_file``, ``ssl_version``)
-    instead. A port not given is 5672, with TLS too (as oslo.messaging).
+    instead (a key with an empty value sets nothing, as there). A port not
+    given is 5672, with TLS too (as oslo.messaging).
 
     :raises ValueError: not a ``rabbit://`` URL with at least one host, a
         port that is not one (1-65535), a query option other than those, or
@@ -266,6 +270,12 @@ def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker]
     parts = urlsplit(transport_url)
     if parts.scheme.lower() not in SCHEMES or not parts.netloc:
         raise ValueError("[host_state] push_transport_url %r: expected %s"
+                         % (redacted(transport_url), EXPECTED))
+    if "@" not in parts.netloc and "@" in parts.query + parts.fragment:
+        # NOTE: the hosts ended at a '?' or '#' of a password: the rest of
+        # it is in the query or the fragment, which must not be shown.
+        raise ValueError("[host_state] push_transport_url %r: a '?' or '#' in a password "
+                         "is percent-encoded (%%3F, %%23); expected %s"
                          % (redacted(transport_url), EXPECTED))
     if parts.fragment:
         raise ValueError("[host_state] push_transport_url %r: a fragment #%s is not "
@@ -308,7 +318,14 @@ def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
         tls.check()
         return tls
     try:
-        items = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+        # NOTE: as oslo.messaging's TransportURL.parse (parse_qs): an empty
+        # segment ('ssl=1&') is nothing, and a key with an empty value
+        # ('ssl_ca_file=', as templates leave it) sets nothing: the option
+        # applies. A key without '=' (which it ignores) is refused: a typo
+        # that would connect in clear.
+        items = [(key, value) for key, value in parse_qsl(
+            "&".join(part for part in query.split("&") if part),
+            keep_blank_values=True, strict_parsing=True) if value]
     except ValueError:
         raise ValueError("[host_state] push_transport_url %r: the query %r is not "
                          "KEY=VALUE pairs separated by '&'"
@@ -499,9 +516,14 @@ class _Connection:
     :raises BrokerConfigError: no broker could be reached and one of them
         failed for a reason of configuration (:func:`explain`).
     :raises Exception: no broker could be reached (the last one's error).
+    :param deadline: ``time.monotonic()`` after which no further broker is
+        tried (the first always is), and by which each must have answered
+        the handshakes (the start's check: :meth:`BrokerPush.verify`);
+        None: each broker :data:`CONNECT_TIMEOUT`.
     """
 
-    def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: int) -> None:
+    def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: int,
+                 deadline: Optional[float] = None) -> None:
         # NOTE: imported here (an untyped library, and a second's import
         # that a store without a broker never pays).
         kombu: Any = importlib.import_module("kombu")
@@ -513,9 +535,18 @@ class _Connection:
         # twice for a broker that is down.
         failure: Optional[BaseException] = None
         refused: Optional[BrokerConfigError] = None
+        chosen: Any = None
         for broker in brokers:
+            connect = CONNECT_TIMEOUT
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 and failure is not None:
+                    break
+                # NOTE: the connection's handshakes (TCP, TLS, AMQP) wait
+                # this; its read and write timeouts stay whole (it is kept).
+                connect = max(min(connect, left), _LEAST_WAIT)
             conn = kombu.Connection(
-                broker.url, ssl=tls.params(broker.host), connect_timeout=CONNECT_TIMEOUT,
+                broker.url, ssl=tls.params(broker.host), connect_timeout=connect,
                 heartbeat=heartbeat,
                 transport_options={"read_timeout": IO_TIMEOUT, "write_timeout": IO_TIMEOUT})
             try:
@@ -528,13 +559,14 @@ class _Connection:
                 if why is not None and refused is None:
                     refused = BrokerConfigError(why)
                 continue
-            self._kombu: Any = conn
+            chosen = conn
             break
-        else:
+        if chosen is None:
             if refused is not None:
                 raise refused from failure
             assert failure is not None
             raise failure
+        self._kombu: Any = chosen
         self.channel: Any = self._kombu.channel()
         self.channel.exchange_declare(exchange=EXCHANGE, type="direct", durable=True,
                                       auto_delete=False)
@@ -677,16 +709,18 @@ class BrokerPush:
             channel.basic_publish_confirm(amqp.Message(payload, delivery_mode=1),
                                           exchange=EXCHANGE, routing_key=name)
 
-    def _on_control(self, operation: Any) -> None:
+    def _on_control(self, operation: Any, deadline: Optional[float] = None) -> None:
         """Run ``operation(channel)`` on the control connection (the lock
         held), on a new one if it fails (a connection the broker closed
-        while it was idle, a restart)."""
+        while it was idle, a restart); ``deadline``: see
+        :class:`_Connection`."""
         for attempt in (1, 2):
             control = self._control
             fresh = control is None
             try:
                 if control is None:
-                    control = self._control = _Connection(self.brokers, self.tls, heartbeat=0)
+                    control = self._control = _Connection(self.brokers, self.tls, heartbeat=0,
+                                                          deadline=deadline)
                     control.channel.confirm_select()
                 operation(control.channel)
                 break
@@ -714,13 +748,17 @@ class BrokerPush:
         configuration does (the connection is the publisher's, kept): a
         broker refused for a reason of configuration (:func:`explain`) is
         the caller's error; one that is down is said once, and the waiters
-        poll until it is back.
+        poll until it is back. Waits :data:`CONNECT_TIMEOUT` +
+        :data:`IO_TIMEOUT` seconds at most whatever the number of brokers
+        (each command and service start waits for it): a broker there was
+        no time for is tried when the publisher or the listener connects.
 
         :raises BrokerConfigError: one line naming the option (and file).
         """
+        deadline = time.monotonic() + CONNECT_TIMEOUT + IO_TIMEOUT
         with self._control_lock:
             try:
-                self._on_control(lambda channel: None)
+                self._on_control(lambda channel: None, deadline)
             except BrokerConfigError as err:
                 raise BrokerConfigError("[host_state] push_transport_url %s: %s"
                                         % (self.broker, err)) from None

@@ -174,6 +174,11 @@ class Database:
     :param push_tls: how that broker is reached over TLS
         (:class:`~compute_plugins.hoststate.broker.TLS`: ``[host_state]
         push_ssl*``); None: as the URL says (plain by default).
+    :param lease_duration: the agents' lease (``[compute]
+        agent_lease_duration``): on PostgreSQL, a statement sent to a server
+        that vanished fails within a third of it (``tcp_user_timeout``:
+        :func:`~compute_plugins.hoststate.engine.pg_socket_params`), so that
+        a stalled lease renewal is retried before the lease ends.
     :raises ValueError: ``push_transport_url`` is not one of those, or its
         TLS files do not load.
     :raises SchemaVersionMismatch: the database has another schema version.
@@ -183,7 +188,8 @@ class Database:
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
                  push: bool = True, safety_poll_interval: float = 300.0,
                  push_transport_url: str = "",
-                 push_tls: Optional[broker.TLS] = None) -> None:
+                 push_tls: Optional[broker.TLS] = None,
+                 lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> None:
         if not safety_poll_interval > 0:
             raise ValueError("safety_poll_interval %r: expected seconds > 0"
                              % (safety_poll_interval,))
@@ -195,7 +201,8 @@ class Database:
         #: The SQLite file (None: a server, or in memory).
         self.path = engines.sqlite_path(connection)
         try:
-            self.engine: Engine = engines.create_engine(connection, lock_timeout)
+            self.engine: Engine = engines.create_engine(connection, lock_timeout,
+                                                        lease_duration=lease_duration)
         except OSError as err:
             # NOTE: the SQLite file's directory cannot be made (a file in
             # the path, no permission): one line, not a traceback.
@@ -203,7 +210,8 @@ class Database:
         #: PostgreSQL: connections that run each statement on its own
         #: (autocommit, no ping: :meth:`single`); None elsewhere.
         self.single_engine: Optional[Engine] = (
-            engines.create_engine(connection, lock_timeout, autocommit=True)
+            engines.create_engine(connection, lock_timeout, autocommit=True,
+                                  lease_duration=lease_duration)
             if engines.backend(self.engine) == "postgresql" else None)
         self._memory = engines.is_sqlite_memory(connection)
         # NOTE: an in-memory SQLite database is one connection: transactions
@@ -233,7 +241,7 @@ class Database:
             self.push: Optional[notify.Push] = push_backends.choose(
                 self.engine, self.url, push=push, transport_url=push_transport_url,
                 safety_poll_interval=safety_poll_interval, tls=push_tls,
-                lock_timeout=lock_timeout)
+                lock_timeout=lock_timeout, lease_duration=lease_duration)
         except BaseException:
             self.engine.dispose()
             raise

@@ -101,7 +101,13 @@ PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 
 MIN_TCP_USER_TIMEOUT = 10.0
 
 
-def pg_socket_params(lock_timeout: float) -> dict[str, int]:
+#: The agents' lease duration a store assumes unless told
+#: (``[compute] agent_lease_duration``'s default).
+DEFAULT_LEASE_DURATION = 30.0
+
+
+def pg_socket_params(lock_timeout: float,
+                     lease_duration: float = DEFAULT_LEASE_DURATION) -> dict[str, int]:
     """The libpq parameters every store connection to PostgreSQL gets
     unless its URL sets them (:func:`create_engine`,
     :func:`compute_plugins.hoststate.notify.connector`).
@@ -111,18 +117,25 @@ def pg_socket_params(lock_timeout: float) -> dict[str, int]:
       without a RST fails once it has gone unacknowledged this long,
       instead of the kernel's ~15 minutes of retransmissions (while an
       agent's lease renewal, or a writer holding the decision queue, waits
-      on it). It is ``lock_timeout`` (at least
-      :data:`MIN_TCP_USER_TIMEOUT`): as long as a writer waits for a lock
-      before the store counts as unavailable. A statement that waits for a
-      lock or runs long is not cut short: the server acknowledged it;
+      on it). It is the least of ``lock_timeout`` and a third of
+      ``lease_duration`` (the agents' lease, renewed every third of it), at
+      least :data:`MIN_TCP_USER_TIMEOUT`: a renewal stalled on a server
+      that vanished fails while the lease still holds, and the next poll
+      renews it on a new connection (to the address's new server after a
+      failover); as long as the lease, the lease was lost before the
+      renewal failed. A statement that waits for a lock or runs long is
+      not cut short: the server acknowledged it;
     - ``connect_timeout`` (:data:`CONNECT_TIMEOUT`).
 
     libpq applies the socket options (``SO_KEEPALIVE``, ``TCP_KEEPIDLE``,
     ``TCP_KEEPINTVL``, ``TCP_KEEPCNT``, ``TCP_USER_TIMEOUT``) on Linux.
     """
+    user_timeout = max(min(lock_timeout, lease_duration / 3), MIN_TCP_USER_TIMEOUT)
     return {**PG_KEEPALIVES,
-            "tcp_user_timeout": int(max(lock_timeout, MIN_TCP_USER_TIMEOUT) * 1000),
+            "tcp_user_timeout": int(user_timeout * 1000),
             "connect_timeout": CONNECT_TIMEOUT}
+
+
 #: Seconds ensure_schema waits for MySQL's schema lock.
 _MYSQL_SCHEMA_LOCK_WAIT = 60
 
@@ -185,7 +198,8 @@ def _sqlite_events(engine: Engine, wal: bool, lock_timeout: float) -> None:
 
 
 def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
-                  autocommit: bool = False) -> Engine:
+                  autocommit: bool = False,
+                  lease_duration: float = DEFAULT_LEASE_DURATION) -> Engine:
     """An engine for ``url``, set up as the module docstring says.
 
     :param autocommit: (PostgreSQL, MySQL) each statement commits on its
@@ -196,6 +210,9 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
         meanwhile then fails the statement (``connection_invalidated``): the
         caller tries once more (:meth:`Database.single
         <compute_plugins.hoststate.database.Database.single>`).
+    :param lease_duration: the agents' lease (``[compute]
+        agent_lease_duration``), which bounds PostgreSQL's
+        ``tcp_user_timeout`` (:func:`pg_socket_params`).
 
     SQLite files are created 0600 (their directory 0700) when missing;
     ``sqlite://`` is one in-memory database shared by the engine's users.
@@ -234,8 +251,8 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
     if kind == "postgresql" and driver in ("psycopg2", "psycopg"):
         # NOTE: libpq's own parameters, which both drivers pass on; the
         # URL's win (connect_args would override them).
-        connect_args = {key: value for key, value in pg_socket_params(lock_timeout).items()
-                        if key not in parsed.query}
+        connect_args = {key: value for key, value in pg_socket_params(
+            lock_timeout, lease_duration).items() if key not in parsed.query}
     elif kind == "mysql" and driver in ("pymysql", "mysqldb"):
         timeouts = ("connect_timeout", "read_timeout", "write_timeout")
     for key in timeouts:

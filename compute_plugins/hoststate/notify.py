@@ -399,7 +399,8 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def connector(engine: Engine, lock_timeout: float) -> Callable[[], Any]:
+def connector(engine: Engine, lock_timeout: float,
+              lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> Callable[[], Any]:
     """Opens DB-API connections to ``engine``'s database outside its pool
     (the listener's), with the TCP keepalives and ``tcp_user_timeout`` of
     the pool's (:func:`compute_plugins.hoststate.engine.pg_socket_params`)
@@ -407,7 +408,7 @@ def connector(engine: Engine, lock_timeout: float) -> Callable[[], Any]:
     waits, and would otherwise never learn that the server vanished."""
     cargs, cparams = engine.dialect.create_connect_args(engine.url)
     params = dict(cparams)
-    for key, value in engines.pg_socket_params(lock_timeout).items():
+    for key, value in engines.pg_socket_params(lock_timeout, lease_duration).items():
         params.setdefault(key, value)
 
     def connect() -> Any:
@@ -451,16 +452,19 @@ class PgPush:
     :param engine: the store's engine (PostgreSQL, psycopg2).
     :param url: the store's URL, password hidden.
     :param safety_poll_interval: see :class:`Hub`.
-    :param lock_timeout: the store's (its listener's ``tcp_user_timeout``:
-        :func:`connector`).
+    :param lock_timeout: the store's, and
+    :param lease_duration: the agents' lease (they bound its listener's
+        ``tcp_user_timeout``: :func:`connector`).
     """
 
     kind = "postgresql"
 
     def __init__(self, engine: Engine, url: str, safety_poll_interval: float,
-                 lock_timeout: float = 30.0) -> None:
+                 lock_timeout: float = 30.0,
+                 lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> None:
         self._engine = engine
         self._lock_timeout = lock_timeout
+        self._lease_duration = lease_duration
         self._url = url
         self._safety = safety_poll_interval
         self._listener: Optional[Listener] = None
@@ -490,8 +494,9 @@ class PgPush:
     def listener(self) -> Hub:
         with self._lock:
             if self._listener is None:
-                self._listener = Listener(connector(self._engine, self._lock_timeout), self._url,
-                                          self._safety)
+                self._listener = Listener(
+                    connector(self._engine, self._lock_timeout, self._lease_duration),
+                    self._url, self._safety)
             return self._listener
 
     def close(self) -> None:

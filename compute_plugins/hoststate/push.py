@@ -47,15 +47,17 @@ def check_configured(transport_url: str, safety_poll_interval: float,
 
 def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
            safety_poll_interval: float, tls: Optional[broker.TLS] = None,
-           lock_timeout: float = 30.0) -> Optional[notify.Push]:
+           lock_timeout: float = 30.0,
+           lease_duration: float = 30.0) -> Optional[notify.Push]:
     """How the store at ``engine`` pushes: through the broker
     ``transport_url`` names (any database), else by ``LISTEN``/``NOTIFY``
     on PostgreSQL; None where it does not (``push`` False, or SQLite and
     MySQL without a transport URL: the waiters poll).
 
     :param tls: how a broker is reached over TLS (:class:`broker.TLS`).
-    :param lock_timeout: the store's (the ``LISTEN`` connection's
-        ``tcp_user_timeout``: :func:`notify.connector`).
+    :param lock_timeout: the store's, and
+    :param lease_duration: the agents' lease (they bound the ``LISTEN``
+        connection's ``tcp_user_timeout``: :func:`notify.connector`).
     :raises ValueError: ``transport_url`` is not one this understands.
     """
     if not push:
@@ -65,7 +67,8 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
             return notify.LocalPush(url, safety_poll_interval)
         return broker.BrokerPush(transport_url, url, safety_poll_interval, tls)
     if notify.supported(engine):
-        return notify.PgPush(engine, url, safety_poll_interval, lock_timeout)
+        return notify.PgPush(engine, url, safety_poll_interval, lock_timeout,
+                             lease_duration)
     return None
 
 

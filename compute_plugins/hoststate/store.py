@@ -22,6 +22,7 @@ from oslo_config import cfg
 from compute_plugins import exception
 from compute_plugins.conf import host_state as host_state_conf
 from compute_plugins.hoststate import broker
+from compute_plugins.hoststate import engine as engines
 from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.agents import SqlAgentLeases
 from compute_plugins.hoststate.database import Database
@@ -51,16 +52,21 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         :mod:`~compute_plugins.hoststate.broker`); empty: none.
     :param push_tls: how that broker is reached over TLS (``[host_state]
         push_ssl*``: :class:`~compute_plugins.hoststate.broker.TLS`).
+    :param lease_duration: the agents' lease (``[compute]
+        agent_lease_duration``): on PostgreSQL a statement sent to a server
+        that vanished fails within a third of it, while the lease holds
+        (:func:`~compute_plugins.hoststate.engine.pg_socket_params`).
     """
 
     def __init__(self, connection: str, lock_timeout: float = 30.0, *,
                  push: bool = True, safety_poll_interval: float = 300.0,
                  push_transport_url: str = "",
-                 push_tls: broker.TLS | None = None) -> None:
+                 push_tls: broker.TLS | None = None,
+                 lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> None:
         super().__init__(Database(connection, lock_timeout, push=push,
                                   safety_poll_interval=safety_poll_interval,
                                   push_transport_url=push_transport_url,
-                                  push_tls=push_tls))
+                                  push_tls=push_tls, lease_duration=lease_duration))
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
@@ -71,10 +77,13 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         that refuses this configuration (its certificate, TLS on one side
         only) stops the process here, one that is down only is said (the
         waiters poll until it is back). This waits for one connection
-        attempt per broker: milliseconds, refused at once when it is down,
-        up to :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
-        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds when
-        it accepts connections and never answers.
+        attempt per broker, in turn: milliseconds, refused at once when it
+        is down, :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT`
+        when it accepts connections and never answers; the brokers left
+        once :data:`~compute_plugins.hoststate.broker.CONNECT_TIMEOUT` +
+        :data:`~compute_plugins.hoststate.broker.IO_TIMEOUT` seconds have
+        passed are not tried here (the publisher and the listener try
+        them later): about that long at most, whatever their number.
 
         :raises ConfigError: ``push_transport_url`` is not a broker's URL,
             its TLS files do not load, or the broker refuses them.
@@ -95,7 +104,7 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
                     push=conf.host_state.push,
                     safety_poll_interval=conf.host_state.push_safety_poll_interval,
                     push_transport_url=conf.host_state.push_transport_url,
-                    push_tls=tls)
+                    push_tls=tls, lease_duration=_lease_duration(conf))
         if isinstance(store.db.push, broker.BrokerPush):
             try:
                 store.db.push.verify()
@@ -115,8 +124,19 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         self.close()
 
 
+def _lease_duration(conf: cfg.ConfigOpts) -> float:
+    """``[compute] agent_lease_duration`` of ``conf``, or its default where
+    the ``[compute]`` options are not registered (a configuration of the
+    ``[host_state]`` options only)."""
+    try:
+        return float(conf.compute.agent_lease_duration)
+    except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
+        return engines.DEFAULT_LEASE_DURATION
+
+
 #: The SQL store is a transport (checked by mypy), and wakes its agents.
 _TRANSPORT: type[HostStateTransport] = HostStateStore
 _WAKEUPS: type[HostWakeups] = HostStateStore
 
 __all__ = ["HostStateStore"]
+

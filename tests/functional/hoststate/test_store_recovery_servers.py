@@ -12,7 +12,9 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from oslo_config import cfg
 
+from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate import HostStateStore, StoreUnavailable, notify
 from compute_plugins.hoststate import engine as engines
 from tests.functional.hoststate.conftest import create_database
@@ -86,14 +88,22 @@ def _socket_options(dbapi_connection) -> dict[str, int]:
 
 def test_every_connection_notices_a_server_that_vanished(pg):
     """The pool's, the heartbeat's and the listener's connections carry TCP
-    keepalives and ``tcp_user_timeout`` (the lock timeout): libpq says so
+    keepalives and ``tcp_user_timeout`` (the lock timeout, or a third of
+    the agents' lease: ``[compute] agent_lease_duration`` reaches the
+    store opened from the configuration): libpq says so
     (``get_dsn_parameters``) and the kernel's sockets have them (before:
     only the listener had keepalives; a lease renewal sent to a server
     gone without a RST blocked for ~15 minutes). A URL's own win."""
     url, _ = pg
     expected = {"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3,
                 "TCP_USER_TIMEOUT": 20000}
-    with HostStateStore(url, lock_timeout=20) as store:
+    conf = cfg.ConfigOpts()
+    conf_areas.register_all(conf)
+    conf([], default_config_files=[], default_config_dirs=[])
+    conf.set_override("connection", url, "host_state")
+    conf.set_override("lock_timeout", 40, "host_state")
+    conf.set_override("agent_lease_duration", 60, "compute")
+    with HostStateStore.from_config(conf) as store:
         assert store.db.single_engine is not None
         sub = store.host_changes("h")
         assert isinstance(sub, notify.Subscription)

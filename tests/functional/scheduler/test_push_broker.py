@@ -359,3 +359,49 @@ def test_a_forked_child_publishes_and_listens_on_its_own(tmp_path, rabbit):
         assert answers.get(timeout=5) is True
         assert sub.wait(ANSWER)
         sub.close()
+
+
+def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, caplog):
+    """Two brokers in the URL (one connection per broker tried in turn,
+    not kombu's failover): the first one's connections die mid-run (a
+    relay in front of the session's RabbitMQ, closed; it then refuses);
+    the listener and the publisher go on with the second, the waiter is
+    woken by a wake-up published after, and no message shows a password."""
+    # NOTE: a relay, not a second RabbitMQ: one node's start is 15 s.
+    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
+
+    relay = StallingProxy(rabbit.port)
+    transport_url = "rabbit://guest:guest@127.0.0.1:%d,guest:guest@127.0.0.1:%d/" % (
+        relay.port, rabbit.port)
+    url = sqlite_url(tmp_path)
+    try:
+        with HostStateStore(url, safety_poll_interval=NEVER,
+                            push_transport_url=transport_url) as waiter, \
+                HostStateStore(url, safety_poll_interval=NEVER,
+                               push_transport_url=transport_url) as writer:
+            sub = waiter.host_changes("h")
+            assert isinstance(sub, notify.Subscription)
+            try:
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:
+                    sub.wait(0)
+                with writer.db.write() as conn:
+                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(ANSWER)
+                # NOTE: both went through the first broker (the relay).
+                assert len(relay._sockets) == 4, relay._sockets
+                through_relay = sub.listener._conn
+                relay.close()
+                # NOTE: reconnected at once (the relay refuses): live may
+                # never be seen False.
+                assert wait_until(lambda: sub.live and sub.listener._conn is not through_relay)
+                with sub.listener._lock:  # NOTE: its wake-up of all is done
+                    sub.wait(0)
+                with writer.db.write() as conn:
+                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(ANSWER)
+            finally:
+                sub.close()
+    finally:
+        relay.close()
+    assert "guest:guest" not in caplog.text

@@ -160,12 +160,17 @@ def test_the_broker_named_localhost_is_checked_by_that_name(tmp_path, rabbit):
         rabbit.tls_port, rabbit.tls.ca)
     with HostStateStore.from_config(_conf(url, tmp_path)) as store:
         assert isinstance(store.db.push, broker.BrokerPush)
-        sub = store.host_changes("h")
-        assert sub is not None
-        try:
-            assert wait_until(lambda: sub.live)
-        finally:
-            sub.close()
+        assert _listens(store)
+
+
+def _listens(store: HostStateStore) -> bool:
+    """Whether ``store``'s listener connects (a waiter's subscription live)."""
+    sub = store.host_changes("h")
+    assert sub is not None
+    try:
+        return wait_until(lambda: sub.live)
+    finally:
+        sub.close()
 
 
 def test_a_running_process_says_a_refused_certificate_as_an_error(tmp_path, rabbit, caplog):
@@ -187,3 +192,17 @@ def test_a_running_process_says_a_refused_certificate_as_an_error(tmp_path, rabb
     assert len(said) == 1 and said[0].levelname == "ERROR"
     assert ("its certificate is not trusted by push_transport_url's ?ssl_ca_file %s"
             % rabbit.tls.other_ca) in said[0].getMessage()
+
+
+def test_each_broker_of_the_url_is_checked_by_its_own_name(tmp_path, rabbit):
+    """The first broker (``127.0.0.2``, which the certificate does not
+    name) is down; the second, ``localhost``, is checked by that name, not
+    by the first one's (kombu's failover shares one ``server_hostname``
+    between the URLs: the certificate would be refused)."""
+    url = ("rabbit://guest:guest@127.0.0.2:%d,guest:guest@localhost:%d/?ssl=1&ssl_ca_file=%s"
+           % (rabbit.tls_port, rabbit.tls_port, rabbit.tls.ca))
+    with HostStateStore.from_config(_conf(url, tmp_path)) as store:
+        push = store.db.push
+        assert isinstance(push, broker.BrokerPush)
+        assert push._control is not None  # NOTE: the start's check connected
+        assert _listens(store)

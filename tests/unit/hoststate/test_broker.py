@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import threading
@@ -143,6 +144,22 @@ def test_query_options_other_than_tls_are_refused_rather_than_ignored(query, nam
     assert named in message and "s3cr3t" not in message and "\n" not in message
 
 
+@pytest.mark.parametrize("password", ["pa?ss", "pa#ss", "pa?ssl=xy", "pa?ssl=1&ssl_ca_file=xy"])
+def test_a_password_with_an_unencoded_question_mark_or_hash_is_not_shown(password):
+    """A '?' or '#' in a password ends the URL's hosts there: the rest of
+    the password was read as the query or the fragment and shown in the
+    error (the password hidden only up to it); it is said as such, with
+    none of it (before: ``the query 'ss@127.0.0.1:5672/' is not ...``)."""
+    with pytest.raises(ValueError) as err:
+        broker.brokers("rabbit://guest:%s@127.0.0.1:5672/" % password)
+    message = str(err.value)
+    rest = password.replace("#", "?").split("?", 1)[1]
+    assert rest + "@" not in message and "xy" not in message, message
+    assert message.startswith("[host_state] push_transport_url "
+                              "'rabbit://guest:***@127.0.0.1:5672/': "), message
+    assert "a '?' or '#' in a password is percent-encoded" in message, message
+
+
 def test_the_query_sets_tls_over_the_options_as_oslo_messaging_does(tmp_path):
     """``?ssl=1&ssl_ca_file=...`` overrides ``[host_state] push_ssl*`` (as
     the query overrides ``[oslo_messaging_rabbit]``); each broker's TLS
@@ -163,6 +180,20 @@ def test_the_query_sets_tls_over_the_options_as_oslo_messaging_does(tmp_path):
         ssl.TLSVersion.TLSv1_2
     assert broker.brokers("rabbit://u:p@a/?ssl=0", broker.TLS(enabled=True))[1].params("a") \
         is False
+
+
+def test_an_empty_value_in_the_query_sets_nothing_as_oslo_messaging_does(tmp_path):
+    """oslo.messaging drops a query key with an empty value (``parse_qs``),
+    and the option applies: ``?ssl=1&ssl_ca_file=`` (as deployment
+    templates leave it when no CA is given there) keeps ``[host_state]
+    push_ssl_ca_file`` (before: the system's CAs, the broker's
+    certificate refused); an empty segment is nothing."""
+    ca = _ca_file(tmp_path)
+    found, tls = broker.brokers("rabbit://u:p@a:5671/?ssl=1&ssl_ca_file=&ssl_version=&",
+                                broker.TLS(ca_file=str(ca), version="TLSv1_2"))
+    assert tls.enabled and tls.ca_file == str(ca) and tls.version == "TLSv1_2"
+    assert tls.origin("ca_file") == "[host_state] push_ssl_ca_file"
+    assert broker.brokers("rabbit://u:p@a/?ssl=", broker.TLS(enabled=True))[1].enabled
 
 
 def _ca_file(tmp_path):
@@ -324,3 +355,24 @@ def test_a_certificate_for_another_name_says_which_host_the_url_must_name():
         "certificate is not valid for '10.0.0.5'.); the host in [host_state] "
         "push_transport_url must be one the certificate names")
     assert broker.explain(ConnectionRefusedError(111, "refused"), found[0], tls) is None
+
+
+def test_the_start_check_waits_for_one_broker_s_time_whatever_their_number(
+        tmp_path, silent_broker, monkeypatch, caplog):
+    """A store opened from its configuration checks its broker within
+    ``CONNECT_TIMEOUT + IO_TIMEOUT`` seconds in all, as its docstring says,
+    however many brokers the URL lists: those it had no time for are tried
+    by the publisher and the listener later, the waiters polling meanwhile
+    (before: every broker in turn, ``CONNECT_TIMEOUT`` or more each, at
+    the start of every command and service: 15 s for three silent ones)."""
+    monkeypatch.setattr(broker, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(broker, "IO_TIMEOUT", 0.5)
+    host = silent_broker.split("//", 1)[1].rstrip("/")
+    conf = _conf("rabbit://%s/" % ",".join([host] * 8))
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), HostStateStore.from_config(conf) as store:
+        waited = time.monotonic() - started
+        assert store.db.push is not None
+    assert waited < 2.5, waited
+    assert "unavailable (connecting" in caplog.text
+    assert "guest:guest" not in caplog.text

@@ -78,11 +78,12 @@ def test_server_timeouts():
 @pytest.mark.parametrize("autocommit", [False, True])
 def test_postgresql_connections_notice_a_vanished_server(autocommit):
     """The pool's and the heartbeat's (autocommit) connections get TCP
-    keepalives and ``tcp_user_timeout`` = the lock timeout, at least 10 s
-    (before: none, and a renewal sent to a server gone without a RST
-    waited for the kernel's ~15 minutes of retransmissions)."""
+    keepalives and ``tcp_user_timeout`` = the lock timeout or a third of
+    the lease, whichever is less, at least 10 s (before: none, and a
+    renewal sent to a server gone without a RST waited for the kernel's
+    ~15 minutes of retransmissions)."""
     params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db", lock_timeout=25,
-                             autocommit=autocommit)
+                             autocommit=autocommit, lease_duration=90)
     assert {key: params[key] for key in ("keepalives", "keepalives_idle",
                                          "keepalives_interval", "keepalives_count",
                                          "tcp_user_timeout")} == {
@@ -90,6 +91,22 @@ def test_postgresql_connections_notice_a_vanished_server(autocommit):
         "keepalives_count": 3, "tcp_user_timeout": 25000}
     assert _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db",
                            lock_timeout=0.5)["tcp_user_timeout"] == 10000
+
+
+@pytest.mark.parametrize(("lock_timeout", "lease_duration", "expected"), [
+    (30, 30, 10000), (60, 60, 20000), (120, 45, 15000), (30, 9, 10000)])
+def test_a_renewal_stalled_on_a_vanished_server_fails_while_the_lease_holds(
+        lock_timeout, lease_duration, expected):
+    """``tcp_user_timeout`` is at most a third of the agents' lease (at
+    least 10 s): an agent renews every third of it, so a renewal stalled on
+    a server that vanished fails and is tried again, on a new connection,
+    before the lease ends. It was the lock timeout: by default (30 s, a
+    30 s lease) the renewal failed as the lease ended, another agent could
+    take the host over, and schedulers saw it down."""
+    params = _connect_params("postgresql+psycopg2://pg@127.0.0.1:1/db",
+                             lock_timeout=lock_timeout, lease_duration=lease_duration)
+    assert params["tcp_user_timeout"] == expected
+    assert engines.pg_socket_params(30.0)["tcp_user_timeout"] == 10000
 
 
 def test_server_timeouts_in_the_url_win():
