@@ -39,7 +39,11 @@ The decision survives in stock nova (see ``doc/source/nova-compat.md``):
   guest's CPUs split over two cells, which nova's one group cannot ask) and
   nova claims that in Placement (Placement checks the capacity).
   Candidates of our own query (``mappings`` with our reserved ``_``
-  suffixes) restrict each plugin to their providers.
+  suffixes) restrict each plugin to their providers: nova's query with
+  contrib/nova's 0002 patch (``[filter_scheduler] numa_in_placement``: one
+  ``_NUMA<N>`` group per guest node, the numa plugin's names) is one, so
+  each guest node goes on the cell Placement gave its group in the
+  candidate nova claims.
 - **the compute reads it.** nova calls ``HostState.consume_from_request``
   on the host it selected and claimed, for each instance, right after the
   claim; the filter wraps that method on each host state it sees
@@ -406,7 +410,14 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             result = self.plugins.fit(states, spec, placement, host=host_state.host)
             if result.fits:
                 kept.append(candidate)
-                host_state.plugin_decisions[candidate_key(candidate)] = (
+                # NOTE: candidates of one allocation differ in their
+                # mappings only (Placement answers every order of groups of
+                # the same amounts: _NUMA0 on cell 0 and _NUMA1 on cell 1,
+                # and the reverse); the first one kept is the one nova
+                # claims, its decision puts each group's node on the
+                # provider Placement gave that group in it.
+                host_state.plugin_decisions.setdefault(
+                    candidate_key(candidate),
                     self._decision(host_state, candidate, result))
             else:
                 rejections = result.rejections

@@ -239,6 +239,31 @@ def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
         assert [placed.provider_uuid] == candidate["mappings"]["_NUMA0"]
 
 
+def test_candidates_of_one_allocation_keep_the_first_ones_decision(conf, store):
+    """Two guest nodes of the same size: Placement answers both orders of
+    the groups (``_NUMA0`` on cell 0 and ``_NUMA1`` on cell 1, and the
+    reverse), one allocation. nova claims the first: its decision puts
+    each node on the cell Placement gave the node's group in it."""
+    manager = helpers.manager(conf, NAMES)
+    filt = plugin_filters.PluginFitFilter(
+        manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
+    cells = [c.provider_uuid for c in host_states("big")[0]["numa"].cells]
+    spec_obj = nova_spec_obj(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated",
+                                                   "hw:numa_nodes": "2"})
+    allocations = {rp: {"resources": {"PCPU": 2, "MEMORY_MB": 512}} for rp in cells}
+    big = nova_hosts()[1]
+    big.allocation_candidates = [
+        {"allocations": allocations, "mappings": {"_NUMA0": [b], "_NUMA1": [a]}}
+        for a, b in (cells, reversed(cells))]
+    assert filt.filter_all([big], spec_obj) == [big]
+    assert len(big.allocation_candidates) == 2
+    first = big.allocation_candidates[0]
+    decision = big.plugin_decisions[plugin_filters.candidate_key(first)]
+    assert decision.mappings == {g: tuple(rps) for g, rps in first["mappings"].items()}
+    for placed in decision.assignments["numa"].cells:
+        assert [placed.provider_uuid] == first["mappings"]["_NUMA%d" % placed.guest_cell]
+
+
 def test_a_candidate_on_a_full_cell_is_dropped(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
