@@ -264,6 +264,32 @@ def test_candidates_of_one_allocation_keep_the_first_ones_decision(conf, store):
         assert [placed.provider_uuid] == first["mappings"]["_NUMA%d" % placed.guest_cell]
 
 
+def test_nova_candidates_naming_our_groups_in_part_agree_with_the_decision(conf, store):
+    """nova's candidates name some of our groups only (contrib/nova's 0002
+    patch asks ``_NUMA<N>``, not a device group of ours): the plugins
+    decide offline, and of the candidates of that allocation the one whose
+    mappings give each group the decision's provider comes first (nova
+    claims it), with its decision, in either order Placement answers."""
+    manager = helpers.manager(conf, NAMES)
+    filt = plugin_filters.PluginFitFilter(
+        manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
+    cells = [c.provider_uuid for c in host_states("big")[0]["numa"].cells]
+    spec_obj = nova_spec_obj(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated",
+                                                   "hw:numa_nodes": "2"})
+    allocations = {rp: {"resources": {"PCPU": 2, "MEMORY_MB": 512}} for rp in cells}
+    candidates = [{"allocations": allocations, "mappings": {"_NUMA0": [rp]}}
+                  for rp in cells]
+    for answer in (candidates, candidates[::-1]):
+        big = nova_hosts()[1]
+        big.allocation_candidates = list(answer)
+        assert filt.filter_all([big], spec_obj) == [big]
+        first = big.allocation_candidates[0]
+        decision = big.plugin_decisions[plugin_filters.candidate_key(first)]
+        assert decision.mappings == {"_NUMA0": tuple(first["mappings"]["_NUMA0"])}
+        (node0,) = [c for c in decision.assignments["numa"].cells if c.guest_cell == 0]
+        assert [node0.provider_uuid] == first["mappings"]["_NUMA0"]
+
+
 def test_a_candidate_on_a_full_cell_is_dropped(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
