@@ -316,11 +316,13 @@ def test_the_nova_patch_asks_one_group_per_guest_node(world, tmp_path):
     with it, one ``_NUMA<N>`` group per guest node on a ``HW_NUMA_ROOT``
     provider, split as the topology, the emulator threads' PCPU with node
     0; ``isolate`` unless the request has other numbered groups (then
-    nova's ``none``) or the flavor says."""
+    nova's ``none``) or the flavor says; a guest asking nothing else of
+    the unsuffixed group (boot from volume) keeps it."""
     utils = numa_patched_modules(world, tmp_path, [])["nova/scheduler/utils.py"]
 
-    def query(vcpus: int, extra: dict[str, str]) -> str:
-        request = utils.ResourceRequest.from_request_spec(world.spec(vcpus, 1, extra))
+    def query(vcpus: int, extra: dict[str, str], root_gb: int = 1) -> str:
+        request = utils.ResourceRequest.from_request_spec(
+            world.spec(vcpus, 1, extra, root_gb=root_gb))
         return parse.unquote(request.to_querystring())
 
     two = {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}
@@ -345,6 +347,11 @@ def test_the_nova_patch_asks_one_group_per_guest_node(world, tmp_path):
         assert "resources_NUMA1=MEMORY_MB:256,VCPU:2" in shared
         own = query(4, {"hw:numa_nodes": "2", "group_policy": "none"})
         assert "group_policy=none" in own and "resources_NUMA0" in own
+        # boot from volume: nothing left for the unsuffixed group, whose
+        # traits (here the thread policy's) Placement refuses alone
+        volume = query(8, {**two, "hw:cpu_thread_policy": "isolate"}, root_gb=0)
+        assert "_NUMA" not in volume and "PCPU:8" in volume
+        assert "required=!HW_CPU_HYPERTHREADING" in volume
     finally:
         world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
 

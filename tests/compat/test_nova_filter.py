@@ -243,7 +243,9 @@ def test_candidates_of_one_allocation_keep_the_first_ones_decision(conf, store):
     """Two guest nodes of the same size: Placement answers both orders of
     the groups (``_NUMA0`` on cell 0 and ``_NUMA1`` on cell 1, and the
     reverse), one allocation. nova claims the first: its decision puts
-    each node on the cell Placement gave the node's group in it."""
+    each node on the cell Placement gave the node's group in it. With
+    ``group_policy=none`` (contrib/nova's 0002 patch beside a port's group)
+    Placement may also put both nodes on one cell: refused."""
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
         manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
@@ -252,11 +254,14 @@ def test_candidates_of_one_allocation_keep_the_first_ones_decision(conf, store):
                                                    "hw:numa_nodes": "2"})
     allocations = {rp: {"resources": {"PCPU": 2, "MEMORY_MB": 512}} for rp in cells}
     big = nova_hosts()[1]
-    big.allocation_candidates = [
+    one_cell = {"allocations": {cells[0]: {"resources": {"PCPU": 4, "MEMORY_MB": 1024}}},
+                "mappings": {"_NUMA0": [cells[0]], "_NUMA1": [cells[0]]}}
+    big.allocation_candidates = [one_cell] + [
         {"allocations": allocations, "mappings": {"_NUMA0": [b], "_NUMA1": [a]}}
         for a, b in (cells, reversed(cells))]
     assert filt.filter_all([big], spec_obj) == [big]
-    assert len(big.allocation_candidates) == 2
+    # group_policy=none: two guest nodes on one cell are refused
+    assert len(big.allocation_candidates) == 2 and one_cell not in big.allocation_candidates
     first = big.allocation_candidates[0]
     decision = big.plugin_decisions[plugin_filters.candidate_key(first)]
     assert decision.mappings == {g: tuple(rps) for g, rps in first["mappings"].items()}
