@@ -39,7 +39,11 @@ The decision survives in stock nova (see ``doc/source/nova-compat.md``):
   guest's CPUs split over two cells, which nova's one group cannot ask) and
   nova claims that in Placement (Placement checks the capacity).
   Candidates of our own query (``mappings`` with our reserved ``_``
-  suffixes) restrict each plugin to their providers.
+  suffixes) restrict each plugin to their providers: nova's query with
+  contrib/nova's 0002 patch (``[filter_scheduler] numa_in_placement``: one
+  ``_NUMA<N>`` group per guest node, the numa plugin's names) is one, so
+  each guest node goes on the cell Placement gave its group in the
+  candidate nova claims.
 - **the compute reads it.** nova calls ``HostState.consume_from_request``
   on the host it selected and claimed, for each instance, right after the
   claim; the filter wraps that method on each host state it sees
@@ -201,6 +205,13 @@ def matches(candidate: Mapping[str, Any], wanted: Amounts) -> bool:
     ``MEMORY_MB`` for huge pages, cannot be compared)."""
     have = _amounts(candidate.get("allocations", {}))
     return all(have[rc] == wanted[rc] for rc in wanted if rc in have)
+
+
+def _agrees(candidate: Mapping[str, Any], groups: Mapping[str, str]) -> bool:
+    """Every group both ``candidate``'s mappings and the decision
+    (``groups``: suffix -> provider) name is on the same provider."""
+    mappings = candidate.get("mappings") or {}
+    return all(list(mappings[g]) == [rp] for g, rp in groups.items() if g in mappings)
 
 
 def carrying(candidate: Mapping[str, Any], wanted: Amounts
@@ -406,7 +417,14 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             result = self.plugins.fit(states, spec, placement, host=host_state.host)
             if result.fits:
                 kept.append(candidate)
-                host_state.plugin_decisions[candidate_key(candidate)] = (
+                # NOTE: candidates of one allocation differ in their
+                # mappings only (Placement answers every order of groups of
+                # the same amounts: _NUMA0 on cell 0 and _NUMA1 on cell 1,
+                # and the reverse); the first one kept is the one nova
+                # claims, its decision puts each group's node on the
+                # provider Placement gave that group in it.
+                host_state.plugin_decisions.setdefault(
+                    candidate_key(candidate),
                     self._decision(host_state, candidate, result))
             else:
                 rejections = result.rejections
@@ -417,7 +435,8 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                 rejections = (carried,)
             for candidate in carried if isinstance(carried, list) else ():
                 kept.append(candidate)
-                host_state.plugin_decisions[candidate_key(candidate)] = (
+                host_state.plugin_decisions.setdefault(
+                    candidate_key(candidate),
                     self._decision(host_state, candidate, offline))
         host_state.allocation_candidates = kept
         if not kept:
@@ -427,10 +446,12 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         return bool(kept)
 
     def _wanted(self, spec: RequestSpec, states: HostStates,
-                result: FitResult) -> Amounts:
+                result: FitResult) -> tuple[Amounts, dict[str, str]]:
         """What the plugins' decision takes, by resource class and
-        provider (the plugins that do not say take nothing here)."""
+        provider (the plugins that do not say take nothing here), and the
+        provider of each of its suffixed groups."""
         wanted: Amounts = {}
+        groups: dict[str, str] = {}
         for name, assignment in result.assignments.items():
             request = spec.requests.get(name)
             if request is None:
@@ -438,16 +459,21 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             given = self.plugins.allocations(name, request, assignment,
                                              states.get(name))
             for item in given if isinstance(given, tuple) else ():
+                if item.suffix:
+                    groups[item.suffix] = item.provider_uuid
                 for rc, amount in item.resources.items():
                     by_rp = wanted.setdefault(rc, {})
                     by_rp[item.provider_uuid] = by_rp.get(item.provider_uuid, 0) + amount
-        return wanted
+        return wanted, groups
 
     def _carried(self, host_state: Any, spec: RequestSpec, states: HostStates,
                  offline: FitResult, candidates: list[Mapping[str, Any]]
                  ) -> list[Mapping[str, Any]] | Rejection:
         """nova's own candidates that allocate what the offline decision
-        takes, in nova's order; none: the first one whose totals match,
+        takes, in nova's order, those whose mappings give each group the
+        decision's provider first (nova's groups named as ours: its
+        ``_NUMA<N>`` of contrib/nova's 0002 patch with a device of ours it
+        does not ask); none: the first one whose totals match,
         moved onto the decision's providers (:func:`carrying`), so that
         what nova claims is the decision; else a Rejection."""
         asked = {rc for g in spec.groups
@@ -456,10 +482,10 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
                    for body in c.get("allocations", {}).values()
                    for rc in body.get("resources", {})):
             return candidates  # nothing of ours in them to compare
-        wanted = self._wanted(spec, states, offline)
+        wanted, groups = self._wanted(spec, states, offline)
         same = [c for c in candidates if matches(c, wanted)]
         if same:
-            return same
+            return sorted(same, key=lambda c: not _agrees(c, groups))
         for candidate in candidates:
             moved = carrying(candidate, wanted)
             if moved is not None:

@@ -26,10 +26,12 @@ Skipped without nova unless ``COMPUTE_PLUGINS_COMPAT`` is set.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import uuid
 import warnings
 from typing import Any
+from urllib import parse
 
 import pytest
 
@@ -233,22 +235,42 @@ PATCH = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "contrib",
                      "0001-scheduler-candidates-of-nested-only-allocations.patch")
 
 
-def patched_scheduler(world: World, tmp_path: Any) -> Any:
-    """nova's scheduler manager with contrib/nova's patch applied (to a
-    copy of nova's module, loaded under another name)."""
+PATCH_NUMA = os.path.join(os.path.dirname(PATCH),
+                          "0002-scheduler-one-request-group-per-guest-numa-node.patch")
+
+
+def patched_modules(tmp_path: Any, patch_file: str, paths: list[str]) -> dict[str, Any]:
+    """nova's modules at ``paths`` (``nova/...py``) with contrib/nova's
+    ``patch_file`` applied to copies of them, each loaded under another
+    name (nova's own stay as they are)."""
     import importlib.util
     import shutil
     import subprocess
-    copy = tmp_path / "nova" / "scheduler" / "manager.py"
-    copy.parent.mkdir(parents=True)
-    shutil.copy(scheduler_manager.__file__, copy)
-    with open(PATCH, "rb") as patch:
+    # <site-packages>/nova/scheduler/manager.py
+    site = os.path.dirname(os.path.dirname(os.path.dirname(scheduler_manager.__file__)))
+    for path in paths:
+        copy = tmp_path / path
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.join(site, path), copy)
+    with open(patch_file, "rb") as patch:
         subprocess.run(["patch", "-s", "-p1", "-d", str(tmp_path)], stdin=patch,
                        check=True)
-    spec = importlib.util.spec_from_file_location("nova_patched_scheduler", copy)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    modules = {}
+    for path in paths:
+        name = "nova_patched_" + path[:-3].replace("/", "_")
+        spec = importlib.util.spec_from_file_location(name, tmp_path / path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules[path] = module
+    return modules
+
+
+def patched_scheduler(world: World, tmp_path: Any) -> Any:
+    """nova's scheduler manager with contrib/nova's patch applied (to a
+    copy of nova's module, loaded under another name)."""
+    module = patched_modules(tmp_path, PATCH, ["nova/scheduler/manager.py"])[
+        "nova/scheduler/manager.py"]
     patched = type("PatchedScheduler", (Scheduler,), {
         "select_destinations": module.SchedulerManager.select_destinations})
     return patched(world.compute, world.service)
@@ -274,6 +296,140 @@ def test_a_guest_without_root_resources_needs_the_nova_patch(world, tmp_path):
         assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
         assert world.compute.uuid not in claimed
     finally:
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
+def numa_patched_modules(world: World, tmp_path: Any, paths: list[str]) -> dict[str, Any]:
+    """nova's ``nova.scheduler.utils`` (and ``paths``) with contrib/nova's
+    0002 patch, its option registered in nova's configuration (off)."""
+    modules = patched_modules(tmp_path, PATCH_NUMA, [
+        "nova/conf/scheduler.py", "nova/scheduler/utils.py", *paths])
+    option = next(o for o in modules["nova/conf/scheduler.py"].filter_scheduler_opts
+                  if o.name == "numa_in_placement")
+    if "numa_in_placement" not in world.nova.conf.filter_scheduler:
+        world.nova.conf.register_opt(option, group="filter_scheduler")
+    return modules
+
+
+def test_the_nova_patch_asks_one_group_per_guest_node(world, tmp_path):
+    """The query of contrib/nova's 0002 patch: stock with the option off;
+    with it, one ``_NUMA<N>`` group per guest node on a ``HW_NUMA_ROOT``
+    provider, split as the topology, the emulator threads' PCPU with node
+    0; ``isolate`` unless the request has other numbered groups (then
+    nova's ``none``) or the flavor says; a guest asking nothing else of
+    the unsuffixed group (boot from volume) keeps it."""
+    utils = numa_patched_modules(world, tmp_path, [])["nova/scheduler/utils.py"]
+
+    def query(vcpus: int, extra: dict[str, str], root_gb: int = 1) -> str:
+        request = utils.ResourceRequest.from_request_spec(
+            world.spec(vcpus, 1, extra, root_gb=root_gb))
+        return parse.unquote(request.to_querystring())
+
+    two = {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}
+    stock = query(8, two)
+    assert "resources=DISK_GB:1,MEMORY_MB:512,PCPU:8" in stock and "_NUMA" not in stock
+    world.nova.conf.set_override("numa_in_placement", True, "filter_scheduler")
+    try:
+        asked = query(8, two).split("&")
+        assert sorted(asked) == sorted([
+            "group_policy=isolate", "limit=1000", "resources=DISK_GB:1",
+            "resources_NUMA0=MEMORY_MB:256,PCPU:4", "required_NUMA0=HW_NUMA_ROOT",
+            "resources_NUMA1=MEMORY_MB:256,PCPU:4", "required_NUMA1=HW_NUMA_ROOT"])
+        uneven = query(8, {**two, "hw:numa_cpus.0": "0-1", "hw:numa_cpus.1": "2-7",
+                           "hw:numa_mem.0": "128", "hw:numa_mem.1": "384",
+                           "hw:emulator_threads_policy": "isolate"})
+        assert "resources_NUMA0=MEMORY_MB:128,PCPU:3" in uneven
+        assert "resources_NUMA1=MEMORY_MB:384,PCPU:6" in uneven
+        floating = query(2, {})
+        assert "_NUMA" not in floating and "VCPU:2" in floating
+        shared = query(4, {"hw:numa_nodes": "2", "resources_X:CUSTOM_Y": "1"})
+        assert "group_policy=none" in shared
+        assert "resources_NUMA1=MEMORY_MB:256,VCPU:2" in shared
+        own = query(4, {"hw:numa_nodes": "2", "group_policy": "none"})
+        assert "group_policy=none" in own and "resources_NUMA0" in own
+        # boot from volume: nothing left for the unsuffixed group, whose
+        # traits (here the thread policy's) Placement refuses alone
+        volume = query(8, {**two, "hw:cpu_thread_policy": "isolate"}, root_gb=0)
+        assert "_NUMA" not in volume and "PCPU:8" in volume
+        assert "required=!HW_CPU_HYPERTHREADING" in volume
+    finally:
+        world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
+
+
+def numa_patched_scheduler(world: World, tmp_path: Any) -> Any:
+    """nova's scheduler asking Placement with contrib/nova's 0002 patch
+    (``nova.scheduler.utils`` patched, its option registered in nova's
+    configuration; nova's ``select_destinations`` run on it)."""
+    modules = numa_patched_modules(world, tmp_path, ["nova/scheduler/manager.py"])
+    manager = modules["nova/scheduler/manager.py"]
+    manager.utils = modules["nova/scheduler/utils.py"]
+    patched = type("NumaPatchedScheduler", (Scheduler,), {
+        "select_destinations": manager.SchedulerManager.select_destinations})
+    return patched(world.compute, world.service)
+
+
+def test_a_guest_larger_than_a_cell_needs_the_nova_patch(world, tmp_path):
+    """8 pinned vCPUs in 2 guest NUMA nodes on 2 cells of 4 PCPUs. Stock
+    nova asks ``PCPU:8`` in its unsuffixed group, which takes a resource
+    class from one provider: no cell has 8, no candidate, NoValidHost.
+    With contrib/nova's 0002 patch and ``[filter_scheduler]
+    numa_in_placement`` nova asks one group per guest node
+    (``resources_NUMA0``, ``resources_NUMA1``, ``group_policy=isolate``):
+    the guest is scheduled, each node's 4 vCPUs on the cell Placement
+    allocated its group from, and nova's driver builds the guest's NUMA
+    configuration (its XML) from the decision: 4 vCPUs pinned in each
+    host cell, each node's memory on its cell."""
+    extra = {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}
+    instance = str(uuid.uuid4())
+    with pytest.raises(rpc_dispatcher.ExpectedException) as raised:
+        world.select(world.spec(8, 1, extra), [instance])
+    assert isinstance(raised.value.exc_info[1], nova_exception.NoValidHost)
+    scheduler = numa_patched_scheduler(world, tmp_path)
+    # the option's default is stock nova's query
+    with pytest.raises(rpc_dispatcher.ExpectedException):
+        world.select(world.spec(8, 1, extra), [instance], scheduler)
+    world.nova.conf.set_override("numa_in_placement", True, "filter_scheduler")
+    try:
+        spec = world.spec(8, 1, extra)
+        world.select(spec, [instance], scheduler)
+        decision = recorded(world, instance).decision
+        assert decision is not None
+        numa = decision.assignments["numa"]
+        assert isinstance(numa, NUMAAssignment)
+        cells = {c.host_cell: sorted(c.pinning.values()) for c in numa.cells}
+        assert sorted(cells) == [0, 1] and all(len(p) == 4 for p in cells.values())
+        claimed = world.allocations(instance)
+        assert claimed == {rp: dict(r) for rp, r in decision.allocations.items()}
+        assert sorted(r.get("PCPU", 0) for r in claimed.values()) == [0, 4, 4]
+        # each guest node on the cell Placement gave its group
+        # each guest node on the cell Placement gave its group in the
+        # candidate nova claimed (its first; Placement answers both orders)
+        nova_claimed = scheduler.state.allocation_candidates[0]
+        assert len({json.dumps(c["mappings"], sort_keys=True)
+                    for c in scheduler.state.allocation_candidates}) == 2
+        assert decision.mappings == {g: tuple(rps) for g, rps in
+                                     nova_claimed["mappings"].items()}
+        for c in numa.cells:
+            assert decision.mappings["_NUMA%d" % c.guest_cell] == (c.provider_uuid,)
+            assert claimed[c.provider_uuid]["PCPU"] == 4
+        # the compute: nova's claim carries the decision, nova's driver
+        # builds the guest's NUMA configuration from it
+        inst = world.instance(instance, spec)
+        world.driver.plugin_decision(world.context, inst, {
+            rp: {"resources": r} for rp, r in claimed.items()})
+        guest = world.driver._get_guest_numa_config(
+            inst.numa_topology, spec.flavor, spec.image)
+        pins = {pin.id: sorted(pin.cpuset) for pin in guest.cputune.vcpupin}
+        by_cell: dict[int, list[int]] = {}
+        for node in guest.numaconfig.cells:
+            host_cell = next(m.nodeset for m in guest.numatune.memnodes
+                             if m.cellid == node.id)
+            by_cell[host_cell[0]] = sorted(
+                cpu for vcpu in node.cpus for cpu in pins[vcpu])
+        assert by_cell == cells
+        inst.destroy()
+    finally:
+        world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
         world.placement.api.delete("/allocations/%s" % instance)
 
 

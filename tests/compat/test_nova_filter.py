@@ -239,6 +239,63 @@ def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
         assert [placed.provider_uuid] == candidate["mappings"]["_NUMA0"]
 
 
+def two_nodes_on_big(conf, store):
+    """The filter, host "big"'s cell providers, a guest of 2 nodes of 2
+    pinned CPUs and its allocation of 2 PCPUs on each cell."""
+    manager = helpers.manager(conf, NAMES)
+    filt = plugin_filters.PluginFitFilter(
+        manager.plugins, plugin_filters.StoreStates(store, manager.plugins))
+    cells = [c.provider_uuid for c in host_states("big")[0]["numa"].cells]
+    spec_obj = nova_spec_obj(vcpus=4, extra_specs={"hw:cpu_policy": "dedicated",
+                                                   "hw:numa_nodes": "2"})
+    allocations = {rp: {"resources": {"PCPU": 2, "MEMORY_MB": 512}} for rp in cells}
+    return filt, cells, spec_obj, allocations
+
+
+def test_candidates_of_one_allocation_keep_the_first_ones_decision(conf, store):
+    """Two guest nodes of the same size: Placement answers both orders of
+    the groups (``_NUMA0`` on cell 0 and ``_NUMA1`` on cell 1, and the
+    reverse), one allocation. nova claims the first: its decision puts
+    each node on the cell Placement gave the node's group in it. With
+    ``group_policy=none`` (contrib/nova's 0002 patch beside a port's group)
+    Placement may also put both nodes on one cell: refused."""
+    filt, cells, spec_obj, allocations = two_nodes_on_big(conf, store)
+    big = nova_hosts()[1]
+    one_cell = {"allocations": {cells[0]: {"resources": {"PCPU": 4, "MEMORY_MB": 1024}}},
+                "mappings": {"_NUMA0": [cells[0]], "_NUMA1": [cells[0]]}}
+    big.allocation_candidates = [one_cell] + [
+        {"allocations": allocations, "mappings": {"_NUMA0": [b], "_NUMA1": [a]}}
+        for a, b in (cells, reversed(cells))]
+    assert filt.filter_all([big], spec_obj) == [big]
+    # group_policy=none: two guest nodes on one cell are refused
+    assert len(big.allocation_candidates) == 2 and one_cell not in big.allocation_candidates
+    first = big.allocation_candidates[0]
+    decision = big.plugin_decisions[plugin_filters.candidate_key(first)]
+    assert decision.mappings == {g: tuple(rps) for g, rps in first["mappings"].items()}
+    for placed in decision.assignments["numa"].cells:
+        assert [placed.provider_uuid] == first["mappings"]["_NUMA%d" % placed.guest_cell]
+
+
+def test_nova_candidates_naming_our_groups_in_part_agree_with_the_decision(conf, store):
+    """nova's candidates name some of our groups only (contrib/nova's 0002
+    patch asks ``_NUMA<N>``, not a device group of ours): the plugins
+    decide offline, and of the candidates of that allocation the one whose
+    mappings give each group the decision's provider comes first (nova
+    claims it), with its decision, in either order Placement answers."""
+    filt, cells, spec_obj, allocations = two_nodes_on_big(conf, store)
+    candidates = [{"allocations": allocations, "mappings": {"_NUMA0": [rp]}}
+                  for rp in cells]
+    for answer in (candidates, candidates[::-1]):
+        big = nova_hosts()[1]
+        big.allocation_candidates = list(answer)
+        assert filt.filter_all([big], spec_obj) == [big]
+        first = big.allocation_candidates[0]
+        decision = big.plugin_decisions[plugin_filters.candidate_key(first)]
+        assert decision.mappings == {"_NUMA0": tuple(first["mappings"]["_NUMA0"])}
+        (node0,) = [c for c in decision.assignments["numa"].cells if c.guest_cell == 0]
+        assert [node0.provider_uuid] == first["mappings"]["_NUMA0"]
+
+
 def test_a_candidate_on_a_full_cell_is_dropped(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
