@@ -160,3 +160,30 @@ def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
             "on this compute. Nova does not support disabling it after it is "
             "enabled.") in str(err.value)
     assert state(tree) == before
+
+
+def test_nova_reporting_with_the_plugins_not_is_not_refused(conf):
+    # nova's [pci] report_in_placement on, the plugins' off (a documented
+    # mismatch: nova's translator then keeps its own providers in nova's
+    # tree): nova refuses nothing, so neither does the mixin
+    import json
+
+    import nova.conf
+
+    from tests.unit.resources.test_sriov_devspec import devices
+    conf.set_override("device_spec", [json.dumps(
+        {"vendor_id": "10de", "product_id": "25b6"})], "pci")
+    conf.set_override("report_in_placement", True, "pci")
+    tree = nova_flat_tree()
+    # the layout nova's translator gives (test_nova_pci_placement.py)
+    Driver(helpers.manager(conf, ("numa", "sriov")), devices()).update_provider_tree(
+        tree, NODE, allocations={})
+    assert "COMPUTE_MANAGED_PCI_DEVICE" in state(tree)[NODE + "_0000:84:00.0"][2]
+
+    conf.set_override("report_in_placement", False, "pci")
+    nova.conf.CONF.set_override("report_in_placement", True, "pci")
+    try:
+        Driver(helpers.manager(conf, ("numa", "sriov")), devices()).update_provider_tree(
+            tree, NODE)
+    finally:
+        nova.conf.CONF.clear_override("report_in_placement", "pci")
