@@ -287,3 +287,71 @@ def test_a_migrating_ports_destination_profile_follows_the_decision(world):
     assert claimed(world, inst) == [decided]
     assert data.vifs[0].profile["pci_slot"] == decided
     assert data.pci_dev_map_src_dst == {}
+
+
+def test_the_destination_check_moves_the_claim_onto_the_moves_decision_only(
+        world, conf, tmp_path):
+    # nova's last destination check (LibvirtDriver's, through the mixin)
+    # with nova's Migration: a decision recorded before nova created the
+    # migration (an earlier stay here) is not the move's and leaves nova's
+    # claim; the one recorded since moves it; a migration without PCI
+    # requests is not looked at; a rollback frees the decided device
+    from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.nova import decisions as nova_decisions
+    from compute_plugins.request.inputs import Flavor as OurFlavor
+    from compute_plugins.request.spec import RequestSpec
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    manager = world.driver.plugin_manager
+    world.driver.plugin_manager = helpers.manager(conf, ("disk", "sriov"))
+    source = "0000:05:00.3"
+    with HostStateStore("sqlite:///%s" % (tmp_path / "hs.sqlite")) as store:
+        world.driver.plugin_decisions = nova_decisions.NovaDecisions(store)
+        try:
+            inst = moving_in(world)
+            [nova_pick] = claimed(world, inst)
+            decided = min(VF % n for n in range(1, 5) if VF % n != nova_pick)
+            spec = RequestSpec(
+                flavor=OurFlavor(vcpus=1, memory_mb=512),
+                plugin_versions=FrozenMap({"sriov": "1.1"}),
+                decision=decision(decided).decision)
+            world.driver.plugin_decisions.record(inst.uuid, NODE, spec)
+            migration = objects.Migration(
+                world.context, instance_uuid=inst.uuid, source_compute="source",
+                migration_type="live-migration", status="accepted")
+            migration.create()
+
+            def check(instance: Any) -> Any:
+                data = objects.LibvirtLiveMigrateData(
+                    pci_dev_map_src_dst={source: nova_pick})
+                return world.driver.check_source_migrate_data_at_dest(
+                    world.context, instance, data, migration, None, {})
+
+            assert check(inst).pci_dev_map_src_dst == {source: nova_pick}
+            assert claimed(world, inst) == [nova_pick]
+
+            world.driver.plugin_decisions.record(inst.uuid, NODE, spec)
+            assert check(inst).pci_dev_map_src_dst == {source: decided}
+            assert claimed(world, inst) == [decided]
+            assert in_db(world)[nova_pick] == ("available", None)
+
+            # no PCI request: nothing read, nothing moved
+            plain = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                                     pci_requests=objects.InstancePCIRequests(requests=[]))
+            world.driver.plugin_decisions = None
+            world.driver.plugin_manager = None
+            check(plain)
+            assert world.driver.plugin_decisions is None
+            assert world.driver.plugin_manager is None
+
+            # nova's rollback at the destination frees the decided device
+            world.rt.free_pci_device_claims_for_instance(world.context, inst)
+            assert in_db(world)[decided] == ("available", None)
+            assert inst.uuid not in tracker.claims
+        finally:
+            world.driver.plugin_manager = manager
+            world.driver.plugin_decisions = None
