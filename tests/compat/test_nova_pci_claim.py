@@ -355,3 +355,41 @@ def test_the_destination_check_moves_the_claim_onto_the_moves_decision_only(
         finally:
             world.driver.plugin_manager = manager
             world.driver.plugin_decisions = None
+
+
+def test_a_request_nova_claimed_nothing_for_here_is_left_alone(world):
+    # nova claims a port's VF on a live migration's destination only when
+    # neutron has the binding-extended extension (and the port's source
+    # profile names a device): a request nova claimed nothing for here gets
+    # no claim from the decision either
+    from resources.sriov.request import VFAssignment
+
+    tracker = world.rt.pci_tracker
+    for uuid_ in set(tracker.allocations) | set(tracker.claims):
+        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
+            world.context, uuid_, expected_attrs=["pci_devices"]))
+    tracker.save(world.context)
+    port = "d0000000-0000-0000-0000-000000000002"
+    flavor = objects.Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="small", extra_specs={})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER, host="source",
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="active",
+                            task_state="migrating", numa_topology=None)
+    inst.pci_requests = objects.InstancePCIRequests(instance_uuid=inst.uuid, requests=[
+        objects.InstancePCIRequest(
+            count=1, requester_id=port, request_id=str(uuid.uuid4()),
+            spec=[{"vendor_id": fakelibvirt.PCI_VEND_ID,
+                   "product_id": fakelibvirt.VF_PROD_ID}])])
+    inst.create()
+    inst.migration_context = None
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={})
+    world.driver.plugin_move_pci(world.context, inst, types.SimpleNamespace(
+        decision=Decision(host=NODE, nodename=NODE, assignments=FrozenMap({
+            "sriov": SRIOVAssignment(vfs=(VFAssignment(
+                requester_id=port, provider_uuid="", pf_address=VF % 0,
+                vf_address=VF % 1, port_id=port),))}))), data, NODE)
+    assert claimed(world, inst) == []
+    assert inst.uuid not in tracker.claims
+    assert in_db(world)[VF % 1] == ("available", None)
