@@ -136,6 +136,12 @@ def _naive_utc(when: Optional[datetime.datetime]) -> Optional[datetime.datetime]
     return when
 
 
+def _nova_conf() -> Any:
+    """nova's ``CONF`` (its ``[pci]`` options registered)."""
+    import nova.conf
+    return nova.conf.CONF
+
+
 def copy_tree(nova_tree: Any) -> ProviderTree:
     """Our ProviderTree holding exactly what nova's holds."""
     ours = ProviderTree()
@@ -730,21 +736,29 @@ class PluginProviderTreeMixin:
         it no longer contributes them, the mixin's write-back would remove
         them from nova's tree, and nova's check would find nothing. So the
         mixin runs nova's own check first, on the tree nova handed in (read
-        from Placement), when the plugins' option is off (the runner and an
-        operator set it as nova's): nothing is removed, nova's
-        ``PlacementPciException`` and message.
+        from Placement), when the option is off in both the plugins' and
+        nova's configuration: nothing is removed, nova's
+        ``PlacementPciException`` and message. With nova's on (the plugins'
+        off: nova's translator keeps its own providers) nova refuses
+        nothing and neither does the mixin; with the plugins' on (nova's
+        off) the plugin's providers stay and nova's own check refuses.
 
-        :raises nova.exception.PlacementPciException: the option is off and
-            the tree has a provider of nova's PCI layout.
+        :raises nova.exception.PlacementPciException: the option is off in
+            both and the tree has a provider of nova's PCI layout.
         """
-        try:
-            reporting = bool(self.get_plugin_manager().conf.pci.report_in_placement)
-        except (cfg.NoSuchOptError, cfg.NoSuchGroupError):
-            reporting = False
-        if reporting:
+        if self._plugin_option_on(self.get_plugin_manager().conf) or \
+                self._plugin_option_on(_nova_conf()):
             return
         from nova.compute import pci_placement_translator
         pci_placement_translator.ensure_tracking_was_not_enabled_before(provider_tree)
+
+    @staticmethod
+    def _plugin_option_on(conf: Any) -> bool:
+        """``[pci] report_in_placement`` of ``conf`` (off when not registered)."""
+        try:
+            return bool(conf.pci.report_in_placement)
+        except (cfg.NoSuchOptError, cfg.NoSuchGroupError, AttributeError):
+            return False
 
     #: The mixin publishes its host's plugin states (``PluginFitFilter``
     #: reads them): after every ``update_provider_tree``.

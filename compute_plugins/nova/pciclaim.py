@@ -125,6 +125,15 @@ def _move(tracker: Any, instance: Any, requests: list[Any],
                   and d.status in ("claimed", "allocated")]
         if sorted(d.address for d in theirs) == sorted(addrs):
             continue
+        if not theirs:
+            # NOTE: nova claimed nothing for it here (a live migration's
+            # port without neutron's binding-extended): never a claim nova
+            # did not make
+            LOG.warning("instance %s on host %s: nova claimed no device for "
+                        "PCI request %s, the decision's %s are not claimed",
+                        instance.uuid, host, req.alias_name or req.requester_id,
+                        sorted(addrs))
+            continue
         differences.append("PCI request %s: %s (nova) -> %s (decision)" % (
             req.alias_name or req.requester_id,
             sorted(d.address for d in theirs), sorted(addrs)))

@@ -134,11 +134,10 @@ def test_a_failing_plugin_keeps_its_last_providers_and_nova_runs_on(driver):
     assert "numa" not in driver.plugin_manager.failures
 
 
-def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
-    # nova's compute refuses to start with [pci] report_in_placement off
-    # once its PCI providers are in Placement; the sriov plugin would
-    # simply stop contributing them (and the mixin remove them from nova's
-    # tree, so nova's own check, after the driver, found nothing)
+def tree_with_pci_providers(conf):
+    """nova's tree after a periodic with ``[pci] report_in_placement`` on:
+    a GPU's provider of nova's layout (the one nova's translator gives,
+    test_nova_pci_placement.py); the plugins' option left on."""
     import json
 
     from tests.unit.resources.test_sriov_devspec import devices
@@ -148,8 +147,17 @@ def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
     tree = nova_flat_tree()
     Driver(helpers.manager(conf, ("numa", "sriov")), devices()).update_provider_tree(
         tree, NODE, allocations={})
-    gpu = NODE + "_0000:84:00.0"
-    assert "COMPUTE_MANAGED_PCI_DEVICE" in state(tree)[gpu][2]
+    assert "COMPUTE_MANAGED_PCI_DEVICE" in state(tree)[NODE + "_0000:84:00.0"][2]
+    return tree
+
+
+def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
+    # nova's compute refuses to start with [pci] report_in_placement off
+    # once its PCI providers are in Placement; the sriov plugin would
+    # simply stop contributing them (and the mixin remove them from nova's
+    # tree, so nova's own check, after the driver, found nothing)
+    from tests.unit.resources.test_sriov_devspec import devices
+    tree = tree_with_pci_providers(conf)
     before = state(tree)
 
     conf.set_override("report_in_placement", False, "pci")
@@ -160,3 +168,20 @@ def test_turning_pci_reporting_off_again_is_refused_as_nova_does(conf):
             "on this compute. Nova does not support disabling it after it is "
             "enabled.") in str(err.value)
     assert state(tree) == before
+
+
+def test_nova_reporting_with_the_plugins_not_is_not_refused(conf):
+    # nova's [pci] report_in_placement on, the plugins' off (a documented
+    # mismatch: nova's translator then keeps its own providers in nova's
+    # tree): nova refuses nothing, so neither does the mixin
+    import nova.conf
+
+    from tests.unit.resources.test_sriov_devspec import devices
+    tree = tree_with_pci_providers(conf)
+    conf.set_override("report_in_placement", False, "pci")
+    nova.conf.CONF.set_override("report_in_placement", True, "pci")
+    try:
+        Driver(helpers.manager(conf, ("numa", "sriov")), devices()).update_provider_tree(
+            tree, NODE)
+    finally:
+        nova.conf.CONF.clear_override("report_in_placement", "pci")

@@ -197,14 +197,41 @@ def claimed(world: Any, inst: Any) -> list[str]:
                   if d.instance_uuid == inst.uuid and d.status == "claimed")
 
 
-def test_a_live_migrations_destination_claim_moves_onto_its_decision(world, caplog):
-    from nova import exception as nova_exception
-
+def free_all(world: Any) -> Any:
+    """nova's tracker with every device free again (the module's world is
+    shared); the tracker."""
     tracker = world.rt.pci_tracker
     for uuid_ in set(tracker.allocations) | set(tracker.claims):
         tracker.free_instance(world.context, objects.Instance.get_by_uuid(
             world.context, uuid_, expected_attrs=["pci_devices"]))
     tracker.save(world.context)
+    return tracker
+
+
+def port_moving_in(world: Any, port: str) -> Any:
+    """An instance live-migrating to this host with one VF port ``port``
+    (its PCI request; nova's claim not made yet)."""
+    flavor = objects.Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, swap=0, flavorid="small", extra_specs={})
+    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                            project_id=PROJECT, user_id=USER, host="source",
+                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
+                            ephemeral_gb=0, vm_state="active",
+                            task_state="migrating", numa_topology=None)
+    inst.pci_requests = objects.InstancePCIRequests(instance_uuid=inst.uuid, requests=[
+        objects.InstancePCIRequest(
+            count=1, requester_id=port, request_id=str(uuid.uuid4()),
+            spec=[{"vendor_id": fakelibvirt.PCI_VEND_ID,
+                   "product_id": fakelibvirt.VF_PROD_ID}])])
+    inst.create()
+    inst.migration_context = None
+    return inst
+
+
+def test_a_live_migrations_destination_claim_moves_onto_its_decision(world, caplog):
+    from nova import exception as nova_exception
+
+    free_all(world)
     inst = moving_in(world)
     [nova_pick] = claimed(world, inst)  # the last free VF of its pool
     decided = min(VF % n for n in range(1, 5) if VF % n != nova_pick)
@@ -245,26 +272,9 @@ def test_a_migrating_ports_destination_profile_follows_the_decision(world):
 
     from resources.sriov.request import VFAssignment
 
-    tracker = world.rt.pci_tracker
-    for uuid_ in set(tracker.allocations) | set(tracker.claims):
-        tracker.free_instance(world.context, objects.Instance.get_by_uuid(
-            world.context, uuid_, expected_attrs=["pci_devices"]))
-    tracker.save(world.context)
+    free_all(world)
     port = "d0000000-0000-0000-0000-000000000001"
-    flavor = objects.Flavor(name="small", vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, swap=0, flavorid="small", extra_specs={})
-    inst = objects.Instance(world.context, uuid=str(uuid.uuid4()),
-                            project_id=PROJECT, user_id=USER, host="source",
-                            flavor=flavor, vcpus=1, memory_mb=512, root_gb=1,
-                            ephemeral_gb=0, vm_state="active",
-                            task_state="migrating", numa_topology=None)
-    inst.pci_requests = objects.InstancePCIRequests(instance_uuid=inst.uuid, requests=[
-        objects.InstancePCIRequest(
-            count=1, requester_id=port, request_id=str(uuid.uuid4()),
-            spec=[{"vendor_id": fakelibvirt.PCI_VEND_ID,
-                   "product_id": fakelibvirt.VF_PROD_ID}])])
-    inst.create()
-    inst.migration_context = None
+    inst = port_moving_in(world, port)
     [nova_dev] = world.rt.claim_pci_devices(world.context, inst.pci_requests, None)
     decided = min(VF % n for n in range(1, 5) if VF % n != nova_dev.address)
     source_vif = network_model.VIF(id=port, profile={"pci_slot": "0000:05:00.1"})
@@ -287,3 +297,88 @@ def test_a_migrating_ports_destination_profile_follows_the_decision(world):
     assert claimed(world, inst) == [decided]
     assert data.vifs[0].profile["pci_slot"] == decided
     assert data.pci_dev_map_src_dst == {}
+
+
+def test_the_destination_check_moves_the_claim_onto_the_moves_decision_only(
+        world, conf, tmp_path):
+    # nova's last destination check (LibvirtDriver's, through the mixin)
+    # with nova's Migration: a decision recorded before nova created the
+    # migration (an earlier stay here) is not the move's and leaves nova's
+    # claim; the one recorded since moves it; a migration without PCI
+    # requests is not looked at; a rollback frees the decided device
+    from compute_plugins.hoststate.store import HostStateStore
+    from compute_plugins.nova import decisions as nova_decisions
+    from compute_plugins.request.inputs import Flavor as OurFlavor
+    from compute_plugins.request.spec import RequestSpec
+
+    tracker = free_all(world)
+    manager = world.driver.plugin_manager
+    world.driver.plugin_manager = helpers.manager(conf, ("disk", "sriov"))
+    source = "0000:05:00.3"
+    with HostStateStore("sqlite:///%s" % (tmp_path / "hs.sqlite")) as store:
+        world.driver.plugin_decisions = nova_decisions.NovaDecisions(store)
+        try:
+            inst = moving_in(world)
+            [nova_pick] = claimed(world, inst)
+            decided = min(VF % n for n in range(1, 5) if VF % n != nova_pick)
+            spec = RequestSpec(
+                flavor=OurFlavor(vcpus=1, memory_mb=512),
+                plugin_versions=FrozenMap({"sriov": "1.1"}),
+                decision=decision(decided).decision)
+            world.driver.plugin_decisions.record(inst.uuid, NODE, spec)
+            migration = objects.Migration(
+                world.context, instance_uuid=inst.uuid, source_compute="source",
+                migration_type="live-migration", status="accepted")
+            migration.create()
+
+            def check(instance: Any) -> Any:
+                data = objects.LibvirtLiveMigrateData(
+                    pci_dev_map_src_dst={source: nova_pick})
+                return world.driver.check_source_migrate_data_at_dest(
+                    world.context, instance, data, migration, None, {})
+
+            assert check(inst).pci_dev_map_src_dst == {source: nova_pick}
+            assert claimed(world, inst) == [nova_pick]
+
+            world.driver.plugin_decisions.record(inst.uuid, NODE, spec)
+            assert check(inst).pci_dev_map_src_dst == {source: decided}
+            assert claimed(world, inst) == [decided]
+            assert in_db(world)[nova_pick] == ("available", None)
+
+            # no PCI request: nothing read, nothing moved
+            plain = objects.Instance(world.context, uuid=str(uuid.uuid4()),
+                                     pci_requests=objects.InstancePCIRequests(requests=[]))
+            world.driver.plugin_decisions = None
+            world.driver.plugin_manager = None
+            check(plain)
+            assert world.driver.plugin_decisions is None
+            assert world.driver.plugin_manager is None
+
+            # nova's rollback at the destination frees the decided device
+            world.rt.free_pci_device_claims_for_instance(world.context, inst)
+            assert in_db(world)[decided] == ("available", None)
+            assert inst.uuid not in tracker.claims
+        finally:
+            world.driver.plugin_manager = manager
+            world.driver.plugin_decisions = None
+
+
+def test_a_request_nova_claimed_nothing_for_here_is_left_alone(world):
+    # nova claims a port's VF on a live migration's destination only when
+    # neutron has the binding-extended extension (and the port's source
+    # profile names a device): a request nova claimed nothing for here gets
+    # no claim from the decision either
+    from resources.sriov.request import VFAssignment
+
+    tracker = free_all(world)
+    port = "d0000000-0000-0000-0000-000000000002"
+    inst = port_moving_in(world, port)
+    data = objects.LibvirtLiveMigrateData(pci_dev_map_src_dst={})
+    world.driver.plugin_move_pci(world.context, inst, types.SimpleNamespace(
+        decision=Decision(host=NODE, nodename=NODE, assignments=FrozenMap({
+            "sriov": SRIOVAssignment(vfs=(VFAssignment(
+                requester_id=port, provider_uuid="", pf_address=VF % 0,
+                vf_address=VF % 1, port_id=port),))}))), data, NODE)
+    assert claimed(world, inst) == []
+    assert inst.uuid not in tracker.claims
+    assert in_db(world)[VF % 1] == ("available", None)
