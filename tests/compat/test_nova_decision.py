@@ -433,6 +433,37 @@ def test_a_guest_larger_than_a_cell_needs_the_nova_patch(world, tmp_path):
         world.placement.api.delete("/allocations/%s" % instance)
 
 
+def test_the_nova_patch_without_isolate_does_not_limit_the_candidates(world, tmp_path):
+    """With ``group_policy=none`` (the flavor's, or contrib/nova's 0002
+    patch beside a port's or device's group) Placement also answers
+    candidates with two guest nodes on one cell, which the scheduler filter
+    refuses after Placement has cut its answer at ``[scheduler]
+    max_placement_results``: those refused candidates must not hide the
+    ones that fit. Like nova's affinity hints, the patch then asks without
+    a limit (here a limit of 1: 2 nodes of 1 pinned vCPU on 2 cells of 4,
+    Placement's first candidate has both nodes on cell 0)."""
+    extra = {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+             "group_policy": "none"}
+    instance = str(uuid.uuid4())
+    scheduler = numa_patched_scheduler(world, tmp_path)
+    world.nova.conf.set_override("numa_in_placement", True, "filter_scheduler")
+    world.nova.conf.set_override("max_placement_results", 1, "scheduler")
+    try:
+        world.select(world.spec(2, 1, extra), [instance], scheduler)
+        numa = recorded(world, instance).decision.assignments["numa"]
+        assert sorted(c.host_cell for c in numa.cells) == [0, 1]
+        # isolate: every candidate has each node on its own cell, the limit stays
+        isolated = {**extra, "group_policy": "isolate"}
+        utils = numa_patched_modules(world, tmp_path / "query", [])[
+            "nova/scheduler/utils.py"]
+        query = utils.ResourceRequest.from_request_spec(world.spec(2, 1, isolated))
+        assert "limit=1" in query.to_querystring().split("&")
+    finally:
+        world.nova.conf.clear_override("max_placement_results", "scheduler")
+        world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
 @pytest.fixture(scope="module")
 def three(world):
     """num_instances=3 of 2 pinned vCPUs on one host with 4 + 4 pinned CPUs."""
