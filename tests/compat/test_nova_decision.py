@@ -347,6 +347,9 @@ def test_the_nova_patch_asks_one_group_per_guest_node(world, tmp_path):
         assert "resources_NUMA1=MEMORY_MB:256,VCPU:2" in shared
         own = query(4, {"hw:numa_nodes": "2", "group_policy": "none"})
         assert "group_policy=none" in own and "resources_NUMA0" in own
+        # none: Placement's answer also holds two nodes on one cell, which
+        # the filter refuses; no limit, so that they hide no fitting one
+        assert "limit=" not in shared and "limit=" not in own
         # boot from volume: nothing left for the unsuffixed group, whose
         # traits (here the thread policy's) Placement refuses alone
         volume = query(8, {**two, "hw:cpu_thread_policy": "isolate"}, root_gb=0)
