@@ -347,6 +347,9 @@ def test_the_nova_patch_asks_one_group_per_guest_node(world, tmp_path):
         assert "resources_NUMA1=MEMORY_MB:256,VCPU:2" in shared
         own = query(4, {"hw:numa_nodes": "2", "group_policy": "none"})
         assert "group_policy=none" in own and "resources_NUMA0" in own
+        # none: Placement's answer also holds two nodes on one cell, which
+        # the filter refuses; no limit, so that they hide no fitting one
+        assert "limit=" not in shared and "limit=" not in own
         # boot from volume: nothing left for the unsuffixed group, whose
         # traits (here the thread policy's) Placement refuses alone
         volume = query(8, {**two, "hw:cpu_thread_policy": "isolate"}, root_gb=0)
@@ -429,6 +432,37 @@ def test_a_guest_larger_than_a_cell_needs_the_nova_patch(world, tmp_path):
         assert by_cell == cells
         inst.destroy()
     finally:
+        world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
+        world.placement.api.delete("/allocations/%s" % instance)
+
+
+def test_the_nova_patch_without_isolate_does_not_limit_the_candidates(world, tmp_path):
+    """With ``group_policy=none`` (the flavor's, or contrib/nova's 0002
+    patch beside a port's or device's group) Placement also answers
+    candidates with two guest nodes on one cell, which the scheduler filter
+    refuses after Placement has cut its answer at ``[scheduler]
+    max_placement_results``: those refused candidates must not hide the
+    ones that fit. Like nova's affinity hints, the patch then asks without
+    a limit (here a limit of 1: 2 nodes of 1 pinned vCPU on 2 cells of 4,
+    Placement's first candidate has both nodes on cell 0)."""
+    extra = {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2",
+             "group_policy": "none"}
+    instance = str(uuid.uuid4())
+    scheduler = numa_patched_scheduler(world, tmp_path)
+    world.nova.conf.set_override("numa_in_placement", True, "filter_scheduler")
+    world.nova.conf.set_override("max_placement_results", 1, "scheduler")
+    try:
+        world.select(world.spec(2, 1, extra), [instance], scheduler)
+        numa = recorded(world, instance).decision.assignments["numa"]
+        assert sorted(c.host_cell for c in numa.cells) == [0, 1]
+        # isolate: every candidate has each node on its own cell, the limit stays
+        isolated = {**extra, "group_policy": "isolate"}
+        utils = numa_patched_modules(world, tmp_path / "query", [])[
+            "nova/scheduler/utils.py"]
+        query = utils.ResourceRequest.from_request_spec(world.spec(2, 1, isolated))
+        assert "limit=1" in query.to_querystring().split("&")
+    finally:
+        world.nova.conf.clear_override("max_placement_results", "scheduler")
         world.nova.conf.clear_override("numa_in_placement", "filter_scheduler")
         world.placement.api.delete("/allocations/%s" % instance)
 
