@@ -57,6 +57,9 @@ _VNIC_OF_DEV_TYPE = {"type-PF": "direct-physical", "vdpa": "vdpa"}
 #: ``PCI_REMOTE_MANAGED_TAG``, ``"True"``/``"False"``), and its vnic type.
 _REMOTE_MANAGED_TAG = "remote_managed"
 _REMOTE_MANAGED = "remote-managed"
+#: nova's flavor (``hw:``) and image (``hw_``) key of the PCI NUMA affinity
+#: policy, the default of each port's.
+_PCI_POLICY = "pci_numa_affinity_policy"
 #: Bandwidth resource classes of a port's request group.
 _EGRESS = "NET_BW_EGR_KILOBIT_PER_SEC"
 _INGRESS = "NET_BW_IGR_KILOBIT_PER_SEC"
@@ -120,8 +123,9 @@ def ports(spec_obj: Any) -> list[Port]:
     type, or ``remote_managed`` for a ``remote-managed`` port; the
     request's ``numa_policy`` the port's ``numa_affinity_policy``, else
     the flavor's or image's, as nova's ``create_resource_requests`` sets
-    it); a port with a minimum bandwidth rule is a request group of
-    nova's (``requester_id`` the port id); nova's ``network_metadata`` (the
+    it: the port's own policy only where it differs, :func:`_own_policy`);
+    a port with a minimum bandwidth rule is a request group of nova's
+    (``requester_id`` the port id); nova's ``network_metadata`` (the
     physnets and tunnel of every port) adds a normal port
     ``network:<physnet>`` per physnet no port above names and a tunneled
     ``network:tunneled`` (the networks' NUMA affinity). Other requested
@@ -135,6 +139,7 @@ def ports(spec_obj: Any) -> list[Port]:
         if _EGRESS in resources or _INGRESS in resources:
             bandwidth[str(group.requester_id)] = resources
     found: dict[str, dict[str, Any]] = {}
+    default = _flavor_image_policy(spec_obj)
     pci = _get(spec_obj, "pci_requests")
     for req in (_get(pci, "requests") or ()):
         if _get(req, "alias_name") is not None:
@@ -147,7 +152,7 @@ def ports(spec_obj: Any) -> list[Port]:
         found[port_id] = {
             "id": port_id, "vnic_type": vnic,
             "physnet": tags.get("physical_network"),
-            "affinity_policy": _get(req, "numa_policy")}
+            "affinity_policy": _own_policy(_get(req, "numa_policy"), default)}
     for port_id in bandwidth:
         found.setdefault(port_id, {"id": port_id, "vnic_type": "normal"})
     # NOTE: nova's network_metadata: the physnets and tunnel of every port
@@ -168,6 +173,28 @@ def ports(spec_obj: Any) -> list[Port]:
                    min_kbps_ingress=rates.get(_INGRESS, 0))
         result.append(Port.from_dict(doc, index))
     return result
+
+
+def _flavor_image_policy(spec_obj: Any) -> Optional[str]:
+    """The PCI NUMA affinity policy of nova's flavor, else image
+    (``get_pci_numa_policy_constraint``; nova's API refuses the two given
+    and different), which nova copies into each port's PCI request."""
+    extra_specs = _get(_get(spec_obj, "flavor"), "extra_specs") or {}
+    flavor_policy = extra_specs.get("hw:" + _PCI_POLICY)
+    if flavor_policy:
+        return str(flavor_policy)
+    image_policy = _get(_get(_get(spec_obj, "image"), "properties"),
+                        "hw_" + _PCI_POLICY)
+    return str(image_policy) if image_policy else None
+
+
+def _own_policy(numa_policy: Optional[str], default: Optional[str]) -> Optional[str]:
+    """A port's own policy: its PCI request's ``numa_policy`` where it is
+    not the flavor's or image's ``default``, which nova set there too (the
+    sriov plugin reads that one from the flavor and image): a spec recorded
+    before ports had their own policy then still matches nova's ports
+    (:func:`recorded`), and a port's recorded shape does not change."""
+    return None if numa_policy == default else numa_policy
 
 
 def _hints(spec_obj: Any) -> dict[str, Any]:

@@ -61,7 +61,9 @@ says which devices may be given (nova's whitelist):
   their physnet or, without one, on tunneled networks; they are never
   alias devices (nova gives them to no request but a remote-managed
   port's). A PF ``physical_device_mappings`` names keeps its physnet and
-  all its VFs.
+  all its VFs, unless a spec with ``remote_managed`` matches some: then its
+  VFs are remote-managed when its first VF is (the others left out, a
+  warning), never direct ones.
 """
 
 from __future__ import annotations
@@ -301,9 +303,7 @@ def _spec_vfs(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
     network: Optional[_Network] = None
     chosen: list[str] = []
     for address in device.virt_functions[:vfs]:
-        vf = host.pci_device(address) or PCIDevice(
-            address=address, name="", phys_function=device.address)
-        spec = devspec.first_match(specs, vf, host)
+        spec = devspec.first_match(specs, _device(host, address, device), host)
         if spec is None or not (spec.physical_network or spec.remote_managed):
             continue
         mine = (spec.physical_network or None, spec.remote_managed)
@@ -316,6 +316,37 @@ def _spec_vfs(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
             continue
         chosen.append(address)
     return network, tuple(chosen)
+
+
+def _mapped_remote_managed(specs: tuple[devspec.DeviceSpec, ...], host: HostInfo,
+                           device: PCIDevice, physnet: Optional[str],
+                           functions: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+    """Whether the VFs ``functions`` of a PF ``physical_device_mappings``
+    names are remote-managed (a ``device_spec`` with ``remote_managed``
+    matches them: nova gives them to ``remote-managed`` ports only, the
+    mapping does not make them direct ones'), and those kept: the first VF
+    decides, as for an unmapped PF; the others are left out (a warning)."""
+    remote = {address for address in functions
+              if (spec := devspec.first_match(specs, _device(host, address, device),
+                                              host)) is not None
+              and spec.remote_managed}
+    if not remote:
+        return False, functions
+    first = functions[0] in remote
+    kept = tuple(a for a in functions if (a in remote) == first)
+    LOG.warning("%s: PF %s on physnet %s (%s): its VFs %s are remote-managed "
+                "(%s remote_managed), they serve remote-managed ports only%s",
+                devspec.OPTION, device.address, physnet, MAPPINGS,
+                ", ".join(sorted(remote)), devspec.OPTION,
+                "" if len(kept) == len(functions) else "; VFs %s left out" % ", ".join(
+                    a for a in functions if a not in kept))
+    return first, kept
+
+
+def _device(host: HostInfo, address: str, pf: PCIDevice) -> PCIDevice:
+    """The VF at ``address`` of ``pf`` (a bare one when the host lacks it)."""
+    return host.pci_device(address) or PCIDevice(
+        address=address, name="", phys_function=pf.address)
 
 
 def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
@@ -346,6 +377,12 @@ def build_view(conf: cfg.ConfigOpts, host: HostInfo) -> SRIOVView:
                 continue
             physnet, remote_managed = network
             vfs = len(functions)
+        elif specs:
+            remote_managed, functions = _mapped_remote_managed(
+                specs, host, device, physnet, functions)
+            vfs = len(functions)
+            if not functions:
+                continue
         pfs.append(PFView(
             address=device.address,
             vfs=vfs,

@@ -133,3 +133,54 @@ def test_a_remote_managed_ports_pci_request_as_nova_makes_it(conf, physnet, poli
     (wanted,) = ours.requests["sriov"].ports
     assert (wanted.remote_managed, wanted.physnet, wanted.affinity_policy) == (
         True, physnet, policy)
+
+
+def _spec_obj(policy, flavor_policy=None, image_policy=None):
+    """nova's RequestSpec of a guest with one direct port, its PCI request
+    as ``create_resource_requests`` makes it: ``numa_policy`` the port's
+    policy, else the flavor's or image's."""
+    request = objects.InstancePCIRequest(
+        count=1, spec=[{"physical_network": "physnet4", "remote_managed": "False"}],
+        request_id="33333333-3333-3333-3333-333333333333", requester_id="port-1")
+    if policy:
+        request.numa_policy = policy
+    extra = ({"hw:pci_numa_affinity_policy": flavor_policy} if flavor_policy
+             else {})
+    props = ({"hw_pci_numa_affinity_policy": image_policy} if image_policy
+             else {})
+    return objects.RequestSpec(
+        flavor=objects.Flavor(name="m1", vcpus=2, memory_mb=1024, root_gb=0,
+                              ephemeral_gb=0, swap=0, extra_specs=extra),
+        image=objects.ImageMeta.from_dict({"name": "img", "properties": props}),
+        scheduler_hints={},
+        pci_requests=objects.InstancePCIRequests(requests=[request]))
+
+
+@pytest.mark.parametrize("policy, flavor_policy, image_policy, own", [
+    ("required", "required", None, None),     # the flavor's, set on the port
+    (None, None, None, None),
+    ("preferred", None, "preferred", None),   # the image's
+    ("preferred", "required", None, "preferred"),  # the port's own
+    ("socket", None, None, "socket"),
+])
+def test_a_port_has_its_own_policy_only_where_it_differs_from_the_flavors(
+        policy, flavor_policy, image_policy, own):
+    (port,) = nova_spec.ports(_spec_obj(policy, flavor_policy, image_policy))
+    assert port.affinity_policy == own
+
+
+def test_a_spec_recorded_before_ports_had_policies_is_still_used(conf):
+    # NOTE: nova copies the flavor's policy into every port's PCI request: a
+    # spec the previous release recorded (sriov 1.1, ports without their
+    # own policy) is the one nova's spec holds after the upgrade.
+    manager = helpers.manager(conf, ("numa", "sriov"))
+    spec_obj = _spec_obj("required", "required")
+    spec = nova_spec.from_nova(spec_obj, manager.plugins)
+    doc = json.loads(spec.to_json())
+    for port in doc["ports"]:
+        port.pop("affinity_policy")
+    for port in doc["requests"]["sriov"]["ports"]:
+        port.pop("affinity_policy")
+    doc["plugins"]["sriov"] = "1.1"
+    spec_obj.scheduler_hints = {nova_spec.HINT: [json.dumps(doc)]}
+    assert nova_spec.recorded(spec_obj, manager.plugins) is not None

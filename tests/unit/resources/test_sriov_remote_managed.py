@@ -183,6 +183,45 @@ def test_a_remote_managed_port_never_gets_a_plain_vf(conf, dpu_host):
                               "on no physnet (a tunneled network)")
 
 
+def test_a_mapped_pfs_remote_managed_vfs_serve_no_direct_port(
+        conf, dpu_host, caplog):
+    # physical_device_mappings names the DPU's PF: its VFs are on physnet4,
+    # but the device_spec says they are remote-managed: a direct port never
+    # gets one (nova's _filter_pools_for_unrequested_remote_managed_devices)
+    plugin = configure(conf, {"product_id": "101e", "remote_managed": "true"},
+                       mappings=["physnet4:%s" % DPU_PF])
+    with caplog.at_level(logging.WARNING):
+        view = plugin.discover(dpu_host)
+    (pf,) = view.pfs
+    assert (pf.physnet, pf.remote_managed, [f.address for f in pf.functions]) == (
+        "physnet4", True, DPU_VFS)
+    assert ("PF 0000:42:00.0 on physnet physnet4 ([sriov] "
+            "physical_device_mappings): its VFs 0000:42:00.2, 0000:42:00.3 are "
+            "remote-managed ([pci] device_spec remote_managed), they serve "
+            "remote-managed ports only" in caplog.text)
+    (provider,) = plugin.provider_contributions(view, NODE)
+    assert provider.traits == {"CUSTOM_VNIC_TYPE_REMOTE_MANAGED",
+                               "CUSTOM_PHYSNET_PHYSNET4"}
+    state = state_of(plugin, view)
+    refused = plugin.fit(state, ports_request(plugin, direct_port()), None, {})
+    assert isinstance(refused, Rejection), refused
+    assert "has remote-managed VFs" in refused.reason
+    got = plugin.fit(state, ports_request(plugin, rm_port(physnet="physnet4")),
+                     None, {})
+    assert [v.vf_address for v in got.vfs] == DPU_VFS[:1]
+
+
+def test_a_mapped_pfs_vfs_remote_managed_and_not_keep_the_first_ones(
+        conf, dpu_host, caplog):
+    plugin = configure(conf, {"address": DPU_VFS[1], "remote_managed": "true"},
+                       mappings=["physnet4:%s" % DPU_PF])
+    with caplog.at_level(logging.WARNING):
+        (pf,) = plugin.discover(dpu_host).pfs
+    assert (pf.remote_managed, pf.vfs, [f.address for f in pf.functions]) == (
+        False, 1, DPU_VFS[:1])
+    assert "; VFs 0000:42:00.3 left out" in caplog.text
+
+
 def test_vfs_of_one_pf_remote_managed_and_not_keep_the_first_ones(
         conf, dpu_host, caplog):
     plugin = configure(conf, {"address": DPU_VFS[0], "physical_network": "physnet4"},
@@ -239,7 +278,7 @@ def test_a_ports_policy_overrides_the_flavors_for_that_port(
     request = ports_request(plugin, direct_port(affinity_policy=port_policy),
                             policy=flavor)
     (group,) = plugin.request_groups(request)
-    assert group.affinity == port_policy or flavor or "legacy"
+    assert group.affinity == (port_policy or flavor or "legacy")
     got = plugin.fit(state, request, None, on_cells(1))
     assert isinstance(got, SRIOVAssignment) is fits, got
     if not fits:
