@@ -58,7 +58,7 @@ and the hosts an operator disabled (a handful of rows); then:
   against 658 ms for every host's), the embedded one
   (:mod:`compute_plugins.placement.embedded`) in that tree only (about
   10 ms at any size); so the bound is timed, not fixed: against the
-  first a handful of trees, against the second hundreds at 10,000 hosts.
+  first one or two trees, against the second dozens at 10,000 hosts.
 
 At most :data:`MAX_SHAPES` answers are kept (the least recently asked
 is dropped first), and one too old to be served is dropped when another
