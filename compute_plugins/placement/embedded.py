@@ -513,7 +513,8 @@ class _TreeScoped:
     of the database's, against 658 ms and 180 ms for every host's
     (``python -m bench.scale.placement``). ``get_providers_with_resource``
     takes the tree's root already (Placement's allocation candidates pass
-    it); this passes it for the listing too. The answer is the same rows:
+    it); this passes it for the listing too (at 10,000 hosts 13 ms of
+    Placement's CPU and 56 ms of the database's). The answer is the same rows:
     the listing keeps only the tree's providers either way. Every other
     attribute is the module's own.
     """
