@@ -45,6 +45,7 @@ import math
 import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
+from concurrent import futures
 from typing import Any, Optional
 
 import os_traits
@@ -253,16 +254,16 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
     ordered = ([positive] if positive is not None else []) + [
         shape for shape, _ in negatives] + [s for need in wanted for s in need.shapes]
     tree_queries: list[str] = []
-    for shape in ordered:
-        if shape in shapes:
-            continue
+    asks: list[tuple[Shape, Optional[str]]] = []
+    for shape in dict.fromkeys(ordered):
         if trees is None:
-            shapes[shape] = _providers(client, shape)
+            asks.append((shape, None))
             continue
-        shapes[shape] = []
         for tree in sorted(set(trees.values())):
-            shapes[shape].extend(_providers(client, shape, in_tree=tree))
+            asks.append((shape, tree))
             tree_queries.append(shape.short() + "&in_tree=" + tree)
+    for (shape, _), answer in zip(asks, _ask_all(client, asks), strict=True):
+        shapes.setdefault(shape, []).extend(answer)
     if trees is not None:
         hosts = sorted(trees)
     uuids: set[str] = set()
@@ -368,6 +369,35 @@ def operator_disabled(store: HostPublication,
 
 
 _UNKNOWN_TRAITS = re.compile(r"No such trait\(s\): ([A-Za-z0-9_, ]+)")
+
+
+#: ``GET /resource_providers`` calls sent at once at most when one
+#: question takes several (tree by tree: :func:`find`'s ``trees``).
+#: Several Placement processes answer them side by side (``placement
+#: serve --workers``); one process answers them one by one.
+PARALLEL_CALLS = 4
+
+
+def _ask_all(client: Any, asks: Sequence[tuple[Shape, Optional[str]]],
+             parallel: Optional[int] = None) -> list[list[dict[str, Any]]]:
+    """Each ``(shape, in_tree)``'s providers (:func:`_providers`), in
+    order; up to ``parallel`` calls in flight at once (a small pool of
+    threads, for the call only), so that asking about several trees takes
+    about as long as the slowest of every ``parallel`` calls, not their
+    sum. The first error raised by any call is raised (the others are
+    waited for first).
+
+    :param parallel: calls in flight at most (None: :data:`PARALLEL_CALLS`).
+    """
+    if parallel is None:
+        parallel = PARALLEL_CALLS
+    if len(asks) <= 1 or parallel <= 1:
+        return [_providers(client, shape, in_tree=tree) for shape, tree in asks]
+    with futures.ThreadPoolExecutor(max_workers=min(parallel, len(asks)),
+                                    thread_name_prefix="placement-ask") as pool:
+        pending = [pool.submit(_providers, client, shape, tree) for shape, tree in asks]
+        futures.wait(pending)
+        return [f.result() for f in pending]
 
 
 def _providers(client: Any, shape: Shape,

@@ -104,3 +104,21 @@ def test_a_push_transport_url_the_processes_cannot_share_is_refused(url):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "--push-transport-url" in result.stderr
     assert "Traceback" not in result.stderr and "s3cr3t" not in result.stderr
+
+
+def test_the_placement_cost_benchmark_prints_each_kind_of_request():
+    """``python -m bench.scale.placement``: the embedded Placement's CPU,
+    wall time, statements and pool checkouts per request of each kind a
+    scheduler sends (8 hosts, in-memory SQLite)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.scale.placement", "--hosts", "8", "--store", "sqlite",
+         "--requests", "4"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (out["hosts"], out["store"]) == (8, "sqlite") and out["providers_listed"] > 0
+    for kind in ("get_all", "get_in_tree", "put_allocations", "get_allocations",
+                 "delete_allocations"):
+        assert set(out[kind]) == {"cpu_ms", "db_cpu_ms", "wall_ms", "statements",
+                                  "checkouts"}, out[kind]
+        assert out[kind]["cpu_ms"] > 0 and out[kind]["statements"] >= 1
+    assert out["put_allocations"]["db_cpu_ms"] == 0    # SQLite: in the process

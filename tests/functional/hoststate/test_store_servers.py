@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from compute_plugins import hoststate
+from tests import servers
 from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
@@ -152,94 +153,6 @@ def test_the_plain_postgresql_url_opens_the_store(url, backend):
         assert s.get_host("plain-url").generation == 1
 
 
-class QueryCounter:
-    """A TCP proxy in front of a PostgreSQL server that records the queries
-    its clients send (the wire protocol's simple-query ``Q`` and extended
-    ``P`` messages): every statement is one, the pool's ping and an
-    isolation level set or reset included."""
-
-    def __init__(self, host: str, port: int) -> None:
-        import socket
-        import threading
-
-        self.queries: list[str] = []
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._threading = threading
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self._threading.Thread(target=self._pump, args=(server, client, False),
-                                   daemon=True).start()
-            self._threading.Thread(target=self._pump, args=(client, server, True),
-                                   daemon=True).start()
-
-    def _pump(self, src, dst, from_client: bool) -> None:
-        buffer = b""
-        typed = False
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                # NOTE: shut down, not only closed: a close leaves the other
-                # direction's thread blocked in recv holding the socket, so
-                # the client never saw the server's end (and waited for the
-                # rest of the server's answer forever).
-                for sock in (src, dst):
-                    try:
-                        sock.shutdown(2)  # socket.SHUT_RDWR
-                    except OSError:
-                        pass
-                    try:
-                        sock.close()
-                    except OSError:
-                        pass
-                return
-            if from_client:
-                buffer += data
-                while True:
-                    head = 5 if typed else 4
-                    if len(buffer) < head:
-                        break
-                    length = int.from_bytes(buffer[head - 4:head], "big")
-                    if len(buffer) < head - 4 + length:
-                        break
-                    message, buffer = buffer[:head - 4 + length], buffer[head - 4 + length:]
-                    if not typed:
-                        # NOTE: SSLRequest/GSSENCRequest, then the startup
-                        # message (protocol 3.0): typed messages after it.
-                        typed = int.from_bytes(message[4:8], "big") == 196608
-                    elif message[:1] in (b"Q", b"P"):
-                        self.queries.append(message[5:].split(b"\0")[0].decode())
-            try:
-                dst.sendall(data)
-            except OSError:
-                for sock in (src, dst):
-                    try:
-                        sock.shutdown(2)  # socket.SHUT_RDWR
-                    except OSError:
-                        pass
-                return
-
-    def url(self, url: str) -> str:
-        return sa.engine.make_url(url).set(host="127.0.0.1", port=self.port) \
-            .render_as_string(hide_password=False)
-
-    def close(self) -> None:
-        self.listener.close()
-
-
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_a_heartbeat_is_one_statement_on_postgresql(url, backend):
     """issue 19: an agent's lease renewal, the one steady-state write of
@@ -249,7 +162,7 @@ def test_a_heartbeat_is_one_statement_on_postgresql(url, backend):
     now; a renewal on a connection the server closed since still renews,
     and a lease taken over is still refused (Fenced)."""
     parsed = sa.engine.make_url(url)
-    proxy = QueryCounter(parsed.host, parsed.port)
+    proxy = servers.QueryCounter(parsed.host, parsed.port)
     try:
         with hoststate.HostStateStore(proxy.url(url)) as s:
             lease = s.acquire_lease("beat", "node-a", "pid 1", 60)

@@ -455,3 +455,67 @@ def test_a_placement_worker_that_dies_stops_the_service(database, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_embedded_placement_pings_only_connections_idle_a_while(database, monkeypatch):
+    """issue 19: the embedded Placement's pool pinged (``SELECT 1``) every
+    connection it handed out, and Placement takes one per transaction: a
+    ``PUT /allocations`` was 16 statements and 7 pings. A connection given
+    back less than ``IDLE_PING_SECONDS`` ago is handed out without a ping;
+    one idle longer is pinged, and one the server closed meanwhile is
+    replaced (the request answers as before, no 500). The answers and
+    error codes are Placement's: 204, then 409 for a stale consumer
+    generation, 400 for a body that does not validate."""
+    import sqlalchemy as sa
+
+    from compute_plugins.placement import embedded
+    from tests import servers
+
+    parsed = sa.engine.make_url(database)
+    proxy = servers.QueryCounter(parsed.host, parsed.port)
+    monkeypatch.setattr(embedded, "IDLE_PING_SECONDS", 0.5)
+    rp, consumer = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        url = proxy.url(database) + "?application_name=idle-ping"
+        with embedded.EmbeddedPlacement(url) as service:
+            placement = service.client()
+            placement.post("/resource_providers", {"uuid": rp, "name": "ping-" + rp[:8]})
+            placement.put("/resource_providers/%s/inventories" % rp,
+                          {"resource_provider_generation": 0,
+                           "inventories": {"VCPU": {"total": 8}}})
+            body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                    "user_id": "u", "consumer_generation": None,
+                    "consumer_type": "INSTANCE"}
+            proxy.queries.clear()
+            assert placement.put("/allocations/%s" % consumer, body) is None
+            statements = list(proxy.queries)
+            assert statements and "SELECT 1" not in statements, statements
+            with pytest.raises(pexc.Conflict) as stale:
+                placement.put("/allocations/%s" % consumer, body)
+            assert stale.value.status == 409
+            with pytest.raises(pexc.PlacementHTTPError) as bad:
+                placement.put("/allocations/%s" % consumer, {"allocations": {}})
+            assert bad.value.status == 400
+            # idle past the threshold: pinged before it is used
+            time.sleep(0.6)
+            proxy.queries.clear()
+            assert placement.get("/allocations/%s" % consumer)["allocations"]
+            assert proxy.queries[0] == "SELECT 1", proxy.queries
+            # the server closed every pooled connection while they idled:
+            # the ping finds it, a new connection answers
+            admin = sa.create_engine(database)
+            try:
+                with admin.connect() as conn:
+                    killed = conn.execute(sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND application_name = 'idle-ping'")).scalars().all()
+                    conn.commit()
+            finally:
+                admin.dispose()
+            assert killed and all(killed)
+            time.sleep(0.6)
+            assert placement.get("/allocations/%s" % consumer)["allocations"] == {
+                rp: {"generation": 2, "resources": {"VCPU": 1}}}
+    finally:
+        proxy.close()
