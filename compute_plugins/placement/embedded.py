@@ -48,6 +48,7 @@ import contextlib
 import io
 import logging as std_logging
 import os
+import select
 import sys
 import threading
 import time
@@ -598,13 +599,15 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
     machine (``python -m bench.scale.placement``). The ping is there to
     find a connection the server closed (a restart, an idle timeout,
     failover) before a request fails on it; a connection given back less
-    than ``idle`` seconds ago was working then. One that fails its ping is
-    replaced (SQLAlchemy's ``DisconnectionError``: the pool connects
-    again), as with the ping on every checkout. A connection the server
-    closed in the last ``idle`` seconds still fails the request that uses
-    it (Placement's 500), and SQLAlchemy then drops every pooled
-    connection as old as it (a server restart costs one request per
-    process).
+    than ``idle`` seconds ago was working then, unless the server closed
+    it since (a restart, a failover, ``pg_terminate_backend``): a server
+    that closes a connection says so on its socket, which then has
+    something to read where an idle connection's has nothing
+    (:func:`_maybe_closed`, no round trip), and such a connection is
+    pinged too. One that fails its ping is replaced (SQLAlchemy's
+    ``DisconnectionError``: the pool connects again), as with the ping on
+    every checkout. A driver whose socket cannot be looked at has every
+    connection pinged, as before; SQLite (no server) only the idle ones.
 
     :param idle: seconds (None: :data:`IDLE_PING_SECONDS`).
     """
@@ -617,10 +620,14 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
         if record is not None:
             record.info[_CHECKED_IN] = clock()
 
+    server = engine.dialect.name != "sqlite"
+
     def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         last = record.info.get(_CHECKED_IN)
-        if last is None or clock() - last <= idle:
-            return  # NOTE: new (connected just now), or used just now
+        if last is None:
+            return  # NOTE: new (connected just now)
+        if clock() - last <= idle and not (server and _maybe_closed(dbapi_conn)):
+            return  # NOTE: used just now, and the server has not closed it
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as err:
@@ -629,6 +636,29 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
 
     sqlalchemy.event.listen(engine, "checkin", checkin)
     sqlalchemy.event.listen(engine, "checkout", checkout)
+
+
+def _maybe_closed(dbapi_conn: Any) -> bool:
+    """Whether the server may have closed the pooled (idle) connection
+    ``dbapi_conn``: its socket has something to read (a server closing a
+    connection sends its reason, or the end of the stream; an idle one
+    is sent nothing: PostgreSQL's rare unprompted messages only cost a
+    ping), or the driver does not show its socket (psycopg and
+    psycopg2's ``fileno()``, PyMySQL's ``_sock``)."""
+    fileno = getattr(dbapi_conn, "fileno", None)
+    if fileno is None:
+        fileno = getattr(getattr(dbapi_conn, "_sock", None), "fileno", None)
+    if fileno is None:
+        return True
+    try:
+        fd = fileno()
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except Exception:  # noqa: BLE001 - closed or odd: let the ping tell
+        return True
 
 
 def serialised(connection: str) -> bool:

@@ -519,3 +519,49 @@ def test_the_embedded_placement_pings_only_connections_idle_a_while(database, mo
                 rp: {"generation": 2, "resources": {"VCPU": 1}}}
     finally:
         proxy.close()
+
+
+def test_a_connection_the_server_closed_just_now_is_replaced_not_a_500(database,
+                                                                       monkeypatch):
+    """Review of issue 19: a connection given back less than
+    ``IDLE_PING_SECONDS`` ago is handed out without a ping; the server
+    closing it in that time (a restart, a failover, an administrator's
+    ``pg_terminate_backend``) made the next request on it fail with a 500,
+    where the ping on every checkout replaced it. A connection the server
+    closed is found without a round trip (its socket reads as closed) and
+    replaced: the requests right after answer as before."""
+    import sqlalchemy as sa
+
+    from compute_plugins.placement import embedded
+
+    monkeypatch.setattr(embedded, "IDLE_PING_SECONDS", 3600.0)
+    rp = str(uuid.uuid4())
+    url = database + "?application_name=just-closed"
+    with embedded.EmbeddedPlacement(url) as service:
+        placement = service.client()
+        placement.post("/resource_providers", {"uuid": rp, "name": "closed-" + rp[:8]})
+        admin = sa.create_engine(database)
+        try:
+            for round_ in range(2):
+                assert placement.get("/resource_providers/%s" % rp)["uuid"] == rp
+                with admin.connect() as conn:
+                    killed = conn.execute(sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() "
+                        "AND application_name = 'just-closed'")).scalars().all()
+                    conn.commit()
+                assert killed and all(killed), round_
+                # NOTE: the backend is gone once it left pg_stat_activity
+                deadline = time.monotonic() + 10
+                with admin.connect() as conn:
+                    while conn.execute(sa.text(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE application_name = 'just-closed'")).scalar():
+                        assert time.monotonic() < deadline
+                        time.sleep(0.01)
+                assert placement.get("/resource_providers/%s" % rp)["uuid"] == rp
+                placement.put("/resource_providers/%s/inventories" % rp, {
+                    "resource_provider_generation": round_,
+                    "inventories": {"VCPU": {"total": 8 + round_}}})
+        finally:
+            admin.dispose()
