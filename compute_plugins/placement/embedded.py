@@ -553,6 +553,51 @@ class _TreeScoped:
         return self._module.get_providers_with_resource(ctx, rc_id, amount, tree_root_id)
 
 
+#: What :func:`scope_tree_listings` relies on in Placement's listing
+#: (``placement.objects.resource_provider._get_all_by_filters_from_db``):
+#: the names its code uses.
+_LISTING_USES = frozenset({"res_ctx", "provider_ids_from_uuid",
+                           "get_providers_with_resource"})
+
+
+def check_tree_listing(res_ctx: Any, listing: Any) -> None:
+    """Refuse to start on a Placement whose listing is not the one
+    :class:`_TreeScoped` was written for: ``get_providers_with_resource``
+    takes a ``tree_root_id``, and the listing finds ``in_tree``'s root
+    with ``res_ctx.provider_ids_from_uuid`` and the room with
+    ``res_ctx.get_providers_with_resource``. Otherwise every tree's
+    listing would fail (a 500) or quietly look in the whole cloud again.
+
+    :raises ComputePluginsError: naming the Placement release and what
+        differs.
+    """
+    import inspect
+    from importlib import metadata
+
+    problems = []
+    try:
+        params = inspect.signature(res_ctx.get_providers_with_resource).parameters
+    except (AttributeError, TypeError, ValueError) as err:
+        problems.append("research_context.get_providers_with_resource: %s" % err)
+    else:
+        if "tree_root_id" not in params:
+            problems.append("research_context.get_providers_with_resource takes no "
+                            "tree_root_id (it takes %s)" % ", ".join(params))
+    code = getattr(inspect.unwrap(listing), "__code__", None)
+    missing = _LISTING_USES - set(code.co_names if code is not None else ())
+    if missing:
+        problems.append("resource_provider._get_all_by_filters_from_db does not use "
+                        "%s" % ", ".join(sorted(missing)))
+    if problems:
+        try:
+            release = metadata.version("openstack-placement")
+        except metadata.PackageNotFoundError:
+            release = "unknown"
+        raise exception.ComputePluginsError(
+            "the embedded Placement cannot scope GET /resource_providers?in_tree= "
+            "to one tree on openstack-placement %s: %s" % (release, "; ".join(problems)))
+
+
 def scope_tree_listings() -> None:
     """Make Placement's ``GET /resource_providers?in_tree=...`` look for
     room in that tree only (:class:`_TreeScoped`); idempotent."""
@@ -560,13 +605,15 @@ def scope_tree_listings() -> None:
 
     if isinstance(rp_obj.res_ctx, _TreeScoped):
         return
-    scoped = _TreeScoped(rp_obj.res_ctx)
     original = rp_obj._get_all_by_filters_from_db
+    check_tree_listing(rp_obj.res_ctx, original)
+    scoped = _TreeScoped(rp_obj.res_ctx)
 
     def listing(context: Any, filters: Any = None) -> Any:
         with scoped.listing((filters or {}).get("in_tree")):
             return original(context, filters)
 
+    listing.__wrapped__ = original  # type: ignore[attr-defined]
     rp_obj.res_ctx = scoped
     rp_obj._get_all_by_filters_from_db = listing
 
