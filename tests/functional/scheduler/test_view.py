@@ -13,6 +13,8 @@ import random
 import uuid
 from typing import Any
 
+import pytest
+
 from compute_plugins.scheduler import view
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
@@ -375,3 +377,42 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     kept.max_trees = 10                                  # the bound's bound
     kept.every_host_seconds, kept.tree_seconds = 1.0, 0.0001
     assert kept.tree_limit() == 10
+
+
+def test_one_tree_call_failing_fails_the_ask_and_merges_nothing(cloud, monkeypatch):
+    """Review of issue 19: of the calls sent together, one failing (a 500)
+    fails the whole ask with that error once the others are done, and the
+    kept answer takes none of the others' answers: the next ask, once
+    Placement answers again, asks about every joined host again and finds
+    each one (none is left out as if it had no room)."""
+    from compute_plugins.placement import exception as pexc
+    from compute_plugins.scheduler import providers
+
+    for i in range(2):
+        cloud.add_host("f%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(1, 4, 1024))
+    assert sched.plan(spec).found.calls == 2
+    joined = [cloud.add_host("g%d-joined" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+              for i in range(5)]
+    live = sorted(cloud.store.generations())
+    bad = joined[2].root
+    asked: list[str] = []
+    real = providers._providers
+
+    def failing(client: Any, shape: Any, in_tree: Any = None) -> Any:
+        asked.append(in_tree)
+        if in_tree == bad:
+            raise pexc.PlacementHTTPError("Placement GET failed: 500", method="GET",
+                                          path="/resource_providers", status=500)
+        return real(client, shape, in_tree)
+
+    monkeypatch.setattr(providers, "_providers", failing)
+    with pytest.raises(pexc.PlacementHTTPError) as err:
+        sched.view.find(sched.placement, cloud.store, spec.groups, live)
+    assert err.value.status == 500
+    assert len(asked) == 2 * len(joined)        # every call ran to its end
+    monkeypatch.setattr(providers, "_providers", real)
+    found, asked_now = sched.view.find(sched.placement, cloud.store, spec.groups, live)
+    assert asked_now and found.calls == 2 * len(joined)
+    assert set(found.hosts) == set(live)
