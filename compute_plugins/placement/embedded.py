@@ -48,6 +48,7 @@ import contextlib
 import io
 import logging as std_logging
 import os
+import select
 import sys
 import threading
 import time
@@ -552,6 +553,51 @@ class _TreeScoped:
         return self._module.get_providers_with_resource(ctx, rc_id, amount, tree_root_id)
 
 
+#: What :func:`scope_tree_listings` relies on in Placement's listing
+#: (``placement.objects.resource_provider._get_all_by_filters_from_db``):
+#: the names its code uses.
+_LISTING_USES = frozenset({"res_ctx", "provider_ids_from_uuid",
+                           "get_providers_with_resource"})
+
+
+def check_tree_listing(res_ctx: Any, listing: Any) -> None:
+    """Refuse to start on a Placement whose listing is not the one
+    :class:`_TreeScoped` was written for: ``get_providers_with_resource``
+    takes a ``tree_root_id``, and the listing finds ``in_tree``'s root
+    with ``res_ctx.provider_ids_from_uuid`` and the room with
+    ``res_ctx.get_providers_with_resource``. Otherwise every tree's
+    listing would fail (a 500) or quietly look in the whole cloud again.
+
+    :raises ComputePluginsError: naming the Placement release and what
+        differs.
+    """
+    import inspect
+    from importlib import metadata
+
+    problems = []
+    try:
+        params = inspect.signature(res_ctx.get_providers_with_resource).parameters
+    except (AttributeError, TypeError, ValueError) as err:
+        problems.append("research_context.get_providers_with_resource: %s" % err)
+    else:
+        if "tree_root_id" not in params:
+            problems.append("research_context.get_providers_with_resource takes no "
+                            "tree_root_id (it takes %s)" % ", ".join(params))
+    code = getattr(inspect.unwrap(listing), "__code__", None)
+    missing = _LISTING_USES - set(code.co_names if code is not None else ())
+    if missing:
+        problems.append("resource_provider._get_all_by_filters_from_db does not use "
+                        "%s" % ", ".join(sorted(missing)))
+    if problems:
+        try:
+            release = metadata.version("openstack-placement")
+        except metadata.PackageNotFoundError:
+            release = "unknown"
+        raise exception.ComputePluginsError(
+            "the embedded Placement cannot scope GET /resource_providers?in_tree= "
+            "to one tree on openstack-placement %s: %s" % (release, "; ".join(problems)))
+
+
 def scope_tree_listings() -> None:
     """Make Placement's ``GET /resource_providers?in_tree=...`` look for
     room in that tree only (:class:`_TreeScoped`); idempotent."""
@@ -559,13 +605,15 @@ def scope_tree_listings() -> None:
 
     if isinstance(rp_obj.res_ctx, _TreeScoped):
         return
-    scoped = _TreeScoped(rp_obj.res_ctx)
     original = rp_obj._get_all_by_filters_from_db
+    check_tree_listing(rp_obj.res_ctx, original)
+    scoped = _TreeScoped(rp_obj.res_ctx)
 
     def listing(context: Any, filters: Any = None) -> Any:
         with scoped.listing((filters or {}).get("in_tree")):
             return original(context, filters)
 
+    listing.__wrapped__ = original  # type: ignore[attr-defined]
     rp_obj.res_ctx = scoped
     rp_obj._get_all_by_filters_from_db = listing
 
@@ -598,13 +646,15 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
     machine (``python -m bench.scale.placement``). The ping is there to
     find a connection the server closed (a restart, an idle timeout,
     failover) before a request fails on it; a connection given back less
-    than ``idle`` seconds ago was working then. One that fails its ping is
-    replaced (SQLAlchemy's ``DisconnectionError``: the pool connects
-    again), as with the ping on every checkout. A connection the server
-    closed in the last ``idle`` seconds still fails the request that uses
-    it (Placement's 500), and SQLAlchemy then drops every pooled
-    connection as old as it (a server restart costs one request per
-    process).
+    than ``idle`` seconds ago was working then, unless the server closed
+    it since (a restart, a failover, ``pg_terminate_backend``): a server
+    that closes a connection says so on its socket, which then has
+    something to read where an idle connection's has nothing
+    (:func:`_maybe_closed`, no round trip), and such a connection is
+    pinged too. One that fails its ping is replaced (SQLAlchemy's
+    ``DisconnectionError``: the pool connects again), as with the ping on
+    every checkout. A driver whose socket cannot be looked at has every
+    connection pinged, as before; SQLite (no server) only the idle ones.
 
     :param idle: seconds (None: :data:`IDLE_PING_SECONDS`).
     """
@@ -617,10 +667,14 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
         if record is not None:
             record.info[_CHECKED_IN] = clock()
 
+    server = engine.dialect.name != "sqlite"
+
     def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         last = record.info.get(_CHECKED_IN)
-        if last is None or clock() - last <= idle:
-            return  # NOTE: new (connected just now), or used just now
+        if last is None:
+            return  # NOTE: new (connected just now)
+        if clock() - last <= idle and not (server and _maybe_closed(dbapi_conn)):
+            return  # NOTE: used just now, and the server has not closed it
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as err:
@@ -629,6 +683,29 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
 
     sqlalchemy.event.listen(engine, "checkin", checkin)
     sqlalchemy.event.listen(engine, "checkout", checkout)
+
+
+def _maybe_closed(dbapi_conn: Any) -> bool:
+    """Whether the server may have closed the pooled (idle) connection
+    ``dbapi_conn``: its socket has something to read (a server closing a
+    connection sends its reason, or the end of the stream; an idle one
+    is sent nothing: PostgreSQL's rare unprompted messages only cost a
+    ping), or the driver does not show its socket (psycopg and
+    psycopg2's ``fileno()``, PyMySQL's ``_sock``)."""
+    fileno = getattr(dbapi_conn, "fileno", None)
+    if fileno is None:
+        fileno = getattr(getattr(dbapi_conn, "_sock", None), "fileno", None)
+    if fileno is None:
+        return True
+    try:
+        fd = fileno()
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except Exception:  # noqa: BLE001 - closed or odd: let the ping tell
+        return True
 
 
 def serialised(connection: str) -> bool:

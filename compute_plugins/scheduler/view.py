@@ -210,9 +210,12 @@ class PlacementView:
                 return self._served(entry, hosts, complete=True), False
             return self._served(entry, hosts, complete=False), False
         trees = self._trees_of(store, stale)
-        if (entry.found.shared or trees is None
-                or len(stale) > self.tree_limit()):
+        if entry.found.shared or trees is None:
             return self._ask_all(client, store, groups, key, hosts, disabled, now), True
+        if len(stale) > self.tree_limit():
+            found = self._ask_all(client, store, groups, key, hosts, disabled, now)
+            self._trees_untried()
+            return found, True
         started = time.monotonic()
         part = providers.find(client, store, groups, trees=trees)
         self._timed("tree_seconds", (time.monotonic() - started) / len(trees))
@@ -249,13 +252,29 @@ class PlacementView:
         than every host at once: as many as take, by this view's running
         averages, as long as one ask about every host (at least 1, at most
         :attr:`max_trees`); :data:`FIRST_TREES` before a tree's ask was
-        timed."""
+        timed. Each ask about every host it forces raises it a little
+        (:meth:`_trees_untried`), so that a tree's ask is timed again."""
         every, tree = self.every_host_seconds, self.tree_seconds
         if every is None or tree is None:
             return min(FIRST_TREES, self.max_trees)
         if tree <= 0:
             return self.max_trees
         return max(1, min(self.max_trees, int(every / tree)))
+
+    def _trees_untried(self) -> None:
+        """Every host was asked about because too many were to be asked
+        about tree by tree: make a tree's ask look a little cheaper
+        (:data:`TIMING_WEIGHT`), as its timing is not renewed meanwhile.
+
+        Without it one slow tree ask (a pause, a cold cache) lowered the
+        bound for good once as many hosts as it came back each time: every
+        host was asked about on every such decision and a tree's ask was
+        never timed again. Now the bound grows back after a few such
+        decisions until a tree ask is timed again, which puts it back
+        where the timings say."""
+        with self._lock:
+            if self.tree_seconds is not None:
+                self.tree_seconds *= 1 - TIMING_WEIGHT
 
     def _timed(self, name: str, seconds: float) -> None:
         """Fold ``seconds`` into the running average ``name``."""

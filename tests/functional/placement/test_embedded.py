@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,112 @@ def test_a_listing_in_one_tree_looks_for_room_in_that_tree_only(emb):
     finally:
         sa.event.remove(emb._engine, "before_cursor_execute", statement)
     assert {rp["uuid"] for rp in client.get(query)["resource_providers"]} == everywhere
+
+
+def test_a_tree_listing_answers_as_stock_placement_for_every_query_shape(emb,
+                                                                        monkeypatch):
+    """Review of issue 19: the listing scoped to one tree answers what
+    stock Placement answers, for the query shapes the scheduler and nova
+    send with ``in_tree``: resources of several classes on a child (not
+    the root), required, any-of and forbidden traits, ``member_of`` and
+    forbidden aggregates, and a sharing provider (outside every host's
+    tree: stock lists it for no tree either), asked about by the root, a
+    child and the sharing provider itself."""
+    from placement.objects import resource_provider as rp_obj
+
+    client = emb.client()
+    tag = uuid.uuid4().hex[:8]
+    agg = str(uuid.uuid4())
+    inv = {"VCPU": {"total": 8}, "MEMORY_MB": {"total": 8192},
+           "DISK_GB": {"total": 100}}
+
+    def provider(name: str, parent: str = "", traits: tuple[str, ...] = (),
+                 aggs: tuple[str, ...] = (), inventory: Any = None) -> str:
+        rp = str(uuid.uuid4())
+        body: dict[str, Any] = {"name": "%s-%s" % (name, tag), "uuid": rp}
+        if parent:
+            body["parent_provider_uuid"] = parent
+        client.post("/resource_providers", body)
+        client.put("/resource_providers/%s/inventories" % rp, {
+            "resource_provider_generation": 0, "inventories": inventory or inv})
+        if traits:
+            client.put("/resource_providers/%s/traits" % rp, {
+                "resource_provider_generation": 1, "traits": list(traits)})
+        if aggs:
+            client.put("/resource_providers/%s/aggregates" % rp, {
+                "resource_provider_generation": 1 + bool(traits),
+                "aggregates": list(aggs)})
+        return rp
+
+    client.put("/traits/CUSTOM_SLOW", None)
+    trees = []
+    for i in range(4):
+        root = provider("shape%d" % i, inventory={"DISK_GB": {"total": 10}},
+                        aggs=(agg,) if i % 2 else ())
+        children = [provider("shape%d-c%d" % (i, j), parent=root,
+                             traits=("HW_CPU_X86_AVX2",) if j == i % 2 else ("CUSTOM_SLOW",))
+                    for j in range(2)]
+        trees.append([root, *children])
+    shared = provider("shape-shared", traits=("MISC_SHARES_VIA_AGGREGATE",),
+                      aggs=(agg,), inventory={"DISK_GB": {"total": 1000}})
+    queries = [
+        "resources=VCPU:2,MEMORY_MB:1024",
+        "resources=VCPU:2,MEMORY_MB:1024,DISK_GB:5",
+        "resources=DISK_GB:50",
+        "resources=DISK_GB:5&required=HW_CPU_X86_AVX2",
+        "resources=VCPU:1&required=in:HW_CPU_X86_AVX2,CUSTOM_SLOW",
+        "resources=VCPU:1&required=!CUSTOM_SLOW",
+        "resources=VCPU:1&required=HW_CPU_X86_AVX2,!CUSTOM_SLOW",
+        "resources=DISK_GB:5&member_of=" + agg,
+        "resources=VCPU:1&member_of=!" + agg,
+        "resources=VCPU:9",
+        "required=HW_CPU_X86_AVX2",
+        "",
+    ]
+    asked = [rp for tree in trees for rp in tree[:2]] + [shared]
+
+    def answers() -> list[list[str]]:
+        return [sorted(rp["uuid"] for rp in client.get(
+            "/resource_providers?" + q + ("&" if q else "") + "in_tree=" + rp)[
+                "resource_providers"]) for q in queries for rp in asked]
+
+    scoped = answers()
+    assert any(scoped) and not all(scoped)
+    monkeypatch.setattr(rp_obj, "res_ctx", rp_obj.res_ctx._module)
+    monkeypatch.setattr(rp_obj, "_get_all_by_filters_from_db",
+                        rp_obj._get_all_by_filters_from_db.__wrapped__)
+    stock = answers()
+    assert scoped == stock
+
+
+def test_a_placement_whose_listing_differs_is_refused_at_start(monkeypatch):
+    """Review of issue 19: the tree scoping leans on Placement's internals
+    (``get_providers_with_resource``'s ``tree_root_id``, the listing's use
+    of ``res_ctx``); a Placement where they differ would answer every
+    tree's listing with a 500, or look in the whole cloud again without a
+    word. It is refused when the embedded Placement starts, naming what
+    differs (``scope_tree_listings``, which ``start`` calls)."""
+    from placement.objects import research_context
+    from placement.objects import resource_provider as rp_obj
+
+    from compute_plugins import exception
+
+    def without_tree(ctx: Any, rc_id: int, amount: int) -> Any:
+        raise AssertionError("not called")
+
+    scoped = rp_obj.res_ctx
+    monkeypatch.setattr(rp_obj, "res_ctx", getattr(scoped, "_module", scoped))
+    monkeypatch.setattr(rp_obj, "_get_all_by_filters_from_db", getattr(
+        rp_obj._get_all_by_filters_from_db, "__wrapped__", rp_obj._get_all_by_filters_from_db))
+    monkeypatch.setattr(research_context, "get_providers_with_resource", without_tree)
+    with pytest.raises(exception.ComputePluginsError) as err:
+        embedded.scope_tree_listings()
+    assert "takes no tree_root_id (it takes ctx, rc_id, amount)" in str(err.value)
+    assert "openstack-placement " in str(err.value)
+    monkeypatch.undo()
+    monkeypatch.setattr(rp_obj, "res_ctx", getattr(scoped, "_module", scoped))
+    monkeypatch.setattr(rp_obj, "_get_all_by_filters_from_db", lambda context, filters: [])
+    with pytest.raises(exception.ComputePluginsError) as err:
+        embedded.scope_tree_listings()
+    assert ("_get_all_by_filters_from_db does not use get_providers_with_resource, "
+            "provider_ids_from_uuid, res_ctx" in str(err.value))

@@ -503,19 +503,60 @@ def test_the_embedded_placement_pings_only_connections_idle_a_while(database, mo
             assert proxy.queries[0] == "SELECT 1", proxy.queries
             # the server closed every pooled connection while they idled:
             # the ping finds it, a new connection answers
-            admin = sa.create_engine(database)
-            try:
-                with admin.connect() as conn:
-                    killed = conn.execute(sa.text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                        "AND application_name = 'idle-ping'")).scalars().all()
-                    conn.commit()
-            finally:
-                admin.dispose()
-            assert killed and all(killed)
+            terminate_backends(database, "idle-ping")
             time.sleep(0.6)
             assert placement.get("/allocations/%s" % consumer)["allocations"] == {
                 rp: {"generation": 2, "resources": {"VCPU": 1}}}
     finally:
         proxy.close()
+
+
+def test_a_connection_the_server_closed_just_now_is_replaced_not_a_500(database,
+                                                                       monkeypatch):
+    """Review of issue 19: a connection given back less than
+    ``IDLE_PING_SECONDS`` ago is handed out without a ping; the server
+    closing it in that time (a restart, a failover, an administrator's
+    ``pg_terminate_backend``) made the next request on it fail with a 500,
+    where the ping on every checkout replaced it. A connection the server
+    closed is found without a round trip (its socket reads as closed) and
+    replaced: the requests right after answer as before."""
+    from compute_plugins.placement import embedded
+
+    monkeypatch.setattr(embedded, "IDLE_PING_SECONDS", 3600.0)
+    rp = str(uuid.uuid4())
+    url = database + "?application_name=just-closed"
+    with embedded.EmbeddedPlacement(url) as service:
+        placement = service.client()
+        placement.post("/resource_providers", {"uuid": rp, "name": "closed-" + rp[:8]})
+        for round_ in range(2):
+            assert placement.get("/resource_providers/%s" % rp)["uuid"] == rp
+            terminate_backends(database, "just-closed")
+            assert placement.get("/resource_providers/%s" % rp)["uuid"] == rp
+            placement.put("/resource_providers/%s/inventories" % rp, {
+                "resource_provider_generation": round_,
+                "inventories": {"VCPU": {"total": 8 + round_}}})
+
+
+def terminate_backends(database: str, application_name: str) -> None:
+    """Close, server side, every connection to ``database`` named
+    ``application_name``, as a restart or a failover does; back once
+    every one is gone."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(database)
+    try:
+        with admin.connect() as conn:
+            killed = conn.execute(sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND application_name = :name"), {"name": application_name}).scalars().all()
+            conn.commit()
+            assert killed and all(killed), application_name
+            deadline = time.monotonic() + 10
+            while conn.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"),
+                    {"name": application_name}).scalar():
+                assert time.monotonic() < deadline, application_name
+                time.sleep(0.01)
+    finally:
+        admin.dispose()

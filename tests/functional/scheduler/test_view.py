@@ -13,6 +13,8 @@ import random
 import uuid
 from typing import Any
 
+import pytest
+
 from compute_plugins.scheduler import view
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
@@ -375,3 +377,74 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     kept.max_trees = 10                                  # the bound's bound
     kept.every_host_seconds, kept.tree_seconds = 1.0, 0.0001
     assert kept.tree_limit() == 10
+
+
+def test_one_tree_call_failing_fails_the_ask_and_merges_nothing(cloud, monkeypatch):
+    """Review of issue 19: of the calls sent together, one failing (a 500)
+    fails the whole ask with that error once the others are done, and the
+    kept answer takes none of the others' answers: the next ask, once
+    Placement answers again, asks about every joined host again and finds
+    each one (none is left out as if it had no room)."""
+    from compute_plugins.placement import exception as pexc
+    from compute_plugins.scheduler import providers
+
+    for i in range(2):
+        cloud.add_host("f%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    sched = cloud.scheduler()
+    spec = spec_of(sched, *pinned(1, 4, 1024))
+    assert sched.plan(spec).found.calls == 2
+    joined = [cloud.add_host("g%d-joined" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+              for i in range(5)]
+    live = sorted(cloud.store.generations())
+    bad = joined[2].root
+    asked: list[str] = []
+    real = providers._providers
+
+    def failing(client: Any, shape: Any, in_tree: Any = None) -> Any:
+        asked.append(in_tree)
+        if in_tree == bad:
+            raise pexc.PlacementHTTPError("Placement GET failed: 500", method="GET",
+                                          path="/resource_providers", status=500)
+        return real(client, shape, in_tree)
+
+    monkeypatch.setattr(providers, "_providers", failing)
+    with pytest.raises(pexc.PlacementHTTPError) as err:
+        sched.view.find(sched.placement, cloud.store, spec.groups, live)
+    assert err.value.status == 500
+    assert len(asked) == 2 * len(joined)        # every call ran to its end
+    monkeypatch.setattr(providers, "_providers", real)
+    found, asked_now = sched.view.find(sched.placement, cloud.store, spec.groups, live)
+    assert asked_now and found.calls == 2 * len(joined)
+    assert set(found.hosts) == set(live)
+
+
+def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
+    """Review of issue 19: a tree's ask is timed only when one is made; one
+    slow one (a pause, a cold cache) lowered the bound below the hosts
+    that join each time, and every host was asked about on every such
+    decision from then on, the tree's timing never renewed. Each ask
+    about every host the bound forced makes a tree's ask look a little
+    cheaper (``TIMING_WEIGHT``), so trees are asked about (and timed)
+    again after a few. The running averages are held here (real asks
+    take what the machine gives them)."""
+    for i in range(2):
+        cloud.add_host("w%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    sched = cloud.scheduler()
+    kept = sched.view
+    spec = spec_of(sched, *pinned(1, 4, 1024))
+    assert sched.plan(spec).found.calls == 2
+    monkeypatch.setattr(kept, "_timed", lambda name, seconds: None)
+    kept.every_host_seconds, kept.tree_seconds = 1.0, 1 / 25.5    # bound 25
+    assert kept.tree_limit() == 25
+
+    def join(label: str) -> None:
+        for i in range(30):
+            cloud.add_host("%s%02d-joined" % (label, i), [cell(4, 4096)], dedicated="0-3",
+                           start=False)
+
+    join("x")
+    assert sched.plan(spec).found.calls == 2            # 30 > 25: every host
+    assert kept.tree_limit() == 36
+    join("y")
+    assert sched.plan(spec).found.calls == 30 * 2       # by tree again
+    assert kept.tree_limit() == 36
