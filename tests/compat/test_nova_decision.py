@@ -865,7 +865,7 @@ def second(world):
     # nova's node identity (a file in state_path, cached): the second host's own
     nova_node.LOCAL_NODE_UUID = str(uuid.uuid4())
     try:
-        nova.connect(NODE2, host_info=fakelibvirt.HostInfo(
+        connection = nova.connect(NODE2, host_info=fakelibvirt.HostInfo(
             cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
         driver = nova.driver(PluginLibvirtDriver, hostname=NODE2)
         driver.plugin_manager = world.driver.plugin_manager
@@ -882,7 +882,34 @@ def second(world):
         nova.connection, nova_node.LOCAL_NODE_UUID = first, identity
     assert world.store.get_host(NODE2) is not None
     return types.SimpleNamespace(compute=tracker.compute_nodes[NODE2],
-                                 service=service)
+                                 service=service, driver=driver,
+                                 connection=connection)
+
+
+def reschedule_spawn(world: World, second: Any, instance: str, spec: Any,
+                     candidate: dict[str, Any]) -> tuple[Any, Any]:
+    """What a reschedule's compute on the second host does first: the
+    instance as nova's conductor and tracker leave it there (nova's own
+    claim on the host), then the mixin's ``plugin_decision`` with the
+    alternate's candidate (what the conductor claims). Returns the
+    decision read and the instance."""
+    first = world.nova.connection
+    world.nova.connection = second.connection
+    try:
+        host = objects.NUMATopology.obj_from_db_obj(second.compute.numa_topology)
+        claim = hardware.numa_fit_instance_to_host(
+            host, hardware.numa_get_constraints(spec.flavor, spec.image),
+            provider_mapping=None)
+        inst = objects.Instance(
+            world.context, uuid=instance, host=NODE2, node=NODE2,
+            compute_id=second.compute.id, project_id=PROJECT, user_id=USER,
+            flavor=spec.flavor, vcpus=spec.flavor.vcpus,
+            memory_mb=spec.flavor.memory_mb, numa_topology=claim)
+        inst.create()
+        return second.driver.plugin_decision(
+            world.context, inst, candidate["allocations"], host=NODE2), inst
+    finally:
+        world.nova.connection = first
 
 
 def two_hosts(world: World, second: Any, manager: Any = scheduler_manager,
@@ -921,9 +948,11 @@ def test_an_alternate_host_gets_a_decision_with_the_nova_patch(world, second, tm
     alternate with its first candidate and records nothing there: a
     reschedule's compute finds no decision. With contrib/nova's 0003 patch
     each instance has the decision of the alternate's first candidate (the
-    one the conductor claims) recorded on that host, where the compute
-    reads it; the selected host's decisions are unchanged; the alternate
-    consumes nothing (not counted for the request, not claimed)."""
+    one the conductor claims) recorded on that host, and a reschedule's
+    compute there (the mixin's ``plugin_decision`` on the second host's
+    driver, with that candidate as nova's claim) executes it; the selected
+    host's decisions are unchanged; the alternate consumes nothing (not
+    counted for the request, not claimed)."""
     from compute_plugins.nova.filters import candidate_key
     for name, value in (("ram_weight_multiplier", -1.0), ("cpu_weight_multiplier", -1.0),
                         ("disk_weight_multiplier", -1.0), ("io_ops_weight_multiplier", 1.0)):
@@ -931,15 +960,15 @@ def test_an_alternate_host_gets_a_decision_with_the_nova_patch(world, second, tm
     plugins = world.driver.plugin_manager.plugins
     store = world.driver.plugin_decisions
 
-    def select(scheduler: Any) -> tuple[list[str], list[Any]]:
+    def select(scheduler: Any) -> tuple[Any, list[str], list[Any]]:
         spec, instances = pinned(world, 1, 2)
-        return instances, scheduler.select_destinations(
+        return spec, instances, scheduler.select_destinations(
             world.context, spec_obj=spec, instance_uuids=instances,
             return_objects=True, return_alternates=True)
 
     done: list[str] = []
     try:
-        instances, selections = select(two_hosts(world, second))
+        _, instances, selections = select(two_hosts(world, second))
         done += instances
         primary = {s[0].service_host for s in selections}
         assert len(primary) == 1 and [len(s) for s in selections] == [2, 2]
@@ -953,7 +982,7 @@ def test_an_alternate_host_gets_a_decision_with_the_nova_patch(world, second, tm
             "nova/scheduler/host_manager.py", "nova/scheduler/manager.py"])
         scheduler = two_hosts(world, second, modules["nova/scheduler/manager.py"],
                               modules["nova/scheduler/host_manager.py"])
-        instances, selections = select(scheduler)
+        spec_obj, instances, selections = select(scheduler)
         done += instances
         (host,) = {s[0].service_host for s in selections}
         states = {state.host: state for state, _, _ in scheduler.hosts}
@@ -974,6 +1003,22 @@ def test_an_alternate_host_gets_a_decision_with_the_nova_patch(world, second, tm
             assert spec.decision.host == alt.host
             # not claimed on the alternate
             assert not set(world.allocations(instance)) & set(candidate["allocations"])
+        # a reschedule of the first instance to its alternate: the compute
+        # there executes the decision (stacked on compute1, listed first
+        # and at least as loaded)
+        assert alt.host == NODE2
+        candidate = json.loads(selections[0][1].allocation_request)
+        executed, inst = reschedule_spawn(world, second, instances[0],
+                                          spec_obj, candidate)
+        try:
+            assert executed is not None
+            assert executed.decision == recorded_on(world, instances[0], NODE2).decision
+            # nova's claim on the host set to the decision's CPUs
+            assert sorted(cpu for cell in inst.numa_topology.cells
+                          for cpu in cell.cpu_pinning.values()) == sorted(
+                              host_cpus(executed))
+        finally:
+            inst.destroy()
         # the two instances on the selected host never share a CPU
         assert len({cpu for i in instances
                     for cpu in host_cpus(recorded_on(world, i, host))}) == 2
