@@ -138,17 +138,19 @@ class World:
         body = self.placement.api.get("/allocations/%s" % consumer, version="1.28").body
         return {rp: a["resources"] for rp, a in body["allocations"].items()}
 
-    def instance(self, instance_uuid: str, spec: Any) -> Any:
+    def instance(self, instance_uuid: str, spec: Any, compute: Any = None) -> Any:
         """The instance as nova's conductor and tracker leave it on the
-        host: its NUMA topology as nova's claim fits it on nova's view of
-        the host (nova's own choice of cells and CPUs)."""
-        host = objects.NUMATopology.obj_from_db_obj(self.compute.numa_topology)
+        host (``compute``: its compute node, default this host's): its NUMA
+        topology as nova's claim fits it on nova's view of the host (nova's
+        own choice of cells and CPUs)."""
+        compute = compute or self.compute
+        host = objects.NUMATopology.obj_from_db_obj(compute.numa_topology)
         claim = hardware.numa_fit_instance_to_host(
             host, hardware.numa_get_constraints(spec.flavor, spec.image),
             provider_mapping=None)
         inst = objects.Instance(
-            self.context, uuid=instance_uuid, host=NODE, node=NODE,
-            compute_id=self.compute.id,
+            self.context, uuid=instance_uuid, host=compute.host,
+            node=compute.hypervisor_hostname, compute_id=compute.id,
             project_id=PROJECT, user_id=USER, flavor=spec.flavor,
             vcpus=spec.flavor.vcpus, memory_mb=spec.flavor.memory_mb,
             numa_topology=claim)
@@ -896,16 +898,7 @@ def reschedule_spawn(world: World, second: Any, instance: str, spec: Any,
     first = world.nova.connection
     world.nova.connection = second.connection
     try:
-        host = objects.NUMATopology.obj_from_db_obj(second.compute.numa_topology)
-        claim = hardware.numa_fit_instance_to_host(
-            host, hardware.numa_get_constraints(spec.flavor, spec.image),
-            provider_mapping=None)
-        inst = objects.Instance(
-            world.context, uuid=instance, host=NODE2, node=NODE2,
-            compute_id=second.compute.id, project_id=PROJECT, user_id=USER,
-            flavor=spec.flavor, vcpus=spec.flavor.vcpus,
-            memory_mb=spec.flavor.memory_mb, numa_topology=claim)
-        inst.create()
+        inst = world.instance(instance, spec, second.compute)
         return second.driver.plugin_decision(
             world.context, inst, candidate["allocations"], host=NODE2), inst
     finally:
