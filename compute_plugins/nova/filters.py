@@ -50,6 +50,11 @@ The decision survives in stock nova (see ``doc/source/nova-compat.md``):
   (:meth:`PluginFitFilter.selected`) and records the claimed candidate's
   decision for the instance and host in the host-state store
   (:mod:`compute_plugins.nova.decisions`), where the driver mixin reads it.
+  Alternates (the hosts nova returns with each selected one, whose first
+  candidate its conductor claims on a reschedule) get theirs only with
+  contrib/nova's 0003 patch, which tells their host state
+  (``consider_as_alternate``, :meth:`PluginFitFilter.alternate`); stock
+  nova tells no plugin point.
 - **the instances of one request never share a unit.** The same call
   counts the decision on the host state for the next instances of the
   request (nova keeps the host state and the spec object across them):
@@ -369,6 +374,7 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         host_state.plugin_decisions = {}
         host_state.plugin_rejections = ()
         host_state.plugin_instance = instance
+        host_state.plugin_request = token
         self._hook(host_state)
         if not spec.requests:
             return True
@@ -530,8 +536,11 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         """Have nova's ``consume_from_request`` of this host (which nova's
         scheduler calls on the host it selected and claimed for an
         instance, before the next instance of the request) record the
-        decision (:meth:`selected`). Installed once per host state, on the
-        object (nova keeps its host states between requests)."""
+        decision (:meth:`selected`), and ``consider_as_alternate`` (nova
+        with contrib/nova's 0003 patch: called on each alternate host it
+        returns) record the alternate's (:meth:`alternate`). Installed once
+        per host state, on the object (nova keeps its host states between
+        requests)."""
         if getattr(host_state, "_compute_plugins_hook", None) is self:
             return
         method = getattr(type(host_state), "consume_from_request", None)
@@ -545,6 +554,18 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
             return answer
 
         host_state.consume_from_request = consume_from_request
+        considered = getattr(type(host_state), "consider_as_alternate", None)
+        if considered is not None:
+            told = considered.__get__(host_state)
+
+            def consider_as_alternate(spec_obj: Any, instance_uuid: str,
+                                      allocation_request: Mapping[str, Any]) -> Any:
+                answer = told(spec_obj, instance_uuid, allocation_request)
+                self.alternate(host_state, spec_obj, instance_uuid,
+                               allocation_request)
+                return answer
+
+            host_state.consider_as_alternate = consider_as_alternate
         host_state._compute_plugins_hook = self
 
     def selected(self, host_state: Any, spec_obj: Any) -> Optional[Decision]:
@@ -569,15 +590,47 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         given = getattr(host_state, "plugin_given", None)
         earlier = list(given[1]) if given and given[0] == token else []
         host_state.plugin_given = (token, earlier + [(instance, decision)])
-        if self.decisions is not None:
-            try:
-                self.decisions.record(instance, host_state.host,
-                                      spec.with_decision(decision))
-            except (HostStateError, ValueError) as err:
-                LOG.error("PluginFitFilter could not record the decision for "
-                          "instance %s on host %s: %s; its compute will find "
-                          "none and refuse to guess", instance, host_state.host, err)
+        self._record(instance, host_state.host, spec, decision)
         return decision
+
+    def alternate(self, host_state: Any, spec_obj: Any, instance_uuid: str,
+                  candidate: Mapping[str, Any]) -> Optional[Decision]:
+        """nova returns ``host_state`` as an alternate of ``instance_uuid``
+        with ``candidate`` (nova with contrib/nova's 0003 patch; its
+        conductor claims that candidate on a reschedule without the
+        scheduler): record the candidate's decision for that instance and
+        host, as :meth:`selected` does, and count nothing (the candidate is
+        not claimed). The decision is the one kept for that candidate when
+        the filter passed the host in this request (``spec_obj``'s): for a
+        request of several instances nova picks every alternate after the
+        last instance's filtering, whose spec names another instance, and
+        the instances of one request share the flavor, image and ports.
+        Returns the decision (None: the filter kept none for the
+        candidate in this request)."""
+        spec = getattr(host_state, "plugin_spec", None)
+        if (spec is None or getattr(host_state, "plugin_request", None)
+                != _request_token(spec_obj)):
+            return None
+        decision: Optional[Decision] = (
+            getattr(host_state, "plugin_decisions", None) or {}).get(
+                candidate_key(candidate))
+        if decision is None:
+            return None
+        self._record(str(instance_uuid), host_state.host, spec, decision)
+        return decision
+
+    def _record(self, instance: str, host: str, spec: RequestSpec,
+                decision: Decision) -> None:
+        """Record ``decision`` for ``instance`` on ``host`` for its compute
+        (a failure is logged: the compute then finds none)."""
+        if self.decisions is None:
+            return
+        try:
+            self.decisions.record(instance, host, spec.with_decision(decision))
+        except (HostStateError, ValueError) as err:
+            LOG.error("PluginFitFilter could not record the decision for "
+                      "instance %s on host %s: %s; its compute will find "
+                      "none and refuse to guess", instance, host, err)
 
     @staticmethod
     def _decision(host_state: Any, candidate: Mapping[str, Any],

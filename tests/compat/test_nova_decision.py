@@ -138,17 +138,19 @@ class World:
         body = self.placement.api.get("/allocations/%s" % consumer, version="1.28").body
         return {rp: a["resources"] for rp, a in body["allocations"].items()}
 
-    def instance(self, instance_uuid: str, spec: Any) -> Any:
+    def instance(self, instance_uuid: str, spec: Any, compute: Any = None) -> Any:
         """The instance as nova's conductor and tracker leave it on the
-        host: its NUMA topology as nova's claim fits it on nova's view of
-        the host (nova's own choice of cells and CPUs)."""
-        host = objects.NUMATopology.obj_from_db_obj(self.compute.numa_topology)
+        host (``compute``: its compute node, default this host's): its NUMA
+        topology as nova's claim fits it on nova's view of the host (nova's
+        own choice of cells and CPUs)."""
+        compute = compute or self.compute
+        host = objects.NUMATopology.obj_from_db_obj(compute.numa_topology)
         claim = hardware.numa_fit_instance_to_host(
             host, hardware.numa_get_constraints(spec.flavor, spec.image),
             provider_mapping=None)
         inst = objects.Instance(
-            self.context, uuid=instance_uuid, host=NODE, node=NODE,
-            compute_id=self.compute.id,
+            self.context, uuid=instance_uuid, host=compute.host,
+            node=compute.hypervisor_hostname, compute_id=compute.id,
             project_id=PROJECT, user_id=USER, flavor=spec.flavor,
             vcpus=spec.flavor.vcpus, memory_mb=spec.flavor.memory_mb,
             numa_topology=claim)
@@ -844,3 +846,189 @@ def test_a_moves_decision_is_one_recorded_since_its_migration(world, three):
     again = nova_decisions.decision_for(decisions, instance, NODE, plugins,
                                         since=created)
     assert again is not None and again.decision == spec.decision
+
+
+NODE2 = "compute2"
+PATCH_ALTERNATES = os.path.join(os.path.dirname(PATCH),
+                                "0003-scheduler-alternates-told-to-their-host-state.patch")
+
+
+@pytest.fixture(scope="module")
+def second(world):
+    """A second compute host (the same fake libvirt topology, its own
+    compute node in Placement, its states published by its own mixin to
+    the same store), for the scheduler's alternates."""
+    import types
+
+    from nova.virt import node as nova_node
+    nova = world.nova
+    first, identity = nova.connection, nova_node.LOCAL_NODE_UUID
+    nova.conf.set_override("host", NODE2)
+    # nova's node identity (a file in state_path, cached): the second host's own
+    nova_node.LOCAL_NODE_UUID = str(uuid.uuid4())
+    try:
+        connection = nova.connect(NODE2, host_info=fakelibvirt.HostInfo(
+            cpu_nodes=2, cpu_sockets=1, cpu_cores=2, cpu_threads=2))
+        driver = nova.driver(PluginLibvirtDriver, hostname=NODE2)
+        driver.plugin_manager = world.driver.plugin_manager
+        driver.plugin_decisions = world.driver.plugin_decisions
+        service = objects.Service(world.context, host=NODE2,
+                                  binary="nova-compute", topic="compute")
+        service.create()
+        tracker = resource_tracker.ResourceTracker(
+            NODE2, driver, report.SchedulerReportClient())
+        tracker.service_ref = service
+        tracker.update_available_resource(world.context, NODE2, startup=True)
+    finally:
+        nova.conf.set_override("host", NODE)
+        nova.connection, nova_node.LOCAL_NODE_UUID = first, identity
+    assert world.store.get_host(NODE2) is not None
+    return types.SimpleNamespace(compute=tracker.compute_nodes[NODE2],
+                                 service=service, driver=driver,
+                                 connection=connection)
+
+
+def reschedule_spawn(world: World, second: Any, instance: str, spec: Any,
+                     candidate: dict[str, Any]) -> tuple[Any, Any]:
+    """What a reschedule's compute on the second host does first: the
+    instance as nova's conductor and tracker leave it there (nova's own
+    claim on the host), then the mixin's ``plugin_decision`` with the
+    alternate's candidate (what the conductor claims). Returns the
+    decision read and the instance."""
+    first = world.nova.connection
+    world.nova.connection = second.connection
+    try:
+        inst = world.instance(instance, spec, second.compute)
+        return second.driver.plugin_decision(
+            world.context, inst, candidate["allocations"], host=NODE2), inst
+    finally:
+        world.nova.connection = first
+
+
+def two_hosts(world: World, second: Any, manager: Any = scheduler_manager,
+              hosts: Any = None) -> Any:
+    """nova's scheduler (``manager``'s ``select_destinations``,
+    ``_schedule`` and ``_get_alternate_hosts``) over both hosts, their host
+    states of ``hosts``' ``HostState`` (nova's ``host_manager`` module)."""
+
+    class TwoHosts(Scheduler):
+        select_destinations = manager.SchedulerManager.select_destinations
+        _schedule = manager.SchedulerManager._schedule
+        _get_alternate_hosts = manager.SchedulerManager._get_alternate_hosts
+
+        def __init__(self) -> None:
+            super().__init__(world.compute, world.service)
+            cls = (hosts.HostState if hosts is not None
+                   else self.host_manager.host_state_cls)
+            self.hosts = [(cls(NODE, NODE, CELL), world.compute, world.service),
+                          (cls(NODE2, NODE2, CELL), second.compute, second.service)]
+
+        def _get_all_host_states(self, context: Any, spec_obj: Any,
+                                 provider_summaries: Any) -> Any:
+            found = []
+            for state, compute, service in self.hosts:
+                if compute.uuid in (provider_summaries or {}):
+                    state.update(compute, dict(service), [], {})
+                    found.append(state)
+            return iter(found)
+
+    return TwoHosts()
+
+
+def test_an_alternate_host_gets_a_decision_with_the_nova_patch(world, second, tmp_path):
+    """Two instances of one request stacked on one host (nova's weighers
+    set to stack), the other host their alternate. Stock nova returns the
+    alternate with its first candidate and records nothing there: a
+    reschedule's compute finds no decision. With contrib/nova's 0003 patch
+    each instance has the decision of the alternate's first candidate (the
+    one the conductor claims) recorded on that host, and a reschedule's
+    compute there (the mixin's ``plugin_decision`` on the second host's
+    driver, with that candidate as nova's claim) executes it; the selected
+    host's decisions are unchanged; the alternate consumes nothing (not
+    counted for the request, not claimed)."""
+    from compute_plugins.nova.filters import candidate_key
+    for name, value in (("ram_weight_multiplier", -1.0), ("cpu_weight_multiplier", -1.0),
+                        ("disk_weight_multiplier", -1.0), ("io_ops_weight_multiplier", 1.0)):
+        world.nova.conf.set_override(name, value, "filter_scheduler")
+    plugins = world.driver.plugin_manager.plugins
+    store = world.driver.plugin_decisions
+
+    def select(scheduler: Any) -> tuple[Any, list[str], list[Any]]:
+        spec, instances = pinned(world, 1, 2)
+        return spec, instances, scheduler.select_destinations(
+            world.context, spec_obj=spec, instance_uuids=instances,
+            return_objects=True, return_alternates=True)
+
+    done: list[str] = []
+    try:
+        _, instances, selections = select(two_hosts(world, second))
+        done += instances
+        primary = {s[0].service_host for s in selections}
+        assert len(primary) == 1 and [len(s) for s in selections] == [2, 2]
+        alternate = selections[0][1].service_host
+        assert alternate not in primary
+        for instance in instances:
+            assert nova_decisions.decision_for(store, instance, alternate, plugins) is None
+            world.placement.api.delete("/allocations/%s" % instance)
+
+        modules = patched_modules(tmp_path, PATCH_ALTERNATES, [
+            "nova/scheduler/host_manager.py", "nova/scheduler/manager.py"])
+        scheduler = two_hosts(world, second, modules["nova/scheduler/manager.py"],
+                              modules["nova/scheduler/host_manager.py"])
+        spec_obj, instances, selections = select(scheduler)
+        done += instances
+        (host,) = {s[0].service_host for s in selections}
+        states = {state.host: state for state, _, _ in scheduler.hosts}
+        alt = states[NODE2 if host == NODE else NODE]
+        for instance, selected in zip(instances, selections, strict=True):
+            assert [s.service_host for s in selected] == [host, alt.host]
+            # the primary: the decision of the candidate nova claimed
+            chosen = recorded_on(world, instance, host)
+            assert world.allocations(instance) == {
+                rp: dict(r) for rp, r in chosen.decision.allocations.items()}
+            # the alternate: its first candidate, handed out by nova, and
+            # its decision, where the compute reads it
+            candidate = json.loads(selected[1].allocation_request)
+            assert candidate == alt.allocation_candidates[0]
+            spec = nova_decisions.decision_for(store, instance, alt.host, plugins)
+            assert spec is not None
+            assert spec.decision == alt.plugin_decisions[candidate_key(candidate)]
+            assert spec.decision.host == alt.host
+            # not claimed on the alternate
+            assert not set(world.allocations(instance)) & set(candidate["allocations"])
+        # a reschedule of the first instance to its alternate: the compute
+        # there executes the decision (stacked on compute1, listed first
+        # and at least as loaded)
+        assert alt.host == NODE2
+        candidate = json.loads(selections[0][1].allocation_request)
+        executed, inst = reschedule_spawn(world, second, instances[0],
+                                          spec_obj, candidate)
+        try:
+            assert executed is not None
+            assert executed.decision == recorded_on(world, instances[0], NODE2).decision
+            # nova's claim on the host set to the decision's CPUs
+            assert sorted(cpu for cell in inst.numa_topology.cells
+                          for cpu in cell.cpu_pinning.values()) == sorted(
+                              host_cpus(executed))
+        finally:
+            inst.destroy()
+        # the two instances on the selected host never share a CPU
+        assert len({cpu for i in instances
+                    for cpu in host_cpus(recorded_on(world, i, host))}) == 2
+        # counted for the request on the selected host only
+        token, given = states[host].plugin_given
+        assert [i for i, _ in given] == instances
+        assert getattr(alt, "plugin_given", None) is None or alt.plugin_given[0] != token
+    finally:
+        for name in ("ram_weight_multiplier", "cpu_weight_multiplier",
+                     "disk_weight_multiplier", "io_ops_weight_multiplier"):
+            world.nova.conf.clear_override(name, "filter_scheduler")
+        for instance in done:
+            world.placement.api.delete("/allocations/%s" % instance)
+
+
+def recorded_on(world: World, instance: str, host: str) -> RequestSpec:
+    spec = nova_decisions.decision_for(world.driver.plugin_decisions, instance,
+                                       host, world.driver.plugin_manager.plugins)
+    assert spec is not None and spec.decision is not None
+    return spec

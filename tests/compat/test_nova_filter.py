@@ -209,6 +209,34 @@ def test_rejections_and_decisions_are_kept_on_the_host(nova_conf):
     assert decision.host == "big"
 
 
+def test_an_alternate_gets_its_candidates_decision_of_this_request_only(nova_conf):
+    """nova with contrib/nova's 0003 patch tells a host state it went out
+    as an alternate of an instance with a candidate: the decision kept for
+    that candidate in this request is recorded for that instance (not the
+    host state's last filtered one), nothing counted; a candidate the
+    filter did not keep, or the host as filtered for another request,
+    records nothing."""
+    from compute_plugins.nova import decisions as nova_decisions
+    handler, filt = loaded_filter()
+    spec_obj = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    hosts = nova_hosts(spec_obj)
+    run(handler, filt, hosts, spec_obj)
+    big = hosts[1]
+    instance = "33333333-3333-3333-3333-333333333333"
+    candidate = big.allocation_candidates[0]
+    decision = filt.alternate(big, spec_obj, instance, candidate)
+    assert decision is not None
+    assert decision == big.plugin_decisions[plugin_filters.candidate_key(candidate)]
+    recorded = nova_decisions.decision_for(filt.decisions, instance, "big", filt.plugins)
+    assert recorded is not None and recorded.decision == decision
+    assert getattr(big, "plugin_given", None) is None
+    other = "44444444-4444-4444-4444-444444444444"
+    assert filt.alternate(big, spec_obj, other, {"allocations": {}}) is None
+    later = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
+    assert filt.alternate(big, later, other, candidate) is None
+    assert nova_decisions.decision_for(filt.decisions, other, "big", filt.plugins) is None
+
+
 def test_a_host_without_published_state_fails(nova_conf):
     handler, filt = loaded_filter()
     ghost = host_manager.HostState("ghost", "ghost", None)
