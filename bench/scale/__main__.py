@@ -23,7 +23,9 @@
 - **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
   statements and Placement calls per host-minute (leases included).
 - **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and
-  deletes shared by ``--schedulers`` processes; decisions/s over the
+  deletes shared by ``--schedulers`` processes, each working on
+  ``--concurrency`` requests at once (threads on its one scheduler;
+  default 1, one after the other); decisions/s over the
   slowest scheduler's time, boot latency p50/p99, Placement calls and store
   statements (every process) per decision.
 - **Check**: once the deletes are done, every consumer's allocation in
@@ -86,6 +88,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="scheduler processes (default 2)")
     parser.add_argument("--decisions", type=positive(int), default=100,
                         help="boots and deletes, all schedulers together (default 100)")
+    parser.add_argument("--concurrency", type=positive(int), default=1,
+                        help="requests each scheduler process works on at once "
+                        "(threads on its one Scheduler: scheduling cycles one at a "
+                        "time, bindings concurrent; default 1: one after the other)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
                         help="the databases of Placement and the store (default sqlite; "
                         "postgresql: a private server, or --store-url)")
@@ -250,6 +256,9 @@ def _run(target: Any, conn: Any, slot: counters.Slot, profile: Optional[str],
     if profile is None:
         target(conn, slot)
         return
+    # NOTE: a profile covers the thread it runs in: a scheduler's request
+    # threads (--concurrency) write their own (schedulers.concurrent).
+    schedulers.PROFILE = os.path.join(profile, name)
     profiler = cProfile.Profile()
     profiler.runcall(target, conn, slot)
     profiler.dump_stats(os.path.join(profile, name + ".pstats"))
@@ -293,6 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     agent_procs = Workers(min(args.workers, args.hosts), agents.worker, profile, "agents")
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
+                           "concurrency": args.concurrency,
                            "store": args.store, "workers": len(agent_procs.procs),
                            "placement_workers": args.placement_workers,
                            "poll_interval_s": args.poll_interval, "lease_s": args.lease,
@@ -372,7 +382,8 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
              for i in range(args.schedulers)]
     sched_procs.send_all([("start", store_url, placement_url, n, args.seed + i,
                            args.delete_fraction, args.answer_timeout,
-                           args.placement_view_seconds, args.warm_up)
+                           args.placement_view_seconds, args.warm_up,
+                           args.concurrency)
                           for i, n in enumerate(share)])
     warmed = sched_procs.receive_all(timeout=None)
     out["scheduler_warm_up_s"] = round(max(answer[1] for answer in warmed), 1)
@@ -426,9 +437,10 @@ def report(out: dict[str, Any]) -> str:
     """The run in words."""
     rss = out["rss_mib"]
     return "\n".join([
-        "%d hosts, %d schedulers, %s; agents in %d processes, polling every %g s"
-        % (out["hosts"], out["schedulers"], out["store"], out["workers"],
-           out["poll_interval_s"]),
+        "%d hosts, %d schedulers (%d requests at once each), %s; agents in %d "
+        "processes, polling every %g s"
+        % (out["hosts"], out["schedulers"], out["concurrency"], out["store"],
+           out["workers"], out["poll_interval_s"]),
         "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s; schedulers' "
         "warm-up %.1f s); Placement "
         "through the report client, host by host, would take %.0f s (%.0fx)"

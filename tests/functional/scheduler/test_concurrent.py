@@ -1,0 +1,198 @@
+"""One scheduler, several requests at once (issue 19): the scheduling cycle
+(plan, choice, assume) one at a time, the bindings (allocation, decision,
+the agent's answer) concurrent. Two requests of one scheduler never get
+the same CPUs; a rejection un-assumes the host
+(:meth:`compute_plugins.scheduler.selection.Scheduler._assume`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from compute_plugins.scheduler import selection
+from tests.functional.request.hosts import cell
+from tests.functional.scheduler.cloud import FirstPutRaces, expected_allocation
+from tests.functional.scheduler.test_schedule import pinned, spec_of
+
+
+def new_consumer() -> str:
+    return str(uuid.uuid4())
+
+
+class SlowFirstPut:
+    """The real Placement client, but its first ``PUT /allocations`` says
+    so (``entered``) and then takes ``seconds``: another request of the
+    same scheduler plans meanwhile."""
+
+    def __init__(self, client: Any, seconds: float) -> None:
+        self._client = client
+        self.seconds = seconds
+        self.entered = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+        if not self.entered.is_set():
+            self.entered.set()
+            time.sleep(self.seconds)
+        return self._client.put(path, body, **kw)
+
+
+def cpus_of(result: Any) -> list[int]:
+    return [cpu for c in result.decision.assignments["numa"].cells
+            for cpu in c.pinning.values()]
+
+
+def test_two_requests_of_one_scheduler_at_once_never_get_the_same_cpus(cloud):
+    """One host, room for two guests of 2 pinned CPUs. The second request
+    plans while the first is between its plan and its allocation. Without
+    the assume it fitted the same state, chose the same CPUs (0-1), and the
+    agent rejected one of the two (a race with itself); with it, the
+    second plan leaves the host in flight out, waits for the first's
+    binding, and fits around the first's claim: no rejection."""
+    host = cloud.add_host("two", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    slow = SlowFirstPut(sched.placement, 1.0)
+    sched.placement = slow
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        results[name] = sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                       new_consumer(), "p", "u")
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert slow.entered.wait(30)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    for thread in (first, second):
+        thread.join(60)
+    assert set(results) == {"first", "second"}
+    for result in results.values():
+        assert result.placed and result.host == host.name
+        # NOTE: never offered the other's CPUs: no rejection, no retry.
+        assert [a.outcome for a in result.attempts] == ["claimed"], result.attempts
+    assert sorted(cpus_of(results["first"]) + cpus_of(results["second"])) == [0, 1, 2, 3]
+    assert cloud.usage(host) == cloud.ledger_usage(host)
+    assert sched.in_flight() == {}
+
+
+def test_many_requests_of_one_scheduler_at_once_fill_the_hosts_exactly(cloud):
+    """Two hosts, 3 slots each; 8 requests of one scheduler at once: 6
+    placed, each CPU once, none offered a CPU another of them took (no
+    rejection by an agent), Placement equal to the ledgers; the 2 others
+    refused for lack of room once the others' bindings ended, not
+    because the hosts were in flight."""
+    hosts = [cloud.add_host("h%d" % i, [cell(6, 6144)], dedicated="0-5")
+             for i in range(2)]
+    sched = cloud.scheduler(draw=True)
+    results: list[Any] = []
+    barrier = threading.Barrier(8)
+
+    def run() -> None:
+        spec = spec_of(sched, *pinned(1, 2, 1024))
+        barrier.wait(30)
+        results.append(sched.schedule(spec, new_consumer(), "p", "u"))
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(results) == 8
+    placed = [r for r in results if r.placed]
+    assert len(placed) == 6
+    assert not [a for r in results for a in r.attempts if a.outcome == "rejected"]
+    for host in hosts:
+        mine = [r for r in placed if r.host == host.name]
+        assert sorted(c for r in mine for c in cpus_of(r)) == list(range(6))
+        assert cloud.usage(host) == cloud.ledger_usage(host)
+    for result in placed:
+        assert cloud.allocations(result.consumer) == expected_allocation(result.decision)
+    for result in results:
+        if not result.placed:
+            reasons = [r.reason for h in result.reasons for r in h.reasons]
+            assert selection.IN_FLIGHT not in reasons, reasons
+    assert sched.in_flight() == {}
+
+
+def test_a_rejection_unassumes_the_host_and_the_request_plans_again(cloud):
+    """Another scheduler's claim lands on the only host between this one's
+    plan and its allocation (same CPUs): the agent rejects this one's
+    decision; the host is un-assumed at once, so the refit on its new
+    state places the request there (an assumed host would have been left
+    out, the request waiting for itself)."""
+    host = cloud.add_host("one", [cell(4, 4096)], dedicated="0-3")
+    two_cpus = pinned(1, 2, 1024)
+    other = cloud.scheduler()
+    first: dict[str, Any] = {}
+
+    def another_claim_lands_first() -> None:
+        first["result"] = other.schedule(spec_of(other, *two_cpus), new_consumer(),
+                                         "p", "u")
+
+    sched = cloud.scheduler()
+    sched.placement = FirstPutRaces(sched.placement, another_claim_lands_first)
+    start = time.monotonic()
+    result = sched.schedule(spec_of(sched, *two_cpus), new_consumer(), "p", "u")
+    assert time.monotonic() - start < 10
+    assert first["result"].host == host.name
+    assert [(a.host, a.outcome) for a in result.attempts] == [
+        (host.name, "rejected"), (host.name, "claimed")]
+    assert sorted(cpus_of(first["result"]) + cpus_of(result)) == [0, 1, 2, 3]
+    assert sched.in_flight() == {}
+    assert cloud.usage(host) == cloud.ledger_usage(host)
+
+
+def test_a_placement_conflict_unassumes_the_host(cloud):
+    """Placement refuses the allocation (409: another scheduler took the
+    room first): the host is un-assumed, the next request of the same
+    scheduler is not told it is in flight."""
+    host = cloud.add_host("full", [cell(4, 4096)], dedicated="0-3")
+    whole = pinned(1, 4, 1024)
+    other = cloud.scheduler()
+
+    def the_other_takes_it() -> None:
+        assert other.schedule(spec_of(other, *whole), new_consumer(), "p", "u").placed
+
+    sched = cloud.scheduler()
+    sched.placement = FirstPutRaces(sched.placement, the_other_takes_it)
+    result = sched.schedule(spec_of(sched, *whole), new_consumer(), "p", "u")
+    assert not result.placed
+    assert result.attempts[0].outcome == "conflict"
+    assert sched.in_flight() == {}
+    again = sched.schedule(spec_of(sched, *whole), new_consumer(), "p", "u")
+    assert not again.placed
+    reasons = [r.reason for r in again.verdicts[host.name]]
+    assert selection.IN_FLIGHT not in reasons and reasons
+
+
+def test_an_exception_in_the_binding_unassumes_the_host(cloud):
+    """Placement unreachable during the allocation: the error reaches the
+    caller, and the host is not left assumed (the next request is placed
+    there)."""
+    host = cloud.add_host("err", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    real = sched.placement
+
+    class Broken:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+            raise RuntimeError("Placement unreachable")
+
+    sched.placement = Broken()
+    try:
+        sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), new_consumer(), "p", "u")
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the error was swallowed")
+    assert sched.in_flight() == {}
+    sched.placement = real
+    result = sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), new_consumer(), "p", "u")
+    assert result.placed and result.host == host.name
