@@ -412,6 +412,19 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
         "rejections": agent_procs.total(counters.REJECTIONS),
+        # NOTE: the boots' offers by outcome (claimed, rejected, conflict:
+        # Placement's 409, timeout...), every scheduler together.
+        "attempts": schedulers.merged(r["outcomes"] for r in results),
+        # NOTE: a boot's first plan (candidates, states, fit) and what
+        # followed it (offers, plans made again); what is left of p50_ms is
+        # the wait for the scheduling cycle (--concurrency) and the reads
+        # before the plan.
+        "plan_p50_ms": round(percentile([s for r in results for s in r["plans"]], 50)
+                             * 1e3, 1),
+        "after_plan_p50_ms": round(percentile([s for r in results for s in r["bindings"]],
+                                              50) * 1e3, 1),
+        "after_plan_p99_ms": round(percentile([s for r in results for s in r["bindings"]],
+                                              99) * 1e3, 1),
     })
     failed = [f for r in results for f in r["failed"]]
     # -- check ---------------------------------------------------------
@@ -458,9 +471,11 @@ def report(out: dict[str, Any]) -> str:
         "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
         % (out["decisions"], out["boots"], out["placed"], out["deletes"],
            out["decisions_per_s"], out["p50_ms"], out["p99_ms"], out["delete_p50_ms"]),
-        "  per decision: %.2f Placement calls, %.1f store queries; %d rejections"
+        "  per decision: %.2f Placement calls, %.1f store queries; %d rejections; "
+        "offers: %s"
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
-           out["rejections"]),
+           out["rejections"], ", ".join("%d %s" % (n, k) for k, n in
+                                        sorted(out["attempts"].items()))),
         "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
         "(lease lapsed) after the idle minute %d, after the workload %d"
         % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],

@@ -96,6 +96,11 @@ def workload(scheduler: Scheduler, count: int, seed: int,
     failed: list[str] = []
     booted: list[str] = []
     refused = 0
+    outcomes: dict[str, int] = {}
+    #: Each boot's first plan, and the rest (its offers, the plans made
+    #: again, and with --concurrency the waits for the scheduling cycle).
+    plans: list[float] = []
+    bindings: list[float] = []
     for _ in range(count):
         if placed and rng.random() < delete_fraction:
             consumer = placed.pop(rng.randrange(len(placed)))
@@ -108,6 +113,11 @@ def workload(scheduler: Scheduler, count: int, seed: int,
         result = scheduler.schedule(rng.choice(specs), consumer, PROJECT, USER)
         boots.append(time.perf_counter() - start)
         booted.append(consumer)
+        for attempt in result.attempts:
+            outcomes[attempt.outcome] = outcomes.get(attempt.outcome, 0) + 1
+        timings = result.timings
+        plans.append(sum(timings.get(k, 0.0) for k in ("placement", "store", "fit")))
+        bindings.append(timings.get("claim", 0.0))
         if result.placed:
             placed.append(consumer)
             continue
@@ -117,7 +127,8 @@ def workload(scheduler: Scheduler, count: int, seed: int,
                 "%s: %s" % (r.host, r.reasons[0].reason)
                 for r in result.reasons[:2] if r.reasons) or "no host"))
     return {"boots": boots, "deletes": deletes, "placed": len(booted) - refused,
-            "failed": failed, "all": booted}
+            "failed": failed, "all": booted, "outcomes": outcomes,
+            "plans": plans, "bindings": bindings}
 
 
 def concurrent(scheduler: Scheduler, count: int, seed: int, delete_fraction: float,
@@ -159,7 +170,19 @@ def concurrent(scheduler: Scheduler, count: int, seed: int, delete_fraction: flo
             "deletes": [s for r in done for s in r["deletes"]],
             "placed": sum(r["placed"] for r in done),
             "failed": [f for r in done for f in r["failed"]][:3],
-            "all": [c for r in done for c in r["all"]]}
+            "all": [c for r in done for c in r["all"]],
+            "outcomes": merged(r["outcomes"] for r in done),
+            "plans": [s for r in done for s in r["plans"]],
+            "bindings": [s for r in done for s in r["bindings"]]}
+
+
+def merged(counts: Any) -> dict[str, int]:
+    """Counts by key, summed."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for key, n in count.items():
+            total[key] = total.get(key, 0) + n
+    return dict(sorted(total.items()))
 
 
 def worker(conn: Connection, stats: counters.Slot) -> None:
