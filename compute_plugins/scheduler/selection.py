@@ -50,6 +50,11 @@ at most ``max_attempts + max_races`` offers: it cannot loop forever.
 
 When nothing is placed, :class:`ScheduleResult` says why per host and per
 plugin, the best few hosts first (those where the fewest plugins refused).
+
+**Several requests at once** (issue 19): steps 1-3 and the choice of the
+host offered are one scheduler's *scheduling cycle*, one at a time; steps
+4-5 (the *binding*) run concurrently, the host assumed meanwhile so that
+the next cycles plan around it (:class:`Scheduler`).
 """
 
 from __future__ import annotations
@@ -334,6 +339,9 @@ class Scheduler:
         #: Assumes made so far, and each host's last one (at most
         #: :data:`MAX_ASSUMED_AT` hosts, the oldest forgotten first).
         self._assumes = 0
+        #: Request shapes whose Placement answer a request is bringing up
+        #: to date (:meth:`_prefetch`), set once it is kept.
+        self._prefetching: dict[Any, threading.Event] = {}
         self._assumed_at: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     # -- Placement --------------------------------------------------------
@@ -397,6 +405,43 @@ class Scheduler:
         with self._cycle:
             self._assumed.pop(host, None)
             self._cycle.notify_all()
+
+    def _prefetch(self, spec: Any) -> tuple[int, tuple[str, ...]]:
+        """Placement's answer for ``spec``'s shape brought up to date in
+        the view before the scheduling cycle (the plan then serves it, kept):
+        a ``GET /resource_providers`` of every host (2-3 MB at 1,000 hosts,
+        when the kept answer expired) or of a few trees holds up no other
+        request of this scheduler. One request per shape at a time asks;
+        the others of that shape wait for its answer. Nothing without a
+        view (``placement_view_seconds`` 0: the plan asks anyway).
+
+        :returns: the requests sent to Placement, and its queries.
+        """
+        if self.view.seconds <= 0:
+            return 0, ()
+        key = providers.needs(spec.groups)
+        with self._cycle:
+            running = self._prefetching.get(key)
+            if running is None:
+                running = self._prefetching[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            # NOTE: another request of this scheduler is asking Placement
+            # about the same shape: its answer, once kept, serves this one
+            # (the requests at once do not all ask about every host).
+            running.wait(self.conf.scheduler.answer_timeout)
+            return 0, ()
+        try:
+            alive = liveness.read(self.store)
+            found, _asked = self.view.find(self.placement, self.store, spec.groups,
+                                           sorted(alive.generations))
+            return found.calls, found.queries if found.calls else ()
+        finally:
+            with self._cycle:
+                del self._prefetching[key]
+            running.set()
 
     def in_flight(self) -> dict[str, str]:
         """host -> consumer: this scheduler's bindings in flight."""
@@ -551,6 +596,7 @@ class Scheduler:
         latest = self.store.latest_decision(consumer)
         known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
+        asked, prefetched = self._prefetch(spec)
         # NOTE: the first plan and the choice of its first host are one
         # scheduling cycle (class doc): the cycle is held until a host is
         # assumed, and released for the binding.
@@ -561,7 +607,7 @@ class Scheduler:
             found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
             serial = planned.serial
             timings = dict(planned.timings)
-            calls["GET /resource_providers"] = found.calls
+            calls["GET /resource_providers"] = asked + found.calls
             start = time.monotonic()
             attempts: list[Attempt] = []
             tried = 0
@@ -681,7 +727,11 @@ class Scheduler:
             spec=placed if placed is not None else spec,
             candidates=len(found.hosts), fitting=len(ordered),
             verdicts=FrozenMap(sorted(verdicts.items())),
-            attempts=tuple(attempts), reasons=reasons, queries=found.queries,
+            attempts=tuple(attempts), reasons=reasons,
+            # NOTE: the kept answer's queries, and those the prefetch sent
+            # that it does not hold (trees asked about and merged in).
+            queries=found.queries + tuple(q for q in prefetched
+                                          if q not in found.queries),
             placement_calls=FrozenMap(sorted((k, n) for k, n in calls.items() if n)),
             timings=FrozenMap(timings))
 
