@@ -295,6 +295,10 @@ class Scheduler:
     un-assumes it once the agent answered, by when its new state (the
     claim's) is published (the agent publishes before it answers).
 
+    Placement's answer for the request's shape is brought up to date in
+    the view before the cycle (:meth:`_prefetch`), so that asking
+    Placement about every host holds up no other request.
+
     The assume is per host, not per resource: the plugins' states are
     opaque to the scheduler, and a state with one more assignment is only
     the agent's to build (``host_state`` from its view). A request that
