@@ -196,3 +196,30 @@ def test_an_exception_in_the_binding_unassumes_the_host(cloud):
     sched.placement = real
     result = sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), new_consumer(), "p", "u")
     assert result.placed and result.host == host.name
+
+
+def test_requests_at_once_ask_placement_about_a_shape_once(cloud):
+    """Four requests of one scheduler start together with nothing kept in
+    its view: Placement's answer is brought up to date before the
+    scheduling cycle by one of them only (one ``GET /resource_providers``
+    per group shape, as a lone request's); the others wait for it and are
+    served the kept answer."""
+    for i in range(3):
+        cloud.add_host("k%d" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    sched = cloud.scheduler(draw=True)
+    results: list[Any] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        spec = spec_of(sched, *pinned(1, 2, 1024))
+        barrier.wait(30)
+        results.append(sched.schedule(spec, new_consumer(), "p", "u"))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert len(results) == 4 and all(r.placed for r in results)
+    asked = sum(r.placement_calls.get("GET /resource_providers", 0) for r in results)
+    assert asked == 2, [r.placement_calls for r in results]
