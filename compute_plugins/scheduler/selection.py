@@ -343,10 +343,10 @@ class Scheduler:
         #: Assumes made so far, and each host's last one (at most
         #: :data:`MAX_ASSUMED_AT` hosts, the oldest forgotten first).
         self._assumes = 0
+        self._assumed_at: collections.OrderedDict[str, int] = collections.OrderedDict()
         #: Request shapes whose Placement answer a request is bringing up
         #: to date (:meth:`_prefetch`), set once it is kept.
         self._prefetching: dict[Any, threading.Event] = {}
-        self._assumed_at: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     # -- Placement --------------------------------------------------------
 
