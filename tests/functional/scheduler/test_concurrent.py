@@ -46,6 +46,25 @@ def cpus_of(result: Any) -> list[int]:
             for cpu in c.pinning.values()]
 
 
+def at_once(sched: Any, count: int) -> list[Any]:
+    """``count`` threads start together, each scheduling a guest of 2
+    pinned CPUs on the one scheduler ``sched``; their results."""
+    results: list[Any] = []
+    barrier = threading.Barrier(count)
+
+    def run() -> None:
+        spec = spec_of(sched, *pinned(1, 2, 1024))
+        barrier.wait(30)
+        results.append(sched.schedule(spec, new_consumer(), "p", "u"))
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
 def test_two_requests_of_one_scheduler_at_once_never_get_the_same_cpus(cloud):
     """One host, room for two guests of 2 pinned CPUs. The second request
     plans while the first is between its plan and its allocation. Without
@@ -89,19 +108,7 @@ def test_many_requests_of_one_scheduler_at_once_fill_the_hosts_exactly(cloud):
     hosts = [cloud.add_host("h%d" % i, [cell(6, 6144)], dedicated="0-5")
              for i in range(2)]
     sched = cloud.scheduler(draw=True)
-    results: list[Any] = []
-    barrier = threading.Barrier(8)
-
-    def run() -> None:
-        spec = spec_of(sched, *pinned(1, 2, 1024))
-        barrier.wait(30)
-        results.append(sched.schedule(spec, new_consumer(), "p", "u"))
-
-    threads = [threading.Thread(target=run) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    results = at_once(sched, 8)
     assert len(results) == 8
     placed = [r for r in results if r.placed]
     assert len(placed) == 6
@@ -207,19 +214,7 @@ def test_requests_at_once_ask_placement_about_a_shape_once(cloud):
     for i in range(3):
         cloud.add_host("k%d" % i, [cell(4, 4096)] * 2, dedicated="0-7")
     sched = cloud.scheduler(draw=True)
-    results: list[Any] = []
-    barrier = threading.Barrier(4)
-
-    def run() -> None:
-        spec = spec_of(sched, *pinned(1, 2, 1024))
-        barrier.wait(30)
-        results.append(sched.schedule(spec, new_consumer(), "p", "u"))
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    results = at_once(sched, 4)
     assert len(results) == 4 and all(r.placed for r in results)
     asked = sum(r.placement_calls.get("GET /resource_providers", 0) for r in results)
     assert asked == 2, [r.placement_calls for r in results]
