@@ -114,8 +114,8 @@ RACE_SETTLE = 2.0
 BINDING_SLACK = 30.0
 #: Hosts whose last assume a scheduler remembers (:meth:`Scheduler._assume`:
 #: a plan older than a host's last assume does not offer it); the oldest
-#: forgotten first. Forgetting one costs at most a stale offer, which the
-#: host's agent rejects as any race.
+#: forgotten first. A plan older than the newest assume forgotten offers
+#: no host it does not remember (it re-plans).
 MAX_ASSUMED_AT = 10_000
 #: Why a plan leaves a host out while another request of the same
 #: scheduler is being placed there.
@@ -344,9 +344,13 @@ class Scheduler:
         #: :data:`MAX_ASSUMED_AT` hosts, the oldest forgotten first).
         self._assumes = 0
         self._assumed_at: collections.OrderedDict[str, int] = collections.OrderedDict()
+        #: The newest assume forgotten (0: none).
+        self._forgotten = 0
         #: Request shapes whose Placement answer a request is bringing up
         #: to date (:meth:`_prefetch`), set once it is kept.
         self._prefetching: dict[Any, threading.Event] = {}
+        #: Requests in :meth:`schedule` now: a lone one does not prefetch.
+        self._requests = 0
 
     # -- Placement --------------------------------------------------------
 
@@ -393,14 +397,19 @@ class Scheduler:
         since the plan (made after ``serial`` assumes) was made: its fit
         there is stale."""
         with self._cycle:
-            if host in self._assumed or self._assumed_at.get(host, 0) > serial:
+            # NOTE: a host not remembered was last assumed before the
+            # oldest forgotten assume, if ever: a plan older than that one
+            # cannot tell, and does not offer it.
+            last = self._assumed_at.get(host, 0)
+            if host in self._assumed or last > serial or \
+                    (host not in self._assumed_at and self._forgotten > serial):
                 return False
             self._assumes += 1
             self._assumed[host] = consumer
             self._assumed_at[host] = self._assumes
             self._assumed_at.move_to_end(host)
             while len(self._assumed_at) > MAX_ASSUMED_AT:
-                self._assumed_at.popitem(last=False)
+                _host, self._forgotten = self._assumed_at.popitem(last=False)
             return True
 
     def _unassume(self, host: str) -> None:
@@ -419,12 +428,19 @@ class Scheduler:
         the others of that shape wait for its answer. Nothing without a
         view (``placement_view_seconds`` 0: the plan asks anyway).
 
+        Nothing either for a lone request (no other in :meth:`schedule`):
+        no other request to hold up, and its plan reads the liveness and
+        the view anyway; prefetching would read them twice per decision
+        (one request at a time behaves as before issue 19).
+
         :returns: the requests sent to Placement, and its queries.
         """
         if self.view.seconds <= 0:
             return 0, ()
         key = providers.needs(spec.groups)
         with self._cycle:
+            if self._requests <= 1:
+                return 0, ()
             running = self._prefetching.get(key)
             if running is None:
                 running = self._prefetching[key] = threading.Event()
@@ -588,6 +604,17 @@ class Scheduler:
             (anything but a 409 on the allocation).
         :raises StoreUnavailable: the host-state store cannot be reached.
         """
+        with self._cycle:
+            self._requests += 1
+        try:
+            return self._schedule(spec, consumer, project_id, user_id, timeout)
+        finally:
+            with self._cycle:
+                self._requests -= 1
+
+    def _schedule(self, spec: Any, consumer: str, project_id: str,
+                  user_id: str, timeout: Optional[float]) -> ScheduleResult:
+        """:meth:`schedule`, counted in the requests at once."""
         group = self.conf.scheduler
         wait = group.answer_timeout if timeout is None else timeout
         active = self.store.active_decision(consumer)

@@ -218,3 +218,55 @@ def test_requests_at_once_ask_placement_about_a_shape_once(cloud):
     assert len(results) == 4 and all(r.placed for r in results)
     asked = sum(r.placement_calls.get("GET /resource_providers", 0) for r in results)
     assert asked == 2, [r.placement_calls for r in results]
+
+
+class CountingStore:
+    """The real store, its reads of every host's liveness and of the
+    disabled hosts counted."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.reads: dict[str, int] = {"host_statuses": 0, "disabled_hosts": 0}
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name not in self.reads:
+            return found
+
+        def counted(*args: Any, **kw: Any) -> Any:
+            self.reads[name] += 1
+            return found(*args, **kw)
+        return counted
+
+
+def test_a_lone_request_reads_the_store_as_before(cloud):
+    """One request at a time (``--concurrency 1``, every caller before
+    issue 19): no prefetch, so each decision reads the hosts' liveness and
+    the disabled hosts once (the plan's), as before; the prefetch read them
+    a second time per decision, counted by the issue's decision budget
+    (the first decision reads the disabled hosts once more: its view asks
+    Placement about every host)."""
+    cloud.add_host("lone", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    counting = CountingStore(sched.store)
+    sched.store = counting
+    for _ in range(2):
+        assert sched.schedule(spec_of(sched, *pinned(1, 1, 512)), new_consumer(),
+                              "p", "u").placed
+    assert counting.reads == {"host_statuses": 2, "disabled_hosts": 3}
+
+
+def test_an_assume_forgotten_past_the_bound_leaves_older_plans_stale(cloud, monkeypatch):
+    """More hosts assumed than :data:`~selection.MAX_ASSUMED_AT`: a plan
+    made before the oldest forgotten assume does not offer the host whose
+    assume was forgotten (its fit there may be stale); a plan made since
+    does."""
+    monkeypatch.setattr(selection, "MAX_ASSUMED_AT", 2)
+    sched = cloud.scheduler()
+    old_plan = sched._assumes
+    for host in ("a", "b", "c"):
+        assert sched._assume(host, new_consumer(), sched._assumes)
+        sched._unassume(host)
+    assert "a" not in sched._assumed_at
+    assert not sched._assume("a", new_consumer(), old_plan)
+    assert sched._assume("a", new_consumer(), sched._assumes)
