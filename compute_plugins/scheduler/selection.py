@@ -687,10 +687,12 @@ class Scheduler:
                 if not self._assume(fit.host, consumer, serial):
                     skipped = True
                     continue
-                self._cycle.release()
-                holding = False
-                began = time.monotonic()
+                # NOTE: from the assume on, whatever is raised (an
+                # interrupt at the release included) un-assumes the host.
                 try:
+                    self._cycle.release()
+                    holding = False
+                    began = time.monotonic()
                     step, attempt, decided = self._bind(spec, consumer, fit, found,
                                                         project_id, user_id, wait,
                                                         calls, known)

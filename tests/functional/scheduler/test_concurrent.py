@@ -270,3 +270,29 @@ def test_an_assume_forgotten_past_the_bound_leaves_older_plans_stale(cloud, monk
     assert "a" not in sched._assumed_at
     assert not sched._assume("a", new_consumer(), old_plan)
     assert sched._assume("a", new_consumer(), sched._assumes)
+
+
+def test_an_interrupt_as_the_cycle_ends_unassumes_the_host(cloud):
+    """An interrupt (Ctrl-C) delivered as the scheduling cycle is released,
+    the host just assumed: the host is un-assumed all the same (left
+    assumed, every later plan of the scheduler would leave it out and
+    wait for a binding that never ends)."""
+    cloud.add_host("ctrl-c", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    real = sched._cycle.release
+    fired: list[bool] = []
+
+    def release() -> None:
+        real()
+        if sched._assumed and not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    sched._cycle.release = release  # type: ignore[method-assign]
+    try:
+        sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), new_consumer(), "p", "u")
+    except BaseException:  # noqa: BLE001 - the interrupt (or the second release's error)
+        assert fired
+    else:
+        raise AssertionError("the interrupt was swallowed")
+    assert sched.in_flight() == {}
