@@ -349,7 +349,8 @@ class Scheduler:
         #: Request shapes whose Placement answer a request is bringing up
         #: to date (:meth:`_prefetch`), set once it is kept.
         self._prefetching: dict[Any, threading.Event] = {}
-        #: Requests in :meth:`schedule` now: a lone one does not prefetch.
+        #: Requests in :meth:`schedule` now: a lone one prefetches only a
+        #: re-ask of every host (:meth:`_prefetch`).
         self._requests = 0
 
     # -- Placement --------------------------------------------------------
@@ -428,10 +429,12 @@ class Scheduler:
         the others of that shape wait for its answer. Nothing without a
         view (``placement_view_seconds`` 0: the plan asks anyway).
 
-        Nothing either for a lone request (no other in :meth:`schedule`):
-        no other request to hold up, and its plan reads the liveness and
-        the view anyway; prefetching would read them twice per decision
-        (one request at a time behaves as before issue 19).
+        Nothing either for a lone request (no other in :meth:`schedule`)
+        while the view's kept answer for the shape stands: no other request
+        to hold up, and its plan reads the liveness and the view anyway;
+        prefetching would read them twice per decision (one request at a
+        time behaves as before issue 19 but for the re-ask of every host,
+        brought forward).
 
         :returns: the requests sent to Placement, and its queries.
         """
@@ -439,7 +442,7 @@ class Scheduler:
             return 0, ()
         key = providers.needs(spec.groups)
         with self._cycle:
-            if self._requests <= 1:
+            if self._requests <= 1 and self.view.stands(spec.groups):
                 return 0, ()
             running = self._prefetching.get(key)
             if running is None:
