@@ -486,18 +486,24 @@ class Scheduler:
         deadline: Optional[float] = None
         with self._cycle:
             while True:
-                planned = self._plan_once(spec, fresh)
-                if planned.ordered or not planned.busy:
+                last = deadline is not None and time.monotonic() >= deadline
+                planned = self._plan_once(spec, fresh, waits=not last)
+                if planned.ordered or not planned.busy or last:
                     return planned
-                now = time.monotonic()
                 if deadline is None:
-                    deadline = now + self.conf.scheduler.answer_timeout + BINDING_SLACK
-                if now >= deadline:
-                    return planned
-                self._cycle.wait(deadline - now)
+                    deadline = (time.monotonic() + self.conf.scheduler.answer_timeout
+                                + BINDING_SLACK)
+                self._cycle.wait(max(0.0, deadline - time.monotonic()))
 
-    def _plan_once(self, spec: Any, fresh: bool = False) -> Plan:
-        """:meth:`plan` around the hosts assumed now (the cycle held)."""
+    def _plan_once(self, spec: Any, fresh: bool = False, waits: bool = False) -> Plan:
+        """:meth:`plan` around the hosts assumed now (the cycle held).
+
+        :param waits: when nothing fits but hosts are in flight, the plan
+            waits for them (:meth:`plan`): Placement is not asked again
+            about the hosts its kept answer excluded (a full re-ask, under
+            the cycle, on every binding's end); it is once none is in
+            flight, or the wait is over.
+        """
         timings: dict[str, float] = {}
         start = time.monotonic()
         busy = frozenset(self._assumed)
@@ -514,12 +520,13 @@ class Scheduler:
             spec, tuple(h for h in eligible if h not in busy) if left_out else eligible,
             generations, timings)
         nothing = not any(f.result.fits for f in fits.values())
-        if not found.complete and (tree_changed or nothing):
+        reask = nothing and not (waits and left_out)
+        if not found.complete and (tree_changed or reask):
             # NOTE: a host's tree changed (the view asks about that host
             # again), or nothing fits on the kept answer (the view asks
             # again about the hosts it excluded): never refuse on a stale
             # view.
-            return self._plan_once(spec, fresh=nothing)
+            return self._plan_once(spec, fresh=reask, waits=waits)
         start = time.monotonic()
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)

@@ -299,3 +299,46 @@ def test_an_interrupt_as_the_cycle_ends_unassumes_the_host(cloud):
     else:
         raise AssertionError("the interrupt was swallowed")
     assert sched.in_flight() == {}
+
+
+def test_a_request_waiting_on_hosts_in_flight_asks_placement_again_once(cloud):
+    """The only host with room is in flight (another request of the same
+    scheduler is being placed there, the last room), another host is too
+    small (Placement's kept answer excludes it). The request waits for
+    the binding without asking Placement again about the excluded host
+    (a re-ask under the scheduling cycle, on every binding's end); once
+    none is in flight, it asks once, as a lone request refused would,
+    and is refused."""
+    host = cloud.add_host("room", [cell(4, 4096)], dedicated="0-3")
+    cloud.add_host("small", [cell(2, 4096)], dedicated="0-1")
+    sched = cloud.scheduler()
+    slow = SlowFirstPut(sched.placement, 1.0)
+    asked: list[str] = []
+    real_get = slow.get
+
+    def get(path: str, *args: Any, **kw: Any) -> Any:
+        if path.startswith("/resource_providers") and \
+                threading.current_thread() is threading.main_thread():
+            asked.append(path)
+        return real_get(path, *args, **kw)
+
+    slow.get = get  # type: ignore[method-assign]
+    sched.placement = slow
+    whole = pinned(1, 4, 1024)
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        results[name] = sched.schedule(spec_of(sched, *whole), new_consumer(), "p", "u")
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert slow.entered.wait(30)
+    run("second")
+    first.join(60)
+    assert results["first"].placed and results["first"].host == host.name
+    second = results["second"]
+    assert not second.placed
+    # NOTE: one re-ask of the excluded host: a GET per group shape.
+    assert len(asked) == 2, asked
+    assert second.placement_calls.get("GET /resource_providers") == 2, \
+        second.placement_calls
