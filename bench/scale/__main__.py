@@ -23,7 +23,9 @@
 - **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
   statements and Placement calls per host-minute (leases included).
 - **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and
-  deletes shared by ``--schedulers`` processes; decisions/s over the
+  deletes shared by ``--schedulers`` processes, each working on
+  ``--concurrency`` requests at once (threads on its one scheduler;
+  default 1, one after the other); decisions/s over the
   slowest scheduler's time, boot latency p50/p99, Placement calls and store
   statements (every process) per decision.
 - **Check**: once the deletes are done, every consumer's allocation in
@@ -86,6 +88,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="scheduler processes (default 2)")
     parser.add_argument("--decisions", type=positive(int), default=100,
                         help="boots and deletes, all schedulers together (default 100)")
+    parser.add_argument("--concurrency", type=positive(int), default=1,
+                        help="requests each scheduler process works on at once "
+                        "(threads on its one Scheduler: scheduling cycles one at a "
+                        "time, bindings concurrent; default 1: one after the other)")
     parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
                         help="the databases of Placement and the store (default sqlite; "
                         "postgresql: a private server, or --store-url)")
@@ -250,6 +256,9 @@ def _run(target: Any, conn: Any, slot: counters.Slot, profile: Optional[str],
     if profile is None:
         target(conn, slot)
         return
+    # NOTE: a profile covers the thread it runs in: a scheduler's request
+    # threads (--concurrency) write their own (schedulers.concurrent).
+    schedulers.PROFILE = os.path.join(profile, name)
     profiler = cProfile.Profile()
     profiler.runcall(target, conn, slot)
     profiler.dump_stats(os.path.join(profile, name + ".pstats"))
@@ -293,6 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     agent_procs = Workers(min(args.workers, args.hosts), agents.worker, profile, "agents")
     sched_procs = Workers(args.schedulers, schedulers.worker, profile, "scheduler")
     out: dict[str, Any] = {"hosts": args.hosts, "schedulers": args.schedulers,
+                           "concurrency": args.concurrency,
                            "store": args.store, "workers": len(agent_procs.procs),
                            "placement_workers": args.placement_workers,
                            "poll_interval_s": args.poll_interval, "lease_s": args.lease,
@@ -372,7 +382,8 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
              for i in range(args.schedulers)]
     sched_procs.send_all([("start", store_url, placement_url, n, args.seed + i,
                            args.delete_fraction, args.answer_timeout,
-                           args.placement_view_seconds, args.warm_up)
+                           args.placement_view_seconds, args.warm_up,
+                           args.concurrency)
                           for i, n in enumerate(share)])
     warmed = sched_procs.receive_all(timeout=None)
     out["scheduler_warm_up_s"] = round(max(answer[1] for answer in warmed), 1)
@@ -401,6 +412,19 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
         "rejections": agent_procs.total(counters.REJECTIONS),
+        # NOTE: the boots' offers by outcome (claimed, rejected, conflict:
+        # Placement's 409, timeout...), every scheduler together.
+        "attempts": schedulers.merged(r["outcomes"] for r in results),
+        # NOTE: a boot's first plan (candidates, states, fit) and what
+        # followed it (offers, plans made again); what is left of p50_ms is
+        # the wait for the scheduling cycle (--concurrency) and the reads
+        # before the plan.
+        "plan_p50_ms": round(percentile([s for r in results for s in r["plans"]], 50)
+                             * 1e3, 1),
+        "after_plan_p50_ms": round(percentile([s for r in results for s in r["bindings"]],
+                                              50) * 1e3, 1),
+        "after_plan_p99_ms": round(percentile([s for r in results for s in r["bindings"]],
+                                              99) * 1e3, 1),
     })
     failed = [f for r in results for f in r["failed"]]
     # -- check ---------------------------------------------------------
@@ -426,9 +450,10 @@ def report(out: dict[str, Any]) -> str:
     """The run in words."""
     rss = out["rss_mib"]
     return "\n".join([
-        "%d hosts, %d schedulers, %s; agents in %d processes, polling every %g s"
-        % (out["hosts"], out["schedulers"], out["store"], out["workers"],
-           out["poll_interval_s"]),
+        "%d hosts, %d schedulers (%d requests at once each), %s; agents in %d "
+        "processes, polling every %g s"
+        % (out["hosts"], out["schedulers"], out["concurrency"], out["store"],
+           out["workers"], out["poll_interval_s"]),
         "  set-up: %.1f s (Placement %.1f s, agents' first poll %.1f s; schedulers' "
         "warm-up %.1f s); Placement "
         "through the report client, host by host, would take %.0f s (%.0fx)"
@@ -446,9 +471,11 @@ def report(out: dict[str, Any]) -> str:
         "boot p50 %.0f ms, p99 %.0f ms; delete p50 %.0f ms"
         % (out["decisions"], out["boots"], out["placed"], out["deletes"],
            out["decisions_per_s"], out["p50_ms"], out["p99_ms"], out["delete_p50_ms"]),
-        "  per decision: %.2f Placement calls, %.1f store queries; %d rejections"
+        "  per decision: %.2f Placement calls, %.1f store queries; %d rejections; "
+        "offers: %s"
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
-           out["rejections"]),
+           out["rejections"], ", ".join("%d %s" % (n, k) for k, n in
+                                        sorted(out["attempts"].items()))),
         "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
         "(lease lapsed) after the idle minute %d, after the workload %d"
         % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],

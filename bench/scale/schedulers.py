@@ -12,12 +12,16 @@ it has some) or else a boot of one of the requests of
 SR-IOV port), chosen at random (seeded). A boot's latency is the
 ``schedule`` call's (Placement's query, the fit, the allocation, the
 decision and the host agent's answer); a delete's is the request's (the
-agent frees the claim on its next poll).
+agent frees the claim on its next poll). With ``--concurrency`` N each
+process runs its share in N threads on its one scheduler
+(:func:`concurrent`).
 """
 
 from __future__ import annotations
 
+import cProfile
 import random
+import threading
 import time
 import traceback
 import uuid
@@ -35,6 +39,9 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.scheduler.selection import Scheduler
 
+#: Where this process's profiles go (``--profile``: the directory and the
+#: process's name); each request thread writes ``PROFILE-thread-N.pstats``.
+PROFILE: Optional[str] = None
 PROJECT = "bench-scale-project"
 USER = "bench-scale-user"
 
@@ -89,6 +96,11 @@ def workload(scheduler: Scheduler, count: int, seed: int,
     failed: list[str] = []
     booted: list[str] = []
     refused = 0
+    outcomes: dict[str, int] = {}
+    #: Each boot's first plan, and the rest (its offers, the plans made
+    #: again, and with --concurrency the waits for the scheduling cycle).
+    plans: list[float] = []
+    bindings: list[float] = []
     for _ in range(count):
         if placed and rng.random() < delete_fraction:
             consumer = placed.pop(rng.randrange(len(placed)))
@@ -101,6 +113,11 @@ def workload(scheduler: Scheduler, count: int, seed: int,
         result = scheduler.schedule(rng.choice(specs), consumer, PROJECT, USER)
         boots.append(time.perf_counter() - start)
         booted.append(consumer)
+        for attempt in result.attempts:
+            outcomes[attempt.outcome] = outcomes.get(attempt.outcome, 0) + 1
+        timings = result.timings
+        plans.append(sum(timings.get(k, 0.0) for k in ("placement", "store", "fit")))
+        bindings.append(timings.get("claim", 0.0))
         if result.placed:
             placed.append(consumer)
             continue
@@ -110,20 +127,75 @@ def workload(scheduler: Scheduler, count: int, seed: int,
                 "%s: %s" % (r.host, r.reasons[0].reason)
                 for r in result.reasons[:2] if r.reasons) or "no host"))
     return {"boots": boots, "deletes": deletes, "placed": len(booted) - refused,
-            "failed": failed, "all": booted}
+            "failed": failed, "all": booted, "outcomes": outcomes,
+            "plans": plans, "bindings": bindings}
+
+
+def concurrent(scheduler: Scheduler, count: int, seed: int, delete_fraction: float,
+               concurrency: int) -> dict[str, Any]:
+    """:func:`workload` in ``concurrency`` threads of one scheduler (its
+    requests at once, as nova's concurrent ``select_destinations`` in one
+    scheduler: :class:`Scheduler`'s scheduling and binding cycles), the
+    ``count`` operations shared; what happened, all threads together."""
+    if concurrency <= 1:
+        return workload(scheduler, count, seed, delete_fraction)
+    shares = [count // concurrency + (i < count % concurrency) for i in range(concurrency)]
+    results: list[Optional[dict[str, Any]]] = [None] * concurrency
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        profiler = cProfile.Profile() if PROFILE is not None else None
+        try:
+            if profiler is not None:
+                profiler.enable()
+            results[index] = workload(scheduler, shares[index], seed * 1000 + index,
+                                      delete_fraction)
+        except BaseException as err:  # noqa: BLE001 - raised by the caller
+            errors.append(err)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats("%s-thread-%d.pstats" % (PROFILE, index))
+
+    threads = [threading.Thread(target=run, args=(i,), name="request-%d" % i)
+               for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    done = [r for r in results if r is not None]
+    return {"boots": [s for r in done for s in r["boots"]],
+            "deletes": [s for r in done for s in r["deletes"]],
+            "placed": sum(r["placed"] for r in done),
+            "failed": [f for r in done for f in r["failed"]][:3],
+            "all": [c for r in done for c in r["all"]],
+            "outcomes": merged(r["outcomes"] for r in done),
+            "plans": [s for r in done for s in r["plans"]],
+            "bindings": [s for r in done for s in r["bindings"]]}
+
+
+def merged(counts: Any) -> dict[str, int]:
+    """Counts by key, summed."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for key, n in count.items():
+            total[key] = total.get(key, 0) + n
+    return dict(sorted(total.items()))
 
 
 def worker(conn: Connection, stats: counters.Slot) -> None:
     """A scheduler process. In: ``("start", (store_url, push_transport_url),
     placement_url,
-    count, seed, delete_fraction, answer_timeout, view_seconds, warm)``,
-    then ``("go",)``. Out: ``("ready", warm_up_seconds)`` (0 unless
-    ``warm``: :func:`warm_up`), then ``("done", result)``
-    (:func:`workload`'s, with ``seconds``)."""
+    count, seed, delete_fraction, answer_timeout, view_seconds, warm,
+    concurrency)``, then ``("go",)``. Out: ``("ready", warm_up_seconds)``
+    (0 unless ``warm``: :func:`warm_up`), then ``("done", result)``
+    (:func:`concurrent`'s, with ``seconds``)."""
     store = None
     try:
         (_, store_url, placement_url, count, seed, delete_fraction,
-         answer_timeout, view_seconds, warm) = conn.recv()
+         answer_timeout, view_seconds, warm, concurrency) = conn.recv()
         store = HostStateStore(store_url[0], push_transport_url=store_url[1])
         counters.count_statements(store.db.engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
@@ -134,7 +206,7 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         conn.send(("ready", warmed))
         conn.recv()
         start = time.monotonic()
-        result = workload(scheduler, count, seed, delete_fraction)
+        result = concurrent(scheduler, count, seed, delete_fraction, concurrency)
         result["seconds"] = time.monotonic() - start
         stats.sync()
         conn.send(("done", result))

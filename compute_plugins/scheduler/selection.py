@@ -50,13 +50,20 @@ at most ``max_attempts + max_races`` offers: it cannot loop forever.
 
 When nothing is placed, :class:`ScheduleResult` says why per host and per
 plugin, the best few hosts first (those where the fewest plugins refused).
+
+**Several requests at once** (issue 19): steps 1-3 and the choice of the
+host offered are one scheduler's *scheduling cycle*, one at a time; steps
+4-5 (the *binding*) run concurrently, the host assumed meanwhile so that
+the next cycles plan around it (:class:`Scheduler`).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
@@ -100,6 +107,20 @@ CONSUMER_TYPE = "INSTANCE"
 #: allocations to settle when the fresh state shows no room
 #: (:meth:`Scheduler._refit_after_race`).
 RACE_SETTLE = 2.0
+#: Seconds past ``[scheduler] answer_timeout`` a plan waits, at most, for
+#: this scheduler's own bindings in flight on the only hosts that fit
+#: (:meth:`Scheduler.plan`): a binding is the allocation, the decision and
+#: the host's answer (at most ``answer_timeout``), then a free.
+BINDING_SLACK = 30.0
+#: Hosts whose last assume a scheduler remembers (:meth:`Scheduler._assume`:
+#: a plan older than a host's last assume does not offer it); the oldest
+#: forgotten first. A plan older than the newest assume forgotten offers
+#: no host it does not remember (it re-plans).
+MAX_ASSUMED_AT = 10_000
+#: Why a plan leaves a host out while another request of the same
+#: scheduler is being placed there.
+IN_FLIGHT = ("another request of this scheduler is being placed there (in flight); "
+             "planned around it")
 
 
 class ConsumerInUse(exception.ComputePluginsError):
@@ -225,6 +246,10 @@ class Plan:
     :param timings: seconds: ``placement``, ``store``, ``fit``.
     :param unscored: candidates not fitted: enough others fit
         (``[scheduler] hosts_to_score_percentage``).
+    :param busy: candidates left out: another request of this scheduler
+        is being placed there (:meth:`Scheduler._assume`).
+    :param serial: the scheduler's assumes made before this plan: a host
+        assumed since (by another of its requests) is not offered from it.
     """
 
     found: providers.ProviderCandidates
@@ -233,6 +258,8 @@ class Plan:
     ordered: tuple[tuple[float, fitting.HostFit], ...]
     timings: Mapping[str, float]
     unscored: int = 0
+    busy: tuple[str, ...] = ()
+    serial: int = 0
 
 
 class Scheduler:
@@ -253,6 +280,30 @@ class Scheduler:
     :param seed: the draw among equally good hosts (:func:`.view.draw`):
         None, from the system's entropy (schedulers draw differently); a
         number, the same draws every run.
+
+    **Several requests at once** (kube-scheduler's scheduling and binding
+    cycles): :meth:`schedule` may be called from several threads. Each
+    request's *scheduling cycle* (:meth:`plan`: candidates, fit, order, and
+    the choice of the host offered) runs one at a time per scheduler; the
+    host chosen is *assumed* (:meth:`_assume`) before the cycle ends, and
+    the next cycles plan around it (the host is left out, ``busy``) until
+    the request's *binding* on it (the ``PUT /allocations``, the decision,
+    the wait for the agent's answer) ends: bindings run concurrently. So two
+    requests of one scheduler never get the same CPUs, pages or devices.
+    A rejection (Placement's 409, the agent's refusal, no answer) un-assumes
+    the host before the request plans again, as any race; a claim
+    un-assumes it once the agent answered, by when its new state (the
+    claim's) is published (the agent publishes before it answers).
+
+    Placement's answer for the request's shape is brought up to date in
+    the view before the cycle (:meth:`_prefetch`), so that asking
+    Placement about every host holds up no other request.
+
+    The assume is per host, not per resource: the plugins' states are
+    opaque to the scheduler, and a state with one more assignment is only
+    the agent's to build (``host_state`` from its view). A request that
+    finds room only on hosts in flight waits for one of those bindings to
+    end (:data:`BINDING_SLACK`) and plans again, never refused on them.
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
@@ -283,6 +334,24 @@ class Scheduler:
         self.factors = weighers.multipliers(conf, sorted(plugins))
         #: Hosts this close to the best weight are drawn among (:func:`.view.draw`).
         self.tie_tolerance = view.tie_tolerance(self.factors)
+        #: The scheduling cycle (plan and choice), one at a time; notified
+        #: when a binding ends (a host un-assumed).
+        self._cycle = threading.Condition(threading.RLock())
+        #: Hosts assumed: a request of this scheduler is being placed there
+        #: (host -> the consumer).
+        self._assumed: dict[str, str] = {}
+        #: Assumes made so far, and each host's last one (at most
+        #: :data:`MAX_ASSUMED_AT` hosts, the oldest forgotten first).
+        self._assumes = 0
+        self._assumed_at: collections.OrderedDict[str, int] = collections.OrderedDict()
+        #: The newest assume forgotten (0: none).
+        self._forgotten = 0
+        #: Request shapes whose Placement answer a request is bringing up
+        #: to date (:meth:`_prefetch`), set once it is kept.
+        self._prefetching: dict[Any, threading.Event] = {}
+        #: Requests in :meth:`schedule` now: a lone one prefetches only a
+        #: re-ask of every host (:meth:`_prefetch`).
+        self._requests = 0
 
     # -- Placement --------------------------------------------------------
 
@@ -320,32 +389,149 @@ class Scheduler:
 
     # -- scheduling -------------------------------------------------------
 
+    # -- the scheduling cycle: assumed hosts -------------------------------
+
+    def _assume(self, host: str, consumer: str, serial: int) -> bool:
+        """Assume ``host`` for ``consumer`` (the cycle held): the next plans
+        leave it out until :meth:`_unassume`. False, nothing assumed, when
+        another request of this scheduler is being placed there, or was
+        since the plan (made after ``serial`` assumes) was made: its fit
+        there is stale."""
+        with self._cycle:
+            # NOTE: a host not remembered was last assumed before the
+            # oldest forgotten assume, if ever: a plan older than that one
+            # cannot tell, and does not offer it.
+            last = self._assumed_at.get(host, 0)
+            if host in self._assumed or last > serial or \
+                    (host not in self._assumed_at and self._forgotten > serial):
+                return False
+            self._assumes += 1
+            self._assumed[host] = consumer
+            self._assumed_at[host] = self._assumes
+            self._assumed_at.move_to_end(host)
+            while len(self._assumed_at) > MAX_ASSUMED_AT:
+                _host, self._forgotten = self._assumed_at.popitem(last=False)
+            return True
+
+    def _unassume(self, host: str) -> None:
+        """The binding on ``host`` ended (claimed, refused, given up): the
+        next plans may choose it again; a plan waiting for it goes on."""
+        with self._cycle:
+            self._assumed.pop(host, None)
+            self._cycle.notify_all()
+
+    def _prefetch(self, spec: Any) -> tuple[int, tuple[str, ...]]:
+        """Placement's answer for ``spec``'s shape brought up to date in
+        the view before the scheduling cycle (the plan then serves it, kept):
+        a ``GET /resource_providers`` of every host (2-3 MB at 1,000 hosts,
+        when the kept answer expired) or of a few trees holds up no other
+        request of this scheduler. One request per shape at a time asks;
+        the others of that shape wait for its answer. Nothing without a
+        view (``placement_view_seconds`` 0: the plan asks anyway).
+
+        Nothing either for a lone request (no other in :meth:`schedule`)
+        while the view's kept answer for the shape stands: no other request
+        to hold up, and its plan reads the liveness and the view anyway;
+        prefetching would read them twice per decision (one request at a
+        time behaves as before issue 19 but for the re-ask of every host,
+        brought forward).
+
+        :returns: the requests sent to Placement, and its queries.
+        """
+        if self.view.seconds <= 0:
+            return 0, ()
+        key = providers.needs(spec.groups)
+        with self._cycle:
+            if self._requests <= 1 and self.view.stands(spec.groups):
+                return 0, ()
+            running = self._prefetching.get(key)
+            if running is None:
+                running = self._prefetching[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            # NOTE: another request of this scheduler is asking Placement
+            # about the same shape: its answer, once kept, serves this one
+            # (the requests at once do not all ask about every host).
+            running.wait(self.conf.scheduler.answer_timeout)
+            return 0, ()
+        try:
+            alive = liveness.read(self.store)
+            found, _asked = self.view.find(self.placement, self.store, spec.groups,
+                                           sorted(alive.generations))
+            return found.calls, found.queries if found.calls else ()
+        finally:
+            with self._cycle:
+                del self._prefetching[key]
+            running.set()
+
+    def in_flight(self) -> dict[str, str]:
+        """host -> consumer: this scheduler's bindings in flight."""
+        with self._cycle:
+            return dict(self._assumed)
+
     def plan(self, spec: Any, fresh: bool = False) -> Plan:
         """Steps 1 to 3 (module doc): candidates, fit, order; no writes.
+
+        One plan at a time per scheduler (the scheduling cycle): the hosts
+        where another of its requests is being placed are left out (class
+        doc); when only they could fit, it waits for one of those bindings
+        to end and plans again (at most ``answer_timeout`` +
+        :data:`BINDING_SLACK` seconds).
 
         :param fresh: ask Placement even when the view's answer stands
             (it is asked anyway when nothing fits on the kept one).
         """
+        deadline: Optional[float] = None
+        with self._cycle:
+            while True:
+                last = deadline is not None and time.monotonic() >= deadline
+                planned = self._plan_once(spec, fresh, waits=not last)
+                if planned.ordered or not planned.busy or last:
+                    return planned
+                if deadline is None:
+                    deadline = (time.monotonic() + self.conf.scheduler.answer_timeout
+                                + BINDING_SLACK)
+                self._cycle.wait(max(0.0, deadline - time.monotonic()))
+
+    def _plan_once(self, spec: Any, fresh: bool = False, waits: bool = False) -> Plan:
+        """:meth:`plan` around the hosts assumed now (the cycle held).
+
+        :param waits: when nothing fits but hosts are in flight, the plan
+            waits for them (:meth:`plan`): Placement is not asked again
+            about the hosts its kept answer excluded (a full re-ask, under
+            the cycle, on every binding's end); it is once none is in
+            flight, or the wait is over.
+        """
         timings: dict[str, float] = {}
         start = time.monotonic()
+        busy = frozenset(self._assumed)
+        serial = self._assumes
         alive = liveness.read(self.store)
         generations = alive.generations
         self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,
                                       sorted(generations), fresh=fresh)
         timings["placement"] = time.monotonic() - start
+        eligible = self._eligible(found.hosts)
+        left_out = tuple(h for h in eligible if h in busy)
         fits, scored, tree_changed = self._fit_enough(
-            spec, self._eligible(found.hosts), generations, timings)
+            spec, tuple(h for h in eligible if h not in busy) if left_out else eligible,
+            generations, timings)
         nothing = not any(f.result.fits for f in fits.values())
-        if not found.complete and (tree_changed or nothing):
+        reask = nothing and not (waits and left_out)
+        if not found.complete and (tree_changed or reask):
             # NOTE: a host's tree changed (the view asks about that host
             # again), or nothing fits on the kept answer (the view asks
             # again about the hosts it excluded): never refuse on a stale
             # view.
-            return self.plan(spec, fresh=nothing)
+            return self._plan_once(spec, fresh=reask, waits=waits)
         start = time.monotonic()
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)
+        for host in left_out:
+            verdicts[host] = (Rejection(IN_FLIGHT),)
         for host in scored:
             if host not in fits:
                 verdicts[host] = (Rejection(
@@ -361,7 +547,8 @@ class Scheduler:
         timings["fit"] += time.monotonic() - start
         return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
                     ordered=tuple(ordered), timings=FrozenMap(timings),
-                    unscored=len(found.hosts) - len(scored))
+                    unscored=len(found.hosts) - len(scored) - len(left_out),
+                    busy=left_out, serial=serial)
 
     def _eligible(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
         """The candidates this scheduler may fit at all (all of them; a
@@ -427,6 +614,17 @@ class Scheduler:
             (anything but a 409 on the allocation).
         :raises StoreUnavailable: the host-state store cannot be reached.
         """
+        with self._cycle:
+            self._requests += 1
+        try:
+            return self._schedule(spec, consumer, project_id, user_id, timeout)
+        finally:
+            with self._cycle:
+                self._requests -= 1
+
+    def _schedule(self, spec: Any, consumer: str, project_id: str,
+                  user_id: str, timeout: Optional[float]) -> ScheduleResult:
+        """:meth:`schedule`, counted in the requests at once."""
         group = self.conf.scheduler
         wait = group.answer_timeout if timeout is None else timeout
         active = self.store.active_decision(consumer)
@@ -439,110 +637,129 @@ class Scheduler:
         latest = self.store.latest_decision(consumer)
         known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
-        planned = self.plan(spec)
-        found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
-        timings = dict(planned.timings)
-        calls["GET /resource_providers"] = found.calls
-        start = time.monotonic()
-        attempts: list[Attempt] = []
-        tried = 0
-        placed: Optional[Any] = None
-        # NOTE: a host given up (409, timeout...) is not tried again; a host
-        # that rejected is, once it published a new state (another
-        # generation): its agent had claimed for someone else since, and
-        # the fit on its new state may choose other CPUs or devices.
-        given_up: set[str] = set()
-        rejected_at: dict[str, int] = {}
-        races = 0
-        queue = list(ordered)
+        asked, prefetched = self._prefetch(spec)
+        # NOTE: the first plan and the choice of its first host are one
+        # scheduling cycle (class doc): the cycle is held until a host is
+        # assumed, and released for the binding.
+        self._cycle.acquire()
+        holding = True
+        try:
+            planned = self.plan(spec)
+            found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
+            serial = planned.serial
+            timings = dict(planned.timings)
+            calls["GET /resource_providers"] = asked + found.calls
+            start = time.monotonic()
+            attempts: list[Attempt] = []
+            tried = 0
+            placed: Optional[Any] = None
+            # NOTE: a host given up (409, timeout...) is not tried again; a
+            # host that rejected is, once it published a new state (another
+            # generation): its agent had claimed for someone else since, and
+            # the fit on its new state may choose other CPUs or devices.
+            given_up: set[str] = set()
+            rejected_at: dict[str, int] = {}
+            races = 0
+            queue = list(ordered)
+            # NOTE: a host of the plan assumed by another request of this
+            # scheduler since it was made (the plan's fit there is stale):
+            # planned again (in one cycle) when the plan runs out.
+            skipped = False
 
-        def follow(replanned: Plan) -> None:
-            """Go on with a new plan (its hosts next, its verdicts kept)."""
-            nonlocal found, ordered, queue
-            calls["GET /resource_providers"] += replanned.found.calls
-            found = replanned.found
-            verdicts.update(replanned.verdicts)
-            queue = list(replanned.ordered)
-            ordered = replanned.ordered
+            def follow(replanned: Plan) -> None:
+                """Go on with a new plan (its hosts next, its verdicts kept)."""
+                nonlocal found, ordered, queue, serial, skipped
+                calls["GET /resource_providers"] += replanned.found.calls
+                found = replanned.found
+                verdicts.update(replanned.verdicts)
+                queue = list(replanned.ordered)
+                ordered = replanned.ordered
+                serial = replanned.serial
+                skipped = False
 
-        while tried < group.max_attempts:
-            if not queue:
-                if found.complete:
-                    break
-                # NOTE: every host of a kept answer given up (409s past
-                # max_races): never refuse on a stale view; asked once.
-                follow(self.plan(spec, fresh=True))
-                continue
-            _weight, fit = queue.pop(0)
-            if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
-                continue
-            began = time.monotonic()
-            cancelled = protocol.cancelled_since(self.store, consumer, known[0])
-            if cancelled is not None:
-                attempts.append(Attempt(fit.host, "withdrawn", (Rejection(
-                    "the consumer was released before host %s was offered it"
-                    % fit.host),)))
-                break
-            decision = allocation.build_decision(self.plugins, spec, fit,
-                                                 found.room[fit.host])
-            if isinstance(decision, Rejection):
-                attempts.append(Attempt(fit.host, "unbuildable", (decision,)))
-                verdicts[fit.host] = (decision,)
-                given_up.add(fit.host)
-                continue
-            try:
-                self._allocate(consumer, decision, project_id, user_id, calls)
-            except pexc.Conflict as err:
-                refused = Rejection("Placement refused the allocation (409 %s): %s"
-                                    % (err.code or "conflict", err),
-                                    plugin=providers.PLACEMENT)
-                # NOTE: no room there for this shape, whatever the view
-                # kept: the refit leaves the host out.
-                self.view.refused(spec.groups, fit.host, refused)
-                attempts.append(Attempt(fit.host, "conflict", (refused,),
-                                        time.monotonic() - began))
-                if races < group.max_races:
-                    # NOTE: another scheduler's allocation took the room
-                    # first: refit on fresh state (item 5 of issue 20).
-                    races += 1
-                    follow(self._refit_after_race(spec, wait))
+            while tried < group.max_attempts:
+                if not holding:
+                    self._cycle.acquire()
+                    holding = True
+                if not queue:
+                    if skipped:
+                        follow(self.plan(spec))
+                        continue
+                    if found.complete:
+                        break
+                    # NOTE: every host of a kept answer given up (409s past
+                    # max_races): never refuse on a stale view; asked once.
+                    follow(self.plan(spec, fresh=True))
                     continue
-                given_up.add(fit.host)
-                continue
-            except pexc.ProviderGone as err:
-                # NOTE: one of this host's providers was deleted since the
-                # query (a device removed, the host decommissioned): the
-                # next host.
-                self.view.forget(fit.host)
-                attempts.append(Attempt(fit.host, "conflict", (Rejection(
-                    "Placement refused the allocation (400): %s" % err,
-                    plugin=providers.PLACEMENT),), time.monotonic() - began))
-                given_up.add(fit.host)
-                continue
-            decided = spec.with_decision(decision)
-            outcome = self._claim(consumer, fit.host, decided, wait, calls, known)
-            attempts.append(dataclasses.replace(outcome, seconds=time.monotonic() - began))
-            if outcome.outcome == "claimed":
-                placed = decided
-                break
-            if outcome.outcome == "withdrawn":
-                # NOTE: a requester released the consumer meanwhile: placing
-                # it on another host would undo that release (and the
-                # requester's delete of the allocation could hit the new one).
-                break
-            if outcome.outcome != "rejected":
-                tried += 1
-                given_up.add(fit.host)
-                continue
-            rejected_at[fit.host] = fit.generation
-            raced = races < group.max_races and self._raced(fit)
-            if raced:
-                races += 1
-            else:
-                tried += 1
-            if tried < group.max_attempts:
-                follow(self._refit_after_race(spec, wait) if raced
-                       else self.plan(spec))
+                _weight, fit = queue.pop(0)
+                if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
+                    continue
+                if not self._assume(fit.host, consumer, serial):
+                    skipped = True
+                    continue
+                # NOTE: from the assume on, whatever is raised (an
+                # interrupt at the release included) un-assumes the host.
+                try:
+                    self._cycle.release()
+                    holding = False
+                    began = time.monotonic()
+                    step, attempt, decided = self._bind(spec, consumer, fit, found,
+                                                        project_id, user_id, wait,
+                                                        calls, known)
+                finally:
+                    self._unassume(fit.host)
+                attempt = dataclasses.replace(attempt, seconds=time.monotonic() - began)
+                attempts.append(attempt)
+                if step == "cancelled":
+                    break
+                if step == "unbuildable":
+                    verdicts[fit.host] = attempt.reasons
+                    given_up.add(fit.host)
+                    continue
+                if step == "conflict":
+                    # NOTE: no room there for this shape, whatever the view
+                    # kept: the refit leaves the host out.
+                    self.view.refused(spec.groups, fit.host, attempt.reasons[0])
+                    if races < group.max_races:
+                        # NOTE: another scheduler's allocation took the room
+                        # first: refit on fresh state (item 5 of issue 20).
+                        races += 1
+                        follow(self._refit_after_race(spec, wait))
+                        continue
+                    given_up.add(fit.host)
+                    continue
+                if step == "gone":
+                    # NOTE: one of this host's providers was deleted since
+                    # the query (a device removed, the host decommissioned):
+                    # the next host.
+                    self.view.forget(fit.host)
+                    given_up.add(fit.host)
+                    continue
+                if attempt.outcome == "claimed":
+                    placed = decided
+                    break
+                if attempt.outcome == "withdrawn":
+                    # NOTE: a requester released the consumer meanwhile:
+                    # placing it on another host would undo that release
+                    # (and the requester's delete of the allocation could
+                    # hit the new one).
+                    break
+                if attempt.outcome != "rejected":
+                    tried += 1
+                    given_up.add(fit.host)
+                    continue
+                rejected_at[fit.host] = fit.generation
+                raced = races < group.max_races and self._raced(fit)
+                if raced:
+                    races += 1
+                else:
+                    tried += 1
+                if tried < group.max_attempts:
+                    follow(self._refit_after_race(spec, wait) if raced
+                           else self.plan(spec))
+        finally:
+            if holding:
+                self._cycle.release()
         timings["claim"] = time.monotonic() - start
         reasons: tuple[HostReasons, ...] = ()
         if placed is None:
@@ -553,7 +770,11 @@ class Scheduler:
             spec=placed if placed is not None else spec,
             candidates=len(found.hosts), fitting=len(ordered),
             verdicts=FrozenMap(sorted(verdicts.items())),
-            attempts=tuple(attempts), reasons=reasons, queries=found.queries,
+            attempts=tuple(attempts), reasons=reasons,
+            # NOTE: the kept answer's queries, and those the prefetch sent
+            # that it does not hold (trees asked about and merged in).
+            queries=found.queries + tuple(q for q in prefetched
+                                          if q not in found.queries),
             placement_calls=FrozenMap(sorted((k, n) for k, n in calls.items() if n)),
             timings=FrozenMap(timings))
 
@@ -682,6 +903,43 @@ class Scheduler:
                                timeout=timeout, poll_interval=self.poll_interval)
         refuse_moved_meanwhile(self.store, done)
         return done
+
+    def _bind(self, spec: Any, consumer: str, fit: fitting.HostFit,
+              found: providers.ProviderCandidates, project_id: str, user_id: str,
+              wait: float, calls: dict[str, int], known: list[int]
+              ) -> tuple[str, Attempt, Optional[Any]]:
+        """The binding of ``spec`` on the assumed ``fit.host``: the
+        allocation written, the decision offered, the agent's answer
+        waited for; run outside the scheduling cycle (class doc).
+
+        :returns: what happened (``cancelled``: released before the offer;
+            ``unbuildable``; ``conflict``: Placement's 409; ``gone``: a
+            provider deleted since the query; ``offered``: the host
+            answered, or not, as the attempt says), the attempt, and the
+            decided spec (``offered`` only).
+        """
+        cancelled = protocol.cancelled_since(self.store, consumer, known[0])
+        if cancelled is not None:
+            return "cancelled", Attempt(fit.host, "withdrawn", (Rejection(
+                "the consumer was released before host %s was offered it"
+                % fit.host),)), None
+        decision = allocation.build_decision(self.plugins, spec, fit,
+                                             found.room[fit.host])
+        if isinstance(decision, Rejection):
+            return "unbuildable", Attempt(fit.host, "unbuildable", (decision,)), None
+        try:
+            self._allocate(consumer, decision, project_id, user_id, calls)
+        except pexc.Conflict as err:
+            return "conflict", Attempt(fit.host, "conflict", (Rejection(
+                "Placement refused the allocation (409 %s): %s"
+                % (err.code or "conflict", err), plugin=providers.PLACEMENT),)), None
+        except pexc.ProviderGone as err:
+            return "gone", Attempt(fit.host, "conflict", (Rejection(
+                "Placement refused the allocation (400): %s" % err,
+                plugin=providers.PLACEMENT),)), None
+        decided = spec.with_decision(decision)
+        return "offered", self._claim(consumer, fit.host, decided, wait, calls,
+                                      known), decided
 
     def _claim(self, consumer: str, host: str, decided: Any, wait: float,
                calls: dict[str, int], known: list[int]) -> Attempt:

@@ -318,6 +318,15 @@ class PlacementView:
             del self._entries[next(iter(self._entries))]
         self._entries[key] = entry
 
+    def stands(self, groups: Sequence[RequestGroup]) -> bool:
+        """Whether :meth:`find` serves a kept answer for ``groups``' shape
+        rather than asking Placement about every host (it is young
+        enough); nothing read from the store."""
+        key = providers.needs(groups)
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is not None and self._clock() - entry.taken < self.seconds
+
     def __len__(self) -> int:
         """How many answers are kept."""
         with self._lock:

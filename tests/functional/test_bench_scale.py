@@ -40,6 +40,25 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     assert out["idle_placement_calls_per_host_minute"] == 0
 
 
+def test_requests_at_once_in_each_scheduler_allocate_nothing_twice(tmp_path):
+    """``--concurrency 3``: each scheduler process works on 3 requests at
+    once (threads on one scheduler); every boot placed, nothing allocated
+    twice, the offers counted by outcome, one profile per request
+    thread."""
+    result = bench("--hosts", "5", "--decisions", "12", "--idle", "1", "--workers", "1",
+                   "--poll-interval", "0.2", "--lease", "3", "--json",
+                   "--concurrency", "3", "--delete-fraction", "0",
+                   "--profile", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["concurrency"] == 3
+    assert out["decisions"] == out["boots"] == 12 and out["placed"] > 0
+    assert out["double_allocations"] == 0 and out["agent_errors"] == 0
+    assert out["attempts"].get("claimed") == out["placed"]
+    threads = sorted(p.name for p in tmp_path.glob("scheduler-*-thread-*.pstats"))
+    assert len(threads) == 6, threads
+
+
 def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     """Where the store pushes, the benchmark's agents are woken by their
     host's notification and polled for their lease renewal only (every
