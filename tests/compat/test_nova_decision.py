@@ -1032,3 +1032,56 @@ def recorded_on(world: World, instance: str, host: str) -> RequestSpec:
                                        host, world.driver.plugin_manager.plugins)
     assert spec is not None and spec.decision is not None
     return spec
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "each compute counts the other instance's recorded (never executed) "
+    "alternate decision as taken: both refuse ('CPU(s) 0 of host cell 0 "
+    "are taken by other guests'), where stock nova builds both"))
+def test_two_instances_rescheduled_at_once_onto_one_alternate(world, second, tmp_path):
+    """The two instances of one request stacked on one host share their
+    alternate and its decision. When that host fails both (the correlated
+    case: one host, one failure), nova's conductor reschedules both onto
+    the alternate, whose compute claims both (nova's tracker sets their
+    host) before either spawns. One of them must execute the decision and
+    only the other refuse it (doc/source/nova-compat.md); stock nova (no
+    decision there) builds both on its own claim."""
+    for name, value in (("ram_weight_multiplier", -1.0), ("cpu_weight_multiplier", -1.0),
+                        ("disk_weight_multiplier", -1.0), ("io_ops_weight_multiplier", 1.0)):
+        world.nova.conf.set_override(name, value, "filter_scheduler")
+    modules = patched_modules(tmp_path, PATCH_ALTERNATES, [
+        "nova/scheduler/host_manager.py", "nova/scheduler/manager.py"])
+    scheduler = two_hosts(world, second, modules["nova/scheduler/manager.py"],
+                          modules["nova/scheduler/host_manager.py"])
+    spec, instances = pinned(world, 1, 2)
+    made: list[Any] = []
+    try:
+        selections = scheduler.select_destinations(
+            world.context, spec_obj=spec, instance_uuids=instances,
+            return_objects=True, return_alternates=True)
+        assert [[s.service_host for s in selected] for selected in selections] == [
+            [NODE, NODE2], [NODE, NODE2]]
+        first = world.nova.connection
+        world.nova.connection = second.connection
+        try:
+            made = [world.instance(i, spec, second.compute) for i in instances]
+        finally:
+            world.nova.connection = first
+        outcomes = []
+        for inst, selected in zip(made, selections, strict=True):
+            candidate = json.loads(selected[1].allocation_request)
+            try:
+                second.driver.plugin_decision(world.context, inst,
+                                              candidate["allocations"], host=NODE2)
+                outcomes.append("executed")
+            except DecisionRefused:
+                outcomes.append("refused")
+        assert sorted(outcomes) == ["executed", "refused"]
+    finally:
+        for inst in made:
+            inst.destroy()
+        for name in ("ram_weight_multiplier", "cpu_weight_multiplier",
+                     "disk_weight_multiplier", "io_ops_weight_multiplier"):
+            world.nova.conf.clear_override(name, "filter_scheduler")
+        for instance in instances:
+            world.placement.api.delete("/allocations/%s" % instance)
