@@ -605,17 +605,36 @@ class PluginFitFilter(filters.BaseHostFilter):  # type: ignore[misc]  # nova is 
         request of several instances nova picks every alternate after the
         last instance's filtering, whose spec names another instance, and
         the instances of one request share the flavor, image and ports.
+        A candidate's decision goes to the first instance of the request
+        nova names it for, only: nova hands one alternate's candidate to
+        every instance of the request, and two instances rescheduled there
+        together would each find the other's recorded (never executed)
+        decision taking the same CPUs and both refuse. A later instance
+        gets no decision there and, on a reschedule, nova's own claim (as
+        stock nova; its compute says so).
+
         Returns the decision (None: the filter kept none for the
-        candidate in this request)."""
+        candidate in this request, or gave it to an earlier instance)."""
         spec = getattr(host_state, "plugin_spec", None)
+        token = _request_token(spec_obj)
         if (spec is None or getattr(host_state, "plugin_request", None)
-                != _request_token(spec_obj)):
+                != token):
             return None
+        key = candidate_key(candidate)
         decision: Optional[Decision] = (
-            getattr(host_state, "plugin_decisions", None) or {}).get(
-                candidate_key(candidate))
+            getattr(host_state, "plugin_decisions", None) or {}).get(key)
         if decision is None:
             return None
+        handed = getattr(host_state, "plugin_alternates", None)
+        given: dict[str, str] = dict(handed[1]) if handed and handed[0] == token else {}
+        if given.setdefault(key, str(instance_uuid)) != str(instance_uuid):
+            LOG.info("PluginFitFilter: host %s is an alternate of instance %s "
+                     "with the candidate whose decision went to instance %s "
+                     "of the same request: none recorded for %s (a reschedule "
+                     "there gets nova's own claim)", host_state.host,
+                     instance_uuid, given[key], instance_uuid)
+            return None
+        host_state.plugin_alternates = (token, given)
         self._record(str(instance_uuid), host_state.host, spec, decision)
         return decision
 

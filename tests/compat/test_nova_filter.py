@@ -232,6 +232,10 @@ def test_an_alternate_gets_its_candidates_decision_of_this_request_only(nova_con
     assert getattr(big, "plugin_given", None) is None
     other = "44444444-4444-4444-4444-444444444444"
     assert filt.alternate(big, spec_obj, other, {"allocations": {}}) is None
+    # the same candidate for another instance of the request: none (the
+    # two would take the same CPUs); the first instance's stays
+    assert filt.alternate(big, spec_obj, other, candidate) is None
+    assert filt.alternate(big, spec_obj, instance, candidate) == decision
     later = nova_spec_obj(vcpus=6, extra_specs={"hw:cpu_policy": "dedicated"})
     assert filt.alternate(big, later, other, candidate) is None
     assert nova_decisions.decision_for(filt.decisions, other, "big", filt.plugins) is None
