@@ -227,8 +227,9 @@ class MoveScheduler(Scheduler):
     def _eligible(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(h for h in hosts if self._left_out(h) is None)
 
-    def plan(self, spec: Any, fresh: bool = False) -> Plan:
-        planned = super().plan(spec, fresh=fresh)
+    def plan(self, spec: Any, fresh: bool = False,
+             since: Optional[float] = None) -> Plan:
+        planned = super().plan(spec, fresh=fresh, since=since)
         verdicts = dict(planned.verdicts)
         if self.only is not None:
             verdicts = {h: v for h, v in verdicts.items() if h == self.only}

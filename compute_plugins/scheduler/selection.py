@@ -471,7 +471,8 @@ class Scheduler:
         with self._cycle:
             return dict(self._assumed)
 
-    def plan(self, spec: Any, fresh: bool = False) -> Plan:
+    def plan(self, spec: Any, fresh: bool = False,
+             since: Optional[float] = None) -> Plan:
         """Steps 1 to 3 (module doc): candidates, fit, order; no writes.
 
         One plan at a time per scheduler (the scheduling cycle): the hosts
@@ -482,12 +483,15 @@ class Scheduler:
 
         :param fresh: ask Placement even when the view's answer stands
             (it is asked anyway when nothing fits on the kept one).
+        :param since: the view's time (``view.now()``) the request began:
+            an answer the view took since (the request's prefetch) is as
+            fresh as asking now, and a refusal stands on it.
         """
         deadline: Optional[float] = None
         with self._cycle:
             while True:
                 last = deadline is not None and time.monotonic() >= deadline
-                planned = self._plan_once(spec, fresh, waits=not last)
+                planned = self._plan_once(spec, fresh, waits=not last, since=since)
                 if planned.ordered or not planned.busy or last:
                     return planned
                 if deadline is None:
@@ -495,7 +499,8 @@ class Scheduler:
                                 + BINDING_SLACK)
                 self._cycle.wait(max(0.0, deadline - time.monotonic()))
 
-    def _plan_once(self, spec: Any, fresh: bool = False, waits: bool = False) -> Plan:
+    def _plan_once(self, spec: Any, fresh: bool = False, waits: bool = False,
+                   since: Optional[float] = None) -> Plan:
         """:meth:`plan` around the hosts assumed now (the cycle held).
 
         :param waits: when nothing fits but hosts are in flight, the plan
@@ -512,7 +517,7 @@ class Scheduler:
         generations = alive.generations
         self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,
-                                      sorted(generations), fresh=fresh)
+                                      sorted(generations), fresh=fresh, since=since)
         timings["placement"] = time.monotonic() - start
         eligible = self._eligible(found.hosts)
         left_out = tuple(h for h in eligible if h in busy)
@@ -526,7 +531,7 @@ class Scheduler:
             # again), or nothing fits on the kept answer (the view asks
             # again about the hosts it excluded): never refuse on a stale
             # view.
-            return self._plan_once(spec, fresh=reask, waits=waits)
+            return self._plan_once(spec, fresh=reask, waits=waits, since=since)
         start = time.monotonic()
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)
@@ -637,6 +642,7 @@ class Scheduler:
         latest = self.store.latest_decision(consumer)
         known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
+        since = self.view.now()
         asked, prefetched = self._prefetch(spec)
         # NOTE: the first plan and the choice of its first host are one
         # scheduling cycle (class doc): the cycle is held until a host is
@@ -644,7 +650,7 @@ class Scheduler:
         self._cycle.acquire()
         holding = True
         try:
-            planned = self.plan(spec)
+            planned = self.plan(spec, since=since)
             found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
             serial = planned.serial
             timings = dict(planned.timings)

@@ -169,15 +169,24 @@ class PlacementView:
         self._trees: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
 
+    def now(self) -> float:
+        """The view's clock (what ``since`` of :meth:`find` compares with)."""
+        return self._clock()
+
     def find(self, client: Any, store: HostPublication,
              groups: Sequence[RequestGroup], live: Sequence[str],
-             fresh: bool = False) -> tuple[providers.ProviderCandidates, bool]:
+             fresh: bool = False, since: Optional[float] = None
+             ) -> tuple[providers.ProviderCandidates, bool]:
         """Which of the ``live`` hosts have room for ``groups``.
 
         :param fresh: nothing fitted on the answer served: ask Placement
             again about every host the kept answer excluded (by tree when
             they are few, else everything), so that a request is refused
             only on what Placement says now.
+        :param since: (:meth:`now`) a kept answer taken since then, that
+            knows every ``live`` host, is as good as asking now (the
+            caller's request asked it, before its plan): a refusal may
+            stand on it.
         :returns: the answer restricted to ``live`` (its ``calls`` are the
             requests sent this time: 0 when kept; its ``complete`` whether
             a refusal may stand on it), and whether Placement was asked
@@ -203,6 +212,8 @@ class PlacementView:
             # NOTE: an operator's disabled hosts stay out whatever
             # Placement says: not asked about.
             stale |= (set(entry.found.excluded) - disabled) & hosts
+        if not stale and since is not None and entry.taken >= since:
+            return self._served(entry, hosts, complete=True), False
         if not stale:
             if fresh:
                 # NOTE: nothing excluded, nothing unknown: the kept answer
