@@ -28,6 +28,11 @@
   default 1, one after the other); decisions/s over the
   slowest scheduler's time, boot latency p50/p99, Placement calls and store
   statements (every process) per decision.
+- **CPU** (:mod:`bench.scale.cpu`): every part's CPU per decision over
+  the workload (schedulers, agents, Placement, the private PostgreSQL's
+  backends; less the idle minute's rate, the lease renewals, as
+  ``cpu_ms_per_decision_less_idle``), and the idle CPU per host-minute:
+  what a decision costs whatever else the machine runs.
 - **Check**: once the deletes are done, every consumer's allocation in
   Placement compared with its claim in the store (``double_allocations``:
   consumers where they disagree; 0 expected).
@@ -49,13 +54,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing import connection as mpconnection
 from typing import Any, Optional
 
 import sqlalchemy as sa
 
-from bench.scale import agents, counters, hosts, schedulers
+from bench.scale import agents, counters, cpu, hosts, schedulers
 from compute_plugins import exception
 from compute_plugins.hoststate import broker as hoststate_broker
 from compute_plugins.hoststate import protocol
@@ -166,13 +171,15 @@ def broker(transport_url: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def databases(args: argparse.Namespace, tmp: str) -> Iterator[tuple[str, str]]:
-    """(Placement's database URL, the store's)."""
+def databases(args: argparse.Namespace, tmp: str) -> Iterator[
+        tuple[str, str, Callable[[], list[int]]]]:
+    """(Placement's database URL, the store's, what lists the private
+    database server's processes: none on SQLite or a server of yours)."""
     placement_url = args.placement_db_url
     store_url = args.store_url
     if args.store == "sqlite" or (placement_url and store_url):
         yield (placement_url or "sqlite://",
-               store_url or "sqlite:///" + os.path.join(tmp, "hoststate.sqlite"))
+               store_url or "sqlite:///" + os.path.join(tmp, "hoststate.sqlite"), list)
         return
     from tests import servers
 
@@ -184,8 +191,13 @@ def databases(args: argparse.Namespace, tmp: str) -> Iterator[tuple[str, str]]:
                     cur.execute("CREATE DATABASE %s" % name)
         finally:
             admin.close()
-        yield (placement_url or server.url("bench_placement"),
-               store_url or server.url("bench_hoststate"))
+        watcher = server.admin()
+        try:
+            yield (placement_url or server.url("bench_placement"),
+                   store_url or server.url("bench_hoststate"),
+                   lambda: cpu.database_pids(watcher))
+        finally:
+            watcher.close()
 
 
 class Workers:
@@ -309,7 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "push_transport": args.push_transport_url.partition(":")[0]}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, \
-                databases(args, tmp) as (placement_db, store_url), \
+                databases(args, tmp) as (placement_db, store_url, database_pids), \
                 broker(args.push_transport_url) as transport_url, \
                 embedded.EmbeddedPlacement(placement_db) as service, \
                 HostStateStore(store_url, push_transport_url=transport_url) as store:
@@ -318,7 +330,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             serving.start()
             try:
                 _measure(args, out, service, server.url, store,
-                         (store_url, transport_url), tmp, agent_procs, sched_procs)
+                         (store_url, transport_url), tmp, agent_procs, sched_procs,
+                         database_pids)
             finally:
                 server.shutdown()
                 serving.join(10)
@@ -335,7 +348,8 @@ def say(text: str) -> None:
 
 def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
              placement_url: str, store: HostStateStore, store_url: tuple[str, str], tmp: str,
-             agent_procs: Workers, sched_procs: Workers) -> None:
+             agent_procs: Workers, sched_procs: Workers,
+             database_pids: Callable[[], list[int]]) -> None:
     client = service.client()
     client.get("/")
     # -- set-up --------------------------------------------------------
@@ -359,9 +373,19 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     out["pushed_hosts"] = sum(answer[3] for answer in ready)
     # -- idle ----------------------------------------------------------
     idle = (counters.STATEMENTS, counters.PLACEMENT, counters.POLLS)
+    roles = ([p.pid for p in sched_procs.procs], [p.pid for p in agent_procs.procs])
     before = [agent_procs.total(f) for f in idle]
+    cpu_before = cpu.snapshot(*roles, database_pids())
     time.sleep(args.idle)
+    cpu_after = cpu.snapshot(*roles, database_pids())
     after = [agent_procs.total(f) for f in idle]
+    # NOTE: every process's CPU while nothing is scheduled (the agents'
+    # lease renewals, the database's share of them), per host-minute:
+    # what the workload's CPU per decision also holds.
+    idle_cpu = {role: (cpu_after[role] - cpu_before[role]) / args.idle
+                for role in cpu.ROLES}
+    out["idle_cpu_ms_per_host_minute"] = round(
+        sum(idle_cpu.values()) * 60e3 / args.hosts, 2)
     host_minutes = args.hosts * args.idle / 60
     # NOTE: 60 / --poll-interval when the agents poll and keep up; where
     # the store pushes, an agent is polled for its lease renewal only
@@ -392,8 +416,12 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     everyone = (agent_procs, sched_procs)
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
+    cpu_before = cpu.snapshot(*roles, database_pids())
+    cpu_start = time.monotonic()
     sched_procs.send_all([("go",)] * args.schedulers)
     results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
+    cpu_after = cpu.snapshot(*roles, database_pids())
+    cpu_seconds = time.monotonic() - cpu_start
     out["down_hosts_after_workload"] = len(liveness.read(store).down)
     say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
@@ -409,6 +437,15 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "p50_ms": round(percentile(boots, 50) * 1e3, 1),
         "p99_ms": round(percentile(boots, 99) * 1e3, 1),
         "delete_p50_ms": round(percentile(deletes, 50) * 1e3, 1),
+        # NOTE: every process's CPU over the workload (the agents' idle
+        # lease renewals included), per decision: what a decision costs
+        # whatever else the machine runs.
+        "cpu_ms_per_decision": cpu.per_decision(cpu_before, cpu_after, decisions),
+        # NOTE: the same, less what the idle minute's rate (lease renewals)
+        # spent over the workload's time: a decision's own cost.
+        "cpu_ms_per_decision_less_idle": cpu.per_decision(
+            cpu_before, {role: cpu_after[role] - idle_cpu[role] * cpu_seconds
+                         for role in cpu.ROLES}, decisions),
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
         "rejections": agent_procs.total(counters.REJECTIONS),
@@ -476,6 +513,12 @@ def report(out: dict[str, Any]) -> str:
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
            out["rejections"], ", ".join("%d %s" % (n, k) for k, n in
                                         sorted(out["attempts"].items()))),
+        "  CPU per decision: %s; less the idle rate: %s; idle: %.2f ms per host-minute"
+        % (", ".join("%s %.1f ms" % (role, ms)
+                     for role, ms in out["cpu_ms_per_decision"].items()),
+           ", ".join("%s %.1f ms" % (role, ms)
+                     for role, ms in out["cpu_ms_per_decision_less_idle"].items()),
+           out["idle_cpu_ms_per_host_minute"]),
         "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
         "(lease lapsed) after the idle minute %d, after the workload %d"
         % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],

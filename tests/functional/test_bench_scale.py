@@ -80,6 +80,12 @@ def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     assert 0 < out["idle_polls_per_host_minute"] <= 90, out
     assert out["idle_store_queries_per_host_minute"] <= 90, out
     assert out["idle_placement_calls_per_host_minute"] == 0
+    # NOTE: every part's CPU is read (the private server's backends too):
+    # a decision costs each of them something.
+    cpu = out["cpu_ms_per_decision"]
+    assert set(cpu) == {"schedulers", "agents", "placement", "database", "total"}, cpu
+    assert all(cpu[role] > 0 for role in cpu), cpu
+    assert out["idle_cpu_ms_per_host_minute"] > 0
 
 
 def test_a_bad_option_is_one_line_and_exit_2():
