@@ -83,6 +83,7 @@ from compute_plugins.compute.claims import ClaimResult, Claims, ReleaseResult
 from compute_plugins.compute.disable import DISABLED_TRAIT
 from compute_plugins.compute.ledger import Ledger, LedgerEntry, LedgerError, LedgerMissing
 from compute_plugins.compute.moves import MoveFinisher
+from compute_plugins.conf import compute as compute_conf
 from compute_plugins.host.model import HostInfo
 from compute_plugins.hoststate import errors as store_errors
 from compute_plugins.hoststate import protocol
@@ -372,7 +373,7 @@ class ComputeAgent:
                  first: Optional[HostInfo] = None, host: Optional[str] = None,
                  claim_poll_interval: float = 1.0,
                  node: Optional[identity.NodeIdentity] = None,
-                 lease_duration: float = 30.0,
+                 lease_duration: float = compute_conf.AGENT_LEASE_DURATION,
                  rebuild_ledger: bool = False,
                  placement_audit_interval: float = 0.0,
                  move_step_timeout: float = 600.0) -> None:

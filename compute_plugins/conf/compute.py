@@ -8,6 +8,12 @@ from oslo_config import cfg
 
 from compute_plugins.conf import FiniteFloat, ratio_opt, register_group_opts
 
+#: ``agent_lease_duration``'s default (seconds): also the lease a host-state
+#: store assumes when opened without a configuration
+#: (:data:`compute_plugins.hoststate.engine.DEFAULT_LEASE_DURATION` is this
+#: value, so the two cannot differ).
+AGENT_LEASE_DURATION = 30.0
+
 GROUP = cfg.OptGroup(
     "compute",
     title="Compute host resources",
@@ -118,7 +124,7 @@ OPTS = [
     cfg.Opt(
         "agent_lease_duration",
         type=FiniteFloat(min=3.0, max=3600.0),
-        default=30.0,
+        default=AGENT_LEASE_DURATION,
         help="Seconds the compute agent's lease on its host in the host-state "
         "store lasts (one agent per host: another agent for the same host "
         "name, from another state directory, is refused while it holds). "

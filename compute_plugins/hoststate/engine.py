@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy import event, pool
 from sqlalchemy.engine import URL, Connection, Engine
 
+from compute_plugins.conf import compute as compute_conf
 from compute_plugins.hoststate import errors, schema
 from compute_plugins.util import files
 
@@ -101,9 +102,10 @@ PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 
 MIN_TCP_USER_TIMEOUT = 10.0
 
 
-#: The agents' lease duration a store assumes unless told
-#: (``[compute] agent_lease_duration``'s default).
-DEFAULT_LEASE_DURATION = 30.0
+#: The agents' lease duration a store assumes unless told: ``[compute]
+#: agent_lease_duration``'s default, taken from the option's module (one
+#: value: a change of the option's default changes this).
+DEFAULT_LEASE_DURATION: float = compute_conf.AGENT_LEASE_DURATION
 
 
 def pg_socket_params(lock_timeout: float,

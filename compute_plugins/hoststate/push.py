@@ -13,6 +13,7 @@ from oslo_log import log as logging
 from sqlalchemy.engine import Engine
 
 from compute_plugins.hoststate import broker, notify
+from compute_plugins.hoststate import engine as engines
 
 LOG = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def check_configured(transport_url: str, safety_poll_interval: float,
 def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
            safety_poll_interval: float, tls: Optional[broker.TLS] = None,
            lock_timeout: float = 30.0,
-           lease_duration: float = 30.0) -> Optional[notify.Push]:
+           lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> Optional[notify.Push]:
     """How the store at ``engine`` pushes: through the broker
     ``transport_url`` names (any database), else by ``LISTEN``/``NOTIFY``
     on PostgreSQL; None where it does not (``push`` False, or SQLite and

@@ -138,3 +138,30 @@ def test_ssl_key_passwords_are_hidden():
     assert engines.safe_url(url) == (
         "postgresql+psycopg2://pg@db/hs?sslkey=%2Fk.pem&sslpassword=%2A%2A%2A")
     assert "s3cret" not in engines.safe_url("mysql+pymysql://root@db/hs?passwd=s3cret")
+
+
+def test_every_lease_default_is_the_options_default():
+    """``[compute] agent_lease_duration``'s default is the lease a store,
+    its engine, its push and an agent assume when not told (a store
+    opened without a configuration): one value, so that changing the
+    option's default changes them all (they were separate literals)."""
+    import inspect
+
+    from oslo_config import cfg
+
+    from compute_plugins.compute import agent
+    from compute_plugins.conf import compute as compute_conf
+    from compute_plugins.hoststate import database, notify, push, store
+
+    conf = cfg.ConfigOpts()
+    compute_conf.register_opts(conf)
+    conf([], default_config_files=[])
+    option = conf.compute.agent_lease_duration
+    assert engines.DEFAULT_LEASE_DURATION == option
+    takers = [engines.pg_socket_params, engines.create_engine, database.Database,
+              notify.connector, notify.PgPush, store.HostStateStore, push.choose,
+              agent.ComputeAgent]
+    defaults = {taker.__qualname__: inspect.signature(taker).parameters["lease_duration"].default
+                for taker in takers}
+    assert defaults == {name: option for name in defaults}
+    assert store._lease_duration(cfg.ConfigOpts()) == option
