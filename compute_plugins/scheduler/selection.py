@@ -250,6 +250,10 @@ class Plan:
         is being placed there (:meth:`Scheduler._assume`).
     :param serial: the scheduler's assumes made before this plan: a host
         assumed since (by another of its requests) is not offered from it.
+    :param calls: the requests sent to Placement for this plan in all its
+        rounds (the waits for hosts in flight, a re-ask on a stale view,
+        a refit's tries after a race); ``found.calls`` counts the last
+        round's only.
     """
 
     found: providers.ProviderCandidates
@@ -260,6 +264,7 @@ class Plan:
     unscored: int = 0
     busy: tuple[str, ...] = ()
     serial: int = 0
+    calls: int = 0
 
 
 class Scheduler:
@@ -488,12 +493,15 @@ class Scheduler:
             fresh as asking now, and a refusal stands on it.
         """
         deadline: Optional[float] = None
+        # NOTE: the requests every round sent, not the last round's only.
+        calls = 0
         with self._cycle:
             while True:
                 last = deadline is not None and time.monotonic() >= deadline
                 planned = self._plan_once(spec, fresh, waits=not last, since=since)
+                calls += planned.calls
                 if planned.ordered or not planned.busy or last:
-                    return planned
+                    return dataclasses.replace(planned, calls=calls)
                 if deadline is None:
                     deadline = (time.monotonic() + self.conf.scheduler.answer_timeout
                                 + BINDING_SLACK)
@@ -531,7 +539,8 @@ class Scheduler:
             # again), or nothing fits on the kept answer (the view asks
             # again about the hosts it excluded): never refuse on a stale
             # view.
-            return self._plan_once(spec, fresh=reask, waits=waits, since=since)
+            again = self._plan_once(spec, fresh=reask, waits=waits, since=since)
+            return dataclasses.replace(again, calls=found.calls + again.calls)
         start = time.monotonic()
         verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
         verdicts.update(alive.down)
@@ -553,7 +562,7 @@ class Scheduler:
         return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
                     ordered=tuple(ordered), timings=FrozenMap(timings),
                     unscored=len(found.hosts) - len(scored) - len(left_out),
-                    busy=left_out, serial=serial)
+                    busy=left_out, serial=serial, calls=found.calls)
 
     def _eligible(self, hosts: tuple[str, ...]) -> tuple[str, ...]:
         """The candidates this scheduler may fit at all (all of them; a
@@ -654,7 +663,7 @@ class Scheduler:
             found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
             serial = planned.serial
             timings = dict(planned.timings)
-            calls["GET /resource_providers"] = asked + found.calls
+            calls["GET /resource_providers"] = asked + planned.calls
             start = time.monotonic()
             attempts: list[Attempt] = []
             tried = 0
@@ -675,7 +684,7 @@ class Scheduler:
             def follow(replanned: Plan) -> None:
                 """Go on with a new plan (its hosts next, its verdicts kept)."""
                 nonlocal found, ordered, queue, serial, skipped
-                calls["GET /resource_providers"] += replanned.found.calls
+                calls["GET /resource_providers"] += replanned.calls
                 found = replanned.found
                 verdicts.update(replanned.verdicts)
                 queue = list(replanned.ordered)
@@ -885,10 +894,12 @@ class Scheduler:
         only when no host has room once the race settled."""
         deadline = time.monotonic() + min(RACE_SETTLE, wait)
         delay = max(self.poll_interval, 0.01)
+        calls = 0
         while True:
             planned = self.plan(spec)
+            calls += planned.calls
             if planned.ordered or time.monotonic() + delay > deadline:
-                return planned
+                return dataclasses.replace(planned, calls=calls)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
 

@@ -345,3 +345,45 @@ def test_a_request_waiting_on_hosts_in_flight_asks_placement_again_once(cloud):
     assert len(asked) == 2, asked
     assert second.placement_calls.get("GET /resource_providers") == 2, \
         second.placement_calls
+
+
+def test_a_request_waiting_on_hosts_in_flight_counts_every_placement_ask(cloud):
+    """The only host with room is in flight (another request of the same
+    scheduler is being placed there; room is left for this one too), and
+    the scheduler keeps no view (``placement_view_seconds`` 0: each plan
+    asks Placement). The request plans, waits for that binding, then
+    plans again: every ``GET /resource_providers`` sent for it, the
+    first round's included, is counted in its ``placement_calls`` (the
+    earlier rounds' asks were lost: only the last round's were counted)."""
+    host = cloud.add_host("room", [cell(4, 4096)], dedicated="0-3")
+    cloud.add_host("small", [cell(1, 4096)], dedicated="0")
+    sched = cloud.scheduler(placement_view_seconds=0)
+    slow = SlowFirstPut(sched.placement, 1.0)
+    asked: list[str] = []
+    real_get = slow.get
+    counting = threading.Event()
+
+    def get(path: str, *args: Any, **kw: Any) -> Any:
+        if path.startswith("/resource_providers") and counting.is_set():
+            asked.append(path)
+        return real_get(path, *args, **kw)
+
+    slow.get = get  # type: ignore[method-assign]
+    sched.placement = slow
+    two = pinned(1, 2, 1024)
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        results[name] = sched.schedule(spec_of(sched, *two), new_consumer(), "p", "u")
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert slow.entered.wait(30)
+    counting.set()
+    run("second")
+    first.join(60)
+    assert results["first"].placed and results["first"].host == host.name
+    second = results["second"]
+    assert second.placed and second.host == host.name
+    assert second.placement_calls.get("GET /resource_providers") == len(asked), \
+        (second.placement_calls, asked)
