@@ -40,6 +40,11 @@ Ordering (why nothing is missed but what the safety net catches):
   still lost is read at the waiters' safety net
   (``[host_state] push_safety_poll_interval``).
 
+Several brokers in the URL are tried in rotation, as oslo.messaging's
+driver does by default (``kombu_failover_strategy`` ``round-robin``): a new
+connection starts with the broker the last one reached, and the next one
+after a failure (:class:`_Rotation`), not always with the URL's first.
+
 TLS is oslo.messaging's RabbitMQ driver's: ``[host_state] push_ssl``,
 ``push_ssl_ca_file``, ``push_ssl_cert_file``, ``push_ssl_key_file`` and
 ``push_ssl_version`` are its ``[oslo_messaging_rabbit]`` ``ssl*`` options
@@ -255,7 +260,8 @@ class Broker:
 
 
 def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker], TLS]:
-    """The brokers of an oslo.messaging transport URL (tried in turn), and
+    """The brokers of an oslo.messaging transport URL (tried in turn, from
+    the one a connection last reached: :class:`_Rotation`), and
     the TLS to reach them: ``tls`` (``[host_state] push_ssl*``) with what
     the URL's query sets (oslo.messaging's option names: ``ssl``,
     ``ssl_ca_file``, ``ssl_cert_file``, ``ssl_key_file``, ``ssl_version``)
@@ -362,7 +368,7 @@ def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
 
 
 def broker_urls(transport_url: str) -> list[str]:
-    """The kombu URLs (one per broker, tried in turn) of an oslo.messaging
+    """The kombu URLs (one per broker, in the URL's order) of an oslo.messaging
     transport URL.
 
     :raises ValueError: see :func:`brokers`.
@@ -504,14 +510,52 @@ def _level(err: BaseException) -> int:
     return logging.ERROR if isinstance(err, BrokerConfigError) else logging.WARNING
 
 
+class _Rotation:
+    """Which broker of the URL a new connection tries first: oslo.messaging's
+    ``[oslo_messaging_rabbit] kombu_failover_strategy`` default,
+    ``round-robin`` (kombu's ``failover_strategy``; ``shuffle`` is not
+    offered). The broker tried first is the one a connection last reached;
+    when it fails (a connection to it refused, broken, or its heartbeats
+    missed) the next one of the URL is, wrapping around: after a failover
+    every new connection of the process (the publisher's, the listener's,
+    a reconnection) starts with the broker that answered, not with the
+    first of the URL, which may be the one that is down (each attempt on a
+    silent one waits :data:`CONNECT_TIMEOUT`). Shared by the connections of
+    one :class:`BrokerPush`; thread-safe."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._current = 0
+        self._lock = threading.Lock()
+
+    def order(self) -> list[int]:
+        """The brokers' indexes in the order a new connection tries them."""
+        with self._lock:
+            start = self._current
+        return [(start + step) % self._count for step in range(self._count)]
+
+    def reached(self, index: int) -> None:
+        """A connection to broker ``index`` is up: it is tried first."""
+        with self._lock:
+            self._current = index
+
+    def failed(self, index: int) -> None:
+        """Broker ``index`` failed: the next one is tried first, unless
+        another connection moved on from it already."""
+        with self._lock:
+            if self._current == index:
+                self._current = (index + 1) % self._count
+
+
 class BrokerConfigError(ValueError):
     """A broker refused for a reason of configuration (:func:`explain`):
     no retry will help."""
 
 
 class _Connection:
-    """One kombu connection to the first of the brokers that answers, and
-    its one channel (not thread-safe: its owner serialises).
+    """One kombu connection to the first of the brokers that answers (in
+    ``rotation``'s order), and its one channel (not thread-safe: its owner
+    serialises).
 
     :raises BrokerConfigError: no broker could be reached and one of them
         failed for a reason of configuration (:func:`explain`).
@@ -523,7 +567,8 @@ class _Connection:
     """
 
     def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: int,
-                 deadline: Optional[float] = None) -> None:
+                 deadline: Optional[float] = None,
+                 rotation: Optional[_Rotation] = None) -> None:
         # NOTE: imported here (an untyped library, and a second's import
         # that a store without a broker never pays).
         kombu: Any = importlib.import_module("kombu")
@@ -536,7 +581,10 @@ class _Connection:
         failure: Optional[BaseException] = None
         refused: Optional[BrokerConfigError] = None
         chosen: Any = None
-        for broker in brokers:
+        #: The index in ``brokers`` of the broker connected to.
+        self.index = 0
+        for index in (rotation.order() if rotation is not None else range(len(brokers))):
+            broker = brokers[index]
             connect = CONNECT_TIMEOUT
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -554,12 +602,17 @@ class _Connection:
                                        interval_max=0)
             except Exception as err:  # noqa: BLE001 - the next broker, else raised
                 conn.release()
+                if rotation is not None:
+                    rotation.failed(index)
                 failure = err
                 why = explain(err, broker, tls)
                 if why is not None and refused is None:
                     refused = BrokerConfigError(why)
                 continue
             chosen = conn
+            self.index = index
+            if rotation is not None:
+                rotation.reached(index)
             break
         if chosen is None:
             if refused is not None:
@@ -604,6 +657,8 @@ class BrokerPush:
     def __init__(self, transport_url: str, url: str, safety_poll_interval: float,
                  tls: Optional[TLS] = None) -> None:
         self.brokers, self.tls = brokers(transport_url, tls)
+        #: Which broker a new connection tries first (:class:`_Rotation`).
+        self.rotation = _Rotation(len(self.brokers))
         self.broker = redacted(transport_url)
         self.url = url
         self._safety = safety_poll_interval
@@ -632,6 +687,7 @@ class BrokerPush:
         self._parents.append((self._control, self._listener))
         self._control = None
         self._control_lock = threading.Lock()
+        self.rotation = _Rotation(len(self.brokers))
         self._down_said = False
         self._pending = {}
         self._pending_cond = threading.Condition()
@@ -720,11 +776,14 @@ class BrokerPush:
             try:
                 if control is None:
                     control = self._control = _Connection(self.brokers, self.tls, heartbeat=0,
-                                                          deadline=deadline)
+                                                          deadline=deadline,
+                                                          rotation=self.rotation)
                     control.channel.confirm_select()
                 operation(control.channel)
                 break
             except Exception:
+                if control is not None:
+                    self.rotation.failed(control.index)
                 self._drop_control()
                 if fresh or attempt == 2:
                     # NOTE: again only on a new connection after an old one
@@ -882,7 +941,8 @@ class BrokerListener(notify.Hub):
         not held: it may wait for a broker that does not answer); None when
         the broker cannot be reached (said once per outage)."""
         try:
-            conn = _Connection(self._push.brokers, self._push.tls, heartbeat=HEARTBEAT)
+            conn = _Connection(self._push.brokers, self._push.tls, heartbeat=HEARTBEAT,
+                               rotation=self._push.rotation)
             try:
                 conn.channel.queue_declare(
                     queue=self.queue, durable=False, exclusive=False, auto_delete=True,
@@ -891,6 +951,7 @@ class BrokerListener(notify.Hub):
                 conn.channel.basic_consume(queue=self.queue, no_ack=True,
                                            callback=self._delivered)
             except BaseException:
+                self._push.rotation.failed(conn.index)
                 conn.close()
                 raise
         except Exception as err:  # noqa: BLE001 - any broker failure: retried
@@ -907,6 +968,7 @@ class BrokerListener(notify.Hub):
                 conn.channel.queue_bind(queue=self.queue, exchange=EXCHANGE,
                                         routing_key=channel)
         except Exception as err:  # noqa: BLE001 - any broker failure: retried
+            self._push.rotation.failed(conn.index)
             conn.close()
             self._said_down(err)
             return False
@@ -959,6 +1021,7 @@ class BrokerListener(notify.Hub):
             try:
                 conn.drain(_DRAIN_TIMEOUT)
             except Exception as err:  # noqa: BLE001 - the connection broke
+                self._push.rotation.failed(conn.index)
                 with self._lock:
                     if self._conn is conn:
                         self._said_down(err)

@@ -405,3 +405,65 @@ def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, c
     finally:
         relay.close()
     assert "guest:guest" not in caplog.text
+
+
+class DownBroker:
+    """A broker's port with nothing behind it that answers: it accepts a
+    connection and closes it at once (a load balancer without a node);
+    counts the connections it got."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            client.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_after_a_failover_new_connections_start_with_the_broker_that_answered(
+        tmp_path, rabbit):
+    """Two brokers in the URL, the first down. The publisher's connection
+    (the start's check) tries it, then reaches the second; the listener's
+    connection, made after, starts with the second (oslo.messaging's
+    ``kombu_failover_strategy`` default, round-robin), not with the
+    URL's first again (each new connection tried the down broker first)."""
+    down = DownBroker()
+    transport_url = "rabbit://guest:guest@127.0.0.1:%d,guest:guest@127.0.0.1:%d/" % (
+        down.port, rabbit.port)
+    url = sqlite_url(tmp_path)
+    try:
+        with HostStateStore(url, safety_poll_interval=NEVER,
+                            push_transport_url=transport_url) as store:
+            push = store.db.push
+            assert isinstance(push, broker.BrokerPush)
+            push.verify()
+            tried = down.accepted
+            assert tried >= 1
+            sub = store.host_changes("h")
+            assert isinstance(sub, notify.Subscription)
+            try:
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:
+                    sub.wait(0)
+                with store.db.write() as conn:
+                    store.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(ANSWER)
+                assert down.accepted == tried, "the listener tried the down broker first"
+            finally:
+                sub.close()
+    finally:
+        down.close()
