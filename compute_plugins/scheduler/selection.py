@@ -107,10 +107,11 @@ CONSUMER_TYPE = "INSTANCE"
 #: allocations to settle when the fresh state shows no room
 #: (:meth:`Scheduler._refit_after_race`).
 RACE_SETTLE = 2.0
-#: Seconds past ``[scheduler] answer_timeout`` a plan waits, at most, for
-#: this scheduler's own bindings in flight on the only hosts that fit
+#: Seconds past its request's answer timeout (the caller's ``timeout``,
+#: else ``[scheduler] answer_timeout``) a binding of this scheduler is
+#: waited for, at most, by a plan that finds room only on hosts in flight
 #: (:meth:`Scheduler.plan`): a binding is the allocation, the decision and
-#: the host's answer (at most ``answer_timeout``), then a free.
+#: the host's answer (at most that timeout), then a free.
 BINDING_SLACK = 30.0
 #: Hosts whose last assume a scheduler remembers (:meth:`Scheduler._assume`:
 #: a plan older than a host's last assume does not offer it); the oldest
@@ -308,7 +309,8 @@ class Scheduler:
     opaque to the scheduler, and a state with one more assignment is only
     the agent's to build (``host_state`` from its view). A request that
     finds room only on hosts in flight waits for one of those bindings to
-    end (:data:`BINDING_SLACK`) and plans again, never refused on them.
+    end (each within its request's timeout + :data:`BINDING_SLACK`) and
+    plans again, never refused on them.
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
@@ -345,6 +347,10 @@ class Scheduler:
         #: Hosts assumed: a request of this scheduler is being placed there
         #: (host -> the consumer).
         self._assumed: dict[str, str] = {}
+        #: When each assumed host's binding ends at the latest
+        #: (``time.monotonic()``: its request's answer timeout +
+        #: :data:`BINDING_SLACK` from the assume).
+        self._binding_ends: dict[str, float] = {}
         #: Assumes made so far, and each host's last one (at most
         #: :data:`MAX_ASSUMED_AT` hosts, the oldest forgotten first).
         self._assumes = 0
@@ -396,12 +402,19 @@ class Scheduler:
 
     # -- the scheduling cycle: assumed hosts -------------------------------
 
-    def _assume(self, host: str, consumer: str, serial: int) -> bool:
+    def _assume(self, host: str, consumer: str, serial: int,
+                wait: Optional[float] = None) -> bool:
         """Assume ``host`` for ``consumer`` (the cycle held): the next plans
         leave it out until :meth:`_unassume`. False, nothing assumed, when
         another request of this scheduler is being placed there, or was
         since the plan (made after ``serial`` assumes) was made: its fit
-        there is stale."""
+        there is stale.
+
+        :param wait: the seconds the request waits for the host's answer
+            (its caller's ``timeout``; None: ``[scheduler]
+            answer_timeout``): the binding ends within that +
+            :data:`BINDING_SLACK`, as long as a plan waits for it.
+        """
         with self._cycle:
             # NOTE: a host not remembered was last assumed before the
             # oldest forgotten assume, if ever: a plan older than that one
@@ -412,6 +425,9 @@ class Scheduler:
                 return False
             self._assumes += 1
             self._assumed[host] = consumer
+            if wait is None:
+                wait = self.conf.scheduler.answer_timeout
+            self._binding_ends[host] = time.monotonic() + wait + BINDING_SLACK
             self._assumed_at[host] = self._assumes
             self._assumed_at.move_to_end(host)
             while len(self._assumed_at) > MAX_ASSUMED_AT:
@@ -423,9 +439,10 @@ class Scheduler:
         next plans may choose it again; a plan waiting for it goes on."""
         with self._cycle:
             self._assumed.pop(host, None)
+            self._binding_ends.pop(host, None)
             self._cycle.notify_all()
 
-    def _prefetch(self, spec: Any) -> tuple[int, tuple[str, ...]]:
+    def _prefetch(self, spec: Any, wait: float) -> tuple[int, tuple[str, ...]]:
         """Placement's answer for ``spec``'s shape brought up to date in
         the view before the scheduling cycle (the plan then serves it, kept):
         a ``GET /resource_providers`` of every host (2-3 MB at 1,000 hosts,
@@ -441,6 +458,8 @@ class Scheduler:
         time behaves as before issue 19 but for the re-ask of every host,
         brought forward).
 
+        :param wait: the request's answer timeout (its caller's): the most
+            it waits for another request's prefetch.
         :returns: the requests sent to Placement, and its queries.
         """
         if self.view.seconds <= 0:
@@ -459,7 +478,7 @@ class Scheduler:
             # NOTE: another request of this scheduler is asking Placement
             # about the same shape: its answer, once kept, serves this one
             # (the requests at once do not all ask about every host).
-            running.wait(self.conf.scheduler.answer_timeout)
+            running.wait(wait)
             return 0, ()
         try:
             alive = liveness.read(self.store)
@@ -483,8 +502,13 @@ class Scheduler:
         One plan at a time per scheduler (the scheduling cycle): the hosts
         where another of its requests is being placed are left out (class
         doc); when only they could fit, it waits for one of those bindings
-        to end and plans again (at most ``answer_timeout`` +
-        :data:`BINDING_SLACK` seconds).
+        to end and plans again, as long as one of them may last: each
+        binding ends within its own request's answer timeout (its caller's
+        ``timeout``) + :data:`BINDING_SLACK` from its assume. The bound is
+        taken again at every round from the bindings in flight then, so a
+        request is not refused "in flight" while the others' bindings keep
+        ending and starting; only bindings past their bound (stuck) end the
+        wait.
 
         :param fresh: ask Placement even when the view's answer stands
             (it is asked anyway when nothing fits on the kept one).
@@ -492,20 +516,23 @@ class Scheduler:
             an answer the view took since (the request's prefetch) is as
             fresh as asking now, and a refusal stands on it.
         """
-        deadline: Optional[float] = None
+        last = False
         # NOTE: the requests every round sent, not the last round's only.
         calls = 0
         with self._cycle:
             while True:
-                last = deadline is not None and time.monotonic() >= deadline
                 planned = self._plan_once(spec, fresh, waits=not last, since=since)
                 calls += planned.calls
                 if planned.ordered or not planned.busy or last:
                     return dataclasses.replace(planned, calls=calls)
-                if deadline is None:
-                    deadline = (time.monotonic() + self.conf.scheduler.answer_timeout
-                                + BINDING_SLACK)
-                self._cycle.wait(max(0.0, deadline - time.monotonic()))
+                now = time.monotonic()
+                deadline = max(self._binding_ends.get(host, now) for host in planned.busy)
+                if deadline <= now:
+                    # NOTE: every binding waited for is past its bound: the
+                    # last round (Placement asked again where it must be).
+                    last = True
+                    continue
+                self._cycle.wait(deadline - now)
 
     def _plan_once(self, spec: Any, fresh: bool = False, waits: bool = False,
                    since: Optional[float] = None) -> Plan:
@@ -620,7 +647,9 @@ class Scheduler:
         """Place ``spec`` for ``consumer`` (see the module doc).
 
         :param timeout: seconds to wait for each host's answer (default
-            ``[scheduler] answer_timeout``).
+            ``[scheduler] answer_timeout``); with :data:`BINDING_SLACK`,
+            how long the other requests of this scheduler wait for this
+            one's binding on a host (:meth:`plan`).
         :raises ConsumerInUse: the consumer has a decision in force for
             another request, or one being released (the same request's
             pending or claimed decision is resumed: :meth:`_resume`).
@@ -652,7 +681,7 @@ class Scheduler:
         known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
         since = self.view.now()
-        asked, prefetched = self._prefetch(spec)
+        asked, prefetched = self._prefetch(spec, wait)
         # NOTE: the first plan and the choice of its first host are one
         # scheduling cycle (class doc): the cycle is held until a host is
         # assumed, and released for the binding.
@@ -709,7 +738,7 @@ class Scheduler:
                 _weight, fit = queue.pop(0)
                 if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
                     continue
-                if not self._assume(fit.host, consumer, serial):
+                if not self._assume(fit.host, consumer, serial, wait):
                     skipped = True
                     continue
                 # NOTE: from the assume on, whatever is raised (an

@@ -387,3 +387,36 @@ def test_a_request_waiting_on_hosts_in_flight_counts_every_placement_ask(cloud):
     assert second.placed and second.host == host.name
     assert second.placement_calls.get("GET /resource_providers") == len(asked), \
         (second.placement_calls, asked)
+
+
+def test_a_request_waits_for_a_binding_as_long_as_its_callers_timeout(cloud, monkeypatch):
+    """A request waiting on a host in flight waits as long as that host's
+    binding may last by its own request's ``timeout`` (the caller's), not
+    by ``[scheduler] answer_timeout``: the first request is given 30 s for
+    its answer and its allocation takes 3 s; the second, planning
+    meanwhile, waits for it and is placed beside it (room for two). With
+    the waiter's deadline at ``answer_timeout`` (1 s here) + the slack,
+    set at its first wait, it was refused with "in flight" while the
+    binding it waited for was still within its caller's timeout."""
+    monkeypatch.setattr(selection, "BINDING_SLACK", 0.5)
+    host = cloud.add_host("both", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler(answer_timeout=1.0)
+    slow = SlowFirstPut(sched.placement, 3.0)
+    sched.placement = slow
+    results: dict[str, Any] = {}
+
+    def first() -> None:
+        results["first"] = sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                          new_consumer(), "p", "u", timeout=30.0)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert slow.entered.wait(30)
+    second = sched.schedule(spec_of(sched, *pinned(1, 2, 1024)), new_consumer(),
+                            "p", "u", timeout=30.0)
+    thread.join(60)
+    assert results["first"].placed and results["first"].host == host.name
+    reasons = [r.reason for h in second.reasons for r in h.reasons]
+    assert second.placed and second.host == host.name, reasons
+    assert sorted(cpus_of(results["first"]) + cpus_of(second)) == [0, 1, 2, 3]
+    assert sched.in_flight() == {}
