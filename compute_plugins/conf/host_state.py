@@ -31,6 +31,11 @@ GROUP = cfg.OptGroup(
 #: File name of the default SQLite database, in ``[compute_plugins] state_dir``.
 DB_FILE = "host_state.sqlite"
 
+#: oslo.messaging's ``[oslo_messaging_rabbit] heartbeat_timeout_threshold``
+#: and ``heartbeat_rate`` defaults, those of ``push_heartbeat_*``.
+HEARTBEAT_TIMEOUT_THRESHOLD = 60
+HEARTBEAT_RATE = 3
+
 OPTS = [
     database_url_opt(
         "connection",
@@ -109,6 +114,31 @@ OPTS = [
         "wakes nobody, and its changes are read at the waiters' "
         "``push_safety_poll_interval``. Empty: ``LISTEN``/``NOTIFY`` on "
         "PostgreSQL, polling elsewhere.",
+    ),
+    cfg.IntOpt(
+        "push_heartbeat_timeout_threshold",
+        default=HEARTBEAT_TIMEOUT_THRESHOLD,
+        min=0,
+        help="Seconds of AMQP heartbeat on the connections to "
+        "``push_transport_url``'s broker, as oslo.messaging's "
+        "``[oslo_messaging_rabbit] heartbeat_timeout_threshold`` (0: none). "
+        "The broker is offered it (the smaller of it and the broker's own "
+        "is used), and a connection on which nothing was received for twice "
+        "that (py-amqp's rule, under oslo.messaging too) is dropped and "
+        "made again: a connection a NAT or a firewall dropped without a "
+        "word, or a broker host gone, is noticed then, not at the next "
+        "publish's read timeout.",
+    ),
+    cfg.IntOpt(
+        "push_heartbeat_rate",
+        default=HEARTBEAT_RATE,
+        min=1,
+        help="How many times during ``push_heartbeat_timeout_threshold`` the "
+        "heartbeat is sent and checked, as oslo.messaging's "
+        "``[oslo_messaging_rabbit] heartbeat_rate``: the publishing "
+        "connection's every threshold / rate / 2 seconds while idle, by its "
+        "publisher's thread (no thread of its own), the listening one's at "
+        "each of its reads (at least every second).",
     ),
     cfg.BoolOpt(
         "push_ssl",

@@ -45,14 +45,21 @@ driver does by default (``kombu_failover_strategy`` ``round-robin``): a new
 connection starts with the broker the last one reached, and the next one
 after a failure (:class:`_Rotation`), not always with the URL's first.
 
+Every connection has an AMQP heartbeat, as oslo.messaging's driver
+(:class:`Heartbeat`: ``[host_state] push_heartbeat_timeout_threshold``
+and ``push_heartbeat_rate``, its ``heartbeat_*`` options): a connection a
+NAT or a firewall dropped without a word is noticed within twice the
+threshold, by the threads that use the connections (no thread of its own).
+
 TLS is oslo.messaging's RabbitMQ driver's: ``[host_state] push_ssl``,
 ``push_ssl_ca_file``, ``push_ssl_cert_file``, ``push_ssl_key_file`` and
 ``push_ssl_version`` are its ``[oslo_messaging_rabbit]`` ``ssl*`` options
 (:class:`TLS`), and the transport URL's query may set them by those names
 (``?ssl=1&ssl_ca_file=/etc/ssl/ca.pem``), overriding the option, as
 oslo.messaging's driver reads any of its options from the URL. Any other
-query option is refused (one that would be ignored here, such as a
-heartbeat setting, or a typo that would connect in clear). A certificate
+query option is refused (one that would be ignored here, or a typo that
+would connect in clear; a heartbeat setting is ``[host_state]
+push_heartbeat_*``). A certificate
 the CA does not vouch for, a TLS handshake with a plain AMQP port, and a
 plain connection to a TLS port are configuration errors: a process
 opening the store says so and stops (:meth:`BrokerPush.verify`); a broker
@@ -89,6 +96,7 @@ from oslo_config import types
 from oslo_log import log as logging
 from sqlalchemy.engine import Connection
 
+from compute_plugins.conf import host_state as host_state_conf
 from compute_plugins.hoststate import notify
 from compute_plugins.util import forks
 
@@ -107,9 +115,8 @@ CONNECT_TIMEOUT = 5.0
 IO_TIMEOUT = 10.0
 #: The least timeout a broker is tried with near a deadline (seconds).
 _LEAST_WAIT = 0.1
-#: Heartbeat of the listening connection (seconds), checked every
-#: :data:`_DRAIN_TIMEOUT`: a broker that vanished is noticed within it.
-HEARTBEAT = 30
+#: The listening connection's longest read: its heartbeat is checked at
+#: least this often (:class:`Heartbeat`).
 _DRAIN_TIMEOUT = 1.0
 #: Seconds between reconnection attempts (doubling up to the maximum); the
 #: writers too wait as long before publishing again after a failure.
@@ -246,6 +253,34 @@ class TLS:
 
 
 @dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """The AMQP heartbeat of every connection to the broker: ``[host_state]
+    push_heartbeat_timeout_threshold`` and ``push_heartbeat_rate``, as
+    oslo.messaging's ``[oslo_messaging_rabbit] heartbeat_timeout_threshold``
+    and ``heartbeat_rate`` (same meaning and defaults).
+
+    The broker is offered ``timeout_threshold`` seconds (it uses the
+    smaller of that and its own); py-amqp sends a heartbeat when nothing
+    was sent for threshold / rate, and fails a connection on which nothing
+    was received for twice the threshold: a connection a NAT or a firewall
+    dropped without a word is noticed then. The checks need no thread of
+    their own: the publisher's thread checks its connection every
+    :attr:`interval` while idle (oslo.messaging's threshold / rate / 2),
+    the listener's at each of its reads.
+    """
+
+    timeout_threshold: int = host_state_conf.HEARTBEAT_TIMEOUT_THRESHOLD
+    rate: int = host_state_conf.HEARTBEAT_RATE
+
+    @property
+    def interval(self) -> Optional[float]:
+        """Seconds between checks; None without heartbeats."""
+        if self.timeout_threshold <= 0:
+            return None
+        return self.timeout_threshold / max(self.rate, 1) / 2.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Broker:
     """One broker of a transport URL."""
 
@@ -318,6 +353,11 @@ def brokers(transport_url: str, tls: Optional[TLS] = None) -> tuple[list[Broker]
     return found, tls
 
 
+#: oslo.messaging's options of its RabbitMQ driver taken as ``[host_state]
+#: push_<name>`` only (not from the URL's query).
+_OPTION_NOT_QUERY = ("heartbeat_timeout_threshold", "heartbeat_rate")
+
+
 def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
     """``tls`` with the TLS options ``query`` sets (see :func:`brokers`)."""
     if not query:
@@ -339,11 +379,13 @@ def _query_tls(transport_url: str, query: str, tls: TLS) -> TLS:
     keys = [key for key, _ in items]
     unknown = sorted({key for key in keys if key not in TLS.QUERY})
     if unknown:
+        options = ["[host_state] push_" + key for key in unknown if key in _OPTION_NOT_QUERY]
         raise ValueError("[host_state] push_transport_url %r: query options %s are "
                          "not understood here; expected %s (oslo.messaging's "
-                         "[oslo_messaging_rabbit] TLS options) or none"
+                         "[oslo_messaging_rabbit] TLS options) or none%s"
                          % (redacted(transport_url), ", ".join(unknown),
-                            ", ".join(TLS.QUERY)))
+                            ", ".join(TLS.QUERY),
+                            "; set %s instead" % ", ".join(options) if options else ""))
     twice = sorted({key for key in keys if keys.count(key) > 1})
     if twice:
         raise ValueError("[host_state] push_transport_url %r: query option %s given "
@@ -566,7 +608,7 @@ class _Connection:
         None: each broker :data:`CONNECT_TIMEOUT`.
     """
 
-    def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: int,
+    def __init__(self, brokers: Sequence[Broker], tls: TLS, heartbeat: Heartbeat,
                  deadline: Optional[float] = None,
                  rotation: Optional[_Rotation] = None) -> None:
         # NOTE: imported here (an untyped library, and a second's import
@@ -595,7 +637,7 @@ class _Connection:
                 connect = max(min(connect, left), _LEAST_WAIT)
             conn = kombu.Connection(
                 broker.url, ssl=tls.params(broker.host), connect_timeout=connect,
-                heartbeat=heartbeat,
+                heartbeat=max(heartbeat.timeout_threshold, 0),
                 transport_options={"read_timeout": IO_TIMEOUT, "write_timeout": IO_TIMEOUT})
             try:
                 conn.ensure_connection(max_retries=0, interval_start=0, interval_step=0,
@@ -620,22 +662,37 @@ class _Connection:
             assert failure is not None
             raise failure
         self._kombu: Any = chosen
+        self._heartbeat = heartbeat
         self.channel: Any = self._kombu.channel()
         self.channel.exchange_declare(exchange=EXCHANGE, type="direct", durable=True,
                                       auto_delete=False)
 
     def drain(self, timeout: float) -> None:
         """Deliver what arrived within ``timeout`` seconds (the consumer's
-        callback runs here); keep the heartbeat."""
+        callback runs here, and the broker's heartbeats are read); keep the
+        heartbeat: sent when due.
+
+        :raises Exception: the broker was silent for twice the heartbeat
+            (py-amqp's ``ConnectionForced``), or the connection broke.
+        """
         try:
             self._kombu.drain_events(timeout=timeout)
         except TimeoutError:
             pass
-        self._kombu.heartbeat_check()
+        self._kombu.heartbeat_check(rate=self._heartbeat.rate)
 
     def close(self) -> None:
         try:
             self._kombu.release()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            pass
+
+    def abandon(self) -> None:
+        """Close a connection known broken (its heartbeats missed, its
+        socket failed) without AMQP's closing handshake, which would wait
+        :data:`IO_TIMEOUT` for a broker that no longer answers."""
+        try:
+            self._kombu.collect()
         except Exception:  # noqa: BLE001 - closing a broken connection
             pass
 
@@ -648,6 +705,7 @@ class BrokerPush:
     :param url: the store's URL, password hidden (for messages).
     :param safety_poll_interval: see :class:`~compute_plugins.hoststate.notify.Hub`.
     :param tls: ``[host_state] push_ssl*`` (the URL's query may override them).
+    :param heartbeat: ``[host_state] push_heartbeat_*`` (default: theirs).
     :raises ValueError: ``transport_url`` is not a broker's, or its TLS
         files do not load.
     """
@@ -655,8 +713,9 @@ class BrokerPush:
     kind = "rabbit"
 
     def __init__(self, transport_url: str, url: str, safety_poll_interval: float,
-                 tls: Optional[TLS] = None) -> None:
+                 tls: Optional[TLS] = None, heartbeat: Optional[Heartbeat] = None) -> None:
         self.brokers, self.tls = brokers(transport_url, tls)
+        self.heartbeat = heartbeat or Heartbeat()
         #: Which broker a new connection tries first (:class:`_Rotation`).
         self.rotation = _Rotation(len(self.brokers))
         self.broker = redacted(transport_url)
@@ -715,27 +774,42 @@ class BrokerPush:
                             "dropped: waiters read the store at their safety net",
                             self.url, len(self._pending), self.broker)
                 self._pending.clear()
-            if self._publisher is None:
-                self._publisher = threading.Thread(target=self._publishing, daemon=True,
-                                                   name="hoststate-broker-publisher")
-                self._publisher.start()
-            self._pending_cond.notify()
+            self._start_publisher()
+
+    def _start_publisher(self) -> None:
+        """Start the publisher's thread unless it runs (``_pending_cond``
+        held), and wake it: wake-ups are pending, or a connection is up whose
+        heartbeat it keeps."""
+        if self._publisher is None and not self._closed:
+            self._publisher = threading.Thread(target=self._publishing, daemon=True,
+                                               name="hoststate-broker-publisher")
+            self._publisher.start()
+        self._pending_cond.notify()
 
     def _publishing(self) -> None:
         """The publisher thread: publishes what is pending; keeps it while
         the broker cannot be reached, trying again (0.5 s doubling up to
         :data:`_PUBLISH_RETRY_MAX`), so that a wake-up committed while a
         waiter's listener is back is not dropped. Once closed, it tries what
-        is left once and ends."""
+        is left once and ends. While idle with a connection, it keeps that
+        connection's heartbeat (:meth:`_beat`)."""
         delay = _RECONNECT_FIRST
         while True:
+            idle = False
             with self._pending_cond:
                 while not self._pending and not self._closed:
-                    self._pending_cond.wait()
-                if not self._pending:
-                    break
-                batch, self._pending = self._pending, {}
-                closing = self._closed
+                    interval = self.heartbeat.interval if self._control is not None else None
+                    if not self._pending_cond.wait(interval):
+                        idle = True
+                        break
+                if not idle:
+                    if not self._pending:
+                        break
+                    batch, self._pending = self._pending, {}
+                    closing = self._closed
+            if idle:
+                self._beat()
+                continue
             try:
                 with self._control_lock:
                     self._on_control(functools.partial(self._publish, batch=batch))
@@ -754,6 +828,26 @@ class BrokerPush:
                 delay = min(delay * 2, _PUBLISH_RETRY_MAX)
         with self._control_lock:
             self._drop_control()
+
+    def _beat(self) -> None:
+        """The idle publisher's heartbeat of its connection: the broker's
+        heartbeats read, one sent when due. A broker silent for twice the
+        heartbeat (a connection a NAT or a firewall dropped without a word,
+        a host gone) is said and the connection dropped, so that the next
+        publish connects again at once, instead of waiting
+        :data:`IO_TIMEOUT` for the confirm of a publish on a dead
+        connection."""
+        with self._control_lock:
+            control = self._control
+            if control is None:
+                return
+            try:
+                control.drain(0.001)
+            except Exception as err:  # noqa: BLE001 - any broker failure: reconnected later
+                self.rotation.failed(control.index)
+                self._control = None
+                control.abandon()
+                self._failed(err, "its heartbeats stopped")
 
     @staticmethod
     def _publish(channel: Any, batch: dict[str, str]) -> None:
@@ -775,10 +869,14 @@ class BrokerPush:
             fresh = control is None
             try:
                 if control is None:
-                    control = self._control = _Connection(self.brokers, self.tls, heartbeat=0,
-                                                          deadline=deadline,
+                    control = self._control = _Connection(self.brokers, self.tls,
+                                                          self.heartbeat, deadline=deadline,
                                                           rotation=self.rotation)
                     control.channel.confirm_select()
+                    if self.heartbeat.interval is not None:
+                        # NOTE: its thread keeps the connection's heartbeat.
+                        with self._pending_cond:
+                            self._start_publisher()
                 operation(control.channel)
                 break
             except Exception:
@@ -941,7 +1039,7 @@ class BrokerListener(notify.Hub):
         not held: it may wait for a broker that does not answer); None when
         the broker cannot be reached (said once per outage)."""
         try:
-            conn = _Connection(self._push.brokers, self._push.tls, heartbeat=HEARTBEAT,
+            conn = _Connection(self._push.brokers, self._push.tls, self._push.heartbeat,
                                rotation=self._push.rotation)
             try:
                 conn.channel.queue_declare(
@@ -1019,13 +1117,17 @@ class BrokerListener(notify.Hub):
                 delay = min(delay * 2, _RECONNECT_MAX)
                 continue
             try:
-                conn.drain(_DRAIN_TIMEOUT)
+                conn.drain(min(_DRAIN_TIMEOUT, self._push.heartbeat.interval or _DRAIN_TIMEOUT))
             except Exception as err:  # noqa: BLE001 - the connection broke
                 self._push.rotation.failed(conn.index)
+                # NOTE: no closing handshake on a broken connection (it
+                # would wait for a broker that may not answer, the lock
+                # held).
+                conn.abandon()
                 with self._lock:
                     if self._conn is conn:
                         self._said_down(err)
-                        self._drop()
+                        self._conn = None
                         self._wake_all()
         with self._lock:
             self._drop()
@@ -1043,4 +1145,4 @@ class BrokerListener(notify.Hub):
 
 
 __all__ = ["EXCHANGE", "TLS", "Broker", "BrokerConfigError", "BrokerListener", "BrokerPush",
-           "broker_urls", "brokers", "explain", "redacted"]
+           "Heartbeat", "broker_urls", "brokers", "explain", "redacted"]

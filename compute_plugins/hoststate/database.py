@@ -174,6 +174,9 @@ class Database:
     :param push_tls: how that broker is reached over TLS
         (:class:`~compute_plugins.hoststate.broker.TLS`: ``[host_state]
         push_ssl*``); None: as the URL says (plain by default).
+    :param push_heartbeat: that broker's connections' heartbeat
+        (:class:`~compute_plugins.hoststate.broker.Heartbeat`: ``[host_state]
+        push_heartbeat_*``); None: their defaults.
     :param lease_duration: the agents' lease (``[compute]
         agent_lease_duration``): on PostgreSQL, a statement sent to a server
         that vanished fails within a third of it (``tcp_user_timeout``:
@@ -189,6 +192,7 @@ class Database:
                  push: bool = True, safety_poll_interval: float = 300.0,
                  push_transport_url: str = "",
                  push_tls: Optional[broker.TLS] = None,
+                 push_heartbeat: Optional[broker.Heartbeat] = None,
                  lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> None:
         if not safety_poll_interval > 0:
             raise ValueError("safety_poll_interval %r: expected seconds > 0"
@@ -241,6 +245,7 @@ class Database:
             self.push: Optional[notify.Push] = push_backends.choose(
                 self.engine, self.url, push=push, transport_url=push_transport_url,
                 safety_poll_interval=safety_poll_interval, tls=push_tls,
+                heartbeat=push_heartbeat,
                 lock_timeout=lock_timeout, lease_duration=lease_duration)
         except BaseException:
             self.engine.dispose()

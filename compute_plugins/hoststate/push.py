@@ -48,6 +48,7 @@ def check_configured(transport_url: str, safety_poll_interval: float,
 
 def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
            safety_poll_interval: float, tls: Optional[broker.TLS] = None,
+           heartbeat: Optional[broker.Heartbeat] = None,
            lock_timeout: float = 30.0,
            lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> Optional[notify.Push]:
     """How the store at ``engine`` pushes: through the broker
@@ -56,6 +57,8 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
     MySQL without a transport URL: the waiters poll).
 
     :param tls: how a broker is reached over TLS (:class:`broker.TLS`).
+    :param heartbeat: the broker connections' heartbeat
+        (:class:`broker.Heartbeat`; default: its options' defaults).
     :param lock_timeout: the store's, and
     :param lease_duration: the agents' lease (they bound the ``LISTEN``
         connection's ``tcp_user_timeout``: :func:`notify.connector`).
@@ -66,7 +69,7 @@ def choose(engine: Engine, url: str, *, push: bool, transport_url: str,
     if transport_url:
         if _is_fake(transport_url):
             return notify.LocalPush(url, safety_poll_interval)
-        return broker.BrokerPush(transport_url, url, safety_poll_interval, tls)
+        return broker.BrokerPush(transport_url, url, safety_poll_interval, tls, heartbeat)
     if notify.supported(engine):
         return notify.PgPush(engine, url, safety_poll_interval, lock_timeout,
                              lease_duration)

@@ -52,6 +52,10 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
         :mod:`~compute_plugins.hoststate.broker`); empty: none.
     :param push_tls: how that broker is reached over TLS (``[host_state]
         push_ssl*``: :class:`~compute_plugins.hoststate.broker.TLS`).
+    :param push_heartbeat: that broker's connections' heartbeat
+        (``[host_state] push_heartbeat_*``:
+        :class:`~compute_plugins.hoststate.broker.Heartbeat`); None: their
+        defaults.
     :param lease_duration: the agents' lease (``[compute]
         agent_lease_duration``): on PostgreSQL a statement sent to a server
         that vanished fails within a third of it, while the lease holds
@@ -62,11 +66,13 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
                  push: bool = True, safety_poll_interval: float = 300.0,
                  push_transport_url: str = "",
                  push_tls: broker.TLS | None = None,
+                 push_heartbeat: broker.Heartbeat | None = None,
                  lease_duration: float = engines.DEFAULT_LEASE_DURATION) -> None:
         super().__init__(Database(connection, lock_timeout, push=push,
                                   safety_poll_interval=safety_poll_interval,
                                   push_transport_url=push_transport_url,
-                                  push_tls=push_tls, lease_duration=lease_duration))
+                                  push_tls=push_tls, push_heartbeat=push_heartbeat,
+                                  lease_duration=lease_duration))
 
     @classmethod
     def from_config(cls, conf: cfg.ConfigOpts) -> HostStateStore:
@@ -104,7 +110,10 @@ class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMo
                     push=conf.host_state.push,
                     safety_poll_interval=conf.host_state.push_safety_poll_interval,
                     push_transport_url=conf.host_state.push_transport_url,
-                    push_tls=tls, lease_duration=_lease_duration(conf))
+                    push_tls=tls,
+                    push_heartbeat=broker.Heartbeat(
+                        group.push_heartbeat_timeout_threshold, group.push_heartbeat_rate),
+                    lease_duration=_lease_duration(conf))
         if isinstance(store.db.push, broker.BrokerPush):
             try:
                 store.db.push.verify()

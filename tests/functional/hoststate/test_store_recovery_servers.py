@@ -143,12 +143,20 @@ class StallingProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._stalled = threading.Event()
+        #: The connections stalled by :meth:`stall_existing`.
+        self._stalled_sockets: set[socket.socket] = set()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
     def stall(self) -> None:
         self._stalled.set()
+
+    def stall_existing(self) -> None:
+        """Stall the connections relayed now only, the next ones relayed
+        as before: a NAT or a firewall that forgot a connection (its
+        packets dropped, nothing refused or reset) while the path works."""
+        self._stalled_sockets.update(self._sockets)
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -166,7 +174,7 @@ class StallingProxy:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         src.settimeout(0.05)
         while not self._closed.is_set():
-            if self._stalled.is_set():
+            if self._stalled.is_set() or src in self._stalled_sockets:
                 time.sleep(0.05)
                 continue
             try:

@@ -467,3 +467,53 @@ def test_after_a_failover_new_connections_start_with_the_broker_that_answered(
                 sub.close()
     finally:
         down.close()
+
+
+def test_a_publishing_connection_dropped_without_a_word_is_noticed_by_heartbeat(
+        tmp_path, rabbit, caplog):
+    """The publisher's connection goes through a relay that stops
+    forwarding it without closing it (a NAT or a firewall that forgot it:
+    nothing arrives, nothing is refused); new connections go through. With
+    heartbeats of 2 s (``[host_state] push_heartbeat_timeout_threshold``,
+    oslo.messaging's meaning), the idle publisher notices within twice
+    that (py-amqp's rule) and drops the connection, so the next wake-up is
+    published on a new connection at once and reaches the waiter, instead
+    of after the publish's read timeout on the dead one (10 s). Without a
+    heartbeat on the publishing connection it was never noticed idle."""
+    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
+
+    relay = StallingProxy(rabbit.port)
+    through = "rabbit://guest:guest@127.0.0.1:%d/" % relay.port
+    beat = broker.Heartbeat(timeout_threshold=2, rate=3)
+    url = sqlite_url(tmp_path)
+    try:
+        with HostStateStore(url, safety_poll_interval=NEVER,
+                            push_transport_url=rabbit.transport_url) as waiter, \
+                HostStateStore(url, safety_poll_interval=NEVER, push_transport_url=through,
+                               push_heartbeat=beat) as writer:
+            push = writer.db.push
+            assert isinstance(push, broker.BrokerPush)
+            push.verify()
+            assert push._control is not None
+            sub = waiter.host_changes("h")
+            assert isinstance(sub, notify.Subscription)
+            try:
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:
+                    sub.wait(0)
+                relay.stall_existing()
+                stalled = time.monotonic()
+                assert wait_until(lambda: push._control is None, 30)
+                noticed = time.monotonic() - stalled
+                # NOTE: twice the threshold, a check's interval (0.33 s) and
+                # a loaded machine's margin.
+                assert noticed < 2 * beat.timeout_threshold + 2, noticed
+                # NOTE: said right after the drop.
+                assert wait_until(lambda: "its heartbeats stopped" in caplog.text, 5), caplog.text
+                with writer.db.write() as conn:
+                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(broker.IO_TIMEOUT / 2)
+            finally:
+                sub.close()
+    finally:
+        relay.close()

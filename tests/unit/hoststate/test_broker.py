@@ -126,7 +126,8 @@ def test_a_bad_port_is_refused_when_the_store_opens_without_its_password(url, wh
 
 
 @pytest.mark.parametrize("query, named", [
-    ("heartbeat_timeout_threshold=30", "heartbeat_timeout_threshold"),
+    ("heartbeat_timeout_threshold=30",
+     "set [host_state] push_heartbeat_timeout_threshold instead"),
     ("ssl=1&sll_ca_file=/etc/ca.pem", "sll_ca_file"),
     ("ssl", "the query 'ssl' is not KEY=VALUE pairs"),
     ("ssl=1&ssl=0", "more than once"),
@@ -376,3 +377,22 @@ def test_the_start_check_waits_for_one_broker_s_time_whatever_their_number(
     assert waited < 2.5, waited
     assert "unavailable (connecting" in caplog.text
     assert "guest:guest" not in caplog.text
+
+
+def test_the_heartbeat_options_reach_the_broker_connections():
+    """``[host_state] push_heartbeat_timeout_threshold`` and
+    ``push_heartbeat_rate`` (oslo.messaging's ``heartbeat_*``, same
+    defaults) are the store's broker heartbeat; checked every threshold /
+    rate / 2 seconds, as oslo.messaging's driver (0: none)."""
+    url = "rabbit://guest:guest@127.0.0.1:%d/" % _closed_port()
+    with HostStateStore.from_config(_conf(url)) as store:
+        assert isinstance(store.db.push, broker.BrokerPush)
+        assert store.db.push.heartbeat == broker.Heartbeat(60, 3)
+    conf = _conf(url)
+    conf.set_override("push_heartbeat_timeout_threshold", 12, "host_state")
+    conf.set_override("push_heartbeat_rate", 2, "host_state")
+    with HostStateStore.from_config(conf) as store:
+        assert isinstance(store.db.push, broker.BrokerPush)
+        assert store.db.push.heartbeat == broker.Heartbeat(12, 2)
+        assert store.db.push.heartbeat.interval == 3.0
+    assert broker.Heartbeat(0, 3).interval is None
