@@ -301,6 +301,38 @@ def test_an_interrupt_as_the_cycle_ends_unassumes_the_host(cloud):
     assert sched.in_flight() == {}
 
 
+def second_while_first_in_flight(sched: Any, shape: Any) -> tuple[Any, Any, list[str]]:
+    """Two requests of ``shape`` on ``sched``: the second starts while the
+    first is in its ``PUT /allocations`` (held 1 s, its host in flight).
+    Their results, and the ``GET /resource_providers`` sent from the
+    second's start (the first one is in its PUT by then; the view's asks
+    by tree run on its own threads)."""
+    slow: Any = SlowFirstPut(sched.placement, 1.0)
+    asked: list[str] = []
+    real_get = slow.get
+    counting = threading.Event()
+
+    def get(path: str, *args: Any, **kw: Any) -> Any:
+        if path.startswith("/resource_providers") and counting.is_set():
+            asked.append(path)
+        return real_get(path, *args, **kw)
+
+    slow.get = get
+    sched.placement = slow
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        results[name] = sched.schedule(spec_of(sched, *shape), new_consumer(), "p", "u")
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert slow.entered.wait(30)
+    counting.set()
+    run("second")
+    first.join(60)
+    return results["first"], results["second"], asked
+
+
 def test_a_request_waiting_on_hosts_in_flight_asks_placement_again_once(cloud):
     """The only host with room is in flight (another request of the same
     scheduler is being placed there, the last room), another host is too
@@ -311,35 +343,9 @@ def test_a_request_waiting_on_hosts_in_flight_asks_placement_again_once(cloud):
     and is refused."""
     host = cloud.add_host("room", [cell(4, 4096)], dedicated="0-3")
     cloud.add_host("small", [cell(2, 4096)], dedicated="0-1")
-    sched = cloud.scheduler()
-    slow = SlowFirstPut(sched.placement, 1.0)
-    asked: list[str] = []
-    real_get = slow.get
-    # NOTE: counted from the second request's start (the first one is in
-    # its PUT by then); the view's asks by tree run on its own threads.
-    counting = threading.Event()
-
-    def get(path: str, *args: Any, **kw: Any) -> Any:
-        if path.startswith("/resource_providers") and counting.is_set():
-            asked.append(path)
-        return real_get(path, *args, **kw)
-
-    slow.get = get  # type: ignore[method-assign]
-    sched.placement = slow
-    whole = pinned(1, 4, 1024)
-    results: dict[str, Any] = {}
-
-    def run(name: str) -> None:
-        results[name] = sched.schedule(spec_of(sched, *whole), new_consumer(), "p", "u")
-
-    first = threading.Thread(target=run, args=("first",))
-    first.start()
-    assert slow.entered.wait(30)
-    counting.set()
-    run("second")
-    first.join(60)
-    assert results["first"].placed and results["first"].host == host.name
-    second = results["second"]
+    first, second, asked = second_while_first_in_flight(cloud.scheduler(),
+                                                        pinned(1, 4, 1024))
+    assert first.placed and first.host == host.name
     assert not second.placed
     # NOTE: one re-ask of the excluded host: a GET per group shape.
     assert len(asked) == 2, asked
@@ -357,33 +363,9 @@ def test_a_request_waiting_on_hosts_in_flight_counts_every_placement_ask(cloud):
     earlier rounds' asks were lost: only the last round's were counted)."""
     host = cloud.add_host("room", [cell(4, 4096)], dedicated="0-3")
     cloud.add_host("small", [cell(1, 4096)], dedicated="0")
-    sched = cloud.scheduler(placement_view_seconds=0)
-    slow = SlowFirstPut(sched.placement, 1.0)
-    asked: list[str] = []
-    real_get = slow.get
-    counting = threading.Event()
-
-    def get(path: str, *args: Any, **kw: Any) -> Any:
-        if path.startswith("/resource_providers") and counting.is_set():
-            asked.append(path)
-        return real_get(path, *args, **kw)
-
-    slow.get = get  # type: ignore[method-assign]
-    sched.placement = slow
-    two = pinned(1, 2, 1024)
-    results: dict[str, Any] = {}
-
-    def run(name: str) -> None:
-        results[name] = sched.schedule(spec_of(sched, *two), new_consumer(), "p", "u")
-
-    first = threading.Thread(target=run, args=("first",))
-    first.start()
-    assert slow.entered.wait(30)
-    counting.set()
-    run("second")
-    first.join(60)
-    assert results["first"].placed and results["first"].host == host.name
-    second = results["second"]
+    first, second, asked = second_while_first_in_flight(
+        cloud.scheduler(placement_view_seconds=0), pinned(1, 2, 1024))
+    assert first.placed and first.host == host.name
     assert second.placed and second.host == host.name
     assert second.placement_calls.get("GET /resource_providers") == len(asked), \
         (second.placement_calls, asked)

@@ -407,6 +407,20 @@ def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, c
     assert "guest:guest" not in caplog.text
 
 
+def listening(sub: notify.Subscription) -> None:
+    """Wait until ``sub``'s listener is connected, and take the wake-up of
+    every waiter it makes then."""
+    assert wait_until(lambda: sub.live)
+    with sub.listener._lock:  # NOTE: its wake-up of all is done
+        sub.wait(0)
+
+
+def wake(store: HostStateStore, host: str) -> None:
+    """Commit a wake-up of ``host``'s channel through ``store``."""
+    with store.db.write() as conn:
+        store.db.wake(conn, [notify.host_channel(host)], "x")
+
+
 class DownBroker:
     """A broker's port with nothing behind it that answers: it accepts a
     connection and closes it at once (a load balancer without a node);
@@ -456,11 +470,8 @@ def test_after_a_failover_new_connections_start_with_the_broker_that_answered(
             sub = store.host_changes("h")
             assert isinstance(sub, notify.Subscription)
             try:
-                assert wait_until(lambda: sub.live)
-                with sub.listener._lock:
-                    sub.wait(0)
-                with store.db.write() as conn:
-                    store.db.wake(conn, [notify.host_channel("h")], "x")
+                listening(sub)
+                wake(store, "h")
                 assert sub.wait(ANSWER)
                 assert down.accepted == tried, "the listener tried the down broker first"
             finally:
@@ -498,9 +509,7 @@ def test_a_publishing_connection_dropped_without_a_word_is_noticed_by_heartbeat(
             sub = waiter.host_changes("h")
             assert isinstance(sub, notify.Subscription)
             try:
-                assert wait_until(lambda: sub.live)
-                with sub.listener._lock:
-                    sub.wait(0)
+                listening(sub)
                 relay.stall_existing()
                 stalled = time.monotonic()
                 assert wait_until(lambda: push._control is None, 30)
@@ -510,8 +519,7 @@ def test_a_publishing_connection_dropped_without_a_word_is_noticed_by_heartbeat(
                 assert noticed < 2 * beat.timeout_threshold + 2, noticed
                 # NOTE: said right after the drop.
                 assert wait_until(lambda: "its heartbeats stopped" in caplog.text, 5), caplog.text
-                with writer.db.write() as conn:
-                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                wake(writer, "h")
                 assert sub.wait(broker.IO_TIMEOUT / 2)
             finally:
                 sub.close()
