@@ -690,7 +690,15 @@ class _Connection:
     def abandon(self) -> None:
         """Close a connection known broken (its heartbeats missed, its
         socket failed) without AMQP's closing handshake, which would wait
-        :data:`IO_TIMEOUT` for a broker that no longer answers."""
+        :data:`IO_TIMEOUT` for a broker that no longer answers, nor TLS's
+        (its ``close_notify`` waits for the peer's, seconds the lock may be
+        held: the socket is made non-blocking first)."""
+        try:
+            sock = self.channel.connection.sock
+            if sock is not None:
+                sock.settimeout(0)
+        except Exception:  # noqa: BLE001 - a connection already gone
+            pass
         try:
             self._kombu.collect()
         except Exception:  # noqa: BLE001 - closing a broken connection
