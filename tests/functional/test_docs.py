@@ -224,8 +224,11 @@ def run_page(path: Path, tmp_path: Path) -> list[str]:
         PATH="%s:%s" % (Path(sys.executable).parent, env.get("PATH", "/usr/bin:/bin")),
         PYTHONPATH=str(ROOT),
         XDG_STATE_HOME=str(tmp_path / "state"),
-        PYTHONDONTWRITEBYTECODE="1",
     )
+    # NOTE: the commands' bytecode goes where the suite's subprocesses
+    # keep theirs (tests/conftest.py), never into the checkout.
+    env.setdefault("PYTHONPYCACHEPREFIX", str(tmp_path / "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.Popen(
         ["bash", "-c", script(commands, logs)],
         cwd=work,

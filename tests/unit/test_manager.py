@@ -12,7 +12,7 @@ from stevedore import extension
 from compute_plugins import exception
 from compute_plugins.conf import register_all
 from compute_plugins.host.model import DiskInfo, HostInfo
-from compute_plugins.runtime.manager import PluginManager
+from compute_plugins.runtime.manager import PluginManager, available_plugins
 from compute_plugins.tree.provider_tree import ProviderTree
 from tests.unit import fake_plugins
 
@@ -155,13 +155,8 @@ def test_unknown_plugin_name_lists_the_available_ones(conf):
     assert "available plugins: disk, memenc, numa, pmem, sriov, vgpu" in message
 
 
-@pytest.fixture
-def installed_fakes(tmp_path, monkeypatch):
-    """Install test-only entry points (a real dist-info on sys.path).
-
-    stevedore reads entry points from package metadata, so the load
-    failures below go through its real loading code.
-    """
+def install_fakes(tmp_path, monkeypatch) -> None:
+    """Install test-only entry points: a real dist-info on sys.path."""
     dist = tmp_path / "fake_compute_plugins-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text(
@@ -173,8 +168,33 @@ def installed_fakes(tmp_path, monkeypatch):
         missingmodule = tests.unit.no_such_module:Plugin
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.fixture
+def installed_fakes(tmp_path, monkeypatch):
+    """Test-only entry points, installed before the process reads them.
+
+    stevedore reads entry points from package metadata, so the load
+    failures below go through its real loading code.
+    """
+    install_fakes(tmp_path, monkeypatch)
     # stevedore keeps the entry points it read in a class attribute.
     monkeypatch.setattr(extension.ExtensionManager, "ENTRY_POINT_CACHE", {})
+
+
+def test_the_available_plugins_are_the_ones_the_manager_loads_from(
+        conf, tmp_path, monkeypatch):
+    """The names offered are stevedore's list, which the plugins are
+    loaded from (read once per process): a plugin installed after it was
+    read is not offered, and naming it is the unknown-plugin error (not a
+    degraded host whose plugin's "entry point" is "not found")."""
+    monkeypatch.setattr(extension.ExtensionManager, "ENTRY_POINT_CACHE", {})
+    PluginManager(conf, names=["numa"])
+    install_fakes(tmp_path, monkeypatch)
+    assert "widgets" not in available_plugins()
+    with pytest.raises(exception.UnknownPluginError) as err:
+        PluginManager(conf, names=["widgets"])
+    assert "available plugins: disk, memenc, numa, pmem, sriov, vgpu" in str(err.value)
 
 
 def test_plugins_failing_to_import_or_construct_are_isolated(

@@ -73,8 +73,15 @@ def wait_until(predicate, seconds: float = 20.0) -> bool:
 
 
 @pytest.fixture
-def rabbit(rabbitmq_server):
-    """The private RabbitMQ, running (a test that stopped it restarts it)."""
+def rabbit(rabbitmq_server, monkeypatch):
+    """The private RabbitMQ, running (a test that stopped it restarts it).
+
+    The listeners reconnect and the publishers retry every second at most
+    (rather than backing off to 30 s and 5 s): a test that stops the broker
+    waits for the broker's own start, not for the back-off's next try.
+    """
+    monkeypatch.setattr(broker, "_RECONNECT_MAX", 1.0)
+    monkeypatch.setattr(broker, "_PUBLISH_RETRY_MAX", 1.0)
     if rabbitmq_server.process is None:
         rabbitmq_server.start()
     return rabbitmq_server
