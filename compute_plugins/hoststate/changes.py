@@ -32,7 +32,7 @@ judged).
 from __future__ import annotations
 
 import datetime
-from typing import Optional
+from typing import Any, Optional
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -102,27 +102,45 @@ def read(conn: Connection, since: Optional[ChangeMark],
          now: datetime.datetime) -> StatusChanges:
     """In a read transaction (one snapshot): the hosts written since
     ``since`` (None: every host), and the leases expired at ``now`` (naive
-    UTC): at most three indexed statements, whose rows are the changes and
-    the down hosts only (a full read: every host)."""
-    row = conn.execute(sa.select(t_changes.c.last_number, t_changes.c.removals)
-                       .where(t_changes.c.id == 1)).first()
-    mark = ChangeMark(0, 0) if row is None else ChangeMark(int(row.last_number),
-                                                           int(row.removals))
+    UTC). One statement (the counter, the hosts numbered past the mark and
+    the expired leases, indexed, ``UNION ALL``): its rows are the changes
+    and the down hosts only; a second one reads every host when the
+    counter is not the one the mark was read from."""
+    def row(kind: str, host: Any, number: Any, removals: Any, expires: Any) -> Any:
+        return (sa.literal(kind).label("kind"), host.label("host"), number.label("number"),
+                removals.label("removals"), expires.label("expires_at"))
+
+    def none(type_: Any) -> Any:
+        return sa.cast(sa.null(), type_)
+
+    after = -1 if since is None else since.number
+    query = sa.union_all(
+        sa.select(*row("c", none(t_hosts.c.host.type), t_changes.c.last_number,
+                       t_changes.c.removals, none(t_leases.c.expires_at.type)))
+        .where(t_changes.c.id == 1),
+        sa.select(*row("h", t_hosts.c.host, t_hosts.c.generation,
+                       none(t_changes.c.removals.type), none(t_leases.c.expires_at.type)))
+        .where(t_hosts.c.change_number > after),
+        sa.select(*row("l", t_leases.c.host, none(t_hosts.c.generation.type),
+                       none(t_changes.c.removals.type), t_leases.c.expires_at))
+        .where(t_leases.c.expires_at <= now))
+    mark = ChangeMark(0, 0)
+    generations: dict[str, int] = {}
+    expired: dict[str, datetime.datetime] = {}
+    for r in conn.execute(query):
+        if r.kind == "c":
+            mark = ChangeMark(int(r.number), int(r.removals))
+        elif r.kind == "h":
+            generations[r.host] = int(r.number)
+        else:
+            expired[r.host] = r.expires_at
     # NOTE: a counter behind the mark, or other removals: the store was
     # restored, recreated, or a host's row deleted: read every host.
     full = (since is None or since.removals != mark.removals
             or since.number > mark.number)
-    query = sa.select(t_hosts.c.host, t_hosts.c.generation)
-    if full:
-        rows = conn.execute(query).all()
-    elif since is not None and since.number < mark.number:
-        rows = conn.execute(query.where(t_hosts.c.change_number > since.number)).all()
-    else:
-        rows = []   # NOTE: nothing written since: no statement
-    generations = {r.host: int(r.generation) for r in rows}
-    expired = {r.host: r.expires_at for r in conn.execute(
-        sa.select(t_leases.c.host, t_leases.c.expires_at)
-        .where(t_leases.c.expires_at <= now))}
+    if full and since is not None:
+        generations = {r.host: int(r.generation) for r in conn.execute(
+            sa.select(t_hosts.c.host, t_hosts.c.generation))}
     return StatusChanges(mark=mark, full=full,
                          generations=FrozenMap(sorted(generations.items())),
                          expired=FrozenMap(sorted(expired.items())))
