@@ -30,7 +30,7 @@ from typing import Any, Optional, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate import changes, database, errors
 from compute_plugins.hoststate import engine as engines
 from compute_plugins.hoststate.records import AgentLease
 from compute_plugins.hoststate.schema import decisions as t_decisions
@@ -246,6 +246,10 @@ class SqlAgentLeases(database.OnDatabase):
                 conn.execute(sa.delete(t_disabled).where(t_disabled.c.host == new))
                 conn.execute(sa.update(t_disabled).where(
                     t_disabled.c.host == old).values(host=new))
+                if published is not None:
+                    # NOTE: last: the change counter stays locked until the
+                    # commit (:mod:`.changes`).
+                    changes.count_removal(conn)
             return len(rows)
 
         return self.db.retrying(move)

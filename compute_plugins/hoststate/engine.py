@@ -347,8 +347,24 @@ def _upgrade(conn: Connection, found: int, tables: set[str]) -> None:
         conn.execute(sa.text("ALTER TABLE %s ADD COLUMN %s %s NOT NULL DEFAULT '%s'" % (
             table.name, name, column.type.compile(dialect=conn.dialect),
             default.arg)))
+    for index in schema.ADDED_INDEXES:
+        indexed = index.table
+        assert indexed is not None
+        if indexed.name not in tables or indexed in missing:
+            continue
+        if index.name in {i["name"] for i in sa.inspect(conn).get_indexes(indexed.name)}:
+            continue    # NOTE: made by an interrupted upgrade (MySQL's DDL)
+        index.create(conn)
+    _seed(conn)
     conn.execute(sa.delete(schema.version))
     conn.execute(sa.insert(schema.version).values(version=schema.SCHEMA_VERSION))
+
+
+def _seed(conn: Connection) -> None:
+    """The one-row tables' rows a new or upgraded store needs: the change
+    counter (:data:`~compute_plugins.hoststate.schema.changes`), from 0."""
+    if conn.execute(sa.select(schema.changes.c.id)).first() is None:
+        conn.execute(sa.insert(schema.changes).values(id=1, last_number=0, removals=0))
 
 
 def ensure_schema(engine: Engine) -> None:
@@ -373,6 +389,7 @@ def ensure_schema(engine: Engine) -> None:
                 # transactional, an interrupted creation leaves no version.
                 schema.metadata.create_all(conn, tables=list(schema.DATA_TABLES))
                 schema.metadata.create_all(conn, tables=[schema.version])
+                _seed(conn)
                 conn.execute(sa.insert(schema.version).values(version=schema.SCHEMA_VERSION))
                 return
     if found != schema.SCHEMA_VERSION:

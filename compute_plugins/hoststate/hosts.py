@@ -20,12 +20,14 @@ from typing import Any, Optional
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from compute_plugins.hoststate import database, errors
+from compute_plugins.hoststate import changes, database, errors
 from compute_plugins.hoststate.records import (
+    ChangeMark,
     HostDisabled,
     HostSnapshot,
     HostStatus,
     PublishResult,
+    StatusChanges,
 )
 from compute_plugins.hoststate.schema import disabled as t_disabled
 from compute_plugins.hoststate.schema import hosts as t_hosts
@@ -167,6 +169,18 @@ class SqlHostPublication(database.OnDatabase):
                               for r in conn.execute(q))
         return result
 
+    def host_status_changes(self, since: Optional[ChangeMark],
+                            now: Optional[datetime.datetime] = None) -> StatusChanges:
+        """The hosts written since ``since`` (None: every host) and the
+        leases expired at ``now`` (naive UTC; default: this machine's
+        clock), in one snapshot: what a long-running scheduler reads per
+        decision instead of :meth:`host_statuses`, a few rows instead of
+        one per host (:mod:`~compute_plugins.hoststate.changes`; issue 19,
+        item 2)."""
+        when = database.utcnow() if now is None else now
+        with self.db.read() as conn:
+            return changes.read(conn, since, when)
+
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown uuids absent)."""
         result: dict[str, str] = {}
@@ -235,6 +249,8 @@ class SqlHostPublication(database.OnDatabase):
                 # them, under the row lock the bump holds.
                 self._check_providers(conn, host, set(providers) - set(old.providers))
                 self._write_delta(conn, host, old, texts, providers)
+                # NOTE: last: the change counter stays locked until the commit.
+                changes.stamp(conn, host)
         except sa.exc.IntegrityError:
             # NOTE: a concurrent first publish of this host, or another host
             # taking one of these providers between the check and the insert.

@@ -179,6 +179,44 @@ class HostStatus:
         return down_reason(self.host, self.lease_expires_at)
 
 
+@dataclasses.dataclass(frozen=True)
+class ChangeMark:
+    """Where a reader of the hosts' changes stands: the store's change
+    counter as it read it (:data:`compute_plugins.hoststate.schema.changes`).
+
+    :param number: the last change number read: every write of a host's
+        row numbered up to it was seen.
+    :param removals: the deletions of host rows counted then (another
+        count: a host's row was deleted since, read every host again).
+    """
+
+    number: int
+    removals: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusChanges:
+    """What changed of the hosts since a reader's :class:`ChangeMark`, and
+    which are down now, read in one snapshot
+    (:meth:`~compute_plugins.hoststate.transport.HostStatusFeed.host_status_changes`).
+
+    :param mark: where the reader stands now (give it to the next read).
+    :param full: every host was read (no mark given, or the store's counter
+        is not the one the mark was read from: a host removed, a store
+        restored or recreated): ``generations`` replaces what the reader
+        held; else it updates it.
+    :param generations: host -> generation, of the hosts written since the
+        mark (every host when ``full``).
+    :param expired: host -> its lease's expiry, of every lease expired at
+        the time asked (whether its host published or not): the down hosts.
+    """
+
+    mark: ChangeMark
+    full: bool
+    generations: FrozenMap[str, int]
+    expired: FrozenMap[str, datetime.datetime]
+
+
 def down_reason(host: str, expired_at: datetime.datetime | None) -> str:
     """``host X is down: its agent's lease expired at T``."""
     return "host %s is down: its agent's lease expired at %s" % (
@@ -256,6 +294,6 @@ class MoveRecord:
             self.status.value)
 
 
-__all__ = ["ACTIVE", "MOVE_ACTIVE", "AgentLease", "DecisionStatus", "HostDecision",
+__all__ = ["ACTIVE", "MOVE_ACTIVE", "AgentLease", "ChangeMark", "DecisionStatus", "HostDecision",
            "HostDisabled", "HostSnapshot", "HostStatus", "MoveRecord", "MoveStatus",
-           "PublishResult", "down_reason", "utc_words"]
+           "PublishResult", "StatusChanges", "down_reason", "utc_words"]

@@ -25,8 +25,11 @@ from sqlalchemy.dialects import mysql
 #: (``hoststate_leases``). 4: the hosts an operator disabled
 #: (``hoststate_disabled``). 5: the moves of instances between hosts
 #: (``hoststate_moves``). 6: the kind of a disabled host's fence
-#: (``hoststate_disabled.kind``: an operator's, or an evacuation's).
-SCHEMA_VERSION = 6
+#: (``hoststate_disabled.kind``: an operator's, or an evacuation's). 7: the
+#: change numbers (``hoststate_hosts.change_number``, ``hoststate_changes``)
+#: and the leases' expiry index: a scheduler reads only the hosts that
+#: changed since its last read, and the down ones (issue 19, item 2).
+SCHEMA_VERSION = 7
 
 _TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _TIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
@@ -48,13 +51,19 @@ version = sa.Table(
 )
 
 #: One row per host: its generation (bumped by every write of the host's
-#: states, node name or providers) and its node name.
+#: states, node name or providers) and its node name. ``change_number`` is
+#: the store's change number of its last write (:data:`changes`), so that a
+#: reader asks for the hosts changed since the number it read last
+#: (:mod:`compute_plugins.hoststate.changes`); 0: not written since the
+#: store was upgraded to version 7 (read by full reads only).
 hosts = sa.Table(
     "hoststate_hosts", metadata,
     sa.Column("host", sa.String(255), primary_key=True),
     sa.Column("generation", sa.BigInteger, nullable=False),
     sa.Column("nodename", sa.String(255), nullable=False),
     sa.Column("updated_at", _TIME, nullable=False),
+    sa.Column("change_number", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Index("hoststate_hosts_change_number", "change_number"),
     **_MYSQL,
 )
 
@@ -124,6 +133,9 @@ leases = sa.Table(
     sa.Column("node", sa.String(36), nullable=False),
     sa.Column("holder", sa.String(255), nullable=False),
     sa.Column("expires_at", _TIME, nullable=False),
+    # NOTE: a scheduler reads the expired leases only (``expires_at <=
+    # now``: the down hosts), never every renewal.
+    sa.Index("hoststate_leases_expires_at", "expires_at"),
     **_MYSQL,
 )
 
@@ -175,19 +187,40 @@ moves = sa.Table(
     **_MYSQL,
 )
 
+#: The store's change counter: one row (``id`` 1). ``last_number`` is the
+#: last change number given: every write of a host's row takes the next one
+#: in its transaction, last (:func:`compute_plugins.hoststate.changes.stamp`),
+#: so the numbers are given in commit order and a reader that read number N
+#: has seen every change up to N. ``removals`` counts the deletions of host
+#: rows (a rename): a reader that sees it move reads every host again.
+changes = sa.Table(
+    "hoststate_changes", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("last_number", sa.BigInteger, nullable=False),
+    sa.Column("removals", sa.BigInteger, nullable=False),
+    **_MYSQL,
+)
+
 #: The tables besides ``hoststate_version``, in creation order.
 DATA_TABLES = (hosts, states, providers, decisions, store_identity, leases, disabled,
-               moves)
+               moves, changes)
 
 #: Older schema version -> the tables it lacks: opening such a store
 #: creates them (portable ``CREATE TABLE``), adds the columns of
 #: :data:`ADDED_COLUMNS` its existing tables lack, and records
 #: :data:`SCHEMA_VERSION`. A version not listed here is refused
 #: (:class:`~compute_plugins.hoststate.errors.SchemaVersionMismatch`).
-UPGRADES = {2: (store_identity, leases, disabled, moves), 3: (disabled, moves),
-            4: (moves,), 5: ()}
+UPGRADES = {2: (store_identity, leases, disabled, moves, changes),
+            3: (disabled, moves, changes), 4: (moves, changes), 5: (changes,),
+            6: (changes,)}
 
 #: Columns added to an existing table since it was made: (table, column),
 #: each added by a portable ``ALTER TABLE ... ADD COLUMN`` with its server
 #: default when an upgraded store's table lacks it.
-ADDED_COLUMNS = ((disabled, "kind"),)
+ADDED_COLUMNS = ((disabled, "kind"), (hosts, "change_number"))
+
+#: Indexes added to an existing table since it was made: each created when
+#: an upgraded store's table lacks it (a table the upgrade creates has its
+#: indexes already).
+ADDED_INDEXES = tuple(index for table in (hosts, leases) for index in sorted(
+    table.indexes, key=lambda index: str(index.name)))

@@ -29,7 +29,11 @@ from compute_plugins.hoststate.database import Database
 from compute_plugins.hoststate.decisions import SqlDecisionQueue
 from compute_plugins.hoststate.hosts import SqlHostPublication
 from compute_plugins.hoststate.moves import SqlMoves
-from compute_plugins.hoststate.transport import HostStateTransport, HostWakeups
+from compute_plugins.hoststate.transport import (
+    HostStateTransport,
+    HostStatusFeed,
+    HostWakeups,
+)
 
 
 class HostStateStore(SqlHostPublication, SqlDecisionQueue, SqlAgentLeases, SqlMoves):
@@ -146,6 +150,7 @@ def _lease_duration(conf: cfg.ConfigOpts) -> float:
 #: The SQL store is a transport (checked by mypy), and wakes its agents.
 _TRANSPORT: type[HostStateTransport] = HostStateStore
 _WAKEUPS: type[HostWakeups] = HostStateStore
+_FEED: type[HostStatusFeed] = HostStateStore
 
 __all__ = ["HostStateStore"]
 

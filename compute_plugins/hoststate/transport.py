@@ -23,11 +23,13 @@ methods and waits on its notifications, and wakes idle agents through
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from compute_plugins.hoststate.records import (
     AgentLease,
+    ChangeMark,
     DecisionStatus,
     HostDecision,
     HostDisabled,
@@ -35,6 +37,7 @@ from compute_plugins.hoststate.records import (
     HostStatus,
     MoveRecord,
     PublishResult,
+    StatusChanges,
 )
 from compute_plugins.plugin.contract import Rejection
 
@@ -205,6 +208,21 @@ class AgentLeases(Protocol):
 
 
 @runtime_checkable
+class HostStatusFeed(Protocol):
+    """What a transport that numbers its changes offers a long-running
+    scheduler (the SQL store: :mod:`compute_plugins.hoststate.changes`):
+    the hosts changed since its last read and the down ones, not every
+    host's generation and lease per decision. A scheduler on a transport
+    without it reads every host
+    (:meth:`HostPublication.host_statuses`)."""
+
+    def host_status_changes(self, since: Optional[ChangeMark],
+                            now: Optional[datetime.datetime] = None) -> StatusChanges:
+        """The hosts written since ``since`` (None: every host) and the
+        leases expired at ``now`` (naive UTC; default: now), in one read."""
+
+
+@runtime_checkable
 class HostMoves(Protocol):
     """What a transport that records the moves of instances offers the
     agents (the SQL store: :mod:`compute_plugins.hoststate.moves`): they
@@ -220,4 +238,4 @@ class HostMoves(Protocol):
 
 
 __all__ = ["AgentLeases", "DecisionQueue", "HostMoves", "HostPublication",
-           "HostStateTransport", "HostWakeups", "Wakeup"]
+           "HostStateTransport", "HostStatusFeed", "HostWakeups", "Wakeup"]

@@ -6,9 +6,18 @@ Each compute agent holds a lease on its host in the host-state store
 host whose lease expired is down (its agent stopped, crashed, hangs or is
 cut off from the store): it is no candidate, and the scheduler says so
 (``host X is down: its agent's lease expired at T``) instead of offering
-it a decision nobody answers. The leases are read with the hosts'
-generations, in one statement
-(:meth:`~compute_plugins.hoststate.transport.HostPublication.host_statuses`).
+it a decision nobody answers.
+
+A long-running scheduler keeps its view of the hosts (:class:`KeptLiveness`):
+every host's generation in memory, brought up to date per decision by the
+store's change numbers (the hosts written since its last read) and the
+leases expired now (the down hosts), a few rows where reading every host's
+generation and lease (:func:`read`,
+:meth:`~compute_plugins.hoststate.transport.HostPublication.host_statuses`)
+was one row per host per decision (issue 19, item 2;
+:mod:`compute_plugins.hoststate.changes`). A down host is left out at the
+first decision after its lease expired, and back at the first after its
+agent renewed it.
 
 A host without a lease (published by a tool, not by an agent) is not
 judged. Expiry is compared with this machine's clock: the machines'
@@ -19,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 from compute_plugins.hoststate import database
-from compute_plugins.hoststate.records import HostStatus
-from compute_plugins.hoststate.transport import HostPublication
+from compute_plugins.hoststate.records import ChangeMark, HostStatus, down_reason
+from compute_plugins.hoststate.transport import HostPublication, HostStatusFeed
 from compute_plugins.plugin.contract import Rejection
 
 
@@ -60,4 +71,73 @@ def read(store: HostPublication) -> Liveness:
     return split(store.host_statuses())
 
 
-__all__ = ["Liveness", "read", "split"]
+#: Seconds between a kept view's full reads of every host: the change
+#: numbers miss nothing a current agent writes, but a store recreated or
+#: restored under a running scheduler whose counter has passed its mark
+#: again, or a writer of an older release, would go unseen until then.
+FULL_READ_SECONDS = 600.0
+
+
+class KeptLiveness:
+    """A long-running scheduler's view of the hosts' generations, kept in
+    memory and brought up to date per read by what changed (module doc).
+
+    Its first read reads every host, then only the hosts written since and
+    the expired leases; every host again when the store says its counter is
+    not the one read (a host removed, the store restored or recreated), when
+    another store is given, and every :data:`FULL_READ_SECONDS`. Safe to
+    share between threads (reads are one at a time). A store without change
+    numbers (no :class:`~compute_plugins.hoststate.transport.HostStatusFeed`)
+    is read whole every time (:func:`read`).
+
+    :param full_read_seconds: see :data:`FULL_READ_SECONDS`.
+    :param clock: monotonic seconds (tests).
+    """
+
+    def __init__(self, full_read_seconds: float = FULL_READ_SECONDS,
+                 clock: Optional[Callable[[], float]] = None) -> None:
+        self.full_read_seconds = full_read_seconds
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        #: Every host that published -> its generation, as last read.
+        self._generations: dict[str, int] = {}
+        self._mark: Optional[ChangeMark] = None
+        self._store: Optional[int] = None
+        self._full_at = 0.0
+        #: Reads of every host made so far (the first, and those the class
+        #: doc lists): what a test or a benchmark counts.
+        self.full_reads = 0
+
+    def read(self, store: HostPublication,
+             now: Optional[datetime.datetime] = None) -> Liveness:
+        """The hosts of ``store`` split at ``now`` (naive UTC; default: this
+        machine's clock), as :func:`read` would, from what changed since
+        the last read."""
+        if not isinstance(store, HostStatusFeed):
+            return split(store.host_statuses(), now)
+        when = database.utcnow() if now is None else now
+        with self._lock:
+            mark = self._mark
+            if (self._store != id(store)
+                    or self._clock() - self._full_at >= self.full_read_seconds):
+                mark = None
+            read_at = self._clock()
+            changes = store.host_status_changes(mark, when)
+            if changes.full:
+                self.full_reads += 1
+                self._generations = dict(changes.generations)
+                self._store = id(store)
+                self._full_at = read_at
+            else:
+                self._generations.update(changes.generations)
+            self._mark = changes.mark
+            generations = dict(self._generations)
+        down: dict[str, tuple[Rejection, ...]] = {}
+        for host, expired in changes.expired.items():
+            # NOTE: the hosts that published only, as host_statuses.
+            if generations.pop(host, None) is not None:
+                down[host] = (Rejection(down_reason(host, expired)),)
+        return Liveness(generations, down)
+
+
+__all__ = ["FULL_READ_SECONDS", "KeptLiveness", "Liveness", "read", "split"]

@@ -2,9 +2,11 @@
 
 :meth:`Scheduler.schedule`:
 
-1. the hosts the store knows, their generations and their agents' leases
-   in one read: a host whose lease expired is down, no candidate
-   (:mod:`.liveness`); Placement says which of the others have room
+1. the hosts the store knows, their generations and their agents' leases,
+   kept in memory and brought up to date per plan by one read of what
+   changed (the hosts written since the last plan, the leases expired): a
+   host whose lease expired is down, no candidate (:mod:`.liveness`:
+   :class:`~.liveness.KeptLiveness`); Placement says which of the others have room
    (:mod:`.providers`: one ``GET /resource_providers`` per distinct group
    shape, never
    ``/allocation_candidates``, whose combinations explode on wide trees),
@@ -328,6 +330,8 @@ class Scheduler:
         self.on_offer = on_offer
         #: Decoded host states, kept per host generation.
         self.states = fitting.StateCache()
+        #: The hosts' generations and the down ones, kept and read by change.
+        self.liveness = liveness.KeptLiveness()
         #: Placement's answers, kept while they stand (:mod:`.view`).
         self.view = view.PlacementView(conf.scheduler.placement_view_seconds)
         #: Draws the first host among the best (equal weights, or the best
@@ -481,7 +485,7 @@ class Scheduler:
             running.wait(wait)
             return 0, ()
         try:
-            alive = liveness.read(self.store)
+            alive = self.liveness.read(self.store)
             found, _asked = self.view.find(self.placement, self.store, spec.groups,
                                            sorted(alive.generations))
             return found.calls, found.queries if found.calls else ()
@@ -548,7 +552,7 @@ class Scheduler:
         start = time.monotonic()
         busy = frozenset(self._assumed)
         serial = self._assumes
-        alive = liveness.read(self.store)
+        alive = self.liveness.read(self.store)
         generations = alive.generations
         self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,

@@ -2,9 +2,11 @@
 
 A long-running :class:`~compute_plugins.scheduler.selection.Scheduler`
 does not read every host, nor ask Placement about every host, on every
-decision. Per decision it reads, from the host-state store, only each
-host's generation and agent lease (one statement,
-:meth:`~compute_plugins.hoststate.transport.HostPublication.host_statuses`)
+decision. Per decision it reads, from the host-state store, only what
+changed since its last read: the hosts written since and the expired
+leases (:class:`~compute_plugins.scheduler.liveness.KeptLiveness` keeps
+every host's generation;
+:meth:`~compute_plugins.hoststate.transport.HostStatusFeed.host_status_changes`),
 and the hosts an operator disabled (a handful of rows); then:
 
 - **Host states** (:class:`~compute_plugins.scheduler.fitting.StateCache`):

@@ -18,6 +18,7 @@ from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
     TestAgentLeases,
+    TestChanges,
     TestDecisions,
     TestDisabledHosts,
     TestLiveness,

@@ -364,6 +364,31 @@ def test_a_stopped_agents_host_is_down_within_its_lease_and_skipped(cloud):
     assert time.monotonic() - start < 10
     assert result.verdicts[dead.name] == (reason,)
     assert cloud.usage(dead) == {}
+    # its agent back: renewed, a candidate again at the next plan
+    cloud.restart(dead)
+    assert not sched.plan(spec).verdicts[dead.name]
+
+
+def test_a_plan_reads_only_the_hosts_that_changed_since_the_last(cloud):
+    """Issue 19, item 2: a scheduler keeps every host's generation; a plan
+    reads the hosts written since the last plan and the expired leases,
+    never every host's generation and lease (1,000 rows a decision at 1,000
+    hosts)."""
+    from tests.unit.hoststate.cases import statements
+
+    hosts = [cloud.add_host("h%d" % i, [cell(4, 4096)]) for i in range(3)]
+    sched = cloud.scheduler()
+    spec = spec_of(sched, {}, 2, 1024)
+    result = sched.schedule(spec, new_consumer(), "p", "u", timeout=60)
+    assert result.placed   # its host published its claim since
+    with statements(cloud.store) as seen:
+        planned = sched.plan(spec)
+    assert sorted(planned.verdicts) == sorted(h.name for h in hosts)
+    reads = [q for q in seen if q.startswith("SELECT") and (
+        "FROM hoststate_hosts" in q or "FROM hoststate_leases" in q)]
+    whole = [q for q in reads if " WHERE " not in q]
+    assert reads and not whole, seen
+    assert any("change_number >" in q for q in reads), reads
 
 
 def test_a_decision_pending_on_a_host_that_goes_down_is_replaced_at_once(cloud):

@@ -20,11 +20,12 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from compute_plugins import hoststate
-from compute_plugins.hoststate import database, errors, protocol, schema
+from compute_plugins.hoststate import changes, database, errors, protocol, schema
 from compute_plugins.plugin.contract import Rejection
 from tests.unit.hoststate.workers import check_round, doc, publish_round
 
-WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN IMMEDIATE")
+#: (``WITH``: an update in a CTE, PostgreSQL's numbering of a publish.)
+WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN IMMEDIATE", "WITH")
 
 SPEC = '{"format_version": "1.0", "decision": {"host": "h1"}}'
 
@@ -142,8 +143,11 @@ class TestPublish:
         assert result == hoststate.PublishResult(generation=2, written=True)
         changes = [s.split(" WHERE")[0] for s in writes(seen) if s != "BEGIN IMMEDIATE"]
         # NOTE: the host's generation, b changed, d removed, e added, u2
-        # removed, u3 added; a and c and u1 untouched.
-        assert len(changes) == 6, changes
+        # removed, u3 added; a and c and u1 untouched; then the write's
+        # change number (the counter and the host's row: one statement on
+        # PostgreSQL).
+        numbered = 1 if store.engine.dialect.name == "postgresql" else 2
+        assert len(changes) == 6 + numbered, changes
         snap = store.get_host("h1")
         assert dict(snap.states) == states(a=1, b=2, c=1, e=1)
         assert dict(snap.providers) == {"u1": "one", "u3": "three"}
@@ -965,7 +969,7 @@ class TestAgentLeases:
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() == [
-                    hoststate.SCHEMA_VERSION] == [6]
+                    hoststate.SCHEMA_VERSION] == [7]
         finally:
             engine.dispose()
 
@@ -1022,7 +1026,7 @@ class TestAgentLeases:
     def test_an_interrupted_upgrade_to_6_is_run_again(self, empty_url):
         """MySQL's DDL commits at once: an upgrade stopped after its
         ``ALTER TABLE`` leaves the column with the version still 5. Opened
-        again, the store skips the column and records version 6."""
+        again, the store skips the column and records the current version."""
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
             fence, _ = s.disable_host("h1", "evacuated", "mover", kind="evacuated")
@@ -1038,7 +1042,7 @@ class TestAgentLeases:
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
-                    == [6]
+                    == [hoststate.SCHEMA_VERSION]
         finally:
             engine.dispose()
 
@@ -1232,3 +1236,128 @@ class TestLiveness:
         # recorded for the agent: it frees it when it comes back
         assert info.value.decision.status == RELEASING
         assert store.get_decision(d.id).status == RELEASING
+
+
+class TestChanges:
+    """Issue 19, item 2: a reader asks for the hosts written since its last
+    read (the store's change numbers) and the expired leases, not every
+    host's generation and lease (:mod:`compute_plugins.hoststate.changes`)."""
+
+    def test_a_reader_reads_only_the_hosts_written_since_its_mark(self, store):
+        for i in range(5):
+            store.publish("h%d" % i, states(a=1), 0)
+        first = store.host_status_changes(None)
+        assert first.full and dict(first.generations) == {
+            "h%d" % i: 1 for i in range(5)}
+        store.publish("h2", states(a=2), 1)
+        store.publish("h9", states(a=1), 0)
+        store.publish("h2", states(a=2), 2)   # nothing changed: not numbered
+        with statements(store) as seen:
+            later = store.host_status_changes(first.mark)
+        assert not later.full and dict(later.generations) == {"h2": 2, "h9": 1}
+        assert later.mark.number == first.mark.number + 2
+        # NOTE: one statement, every part of it indexed: the counter, the
+        # hosts numbered past the mark, the expired leases.
+        (read,) = [q for q in seen if q.startswith("SELECT")]
+        assert "change_number >" in read and "expires_at <=" in read, seen
+        assert not writes(seen)
+        idle = store.host_status_changes(later.mark)
+        assert (idle.full, dict(idle.generations), idle.mark) == (False, {}, later.mark)
+
+    def test_expired_leases_are_the_down_hosts_and_renewals_are_not_changes(self, store):
+        for host in ("h1", "h2", "h3"):
+            store.publish(host, states(a=1), 0)
+        store.acquire_lease("h1", "node-1", "pid 1", 60)
+        short = store.acquire_lease("h2", "node-2", "pid 2", 0.1)
+        first = store.host_status_changes(None)
+        time.sleep(0.2)
+        later = store.host_status_changes(first.mark)
+        assert dict(later.expired) == {"h2": short.expires_at}
+        assert later.mark == first.mark and not later.generations
+        # its agent back: renewed, not down, and still no change to read
+        store.renew_lease(store.acquire_lease("h2", "node-2", "pid 3", 60), 60)
+        back = store.host_status_changes(later.mark)
+        assert (dict(back.expired), back.mark, dict(back.generations)) == (
+            {}, first.mark, {})
+
+    def test_a_rename_or_a_counter_gone_back_reads_every_host(self, store, url):
+        for host in ("h1", "h2"):
+            store.publish(host, states(a=1), 0)
+        mark = store.host_status_changes(None).mark
+        store.rename_host("h1", "h1-new")
+        renamed = store.host_status_changes(mark)
+        assert renamed.full and dict(renamed.generations) == {"h2": 1}
+        # NOTE: a store restored from a backup older than the mark.
+        engine = sa.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.update(schema.changes).values(last_number=0))
+        finally:
+            engine.dispose()
+        restored = store.host_status_changes(renamed.mark)
+        assert restored.full and dict(restored.generations) == {"h2": 1}
+
+    def test_interleaved_publishers_miss_no_change(self, store, url):
+        """The sequence pitfall: a publisher that took its number first and
+        commits last. Its rival waits for the counter until it committed,
+        so a reader between them sees neither, and after both sees both."""
+        store.publish("h1", states(a=1), 0)
+        store.publish("h2", states(a=1), 0)
+        mark = store.host_status_changes(None).mark
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as first:
+                with first.begin():
+                    # NOTE: a publish of h1 that numbered itself and has
+                    # not committed yet.
+                    first.execute(sa.update(schema.hosts).where(
+                        schema.hosts.c.host == "h1").values(generation=2))
+                    changes.stamp(first, "h1")
+                    second = threading.Thread(
+                        target=store.publish, args=("h2", states(a=2), 1))
+                    second.start()
+                    second.join(0.5)
+                    assert second.is_alive(), "the second took a number meanwhile"
+                    between = store.host_status_changes(mark)
+                    assert (dict(between.generations), between.mark) == ({}, mark)
+            second.join(60)
+            assert not second.is_alive()
+        finally:
+            engine.dispose()
+        after = store.host_status_changes(between.mark)
+        assert dict(after.generations) == {"h1": 2, "h2": 2}
+        assert after.mark.number == mark.number + 2
+
+    def test_a_version_6_store_is_upgraded_and_keeps_its_hosts(self, empty_url):
+        with hoststate.HostStateStore(empty_url) as s:
+            s.publish("h1", states(a=1), 0)
+            s.publish("h1", states(a=2), 1)
+            lease = s.acquire_lease("h1", "node-a", "pid 1", 60)
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.begin() as conn:
+                for index in schema.ADDED_INDEXES:
+                    conn.execute(sa.schema.DropIndex(index))
+                conn.execute(sa.text("ALTER TABLE hoststate_hosts DROP COLUMN change_number"))
+                conn.execute(sa.text("DROP TABLE hoststate_changes"))
+                conn.execute(sa.update(schema.version).values(version=6))
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(empty_url) as s:
+            assert s.get_host("h1").generation == 2
+            assert s.get_lease("h1") == lease
+            first = s.host_status_changes(None)
+            assert dict(first.generations) == {"h1": 2} and first.mark.number == 0
+            s.publish("h1", states(a=3), 2)
+            assert dict(s.host_status_changes(first.mark).generations) == {"h1": 3}
+        engine = sa.create_engine(empty_url)
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.select(schema.version.c.version)).scalars().all() \
+                    == [hoststate.SCHEMA_VERSION]
+                indexes = {i["name"] for t in ("hoststate_hosts", "hoststate_leases")
+                           for i in sa.inspect(conn).get_indexes(t)}
+                assert {"hoststate_hosts_change_number",
+                        "hoststate_leases_expires_at"} <= indexes
+        finally:
+            engine.dispose()

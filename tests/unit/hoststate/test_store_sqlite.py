@@ -20,6 +20,7 @@ from tests.unit.hoststate import workers
 from tests.unit.hoststate.cases import (  # noqa: F401 - collected here
     SPEC,
     TestAgentLeases,
+    TestChanges,
     TestDecisions,
     TestDisabledHosts,
     TestLiveness,
@@ -101,7 +102,7 @@ def test_delete_the_file_in_the_mismatch_message(url):
     hoststate.HostStateStore(url).close()
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE hoststate_version SET version = 7")
+        conn.exec_driver_sql("UPDATE hoststate_version SET version = 99")
     engine.dispose()
     with pytest.raises(hoststate.SchemaVersionMismatch) as info:
         hoststate.HostStateStore(url)

@@ -1,0 +1,109 @@
+"""A long-running scheduler's view of the hosts (:class:`liveness.KeptLiveness`)
+on a real SQLite store (issue 19, item 2): the same answer as reading every
+host (:func:`liveness.read`), from one read of what changed per decision;
+every host read again when the store's counter says so, another store is
+given, or the full-read period passed."""
+
+from __future__ import annotations
+
+import time
+
+from compute_plugins import hoststate
+from compute_plugins.scheduler import liveness
+from tests.unit.hoststate.cases import statements, states
+
+
+def open_store(tmp_path, name="s"):
+    return hoststate.HostStateStore("sqlite:///%s" % (tmp_path / ("%s.sqlite" % name)))
+
+
+class Rows:
+    """The store, the rows of hoststate_hosts each change read returned
+    counted (``host_status_changes``' generations)."""
+
+    def __init__(self, store):
+        self._store = store
+        self.read: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def host_status_changes(self, *args, **kw):
+        found = self._store.host_status_changes(*args, **kw)
+        self.read.append(len(found.generations))
+        return found
+
+
+def test_a_second_read_reads_only_the_changed_hosts_and_agrees_with_a_full_one(tmp_path):
+    with open_store(tmp_path) as store:
+        for i in range(20):
+            store.publish("h%02d" % i, states(a=1), 0)
+        kept = liveness.KeptLiveness()
+        rows = Rows(store)
+        first = kept.read(rows)
+        assert first == liveness.read(store)
+        store.publish("h03", states(a=2), 1)
+        with statements(store) as seen:
+            second = kept.read(rows)
+        # NOTE: no read of every host (the rule before: every host's
+        # generation and lease, per decision), only the one that changed:
+        # one statement.
+        assert rows.read == [20, 1] and kept.full_reads == 1
+        (read,) = [q for q in seen if q.startswith("SELECT")]
+        assert "change_number >" in read and "expires_at <=" in read, seen
+        assert second == liveness.read(store) and second.generations["h03"] == 2
+        assert kept.read(rows) == second and rows.read[-1] == 0
+
+
+def test_a_host_is_down_once_its_lease_expired_and_back_once_renewed(tmp_path):
+    with open_store(tmp_path) as store:
+        for host in ("live", "dying", "toolmade"):
+            store.publish(host, states(a=1), 0)
+        store.acquire_lease("live", "node-1", "pid 1", 60)
+        lease = store.acquire_lease("dying", "node-2", "pid 2", 0.2)
+        kept = liveness.KeptLiveness()
+        assert sorted(kept.read(store).generations) == ["dying", "live", "toolmade"]
+        time.sleep(0.3)
+        down = kept.read(store)
+        # NOTE: a host without a lease (published by a tool) is not judged.
+        assert sorted(down.generations) == ["live", "toolmade"]
+        (why,) = down.down["dying"]
+        assert why.reason.startswith("host dying is down: its agent's lease expired at ")
+        assert down == liveness.read(store)
+        store.renew_lease(store.acquire_lease("dying", "node-2", "pid 3", 60), 60)
+        back = kept.read(store)
+        assert sorted(back.generations) == ["dying", "live", "toolmade"]
+        assert not back.down and back == liveness.read(store)
+        assert lease.expires_at < store.get_lease("dying").expires_at
+
+
+def test_a_renamed_host_is_gone_at_the_next_read(tmp_path):
+    with open_store(tmp_path) as store:
+        for host in ("old", "other"):
+            store.publish(host, states(a=1), 0)
+        kept = liveness.KeptLiveness()
+        kept.read(store)
+        store.rename_host("old", "new")
+        assert sorted(kept.read(store).generations) == ["other"]
+        assert kept.full_reads == 2
+
+
+def test_another_store_or_the_full_read_period_reads_every_host(tmp_path):
+    now = [0.0]
+    kept = liveness.KeptLiveness(full_read_seconds=60, clock=lambda: now[0])
+    with open_store(tmp_path, "a") as first, open_store(tmp_path, "b") as second:
+        first.publish("h1", states(a=1), 0)
+        first.publish("h1", states(a=2), 1)
+        second.publish("h2", states(a=1), 0)
+        assert dict(kept.read(first).generations) == {"h1": 2}
+        # NOTE: another store, its counter ahead of the first's: read whole.
+        second.publish("h2", states(a=2), 1)
+        second.publish("h2", states(a=3), 2)
+        assert dict(kept.read(second).generations) == {"h2": 3}
+        assert kept.full_reads == 2
+        now[0] = 59.0
+        kept.read(second)
+        assert kept.full_reads == 2
+        now[0] = 61.0
+        kept.read(second)
+        assert kept.full_reads == 3
