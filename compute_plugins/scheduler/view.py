@@ -128,7 +128,7 @@ ASK_REASONS = ("none kept", "expired", "renewed", "shared", "no tree", "too many
 #: still served, is asked again in the background (every host, one call
 #: per shape): renewed before it expires, so that no decision waits for
 #: that ask; one past ``placement_view_seconds`` is never served.
-RENEW_AT = 0.8
+RENEW_AT = 0.9
 #: Hosts' states read and fitted together, at least, while a decision
 #: looks for hosts that fit (one store read per batch).
 MIN_BATCH = 16

@@ -502,7 +502,7 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
         return kept.find(sched.placement, cloud.store, spec.groups, live)
 
     find()
-    now[0] = 50.0
+    now[0] = renewed = 60.0 * view.RENEW_AT + 1
     find()
     (renew,) = pending
     pending.clear()
@@ -520,12 +520,12 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
         def get(self, path: str) -> Any:
             raise pexc.PlacementUnreachable("Placement is down")
 
-    now[0] = 50.0 + 60.0 * view.RENEW_AT
+    now[0] = renewed + 60.0 * view.RENEW_AT
     served, asked = kept.find(Down(), cloud.store, spec.groups, live)
     assert not asked and a.name not in served.hosts
     pending.pop()()                       # fails: logged, nothing changed
     assert kept.full_asks["renewed"] == 1
-    now[0] = 50.0 + 60.0
+    now[0] = renewed + 60.0
     with pytest.raises(pexc.PlacementUnreachable):
         kept.find(Down(), cloud.store, spec.groups, live)
     assert kept.full_asks["expired"] == 1
