@@ -355,16 +355,22 @@ class PlacementView:
             changes = self._renewing[key] = _Changes()
 
         def renew() -> None:
+            found = None
             try:
                 found = self._timed_find(client, store, groups, hosts)
             except Exception as err:  # noqa: BLE001 - the expiry asks again
                 LOG.warning("renewing Placement's answer for a request shape "
                             "failed (it is asked again when it expires): %s", err)
-                return
             finally:
-                with self._lock:
-                    self._renewing.pop(key, None)
+                if found is None:
+                    with self._lock:
+                        self._renewing.pop(key, None)
+            if found is None:
+                return
+            # NOTE: the changes recorded and the answer kept under one
+            # lock: a 409 or a forgotten host lands in one or the other.
             with self._lock:
+                self._renewing.pop(key, None)
                 self.full_asks["renewed"] += 1
                 found = _without(found, changes.refused)
                 current = self._entries.get(key)
@@ -372,7 +378,14 @@ class PlacementView:
                     self._keep(key, _Entry(found, hosts - changes.forgotten,
                                            disabled, now))
 
-        self._runner(renew)
+        try:
+            self._runner(renew)
+        except Exception as err:  # noqa: BLE001 - no thread: the expiry asks
+            with self._lock:
+                self._renewing.pop(key, None)
+            LOG.warning("cannot renew Placement's answer for a request shape "
+                        "in the background (it is asked again when it "
+                        "expires): %s", err)
 
     def _timed_find(self, client: Any, store: HostPublication,
                     groups: Sequence[RequestGroup],
