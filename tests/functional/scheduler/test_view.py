@@ -440,6 +440,29 @@ def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
     assert kept.tree_limit() == 36
 
 
+class Renewing:
+    """Two hosts with 4 dedicated CPUs (``LABEL-a``, ``LABEL-b``), a
+    request for all 4, and a view on a clock the test sets (``now[0]``)
+    whose renewals wait in ``pending`` until the test runs them."""
+
+    def __init__(self, cloud: Any, label: str) -> None:
+        self.a = cloud.add_host(label + "-a", [cell(4, 4096)], dedicated="0-3")
+        self.b = cloud.add_host(label + "-b", [cell(4, 4096)], dedicated="0-3")
+        self.store = cloud.store
+        self.sched = cloud.scheduler()
+        self.spec = spec_of(self.sched, *pinned(1, 4, 1024))
+        self.now = [0.0]
+        self.pending: list[Any] = []
+        self.kept = view.PlacementView(60.0, clock=lambda: self.now[0],
+                                       runner=self.pending.append)
+        self.live = sorted(cloud.store.generations())
+
+    def find(self) -> tuple[Any, bool]:
+        """The view's answer for the request (and whether it asked)."""
+        return self.kept.find(self.sched.placement, self.store, self.spec.groups,
+                              self.live)
+
+
 def test_an_answer_near_its_age_is_renewed_off_the_decisions_path(cloud):
     """Issue 19 item 2: a kept answer past ``RENEW_AT`` of
     ``placement_view_seconds`` is still served (the decision asks
@@ -448,18 +471,9 @@ def test_an_answer_near_its_age_is_renewed_off_the_decisions_path(cloud):
     renewed answer is what Placement says then, and serves past the old
     one's age. The renewal is run here when the test says (a view's own
     runs in a thread)."""
-    a = cloud.add_host("renew-a", [cell(4, 4096)], dedicated="0-3")
-    b = cloud.add_host("renew-b", [cell(4, 4096)], dedicated="0-3")
-    sched = cloud.scheduler()
-    spec = spec_of(sched, *pinned(1, 4, 1024))
-    now = [0.0]
-    pending: list[Any] = []
-    kept = view.PlacementView(60.0, clock=lambda: now[0], runner=pending.append)
-    live = sorted(cloud.store.generations())
-
-    def find() -> tuple[Any, bool]:
-        return kept.find(sched.placement, cloud.store, spec.groups, live)
-
+    r = Renewing(cloud, "renew")
+    a, b, sched, now, pending, kept, find = (r.a, r.b, r.sched, r.now, r.pending,
+                                             r.kept, r.find)
     first, asked = find()
     assert asked and {a.name, b.name} <= set(first.hosts)
     take_all_cpus(cloud, a)               # in Placement alone: unseen yet
@@ -489,18 +503,9 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
     forgotten one is asked about again; a renewal that fails changes
     nothing (the answer expires as before, and the decision that finds it
     expired asks)."""
-    a = cloud.add_host("during-a", [cell(4, 4096)], dedicated="0-3")
-    b = cloud.add_host("during-b", [cell(4, 4096)], dedicated="0-3")
-    sched = cloud.scheduler()
-    spec = spec_of(sched, *pinned(1, 4, 1024))
-    now = [0.0]
-    pending: list[Any] = []
-    kept = view.PlacementView(60.0, clock=lambda: now[0], runner=pending.append)
-    live = sorted(cloud.store.generations())
-
-    def find() -> tuple[Any, bool]:
-        return kept.find(sched.placement, cloud.store, spec.groups, live)
-
+    r = Renewing(cloud, "during")
+    a, b, spec, now, pending, kept, live, find = (r.a, r.b, r.spec, r.now, r.pending,
+                                                  r.kept, r.live, r.find)
     find()
     now[0] = renewed = 60.0 * view.RENEW_AT + 1
     find()
