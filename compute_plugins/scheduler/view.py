@@ -160,6 +160,9 @@ class _Entry:
     asked: frozenset[str]
     disabled: frozenset[str]
     taken: float
+    #: Its renewal (:meth:`PlacementView._renew`) failed: it is not
+    #: renewed again, it expires (the decision that finds it expired asks).
+    renewal_failed: bool = False
 
 
 Shape = tuple[providers.Shape, tuple[providers.Need, ...]]
@@ -271,8 +274,8 @@ class PlacementView:
         if entry is None or now - entry.taken >= self.seconds:
             return self._ask_all(client, store, groups, key, hosts, disabled, now,
                                  "none kept" if entry is None else "expired"), True
-        if now - entry.taken >= self.seconds * RENEW_AT:
-            self._renew(client, store, groups, key, hosts, disabled, now)
+        if now - entry.taken >= self.seconds * RENEW_AT and not entry.renewal_failed:
+            self._renew(client, store, groups, key, entry, hosts, disabled, now)
         # NOTE: the hosts the kept answer does not know (new, back from
         # down, forgotten, their tree changed), those an operator disabled
         # or enabled since, and, when nothing fitted on it, those it
@@ -339,16 +342,17 @@ class PlacementView:
         return found
 
     def _renew(self, client: Any, store: HostPublication,
-               groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
-               disabled: frozenset[str], now: float) -> None:
+               groups: Sequence[RequestGroup], key: Shape, entry: _Entry,
+               hosts: frozenset[str], disabled: frozenset[str], now: float) -> None:
         """Ask Placement about every host for ``key`` again off the
         decision's path (:attr:`_runner`), once at a time per shape, while
         the kept answer is served; the new answer replaces it unless a
         newer one was kept meanwhile. Hosts forgotten or refused while it
         was asked stay so in it (its answer may predate the change). A
-        failed renewal changes nothing: the kept answer expires as before
-        and the decision that finds it expired asks (and reports the
-        error)."""
+        failed renewal changes nothing: the kept answer (``entry``) is not
+        renewed again (not one failing ask and warning per decision), it
+        expires as before and the decision that finds it expired asks (and
+        reports the error)."""
         with self._lock:
             if key in self._renewing:
                 return
@@ -365,6 +369,7 @@ class PlacementView:
                 if found is None:
                     with self._lock:
                         self._renewing.pop(key, None)
+                        entry.renewal_failed = True
             if found is None:
                 return
             # NOTE: the changes recorded and the answer kept under one
@@ -383,6 +388,7 @@ class PlacementView:
         except Exception as err:  # noqa: BLE001 - no thread: the expiry asks
             with self._lock:
                 self._renewing.pop(key, None)
+                entry.renewal_failed = True
             LOG.warning("cannot renew Placement's answer for a request shape "
                         "in the background (it is asked again when it "
                         "expires): %s", err)

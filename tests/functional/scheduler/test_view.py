@@ -501,8 +501,8 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
     deleted), while its answer is being renewed: the renewed answer was
     asked before them, so the refused host stays out of it and the
     forgotten one is asked about again; a renewal that fails changes
-    nothing (the answer expires as before, and the decision that finds it
-    expired asks)."""
+    nothing (the answer is not renewed again, it expires as before, and
+    the decision that finds it expired asks; the next answer is renewed)."""
     r = Renewing(cloud, "during")
     a, b, spec, now, pending, kept, live, find = (r.a, r.b, r.spec, r.now, r.pending,
                                                   r.kept, r.live, r.find)
@@ -530,10 +530,17 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
     assert not asked and a.name not in served.hosts
     pending.pop()()                       # fails: logged, nothing changed
     assert kept.full_asks["renewed"] == 1
+    # NOTE: not asked again before it expires (not one failing ask and
+    # one warning per decision)
+    assert not kept.find(Down(), cloud.store, spec.groups, live)[1] and pending == []
     now[0] = renewed + 60.0
     with pytest.raises(pexc.PlacementUnreachable):
         kept.find(Down(), cloud.store, spec.groups, live)
     assert kept.full_asks["expired"] == 1
+    # NOTE: the failed renewal left the next answer's renewal free
+    assert find()[1] and kept.full_asks["expired"] == 2
+    now[0] = renewed + 60.0 + 60.0 * view.RENEW_AT
+    assert not find()[1] and len(pending) == 1
 
 
 def take_all_cpus(cloud: Any, host: Any) -> str:
