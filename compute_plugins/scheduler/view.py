@@ -274,8 +274,6 @@ class PlacementView:
         if entry is None or now - entry.taken >= self.seconds:
             return self._ask_all(client, store, groups, key, hosts, disabled, now,
                                  "none kept" if entry is None else "expired"), True
-        if now - entry.taken >= self.seconds * RENEW_AT and not entry.renewal_failed:
-            self._renew(client, store, groups, key, entry, hosts, disabled, now)
         # NOTE: the hosts the kept answer does not know (new, back from
         # down, forgotten, their tree changed), those an operator disabled
         # or enabled since, and, when nothing fitted on it, those it
@@ -287,6 +285,19 @@ class PlacementView:
         # says: not asked about.
         again = ((set(entry.found.excluded) - disabled) & hosts) - stale if fresh else set()
         stale |= again
+        trees = self._trees_of(store, stale) if stale else {}
+        if stale and (entry.found.shared or trees is None):
+            return self._ask_all(client, store, groups, key, hosts, disabled, now,
+                                 "shared" if entry.found.shared else "no tree"), True
+        if len(stale) > self.tree_limit():
+            found = self._ask_all(client, store, groups, key, hosts, disabled, now,
+                                  "too many trees")
+            self._trees_untried()
+            return found, True
+        # NOTE: only a decision that serves the kept answer renews it (one
+        # that asked about every host just kept a new one).
+        if now - entry.taken >= self.seconds * RENEW_AT and not entry.renewal_failed:
+            self._renew(client, store, groups, key, entry, hosts, disabled, now)
         if not stale and since is not None and entry.taken >= since:
             return self._served(entry, hosts, complete=True), False
         if not stale:
@@ -295,15 +306,7 @@ class PlacementView:
                 # is what Placement would say of every host it names.
                 return self._served(entry, hosts, complete=True), False
             return self._served(entry, hosts, complete=False), False
-        trees = self._trees_of(store, stale)
-        if entry.found.shared or trees is None:
-            return self._ask_all(client, store, groups, key, hosts, disabled, now,
-                                 "shared" if entry.found.shared else "no tree"), True
-        if len(stale) > self.tree_limit():
-            found = self._ask_all(client, store, groups, key, hosts, disabled, now,
-                                  "too many trees")
-            self._trees_untried()
-            return found, True
+        assert trees is not None
         with self._lock:
             for why, count in (("unknown", unknown), ("disabled", switched),
                                ("fresh", again)):

@@ -543,6 +543,21 @@ def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
     assert not find()[1] and len(pending) == 1
 
 
+def test_a_decision_that_asks_about_every_host_starts_no_renewal(cloud):
+    """A decision past ``RENEW_AT`` of the kept answer's age that asks
+    Placement about every host itself (too many trees to ask about, a
+    sharing provider, a host with no tree) keeps a new answer: it starts
+    no renewal besides (not two asks about every host for one)."""
+    r = Renewing(cloud, "both")
+    r.find()
+    r.kept.max_trees = 0                  # any tree to ask about: every host
+    r.kept.forget(r.b.name)
+    r.now[0] = 60.0 * view.RENEW_AT
+    served, asked = r.find()
+    assert asked and r.kept.full_asks["too many trees"] == 1
+    assert r.pending == []
+
+
 def take_all_cpus(cloud: Any, host: Any) -> str:
     """Another consumer's allocation of ``host``'s NUMA0 CPUs, written in
     Placement alone (its agent claimed nothing)."""
