@@ -27,7 +27,9 @@
   ``--concurrency`` requests at once (threads on its one scheduler;
   default 1, one after the other); decisions/s over the
   slowest scheduler's time, boot latency p50/p99, Placement calls and store
-  statements (every process) per decision.
+  statements (every process) per decision; the schedulers' Placement
+  requests by kind, and why their views asked about every host or about
+  some trees (``scheduler_asks_per_decision``).
 - **CPU** (:mod:`bench.scale.cpu`): every part's CPU per decision over
   the workload (schedulers, agents, Placement, the private PostgreSQL's
   backends; less the idle minute's rate, the lease renewals, as
@@ -448,6 +450,11 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
                          for role in cpu.ROLES}, decisions),
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
+        # NOTE: the schedulers' Placement requests by kind, and why their
+        # views asked Placement (bench.scale.schedulers.asks), per decision.
+        "scheduler_asks_per_decision": {
+            k: round(n / decisions, 3)
+            for k, n in schedulers.merged(r["asks"] for r in results).items()},
         "rejections": agent_procs.total(counters.REJECTIONS),
         # NOTE: the boots' offers by outcome (claimed, rejected, conflict:
         # Placement's 409, timeout...), every scheduler together.
@@ -513,6 +520,9 @@ def report(out: dict[str, Any]) -> str:
         % (out["placement_calls_per_decision"], out["store_queries_per_decision"],
            out["rejections"], ", ".join("%d %s" % (n, k) for k, n in
                                         sorted(out["attempts"].items()))),
+        "  schedulers' Placement asks per decision: %s"
+        % (", ".join("%s %.3f" % (k, n) for k, n in
+                     out["scheduler_asks_per_decision"].items()) or "none"),
         "  CPU per decision: %s; less the idle rate: %s; idle: %.2f ms per host-minute"
         % (", ".join("%s %.1f ms" % (role, ms)
                      for role, ms in out["cpu_ms_per_decision"].items()),

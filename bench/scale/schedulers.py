@@ -185,13 +185,25 @@ def merged(counts: Any) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
+def asks(scheduler: Scheduler) -> dict[str, int]:
+    """What ``scheduler`` asked Placement so far: its requests by kind
+    (``METHOD /path``), and its view's asks about every host and hosts
+    asked about tree by tree, by why (``view full: expired``, ``view
+    trees: unknown``: :class:`~compute_plugins.scheduler.view.PlacementView`)."""
+    view = scheduler.view
+    return {**scheduler.placement.calls.snapshot(),
+            **{"view full: " + k: n for k, n in view.full_asks.items()},
+            **{"view trees: " + k: n for k, n in view.tree_asks.items()}}
+
+
 def worker(conn: Connection, stats: counters.Slot) -> None:
     """A scheduler process. In: ``("start", (store_url, push_transport_url),
     placement_url,
     count, seed, delete_fraction, answer_timeout, view_seconds, warm,
     concurrency)``, then ``("go",)``. Out: ``("ready", warm_up_seconds)``
     (0 unless ``warm``: :func:`warm_up`), then ``("done", result)``
-    (:func:`concurrent`'s, with ``seconds``)."""
+    (:func:`concurrent`'s, with ``seconds`` and ``asks``: :func:`asks`
+    over the workload)."""
     store = None
     try:
         (_, store_url, placement_url, count, seed, delete_fraction,
@@ -205,9 +217,12 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         stats.sync()
         conn.send(("ready", warmed))
         conn.recv()
+        asked = asks(scheduler)
         start = time.monotonic()
         result = concurrent(scheduler, count, seed, delete_fraction, concurrency)
         result["seconds"] = time.monotonic() - start
+        result["asks"] = {k: n - asked.get(k, 0) for k, n in asks(scheduler).items()
+                          if n - asked.get(k, 0)}
         stats.sync()
         conn.send(("done", result))
     except Exception as err:  # noqa: BLE001 - sent to the main process

@@ -82,6 +82,9 @@ OPTS = [
         "is how long a change made in "
         "Placement alone (an operator's trait or aggregate, shared "
         "storage, a host whose room grew back) goes unseen by the choice. "
+        "An answer served past 90 % of this age is asked again in the "
+        "background (every host, once per shape), so that it is renewed "
+        "before it expires and no decision waits for that ask. "
         "0 asks Placement on every decision.",
     ),
     cfg.IntOpt(

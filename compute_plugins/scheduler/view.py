@@ -47,7 +47,15 @@ and the hosts an operator disabled (a handful of rows); then:
   listing the whole cloud's matching providers) when: there is none kept
   for the shape; it is older than ``[scheduler] placement_view_seconds``
   (Placement changes no host publishes: an operator's trait or aggregate,
-  shared storage; 0 asks on every decision, as without a view); more
+  shared storage; 0 asks on every decision, as without a view), a safety
+  net a running scheduler's decisions do not wait for: once an answer is
+  :data:`RENEW_AT` of that old, the decision that serves it starts
+  asking again about every host in the background (one renewal per shape
+  at a time; hosts refused or forgotten meanwhile stay so in the renewed
+  answer), which replaces it before it expires, so that a decision on a
+  warm view asks Placement nothing but the ``PUT /allocations`` that
+  commits it (a renewal that failed leaves the answer to expire and the
+  decision that finds it expired to ask, and report the error); more
   hosts are to be asked about than asking tree by tree pays for
   (:meth:`PlacementView.tree_limit`: as many trees as take, by the
   view's own timings, as long as asking every host does; at most
@@ -81,10 +89,14 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
+from oslo_log import log as logging
+
 from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.groups import RequestGroup
 from compute_plugins.scheduler import providers
+
+LOG = logging.getLogger(__name__)
 
 #: kube-scheduler's ``minFeasibleNodesToFind``: below this many hosts,
 #: every candidate is fitted.
@@ -106,6 +118,19 @@ FIRST_TREES = 32
 #: The weight of the latest timing in the running averages of
 #: :meth:`PlacementView.tree_limit`.
 TIMING_WEIGHT = 0.3
+#: Why :meth:`PlacementView.find` asks Placement about every host: no
+#: answer kept for the shape, the kept one expired
+#: (``placement_view_seconds``), a sharing provider gave some host room,
+#: a host to ask about published no provider, more hosts to ask about
+#: than asking tree by tree pays for (:meth:`PlacementView.tree_limit`).
+#: ``renewed``: an answer served past :data:`RENEW_AT` of its age, asked
+#: again off the decision's path (:meth:`PlacementView.find`).
+ASK_REASONS = ("none kept", "expired", "renewed", "shared", "no tree", "too many trees")
+#: The share of ``placement_view_seconds`` after which a kept answer,
+#: still served, is asked again in the background (every host, one call
+#: per shape): renewed before it expires, so that no decision waits for
+#: that ask; one past ``placement_view_seconds`` is never served.
+RENEW_AT = 0.9
 #: Hosts' states read and fitted together, at least, while a decision
 #: looks for hosts that fit (one store read per batch).
 MIN_BATCH = 16
@@ -137,9 +162,40 @@ class _Entry:
     asked: frozenset[str]
     disabled: frozenset[str]
     taken: float
+    #: Its renewal (:meth:`PlacementView._renew`) failed: it is not
+    #: renewed again, it expires (the decision that finds it expired asks).
+    renewal_failed: bool = False
 
 
 Shape = tuple[providers.Shape, tuple[providers.Need, ...]]
+
+
+@dataclasses.dataclass
+class _Changes:
+    """What happened to hosts while a shape's answer was renewed: hosts
+    forgotten (a provider deleted, the tree changed) and refused (a 409),
+    with why."""
+
+    forgotten: set[str] = dataclasses.field(default_factory=set)
+    refused: dict[str, Rejection] = dataclasses.field(default_factory=dict)
+
+
+def _without(found: providers.ProviderCandidates,
+             refused: Mapping[str, Rejection]) -> providers.ProviderCandidates:
+    """``found`` with the ``refused`` hosts (Placement's 409) left out,
+    each with why."""
+    gone = [h for h in refused if h in found.room]
+    if not gone:
+        return found
+    return dataclasses.replace(
+        found, hosts=tuple(h for h in found.hosts if h not in refused),
+        room={h: r for h, r in found.room.items() if h not in refused},
+        excluded={**found.excluded, **{h: (refused[h],) for h in gone}})
+
+
+def _in_thread(work: Callable[[], None]) -> None:
+    """Run ``work`` in a daemon thread (a view's renewal)."""
+    threading.Thread(target=work, name="placement-view-renewal", daemon=True).start()
 
 
 class PlacementView:
@@ -156,13 +212,27 @@ class PlacementView:
     def __init__(self, seconds: float,
                  clock: Callable[[], float] = time.monotonic,
                  max_shapes: int = MAX_SHAPES,
-                 max_trees: int = MAX_TREES) -> None:
+                 max_trees: int = MAX_TREES,
+                 runner: Optional[Callable[[Callable[[], None]], None]] = None) -> None:
         self.seconds = seconds
         self._clock = clock
+        #: Runs a renewal (:meth:`_renew`) off the decision's path: a
+        #: daemon thread (tests pass their own).
+        self._runner = runner if runner is not None else _in_thread
+        #: The shapes being renewed -> the hosts forgotten and refused
+        #: meanwhile (applied to the renewed answer, asked before them).
+        self._renewing: dict[Shape, _Changes] = {}
         self.max_shapes = max(1, max_shapes)
         self.max_trees = max_trees
         #: Requests sent to Placement tree by tree (merged answers).
         self.incremental_calls = 0
+        #: Asks about every host, by why (:data:`ASK_REASONS`): what a
+        #: benchmark reads to see why a warm view still asks Placement.
+        self.full_asks: dict[str, int] = dict.fromkeys(ASK_REASONS, 0)
+        #: Hosts asked about tree by tree, by why: not in the kept answer
+        #: (new, back, forgotten, tree changed), disabled or enabled since,
+        #: excluded by it when nothing fitted (``fresh``).
+        self.tree_asks: dict[str, int] = dict.fromkeys(("unknown", "disabled", "fresh"), 0)
         #: Running averages: seconds an ask about every host took, and
         #: seconds per tree of an ask tree by tree (None: not timed yet).
         self.every_host_seconds: Optional[float] = None
@@ -204,16 +274,32 @@ class PlacementView:
                 # NOTE: most recently asked last (dropped last).
                 self._entries[key] = entry
         if entry is None or now - entry.taken >= self.seconds:
-            return self._ask_all(client, store, groups, key, hosts, disabled, now), True
+            return self._ask_all(client, store, groups, key, hosts, disabled, now,
+                                 "none kept" if entry is None else "expired"), True
         # NOTE: the hosts the kept answer does not know (new, back from
         # down, forgotten, their tree changed), those an operator disabled
         # or enabled since, and, when nothing fitted on it, those it
         # excluded: asked tree by tree and merged in.
-        stale = (hosts - entry.asked) | ((disabled ^ entry.disabled) & hosts)
-        if fresh:
-            # NOTE: an operator's disabled hosts stay out whatever
-            # Placement says: not asked about.
-            stale |= (set(entry.found.excluded) - disabled) & hosts
+        unknown = hosts - entry.asked
+        switched = ((disabled ^ entry.disabled) & hosts) - unknown
+        stale = unknown | switched
+        # NOTE: an operator's disabled hosts stay out whatever Placement
+        # says: not asked about.
+        again = ((set(entry.found.excluded) - disabled) & hosts) - stale if fresh else set()
+        stale |= again
+        trees = self._trees_of(store, stale) if stale else {}
+        if stale and (entry.found.shared or trees is None):
+            return self._ask_all(client, store, groups, key, hosts, disabled, now,
+                                 "shared" if entry.found.shared else "no tree"), True
+        if len(stale) > self.tree_limit():
+            found = self._ask_all(client, store, groups, key, hosts, disabled, now,
+                                  "too many trees")
+            self._trees_untried()
+            return found, True
+        # NOTE: only a decision that serves the kept answer renews it (one
+        # that asked about every host just kept a new one).
+        if now - entry.taken >= self.seconds * RENEW_AT and not entry.renewal_failed:
+            self._renew(client, store, groups, key, entry, hosts, disabled, now)
         if not stale and since is not None and entry.taken >= since:
             return self._served(entry, hosts, complete=True), False
         if not stale:
@@ -222,13 +308,11 @@ class PlacementView:
                 # is what Placement would say of every host it names.
                 return self._served(entry, hosts, complete=True), False
             return self._served(entry, hosts, complete=False), False
-        trees = self._trees_of(store, stale)
-        if entry.found.shared or trees is None:
-            return self._ask_all(client, store, groups, key, hosts, disabled, now), True
-        if len(stale) > self.tree_limit():
-            found = self._ask_all(client, store, groups, key, hosts, disabled, now)
-            self._trees_untried()
-            return found, True
+        assert trees is not None
+        with self._lock:
+            for why, count in (("unknown", unknown), ("disabled", switched),
+                               ("fresh", again)):
+                self.tree_asks[why] += len(count)
         started = time.monotonic()
         part = providers.find(client, store, groups, trees=trees)
         self._timed("tree_seconds", (time.monotonic() - started) / len(trees))
@@ -250,14 +334,78 @@ class PlacementView:
 
     def _ask_all(self, client: Any, store: HostPublication,
                  groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
-                 disabled: frozenset[str], now: float) -> providers.ProviderCandidates:
-        """Placement asked about every host (one call per shape), kept."""
-        started = time.monotonic()
-        found = providers.find(client, store, groups, hosts=sorted(hosts))
-        self._timed("every_host_seconds", time.monotonic() - started)
+                 disabled: frozenset[str], now: float,
+                 why: str) -> providers.ProviderCandidates:
+        """Placement asked about every host (one call per shape), kept;
+        counted under ``why`` (:attr:`full_asks`)."""
+        with self._lock:
+            self.full_asks[why] += 1
+        found = self._timed_find(client, store, groups, hosts)
         if self.seconds > 0:
             with self._lock:
                 self._keep(key, _Entry(found, hosts, disabled, now))
+        return found
+
+    def _renew(self, client: Any, store: HostPublication,
+               groups: Sequence[RequestGroup], key: Shape, entry: _Entry,
+               hosts: frozenset[str], disabled: frozenset[str], now: float) -> None:
+        """Ask Placement about every host for ``key`` again off the
+        decision's path (:attr:`_runner`), once at a time per shape, while
+        the kept answer is served; the new answer replaces it unless a
+        newer one was kept meanwhile. Hosts forgotten or refused while it
+        was asked stay so in it (its answer may predate the change). A
+        failed renewal changes nothing: the kept answer (``entry``) is not
+        renewed again (not one failing ask and warning per decision), it
+        expires as before and the decision that finds it expired asks (and
+        reports the error)."""
+        with self._lock:
+            if key in self._renewing:
+                return
+            changes = self._renewing[key] = _Changes()
+
+        def renew() -> None:
+            found = None
+            try:
+                found = self._timed_find(client, store, groups, hosts)
+            except Exception as err:  # noqa: BLE001 - the expiry asks again
+                LOG.warning("renewing Placement's answer for a request shape "
+                            "failed (it is asked again when it expires): %s", err)
+            finally:
+                if found is None:
+                    with self._lock:
+                        self._renewing.pop(key, None)
+                        entry.renewal_failed = True
+            if found is None:
+                return
+            # NOTE: the changes recorded and the answer kept under one
+            # lock: a 409 or a forgotten host lands in one or the other.
+            with self._lock:
+                self._renewing.pop(key, None)
+                self.full_asks["renewed"] += 1
+                found = _without(found, changes.refused)
+                current = self._entries.get(key)
+                if current is None or current.taken <= now:
+                    self._keep(key, _Entry(found, hosts - changes.forgotten,
+                                           disabled, now))
+
+        try:
+            self._runner(renew)
+        except Exception as err:  # noqa: BLE001 - no thread: the expiry asks
+            with self._lock:
+                self._renewing.pop(key, None)
+                entry.renewal_failed = True
+            LOG.warning("cannot renew Placement's answer for a request shape "
+                        "in the background (it is asked again when it "
+                        "expires): %s", err)
+
+    def _timed_find(self, client: Any, store: HostPublication,
+                    groups: Sequence[RequestGroup],
+                    hosts: frozenset[str]) -> providers.ProviderCandidates:
+        """Placement asked about every host (one call per shape), timed
+        (:attr:`every_host_seconds`)."""
+        started = time.monotonic()
+        found = providers.find(client, store, groups, hosts=sorted(hosts))
+        self._timed("every_host_seconds", time.monotonic() - started)
         return found
 
     def tree_limit(self) -> int:
@@ -352,6 +500,8 @@ class PlacementView:
         with self._lock:
             for entry in self._entries.values():
                 entry.asked = entry.asked - {host}
+            for changes in self._renewing.values():
+                changes.forgotten.add(host)
 
     def refused(self, groups: Sequence[RequestGroup], host: str, why: Rejection) -> None:
         """Placement refused the allocation of ``groups`` on ``host`` (409:
@@ -360,14 +510,13 @@ class PlacementView:
         that fits nowhere else asks it at once)."""
         key = providers.needs(groups)
         with self._lock:
+            changes = self._renewing.get(key)
+            if changes is not None:
+                changes.refused[host] = why
             entry = self._entries.get(key)
             if entry is None or host not in entry.found.room:
                 return
-            found = entry.found
-            entry.found = dataclasses.replace(
-                found, hosts=tuple(h for h in found.hosts if h != host),
-                room={h: r for h, r in found.room.items() if h != host},
-                excluded={**found.excluded, host: (why,)})
+            entry.found = _without(entry.found, {host: why})
 
     def providers_seen(self, host: str, uuids: Mapping[str, str]) -> bool:
         """Record the providers ``host`` published; True when they differ
@@ -381,6 +530,8 @@ class PlacementView:
                 return False
             for entry in self._entries.values():
                 entry.asked = entry.asked - {host}
+            for changes in self._renewing.values():
+                changes.forgotten.add(host)
         return True
 
     def forget_gone(self, known: Collection[str]) -> None:
@@ -474,5 +625,6 @@ def draw(weights: Sequence[float], subset: int, rng: Optional[Any],
     return int(rng.randrange(pool))
 
 
-__all__ = ["FIRST_TREES", "MAX_TREES", "MIN_HOSTS_TO_SCORE", "TIE_FRACTION", "PlacementView",
-           "Rotation", "draw", "scoring_target", "tie_tolerance"]
+__all__ = ["ASK_REASONS", "FIRST_TREES", "MAX_TREES", "MIN_HOSTS_TO_SCORE", "RENEW_AT",
+           "TIE_FRACTION", "PlacementView", "Rotation", "draw", "scoring_target",
+           "tie_tolerance"]

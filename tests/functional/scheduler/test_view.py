@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from compute_plugins.placement import exception as pexc
+from compute_plugins.plugin.contract import Rejection
 from compute_plugins.scheduler import view
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
@@ -89,10 +91,7 @@ def test_a_409_on_a_kept_answer_goes_to_the_next_host(cloud):
     spec = spec_of(sched, *pinned(1, 4, 1024))
     assert sched.plan(spec).ordered[0][1].host == a.name  # a tie: by name
     (numa0,) = [rp for rp, name in a.providers.items() if name.endswith("_NUMA0")]
-    inflight = new_consumer()
-    cloud.placement.emb.client().put("/allocations/%s" % inflight, {
-        "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
-        "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+    inflight = take_all_cpus(cloud, a)
     result = sched.schedule(spec, new_consumer(), "p", "u")
     assert result.placed and result.host == b.name
     assert [(t.host, t.outcome) for t in result.attempts] == [
@@ -227,19 +226,10 @@ def test_a_request_refused_on_kept_answers_is_planned_on_a_fresh_one(cloud):
     sched = cloud.scheduler(max_races=0)
     spec = spec_of(sched, *pinned(1, 4, 1024))
     client = cloud.placement.emb.client()
-
-    def take(host: Any) -> str:
-        (numa0,) = [rp for rp, name in host.providers.items() if name.endswith("_NUMA0")]
-        consumer = new_consumer()
-        client.put("/allocations/%s" % consumer, {
-            "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
-            "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
-        return consumer
-
-    on_b = take(b)
+    on_b = take_all_cpus(cloud, b)
     assert [h for _, h in ((w, f.host) for w, f in sched.plan(spec).ordered)] == [a.name]
     client.delete("/allocations/%s" % on_b)
-    take(a)
+    take_all_cpus(cloud, a)
     result = sched.schedule(spec, new_consumer(), "p", "u")
     assert result.placed and result.host == b.name, result.reasons
     assert [(t.host, t.outcome) for t in result.attempts] == [
@@ -352,7 +342,9 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     trees are cheap, every host again when they are not."""
     for i in range(2):
         cloud.add_host("t%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
-    sched = cloud.scheduler()
+    # NOTE: the kept answer must outlive the test (a minute under load
+    # renewed or expired it midway, asking every host again).
+    sched = cloud.scheduler(placement_view_seconds=3600)
     kept = sched.view
     spec = spec_of(sched, *pinned(1, 4, 1024))
     assert kept.every_host_seconds is None and kept.tree_limit() == view.FIRST_TREES
@@ -448,3 +440,132 @@ def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
     join("y")
     assert sched.plan(spec).found.calls == 30 * 2       # by tree again
     assert kept.tree_limit() == 36
+
+
+class Renewing:
+    """Two hosts with 4 dedicated CPUs (``LABEL-a``, ``LABEL-b``), a
+    request for all 4, and a view on a clock the test sets (``now[0]``)
+    whose renewals wait in ``pending`` until the test runs them."""
+
+    def __init__(self, cloud: Any, label: str) -> None:
+        self.a = cloud.add_host(label + "-a", [cell(4, 4096)], dedicated="0-3")
+        self.b = cloud.add_host(label + "-b", [cell(4, 4096)], dedicated="0-3")
+        self.store = cloud.store
+        self.sched = cloud.scheduler()
+        self.spec = spec_of(self.sched, *pinned(1, 4, 1024))
+        self.now = [0.0]
+        self.pending: list[Any] = []
+        self.kept = view.PlacementView(60.0, clock=lambda: self.now[0],
+                                       runner=self.pending.append)
+        self.live = sorted(cloud.store.generations())
+
+    def find(self) -> tuple[Any, bool]:
+        """The view's answer for the request (and whether it asked)."""
+        return self.kept.find(self.sched.placement, self.store, self.spec.groups,
+                              self.live)
+
+
+def test_an_answer_near_its_age_is_renewed_off_the_decisions_path(cloud):
+    """Issue 19 item 2: a kept answer past ``RENEW_AT`` of
+    ``placement_view_seconds`` is still served (the decision asks
+    Placement nothing) and asked again about every host off the
+    decision's path, once per shape however many decisions see it; the
+    renewed answer is what Placement says then, and serves past the old
+    one's age. The renewal is run here when the test says (a view's own
+    runs in a thread)."""
+    r = Renewing(cloud, "renew")
+    a, b, sched, now, pending, kept, find = (r.a, r.b, r.sched, r.now, r.pending,
+                                             r.kept, r.find)
+    first, asked = find()
+    assert asked and {a.name, b.name} <= set(first.hosts)
+    take_all_cpus(cloud, a)               # in Placement alone: unseen yet
+    now[0] = 60.0 * view.RENEW_AT - 1
+    assert find()[1] is False and pending == []
+    now[0] = 60.0 * view.RENEW_AT
+    for _ in range(3):
+        served, asked = find()
+        assert not asked and served.calls == 0 and a.name in served.hosts
+    assert len(pending) == 1              # one renewal for the shape
+    calls = sched.placement.calls.total
+    pending.pop()()
+    assert sched.placement.calls.total > calls
+    assert kept.full_asks["renewed"] == 1
+    now[0] = 61.0                         # the first answer's age is past
+    served, asked = find()
+    assert not asked and served.calls == 0
+    assert a.name not in served.hosts and b.name in served.hosts
+    assert any("PCPU" in r.reason for r in served.excluded[a.name])
+    assert pending == []
+
+
+def test_what_happens_while_an_answer_is_renewed_stays_true_in_it(cloud):
+    """A 409 on a host, and a host forgotten (one of its providers
+    deleted), while its answer is being renewed: the renewed answer was
+    asked before them, so the refused host stays out of it and the
+    forgotten one is asked about again; a renewal that fails changes
+    nothing (the answer is not renewed again, it expires as before, and
+    the decision that finds it expired asks; the next answer is renewed)."""
+    r = Renewing(cloud, "during")
+    a, b, spec, now, pending, kept, live, find = (r.a, r.b, r.spec, r.now, r.pending,
+                                                  r.kept, r.live, r.find)
+    find()
+    now[0] = renewed = 60.0 * view.RENEW_AT + 1
+    find()
+    (renew,) = pending
+    pending.clear()
+    kept.refused(spec.groups, a.name, Rejection("Placement: 409 on during-a"))
+    kept.forget(b.name)
+    renew()
+    served, asked = find()
+    # NOTE: during-b is not known to the renewed answer: its tree asked
+    assert asked and served.calls > 0 and all(
+        "in_tree=%s" % b.root in q for q in served.queries[-served.calls:])
+    assert a.name not in served.hosts and b.name in served.hosts
+    assert served.excluded[a.name] == (Rejection("Placement: 409 on during-a"),)
+
+    class Down:
+        def get(self, path: str) -> Any:
+            raise pexc.PlacementUnreachable("Placement is down")
+
+    now[0] = renewed + 60.0 * view.RENEW_AT
+    served, asked = kept.find(Down(), cloud.store, spec.groups, live)
+    assert not asked and a.name not in served.hosts
+    pending.pop()()                       # fails: logged, nothing changed
+    assert kept.full_asks["renewed"] == 1
+    # NOTE: not asked again before it expires (not one failing ask and
+    # one warning per decision)
+    assert not kept.find(Down(), cloud.store, spec.groups, live)[1] and pending == []
+    now[0] = renewed + 60.0
+    with pytest.raises(pexc.PlacementUnreachable):
+        kept.find(Down(), cloud.store, spec.groups, live)
+    assert kept.full_asks["expired"] == 1
+    # NOTE: the failed renewal left the next answer's renewal free
+    assert find()[1] and kept.full_asks["expired"] == 2
+    now[0] = renewed + 60.0 + 60.0 * view.RENEW_AT
+    assert not find()[1] and len(pending) == 1
+
+
+def test_a_decision_that_asks_about_every_host_starts_no_renewal(cloud):
+    """A decision past ``RENEW_AT`` of the kept answer's age that asks
+    Placement about every host itself (too many trees to ask about, a
+    sharing provider, a host with no tree) keeps a new answer: it starts
+    no renewal besides (not two asks about every host for one)."""
+    r = Renewing(cloud, "both")
+    r.find()
+    r.kept.max_trees = 0                  # any tree to ask about: every host
+    r.kept.forget(r.b.name)
+    r.now[0] = 60.0 * view.RENEW_AT
+    served, asked = r.find()
+    assert asked and r.kept.full_asks["too many trees"] == 1
+    assert r.pending == []
+
+
+def take_all_cpus(cloud: Any, host: Any) -> str:
+    """Another consumer's allocation of ``host``'s NUMA0 CPUs, written in
+    Placement alone (its agent claimed nothing)."""
+    (numa0,) = [rp for rp, name in host.providers.items() if name.endswith("_NUMA0")]
+    consumer = new_consumer()
+    cloud.placement.emb.client().put("/allocations/%s" % consumer, {
+        "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
+        "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+    return consumer
