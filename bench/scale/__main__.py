@@ -20,6 +20,9 @@
 - **Schedulers' warm-up** (``--warm-up``): each plans every request once
   before the workload, so that its view holds Placement's answers (tens
   of MB each at 10,000 hosts) as a running scheduler's does; timed apart.
+  ``--warm-up every-host``: each of those plans fits every candidate, not
+  the plan's sample, so that the workload starts with the fits a
+  scheduler that has run a while keeps (one per host and request shape).
 - **Idle** (``--idle`` seconds, nothing scheduled): the agents' store
   statements and Placement calls per host-minute (leases included).
 - **Workload** (:mod:`bench.scale.schedulers`): ``--decisions`` boots and
@@ -126,9 +129,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--placement-view-seconds", type=float,
                         help="the schedulers' [scheduler] placement_view_seconds "
                         "(default: the option's)")
-    parser.add_argument("--warm-up", action="store_true",
+    parser.add_argument("--warm-up", nargs="?", const="sample", default=None,
+                        choices=("sample", "every-host"),
                         help="each scheduler plans every request once before the "
-                        "workload (its view filled; the seconds printed apart)")
+                        "workload (its view filled; the seconds printed apart); "
+                        "every-host: each of those plans fits every candidate "
+                        "(the fits a scheduler that has run a while keeps), not "
+                        "the plan's sample")
     parser.add_argument("--delete-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", metavar="DIR",
