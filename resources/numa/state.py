@@ -124,9 +124,8 @@ class CellState:
         # each other CPU alone) without building them: the class of every
         # cell of a host is read by each cold fit, its cores only on the
         # cells a guest node is placed on.
-        shapes: collections.Counter[tuple[int, int, int]] = collections.Counter()
-        for core in self.siblings:
-            shapes[len(core), len(core & free), len(core & pcpus)] += 1
+        shapes = collections.Counter(
+            (len(core), len(core & free), len(core & pcpus)) for core in self.siblings)
         alone = (pcpus | self.shared_cpus).difference(*self.siblings)
         free_alone = len(alone & free)  # NOTE: free CPUs are dedicated ones
         taken_alone = len(alone & pcpus) - free_alone
