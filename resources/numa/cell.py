@@ -311,7 +311,7 @@ def place(state: NUMAState, cell: CellState, demand: NodeDemand,
     # NOTE: the fields :func:`check` reads before the pinning are the
     # cell's and the demand's, and the page size, memory and shared CPUs
     # were found to fit just above (the same pure functions): checking
-    # them again was a third of the fit's time per cell.
+    # them again was about a quarter of a placement's time.
     problem = _pinning_problem(state, cell, demand, assignment, chosen.emulator,
                                Subject.of([cell.id]) if subject_given else subject)
     if problem:
