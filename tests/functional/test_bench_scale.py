@@ -42,6 +42,10 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     assert out["idle_store_queries_per_host_minute"] > 0
     assert out["idle_placement_calls_per_host_minute"] == 0
     assert out["scheduler_warm_up_s"] >= 0
+    # NOTE: the warm-up changes the workload's figures (a sample's or every
+    # host's fits kept before it): a run's output says which it had.
+    assert out["warm_up"] == "every-host"
+    assert "schedulers' warm-up (every-host)" in result.stderr + result.stdout
 
 
 def test_requests_at_once_in_each_scheduler_allocate_nothing_twice(tmp_path):
