@@ -254,8 +254,8 @@ def _compile(hint: Any) -> Checker:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         # NOTE: a frozen :class:`Checked` value was checked when it was
         # built (or decoded): a value holding it (an assignment holding
-        # its cells) does not check it again.
-        built_checked = issubclass(hint, Checked)
+        # its cells) does not check it again (:func:`_checked_for_good`).
+        built_checked = _checked_for_good(hint)
 
         def a_dataclass(value: Any, where: str) -> None:
             if type(value) is not hint:
@@ -284,13 +284,22 @@ def _compile(hint: Any) -> Checker:
                     or not dataclasses.is_dataclass(value)):
                 raise CodecError("%s: expected a %s dataclass, got %s" % (
                     where, hint.__name__, type(value).__name__))
-            if not isinstance(value, Checked):
+            if not _checked_for_good(type(value)):
                 _fields_checker(type(value))(value, where)
         return a_subclass
 
     def unknown(value: Any, where: str) -> None:
         raise CodecError("%s: cannot check type %r" % (where, hint))
     return unknown
+
+
+def _checked_for_good(cls: type) -> bool:
+    """Whether every value of dataclass ``cls`` still holds the fields it
+    was checked with when it was built: a frozen :class:`Checked`. One
+    that is not frozen (a plugin's type without ``frozen=True``) may have
+    had a field set since, so a value holding it checks it again."""
+    params = getattr(cls, "__dataclass_params__", None)
+    return issubclass(cls, Checked) and params is not None and bool(params.frozen)
 
 
 def _check_int(value: Any, where: str) -> None:

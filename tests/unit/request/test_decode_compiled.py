@@ -206,3 +206,35 @@ def test_a_checked_value_inside_another_is_not_checked_again(monkeypatch):
     assert calls == []
     types.check(Span, Span(5, 6))
     assert calls == ["Span"]  # built directly: checked
+
+
+class Part(types.Checked):
+    """A base class as a field's hint (as ``PluginRequest`` in a spec)."""
+
+
+@dataclasses.dataclass
+class LoosePart(Part):
+    """Not frozen (a plugin's type that forgot ``frozen=True``): its
+    fields can change after it was checked."""
+
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder(types.Checked):
+    parts: tuple[LoosePart, ...] = ()
+    part: Optional[Part] = None
+
+
+def test_a_value_that_can_change_after_its_check_is_checked_again_inside_another():
+    """Only a frozen :class:`types.Checked` value is taken as checked when
+    another holds it: one whose fields were set since (not frozen) is
+    refused with the path and the rule, never written as a payload that
+    cannot be read back."""
+    loose = LoosePart(1)
+    loose.count = -1
+    with pytest.raises(CodecError, match=r"^Holder\.parts\[0\]\.count: expected an integer"):
+        Holder(parts=(loose,))
+    with pytest.raises(CodecError, match=r"^Holder\.part\.count: expected an integer"):
+        Holder(part=loose)
+    assert Holder(parts=(LoosePart(2),), part=LoosePart(3)).part == LoosePart(3)
