@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -251,11 +252,17 @@ def _compile(hint: Any) -> Checker:
                 value_check(item, "%s.%s" % (where, key))
         return a_map
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        # NOTE: a frozen :class:`Checked` value was checked when it was
+        # built (or decoded): a value holding it (an assignment holding
+        # its cells) does not check it again (:func:`_checked_for_good`).
+        built_checked = _checked_for_good(hint)
+
         def a_dataclass(value: Any, where: str) -> None:
             if type(value) is not hint:
                 raise CodecError("%s: expected %s, got %s" % (
                     where, hint.__name__, type(value).__name__))
-            _fields_checker(hint)(value, where)
+            if not built_checked:
+                _fields_checker(hint)(value, where)
         return a_dataclass
     if hint is bool:
         return lambda value, where: _is(value, bool, where)
@@ -277,12 +284,22 @@ def _compile(hint: Any) -> Checker:
                     or not dataclasses.is_dataclass(value)):
                 raise CodecError("%s: expected a %s dataclass, got %s" % (
                     where, hint.__name__, type(value).__name__))
-            _fields_checker(type(value))(value, where)
+            if not _checked_for_good(type(value)):
+                _fields_checker(type(value))(value, where)
         return a_subclass
 
     def unknown(value: Any, where: str) -> None:
         raise CodecError("%s: cannot check type %r" % (where, hint))
     return unknown
+
+
+def _checked_for_good(cls: type) -> bool:
+    """Whether every value of dataclass ``cls`` still holds the fields it
+    was checked with when it was built: a frozen :class:`Checked`. One
+    that is not frozen (a plugin's type without ``frozen=True``) may have
+    had a field set since, so a value holding it checks it again."""
+    params = getattr(cls, "__dataclass_params__", None)
+    return issubclass(cls, Checked) and params is not None and bool(params.frozen)
 
 
 def _check_int(value: Any, where: str) -> None:
@@ -306,7 +323,20 @@ class Checked:
     back. A subclass with its own ``__post_init__`` calls this one last."""
 
     def __post_init__(self) -> None:
+        if getattr(_BUILDING, "cls", None) is type(self):
+            # NOTE: :func:`decode` is building this object from fields it
+            # has just decoded by the same rules (every field and item of
+            # it, nested dataclasses included): a request's or an
+            # assignment's decode checked them twice. The subclass's own
+            # ``__post_init__`` (its invariants) has run all the same.
+            _BUILDING.cls = None
+            return
         check_fields(self)
+
+
+#: The dataclass :func:`decode` is building now, in this thread
+#: (:meth:`Checked.__post_init__` skips the checks its decoder made).
+_BUILDING = threading.local()
 
 
 def _check_json(value: Any, where: str) -> None:
@@ -660,10 +690,13 @@ def _dataclass_decoder(cls: type) -> Decoder:
             unknown = set(doc) - known
             if unknown:
                 raise _refuse("unknown field(s) %s" % ", ".join(sorted(unknown)))
+        _BUILDING.cls = cls
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as err:
             raise _refuse(str(err)) from None
+        finally:
+            _BUILDING.cls = None
     return a_dataclass
 
 

@@ -62,6 +62,13 @@ class HostFit:
     root_uuid: str
     states: Mapping[str, object]
     result: FitResult
+    #: The host's weight by the weighers' multipliers
+    #: (:func:`compute_plugins.scheduler.weighers.weigh`): a pure function
+    #: of these states, kept with the fit (the same lifetime as
+    #: :attr:`DecodedHost.fits`), so that a plan on kept fits weighs by
+    #: lookups. multipliers -> (the plugins that weighed, the weight).
+    weights: dict[Hashable, tuple[PluginSet, float]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False)
 
 
 def _root(snapshot: HostSnapshot) -> str:

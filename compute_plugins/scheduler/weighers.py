@@ -5,6 +5,12 @@ plugin's ``utilization(state)`` (0.0 idle to 1.0 full) times its
 multiplier (``[scheduler] weigher_multipliers``, else
 ``default_weigher_multiplier``): positive packs (fuller hosts first),
 negative spreads. Ties go to the host name, so the order is deterministic.
+
+A weight is a pure function of the fitted host's states (and of the
+multipliers): it is kept with the fit (:attr:`.fitting.HostFit.weights`),
+whose states are those of one host generation, so that a plan on kept
+fits weighs each host by a lookup, not by every plugin's ``utilization``
+again (a plan weighs hundreds of hosts).
 """
 
 from __future__ import annotations
@@ -40,18 +46,33 @@ def multipliers(conf: cfg.ConfigOpts, plugin_names: Sequence[str]) -> dict[str, 
     return result
 
 
+def host_weight(plugins: PluginSet, fit: HostFit,
+                factors: Mapping[str, float]) -> float:
+    """The sum of each plugin's multiplier times its ``utilization`` of the
+    fitted host's state (computed, never kept: :func:`weigh` keeps it)."""
+    weight = 0.0
+    for name, state in fit.states.items():
+        factor = factors.get(name, 0.0)
+        if not factor or state is None:
+            continue
+        used = plugins.utilization(name, state)
+        if used is not None:
+            weight += factor * used
+    return weight
+
+
 def weigh(plugins: PluginSet, fits: Sequence[HostFit],
           factors: Mapping[str, float]) -> list[tuple[float, HostFit]]:
-    """``(weight, fit)`` of each host, best first."""
+    """``(weight, fit)`` of each host, best first; each fit's weight
+    computed once per multipliers and plugins (kept with the fit)."""
+    key = tuple(sorted(factors.items()))
     weighted = []
     for fit in fits:
-        weight = 0.0
-        for name, state in fit.states.items():
-            factor = factors.get(name, 0.0)
-            if not factor or state is None:
-                continue
-            used = plugins.utilization(name, state)
-            if used is not None:
-                weight += factor * used
+        kept = fit.weights.get(key)
+        if kept is not None and kept[0] is plugins:
+            weight = kept[1]
+        else:
+            weight = host_weight(plugins, fit, factors)
+            fit.weights[key] = (plugins, weight)
         weighted.append((weight, fit))
     return sorted(weighted, key=lambda pair: (-pair[0], pair[1].host))

@@ -153,11 +153,20 @@ def _explain(state: NUMAState, demands: Sequence[NodeDemand],
                                                format_cpu_spec(failure.room))))
 
 
-def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings
+#: A guest node placed on a host cell (:func:`cellfit.place`), by the
+#: node and the cell: :func:`_preferences` places a node on one cell of
+#: each class, :func:`_assignment` reuses those it matched.
+Placed = dict[tuple[int, int], Union[tuple[CellAssignment, frozenset[int]], str]]
+
+
+def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings,
+                 placed: Optional[Placed] = None
                  ) -> Union[tuple[list[NodeDemand], list[list[CellState]],
                                   list[list[int]]], Rejection]:
     """Per guest node, its demand, the cells it may go on and, of those, the
-    ones it fits in packing order (the matching's preferences)."""
+    ones it fits in packing order (the matching's preferences).
+
+    :param placed: filled with the placements made to find them."""
     demands = node_demands(request)
     if len(demands) > len(state.cells):
         return Rejection("the guest has %d NUMA nodes, the host only %d NUMA "
@@ -171,8 +180,10 @@ def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings
     def fits(demand: NodeDemand, cell: CellState) -> bool:
         key = (demand.key, signatures[cell.id])
         if key not in feasible:
-            feasible[key] = not isinstance(
-                cellfit.place(state, cell, demand), str)
+            result = cellfit.place(state, cell, demand)
+            if placed is not None:
+                placed[demand.node, cell.id] = result
+            feasible[key] = not isinstance(result, str)
         return feasible[key]
 
     order = cell_order(state, len(demands), pins(request))
@@ -185,14 +196,19 @@ def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings
 
 
 def _assignment(state: NUMAState, request: NUMARequest,
-                demands: Sequence[NodeDemand], matched: Sequence[int]
+                demands: Sequence[NodeDemand], matched: Sequence[int],
+                known: Optional[Placed] = None
                 ) -> Union[NUMAAssignment, Rejection]:
-    """The CPUs and memory of each node on its matched cell."""
+    """The CPUs and memory of each node on its matched cell (those in
+    ``known`` as they were placed: :func:`cellfit.place` is a pure
+    function of the state, the cell and the node)."""
     placed_cells = []
     isolated: frozenset[int] = frozenset()
     for demand, cell_id in zip(demands, matched, strict=True):
         cell = state.by_id[cell_id]
-        placed = cellfit.place(state, cell, demand)
+        placed = (known or {}).get((demand.node, cell_id))
+        if placed is None:
+            placed = cellfit.place(state, cell, demand)
         if isinstance(placed, str):  # NOTE: a class is only ever feasible whole
             return Rejection(placed, provider=cell.provider_uuid)
         assignment, emulator = placed
@@ -270,7 +286,8 @@ def fit_topology(state: NUMAState, request: NUMARequest,
                  placement: Mappings) -> Union[NUMAAssignment, Rejection]:
     """Place every guest node of ``request`` on a distinct host cell (with
     its networks' NUMA affinity: :mod:`resources.numa.networks`)."""
-    prepared = _preferences(state, request, placement)
+    known: Placed = {}
+    prepared = _preferences(state, request, placement, known)
     if isinstance(prepared, Rejection):
         return prepared
     demands, allowed, prefs = prepared
@@ -287,7 +304,7 @@ def fit_topology(state: NUMAState, request: NUMARequest,
                          % networks.problem(required, unconstrained))
     if isinstance(matched, NoMatching):
         return _explain(state, demands, allowed, placement, matched)
-    return _assignment(state, request, demands, matched)
+    return _assignment(state, request, demands, matched, known)
 
 
 def _host_cells(assignment: NUMAAssignment) -> frozenset[int]:

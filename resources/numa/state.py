@@ -120,8 +120,19 @@ class CellState:
         the cell: a host's state is decoded once per generation and fitted
         by every decision until it publishes again."""
         free, pcpus = self.free_pcpus, self.pcpus
+        # NOTE: counted as :attr:`cores` has them (the sibling sets, then
+        # each other CPU alone) without building them: the class of every
+        # cell of a host is read by each cold fit, its cores only on the
+        # cells a guest node is placed on.
         shapes = collections.Counter(
-            (len(core), len(core & free), len(core & pcpus)) for core in self.cores)
+            (len(core), len(core & free), len(core & pcpus)) for core in self.siblings)
+        alone = (pcpus | self.shared_cpus).difference(*self.siblings)
+        free_alone = len(alone & free)  # NOTE: free CPUs are dedicated ones
+        taken_alone = len(alone & pcpus) - free_alone
+        for shape, count in (((1, 1, 1), free_alone), ((1, 0, 1), taken_alone),
+                             ((1, 0, 0), len(alone) - free_alone - taken_alone)):
+            if count:
+                shapes[shape] += count
         return (
             tuple(sorted(shapes.items())),
             len(self.shared_cpus), self.shared_load,

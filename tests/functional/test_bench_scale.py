@@ -24,8 +24,11 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
+    # NOTE: the warm-up fitting every candidate, as a scheduler that has
+    # run a while keeps the fits (the workload's are the changed hosts').
     result = bench("--hosts", "5", "--decisions", "10", "--idle", "1", "--workers", "1",
-                   "--poll-interval", "0.2", "--lease", "3", "--json")
+                   "--poll-interval", "0.2", "--lease", "3", "--warm-up", "every-host",
+                   "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     header, line = result.stdout.strip().splitlines()
     assert header == "== bench.scale"
@@ -38,6 +41,11 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     # NOTE: idle agents poll the store (two reads a poll), never Placement.
     assert out["idle_store_queries_per_host_minute"] > 0
     assert out["idle_placement_calls_per_host_minute"] == 0
+    assert out["scheduler_warm_up_s"] >= 0
+    # NOTE: the warm-up changes the workload's figures (a sample's or every
+    # host's fits kept before it): a run's output says which it had.
+    assert out["warm_up"] == "every-host"
+    assert "schedulers' warm-up (every-host)" in result.stderr + result.stdout
 
 
 def test_requests_at_once_in_each_scheduler_allocate_nothing_twice(tmp_path):

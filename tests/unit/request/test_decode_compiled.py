@@ -18,6 +18,7 @@ from typing import Any, Optional, Union
 import pytest
 
 from bench.decode import baseline, payloads
+from compute_plugins.request import types
 from compute_plugins.request.types import (
     MAX_INT,
     CodecError,
@@ -150,3 +151,90 @@ def test_an_error_names_the_path_and_the_rule():
     with pytest.raises(CodecError, match=r"^\$\[1\]: expected a finite number, got 'x'; "
                                          r"\$\[1\]: expected an integer from 0 to"):
         decode(tuple[Union[float, int], ...], [1, "x"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Span(types.Checked):
+    """A checked dataclass with an invariant of its own (``first <= last``)."""
+
+    first: int
+    last: int = min_field(1, default=1)
+
+    def __post_init__(self) -> None:
+        if self.first > self.last:
+            raise ValueError("first %d is after last %d" % (self.first, self.last))
+        super().__post_init__()
+
+
+@dataclasses.dataclass(frozen=True)
+class Spans(types.Checked):
+    spans: tuple[Span, ...] = ()
+
+
+def test_a_decoded_value_is_checked_once_and_keeps_its_own_invariants(monkeypatch):
+    """The decoder checks every field and item as it builds them: a decoded
+    dataclass is not checked again field by field (it was half of a host
+    state's decode, nested values checked once per level), but its own
+    ``__post_init__`` still runs, and a value built directly is checked."""
+    checked = []
+    real = types.check_fields
+    monkeypatch.setattr(types, "check_fields",
+                        lambda obj, where="": (checked.append(obj), real(obj, where)))
+    doc = {"spans": [{"first": 1, "last": 2}, {"first": 3, "last": 3}]}
+    assert decode(Spans, doc) == Spans((Span(1, 2), Span(3, 3)))
+    assert [type(obj) for obj in checked] == [Span, Span, Spans]  # the direct ones only
+    checked.clear()
+    assert decode(Spans, doc).spans[1] == Span(3, 3)
+    assert [type(obj) for obj in checked] == [Span]
+    with pytest.raises(CodecError, match=r"^\$\.spans\[1\]: first 4 is after last 3$"):
+        decode(Spans, {"spans": [{"first": 1, "last": 2}, {"first": 4, "last": 3}]})
+    with pytest.raises(CodecError, match=r"^\$\.spans\[0\]\.last: 0 is below 1$"):
+        decode(Spans, {"spans": [{"first": 0, "last": 0}]})
+    with pytest.raises(CodecError, match=r"Span.first: expected an integer"):
+        Span(True, 2)
+
+
+def test_a_checked_value_inside_another_is_not_checked_again(monkeypatch):
+    """A :class:`types.Checked` value was checked when built: one holding
+    it (an assignment holding its cells) checks only its own fields."""
+    spans = (Span(1, 2), Span(3, 3))
+    calls = []
+    real = types._fields_checker(Span)
+    monkeypatch.setitem(types._FIELD_CHECKERS, Span,
+                        lambda obj, where: (calls.append(where), real(obj, where)))
+    assert Spans(spans).spans == spans
+    assert calls == []
+    types.check(Span, Span(5, 6))
+    assert calls == ["Span"]  # built directly: checked
+
+
+class Part(types.Checked):
+    """A base class as a field's hint (as ``PluginRequest`` in a spec)."""
+
+
+@dataclasses.dataclass
+class LoosePart(Part):
+    """Not frozen (a plugin's type that forgot ``frozen=True``): its
+    fields can change after it was checked."""
+
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Holder(types.Checked):
+    parts: tuple[LoosePart, ...] = ()
+    part: Optional[Part] = None
+
+
+def test_a_value_that_can_change_after_its_check_is_checked_again_inside_another():
+    """Only a frozen :class:`types.Checked` value is taken as checked when
+    another holds it: one whose fields were set since (not frozen) is
+    refused with the path and the rule, never written as a payload that
+    cannot be read back."""
+    loose = LoosePart(1)
+    loose.count = -1
+    with pytest.raises(CodecError, match=r"^Holder\.parts\[0\]\.count: expected an integer"):
+        Holder(parts=(loose,))
+    with pytest.raises(CodecError, match=r"^Holder\.part\.count: expected an integer"):
+        Holder(part=loose)
+    assert Holder(parts=(LoosePart(2),), part=LoosePart(3)).part == LoosePart(3)

@@ -5,6 +5,7 @@ and the fits kept with them (one per generation and request)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from oslo_config import cfg
@@ -15,7 +16,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
-from compute_plugins.scheduler import fitting
+from compute_plugins.scheduler import fitting, weighers
 from tests.unit import fit_plugins
 from tests.unit.hoststate.cases import states
 
@@ -132,3 +133,48 @@ def test_the_fits_kept_are_bounded_over_all_hosts():
     old = weakref.ref(hosts.pop("h3"))
     gc.collect()
     assert old() is None
+
+
+class WeighingSlots(fit_plugins.Slots):
+    """The ``slots`` plugin with an opinion on how full a host is (the
+    share of 8 CPUs not free), counting its ``utilization`` calls."""
+
+    weighed = 0
+
+    def utilization(self, state):
+        type(self).weighed += 1
+        return 1.0 - sum(len(cpus) for cpus in state.free.values()) / 8
+
+
+def test_a_kept_fit_is_weighed_once_with_the_same_weights_and_order():
+    """A weight is a pure function of the fitted states: kept with the fit,
+    a plan on kept fits weighs by lookups, to the same weights and order
+    as weighing afresh; other multipliers, or a new generation (a new
+    fit), weigh again."""
+    WeighingSlots.weighed = 0
+    plugins = PluginSet.of({"slots": WeighingSlots(cfg.ConfigOpts())})
+    spec = slots_spec(plugins, 1)
+    hosts = {"h%d" % free: dataclasses.replace(
+        slots_host(1, free), snapshot=dataclasses.replace(
+            slots_host(1, free).snapshot, host="h%d" % free, nodename="h%d" % free))
+        for free in (2, 7, 4, 4)}
+    fits = list(fitting.fit_hosts(plugins, spec, hosts).values())
+    for factor in (1.0, -1.0):
+        factors = {"slots": factor}
+        fresh = sorted(((factor * plugins.utilization("slots", f.states["slots"]), f)
+                        for f in fits), key=lambda pair: (-pair[0], pair[1].host))
+        WeighingSlots.weighed = 0
+        first = weighers.weigh(plugins, fits, factors)
+        again = weighers.weigh(plugins, list(fitting.fit_hosts(
+            plugins, spec, hosts).values()), factors)
+        assert WeighingSlots.weighed == len(fits)  # the second weighing: lookups
+        assert first == again == fresh
+        assert [f.host for _, f in first] == (
+            ["h2", "h4", "h7"] if factor > 0 else ["h7", "h4", "h2"])
+    fuller = {"h7": dataclasses.replace(hosts["h7"], snapshot=dataclasses.replace(
+        hosts["h7"].snapshot, generation=2), states={"slots": fit_plugins.SlotsState(
+            free=FrozenMap({0: frozenset(range(1))}))}, fits={})}
+    WeighingSlots.weighed = 0
+    (weight, _fit), = weighers.weigh(plugins, list(fitting.fit_hosts(
+        plugins, spec, fuller).values()), {"slots": 1.0})
+    assert (weight, WeighingSlots.weighed) == (7 / 8, 1)

@@ -189,3 +189,34 @@ def test_overlapping_sibling_data_is_merged_into_one_core(conf):
         NUMACell(id=0, cpus=cpus, memory_kb=GIB_KB),)))
     # CPU 9 is not in the cell: core {3} alone.
     assert view.cells[0].siblings == (frozenset({0, 1, 2}),)
+
+
+def test_a_cells_fit_class_counts_its_cores_by_threads_free_and_dedicated():
+    """:attr:`CellState.fit_class` (the cells that take the same guest
+    nodes) counts the cores as :attr:`CellState.cores` lists them (the
+    sibling sets, then each other CPU alone) without building them: the
+    same class for random cells of dedicated and shared CPUs, some pinned,
+    some on cores of 2 or 4 threads."""
+    import collections
+    import random
+
+    from resources.numa.state import CellState
+
+    rng = random.Random(19)
+    for _ in range(500):
+        cpus = list(range(rng.randrange(1, 40)))
+        rng.shuffle(cpus)
+        cut = rng.randrange(len(cpus) + 1)
+        pcpus, shared = frozenset(cpus[:cut]), frozenset(cpus[cut:])
+        siblings, pool = [], list(cpus)
+        while len(pool) >= 2 and rng.random() < 0.8:
+            threads = rng.choice((2, 2, 4))
+            siblings.append(frozenset(pool[:threads]))
+            pool = pool[threads:]
+        cell = CellState(id=0, provider_uuid="u", pcpus=pcpus, shared_cpus=shared,
+                         pinned=frozenset(c for c in pcpus if rng.random() < 0.4),
+                         siblings=tuple(sorted(siblings, key=min)))
+        by_cores = collections.Counter(
+            (len(core), len(core & cell.free_pcpus), len(core & cell.pcpus))
+            for core in cell.cores)
+        assert cell.fit_class[0] == tuple(sorted(by_cores.items())), cell
