@@ -448,18 +448,23 @@ class OnDatabase:
         #: writer that is no host's agent (a scheduler, an operator).
         self.fence: Optional[tuple[str, int]] = None
 
-    def check_fence(self, conn: Connection) -> None:
+    def check_fence(self, conn: Connection, share: bool = False) -> None:
         """In a write transaction: refuse it unless the writer's token is
         still its host's lease (the lease row locked until the commit, so
         that a takeover cannot slip between the check and the write).
 
+        :param share: take the share lock that :meth:`fence_clauses` took
+            already (why an ``UPDATE`` with them matched nothing), not an
+            exclusive one: two of the agent's writes that each held the
+            share lock and asked for the exclusive one waited for each
+            other (a deadlock, or a write waiting for another to commit).
         :raises Fenced: the lease has another epoch, or is gone.
         """
         if self.fence is None:
             return
         host, epoch = self.fence
         row = conn.execute(sa.select(schema.leases).where(
-            schema.leases.c.host == host).with_for_update()).one_or_none()
+            schema.leases.c.host == host).with_for_update(read=share)).one_or_none()
         if row is None or int(row.epoch) != epoch:
             raise errors.Fenced(host, epoch, None if row is None else lease_of(row))
 
@@ -468,7 +473,8 @@ class OnDatabase:
         host's lease still has the writer's epoch, read with a share lock
         held until the commit (a takeover, which updates the lease, waits
         for it; as :meth:`check_fence`, without a statement of its own).
-        An update that matched nothing tells why with :meth:`check_fence`.
+        An update that matched nothing tells why with :meth:`check_fence`
+        (``share``: the same lock, no exclusive one after it).
         Where a write cannot take the lock in its statement (MySQL's
         ``UPDATE`` has no ``RETURNING`` either: the store checks first
         there), callers use :meth:`check_fence`. None: no fence."""

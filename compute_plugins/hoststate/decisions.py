@@ -282,7 +282,7 @@ class SqlDecisionQueue(database.OnDatabase):
         row = conn.execute(update.where(*self.fence_clauses())
                            .returning(*columns)).one_or_none()
         if row is None:
-            self.check_fence(conn)
+            self.check_fence(conn, share=True)
             return 0, conn.execute(sa.select(t_decisions).where(
                 t_decisions.c.id == decision_id)).one_or_none()
         waiters = self._waiters(row)

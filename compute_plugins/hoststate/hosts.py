@@ -266,7 +266,7 @@ class SqlHostPublication(database.OnDatabase):
                     conditions.append(t_hosts.c.updated_at == written.updated_at)
                 if not self._bump(conn, host, expected, nodename, stamp, conditions):
                     if in_bump:
-                        self.check_fence(conn)
+                        self.check_fence(conn, share=True)
                     raise errors.GenerationConflict(
                         host, expected, self._generation(conn, host))
                 # NOTE: the bump succeeded, so the host's rows are still those
