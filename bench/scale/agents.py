@@ -185,9 +185,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
          lease_duration, threads) = message
         start = time.monotonic()
         store = HostStateStore(store_url[0], push_transport_url=store_url[1])
-        counters.count_statements(store.db.engine, stats)
-        if store.db.single_engine is not None:
-            counters.count_statements(store.db.single_engine, stats)
+        for engine in store.db.engines:
+            counters.count_statements(engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
         stats.placement = placement.calls
         agents = [make_agent(h, state_root, store, placement, poll_interval,

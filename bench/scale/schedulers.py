@@ -225,7 +225,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         (_, store_url, placement_url, count, seed, delete_fraction,
          answer_timeout, view_seconds, warm, concurrency) = conn.recv()
         store = HostStateStore(store_url[0], push_transport_url=store_url[1])
-        counters.count_statements(store.db.engine, stats)
+        for engine in store.db.engines:
+            counters.count_statements(engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
         stats.placement = placement.calls
         scheduler = make_scheduler(store, placement, answer_timeout, view_seconds)

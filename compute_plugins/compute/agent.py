@@ -30,7 +30,7 @@ store; an idle agent's periodics and polls read nothing from the store
 (:meth:`ComputeAgent._quiet`), its lease renewal aside, but for a full read
 every ``[host_state] push_safety_poll_interval`` seconds (a lost
 notification). Elsewhere :meth:`ComputeAgent.run` polls the store every
-``[compute] claim_poll_interval`` seconds (two indexed reads, no write).
+``[compute] claim_poll_interval`` seconds (one indexed read, no write).
 A restarted agent reads its ledger, publishes the state
 it implies and answers a decision it had recorded but not answered without
 executing it again. At start it compares Placement's allocations on
@@ -1095,8 +1095,11 @@ class ComputeAgent:
 
     def _execute(self, result: AgentResult) -> None:
         claims = self._claims_for_host()
-        pending = self.store.list_decisions(self.host, DecisionStatus.PENDING)
-        releasing = self.store.list_decisions(self.host, DecisionStatus.RELEASING)
+        # NOTE: one read for both (one statement, one transaction).
+        work = self.store.list_decisions(
+            self.host, (DecisionStatus.PENDING, DecisionStatus.RELEASING))
+        pending = [d for d in work if d.status == DecisionStatus.PENDING]
+        releasing = [d for d in work if d.status == DecisionStatus.RELEASING]
         held = self.ledger.entries()
         if any(d.consumer not in held or held[d.consumer].decision_id != d.id
                for d in releasing) or any(
@@ -1115,7 +1118,11 @@ class ComputeAgent:
             result.claims.append(outcome)
             if outcome.note == "" or outcome.claimed:
                 result.store_writes += 1
-            self._publish(result)
+            if not (outcome.claimed and outcome.note == ""):
+                # NOTE: a claim executed now published its state before
+                # its answer and changed nothing since: not built and
+                # encoded again only to find it equal.
+                self._publish(result)
         for decision in releasing:
             self._release(result, decision.consumer, decision)
 
@@ -1187,7 +1194,8 @@ class ComputeAgent:
         result.releases.append(freed)
         if decision is not None:
             result.store_writes += 1
-        self._publish(result)
+        # NOTE: published before the answer (before_answer), nothing
+        # changed since: not built and encoded again.
 
     def _reconcile(self, result: AgentResult) -> None:
         """Free the ledger's claims whose decision is no longer in force in

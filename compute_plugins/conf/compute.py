@@ -83,7 +83,7 @@ OPTS = [
         default=1.0,
         help="Seconds between the agent's polls of the host-state store for "
         "decisions addressed to its host (claims and releases), between "
-        "periodics. Each poll is two indexed reads and no write. Where the "
+        "periodics. Each poll is one indexed read and no write. Where the "
         "store pushes (``[host_state] push``: through ``push_transport_url``'s "
         "broker, or PostgreSQL's ``NOTIFY``) the agent is told "
         "of decisions instead and reads nothing while idle; it polls at this "

@@ -59,7 +59,7 @@ CLAIM_POLL_INTERVAL = 0.05
 #: one of them is in this process, on one store object, so the writers wake
 #: the waiters directly after their commits (``[host_state]
 #: push_transport_url = fake://``) instead of each agent reading the store
-#: every ``CLAIM_POLL_INTERVAL`` (two reads per poll).
+#: every ``CLAIM_POLL_INTERVAL`` (one read per poll).
 PUSH_TRANSPORT_URL = "fake://"
 
 Progress = Callable[[str], None]

@@ -199,6 +199,10 @@ class Database:
                              % (safety_poll_interval,))
         self.url = engines.safe_url(connection)
         self.safety_poll_interval = safety_poll_interval
+        #: What the store's parts keep in memory for this database, by
+        #: key (the hosts' rows a publish wrote: :mod:`~compute_plugins.
+        #: hoststate.hosts`): shared by every view of the store.
+        self.info: dict[str, Any] = {}
         self._listener_lock = threading.Lock()
         #: Closed: no listener is opened again (its waiters poll).
         self._closed = False
@@ -211,6 +215,14 @@ class Database:
             # NOTE: the SQLite file's directory cannot be made (a file in
             # the path, no permission): one line, not a traceback.
             raise errors.StoreUnavailable(self.url, str(err)) from err
+        #: The read transactions' engine (PostgreSQL, MySQL: their isolation
+        #: level is the engine's, not set and reset per transaction:
+        #: :func:`~compute_plugins.hoststate.engine.create_engine`); SQLite:
+        #: :attr:`engine` (a read is its ``BEGIN``).
+        self.read_engine: Engine = self.engine
+        if engines.isolation_level(engines.backend(self.engine), write=False) is not None:
+            self.read_engine = engines.create_engine(connection, lock_timeout, write=False,
+                                                     lease_duration=lease_duration)
         #: PostgreSQL: connections that run each statement on its own
         #: (autocommit, no ping: :meth:`single`); None elsewhere.
         self.single_engine: Optional[Engine] = (
@@ -260,6 +272,19 @@ class Database:
         self.engine.dispose()
         if self.single_engine is not None:
             self.single_engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every engine of this database (the writes', the reads', the
+        single statements'): each has its own pool."""
+        found = [self.engine]
+        if self.read_engine is not self.engine:
+            found.append(self.read_engine)
+        if self.single_engine is not None:
+            found.append(self.single_engine)
+        return found
 
     def _forked(self) -> None:
         """In a child forked with this object: the pooled connections of
@@ -272,10 +297,9 @@ class Database:
         in-memory SQLite database is its one connection: kept."""
         if self._memory:
             return
-        for engine in (self.engine, self.single_engine):
-            if engine is not None:
-                self._parents.append(engine.pool)
-                engine.dispose(close=False)
+        for engine in self.engines:
+            self._parents.append(engine.pool)
+            engine.dispose(close=False)
 
     @property
     def pushes(self) -> bool:
@@ -303,11 +327,21 @@ class Database:
         if not self.push.send(conn, channels, payload):
             conn.info.setdefault(_WAKEUPS, []).append((list(channels), payload))
 
+    @property
+    def notifies_in_statement(self) -> bool:
+        """Whether a write may wake its waiters from its own statement
+        (PostgreSQL's ``LISTEN``/``NOTIFY`` push: ``pg_notify`` in the
+        statement's ``RETURNING``, :func:`~compute_plugins.hoststate.notify.
+        notification`) instead of a ``SELECT pg_notify`` of its own: one
+        round trip less per write that wakes someone."""
+        return self.push is not None and self.push.kind == "postgresql"
+
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
         wakeups: Optional[list[tuple[list[str], str]]] = None
         try:
-            with self._serial, self.engine.connect() as conn:
+            engine = self.engine if write else self.read_engine
+            with self._serial, engine.connect() as conn:
                 conn.execution_options(
                     **(self._write_options if write else self._read_options))
                 conn.info.pop(_WAKEUPS, None)
@@ -383,6 +417,8 @@ class Database:
             return
         conn.invalidate()
         self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
 
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         """A read transaction: one snapshot from its first statement on."""
@@ -417,20 +453,42 @@ class OnDatabase:
         #: writer that is no host's agent (a scheduler, an operator).
         self.fence: Optional[tuple[str, int]] = None
 
-    def check_fence(self, conn: Connection) -> None:
+    def check_fence(self, conn: Connection, share: bool = False) -> None:
         """In a write transaction: refuse it unless the writer's token is
         still its host's lease (the lease row locked until the commit, so
         that a takeover cannot slip between the check and the write).
 
+        :param share: take the share lock that :meth:`fence_clauses` took
+            already (why an ``UPDATE`` with them matched nothing), not an
+            exclusive one: two of the agent's writes that each held the
+            share lock and asked for the exclusive one waited for each
+            other (a deadlock, or a write waiting for another to commit).
         :raises Fenced: the lease has another epoch, or is gone.
         """
         if self.fence is None:
             return
         host, epoch = self.fence
         row = conn.execute(sa.select(schema.leases).where(
-            schema.leases.c.host == host).with_for_update()).one_or_none()
+            schema.leases.c.host == host).with_for_update(read=share)).one_or_none()
         if row is None or int(row.epoch) != epoch:
             raise errors.Fenced(host, epoch, None if row is None else lease_of(row))
+
+    def fence_clauses(self) -> list[Any]:
+        """The writer's fence as conditions of its own ``UPDATE``: the
+        host's lease still has the writer's epoch, read with a share lock
+        held until the commit (a takeover, which updates the lease, waits
+        for it; as :meth:`check_fence`, without a statement of its own).
+        An update that matched nothing tells why with :meth:`check_fence`
+        (``share``: the same lock, no exclusive one after it).
+        Where a write cannot take the lock in its statement (MySQL's
+        ``UPDATE`` has no ``RETURNING`` either: the store checks first
+        there), callers use :meth:`check_fence`. None: no fence."""
+        if self.fence is None:
+            return []
+        host, epoch = self.fence
+        return [sa.exists(sa.select(schema.leases.c.epoch).where(
+            schema.leases.c.host == host, schema.leases.c.epoch == epoch)
+            .with_for_update(read=True))]
 
     def host_changes(self, host: str) -> Optional[notify.Subscription]:
         """A subscription to what ``host``'s agent acts on (decisions

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Optional
 
 import sqlalchemy as sa
@@ -35,6 +35,7 @@ from compute_plugins.hoststate.records import (
     DecisionStatus,
     HostDecision,
     down_reason,
+    statuses,
 )
 from compute_plugins.hoststate.schema import decisions as t_decisions
 from compute_plugins.hoststate.schema import leases as t_leases
@@ -139,17 +140,29 @@ class SqlDecisionQueue(database.OnDatabase):
                   "active_consumer": consumer if in_force else None,
                   "created_at": now, "updated_at": now}
 
+        wakes = status == DecisionStatus.PENDING and (self.fence is None
+                                                       or self.fence[0] != host)
+
         def insert() -> HostDecision:
             with self.db.write() as conn:
                 if fenced:
                     self.check_fence(conn)
-                key = conn.execute(sa.insert(t_decisions).values(**values)
-                                   ).inserted_primary_key
-                # None only for an executemany or a statement that is no INSERT.
-                assert key is not None
-                new_id = key[0]
-                if status == DecisionStatus.PENDING:
-                    self.notify_host(conn, host, "%d %s" % (new_id, status.value))
+                statement = sa.insert(t_decisions).values(**values)
+                if wakes and self.db.notifies_in_statement:
+                    # NOTE: the host's agent notified by the INSERT itself
+                    # (its new id in the payload): one round trip less.
+                    new_id, _ = conn.execute(statement.returning(
+                        t_decisions.c.id, notify.notification(
+                            notify.host_channel(host),
+                            sa.cast(t_decisions.c.id, sa.String())
+                            + " " + status.value))).one()
+                else:
+                    key = conn.execute(statement).inserted_primary_key
+                    # None only for an executemany or a statement that is no INSERT.
+                    assert key is not None
+                    new_id = key[0]
+                    if wakes:
+                        self.notify_host(conn, host, "%d %s" % (new_id, status.value))
             return HostDecision(id=int(new_id), consumer=consumer, host=host,
                                 spec=spec, status=status, reasons=reasons,
                                 created_at=now, updated_at=now)
@@ -189,14 +202,15 @@ class SqlDecisionQueue(database.OnDatabase):
         return [_decision(r) for r in rows]
 
     def list_decisions(self, host: str,
-                       status: DecisionStatus | str = DecisionStatus.PENDING,
+                       status: DecisionStatus | str | Iterable[DecisionStatus | str]
+                       = DecisionStatus.PENDING,
                        limit: Optional[int] = None) -> list[HostDecision]:
-        """The decisions addressed to ``host`` in ``status``, oldest first:
-        an agent's work list (pending: to claim or reject; releasing: to
-        free)."""
+        """The decisions addressed to ``host`` in ``status`` (or any of
+        several: one statement), oldest first: an agent's work list
+        (pending: to claim or reject; releasing: to free)."""
         query = (sa.select(t_decisions)
                  .where(t_decisions.c.host == host,
-                        t_decisions.c.status == DecisionStatus(status).value)
+                        t_decisions.c.status.in_([s.value for s in statuses(status)]))
                  .order_by(t_decisions.c.id))
         if limit is not None:
             query = query.limit(limit)
@@ -224,18 +238,22 @@ class SqlDecisionQueue(database.OnDatabase):
         if reasons:
             values["reasons"] = _reasons_text(reasons)
 
+        update = (sa.update(t_decisions)
+                  .where(t_decisions.c.id == decision_id,
+                         t_decisions.c.status.in_([s.value for s in allowed]))
+                  .values(**values))
+        payload = "%d %s" % (decision_id, DecisionStatus(target).value)
+
         def swap() -> tuple[int, Any]:
             with self.db.write() as conn:
+                if conn.dialect.update_returning:
+                    return self._swap_returning(conn, update, decision_id, payload)
                 self.check_fence(conn)
-                result = conn.execute(
-                    sa.update(t_decisions)
-                    .where(t_decisions.c.id == decision_id,
-                           t_decisions.c.status.in_([s.value for s in allowed]))
-                    .values(**values))
+                result = conn.execute(update)
                 row = conn.execute(sa.select(t_decisions)
                                    .where(t_decisions.c.id == decision_id)).one_or_none()
                 if result.rowcount == 1 and row is not None:
-                    self._notify_swap(conn, row)
+                    self._notify_swap(conn, row, self._waiters(row))
             return result.rowcount, row
 
         count, row = self.db.retrying(swap)
@@ -247,14 +265,42 @@ class SqlDecisionQueue(database.OnDatabase):
                                                 [s.value for s in allowed], move)
         return decision
 
-    def _notify_swap(self, conn: Connection, row: Any) -> None:
-        """Wake whoever waits on the decision, and its host's agent unless
-        the agent made the move (:mod:`~compute_plugins.hoststate.notify`)."""
-        what = "%d %s" % (row.id, row.status)
+    def _swap_returning(self, conn: Connection, update: Any, decision_id: int,
+                        payload: str) -> tuple[int, Any]:
+        """The swap as one ``UPDATE ... RETURNING`` (PostgreSQL, SQLite):
+        the fence a condition of its own (:meth:`~compute_plugins.hoststate.
+        database.OnDatabase.fence_clauses`), the row read back by it, and on
+        PostgreSQL the decision's waiters notified by it. Its host's agent,
+        when another side made the move, by a statement of its own. Nothing
+        matched: the fence is checked (:class:`~compute_plugins.hoststate.
+        errors.Fenced`), then the row read for the conflict."""
+        columns: list[Any] = list(t_decisions.c)
+        in_statement = self.db.notifies_in_statement
+        if in_statement:
+            columns.append(notify.notification(notify.decision_channel(decision_id),
+                                               payload))
+        row = conn.execute(update.where(*self.fence_clauses())
+                           .returning(*columns)).one_or_none()
+        if row is None:
+            self.check_fence(conn, share=True)
+            return 0, conn.execute(sa.select(t_decisions).where(
+                t_decisions.c.id == decision_id)).one_or_none()
+        waiters = self._waiters(row)
+        self._notify_swap(conn, row, waiters[1:] if in_statement else waiters)
+        return 1, row
+
+    def _waiters(self, row: Any) -> list[str]:
+        """The channels a change of the decision ``row`` wakes: whoever
+        waits on the decision, and its host's agent unless the agent made
+        the move (:mod:`~compute_plugins.hoststate.notify`)."""
         channels = [notify.decision_channel(int(row.id))]
         if self.fence is None or self.fence[0] != row.host:
             channels.append(notify.host_channel(row.host))
-        self.db.wake(conn, channels, what)
+        return channels
+
+    def _notify_swap(self, conn: Connection, row: Any, channels: list[str]) -> None:
+        """Wake ``channels`` with the decision's new status."""
+        self.db.wake(conn, channels, "%d %s" % (row.id, row.status))
 
     def wait_for_change(self, decision: HostDecision, timeout: float, *,
                         poll_interval: float = 0.05,

@@ -33,7 +33,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from compute_plugins.conf import compute as compute_conf
 from compute_plugins.hoststate import errors, schema
-from compute_plugins.util import files
+from compute_plugins.util import files, pools
 
 #: Execution option of a connection whose transaction writes.
 WRITE_OPTION = "compute_plugins_hoststate_write"
@@ -200,9 +200,19 @@ def _sqlite_events(engine: Engine, wal: bool, lock_timeout: float) -> None:
 
 
 def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
-                  autocommit: bool = False,
+                  autocommit: bool = False, write: bool = True,
                   lease_duration: float = DEFAULT_LEASE_DURATION) -> Engine:
     """An engine for ``url``, set up as the module docstring says.
+
+    :param write: (PostgreSQL, MySQL) the engine runs write transactions
+        (else read ones): their isolation level is the engine's, set once
+        per connection when it connects, not set and reset around every
+        transaction (two round trips each). A store has one engine of each
+        kind (:class:`~compute_plugins.hoststate.database.Database`).
+        A pooled connection is pinged before a transaction only when it
+        waited in the pool over a second or its socket shows the server
+        closed it (:func:`compute_plugins.util.pools.ping_when_idle`), not
+        before every transaction (a round trip each).
 
     :param autocommit: (PostgreSQL, MySQL) each statement commits on its
         own, and a connection taken from the pool is not pinged first: for
@@ -266,9 +276,11 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
             # the schema lock, then take its time.
             connect_args[key] = CONNECT_TIMEOUT if key == "connect_timeout" else int(
                 max(lock_timeout, _MYSQL_SCHEMA_LOCK_WAIT) + CONNECT_TIMEOUT)
-    kwargs = {"pool_pre_ping": not autocommit, "connect_args": connect_args}
+    kwargs = {"pool_pre_ping": False, "connect_args": connect_args}
     if autocommit:
         kwargs["isolation_level"] = "AUTOCOMMIT"
+    else:
+        kwargs["isolation_level"] = isolation_level(kind, write)
     if kind == "mysql":
         if "charset" not in parsed.query:
             parsed = parsed.update_query_dict({"charset": "utf8mb4"})
@@ -276,16 +288,25 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
     engine = sa.create_engine(parsed, **kwargs)
     if kind in ("postgresql", "mysql"):
         _server_events(engine, kind, lock_timeout)
+    if not autocommit:
+        pools.ping_when_idle(engine)
     return engine
 
 
+def isolation_level(kind: str, write: bool) -> Optional[str]:
+    """The isolation level of a write or a read transaction on a
+    ``kind`` database (:func:`backend`; None: SQLite, whose transactions
+    the ``BEGIN`` they start with sets)."""
+    levels = _ISOLATION.get(kind)
+    if levels is None:
+        return None
+    return levels[1] if write else levels[0]
+
+
 def transaction_options(engine: Engine, write: bool) -> dict[str, Any]:
-    """Execution options of a read or a write transaction on ``engine``."""
-    levels = _ISOLATION.get(backend(engine))
-    options: dict[str, Any] = {WRITE_OPTION: write}
-    if levels is not None:
-        options["isolation_level"] = levels[1] if write else levels[0]
-    return options
+    """Execution options of a read or a write transaction on ``engine``
+    (its isolation level is the engine's: :func:`create_engine`)."""
+    return {WRITE_OPTION: write}
 
 
 @contextlib.contextmanager

@@ -40,6 +40,10 @@ from compute_plugins.request.types import FrozenMap
 #: before it was read (enabled meanwhile) before :meth:`disable_host` gives up.
 _DISABLE_ATTEMPTS = 3
 
+#: Where a store keeps the rows it last wrote per host (:attr:`Database.info
+#: <compute_plugins.hoststate.database.Database.info>`).
+_WRITTEN = "compute_plugins.hoststate.written_hosts"
+
 #: The kind of an operator's ``host disable`` record (an evacuation's fence
 #: is ``evacuated``: :mod:`compute_plugins.compute.moves`).
 OPERATOR = "operator"
@@ -79,6 +83,16 @@ class SqlHostPublication(database.OnDatabase):
     """Hosts as their agents published them, on one database (the
     :class:`~compute_plugins.hoststate.transport.HostPublication` of the SQL
     store)."""
+
+    @property
+    def written_hosts(self) -> dict[str, _HostRows]:
+        """host -> the rows this store's last publish of it wrote (shared
+        with its fenced views: one agent's publishes), so that its next
+        publish does not read them back (:meth:`_publish`)."""
+        found: Optional[dict[str, _HostRows]] = self.db.info.get(_WRITTEN)
+        if found is None:
+            found = self.db.info.setdefault(_WRITTEN, {})
+        return found
 
     def _load_hosts(self, conn: Connection,
                     hosts: Optional[Sequence[str]]) -> dict[str, _HostRows]:
@@ -223,10 +237,23 @@ class SqlHostPublication(database.OnDatabase):
     def _publish(self, host: str, texts: dict[str, str], expected: int,
                  nodename: Optional[str],
                  providers: Optional[dict[str, str]]) -> PublishResult:
-        # NOTE: compare in a read first: a publish that changes nothing
-        # writes nothing and takes no write lock.
-        with self.db.read() as conn:
-            current = self._load_hosts(conn, [host]).get(host)
+        # NOTE: compare first: a publish that changes nothing writes
+        # nothing and takes no write lock. The rows this store wrote last
+        # at ``expected`` are the host's rows at ``expected`` (every writer
+        # bumps the generation before it writes them): a publish that
+        # changes them does not read them again, its bump checks their time
+        # too (a store restored from a backup may have other rows at that
+        # generation). Else (and for a publish that would change nothing:
+        # its generation checked by the read) they are read.
+        written: Optional[_HostRows] = self.written_hosts.get(host)
+        if written is not None and written.generation == expected and not (
+                written.states == texts and (nodename is None or written.nodename == nodename)
+                and (providers is None or written.providers == providers)):
+            current: Optional[_HostRows] = written
+        else:
+            written = None
+            with self.db.read() as conn:
+                current = self._load_hosts(conn, [host]).get(host)
         actual = current.generation if current else 0
         if actual != expected:
             raise errors.GenerationConflict(host, expected, actual)
@@ -238,10 +265,22 @@ class SqlHostPublication(database.OnDatabase):
                 and current.nodename == nodename and current.providers == providers):
             return PublishResult(generation=expected, written=False)
         old = current or _HostRows(0, "", database.utcnow(), {}, {})
+        self.written_hosts.pop(host, None)
+        stamp = database.utcnow()
         try:
             with self.db.write() as conn:
-                self.check_fence(conn)
-                if not self._bump(conn, host, expected, nodename):
+                # NOTE: the fence a condition of the bump's own UPDATE
+                # where the database locks in it (fence_clauses); checked
+                # by a statement of its own elsewhere, and for an INSERT.
+                in_bump = expected > 0 and bool(conn.dialect.update_returning)
+                if not in_bump:
+                    self.check_fence(conn)
+                conditions = self.fence_clauses() if in_bump else []
+                if written is not None:
+                    conditions.append(t_hosts.c.updated_at == written.updated_at)
+                if not self._bump(conn, host, expected, nodename, stamp, conditions):
+                    if in_bump:
+                        self.check_fence(conn, share=True)
                     raise errors.GenerationConflict(
                         host, expected, self._generation(conn, host))
                 # NOTE: the bump succeeded, so the host's rows are still those
@@ -260,6 +299,8 @@ class SqlHostPublication(database.OnDatabase):
                     raise errors.GenerationConflict(host, expected, now) from None
                 self._check_providers(conn, host, set(providers) - set(old.providers))
             raise
+        self.written_hosts[host] = _HostRows(expected + 1, nodename, stamp, dict(texts),
+                                             dict(providers))
         return PublishResult(generation=expected + 1, written=True)
 
     @staticmethod
@@ -269,17 +310,19 @@ class SqlHostPublication(database.OnDatabase):
         return int(found or 0)
 
     @staticmethod
-    def _bump(conn: Connection, host: str, expected: int, nodename: str) -> bool:
-        """Move the host from ``expected`` to the next generation (insert it
-        at 1 from 0); False when it is not at ``expected``."""
-        now = database.utcnow()
+    def _bump(conn: Connection, host: str, expected: int, nodename: str,
+              now: datetime.datetime, conditions: Sequence[Any] = ()) -> bool:
+        """Move the host from ``expected`` to the next generation at
+        ``now`` (insert it at 1 from 0); False when it is not at
+        ``expected``, or ``conditions`` (of the UPDATE) do not hold."""
         if expected == 0:
             conn.execute(sa.insert(t_hosts).values(
                 host=host, generation=1, nodename=nodename, updated_at=now))
             return True
         result = conn.execute(
             sa.update(t_hosts)
-            .where(t_hosts.c.host == host, t_hosts.c.generation == expected)
+            .where(t_hosts.c.host == host, t_hosts.c.generation == expected,
+                   *conditions)
             .values(generation=expected + 1, nodename=nodename, updated_at=now))
         return result.rowcount == 1
 

@@ -86,6 +86,15 @@ def send(conn: Connection, channels: Iterable[str], payload: str) -> None:
     conn.execute(sa.text("SELECT " + ", ".join(calls)), params)
 
 
+def notification(channel: str, payload: Any) -> Any:
+    """``pg_notify(channel, payload)`` as a column of a statement's
+    ``RETURNING``: the write notifies ``channel`` by itself, once per row
+    it returns (only when it changed one), at its transaction's commit; no
+    statement of its own (:meth:`~compute_plugins.hoststate.database.
+    Database.notifies_in_statement`)."""
+    return sa.func.pg_notify(channel, payload).label("notified")
+
+
 class Subscription:
     """One waiter's subscription to a channel (:meth:`Hub.subscribe`).
 
@@ -548,5 +557,5 @@ class LocalPush:
         return None
 
 
-__all__ = ["Hub", "Listener", "LocalPush", "PgPush", "Push", "Subscription",
+__all__ = ["notification", "Hub", "Listener", "LocalPush", "PgPush", "Push", "Subscription",
            "connector", "decision_channel", "host_channel", "send", "supported"]

@@ -428,7 +428,8 @@ class Answer:
 def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
                     withdraw_on_timeout: bool = True, poll_interval: float = 0.05,
                     max_poll_interval: float = 1.0,
-                    until_host_down: bool = False) -> HostDecision:
+                    until_host_down: bool = False,
+                    decision: Optional[HostDecision] = None) -> HostDecision:
     """Scheduler: wait until the host answers the consumer's latest decision.
 
     A transport that is unavailable while it waits (a database restart, a
@@ -440,6 +441,9 @@ def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
     :param until_host_down: stop waiting once the host is down (its agent's
         lease expired): the decision is withdrawn at once
         (:func:`withdraw_host_down`).
+    :param decision: that decision, as the caller submitted it just now
+        (:func:`offer`): not read again before the wait, which reads it
+        once subscribed anyway (None: read).
     :returns: the decision once it is not pending (claimed, rejected, or
         released by a withdrawal).
     :raises HostDown: ``until_host_down`` and the host went down; its
@@ -456,7 +460,8 @@ def wait_for_answer(queue: DecisionQueue, consumer: str, timeout: float, *,
     # NOTE: "not >=": NaN too (it never passes the deadline).
     if not timeout >= 0:
         raise ValueError("timeout %r: expected seconds >= 0" % (timeout,))
-    decision = queue.latest_decision(consumer)
+    if decision is None:
+        decision = queue.latest_decision(consumer)
     if decision is None:
         raise errors.DecisionNotFound(consumer)
     unavailable: Optional[errors.StoreUnavailable] = None
@@ -559,7 +564,7 @@ def offer(queue: DecisionQueue, consumer: str, host: str, spec: str,
         on_submitted(submitted)
     try:
         answered = wait_for_answer(queue, consumer, timeout, poll_interval=poll_interval,
-                                   until_host_down=until_host_down)
+                                   until_host_down=until_host_down, decision=submitted)
     except errors.AnswerTimeout as err:
         if not err.withdrawn:
             raise
@@ -604,8 +609,7 @@ def on_pending(decision: HostDecision, recorded: Optional[int]) -> ClaimStep:
 
 def in_force(queue: DecisionQueue, host: str) -> dict[str, HostDecision]:
     """consumer -> its decision in force addressed to ``host``."""
-    return {d.consumer: d for status in (CLAIMED, RELEASING, PENDING)
-            for d in queue.list_decisions(host, status)}
+    return {d.consumer: d for d in queue.list_decisions(host, (CLAIMED, RELEASING, PENDING))}
 
 
 def stale_claims(recorded: Mapping[str, int],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 from compute_plugins.plugin.contract import Rejection
@@ -32,6 +33,19 @@ class DecisionStatus(enum.StrEnum):
 #: Statuses of a decision in force: its consumer cannot get another.
 ACTIVE = frozenset({DecisionStatus.PENDING, DecisionStatus.CLAIMED,
                     DecisionStatus.RELEASING})
+
+
+def statuses(status: DecisionStatus | str | Iterable[DecisionStatus | str]
+             ) -> list[DecisionStatus]:
+    """One status or several (a list, a set) as a list of statuses: what
+    :meth:`~compute_plugins.hoststate.transport.DecisionQueue.list_decisions`
+    takes (an agent reads its pending and releasing decisions in one read).
+
+    :raises ValueError: not a decision status.
+    """
+    if isinstance(status, str):
+        return [DecisionStatus(status)]
+    return [DecisionStatus(s) for s in status]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,4 +310,4 @@ class MoveRecord:
 
 __all__ = ["ACTIVE", "MOVE_ACTIVE", "AgentLease", "ChangeMark", "DecisionStatus", "HostDecision",
            "HostDisabled", "HostSnapshot", "HostStatus", "MoveRecord", "MoveStatus",
-           "PublishResult", "StatusChanges", "down_reason", "utc_words"]
+           "PublishResult", "StatusChanges", "down_reason", "statuses", "utc_words"]

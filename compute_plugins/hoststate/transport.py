@@ -104,9 +104,11 @@ class DecisionQueue(Protocol):
         """The consumer's most recent decision, whatever its status."""
 
     def list_decisions(self, host: str,
-                       status: DecisionStatus | str = DecisionStatus.PENDING,
+                       status: DecisionStatus | str | Iterable[DecisionStatus | str]
+                       = DecisionStatus.PENDING,
                        limit: Optional[int] = None) -> list[HostDecision]:
-        """The decisions addressed to ``host`` in ``status``, oldest first."""
+        """The decisions addressed to ``host`` in ``status`` (or in any of
+        several statuses: one read), oldest first."""
 
     def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
                     target: DecisionStatus, reasons: Sequence[Rejection] = (),

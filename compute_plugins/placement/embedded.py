@@ -48,7 +48,6 @@ import contextlib
 import io
 import logging as std_logging
 import os
-import select
 import sys
 import threading
 import time
@@ -69,7 +68,7 @@ from compute_plugins import exception
 from compute_plugins.conf import plugins as plugins_conf
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import server as pserver
-from compute_plugins.util import files
+from compute_plugins.util import files, pools
 
 LOG = logging.getLogger(__name__)
 
@@ -620,8 +619,7 @@ def scope_tree_listings() -> None:
 
 #: A pooled connection that waited in the pool longer than this many
 #: seconds is pinged before it is handed out again (:func:`tune_pool`).
-IDLE_PING_SECONDS = 1.0
-_CHECKED_IN = "compute_plugins.checked_in"
+IDLE_PING_SECONDS = pools.IDLE_PING_SECONDS
 
 
 def _engine_without_ping(url: Any, **engine_args: Any) -> tuple[Any, Any]:
@@ -636,76 +634,13 @@ def _engine_without_ping(url: Any, **engine_args: Any) -> tuple[Any, Any]:
 
 def tune_pool(engine: Any, idle: Optional[float] = None,
               clock: Callable[[], float] = time.monotonic) -> None:
-    """Ping a pooled connection before it is handed out only when it
-    waited in the pool more than ``idle`` seconds.
-
-    oslo.db pings (``SELECT 1``, a round trip) every connection taken from
-    the pool, and Placement takes one per transaction: 7 per ``PUT
-    /allocations`` (16 statements), on top of the request's own
-    statements, each a round trip and the database's CPU on the same
-    machine (``python -m bench.scale.placement``). The ping is there to
-    find a connection the server closed (a restart, an idle timeout,
-    failover) before a request fails on it; a connection given back less
-    than ``idle`` seconds ago was working then, unless the server closed
-    it since (a restart, a failover, ``pg_terminate_backend``): a server
-    that closes a connection says so on its socket, which then has
-    something to read where an idle connection's has nothing
-    (:func:`_maybe_closed`, no round trip), and such a connection is
-    pinged too. One that fails its ping is replaced (SQLAlchemy's
-    ``DisconnectionError``: the pool connects again), as with the ping on
-    every checkout. A driver whose socket cannot be looked at has every
-    connection pinged, as before; SQLite (no server) only the idle ones.
-
-    :param idle: seconds (None: :data:`IDLE_PING_SECONDS`).
-    """
-    import sqlalchemy
-
-    if idle is None:
-        idle = IDLE_PING_SECONDS
-
-    def checkin(dbapi_conn: Any, record: Any) -> None:
-        if record is not None:
-            record.info[_CHECKED_IN] = clock()
-
-    server = engine.dialect.name != "sqlite"
-
-    def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        last = record.info.get(_CHECKED_IN)
-        if last is None:
-            return  # NOTE: new (connected just now)
-        if clock() - last <= idle and not (server and _maybe_closed(dbapi_conn)):
-            return  # NOTE: used just now, and the server has not closed it
-        try:
-            engine.dialect.do_ping(dbapi_conn)
-        except Exception as err:
-            raise sqlalchemy.exc.DisconnectionError(
-                "pooled connection failed its ping: %s" % err) from err
-
-    sqlalchemy.event.listen(engine, "checkin", checkin)
-    sqlalchemy.event.listen(engine, "checkout", checkout)
-
-
-def _maybe_closed(dbapi_conn: Any) -> bool:
-    """Whether the server may have closed the pooled (idle) connection
-    ``dbapi_conn``: its socket has something to read (a server closing a
-    connection sends its reason, or the end of the stream; an idle one
-    is sent nothing: PostgreSQL's rare unprompted messages only cost a
-    ping), or the driver does not show its socket (psycopg and
-    psycopg2's ``fileno()``, PyMySQL's ``_sock``)."""
-    fileno = getattr(dbapi_conn, "fileno", None)
-    if fileno is None:
-        fileno = getattr(getattr(dbapi_conn, "_sock", None), "fileno", None)
-    if fileno is None:
-        return True
-    try:
-        fd = fileno()
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(fd, select.POLLIN | select.POLLPRI)
-            return bool(poller.poll(0))
-        return bool(select.select([fd], [], [], 0)[0])
-    except Exception:  # noqa: BLE001 - closed or odd: let the ping tell
-        return True
+    """Placement's pool pings a connection only when it waited in the pool
+    more than ``idle`` seconds (None: :data:`IDLE_PING_SECONDS`) or its
+    socket shows the server closed it (:func:`compute_plugins.util.pools.
+    ping_when_idle`): oslo.db pings every connection taken from the pool,
+    and Placement takes one per transaction (7 per ``PUT /allocations``,
+    on top of its 16 statements: ``python -m bench.scale.placement``)."""
+    pools.ping_when_idle(engine, IDLE_PING_SECONDS if idle is None else idle, clock)
 
 
 def serialised(connection: str) -> bool:

@@ -38,7 +38,7 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     assert out["decisions"] == 10 and out["placed"] == out["boots"] > 0
     assert out["double_allocations"] == 0 and out["in_flight_at_end"] == 0
     assert out["agent_errors"] == 0, out["errors_sample"]
-    # NOTE: idle agents poll the store (two reads a poll), never Placement.
+    # NOTE: idle agents poll the store (one read a poll), never Placement.
     assert out["idle_store_queries_per_host_minute"] > 0
     assert out["idle_placement_calls_per_host_minute"] == 0
     assert out["scheduler_warm_up_s"] >= 0

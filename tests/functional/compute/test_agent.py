@@ -97,13 +97,14 @@ class Host:
     """One compute host (a copy of numa4 under a fresh name) and its agent."""
 
     def __init__(self, tmp_path: Path, placement: embedded.EmbeddedPlacement,
-                 source: Path = NUMA4, overrides: tuple = ()) -> None:
+                 source: Path = NUMA4, overrides: tuple = (),
+                 store_url: str | None = None) -> None:
         self.name = "%s-%s" % (source.name, uuid.uuid4().hex[:8])
         self.snapshot = tmp_path / self.name
         self.overrides = overrides
         shutil.copytree(source, self.snapshot)
         self.state_dir = tmp_path / "state"
-        self.store_url = "sqlite:///%s" % (tmp_path / "host_state.sqlite")
+        self.store_url = store_url or "sqlite:///%s" % (tmp_path / "host_state.sqlite")
         self.store = HostStateStore(self.store_url)
         self.placement = placement
         self.scheduler_conf = make_conf(tmp_path / "scheduler", overrides)

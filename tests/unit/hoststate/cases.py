@@ -54,8 +54,9 @@ def statements(store):
 
     def before(conn, cursor, statement, parameters, context, executemany):
         seen.append(" ".join(statement.split()))
-    # NOTE: and those run on their own (the heartbeat, PostgreSQL).
-    engines = [e for e in (store.engine, store.db.single_engine) if e is not None]
+    # NOTE: every engine: writes, reads and those run on their own (the
+    # heartbeat, PostgreSQL).
+    engines = store.db.engines
     for engine in engines:
         event.listen(engine, "before_cursor_execute", before)
     try:

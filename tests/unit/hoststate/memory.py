@@ -15,11 +15,11 @@ import datetime
 import itertools
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Optional
 
 from compute_plugins.hoststate import errors
-from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision
+from compute_plugins.hoststate.records import ACTIVE, DecisionStatus, HostDecision, statuses
 from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.plugin.contract import Rejection
 
@@ -104,12 +104,14 @@ class MemoryDecisionQueue:
             return [d for _, d in sorted(self._decisions.items()) if d.consumer == consumer]
 
     def list_decisions(self, host: str,
-                       status: DecisionStatus | str = DecisionStatus.PENDING,
+                       status: DecisionStatus | str | Iterable[DecisionStatus | str]
+                       = DecisionStatus.PENDING,
                        limit: Optional[int] = None) -> list[HostDecision]:
         self._check_up()
+        wanted = statuses(status)
         with self._changed:
             found = [d for _, d in sorted(self._decisions.items())
-                     if d.host == host and d.status == DecisionStatus(status)]
+                     if d.host == host and d.status in wanted]
         return found if limit is None else found[:limit]
 
     def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
