@@ -1329,6 +1329,38 @@ class TestChanges:
         assert dict(after.generations) == {"h1": 2, "h2": 2}
         assert after.mark.number == mark.number + 2
 
+    def test_publishers_racing_to_remake_a_deleted_counter_both_publish(self, store, url):
+        """The counter's row deleted by hand: the first publish makes it
+        again; a rival that found no row meanwhile waits for it and numbers
+        itself after, no duplicate-key error (review)."""
+        store.publish("h1", states(a=1), 0)
+        store.publish("h2", states(a=1), 0)
+        engine = sa.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(sa.delete(schema.changes))
+            with engine.connect() as first:
+                with first.begin():
+                    first.execute(sa.update(schema.hosts).where(
+                        schema.hosts.c.host == "h1").values(generation=2))
+                    changes.stamp(first, "h1")
+                    failed: list[BaseException] = []
+
+                    def rival() -> None:
+                        try:
+                            store.publish("h2", states(a=2), 1)
+                        except BaseException as err:   # noqa: B902 - reported below
+                            failed.append(err)
+                    second = threading.Thread(target=rival)
+                    second.start()
+                    second.join(0.5)
+            second.join(60)
+        finally:
+            engine.dispose()
+        assert not failed, failed
+        assert store.host_status_changes(None).mark.number == 2
+        assert store.get_host("h2").generation == 2
+
     def test_a_version_6_store_is_upgraded_and_keeps_its_hosts(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
