@@ -41,14 +41,16 @@ from tests.functional.hoststate.conftest import create_database
 #: Before (9477adc): boot 23 + 32, delete 12 + 32 (every transaction
 #: pinged, its isolation level set and reset; the fence, the decision read
 #: back and the notification each a statement; the agent's two reads of
-#: its work, and a read of its rows before each publish).
-PG_BOOT = {"scheduler": 11, "agent": 10}
-PG_DELETE = {"requester": 7, "agent": 10}
+#: its work, and a read of its rows before each publish). The agent's
+#: publish takes the store's next change number as its last statement
+#: (:mod:`compute_plugins.hoststate.changes`: one UPDATE ... RETURNING).
+PG_BOOT = {"scheduler": 11, "agent": 11}
+PG_DELETE = {"requester": 7, "agent": 11}
 #: SQLite: the statements each side runs (BEGIN and COMMIT are statements
 #: there too: the store sends its own BEGIN). Before: boot 6 + 21, delete
-#: 7 + 21.
-SQLITE_BOOT = {"scheduler": 6, "agent": 10}
-SQLITE_DELETE = {"requester": 6, "agent": 10}
+#: 7 + 21. The publish's change number: an UPDATE and a read of it.
+SQLITE_BOOT = {"scheduler": 6, "agent": 12}
+SQLITE_DELETE = {"requester": 6, "agent": 12}
 
 
 @pytest.fixture(scope="module")
