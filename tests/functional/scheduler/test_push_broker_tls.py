@@ -19,7 +19,7 @@ from oslo_config import cfg
 
 from compute_plugins import conf as conf_areas
 from compute_plugins import exception
-from compute_plugins.hoststate import broker, notify
+from compute_plugins.hoststate import broker
 from compute_plugins.hoststate.store import HostStateStore
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud
@@ -219,38 +219,18 @@ def test_a_tls_publishing_connection_dropped_without_a_word_is_let_go_at_once(
     wake-up (and every waiter's binding) as long (5 s here). Here the
     wake-up committed once the connection is dropped reaches its waiter
     within a new connection's handshakes and a loaded machine's margin."""
-    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
-    from tests.functional.scheduler.test_push_broker import listening, wake
+    from tests.functional.scheduler.test_push_broker import stalled_publisher, wake
 
-    files = rabbit.tls
-    relay = StallingProxy(rabbit.tls_port)
-    through = "rabbit://guest:guest@127.0.0.1:%d/?ssl=1&ssl_ca_file=%s" % (relay.port,
-                                                                          files.ca)
     beat = broker.Heartbeat(timeout_threshold=2, rate=3)
-    url = sqlite_url(tmp_path)
-    try:
-        with HostStateStore(url, safety_poll_interval=NEVER,
-                            push_transport_url=rabbit.transport_url) as waiter, \
-                HostStateStore(url, safety_poll_interval=NEVER, push_transport_url=through,
-                               push_heartbeat=beat) as writer:
-            push = writer.db.push
-            assert isinstance(push, broker.BrokerPush) and push.tls.enabled
-            push.verify()
-            assert push._control is not None
-            sub = waiter.host_changes("h")
-            assert isinstance(sub, notify.Subscription)
-            try:
-                listening(sub)
-                relay.stall_existing()
-                assert wait_until(lambda: push._control is None, 30)
-                woken = time.monotonic()
-                wake(writer, "h")
-                assert sub.wait(broker.IO_TIMEOUT)
-                took = time.monotonic() - woken
-                # NOTE: a new connection's handshakes (TCP, TLS, AMQP) and
-                # a loaded machine's margin, not TLS's close (5 s here).
-                assert took < 3.0, took
-            finally:
-                sub.close()
-    finally:
-        relay.close()
+    query = "?ssl=1&ssl_ca_file=%s" % rabbit.tls.ca
+    with stalled_publisher(tmp_path, rabbit, rabbit.tls_port, query, beat) as (
+            writer, sub, push):
+        assert push.tls.enabled
+        assert wait_until(lambda: push._control is None, 30)
+        woken = time.monotonic()
+        wake(writer, "h")
+        assert sub.wait(broker.IO_TIMEOUT)
+        took = time.monotonic() - woken
+        # NOTE: a new connection's handshakes (TCP, TLS, AMQP) and a
+        # loaded machine's margin, not TLS's close (5 s here).
+        assert took < 3.0, took
