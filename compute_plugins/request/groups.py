@@ -33,6 +33,7 @@ from compute_plugins.request.types import (
     Checked,
     CodecError,
     FrozenMap,
+    built_by_decode,
     check_fields,
     enum_field,
     min_field,
@@ -79,7 +80,7 @@ AFFINITY_POLICIES = ("required", "preferred", "legacy", "socket")
 
 
 @dataclasses.dataclass(frozen=True)
-class RequestGroup:
+class RequestGroup(Checked):
     """One group of the allocation-candidates query.
 
     :param requester_id: the group suffix (``""``: the unsuffixed group).
@@ -123,6 +124,10 @@ class RequestGroup:
         :raises CodecError: (a ``ValueError``) naming the group, the field,
             the value and the rule.
         """
+        # NOTE: a :class:`Checked` whose fields :func:`check_group` checks
+        # (in its order, among its rules): a group held by a spec is not
+        # checked again, nor one :func:`decode` built.
+        fields_checked = built_by_decode(self)
         if not isinstance(self.requester_id, str) or (
                 self.requester_id and not SUFFIX_RE.match(self.requester_id)):
             raise CodecError("invalid request group suffix %r: must match %s"
@@ -143,7 +148,7 @@ class RequestGroup:
                            tuple(tuple(m) for m in self.member_of))
         object.__setattr__(self, "choices",
                            tuple(FrozenMap(c) for c in self.choices))
-        check_group(self)
+        check_group(self, fields_checked)
 
     def is_empty(self) -> bool:
         return not (self.resources or self.required_traits
@@ -177,7 +182,7 @@ class RequestGroup:
         )
 
 
-def check_group(group: RequestGroup) -> None:
+def check_group(group: RequestGroup, fields_checked: bool = False) -> None:
     """The rules of a :class:`RequestGroup`, checked when it is built.
 
     Every field has its type (:func:`~compute_plugins.request.types.check`:
@@ -187,10 +192,13 @@ def check_group(group: RequestGroup) -> None:
     ``CUSTOM_*``; ``member_of`` entries are non-empty lists of aggregate
     uuids, as Placement takes them.
 
+    :param fields_checked: every field was checked by these rules already
+        (:func:`~compute_plugins.request.types.decode` built the group).
     :raises CodecError: naming the group, the field, the value and the rule.
     """
     where = "request group %r" % group.requester_id
-    check_fields(group, where)
+    if not fields_checked:
+        check_fields(group, where)
     classes = list(group.resources)
     for choice in group.choices:
         classes.extend(choice)

@@ -53,6 +53,8 @@ class FrozenMap(Mapping[K, V]):
         return self._hash
 
     def __eq__(self, other: object) -> bool:
+        if type(other) is FrozenMap:
+            return self._data == other._data
         if isinstance(other, Mapping):
             return self._data == dict(other.items())
         return NotImplemented
@@ -323,19 +325,29 @@ class Checked:
     back. A subclass with its own ``__post_init__`` calls this one last."""
 
     def __post_init__(self) -> None:
-        if getattr(_BUILDING, "cls", None) is type(self):
-            # NOTE: :func:`decode` is building this object from fields it
-            # has just decoded by the same rules (every field and item of
-            # it, nested dataclasses included): a request's or an
-            # assignment's decode checked them twice. The subclass's own
-            # ``__post_init__`` (its invariants) has run all the same.
-            _BUILDING.cls = None
-            return
-        check_fields(self)
+        # NOTE: :func:`decode` builds the value from fields it has just
+        # decoded by the same rules (every field and item of it, nested
+        # dataclasses included): a request's or an assignment's decode
+        # checked them twice. The subclass's own ``__post_init__`` (its
+        # invariants) has run all the same.
+        if not built_by_decode(self):
+            check_fields(self)
+
+
+def built_by_decode(obj: Any) -> bool:
+    """Whether :func:`decode` is building ``obj`` now, from fields it has
+    just checked by the rules of :func:`check_fields`: what a frozen
+    dataclass's ``__post_init__`` asks (once: the answer is cleared) to
+    skip checking them again.
+    """
+    if getattr(_BUILDING, "cls", None) is type(obj):
+        _BUILDING.cls = None
+        return True
+    return False
 
 
 #: The dataclass :func:`decode` is building now, in this thread
-#: (:meth:`Checked.__post_init__` skips the checks its decoder made).
+#: (:func:`built_by_decode`).
 _BUILDING = threading.local()
 
 
@@ -411,7 +423,13 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
     :raises CodecError: ``doc`` does not match ``hint`` (names the path).
     """
     try:
-        return _decoder(hint)(doc)
+        # NOTE: a class, or a hint without a union, is its own key
+        # (:func:`_cache_key`): found without building the key.
+        found = _DECODERS.get(hint)
+    except TypeError:  # an unhashable hint
+        found = None
+    try:
+        return (found or _decoder(hint))(doc)
     except _Refused as refused:
         raise CodecError(refused.message(where)) from None
 
@@ -448,15 +466,25 @@ Decoder = Callable[[Any], Any]
 #: Compiled decoders by :func:`_cache_key`.
 _DECODERS: dict[Any, Decoder] = {}
 
+#: The source of each dataclass's generated decoder (:func:`_generate`),
+#: kept to be read (a test, a profile's ``<decoder of ...>`` frames).
+_SOURCES: dict[type, str] = {}
+
 
 def _cache_key(hint: Any) -> Any:
     # NOTE: typing compares unions as sets (Union[int, float] ==
     # Union[float, int], also nested in tuple[...]), but a union's options
-    # are tried in order: a class is its own key, any other hint is keyed
-    # by its text too, which keeps the order.
-    if isinstance(hint, type):
+    # are tried in order: a hint with a union in it is keyed by its text
+    # too, which keeps the order; any other hint (a class) is its own key.
+    if isinstance(hint, type) or not _has_union(hint):
         return hint
     return (hint, repr(hint))
+
+
+def _has_union(hint: Any) -> bool:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return True
+    return any(_has_union(arg) for arg in typing.get_args(hint))
 
 
 def _decoder(hint: Any) -> Decoder:
@@ -644,60 +672,338 @@ def _int_key(key: str) -> Any:
 
 
 def _dataclass_decoder(cls: type) -> Decoder:
-    # NOTE: the fields are resolved on the first document, not here: a
-    # dataclass may hold itself (its decoder is then in the cache), and
-    # hints that cannot be resolved fail where the old decoder failed, on
-    # a dict document, each time.
-    table: list[tuple[str, Decoder, str, bool, Optional[Callable[[Any], Optional[str]]]]] = []
-    known: frozenset[str] = frozenset()
-    ready = False
+    """The decoder of dataclass ``cls``: one function generated for it
+    (:func:`_generate`), each field's lookup and check written out, ints,
+    strings, bools and floats checked inline.
 
-    def resolve() -> None:
-        nonlocal known, ready
+    Its fields' decoders are compiled now; while they are, ``cls`` decodes
+    through a forwarder (a dataclass may hold itself). Hints that cannot
+    be resolved yet fail on each dict document, where the generic decoder
+    failed, until they can.
+    """
+    try:
         hints = _hints(cls)
-        rows = []
-        for f in dataclasses.fields(cls):
-            if not f.metadata.get("json", True):
-                continue
-            required = (f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING)
-            rows.append((f.name, _decoder(hints[f.name]), "." + f.name,
-                         required, _field_rule(f)))
-        table[:] = rows
-        known = frozenset(row[0] for row in rows)
-        ready = True
+    except Exception:  # noqa: BLE001 - raised again on each dict document
+        return _unresolved_decoder(cls)
+    built: list[Decoder] = []
 
-    def a_dataclass(doc: Any) -> Any:
+    def forward(doc: Any) -> Any:
+        return built[0](doc)
+
+    _DECODERS[cls] = forward
+    try:
+        built.append(_generate(cls, hints))
+    finally:
+        del _DECODERS[cls]  # :func:`_decoder` keeps the one it gets back
+    return built[0]
+
+
+def _unresolved_decoder(cls: type) -> Decoder:
+    generated: list[Decoder] = []
+
+    def unresolved(doc: Any) -> Any:
         if not isinstance(doc, dict):
             raise _expected("dict", doc)
-        if not ready:
-            resolve()
-        kwargs = {}
-        for name, field_decoder, step, required, rule in table:
-            if name not in doc:
-                if required:
-                    raise _refuse("missing field %r" % (name,))
-                continue
-            try:
-                value = kwargs[name] = field_decoder(doc[name])
-            except _Refused as refused:
-                raise refused.under(step) from None
-            if rule is not None:
-                broken = rule(value)
-                if broken is not None:
-                    raise _Refused([[step, broken]])
-        if len(kwargs) != len(doc):
-            unknown = set(doc) - known
-            if unknown:
-                raise _refuse("unknown field(s) %s" % ", ".join(sorted(unknown)))
-        _BUILDING.cls = cls
-        try:
-            return cls(**kwargs)
-        except (TypeError, ValueError) as err:
-            raise _refuse(str(err)) from None
-        finally:
-            _BUILDING.cls = None
-    return a_dataclass
+        if not generated:
+            generated.append(_generate(cls, _hints(cls)))
+        return generated[0](doc)
+    return unresolved
+
+
+#: The inline fast path of a leaf decoder in generated code (``%(v)s``: the
+#: value): a value it passes is the one the decoder would return.
+_INLINE: dict[Any, str] = {
+    int: "type(%(v)s) is int and 0 <= %(v)s <= " + str(MAX_INT),
+    str: "type(%(v)s) is str",
+    bool: "%(v)s is True or %(v)s is False",
+    # NOTE: x - x is 0.0 for a finite float only (inf - inf, nan: nan);
+    # float(x) of a float is x itself.
+    float: "type(%(v)s) is float and %(v)s - %(v)s == 0.0",
+}
+
+
+def _inline_test(hint: Any, value: str) -> Optional[str]:
+    """The inline test that a field's document value is its value as it
+    is (``int``, ``str``, ``bool``, ``float`` and their ``Optional``);
+    None when the field's decoder is called instead."""
+    test = _leaf_test(hint)
+    if test is not None:
+        return test % {"v": value}
+    args = typing.get_args(hint)
+    if (typing.get_origin(hint) in (typing.Union, types.UnionType)
+            and len(args) == 2 and type(None) in args):
+        inner = _leaf_test(args[0] if args[1] is type(None) else args[1])
+        if inner is not None:
+            return "%s is None or %s" % (value, inner % {"v": value})
+    return None
+
+
+def _leaf_test(hint: Any) -> Optional[str]:
+    return _INLINE.get(hint) if isinstance(hint, type) else None
+
+
+def _inline(hint: Any, src: str, dst: str, names: dict[str, Any]) -> Optional[list[str]]:
+    """Lines that set ``dst`` to the value of container ``hint`` (a
+    frozenset, a tuple of any length, a mapping) decoded from ``src``,
+    their items' loops written out (nested containers too, a leaf's test
+    inline, a dataclass item by its decoder); None for other hints.
+
+    The lines raise :class:`_Slow` where they are not sure the value is
+    the one the hint's decoder makes (a list subclass, an item that is not
+    a leaf value as it is, a duplicate, a key that is not a plain
+    number), and let a nested decoder's refusal through: the caller then
+    decodes ``src`` with the decoder, which makes the value or the refusal
+    with its path.
+    """
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (frozenset, set):
+        build, item_hint = "frozenset", args[0]
+    elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        build, item_hint = "tuple", args[0]
+    elif origin in (FrozenMap, Mapping, dict) or hint is FrozenMap:
+        key_hint, item_hint = args or (str, Any)
+        return _inline_map(key_hint is int, item_hint, src, dst, names)
+    else:
+        return None
+    test = _inline_test(item_hint, "x_" + dst)
+    if test is not None:
+        loop = ["for x_%s in %s:" % (dst, src),
+                "    if not (%s):" % test,
+                "        raise _Slow",
+                "%s = %s(%s)" % (dst, build, src)]
+    else:
+        loop = ["a_%s = []" % dst, "for x_%s in %s:" % (dst, src)]
+        loop += ["    " + line for line in _inline_item(item_hint, "x_" + dst, "y_" + dst,
+                                                         names)]
+        loop += ["    a_%s.append(y_%s)" % (dst, dst), "%s = %s(a_%s)" % (dst, build, dst)]
+    if build == "frozenset":
+        loop += ["if len(%s) != len(%s):" % (dst, src), "    raise _Slow"]
+    # NOTE: an empty list (most of a state's) is the one empty value.
+    names["_EMPTY_" + build] = frozenset() if build == "frozenset" else ()
+    return (["if type(%s) is not list:" % src, "    raise _Slow",
+             "if not %s:" % src, "    %s = _EMPTY_%s" % (dst, build), "else:"]
+            + ["    " + line for line in loop])
+
+
+def _inline_map(int_keys: bool, item_hint: Any, src: str, dst: str,
+                names: dict[str, Any]) -> list[str]:
+    """:func:`_inline` of a mapping (``int`` keys: only plain digits of the
+    model's range)."""
+    lines = ["if type(%s) is not dict:" % src, "    raise _Slow",
+             "m_%s = {}" % dst, "for k_%s, x_%s in %s.items():" % (dst, dst, src)]
+    key = "k_" + dst
+    if int_keys:
+        lines += [f"    if not (type({key}) is str and {key}.isascii() and {key}.isdigit() "
+                  f"and len({key}) <= 10):", "        raise _Slow",
+                  f"    {key} = int({key})",
+                  f"    if {key} > {MAX_INT}:", "        raise _Slow"]
+    lines += ["    " + line for line in _inline_item(item_hint, "x_" + dst, "y_" + dst, names)]
+    lines += ["    m_%s[%s] = y_%s" % (dst, key, dst), "%s = _frozen_map(m_%s)" % (dst, dst)]
+    return lines
+
+
+def _inline_item(hint: Any, src: str, dst: str, names: dict[str, Any]) -> list[str]:
+    """Lines that set ``dst`` to the item ``src`` decoded as ``hint``
+    (see :func:`_inline`): a leaf's test, a container's loop, or a call of
+    its decoder."""
+    test = _inline_test(hint, src)
+    if test is not None:
+        return ["if not (%s):" % test, "    raise _Slow", "%s = %s" % (dst, src)]
+    inline = _inline(hint, src, dst, names)
+    if inline is not None:
+        return inline
+    name = "i_" + dst
+    names[name] = _decoder(hint)
+    return ["%s = %s(%s)" % (dst, name, src)]
+
+
+class _Slow(Exception):
+    """Raised by a generated decoder's loop when it is not sure (see
+    :func:`_inline`): the field is decoded by its decoder instead."""
+
+
+def _frozen_map(data: dict[Any, Any]) -> FrozenMap[Any, Any]:
+    """A :class:`FrozenMap` that takes ``data`` (a dict nothing else
+    holds) as it is, without the copy its constructor makes."""
+    built: FrozenMap[Any, Any] = object.__new__(FrozenMap)
+    built._data = data
+    built._hash = None
+    return built
+
+
+def _constructed_as_fields(cls: type) -> bool:
+    """Whether a value of ``cls`` can be built by setting its fields in its
+    ``__dict__`` (its default values, or the value of its default factory,
+    for the fields a document leaves out), then calling its
+    ``__post_init__``: what its dataclass ``__init__`` does, without one
+    call per field (a frozen dataclass's ``object.__setattr__``). Not when
+    its ``__init__`` or ``__new__`` is its own, when a field is not an
+    ``__init__`` argument or an ``InitVar`` is, when a field that is not
+    carried in JSON has no default, or when its values have no
+    ``__dict__`` (``slots``)."""
+    owner: Any = next((k for k in cls.__mro__ if "__init__" in k.__dict__), object)
+    code = getattr(owner.__dict__.get("__init__"), "__code__", None)
+    # NOTE: dataclasses writes its __init__'s source and compiles it
+    # ("<string>"); a class's own __init__ is in its module's file.
+    every: Any = getattr(cls, "__dataclass_fields__", {})
+    if (code is None or code.co_filename != "<string>"
+            or "__dataclass_fields__" not in owner.__dict__
+            or list(owner.__dataclass_fields__) != list(every)
+            or not owner.__dataclass_params__.init
+            or cls.__new__ is not object.__new__):  # type: ignore[comparison-overlap]
+        return False
+    fields = dataclasses.fields(cls)
+    if len(fields) != len(every):
+        return False  # an InitVar or ClassVar pseudo-field
+    for f in fields:
+        if not f.init:
+            return False
+        if (not f.metadata.get("json", True) and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING):
+            return False
+    try:
+        return isinstance(object.__new__(cls).__dict__, dict)
+    except (AttributeError, TypeError):
+        return False
+
+
+def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
+    """Write, compile and return the decoder function of dataclass ``cls``.
+
+    It makes the checks the interpreted decoder made, in the same order
+    (each field in turn: missing, its value, its ``enum``/``minimum`` rule;
+    then unknown fields; then the value is built, its ``TypeError`` or
+    ``ValueError`` refused), so that every document gives the same value
+    or the same error; only the work is written out once per type instead
+    of looked up per field and value.
+    """
+    direct = _constructed_as_fields(cls)
+    post_init = getattr(cls, "__post_init__", None)
+    # NOTE: :meth:`Checked.__post_init__` of a decoded value skips its
+    # checks (the decoder made them): nothing to call.
+    post_init_runs = post_init is not None and post_init is not Checked.__post_init__
+    names: dict[str, Any] = {
+        "cls": cls, "_new": object.__new__, "_expected": _expected, "_refuse": _refuse,
+        "_Refused": _Refused, "_field": _field, "_BUILDING": _BUILDING,
+        "_unknown": _unknown, "_Slow": _Slow, "_frozen_map": _frozen_map,
+    }
+    lines = ["def decode(doc):",
+             "    if not isinstance(doc, dict):",
+             "        raise _expected('dict', doc)"]
+    required = 0
+    present: list[tuple[int, dataclasses.Field[Any]]] = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        if not f.metadata.get("json", True):
+            continue
+        present.append((i, f))
+        hint = hints[f.name]
+        value, step = "v%d" % i, "." + f.name
+        names["d%d" % i] = _decoder(hint)
+        is_required = (f.default is dataclasses.MISSING
+                       and f.default_factory is dataclasses.MISSING)
+        body = ["%s = doc[%r]" % (value, f.name)]
+        test = _inline_test(hint, value)
+        inline = None if test is not None else _inline(hint, value, "w%d" % i, names)
+        if test is not None:
+            body += ["if not (%s):" % test,
+                     "    %s = _field(d%d, %s, %r)" % (value, i, value, step)]
+        elif inline is not None:
+            # NOTE: the written-out loop takes only what it is sure of; on
+            # any doubt the field's decoder decodes it again and makes the
+            # value or the refusal (with its path) as it always did.
+            body += ["try:"] + ["    " + line for line in inline]
+            body += ["except (_Slow, _Refused):",
+                     "    w%d = _field(d%d, %s, %r)" % (i, i, value, step),
+                     "%s = w%d" % (value, i)]
+        else:
+            body += ["try:",
+                     "    %s = d%d(%s)" % (value, i, value),
+                     "except _Refused as refused:",
+                     "    raise refused.under(%r) from None" % step]
+        rule = _field_rule(f)
+        if rule is not None:
+            names["r%d" % i] = rule
+            body += ["broken = r%d(%s)" % (i, value),
+                     "if broken is not None:",
+                     "    raise _Refused([[%r, broken]])" % step]
+        if is_required:
+            required += 1
+            lines += ["    if %r not in doc:" % f.name,
+                      "        raise _refuse(%r)" % ("missing field %r" % (f.name,))]
+            lines += ["    " + line for line in body]
+        else:
+            lines += ["    if %r in doc:" % f.name]
+            lines += ["        " + line for line in body + ["n += 1"]]
+            lines += ["    else:", "        %s = %s" % (value, _default(f, i, names, direct))]
+    lines.insert(3, "    n = %d" % required)
+    names["_ABSENT"] = _ABSENT
+    names["known"] = frozenset(f.name for _, f in present)
+    lines += ["    if n != len(doc):", "        _unknown(doc, known)"]
+    if direct:
+        lines += ["    obj = _new(cls)", "    into = obj.__dict__"]
+        decoded = {i for i, _ in present}
+        for i, f in enumerate(dataclasses.fields(cls)):
+            value = "v%d" % i if i in decoded else _default(f, i, names, direct)
+            lines.append("    into[%r] = %s" % (f.name, value))
+        build = ["obj.__post_init__()"] if post_init_runs else []
+    else:
+        lines += ["    kwargs = {}"]
+        for i, f in present:
+            lines += ["    if v%d is not _ABSENT:" % i, "        kwargs[%r] = v%d" % (f.name, i)]
+        build = ["obj = cls(**kwargs)"]
+    if build:
+        lines += ["    _BUILDING.cls = cls", "    try:"]
+        lines += ["        " + line for line in build]
+        lines += ["    except (TypeError, ValueError) as err:",
+                  "        raise _refuse(str(err)) from None",
+                  "    finally:",
+                  "        _BUILDING.cls = None"]
+    lines.append("    return obj")
+    source = "\n".join(lines) + "\n"
+    _SOURCES[cls] = source
+    exec(compile(source, "<decoder of %s.%s>" % (cls.__module__, cls.__qualname__),
+                 "exec"), names)
+    decoder: Decoder = names["decode"]
+    decoder.__qualname__ = decoder.__name__ = "decode_%s" % cls.__name__
+    return decoder
+
+
+def _default(f: dataclasses.Field[Any], i: int, names: dict[str, Any],
+             direct: bool) -> str:
+    """The expression of field ``f``'s value when a document leaves it out,
+    its default put in ``names``: :data:`_ABSENT` when the value is built
+    by its ``__init__``, which applies the default."""
+    if not direct:
+        return "_ABSENT"
+    if f.default is not dataclasses.MISSING:
+        names["D%d" % i] = f.default
+        return "D%d" % i
+    names["F%d" % i] = f.default_factory
+    return "F%d()" % i
+
+
+class _Absent:
+    """A field the document left out (its default applies)."""
+
+    __slots__ = ()
+
+
+_ABSENT = _Absent()
+
+
+def _field(decoder: Decoder, doc: Any, step: str) -> Any:
+    """``decoder(doc)``, a refusal under ``step`` (a field's slow path)."""
+    try:
+        return decoder(doc)
+    except _Refused as refused:
+        raise refused.under(step) from None
+
+
+def _unknown(doc: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = set(doc) - known
+    if unknown:
+        raise _refuse("unknown field(s) %s" % ", ".join(sorted(unknown)))
 
 
 def _field_rule(f: dataclasses.Field[Any]) -> Optional[Callable[[Any], Optional[str]]]:
