@@ -132,6 +132,12 @@ class RequestGroup(Checked):
                 self.requester_id and not SUFFIX_RE.match(self.requester_id)):
             raise CodecError("invalid request group suffix %r: must match %s"
                              % (self.requester_id, SUFFIX))
+        if not fields_checked:
+            self._normalise()
+        check_group(self, fields_checked)
+
+    def _normalise(self) -> None:
+        """Its containers as their hints say (a decoded group's are)."""
         for name in ("resources",):
             value = getattr(self, name)
             if not isinstance(value, FrozenMap):
@@ -148,7 +154,6 @@ class RequestGroup(Checked):
                            tuple(tuple(m) for m in self.member_of))
         object.__setattr__(self, "choices",
                            tuple(FrozenMap(c) for c in self.choices))
-        check_group(self, fields_checked)
 
     def is_empty(self) -> bool:
         return not (self.resources or self.required_traits

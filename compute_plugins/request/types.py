@@ -35,7 +35,9 @@ class FrozenMap(Mapping[K, V]):
     __slots__ = ("_data", "_hash")
 
     def __init__(self, data: Any = ()) -> None:
-        self._data: dict[K, V] = dict(data)
+        # NOTE: another FrozenMap's dict copied as a dict (the Mapping
+        # protocol's keys() and [] per item otherwise).
+        self._data: dict[K, V] = dict(data._data if type(data) is FrozenMap else data)
         self._hash: int | None = None
 
     def __getitem__(self, key: K) -> V:
@@ -921,12 +923,7 @@ def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
                      "    %s = d%d(%s)" % (value, i, value),
                      "except _Refused as refused:",
                      "    raise refused.under(%r) from None" % step]
-        rule = _field_rule(f)
-        if rule is not None:
-            names["r%d" % i] = rule
-            body += ["broken = r%d(%s)" % (i, value),
-                     "if broken is not None:",
-                     "    raise _Refused([[%r, broken]])" % step]
+        body += _rule_lines(f, i, value, step, names)
         if is_required:
             required += 1
             lines += ["    if %r not in doc:" % f.name,
@@ -983,6 +980,27 @@ def _default(f: dataclasses.Field[Any], i: int, names: dict[str, Any],
     return "F%d()" % i
 
 
+def _rule_lines(f: dataclasses.Field[Any], i: int, value: str, step: str,
+                names: dict[str, Any]) -> list[str]:
+    """The lines that check field ``f``'s ``enum`` and ``minimum`` on the
+    decoded ``value``: :func:`_check_field`'s tests and text, without the
+    path (its step, which the refusal is under)."""
+    lines = []
+    allowed = f.metadata.get("enum")
+    if allowed is not None:
+        names["A%d" % i] = allowed
+        lines += ["if %s is not None and %s not in A%d:" % (value, value, i),
+                  "    raise _Refused([[%r, '%%r is not one of %%s' %% (%s, %r)]])"
+                  % (step, value, ", ".join(allowed))]
+    minimum = f.metadata.get("minimum")
+    if minimum is not None:
+        names["M%d" % i] = minimum
+        lines += ["if %s < M%d:" % (value, i),
+                  "    raise _Refused([[%r, '%%r is below %%d' %% (%s, M%d)]])"
+                  % (step, value, i)]
+    return lines
+
+
 class _Absent:
     """A field the document left out (its default applies)."""
 
@@ -1004,23 +1022,6 @@ def _unknown(doc: dict[str, Any], known: frozenset[str]) -> None:
     unknown = set(doc) - known
     if unknown:
         raise _refuse("unknown field(s) %s" % ", ".join(sorted(unknown)))
-
-
-def _field_rule(f: dataclasses.Field[Any]) -> Optional[Callable[[Any], Optional[str]]]:
-    """What :func:`_check_field` says of a decoded value, without the path
-    (None: nothing to check)."""
-    allowed = f.metadata.get("enum")
-    minimum = f.metadata.get("minimum")
-    if allowed is None and minimum is None:
-        return None
-
-    def rule(value: Any) -> Optional[str]:
-        if allowed is not None and value is not None and value not in allowed:
-            return "%r is not one of %s" % (value, ", ".join(allowed))
-        if minimum is not None and value < minimum:
-            return "%r is below %d" % (value, minimum)
-        return None
-    return rule
 
 
 def _expected(kind: str, doc: Any) -> _Refused:

@@ -107,7 +107,7 @@ def _shaped(hint: Any, metadata: Any, depth: int) -> st.SearchStrategy[Any]:
     if dataclasses.is_dataclass(hint):
         if depth > 4:
             return st.just({})
-        hints = types._hints(hint)
+        hints = types._hints(typing.cast(type, hint))
         fields = [f for f in dataclasses.fields(hint) if f.metadata.get("json", True)]
         required = {f.name: documents(hints[f.name], f.metadata, depth + 1) for f in fields
                     if f.default is dataclasses.MISSING
