@@ -489,15 +489,28 @@ def _has_union(hint: Any) -> bool:
     return any(_has_union(arg) for arg in typing.get_args(hint))
 
 
+#: Held while decoders are compiled (by one thread at a time: a type's
+#: decoder is published whole), re-entered for the types of its fields.
+_COMPILING = threading.RLock()
+
+#: The dataclasses whose decoders are being compiled now (by the thread
+#: holding :data:`_COMPILING`): their forwarders (:func:`_dataclass_decoder`).
+_IN_PROGRESS: dict[Any, Decoder] = {}
+
+
 def _decoder(hint: Any) -> Decoder:
     """The decoder of ``hint``, compiled on first use."""
     try:
         key = _cache_key(hint)
         found = _DECODERS.get(key)
     except TypeError:  # an unhashable hint (Annotated metadata): not kept
-        return _compile_decoder(hint)
+        with _COMPILING:
+            return _compile_decoder(hint)
     if found is None:
-        found = _DECODERS[key] = _compile_decoder(hint)
+        with _COMPILING:
+            found = _DECODERS.get(key) or _IN_PROGRESS.get(key)
+            if found is None:
+                found = _DECODERS[key] = _compile_decoder(hint)
     return found
 
 
@@ -679,9 +692,11 @@ def _dataclass_decoder(cls: type) -> Decoder:
     strings, bools and floats checked inline.
 
     Its fields' decoders are compiled now; while they are, ``cls`` decodes
-    through a forwarder (a dataclass may hold itself). Hints that cannot
-    be resolved yet fail on each dict document, where the generic decoder
-    failed, until they can.
+    through a forwarder (a dataclass may hold itself), which only the
+    compiling thread finds (:data:`_IN_PROGRESS`); another thread that
+    reaches it through a field's decoder before the end waits for it.
+    Hints that cannot be resolved yet fail on each dict document, where
+    the generic decoder failed, until they can.
     """
     try:
         hints = _hints(cls)
@@ -690,13 +705,13 @@ def _dataclass_decoder(cls: type) -> Decoder:
     built: list[Decoder] = []
 
     def forward(doc: Any) -> Any:
-        return built[0](doc)
+        return (built[0] if built else _decoder(cls))(doc)
 
-    _DECODERS[cls] = forward
+    _IN_PROGRESS[cls] = forward
     try:
         built.append(_generate(cls, hints))
     finally:
-        del _DECODERS[cls]  # :func:`_decoder` keeps the one it gets back
+        del _IN_PROGRESS[cls]  # :func:`_decoder` keeps the one it gets back
     return built[0]
 
 
@@ -707,7 +722,8 @@ def _unresolved_decoder(cls: type) -> Decoder:
         if not isinstance(doc, dict):
             raise _expected("dict", doc)
         if not generated:
-            generated.append(_generate(cls, _hints(cls)))
+            with _COMPILING:
+                generated.append(_generate(cls, _hints(cls)))
         return generated[0](doc)
     return unresolved
 

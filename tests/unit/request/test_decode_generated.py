@@ -346,3 +346,47 @@ def test_frozen_maps_compare_by_their_items():
     assert FrozenMap({"a": 1}) != FrozenMap({"a": 2})
     assert FrozenMap({1: 1}) == FrozenMap({1: 1.0})
     assert FrozenMap() != FrozenMap({"a": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class Tree:
+    """A dataclass that holds itself (its decoder forwards to itself while
+    it is compiled)."""
+
+    name: str = ""
+    children: tuple[Tree, ...] = ()
+
+
+def test_a_decoder_being_compiled_is_not_used_by_another_thread(monkeypatch):
+    """A thread that decodes a type while another compiles its decoder
+    waits for it and gets the whole decoder (it found a forwarder to a
+    decoder not built yet: IndexError)."""
+    import threading
+    started, go = threading.Event(), threading.Event()
+    real = types._generate
+
+    def slow(cls, hints):
+        if cls is Tree:
+            started.set()
+            go.wait(10)
+        return real(cls, hints)
+    monkeypatch.setattr(types, "_generate", slow)
+    doc = {"name": "a", "children": [{"name": "b"}]}
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            results[name] = decode(Tree, doc)
+        except Exception as err:  # noqa: BLE001 - compared below
+            results[name] = err
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    second.join(0.5)
+    go.set()
+    first.join(10)
+    second.join(10)
+    expected = Tree("a", (Tree("b"),))
+    assert results == {"first": expected, "second": expected}
