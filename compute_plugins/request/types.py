@@ -13,6 +13,7 @@ driven by the dataclasses' type hints, so ``decode(T, encode(x)) == x``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import re
 import threading
@@ -865,6 +866,7 @@ def _constructed_as_fields(cls: type) -> bool:
     # NOTE: dataclasses writes its __init__'s source and compiles it
     # ("<string>"); a class's own __init__ is in its module's file.
     every: Any = getattr(cls, "__dataclass_fields__", {})
+    # NOTE: ClassVar pseudo-fields are in both dataclasses' tables alike.
     if (code is None or code.co_filename != "<string>"
             or "__dataclass_fields__" not in owner.__dict__
             or list(owner.__dataclass_fields__) != list(every)
@@ -872,11 +874,13 @@ def _constructed_as_fields(cls: type) -> bool:
             or cls.__new__ is not object.__new__):  # type: ignore[comparison-overlap]
         return False
     fields = dataclasses.fields(cls)
-    if len(fields) != len(every):
-        return False  # an InitVar or ClassVar pseudo-field
+    try:
+        arguments = list(inspect.signature(owner.__dict__["__init__"]).parameters)[1:]
+    except (TypeError, ValueError):
+        return False
+    if arguments != [f.name for f in fields]:
+        return False  # an InitVar, or a field that is not an argument
     for f in fields:
-        if not f.init:
-            return False
         if (not f.metadata.get("json", True) and f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING):
             return False

@@ -258,6 +258,22 @@ class WithInitVar:
 
 
 @dataclasses.dataclass(frozen=True)
+class WithClassVar:
+    """A ``ClassVar`` is no field: built in its ``__dict__`` all the same."""
+
+    KIND: typing.ClassVar[str] = "k"
+    count: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Unresolved:
+    """A hint that names nothing (yet): refused on each dict document, as
+    the generic decoder refused it."""
+
+    later: NotDefinedAnywhere = None  # type: ignore[name-defined]  # noqa: F821
+
+
+@dataclasses.dataclass(frozen=True)
 class Invariant(types.Checked):
     low: int = 0
     high: int = 0
@@ -269,6 +285,7 @@ class Invariant(types.Checked):
 
 
 @pytest.mark.parametrize("cls,direct", [(Plain, True), (Invariant, True), (Node, True),
+                                        (WithClassVar, True),
                                         (OwnInit, False), (Slotted, False),
                                         (NotInit, False), (WithInitVar, False)])
 def test_a_value_is_built_in_its_dict_only_where_its_init_would_do_just_that(cls, direct):
@@ -286,6 +303,8 @@ def test_a_value_is_built_in_its_dict_only_where_its_init_would_do_just_that(cls
     (Slotted, {"policy": "c"}), (NotInit, {"count": 1}), (NotInit, {"derived": 1}),
     (WithInitVar, {"count": 3}), (Invariant, {"low": 1, "high": 2}),
     (Invariant, {"low": 3, "high": 2}), (Invariant, {"low": -3}),
+    (WithClassVar, {"count": 1}), (WithClassVar, {"KIND": "x"}),
+    (Unresolved, {}), (Unresolved, {"later": 1}),
 ])
 def test_every_way_of_building_gives_the_generic_decoders_value_or_error(cls, doc):
     assert_same(cls, doc)
