@@ -130,7 +130,8 @@ class Loop:
     :param step: runs one periodic and returns its result.
     :param interval: seconds between periodics.
     :param count: number of periodics, None for forever.
-    :param out: where results are printed, one per periodic.
+    :param out: where results are printed, one per periodic (default:
+        ``sys.stdout`` when the loop is made).
     :param fmt: ``text`` or ``json``.
     :param poll: called every ``poll_interval`` seconds while the loop
         waits between periodics (the agent's poll for decisions); what it
@@ -145,7 +146,7 @@ class Loop:
     def __init__(self, client: preport.ReportClient,
                  step: Callable[[], Any],
                  interval: float, count: Optional[int],
-                 out: TextIO = sys.stdout, fmt: str = "text",
+                 out: Optional[TextIO] = None, fmt: str = "text",
                  poll: Optional[Callable[[], Any]] = None,
                  poll_interval: float = 1.0,
                  wake: Optional[Callable[[float], bool]] = None) -> None:
@@ -156,7 +157,9 @@ class Loop:
         self.step = step
         self.interval = interval
         self.count = count
-        self.out = out
+        # NOTE: sys.stdout when the loop is made, not when this module was
+        # imported: the command run in-process (tests.cli) redirects it.
+        self.out = sys.stdout if out is None else out
         self.fmt = fmt
         #: Set by SIGTERM/SIGINT. NOTE: signal handlers only set plain
         #: attributes: a handler runs in the main thread, which may hold a

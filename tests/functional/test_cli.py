@@ -1,4 +1,12 @@
-"""The ``compute-plugins`` command as a user runs it (a real subprocess)."""
+"""The ``compute-plugins`` command as a user runs it.
+
+Most tests check what a command prints and its exit code: they run it
+in-process (:mod:`tests.cli`, fd 1 and 2 captured, as a subprocess's pipes
+would be; a subprocess costs most of a second of imports). The real entry
+point runs in a subprocess where the process is what is tested: its exit
+codes 0, 1 and 2 (``--version``, an unreachable libvirt, a missing
+configuration file) and a reader that closed the pipe.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +18,29 @@ import sys
 import libvirt
 import pytest
 
+from tests.cli import Result, run
+
 COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
 
 
-def cli(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
+def process(*args: str, check_rc: int) -> subprocess.CompletedProcess:
+    """``compute-plugins ARGS`` in a subprocess: the real entry point."""
     result = subprocess.run(COMMAND + list(args), capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode == check_rc, result.stderr
+    return result
+
+
+def cli(*args: str, check_rc: int | None = 0) -> Result:
+    """``compute-plugins ARGS`` in this process (:func:`tests.cli.run`)."""
+    result = run(*args)
     if check_rc is not None:
         assert result.returncode == check_rc, result.stderr
     return result
 
 
 def test_version():
-    result = cli("--version")
+    result = process("--version", check_rc=0)
     assert result.stdout.startswith("compute-plugins ")
 
 
@@ -96,8 +114,8 @@ def test_bad_plugin_option_value_names_the_option(tmp_path):
 
 
 def test_missing_config_file_is_a_usage_error(tmp_path):
-    result = cli("--config-file", str(tmp_path / "nope.conf"), "inventory",
-                 check_rc=2)
+    result = process("--config-file", str(tmp_path / "nope.conf"), "inventory",
+                     check_rc=2)
     assert "nope.conf" in result.stderr
 
 
@@ -116,8 +134,8 @@ def test_config_dir_and_log_file(tmp_path):
 
 
 def test_unreachable_libvirt_is_one_clear_line():
-    result = cli("inventory", "--libvirt-uri", "test:///nonexistent/host.xml",
-                 check_rc=1)
+    result = process("inventory", "--libvirt-uri", "test:///nonexistent/host.xml",
+                     check_rc=1)
     assert "test:///nonexistent/host.xml" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -161,7 +179,7 @@ def test_output_to_a_closed_pipe_is_quiet():
 # ------------------------------------------- unusable configuration: one line
 
 
-def _one_error_line(result: subprocess.CompletedProcess) -> str:
+def _one_error_line(result: Result | subprocess.CompletedProcess) -> str:
     """The command's only stderr line, which is its error; no traceback."""
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
@@ -256,7 +274,7 @@ def test_a_log_file_in_a_missing_directory_is_one_line(tmp_path):
      "Value 'VCPU' doesn't match regex '^(VGPU|CUSTOM_[A-Z0-9_]+)$'"),
 ])
 def test_a_bad_mdev_type_option_fails_at_start_naming_group_and_option(
-        tmp_path, option, value, rule):
+        tmp_path, monkeypatch, option, value, rule):
     """``[mdev_<type>]`` groups exist only once ``[vgpu] enabled_mdev_types``
     is read; a bad value in them is still refused before anything runs
     (no degraded host, no traceback at every periodic, no Placement)."""
@@ -264,13 +282,9 @@ def test_a_bad_mdev_type_option_fails_at_start_naming_group_and_option(
     config.write_text("[vgpu]\nenabled_mdev_types = nvidia-35\n"
                       "[mdev_nvidia-35]\n%s = %s\n" % (option, value))
     state = tmp_path / "state"
-    result = subprocess.run(
-        COMMAND + ["--config-file", str(config), "--libvirt-uri",
-                   "test:///default", "report", "--periodic", "1"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore",
-             "XDG_STATE_HOME": str(state)})
-    assert result.returncode == 2, result.stderr
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    result = cli("--config-file", str(config), "--libvirt-uri", "test:///default",
+                 "report", "--periodic", "1", check_rc=2)
     assert _one_error_line(result) == (
         "compute-plugins: configuration error: [mdev_nvidia-35] %s: %s (in %s)"
         % (option, rule, config))
@@ -391,7 +405,7 @@ def test_an_sqlite_file_under_a_file_is_one_line(tmp_path):
     assert "Not a directory" in line, line
 
 
-def _one_error_line_after_logs(result: subprocess.CompletedProcess) -> str:
+def _one_error_line_after_logs(result: Result | subprocess.CompletedProcess) -> str:
     """The command's error line; the embedded Placement may log before it."""
     assert "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines()

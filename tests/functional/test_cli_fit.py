@@ -1,5 +1,7 @@
-"""``compute-plugins fit`` end to end with the built-in plugins (a real
-subprocess, as a user runs it): host snapshots and libvirt's test driver.
+"""``compute-plugins fit`` end to end with the built-in plugins, as a user
+runs it (in-process, :mod:`tests.cli`: its output and exit code, fd 1 and
+2 captured as a subprocess's pipes would be): host snapshots and libvirt's
+test driver.
 
 Host facts used (tests/fixtures/hosts/SOURCES.md):
 
@@ -18,17 +20,15 @@ validated, and read back.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import libvirt
 import pytest
 
-COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
+from tests.cli import run
+
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 FIT_KEYS = ["fits", "assignments", "reasons", "guest_xml"]
 NUMA_CELL_KEYS = {"guest_cell", "host_cell", "provider_uuid", "pinning",
@@ -45,8 +45,7 @@ reserved_host_memory_mb = 0
 
 
 def cli(*args, code=None):
-    result = subprocess.run(COMMAND + list(args), capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    result = run(*args)
     if code is not None:
         assert result.returncode == code, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr

@@ -8,7 +8,9 @@ request lands, usage in Placement against the decisions, the failing
 request's reasons, the two moves (a resize, confirmed; a live migration,
 which confirms itself: Placement's consumers before and after, the
 destination's pinning), the last periodic's calls, and that the second run
-releases the first run's instances and duplicates nothing.
+releases the first run's instances and duplicates nothing. The refusals
+at start (a bad ``--state-dir``, an option the demo ignores) run
+in-process (:mod:`tests.cli`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 
 from compute_plugins.demo import render, run
 from compute_plugins.plugin.cpuset import parse_cpu_spec
+from tests import cli
 
 #: Where each request can only go (host names of the bundled snapshots);
 #: ``any``: every host fits; None: no host does.
@@ -364,10 +367,8 @@ def test_the_text_fits_100_columns_and_cuts_nothing(first):
 
 
 def run_bad(*args):
-    result = subprocess.run(
-        [sys.executable, "-m", "compute_plugins.cmd.main", "demo", *args],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    # NOTE: in-process (tests.cli): a refusal at start needs no process.
+    result = cli.run("demo", *args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
@@ -403,11 +404,7 @@ def test_an_empty_state_dir_is_refused_not_a_temporary_one():
 
 def test_a_state_dir_whose_store_is_not_a_database_is_one_line(tmp_path):
     (tmp_path / "host_state.sqlite").write_text("garbage")
-    result = subprocess.run(
-        [sys.executable, "-m", "compute_plugins.cmd.main", "demo",
-         "--state-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    result = cli.run("demo", "--state-dir", str(tmp_path))
     # a corrupt store is bad input to fix by hand (exit 2), with what to do
     assert result.returncode == 2 and result.stdout == ""
     lines = [line for line in result.stderr.splitlines()

@@ -1,7 +1,11 @@
 """``compute-plugins report`` and ``placement serve`` as a user runs them.
 
-Real subprocesses, real Placement (served over HTTP, or embedded in the
-``report`` process), the libvirt test driver (``test:///default``) as host.
+Real Placement (served over HTTP, or embedded in the ``report`` process),
+the libvirt test driver (``test:///default``) or a recorded host. Real
+subprocesses where the process is what is tested (signals, two agents in
+turn on one state, a report against ``placement serve``); the tests of a
+command's output, exit code and files run it in-process (:mod:`tests.cli`:
+a subprocess costs most of a second of imports).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import subprocess
 
 import pytest
 
+from tests import cli
 from tests.functional.placement.conftest import (
     CLI,
     ServedPlacement,
@@ -171,11 +176,8 @@ def _config(tmp_path, text):
 ])
 def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
                                                      expected):
-    proc = subprocess.run(
-        CLI + HOST + _config(tmp_path, conf_text)
-        + ["report", "--periodic", "1"],
-        capture_output=True, text=True, timeout=120,
-        env=cli_env(XDG_STATE_HOME=str(tmp_path)))
+    proc = cli.run(*HOST, *_config(tmp_path, conf_text), "report", "--periodic", "1",
+                   env={"XDG_STATE_HOME": str(tmp_path)})
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = [ln for ln in proc.stderr.splitlines()
@@ -192,17 +194,14 @@ def test_placement_config_errors_are_one_line_exit_2(tmp_path, conf_text,
     (["report", "--interval", "nan"], "invalid value 'nan'"),
 ])
 def test_bad_arguments_are_argparse_errors(args, expected):
-    proc = subprocess.run(CLI + args, capture_output=True, text=True,
-                          timeout=120, env=cli_env())
+    proc = cli.run(*args)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_placement_serve_bad_db_names_the_database():
-    proc = subprocess.run(
-        CLI + ["placement", "serve", "--port", str(free_port()), "--db",
-               "/proc/x/y.db"],
-        capture_output=True, text=True, timeout=120, env=cli_env())
+    proc = cli.run("placement", "serve", "--port", str(free_port()), "--db",
+                   "/proc/x/y.db")
     assert proc.returncode == 2, proc.stderr
     assert "--db /proc/x/y.db" in proc.stderr
     assert "cannot listen" not in proc.stderr
@@ -313,12 +312,17 @@ def _snapshot_named(tmp_path, hostname):
     return snap
 
 
-def _report(snap, state, *extra, periodic="1"):
-    return subprocess.run(
-        CLI + ["--host-snapshot", str(snap), "--format", "json", *extra,
-               "report", "--periodic", periodic, "--interval", "0"],
-        capture_output=True, text=True, timeout=120,
-        env=cli_env(XDG_STATE_HOME=str(state)))
+def _report(snap, state, *extra, periodic="1", process=False):
+    """``report`` on the snapshot ``snap`` with ``state`` as XDG_STATE_HOME:
+    in-process, or in a subprocess (``process``) for the first of two runs
+    on one state directory (the agent's lock on it is the process's until
+    it exits)."""
+    args = ["--host-snapshot", str(snap), "--format", "json", *extra,
+            "report", "--periodic", periodic, "--interval", "0"]
+    if process:
+        return subprocess.run(CLI + args, capture_output=True, text=True, timeout=120,
+                              env=cli_env(XDG_STATE_HOME=str(state)))
+    return cli.run(*args, env={"XDG_STATE_HOME": str(state)})
 
 
 def _files_under(path):
@@ -344,7 +348,7 @@ def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
     stem += hostname[-7:]
     snap = _snapshot_named(tmp_path, hostname)
     state = tmp_path / "xdg" / "state"
-    first = _report(snap, state, "--placement-url", served.url)
+    first = _report(snap, state, "--placement-url", served.url, process=True)
     assert first.returncode == 0, first.stderr
     assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
     # NOTE: the checkpoint and the ledger by the encoded name; the
@@ -422,7 +426,7 @@ def test_a_checkpoint_naming_another_services_provider_is_ignored(tmp_path):
 
     snap = _snapshot_named(tmp_path, "cmp1")
     state = tmp_path / "state"
-    first = _report(snap, state)
+    first = _report(snap, state, process=True)
     assert first.returncode == 0, first.stderr
     db = state / "compute-plugins" / "placement.sqlite"
     service, client = _embedded_client(db)
@@ -527,10 +531,7 @@ def test_placement_serve_on_a_file_that_is_not_a_database_is_only_the_line(
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     notes.chmod(0o644)
-    proc = subprocess.run(
-        CLI + ["placement", "serve", "--port", str(free_port()), "--db",
-               str(notes)],
-        capture_output=True, text=True, timeout=120, env=cli_env())
+    proc = cli.run("placement", "serve", "--port", str(free_port()), "--db", str(notes))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
         "compute-plugins: configuration error: --db %s: cannot open the "
@@ -630,10 +631,8 @@ def test_the_readme_example_is_what_report_prints(tmp_path):
     # the changes, which this test does not compare)
     example = [ln for ln in example.split("```", 2)[1].splitlines()
                if ln.strip() and not ln.strip().startswith("...")][2:]
-    proc = subprocess.run(
-        CLI + HOST + ["report", "--periodic", "2", "--interval", "0"],
-        capture_output=True, text=True, timeout=120,
-        env=cli_env(XDG_STATE_HOME=str(tmp_path)))
+    proc = cli.run(*HOST, "report", "--periodic", "2", "--interval", "0",
+                   env={"XDG_STATE_HOME": str(tmp_path)})
     succeeded(proc.returncode, proc.stderr)
     printed = [ln for ln in proc.stdout.splitlines()
                if ln.startswith(("periodic ", "     ", "  claims: "))]

@@ -250,13 +250,10 @@ def test_ctrl_c_stops_it_with_exit_130_and_one_line(tmp_path):
     (["--threads", "x"], "invalid threads 'x'"),
 ])
 def test_bad_server_arguments_are_argparse_errors(args, expected):
-    import subprocess
+    # NOTE: in-process (tests.cli): refused while the arguments are parsed.
+    from tests import cli
 
-    from tests.functional.placement.conftest import CLI, cli_env
-
-    proc = subprocess.run(CLI + ["placement", "serve", "--db", ":memory:"]
-                          + args, capture_output=True, text=True,
-                          timeout=120, env=cli_env())
+    proc = cli.run("placement", "serve", "--db", ":memory:", *args)
     assert proc.returncode == 2, proc.stderr
     assert expected in proc.stderr and "Traceback" not in proc.stderr
 

@@ -1,23 +1,20 @@
-"""``compute-plugins validate`` as a user runs it (subprocess): exit 0/1/2."""
+"""``compute-plugins validate`` as a user runs it: exit 0/1/2.
+
+In-process (:mod:`tests.cli`: the entry point's ``main`` with its own
+stdout and stderr); ``tests/functional/test_cli.py`` runs the real entry
+point's exit codes in a subprocess.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from compute_plugins.cmd.main import main
+from tests.cli import run as cli
 from tests.output import unwrap
-
-COMMAND = [sys.executable, "-m", "compute_plugins.cmd.main"]
-
-
-def cli(*args):
-    return subprocess.run(COMMAND + list(args), capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
 def write(tmp_path, name, doc):

@@ -1,0 +1,117 @@
+"""The ``compute-plugins`` command line run in this process, for the tests
+that check what it prints and its exit code.
+
+A subprocess spends most of a second of CPU importing the command's
+libraries before it does anything (``python -m bench.startup``); the
+suite ran hundreds. :func:`run` calls :func:`compute_plugins.cmd.main.main`
+as the entry point does (``sys.exit(main())``: argparse's usage errors are
+a ``SystemExit`` of 2) with file descriptors 1 and 2 on files of their own
+for the call: what Python prints and what a C library writes (libvirt's
+default error handler prints to fd 2) both land in ``stdout``/``stderr``,
+in the order written, as a subprocess's pipes would get them. Python's
+streams are set up as the interpreter sets them up for a pipe (UTF-8;
+stdout strict, stderr ``backslashreplace``).
+
+What needs a process of its own keeps one (``tests/functional/test_cli.py``
+``test_the_entry_point_*``, the closed pipe, signals, the demo's Ctrl-C):
+the entry point's ``sys.exit``, the interpreter's exit, signals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Optional
+from unittest import mock
+
+from compute_plugins.cmd import main as cmd_main
+
+
+@dataclass(frozen=True)
+class Result:
+    """What ``subprocess.run(..., capture_output=True, text=True)`` gives:
+    the exit code and the two streams' text."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def _fd_redirected(fd: int, to: IO[bytes]) -> Iterator[None]:
+    saved = os.dup(fd)
+    try:
+        os.dup2(to.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+def _stream(fd: int, errors: str) -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                            errors=errors, write_through=True)
+
+
+#: ``sys.stdout`` and ``sys.stderr`` during a call: on file descriptors 1
+#: and 2 themselves, whatever they point at, and never closed: a module
+#: that bound ``sys.stdout`` when first imported (``report``'s ``out``
+#: default) still writes to the call's fd 1 in the next call.
+STDOUT, STDERR = _stream(1, "strict"), _stream(2, "backslashreplace")
+
+
+#: The signals whose handlers a command sets (``report``, ``placement
+#: serve``): restored after each call, the worker's own are pytest's.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
+    """``compute-plugins ARGS`` in this process: its exit code and output;
+    ``env``: environment variables set for the call (a subprocess's
+    ``env={**os.environ, **env}``).
+
+    The root logger's handlers and level, ``sys.excepthook`` and the
+    handlers of :data:`SIGNALS` are restored afterwards: oslo.log's set-up
+    replaces the first two (a handler on this call's stderr), ``report``
+    sets its own for SIGHUP and SIGTERM.
+    """
+    root = logging.getLogger()
+    handlers, level, excepthook = list(root.handlers), root.level, sys.excepthook
+    signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        with _fd_redirected(1, out), _fd_redirected(2, err):
+            try:
+                with (contextlib.redirect_stdout(STDOUT), contextlib.redirect_stderr(STDERR),
+                      mock.patch.dict(os.environ, env or {})):
+                    try:
+                        code = cmd_main.main(list(args))
+                    except SystemExit as done:  # argparse's usage errors, --help
+                        code = done.code if isinstance(done.code, int) else (
+                            0 if done.code is None else 1)
+            finally:
+                for handler in list(root.handlers):
+                    if handler not in handlers:
+                        root.removeHandler(handler)
+                        handler.close()
+                for handler in handlers:
+                    if handler not in root.handlers:
+                        root.addHandler(handler)
+                root.setLevel(level)
+                sys.excepthook = excepthook
+                for signum, previous in signals.items():
+                    if previous is not None:
+                        signal.signal(signum, previous)
+                STDOUT.flush()
+                STDERR.flush()
+        out.seek(0)
+        err.seek(0)
+        return Result(code, out.read().decode("utf-8"), err.read().decode("utf-8"))
