@@ -228,8 +228,8 @@ class MoveScheduler(Scheduler):
         return tuple(h for h in hosts if self._left_out(h) is None)
 
     def plan(self, spec: Any, fresh: bool = False,
-             since: Optional[float] = None) -> Plan:
-        planned = super().plan(spec, fresh=fresh, since=since)
+             since: Optional[float] = None, patience: Optional[float] = None) -> Plan:
+        planned = super().plan(spec, fresh=fresh, since=since, patience=patience)
         verdicts = dict(planned.verdicts)
         if self.only is not None:
             verdicts = {h: v for h, v in verdicts.items() if h == self.only}
