@@ -336,14 +336,18 @@ class PlacementView:
                  groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
                  disabled: frozenset[str], now: float,
                  why: str) -> providers.ProviderCandidates:
-        """Placement asked about every host (one call per shape), kept;
+        """Placement asked about every host (one call per shape), kept
+        unless an answer asked since ``now`` was kept meanwhile (a renewal,
+        another decision's ask: the newest by when it was asked stays);
         counted under ``why`` (:attr:`full_asks`)."""
         with self._lock:
             self.full_asks[why] += 1
         found = self._timed_find(client, store, groups, hosts)
         if self.seconds > 0:
             with self._lock:
-                self._keep(key, _Entry(found, hosts, disabled, now))
+                current = self._entries.get(key)
+                if current is None or current.taken <= now:
+                    self._keep(key, _Entry(found, hosts, disabled, now))
         return found
 
     def _renew(self, client: Any, store: HostPublication,

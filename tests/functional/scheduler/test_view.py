@@ -569,3 +569,43 @@ def take_all_cpus(cloud: Any, host: Any) -> str:
         "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
         "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
     return consumer
+
+
+def test_a_slow_ask_about_every_host_keeps_no_older_answer_than_a_renewal(cloud):
+    """A decision asks Placement about every host (too many trees to ask
+    about); while its answer is on the way another decision serves the
+    kept answer and renews it, and the renewal lands first, taken after
+    the slow ask began (a host filled up in between). The slow ask's
+    answer serves its own decision but is not kept over the newer one
+    (it was: a stale "room" kept for a whole ``placement_view_seconds``,
+    costing a 409)."""
+    r = Renewing(cloud, "slow")
+    a, b, now, pending, kept = r.a, r.b, r.now, r.pending, r.kept
+    r.find()
+    real = r.sched.placement
+    interloped: list[bool] = []
+
+    class SlowAsk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def get(self, path: str, *args: Any, **kw: Any) -> Any:
+            answer = real.get(path, *args, **kw)
+            if path.startswith("/resource_providers") and not interloped:
+                interloped.append(True)
+                take_all_cpus(cloud, a)
+                now[0] = 60.0 * view.RENEW_AT + 1
+                served, asked = kept.find(real, r.store, r.spec.groups, [a.name])
+                assert not asked and a.name in served.hosts
+                pending.pop()()             # the renewal lands first
+            return answer
+
+    kept.max_trees = 0                      # any tree to ask about: every host
+    kept.forget(b.name)
+    now[0] = 60.0 * view.RENEW_AT
+    slow, asked = kept.find(SlowAsk(), r.store, r.spec.groups, r.live)
+    assert asked and interloped and a.name in slow.hosts
+    assert kept.full_asks["too many trees"] == 1 and kept.full_asks["renewed"] == 1
+    served, asked = kept.find(real, r.store, r.spec.groups, [a.name])
+    assert not asked and a.name not in served.hosts
+    assert any("PCPU" in why.reason for why in served.excluded[a.name])
