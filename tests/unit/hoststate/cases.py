@@ -1298,6 +1298,28 @@ class TestChanges:
         restored = store.host_status_changes(renamed.mark)
         assert restored.full and dict(restored.generations) == {"h2": 1}
 
+    def test_a_store_recreated_past_the_mark_reads_every_host(self, store, url, make_store):
+        """The store dropped and made again under a reader (a running
+        scheduler), its new counter past the reader's mark by the time it
+        reads: every host is read (the store's identity is in the mark),
+        not only those numbered past the old store's mark (the others went
+        unseen up to ``FULL_READ_SECONDS``)."""
+        for host in ("h1", "h2"):
+            store.publish(host, states(a=1), 0)
+        mark = store.host_status_changes(None).mark
+        engine = sa.create_engine(url)
+        try:
+            schema.metadata.drop_all(engine)
+        finally:
+            engine.dispose()
+        again = make_store()
+        for host in ("n1", "n2", "n3"):
+            again.publish(host, states(a=1), 0)
+        found = store.host_status_changes(mark)
+        assert found.mark.number > mark.number and found.mark.store != mark.store
+        assert found.full and dict(found.generations) == {"n1": 1, "n2": 1, "n3": 1}
+        assert not store.host_status_changes(found.mark).full
+
     def test_interleaved_publishers_miss_no_change(self, store, url):
         """The sequence pitfall: a publisher that took its number first and
         commits last. Its rival waits for the counter until it committed,
