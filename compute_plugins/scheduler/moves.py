@@ -475,7 +475,9 @@ class Mover:
         if self.store.get_host(host) is None:
             raise MoveError("host %s is not in the host-state store (no agent "
                             "published it)" % host)
-        if not force_down and host not in liveness.read(self.store).down:
+        # NOTE: that host's lease alone (one row), not every host's.
+        if not force_down and host not in liveness.split(
+                self.store.host_statuses([host])).down:
             raise MoveError("host %s is not down (its agent holds its lease, or "
                             "never took one): evacuate a host whose agent is down, "
                             "or say it is with --force-down" % host)
