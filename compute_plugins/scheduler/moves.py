@@ -427,12 +427,13 @@ class Mover:
             self._step("allocations-moved")
             move = protocol.apply_move(self.store, move, MoveStep.HAND_OVER)
             self._step("handed-over")
-            scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
-                                      poll_interval=self.poll_interval,
-                                      source=decision.host, allow_source=allow_source,
-                                      only=only, migration=migration, seed=self.seed)
-            result = scheduler.schedule(spec, consumer, held.project_id or DEFAULT_PROJECT,
-                                        held.user_id or DEFAULT_PROJECT, timeout=timeout)
+            with MoveScheduler(self.conf, self.plugins, self.placement, self.store,
+                               poll_interval=self.poll_interval,
+                               source=decision.host, allow_source=allow_source,
+                               only=only, migration=migration, seed=self.seed) as scheduler:
+                result = scheduler.schedule(spec, consumer,
+                                            held.project_id or DEFAULT_PROJECT,
+                                            held.user_id or DEFAULT_PROJECT, timeout=timeout)
         except Exception as err:
             self._give_back(move)
             protocol.apply_move(self.store, move, MoveStep.ROLL_BACK)

@@ -68,7 +68,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Optional, Self, Union
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -368,6 +368,21 @@ class Scheduler:
         #: Requests in :meth:`schedule` now: a lone one prefetches only a
         #: re-ask of every host (:meth:`_prefetch`).
         self._requests = 0
+
+    def close(self) -> None:
+        """Stop the scheduler's background work: no renewal of Placement's
+        answers is started any more, and those running are waited for
+        (:meth:`.view.PlacementView.close`), so that none uses the
+        Placement client or the store once the caller closes them. The
+        scheduler still schedules (a kept answer is asked again once
+        expired, on the decision's path). Closing again does nothing."""
+        self.view.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- Placement --------------------------------------------------------
 

@@ -10,6 +10,7 @@ request that fits only on a host not fitted yet is still placed."""
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from typing import Any
 
@@ -609,3 +610,49 @@ def test_a_slow_ask_about_every_host_keeps_no_older_answer_than_a_renewal(cloud)
     served, asked = kept.find(real, r.store, r.spec.groups, [a.name])
     assert not asked and a.name not in served.hosts
     assert any("PCPU" in why.reason for why in served.excluded[a.name])
+
+
+def test_closing_a_scheduler_waits_for_its_renewal_and_starts_no_other(cloud):
+    """A renewal of Placement's answer is running (its ask held) when the
+    scheduler is closed: ``close`` returns once it ended (it no longer
+    uses the Placement client or the store its owner closes next), and
+    no renewal is started after it, however old the kept answer; a
+    second ``close`` does nothing more."""
+    r = Renewing(cloud, "close")
+    sched, now = r.sched, r.now
+    real = sched.placement
+    held, release = threading.Event(), threading.Event()
+
+    class HeldAsk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def get(self, path: str, *args: Any, **kw: Any) -> Any:
+            held.set()
+            assert release.wait(30)
+            return real.get(path, *args, **kw)
+
+    sched.view = kept = view.PlacementView(60.0, clock=lambda: now[0])
+    assert kept.find(real, r.store, r.spec.groups, r.live)[1]
+    now[0] = 60.0 * view.RENEW_AT
+    assert not kept.find(HeldAsk(), r.store, r.spec.groups, r.live)[1]
+    assert held.wait(30)                    # the renewal is asking
+    closing = threading.Thread(target=sched.close)
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive()               # waits for the renewal
+    release.set()
+    closing.join(30)
+    assert not closing.is_alive() and kept.full_asks["renewed"] == 1
+    held.clear()
+    release.clear()                         # a renewal started now would hang
+    now[0] = 60.0 * view.RENEW_AT + 30
+    try:
+        served, asked = kept.find(HeldAsk(), r.store, r.spec.groups, r.live)
+        assert not asked and served.hosts
+        assert not [t for t in threading.enumerate() if t.name == "placement-view-renewal"]
+    finally:
+        release.set()
+    sched.close()
+    with sched:
+        pass
