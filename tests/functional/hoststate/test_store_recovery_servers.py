@@ -5,6 +5,7 @@ the server dropped (a restart)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -86,6 +87,25 @@ def kill_backend(admin, pid: int) -> None:
     assert wait_until(gone)
 
 
+@contextlib.contextmanager
+def killed_at_checkout(engine, admin):
+    """While the block runs, the first connection ``engine``'s pool hands
+    out has its backend ended (and gone) just after the pool's checks:
+    the pids killed (a list, filled then)."""
+    killed: list[int] = []
+
+    def checkout(dbapi_conn, record, proxy) -> None:
+        if not killed:
+            killed.append(dbapi_conn.get_backend_pid())
+            kill_backend(admin, killed[0])
+
+    sa.event.listen(engine, "checkout", checkout)
+    try:
+        yield killed
+    finally:
+        sa.event.remove(engine, "checkout", checkout)
+
+
 def test_a_connection_killed_after_its_checkout_is_retried_once(pg):
     """The server ends a pooled connection just after the pool handed it
     out (used less than a second ago, its socket quiet then: no ping):
@@ -95,18 +115,8 @@ def test_a_connection_killed_after_its_checkout_is_retried_once(pg):
     url, admin = pg
     with HostStateStore(url) as store:
         store.acquire_lease("k1", "node-k1", "test", 30)
-        killed: list[int] = []
-
-        def checkout(dbapi_conn, record, proxy) -> None:
-            if not killed:
-                killed.append(dbapi_conn.get_backend_pid())
-                kill_backend(admin, killed[0])
-
-        sa.event.listen(store.db.engine, "checkout", checkout)
-        try:
+        with killed_at_checkout(store.db.engine, admin) as killed:
             lease = store.acquire_lease("k2", "node-k2", "test", 30)
-        finally:
-            sa.event.remove(store.db.engine, "checkout", checkout)
         assert killed and lease.host == "k2"
         assert store.get_lease("k2") == lease
 
@@ -120,18 +130,8 @@ def test_the_schedulers_liveness_read_on_a_killed_connection_is_retried_once(pg)
     with HostStateStore(url) as store:
         store.publish("r1", {}, 0)
         assert "r1" in store.host_status_changes(None).generations
-        killed: list[int] = []
-
-        def checkout(dbapi_conn, record, proxy) -> None:
-            if not killed:
-                killed.append(dbapi_conn.get_backend_pid())
-                kill_backend(admin, killed[0])
-
-        sa.event.listen(store.db.read_engine, "checkout", checkout)
-        try:
+        with killed_at_checkout(store.db.read_engine, admin) as killed:
             found = store.host_status_changes(None)
-        finally:
-            sa.event.remove(store.db.read_engine, "checkout", checkout)
         assert killed and "r1" in found.generations
 
 
