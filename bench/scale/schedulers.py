@@ -221,6 +221,7 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
     (:func:`concurrent`'s, with ``seconds`` and ``asks``: :func:`asks`
     over the workload)."""
     store = None
+    scheduler: Optional[Scheduler] = None
     try:
         (_, store_url, placement_url, count, seed, delete_fraction,
          answer_timeout, view_seconds, warm, concurrency) = conn.recv()
@@ -245,5 +246,7 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
     except Exception as err:  # noqa: BLE001 - sent to the main process
         conn.send(("failed", "".join(traceback.format_exception(err))))
     finally:
+        if scheduler is not None:
+            scheduler.close()
         if store is not None:
             store.close()

@@ -175,6 +175,7 @@ def main(argv: list[str]) -> int:
                     label, total * 1e3, own * 1e3, (total - own) * 1e3, ac * 1e3,
                     ac / total, 100 * own / ac, len(hosts_ours), len(hosts_ac)),
                     flush=True)
+            scheduler.close()
             if args.decisions:
                 print("  decisions at %d hosts: %d per scheduler, taking turns, the "
                       "hosts answering at once" % (count, args.decisions), flush=True)

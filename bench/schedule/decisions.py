@@ -121,15 +121,19 @@ def run(store: HostStateStore, client: Any, managers: Mapping[str, PluginManager
     scheds = {label: scheduler(hosts, client, plugins, overrides)
               for label, overrides in MODES.items()}
     results: dict[str, list[Timed]] = {label: [] for label in MODES}
-    for i in range(count):
-        spec = specs[i % len(specs)]
-        for label, sched in scheds.items():
-            start = time.perf_counter()
-            result = sched.schedule(spec, str(uuid.uuid4()), "bench", "bench")
-            took = time.perf_counter() - start
-            if not result.placed:
-                raise RuntimeError("%s: not placed: %s" % (label, result.reasons))
-            results[label].append((result, took))
+    try:
+        for i in range(count):
+            spec = specs[i % len(specs)]
+            for label, sched in scheds.items():
+                start = time.perf_counter()
+                result = sched.schedule(spec, str(uuid.uuid4()), "bench", "bench")
+                took = time.perf_counter() - start
+                if not result.placed:
+                    raise RuntimeError("%s: not placed: %s" % (label, result.reasons))
+                results[label].append((result, took))
+    finally:
+        for sched in scheds.values():
+            sched.close()
     return results
 
 
@@ -175,19 +179,19 @@ def run_together(store: HostStateStore, client: Any,
     failed: list[str] = []
 
     def one(index: int) -> None:
-        sched = scheduler(hosts, client, plugins, {"host_subset_size": subset})
-        for sp in specs:  # NOTE: warm: each shape asked once
-            sched.plan(sp)
-        barrier.wait(600)
-        for i in range(count):
-            start = time.perf_counter()
-            result = sched.schedule(specs[(i + index) % len(specs)], str(uuid.uuid4()),
-                                    "bench", "bench")
-            took = time.perf_counter() - start
-            with lock:
-                if not result.placed:
-                    failed.append(str(result.reasons))
-                results.append((result, took))
+        with scheduler(hosts, client, plugins, {"host_subset_size": subset}) as sched:
+            for sp in specs:  # NOTE: warm: each shape asked once
+                sched.plan(sp)
+            barrier.wait(600)
+            for i in range(count):
+                start = time.perf_counter()
+                result = sched.schedule(specs[(i + index) % len(specs)],
+                                        str(uuid.uuid4()), "bench", "bench")
+                took = time.perf_counter() - start
+                with lock:
+                    if not result.placed:
+                        failed.append(str(result.reasons))
+                    results.append((result, took))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(schedulers)]
     start = time.perf_counter()

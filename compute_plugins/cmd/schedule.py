@@ -122,22 +122,22 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     offered: dict[str, HostDecision] = {}
     with connect.placement_client(conf, args.placement_url) as client, \
             HostStateStore.from_config(conf) as store:
-        scheduler = Scheduler(conf, manager.plugins, client, store,
-                              on_offer=lambda d, wait: _tell(offered, d, wait))
-        for consumer in consumers:
-            try:
-                results.append(scheduler.schedule(spec, consumer, args.project_id,
-                                                  args.user_id, timeout=args.timeout))
-            except KeyboardInterrupt:
-                return _interrupted(manager.plugins, args, results, store, consumer,
-                                    offered.get(consumer))
-            except (ConsumerInUse, ConsumerAllocated) as err:
-                return _bad(str(err))
-            except exception.ComputePluginsError:
-                # NOTE: the instances placed before hold resources: their
-                # consumers are printed, or nobody could release them.
-                _print(manager.plugins, args, results)
-                raise
+        with Scheduler(conf, manager.plugins, client, store,
+                       on_offer=lambda d, wait: _tell(offered, d, wait)) as scheduler:
+            for consumer in consumers:
+                try:
+                    results.append(scheduler.schedule(spec, consumer, args.project_id,
+                                                      args.user_id, timeout=args.timeout))
+                except KeyboardInterrupt:
+                    return _interrupted(manager.plugins, args, results, store, consumer,
+                                        offered.get(consumer))
+                except (ConsumerInUse, ConsumerAllocated) as err:
+                    return _bad(str(err))
+                except exception.ComputePluginsError:
+                    # NOTE: the instances placed before hold resources: their
+                    # consumers are printed, or nobody could release them.
+                    _print(manager.plugins, args, results)
+                    raise
     _print(manager.plugins, args, results)
     return EXIT_OK if all(r.placed for r in results) else EXIT_NOT_PLACED
 

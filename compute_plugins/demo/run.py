@@ -471,6 +471,7 @@ def run_demo(state_dir: str, progress: Progress,
                        for entry, request in zip(results, requests, strict=True)}
             report["moves"] = _moves(cluster, manager, mover, entries, names, progress)
         finally:
+            scheduler.close()
             cluster.stop_agents()
         for entry in results:
             entry.pop("xml", None)

@@ -46,6 +46,7 @@ from compute_plugins.hoststate.records import ChangeMark, StatusChanges
 from compute_plugins.hoststate.schema import changes as t_changes
 from compute_plugins.hoststate.schema import hosts as t_hosts
 from compute_plugins.hoststate.schema import leases as t_leases
+from compute_plugins.hoststate.schema import store_identity as t_store
 from compute_plugins.request.types import FrozenMap
 
 
@@ -134,8 +135,12 @@ def read(conn: Connection, since: Optional[ChangeMark],
         return sa.cast(sa.null(), type_)
 
     after = -1 if since is None else since.number
+    # NOTE: the counter's row carries the store's identity in its host
+    # column (no column more in the union).
+    identity = sa.cast(sa.select(t_store.c.uuid).where(t_store.c.id == 1)
+                       .scalar_subquery(), t_hosts.c.host.type)
     query = sa.union_all(
-        sa.select(*row("c", none(t_hosts.c.host.type), t_changes.c.last_number,
+        sa.select(*row("c", identity, t_changes.c.last_number,
                        t_changes.c.removals, none(t_leases.c.expires_at.type)))
         .where(t_changes.c.id == 1),
         sa.select(*row("h", t_hosts.c.host, t_hosts.c.generation,
@@ -149,15 +154,16 @@ def read(conn: Connection, since: Optional[ChangeMark],
     expired: dict[str, datetime.datetime] = {}
     for r in conn.execute(query):
         if r.kind == "c":
-            mark = ChangeMark(int(r.number), int(r.removals))
+            mark = ChangeMark(int(r.number), int(r.removals),
+                              None if r.host is None else str(r.host))
         elif r.kind == "h":
             generations[r.host] = int(r.number)
         else:
             expired[r.host] = r.expires_at
-    # NOTE: a counter behind the mark, or other removals: the store was
-    # restored, recreated, or a host's row deleted: read every host.
+    # NOTE: a counter behind the mark, other removals, another store: the
+    # store was restored, recreated, or a host's row deleted: read every host.
     full = (since is None or since.removals != mark.removals
-            or since.number > mark.number)
+            or since.number > mark.number or since.store != mark.store)
     if full and since is not None:
         generations = {r.host: int(r.generation) for r in conn.execute(
             sa.select(t_hosts.c.host, t_hosts.c.generation))}

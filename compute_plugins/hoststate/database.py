@@ -339,6 +339,9 @@ class Database:
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[Connection]:
         wakeups: Optional[list[tuple[list[str], str]]] = None
+        # NOTE: once the commit is being sent, a lost connection may have
+        # committed: no Disconnected (no retry) from then on.
+        committing = False
         try:
             engine = self.engine if write else self.read_engine
             with self._serial, engine.connect() as conn:
@@ -348,6 +351,7 @@ class Database:
                 try:
                     with conn.begin():
                         yield conn
+                        committing = True
                 except sa.exc.DBAPIError as err:
                     conn.info.pop(_WAKEUPS, None)
                     if _unavailable(err) or _corrupt(err):
@@ -360,6 +364,8 @@ class Database:
         except sa.exc.DBAPIError as err:
             if _corrupt(err) and self.path is not None:
                 raise errors.StoreCorrupt(self.url, self.path, str(err.orig)) from err
+            if err.connection_invalidated and not committing:
+                raise errors.Disconnected(self.url, str(err.orig)) from err
             if _unavailable(err):
                 raise errors.StoreUnavailable(self.url, str(err.orig)) from err
             raise
@@ -430,15 +436,28 @@ class Database:
 
     def retrying(self, operation: Callable[[], T]) -> T:
         """Run ``operation`` (whole transactions, compare-and-swap) again
-        when the database aborted it to break a deadlock."""
-        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        when the database aborted it to break a deadlock, and once when its
+        connection was lost before a commit was sent
+        (:class:`~compute_plugins.hoststate.errors.Disconnected`: nothing
+        committed; a pooled connection the server ended since its last use,
+        less than a second ago, is not pinged: :mod:`compute_plugins.util.
+        pools`). A connection lost during a commit is never retried (the
+        commit may have landed): StoreUnavailable."""
+        reconnected = False
+        attempt = 1
+        while True:
             try:
                 return operation()
+            except errors.Disconnected as err:
+                if reconnected:
+                    raise
+                reconnected = True
+                LOG.debug("host-state store: connection lost, once more: %s", err)
             except sa.exc.DBAPIError as err:
                 if not _is_deadlock(err) or attempt == DEADLOCK_ATTEMPTS:
                     raise
                 LOG.debug("host-state store: deadlock, attempt %d: %s", attempt, err)
-        raise AssertionError("unreachable")
+                attempt += 1
 
 
 class OnDatabase:

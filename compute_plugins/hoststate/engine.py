@@ -21,9 +21,11 @@ transaction handling is turned off and the store emits ``BEGIN`` itself.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -383,9 +385,18 @@ def _upgrade(conn: Connection, found: int, tables: set[str]) -> None:
 
 def _seed(conn: Connection) -> None:
     """The one-row tables' rows a new or upgraded store needs: the change
-    counter (:data:`~compute_plugins.hoststate.schema.changes`), from 0."""
+    counter (:data:`~compute_plugins.hoststate.schema.changes`), from 0,
+    and the store's identity (:data:`~compute_plugins.hoststate.schema.
+    store_identity`, a new uuid), which the readers of the change numbers
+    hold with their mark: a store recreated under them is another store
+    whatever its counter says (:mod:`~compute_plugins.hoststate.changes`).
+    An agent asked for it first on stores made before."""
     if conn.execute(sa.select(schema.changes.c.id)).first() is None:
         conn.execute(sa.insert(schema.changes).values(id=1, last_number=0, removals=0))
+    if conn.execute(sa.select(schema.store_identity.c.id)).first() is None:
+        made = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        conn.execute(sa.insert(schema.store_identity).values(
+            id=1, uuid=str(uuid.uuid4()), created_at=made))
 
 
 def ensure_schema(engine: Engine) -> None:

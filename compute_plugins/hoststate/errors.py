@@ -29,6 +29,16 @@ class StoreUnavailable(HostStateError):
         super().__init__("host-state database %s is unavailable: %s" % (url, reason))
 
 
+class Disconnected(StoreUnavailable):
+    """The connection was lost before the transaction's commit was sent
+    (a server restart, a backend ended, a pooled connection closed since
+    its last use): nothing of the transaction was committed, and
+    :meth:`Database.retrying
+    <compute_plugins.hoststate.database.Database.retrying>` runs it once
+    more on a fresh connection. A connection lost during the commit is
+    :class:`StoreUnavailable` only (whether it committed is unknown)."""
+
+
 class StoreCorrupt(HostStateError, exception.InputError):
     """The SQLite file is damaged or is not a database (exit 2 on the
     command line): no retry helps, an operator replaces the file.

@@ -190,10 +190,15 @@ class SqlHostPublication(database.OnDatabase):
         clock), in one snapshot: what a long-running scheduler reads per
         decision instead of :meth:`host_statuses`, a few rows instead of
         one per host (:mod:`~compute_plugins.hoststate.changes`; issue 19,
-        item 2)."""
+        item 2). A connection lost before it read is read again once
+        (:meth:`~compute_plugins.hoststate.database.Database.retrying`): the
+        first statement of a scheduler's every plan."""
         when = database.utcnow() if now is None else now
-        with self.db.read() as conn:
-            return changes.read(conn, since, when)
+
+        def read() -> StatusChanges:
+            with self.db.read() as conn:
+                return changes.read(conn, since, when)
+        return self.db.retrying(read)
 
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
         """provider uuid -> the host that published it (unknown uuids absent)."""

@@ -13,7 +13,7 @@ import dataclasses
 import datetime
 import enum
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Optional
 
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.types import FrozenMap
@@ -202,10 +202,15 @@ class ChangeMark:
         row numbered up to it was seen.
     :param removals: the deletions of host rows counted then (another
         count: a host's row was deleted since, read every host again).
+    :param store: the store's identity then (``hoststate_store``'s uuid,
+        made with the store; None: an older store that has none yet):
+        another one is another store (recreated under the reader, its
+        counter maybe past ``number`` already), read every host again.
     """
 
     number: int
     removals: int
+    store: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -72,9 +72,11 @@ def read(store: HostPublication) -> Liveness:
 
 
 #: Seconds between a kept view's full reads of every host: the change
-#: numbers miss nothing a current agent writes, but a store recreated or
-#: restored under a running scheduler whose counter has passed its mark
-#: again, or a writer of an older release, would go unseen until then.
+#: numbers miss nothing a current agent writes, but a store restored from
+#: a backup under a running scheduler whose counter has passed its mark
+#: again before it read, or a writer of an older release, would go unseen
+#: until then (a store recreated is another store: its identity is in the
+#: mark, :class:`~compute_plugins.hoststate.records.ChangeMark`).
 FULL_READ_SECONDS = 600.0
 
 

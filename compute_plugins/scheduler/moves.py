@@ -228,8 +228,8 @@ class MoveScheduler(Scheduler):
         return tuple(h for h in hosts if self._left_out(h) is None)
 
     def plan(self, spec: Any, fresh: bool = False,
-             since: Optional[float] = None) -> Plan:
-        planned = super().plan(spec, fresh=fresh, since=since)
+             since: Optional[float] = None, patience: Optional[float] = None) -> Plan:
+        planned = super().plan(spec, fresh=fresh, since=since, patience=patience)
         verdicts = dict(planned.verdicts)
         if self.only is not None:
             verdicts = {h: v for h, v in verdicts.items() if h == self.only}
@@ -427,12 +427,13 @@ class Mover:
             self._step("allocations-moved")
             move = protocol.apply_move(self.store, move, MoveStep.HAND_OVER)
             self._step("handed-over")
-            scheduler = MoveScheduler(self.conf, self.plugins, self.placement, self.store,
-                                      poll_interval=self.poll_interval,
-                                      source=decision.host, allow_source=allow_source,
-                                      only=only, migration=migration, seed=self.seed)
-            result = scheduler.schedule(spec, consumer, held.project_id or DEFAULT_PROJECT,
-                                        held.user_id or DEFAULT_PROJECT, timeout=timeout)
+            with MoveScheduler(self.conf, self.plugins, self.placement, self.store,
+                               poll_interval=self.poll_interval,
+                               source=decision.host, allow_source=allow_source,
+                               only=only, migration=migration, seed=self.seed) as scheduler:
+                result = scheduler.schedule(spec, consumer,
+                                            held.project_id or DEFAULT_PROJECT,
+                                            held.user_id or DEFAULT_PROJECT, timeout=timeout)
         except Exception as err:
             self._give_back(move)
             protocol.apply_move(self.store, move, MoveStep.ROLL_BACK)
@@ -475,7 +476,9 @@ class Mover:
         if self.store.get_host(host) is None:
             raise MoveError("host %s is not in the host-state store (no agent "
                             "published it)" % host)
-        if not force_down and host not in liveness.read(self.store).down:
+        # NOTE: that host's lease alone (one row), not every host's.
+        if not force_down and host not in liveness.split(
+                self.store.host_statuses([host])).down:
             raise MoveError("host %s is not down (its agent holds its lease, or "
                             "never took one): evacuate a host whose agent is down, "
                             "or say it is with --force-down" % host)

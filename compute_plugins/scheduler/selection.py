@@ -68,7 +68,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Optional, Self, Union
 
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -312,7 +312,8 @@ class Scheduler:
     the agent's to build (``host_state`` from its view). A request that
     finds room only on hosts in flight waits for one of those bindings to
     end (each within its request's timeout + :data:`BINDING_SLACK`) and
-    plans again, never refused on them.
+    plans again, for at most its own timeout + :data:`BINDING_SLACK`
+    (:meth:`plan`): then refused with them "in flight".
     """
 
     def __init__(self, conf: cfg.ConfigOpts, plugins: PluginSet, placement_client: Any,
@@ -367,6 +368,21 @@ class Scheduler:
         #: Requests in :meth:`schedule` now: a lone one prefetches only a
         #: re-ask of every host (:meth:`_prefetch`).
         self._requests = 0
+
+    def close(self) -> None:
+        """Stop the scheduler's background work: no renewal of Placement's
+        answers is started any more, and those running are waited for
+        (:meth:`.view.PlacementView.close`), so that none uses the
+        Placement client or the store once the caller closes them. The
+        scheduler still schedules (a kept answer is asked again once
+        expired, on the decision's path). Closing again does nothing."""
+        self.view.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- Placement --------------------------------------------------------
 
@@ -500,7 +516,7 @@ class Scheduler:
             return dict(self._assumed)
 
     def plan(self, spec: Any, fresh: bool = False,
-             since: Optional[float] = None) -> Plan:
+             since: Optional[float] = None, patience: Optional[float] = None) -> Plan:
         """Steps 1 to 3 (module doc): candidates, fit, order; no writes.
 
         One plan at a time per scheduler (the scheduling cycle): the hosts
@@ -512,17 +528,24 @@ class Scheduler:
         taken again at every round from the bindings in flight then, so a
         request is not refused "in flight" while the others' bindings keep
         ending and starting; only bindings past their bound (stuck) end the
-        wait.
+        wait, or the plan's own bound: ``patience`` + :data:`BINDING_SLACK`
+        from its first wait (as long as a binding of its own request may
+        last), so that a request whose hosts other requests keep taking
+        (wake-ups are not first come, first served) is refused with the
+        hosts "in flight" instead of waiting without end.
 
         :param fresh: ask Placement even when the view's answer stands
             (it is asked anyway when nothing fits on the kept one).
         :param since: the view's time (``view.now()``) the request began:
             an answer the view took since (the request's prefetch) is as
             fresh as asking now, and a refusal stands on it.
+        :param patience: the request's answer timeout (its caller's
+            ``timeout``; None: ``[scheduler] answer_timeout``).
         """
         last = False
         # NOTE: the requests every round sent, not the last round's only.
         calls = 0
+        give_up: Optional[float] = None
         with self._cycle:
             while True:
                 planned = self._plan_once(spec, fresh, waits=not last, since=since)
@@ -530,7 +553,12 @@ class Scheduler:
                 if planned.ordered or not planned.busy or last:
                     return dataclasses.replace(planned, calls=calls)
                 now = time.monotonic()
-                deadline = max(self._binding_ends.get(host, now) for host in planned.busy)
+                if give_up is None:
+                    give_up = now + BINDING_SLACK + (
+                        self.conf.scheduler.answer_timeout if patience is None
+                        else patience)
+                deadline = min(give_up, max(self._binding_ends.get(host, now)
+                                            for host in planned.busy))
                 if deadline <= now:
                     # NOTE: every binding waited for is past its bound: the
                     # last round (Placement asked again where it must be).
@@ -692,7 +720,7 @@ class Scheduler:
         self._cycle.acquire()
         holding = True
         try:
-            planned = self.plan(spec, since=since)
+            planned = self.plan(spec, since=since, patience=wait)
             found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
             serial = planned.serial
             timings = dict(planned.timings)
@@ -731,13 +759,13 @@ class Scheduler:
                     holding = True
                 if not queue:
                     if skipped:
-                        follow(self.plan(spec))
+                        follow(self.plan(spec, patience=wait))
                         continue
                     if found.complete:
                         break
                     # NOTE: every host of a kept answer given up (409s past
                     # max_races): never refuse on a stale view; asked once.
-                    follow(self.plan(spec, fresh=True))
+                    follow(self.plan(spec, fresh=True, patience=wait))
                     continue
                 _weight, fit = queue.pop(0)
                 if fit.host in given_up or rejected_at.get(fit.host) == fit.generation:
@@ -804,7 +832,7 @@ class Scheduler:
                     tried += 1
                 if tried < group.max_attempts:
                     follow(self._refit_after_race(spec, wait) if raced
-                           else self.plan(spec))
+                           else self.plan(spec, patience=wait))
         finally:
             if holding:
                 self._cycle.release()
@@ -929,7 +957,7 @@ class Scheduler:
         delay = max(self.poll_interval, 0.01)
         calls = 0
         while True:
-            planned = self.plan(spec)
+            planned = self.plan(spec, patience=wait)
             calls += planned.calls
             if planned.ordered or time.monotonic() + delay > deadline:
                 return dataclasses.replace(planned, calls=calls)

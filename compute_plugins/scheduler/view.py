@@ -193,11 +193,6 @@ def _without(found: providers.ProviderCandidates,
         excluded={**found.excluded, **{h: (refused[h],) for h in gone}})
 
 
-def _in_thread(work: Callable[[], None]) -> None:
-    """Run ``work`` in a daemon thread (a view's renewal)."""
-    threading.Thread(target=work, name="placement-view-renewal", daemon=True).start()
-
-
 class PlacementView:
     """Placement's answers by request shape, kept while they stand (module
     doc).
@@ -217,8 +212,12 @@ class PlacementView:
         self.seconds = seconds
         self._clock = clock
         #: Runs a renewal (:meth:`_renew`) off the decision's path: a
-        #: daemon thread (tests pass their own).
-        self._runner = runner if runner is not None else _in_thread
+        #: daemon thread (:meth:`_in_thread`; tests pass their own).
+        self._runner = runner if runner is not None else self._in_thread
+        #: The renewals' threads running now (:meth:`close` waits for them).
+        self._threads: set[threading.Thread] = set()
+        #: Closed (:meth:`close`): no renewal is started any more.
+        self.closed = False
         #: The shapes being renewed -> the hosts forgotten and refused
         #: meanwhile (applied to the renewed answer, asked before them).
         self._renewing: dict[Shape, _Changes] = {}
@@ -336,14 +335,18 @@ class PlacementView:
                  groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
                  disabled: frozenset[str], now: float,
                  why: str) -> providers.ProviderCandidates:
-        """Placement asked about every host (one call per shape), kept;
+        """Placement asked about every host (one call per shape), kept
+        unless an answer asked since ``now`` was kept meanwhile (a renewal,
+        another decision's ask: the newest by when it was asked stays);
         counted under ``why`` (:attr:`full_asks`)."""
         with self._lock:
             self.full_asks[why] += 1
         found = self._timed_find(client, store, groups, hosts)
         if self.seconds > 0:
             with self._lock:
-                self._keep(key, _Entry(found, hosts, disabled, now))
+                current = self._entries.get(key)
+                if current is None or current.taken <= now:
+                    self._keep(key, _Entry(found, hosts, disabled, now))
         return found
 
     def _renew(self, client: Any, store: HostPublication,
@@ -359,7 +362,7 @@ class PlacementView:
         expires as before and the decision that finds it expired asks (and
         reports the error)."""
         with self._lock:
-            if key in self._renewing:
+            if key in self._renewing or self.closed:
                 return
             changes = self._renewing[key] = _Changes()
 
@@ -397,6 +400,40 @@ class PlacementView:
             LOG.warning("cannot renew Placement's answer for a request shape "
                         "in the background (it is asked again when it "
                         "expires): %s", err)
+
+    def _in_thread(self, work: Callable[[], None]) -> None:
+        """Run ``work`` (a renewal) in a daemon thread, known to
+        :meth:`close` until it ends."""
+        def run() -> None:
+            try:
+                work()
+            finally:
+                with self._lock:
+                    self._threads.discard(thread)
+
+        thread = threading.Thread(target=run, name="placement-view-renewal", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._threads.discard(thread)
+            raise
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Start no renewal any more, and wait up to ``timeout`` seconds in
+        all for those running (each one ask of Placement) to end, so that
+        none still uses the Placement client or the store once their owner
+        closes them. The kept answers are still served, and asked again
+        on the decision's path once expired. Closing again does nothing
+        more."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self.closed = True
+            running = list(self._threads)
+        for thread in running:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _timed_find(self, client: Any, store: HostPublication,
                     groups: Sequence[RequestGroup],

@@ -5,6 +5,7 @@ the server dropped (a restart)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -72,6 +73,91 @@ def test_a_dropped_connection_is_replaced(pg):
                 return cur.fetchone()[0] == 0
         assert wait_until(gone)
         assert store.acquire_lease("h4", "node-4", "test", 30).host == "h4"
+
+
+def kill_backend(admin, pid: int) -> None:
+    """Terminate the PostgreSQL backend ``pid`` and wait until it exited."""
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+    def gone() -> bool:
+        with admin.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+            return cur.fetchone()[0] == 0
+    assert wait_until(gone)
+
+
+@contextlib.contextmanager
+def killed_at_checkout(engine, admin):
+    """While the block runs, the first connection ``engine``'s pool hands
+    out has its backend ended (and gone) just after the pool's checks:
+    the pids killed (a list, filled then)."""
+    killed: list[int] = []
+
+    def checkout(dbapi_conn, record, proxy) -> None:
+        if not killed:
+            killed.append(dbapi_conn.get_backend_pid())
+            kill_backend(admin, killed[0])
+
+    sa.event.listen(engine, "checkout", checkout)
+    try:
+        yield killed
+    finally:
+        sa.event.remove(engine, "checkout", checkout)
+
+
+def test_a_connection_killed_after_its_checkout_is_retried_once(pg):
+    """The server ends a pooled connection just after the pool handed it
+    out (used less than a second ago, its socket quiet then: no ping):
+    the write transaction's first statement fails on it. Nothing of the
+    transaction was committed, so it is run once more on a fresh
+    connection and the write lands (before: StoreUnavailable)."""
+    url, admin = pg
+    with HostStateStore(url) as store:
+        store.acquire_lease("k1", "node-k1", "test", 30)
+        with killed_at_checkout(store.db.engine, admin) as killed:
+            lease = store.acquire_lease("k2", "node-k2", "test", 30)
+        assert killed and lease.host == "k2"
+        assert store.get_lease("k2") == lease
+
+
+def test_the_schedulers_liveness_read_on_a_killed_connection_is_retried_once(pg):
+    """The read a scheduler makes first in every plan (the hosts changed
+    since its mark) on a pooled read connection the server ended just
+    after the pool handed it out: read again on a fresh one (before:
+    StoreUnavailable, the request failed)."""
+    url, admin = pg
+    with HostStateStore(url) as store:
+        store.publish("r1", {}, 0)
+        assert "r1" in store.host_status_changes(None).generations
+        with killed_at_checkout(store.db.read_engine, admin) as killed:
+            found = store.host_status_changes(None)
+        assert killed and "r1" in found.generations
+
+
+def test_a_connection_lost_at_the_commit_is_not_retried(pg):
+    """The connection is lost as the commit is sent (its backend ended
+    after the transaction's statements): whether the commit landed cannot
+    be known, so the transaction is not run again (it could be twice);
+    the caller is told the store is unavailable."""
+    url, admin = pg
+    with HostStateStore(url) as store:
+        store.acquire_lease("c1", "node-c1", "test", 30)
+        commits: list[int] = []
+
+        def commit(conn) -> None:
+            commits.append(1)
+            if len(commits) == 1:
+                kill_backend(admin, conn.connection.dbapi_connection.get_backend_pid())
+
+        sa.event.listen(store.db.engine, "commit", commit)
+        try:
+            with pytest.raises(StoreUnavailable):
+                store.acquire_lease("c2", "node-c2", "test", 30)
+        finally:
+            sa.event.remove(store.db.engine, "commit", commit)
+        assert commits == [1]
+        assert store.get_lease("c2") is None
 
 
 def wait_until(predicate, seconds: float = 20.0) -> bool:

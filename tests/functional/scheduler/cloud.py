@@ -160,9 +160,14 @@ class Cloud:
         self.store = store if store is not None else HostStateStore(
             "sqlite:///%s" % os.path.join(directory, "host_state.sqlite"))
         self.hosts: dict[str, Host] = {}
+        #: The schedulers made (:meth:`scheduler`), closed by :meth:`close`.
+        self.schedulers: list[Scheduler] = []
 
     def close(self) -> None:
-        """Stop every agent, close the store."""
+        """Close the schedulers (their renewals end), stop every agent,
+        close the store."""
+        for sched in self.schedulers:
+            sched.close()
         for host in self.hosts.values():
             host.stop()
         self.store.close()
@@ -252,6 +257,7 @@ class Cloud:
         if disk_aggregate:
             plugins.conf.set_override("shared_storage_aggregate", disk_aggregate, "disk")
         sched = Scheduler(conf, plugins.plugins, self.placement.emb.client(), self.store)
+        self.schedulers.append(sched)
         if not draw:
             sched.rng = None
         return sched

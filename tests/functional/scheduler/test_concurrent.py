@@ -405,3 +405,50 @@ def test_a_request_waits_for_a_binding_as_long_as_its_callers_timeout(cloud, mon
     assert second.placed and second.host == host.name, reasons
     assert sorted(cpus_of(results["first"]) + cpus_of(second)) == [0, 1, 2, 3]
     assert sched.in_flight() == {}
+
+
+def test_a_request_kept_waiting_by_other_bindings_gives_up_at_its_own_timeout(
+        cloud, monkeypatch):
+    """The only host with room is taken again by another request of the
+    same scheduler each time a binding there ends (condition wake-ups are
+    not FIFO: the others' plans may win every time), each binding within
+    its bound. The waiting request gives up once it has waited its own
+    timeout + :data:`~selection.BINDING_SLACK` and is refused with the
+    host "in flight"; it waited without bound before (its deadline taken
+    again each round from the bindings in flight, always in the future)."""
+    monkeypatch.setattr(selection, "BINDING_SLACK", 0.5)
+    host = cloud.add_host("taken", [cell(4, 4096)], dedicated="0-3")
+    sched = cloud.scheduler()
+    stop = threading.Event()
+
+    def others_keep_taking_it() -> None:
+        with sched._cycle:
+            assert sched._assume(host.name, new_consumer(), sched._assumes, 1.0)
+        while not stop.wait(0.2):
+            # NOTE: one binding ends and another request's begins at once.
+            with sched._cycle:
+                sched._unassume(host.name)
+                assert sched._assume(host.name, new_consumer(), sched._assumes, 1.0)
+        sched._unassume(host.name)
+
+    results: list[Any] = []
+
+    def waiter() -> None:
+        results.append(sched.schedule(spec_of(sched, *pinned(1, 2, 1024)),
+                                      new_consumer(), "p", "u", timeout=1.0))
+
+    churn = threading.Thread(target=others_keep_taking_it, daemon=True)
+    churn.start()
+    waiting = threading.Thread(target=waiter, daemon=True)
+    try:
+        waiting.start()
+        waiting.join(20)
+        assert results, "the request still waits for the hosts in flight"
+    finally:
+        stop.set()
+        churn.join(10)
+        waiting.join(30)
+    result = results[0]
+    assert not result.placed and not result.attempts
+    assert [r.reason for r in result.verdicts[host.name]] == [selection.IN_FLIGHT]
+    assert sched.in_flight() == {}

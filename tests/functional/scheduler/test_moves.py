@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -490,6 +491,31 @@ def test_evacuate_a_down_host_fences_it_and_its_agent_drops_the_claims_on_return
     assert "COMPUTE_STATUS_DISABLED" not in cloud.placement.session.request(
         cloud.placement.emb_url("/resource_providers/%s/traits" % dead.root), "GET",
         headers=HEADERS).json()["traits"]
+
+
+def test_evacuate_reads_the_liveness_of_its_host_only(cloud):
+    """Whether the host to evacuate is down is read for that host alone
+    (one row), not for every host of the store (one row per host: 10,000
+    at 10,000 hosts, for one answer)."""
+    up = cloud.add_host("up", [cell(4, 4096)], dedicated="0-3")
+    cloud.add_host("other", [cell(4, 4096)], dedicated="0-3")
+    real = cloud.store
+    asked: list[Any] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def host_statuses(self, hosts: Any = None) -> Any:
+            asked.append(None if hosts is None else sorted(hosts))
+            return real.host_statuses(hosts)
+
+    mv = mover(cloud)
+    mv.store = Recording()
+    with pytest.raises(MoveError, match="host %s is not down" % up.name):
+        mv.evacuate(up.name)
+    assert asked == [[up.name]]
+    assert real.disabled_hosts() == {}
 
 
 def test_a_revert_while_the_destination_agent_is_stopped_finishes_when_run_again(

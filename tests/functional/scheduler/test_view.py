@@ -10,6 +10,7 @@ request that fits only on a host not fitted yet is still placed."""
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from typing import Any
 
@@ -569,3 +570,89 @@ def take_all_cpus(cloud: Any, host: Any) -> str:
         "allocations": {numa0: {"resources": {"PCPU": 4}}}, "project_id": "p",
         "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
     return consumer
+
+
+def test_a_slow_ask_about_every_host_keeps_no_older_answer_than_a_renewal(cloud):
+    """A decision asks Placement about every host (too many trees to ask
+    about); while its answer is on the way another decision serves the
+    kept answer and renews it, and the renewal lands first, taken after
+    the slow ask began (a host filled up in between). The slow ask's
+    answer serves its own decision but is not kept over the newer one
+    (it was: a stale "room" kept for a whole ``placement_view_seconds``,
+    costing a 409)."""
+    r = Renewing(cloud, "slow")
+    a, b, now, pending, kept = r.a, r.b, r.now, r.pending, r.kept
+    r.find()
+    real = r.sched.placement
+    interloped: list[bool] = []
+
+    class SlowAsk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def get(self, path: str, *args: Any, **kw: Any) -> Any:
+            answer = real.get(path, *args, **kw)
+            if path.startswith("/resource_providers") and not interloped:
+                interloped.append(True)
+                take_all_cpus(cloud, a)
+                now[0] = 60.0 * view.RENEW_AT + 1
+                served, asked = kept.find(real, r.store, r.spec.groups, [a.name])
+                assert not asked and a.name in served.hosts
+                pending.pop()()             # the renewal lands first
+            return answer
+
+    kept.max_trees = 0                      # any tree to ask about: every host
+    kept.forget(b.name)
+    now[0] = 60.0 * view.RENEW_AT
+    slow, asked = kept.find(SlowAsk(), r.store, r.spec.groups, r.live)
+    assert asked and interloped and a.name in slow.hosts
+    assert kept.full_asks["too many trees"] == 1 and kept.full_asks["renewed"] == 1
+    served, asked = kept.find(real, r.store, r.spec.groups, [a.name])
+    assert not asked and a.name not in served.hosts
+    assert any("PCPU" in why.reason for why in served.excluded[a.name])
+
+
+def test_closing_a_scheduler_waits_for_its_renewal_and_starts_no_other(cloud):
+    """A renewal of Placement's answer is running (its ask held) when the
+    scheduler is closed: ``close`` returns once it ended (it no longer
+    uses the Placement client or the store its owner closes next), and
+    no renewal is started after it, however old the kept answer; a
+    second ``close`` does nothing more."""
+    r = Renewing(cloud, "close")
+    sched, now = r.sched, r.now
+    real = sched.placement
+    held, release = threading.Event(), threading.Event()
+
+    class HeldAsk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def get(self, path: str, *args: Any, **kw: Any) -> Any:
+            held.set()
+            assert release.wait(30)
+            return real.get(path, *args, **kw)
+
+    sched.view = kept = view.PlacementView(60.0, clock=lambda: now[0])
+    assert kept.find(real, r.store, r.spec.groups, r.live)[1]
+    now[0] = 60.0 * view.RENEW_AT
+    assert not kept.find(HeldAsk(), r.store, r.spec.groups, r.live)[1]
+    assert held.wait(30)                    # the renewal is asking
+    closing = threading.Thread(target=sched.close)
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive()               # waits for the renewal
+    release.set()
+    closing.join(30)
+    assert not closing.is_alive() and kept.full_asks["renewed"] == 1
+    held.clear()
+    release.clear()                         # a renewal started now would hang
+    now[0] = 60.0 * view.RENEW_AT + 30
+    try:
+        served, asked = kept.find(HeldAsk(), r.store, r.spec.groups, r.live)
+        assert not asked and served.hosts
+        assert not [t for t in threading.enumerate() if t.name == "placement-view-renewal"]
+    finally:
+        release.set()
+    sched.close()
+    with sched:
+        pass

@@ -74,6 +74,22 @@ def states(**rounds):
     return {p: doc(p, n=n) for p, n in rounds.items()}
 
 
+def _downgrade(url, version, *statements):
+    """Make the store at ``url`` look like one of an older schema: run
+    ``statements`` (SQL text, or SQLAlchemy statements) in one transaction,
+    then record ``version`` (None: none recorded), as the upgrade tests
+    start from."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.execute(sa.text(statement) if isinstance(statement, str) else statement)
+            if version is not None:
+                conn.execute(sa.update(schema.version).values(version=version))
+    finally:
+        engine.dispose()
+
+
 def run_threads(target, count, *args):
     """Run ``target(i, *args)`` in ``count`` threads started together;
     returns their results (or raises the first error)."""
@@ -718,15 +734,10 @@ class TestWaitForAnswer:
 
 class TestSchema:
     def _set_version(self, url, version):
-        engine = sa.create_engine(url)
-        try:
-            with engine.begin() as conn:
-                if version is None:
-                    conn.execute(sa.text("DROP TABLE hoststate_version"))
-                else:
-                    conn.execute(sa.update(schema.version).values(version=version))
-        finally:
-            engine.dispose()
+        if version is None:
+            _downgrade(url, None, "DROP TABLE hoststate_version")
+        else:
+            _downgrade(url, version)
 
     def test_reopen_keeps_the_data(self, empty_url):
         with hoststate.HostStateStore(empty_url) as first:
@@ -917,14 +928,7 @@ class TestAgentLeases:
             d = s.submit_decision("c1", "h1", SPEC)
             protocol.claim(s, d.id)
             s.submit_decision("c2", "h1", SPEC)
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text("DROP TABLE hoststate_leases"))
-                conn.execute(sa.text("DROP TABLE hoststate_store"))
-                conn.execute(sa.update(schema.version).values(version=2))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 2, "DROP TABLE hoststate_leases", "DROP TABLE hoststate_store")
         opened = run_threads(lambda i: hoststate.HostStateStore(empty_url), 4)
         try:
             ids = run_threads(lambda i: opened[i].store_id(), 4)
@@ -952,14 +956,7 @@ class TestAgentLeases:
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
             lease = s.acquire_lease("h1", "node-a", "pid 1", 60)
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text("DROP TABLE hoststate_moves"))
-                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
-                conn.execute(sa.update(schema.version).values(version=3))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 3, "DROP TABLE hoststate_moves", "DROP TABLE hoststate_disabled")
         with hoststate.HostStateStore(empty_url) as s:
             assert s.get_host("h1").generation == 1
             assert s.get_lease("h1") == lease
@@ -980,13 +977,7 @@ class TestAgentLeases:
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
             decision = protocol.claim(s, s.submit_decision(instance, "h1", SPEC).id)
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text("DROP TABLE hoststate_moves"))
-                conn.execute(sa.update(schema.version).values(version=4))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 4, "DROP TABLE hoststate_moves")
         with hoststate.HostStateStore(empty_url) as s:
             assert s.active_decision(instance) == decision
             assert s.moves_in_force() == []
@@ -1001,20 +992,12 @@ class TestAgentLeases:
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
             s.disable_host("h1", "bios update", "ops@desk")
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
-                conn.execute(sa.text(
-                    "CREATE TABLE hoststate_disabled (host VARCHAR(255) NOT NULL "
-                    "PRIMARY KEY, reason TEXT NOT NULL, disabled_by VARCHAR(255) NOT "
-                    "NULL, disabled_at TIMESTAMP NOT NULL)"))
-                conn.execute(sa.text(
-                    "INSERT INTO hoststate_disabled VALUES ('h1', 'bios update', "
-                    "'ops@desk', '2026-01-02 03:04:05')"))
-                conn.execute(sa.update(schema.version).values(version=5))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 5, "DROP TABLE hoststate_disabled",
+                   "CREATE TABLE hoststate_disabled (host VARCHAR(255) NOT NULL "
+                   "PRIMARY KEY, reason TEXT NOT NULL, disabled_by VARCHAR(255) NOT "
+                   "NULL, disabled_at TIMESTAMP NOT NULL)",
+                   "INSERT INTO hoststate_disabled VALUES ('h1', 'bios update', "
+                   "'ops@desk', '2026-01-02 03:04:05')")
         with hoststate.HostStateStore(empty_url) as s:
             record = s.disabled_hosts()["h1"]
             assert (record.reason, record.kind) == ("bios update", "operator")
@@ -1031,12 +1014,7 @@ class TestAgentLeases:
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
             fence, _ = s.disable_host("h1", "evacuated", "mover", kind="evacuated")
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.update(schema.version).values(version=5))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 5)
         with hoststate.HostStateStore(empty_url) as s:
             assert s.disabled_hosts()["h1"] == fence
         engine = sa.create_engine(empty_url)
@@ -1050,16 +1028,8 @@ class TestAgentLeases:
     def test_a_version_2_store_is_upgraded_in_place(self, empty_url):
         with hoststate.HostStateStore(empty_url) as s:
             s.publish("h1", states(a=1), 0)
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text("DROP TABLE hoststate_moves"))
-                conn.execute(sa.text("DROP TABLE hoststate_disabled"))
-                conn.execute(sa.text("DROP TABLE hoststate_leases"))
-                conn.execute(sa.text("DROP TABLE hoststate_store"))
-                conn.execute(sa.update(schema.version).values(version=2))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 2, "DROP TABLE hoststate_moves", "DROP TABLE hoststate_disabled",
+                   "DROP TABLE hoststate_leases", "DROP TABLE hoststate_store")
         with hoststate.HostStateStore(empty_url) as s:
             assert s.get_host("h1").generation == 1
             assert s.acquire_lease("h1", "node-a", "pid 1", 60).epoch == 1
@@ -1298,6 +1268,28 @@ class TestChanges:
         restored = store.host_status_changes(renamed.mark)
         assert restored.full and dict(restored.generations) == {"h2": 1}
 
+    def test_a_store_recreated_past_the_mark_reads_every_host(self, store, url, make_store):
+        """The store dropped and made again under a reader (a running
+        scheduler), its new counter past the reader's mark by the time it
+        reads: every host is read (the store's identity is in the mark),
+        not only those numbered past the old store's mark (the others went
+        unseen up to ``FULL_READ_SECONDS``)."""
+        for host in ("h1", "h2"):
+            store.publish(host, states(a=1), 0)
+        mark = store.host_status_changes(None).mark
+        engine = sa.create_engine(url)
+        try:
+            schema.metadata.drop_all(engine)
+        finally:
+            engine.dispose()
+        again = make_store()
+        for host in ("n1", "n2", "n3"):
+            again.publish(host, states(a=1), 0)
+        found = store.host_status_changes(mark)
+        assert found.mark.number > mark.number and found.mark.store != mark.store
+        assert found.full and dict(found.generations) == {"n1": 1, "n2": 1, "n3": 1}
+        assert not store.host_status_changes(found.mark).full
+
     def test_interleaved_publishers_miss_no_change(self, store, url):
         """The sequence pitfall: a publisher that took its number first and
         commits last. Its rival waits for the counter until it committed,
@@ -1366,16 +1358,9 @@ class TestChanges:
             s.publish("h1", states(a=1), 0)
             s.publish("h1", states(a=2), 1)
             lease = s.acquire_lease("h1", "node-a", "pid 1", 60)
-        engine = sa.create_engine(empty_url)
-        try:
-            with engine.begin() as conn:
-                for index in schema.ADDED_INDEXES:
-                    conn.execute(sa.schema.DropIndex(index))
-                conn.execute(sa.text("ALTER TABLE hoststate_hosts DROP COLUMN change_number"))
-                conn.execute(sa.text("DROP TABLE hoststate_changes"))
-                conn.execute(sa.update(schema.version).values(version=6))
-        finally:
-            engine.dispose()
+        _downgrade(empty_url, 6, *(sa.schema.DropIndex(i) for i in schema.ADDED_INDEXES),
+                   "ALTER TABLE hoststate_hosts DROP COLUMN change_number",
+                   "DROP TABLE hoststate_changes")
         with hoststate.HostStateStore(empty_url) as s:
             assert s.get_host("h1").generation == 2
             assert s.get_lease("h1") == lease
