@@ -27,7 +27,7 @@ two objects, and are not correlated). So the cache is kept narrow:
 * only on the openstack-placement releases whose functions were read and
   whose statements were compared (:data:`AUDITED_RELEASES`): elsewhere the
   tuning is not applied (a warning says why) and Placement runs as
-  shipped. ``tests/functional/placement/test_aliases.py`` runs the same
+  shipped. ``tests/functional/placement/test_tuning.py`` runs the same
   requests with and without it and finds the same SQL, statement by
   statement, and the same answers.
 
@@ -103,7 +103,7 @@ class KeptAliases:
                 kept = self._aliases.get(key)
                 if kept is None or kept[0] is not selectable:
                     made = self._module.alias(selectable, name=name, flat=flat)
-                    made.c  # NOTE: built here, under the lock, once
+                    _ = made.c  # NOTE: built here, under the lock, once
                     kept = (selectable, made)
                     self._aliases[key] = kept
         return kept[1]
@@ -128,9 +128,13 @@ def problems(release: Optional[str] = None) -> list[str]:
     if release not in AUDITED_RELEASES:
         return ["openstack-placement %s is not a release whose queries were compared "
                 "with the aliases kept (%s)" % (release, ", ".join(sorted(AUDITED_RELEASES)))]
+    import sqlalchemy
+
     found = []
     for module_name, functions in CACHED.items():
         module = importlib.import_module(module_name)
+        if getattr(module, "sa", None) is not sqlalchemy:
+            found.append("%s.sa is not sqlalchemy" % module_name)
         for function in functions:
             code = _code(module, function)
             if code is None:
@@ -144,7 +148,8 @@ def _code(module: Any, function: str) -> Any:
     """The code of ``module.function`` under its decorators (oslo.db's
     transaction, :func:`~compute_plugins.placement.embedded.
     scope_tree_listings`' wrapper); None when there is no such function."""
-    code = getattr(inspect.unwrap(getattr(module, function, None)), "__code__", None)
+    found = getattr(module, function, None)
+    code = getattr(inspect.unwrap(found) if callable(found) else None, "__code__", None)
     return code if code is not None and code.co_name == function else None
 
 
@@ -173,11 +178,8 @@ def keep_aliases() -> bool:
                       for module_name, functions in CACHED.items() for function in functions)
     kept = KeptAliases(sqlalchemy, codes)
     for module_name in CACHED:
-        module = importlib.import_module(module_name)
-        if module.sa is not sqlalchemy:
-            raise RuntimeError("%s.sa is %r, not sqlalchemy" % (module_name, module.sa))
-    for module_name in CACHED:
-        importlib.import_module(module_name).sa = kept
+        module: Any = importlib.import_module(module_name)
+        module.sa = kept
     return True
 
 
@@ -186,7 +188,7 @@ def restore() -> None:
     import sqlalchemy
 
     for module_name in CACHED:
-        module = sys.modules.get(module_name)
+        module: Any = sys.modules.get(module_name)
         if module is not None and isinstance(getattr(module, "sa", None), KeptAliases):
             module.sa = sqlalchemy
 

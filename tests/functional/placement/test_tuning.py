@@ -1,15 +1,17 @@
 """The embedded Placement's kept table aliases (:mod:`compute_plugins.
-placement.aliases`): the same SQL and the same answers as Placement as
-shipped, on SQLite and on PostgreSQL.
+placement.aliases`) and remembered fixed rows (:mod:`compute_plugins.
+placement.lookups`): the same SQL (less the reads of rows remembered) and
+the same answers as Placement as shipped, on SQLite and on PostgreSQL.
 
 Each run sends one script of requests (providers, inventories, traits,
 aggregates, the scheduler's listings, allocation candidates, ``PUT``,
 ``POST``, ``GET`` and ``DELETE`` of allocations, a capacity conflict, a
 generation conflict) to a new embedded Placement on an empty database,
 with deterministic uuids; every statement sent to the database is
-recorded. With the aliases kept and with Placement's own fresh ones, the
-statements are the same one by one (their text and their parameters, time
-stamps aside) and so are the answers.
+recorded. With the tuning and with Placement as shipped, the statements
+are the same one by one (their text and their parameters, time stamps
+aside), but for the reads of every resource class or consumer type that
+the tuning spares, and so are the answers.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from compute_plugins.placement import aliases, embedded
+from compute_plugins.placement import aliases, embedded, lookups
 
 NS = uuid.UUID("6b8e1c61-3a55-4a8f-8d6f-0c5a3b1f7e21")
 HEADERS = {"OpenStack-API-Version": "placement 1.39"}
@@ -41,7 +43,7 @@ def script() -> Iterator[tuple[str, str, Any]]:
     children = [uid("child%d" % i) for i in range(3)]
     agg = uid("agg")
     yield "PUT", "/traits/CUSTOM_FAST", None
-    for i, (root, child) in enumerate(zip(roots, children)):
+    for i, (root, child) in enumerate(zip(roots, children, strict=True)):
         yield "POST", "/resource_providers", {"name": "root%d" % i, "uuid": root}
         yield "POST", "/resource_providers", {"name": "child%d" % i, "uuid": child,
                                               "parent_provider_uuid": root}
@@ -96,6 +98,25 @@ def script() -> Iterator[tuple[str, str, Any]]:
     for consumer in (first, second, first, third):
         yield "DELETE", "/allocations/" + consumer, None
     yield "GET", "/resource_providers?resources=VCPU:4,MEMORY_MB:4096", None
+    # NOTE: a custom class (not remembered: it may go) used, then deleted,
+    # then asked for again; a new consumer type
+    gold = uid("gold")
+    yield "PUT", "/resource_classes/CUSTOM_GOLD", None
+    yield "POST", "/resource_providers/%s/inventories" % roots[0], {
+        "resource_provider_generation": 2, "resource_class": "CUSTOM_GOLD", "total": 2}
+    yield "PUT", "/allocations/" + gold, {
+        "allocations": {roots[0]: {"resources": {"CUSTOM_GOLD": 1}}},
+        "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}
+    yield "GET", "/allocations/" + gold, None
+    yield "GET", "/resource_providers/%s/usages" % roots[0], None
+    yield "DELETE", "/allocations/" + gold, None
+    yield "DELETE", "/resource_providers/%s/inventories/CUSTOM_GOLD" % roots[0], None
+    yield "DELETE", "/resource_classes/CUSTOM_GOLD", None
+    yield "PUT", "/allocations/" + gold, {
+        "allocations": {roots[0]: {"resources": {"CUSTOM_GOLD": 1}}},
+        "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}
+    yield "GET", "/resource_classes/CUSTOM_GOLD", None
+    yield "GET", "/resource_classes/VCPU", None
 
 
 #: A time stamp as SQLite's driver is given it (a string).
@@ -137,24 +158,44 @@ def run(url: str) -> tuple[list[Any], list[Any]]:
     return answers, statements
 
 
+#: Placement's read of every resource class or consumer type (its
+#: per-request caches, ``placement.attribute_cache``).
+READ_ALL = re.compile(r"SELECT (resource_classes|consumer_types)\.id, \1\.name, "
+                      r"\1\.updated_at, \1\.created_at\s+FROM \1")
+
+
 def compare(urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """:func:`run` with the aliases kept (on ``urls[0]``), then as shipped
-    (``urls[1]``): the same answers and statements. Returns the answers."""
-    assert aliases.keep_aliases()
+    """:func:`run` with the tuning (on ``urls[0]``), then as shipped
+    (``urls[1]``): the same answers and statements (less reads of every
+    resource class or consumer type, fewer with the tuning). Returns the
+    answers."""
+    assert aliases.keep_aliases() and lookups.remember_fixed_rows()
     kept, kept_sql = run(urls[0])
     kept_aliases = aliases.kept_aliases()
     assert kept_aliases is not None
     monkeypatch.setattr(aliases, "keep_aliases", lambda: False)
+    monkeypatch.setattr(lookups, "remember_fixed_rows", lambda: False)
     aliases.restore()
+    lookups.restore()
     try:
         stock, stock_sql = run(urls[1])
         assert aliases.kept_aliases() is None
     finally:
         monkeypatch.undo()
         aliases.keep_aliases()
+        lookups.remember_fixed_rows()
     assert kept == stock
-    assert len(kept_sql) == len(stock_sql)
-    for mine, theirs in zip(kept_sql, stock_sql):
+
+    def reads(sql: list[Any]) -> int:
+        return sum(1 for text, _params in sql if READ_ALL.fullmatch(text.strip()))
+
+    assert reads(kept_sql) < reads(stock_sql) // 2, (reads(kept_sql), reads(stock_sql))
+    # NOTE: a read in a transaction of its own goes with its BEGIN (SQLite:
+    # oslo.db sends it; PostgreSQL's is implicit)
+    kept_sql = [s for s in kept_sql if not READ_ALL.fullmatch(s[0].strip()) and s[0] != "BEGIN"]
+    stock_sql = [s for s in stock_sql if not READ_ALL.fullmatch(s[0].strip())
+                 and s[0] != "BEGIN"]
+    for mine, theirs in zip(kept_sql, stock_sql, strict=True):
         assert mine == theirs
     # NOTE: every kept function was called, and got its aliases kept
     used = {name for name, _alias in kept_aliases.kept()}
@@ -171,7 +212,10 @@ def check_conflicts(answers: list[Any]) -> None:
     assert codes[(second, 409)] == ["placement.undefined_code"]
     assert codes[(first, 404)] == ["placement.undefined_code"]
     assert [status for method, path, status, _ in answers if method == "DELETE"] == [
-        204, 204, 404, 204]
+        204, 204, 404, 204, 204, 204, 204]
+    gold = "/allocations/" + uid("gold")
+    assert [status for method, path, status, _ in answers if path == gold] == [
+        204, 200, 204, 400]
 
 
 def test_kept_aliases_send_the_same_sql_and_answers_on_sqlite(monkeypatch):
@@ -225,34 +269,108 @@ def test_one_alias_object_per_function_and_name():
 
 def test_not_applied_on_a_release_not_compared(monkeypatch, caplog):
     """On an openstack-placement release whose queries were not compared
-    the aliases are not kept: a warning names the release, and Placement's
-    modules stay as shipped."""
+    the aliases are not kept nor the fixed rows remembered: a warning names
+    the release, and Placement's code stays as shipped."""
+    from placement import attribute_cache
     from placement.objects import allocation
 
     monkeypatch.setattr(aliases, "_release", lambda: "99.1.0")
     aliases.restore()
+    lookups.restore()
     try:
         assert aliases.problems() == [
             "openstack-placement 99.1.0 is not a release whose queries were compared "
             "with the aliases kept (16.0.0)"]
+        assert lookups.problems() == [
+            "openstack-placement 99.1.0 is not a release whose attribute caches were "
+            "read (16.0.0)"]
         assert aliases.keep_aliases() is False
+        assert lookups.remember_fixed_rows() is False
         assert allocation.sa is sa
         assert "not a release whose queries were compared" in caplog.text
+        assert "not a release whose attribute caches were read" in caplog.text
         with embedded.EmbeddedPlacement("sqlite://") as service:
             assert service.client().adapter.request("/allocations/" + uid("x"), "GET",
                                                     headers=HEADERS).status_code == 200
             assert allocation.sa is sa
+            assert lookups.fixed(attribute_cache.ResourceClassCache) is None
+            assert "id_from_string" not in attribute_cache.ResourceClassCache.__dict__
     finally:
         monkeypatch.undo()
         aliases.keep_aliases()
+        lookups.remember_fixed_rows()
+
+
+def test_only_rows_that_never_change_are_remembered():
+    """A boot's ``PUT /allocations`` read every resource class and every
+    consumer type (2 of its 16 statements); once a request has read them,
+    the standard classes and the consumer types are not read again. A
+    custom class is: one deleted behind the process's back (by another
+    Placement process on the same database) is refused as Placement
+    refuses it, and a new database is read anew."""
+    from placement import attribute_cache
+
+    assert lookups.remember_fixed_rows()
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        client = service.client()
+        rp = uid("fixed-rp")
+        client.post("/resource_providers", {"name": "fixed", "uuid": rp})
+        client.put("/resource_classes/CUSTOM_SILVER", None)
+        client.put("/resource_providers/%s/inventories" % rp, {
+            "resource_provider_generation": 0,
+            "inventories": {"VCPU": {"total": 8}, "CUSTOM_SILVER": {"total": 2}}})
+        reads: list[str] = []
+
+        def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+            if READ_ALL.fullmatch(text.strip()):
+                reads.append(text.split()[-1])
+
+        sa.event.listen(service._engine, "before_cursor_execute", statement)
+        body = {"project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
+                "consumer_generation": None}
+
+        def put(consumer: str, resources: dict[str, int]) -> Any:
+            return client.adapter.request("/allocations/" + uid(consumer), "PUT", json={
+                "allocations": {rp: {"resources": resources}}, **body},
+                headers=HEADERS, raise_exc=False)
+
+        # NOTE: the first creates the consumer type, the next reads it
+        assert put("first", {"VCPU": 1}).status_code == 204
+        assert put("next", {"VCPU": 1}).status_code == 204
+        reads.clear()
+        assert put("second", {"VCPU": 1}).status_code == 204
+        assert client.adapter.request("/allocations/" + uid("second"), "DELETE",
+                                      headers=HEADERS).status_code == 204
+        assert reads == []
+        rc = lookups.fixed(attribute_cache.ResourceClassCache)
+        ct = lookups.fixed(attribute_cache.ConsumerTypeCache)
+        assert rc is not None and ct is not None
+        assert "VCPU" in rc.ids and "INSTANCE" in ct.ids
+        assert put("silver", {"CUSTOM_SILVER": 1}).status_code == 204
+        assert "CUSTOM_SILVER" not in rc.ids and reads == ["resource_classes"]
+        client.adapter.request("/allocations/" + uid("silver"), "DELETE", headers=HEADERS)
+        client.adapter.request("/resource_providers/%s/inventories/CUSTOM_SILVER" % rp,
+                               "DELETE", headers=HEADERS)
+        with service._engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM resource_classes WHERE name = 'CUSTOM_SILVER'"))
+        refused = put("silver2", {"CUSTOM_SILVER": 1})
+        assert refused.status_code == 400
+        assert "No such resource class CUSTOM_SILVER" in refused.text
+    with embedded.EmbeddedPlacement("sqlite://"):
+        assert rc.ids == {} and ct.ids == {}
 
 
 def test_a_function_that_changed_is_named(monkeypatch):
     from placement.objects import user
 
-    monkeypatch.setattr(user, "_get_user_by_external_id", lambda ctx, external_id: None)
-    assert aliases.problems() == [
-        "placement.objects.user has no function _get_user_by_external_id"]
+    aliases.restore()
+    try:
+        monkeypatch.setattr(user, "_get_user_by_external_id", lambda ctx, external_id: None)
+        assert aliases.problems() == [
+            "placement.objects.user has no function _get_user_by_external_id"]
+    finally:
+        monkeypatch.undo()
+        assert aliases.keep_aliases()
 
 
 def test_only_the_embedded_placement_keeps_them():
