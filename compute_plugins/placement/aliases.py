@@ -5,7 +5,7 @@ Placement's lookups name their tables on every call
 (``.c``), which makes SQLAlchemy build a proxy of every column of the
 table, foreign keys and their event listeners included: at 1,000 hosts
 that was 16-20% of the embedded Placement's CPU (``python -m
-bench.scale.placement --profile``; a ``PUT /allocations`` builds 10
+bench.scale.placement --profile``; a ``PUT /allocations`` builds 8
 aliases, a ``DELETE`` 5). An alias is an immutable description of the
 table under a name; the statement built around it, its SQL and its
 statement-cache key are the same whichever alias object of that name it
