@@ -76,33 +76,30 @@ class Fixed:
             self.names = {}
 
 
+def _remembering(lookup: Callable[[Any, Any], Any], fixed: Fixed,
+                 known: str) -> Callable[[Any, Any], Any]:
+    """``lookup`` (a cache's method) answered from ``fixed``'s ``known``
+    map (``ids`` by name, ``names`` by id) when it holds the key; else
+    ``lookup`` itself, after which ``fixed`` learns what it read."""
+    def remembering(self: Any, key: Any) -> Any:
+        found = getattr(fixed, known).get(key)
+        if found is not None:
+            return found
+        result = lookup(self, key)
+        fixed.learn(self)
+        return result
+
+    return remembering
+
+
 def _patch(cls: Any, fixed: Fixed) -> None:
     """``cls.id_from_string`` and ``string_from_id`` answered from
     ``fixed`` when it knows the name or id, else as before (and ``fixed``
     learns from what the request's cache read)."""
-    id_from_string = cls.id_from_string
-    string_from_id = cls.string_from_id
-
-    def fixed_id_from_string(self: Any, attr_str: str) -> Any:
-        found = fixed.ids.get(attr_str)
-        if found is not None:
-            return found
-        result = id_from_string(self, attr_str)
-        fixed.learn(self)
-        return result
-
-    def fixed_string_from_id(self: Any, attr_id: Any) -> Any:
-        found = fixed.names.get(attr_id)
-        if found is not None:
-            return found
-        result = string_from_id(self, attr_id)
-        fixed.learn(self)
-        return result
-
     fixed.shipped = {name: cls.__dict__[name] for name in ("id_from_string", "string_from_id")
                      if name in cls.__dict__}
-    cls.id_from_string = fixed_id_from_string
-    cls.string_from_id = fixed_string_from_id
+    cls.id_from_string = _remembering(cls.id_from_string, fixed, "ids")
+    cls.string_from_id = _remembering(cls.string_from_id, fixed, "names")
     setattr(cls, _FIXED, fixed)
 
 
