@@ -1,0 +1,173 @@
+"""The embedded Placement's names of standard resource classes and of
+consumer types, looked up once per database instead of once per request.
+
+Placement keeps a cache of resource classes and one of consumer types per
+request (``placement.attribute_cache``), read whole from the database the
+first time a request needs one: a ``PUT /allocations`` reads both (2 of
+its 16 statements and of its 7 transactions), a ``DELETE`` or ``GET
+/allocations`` the resource classes (1 of 5, 1 of 3), every listing too.
+
+Some of those rows never change once written: a *standard* resource class
+(id below ``ResourceClass.MIN_CUSTOM_RESOURCE_CLASS_ID``) can be neither
+deleted nor renamed (Placement refuses both), and a consumer type is only
+ever created (there is no API to delete or rename one). The embedded
+Placement remembers those rows the first time a request reads them
+(:class:`Fixed`) and answers a later request's lookup of one from memory;
+any other name or id (a custom resource class, which may be deleted, one
+not seen yet, the "unknown" consumer type) is looked up as before, with
+the per-request read. Traits are left alone (a custom trait may be
+deleted).
+
+What is remembered is forgotten whenever an embedded Placement is built
+(another database may number its consumer types otherwise). Applied only
+on the openstack-placement releases whose caches were read
+(:data:`compute_plugins.placement.aliases.AUDITED_RELEASES`); elsewhere a
+warning says so and Placement runs as shipped.
+``tests/functional/placement/test_tuning.py`` runs the same requests with
+and without it: the same answers, and the same statements less those
+reads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Optional
+
+from oslo_log import log as logging
+
+from compute_plugins.placement import aliases
+
+LOG = logging.getLogger(__name__)
+
+#: The attribute of a patched cache class holding its :class:`Fixed`.
+_FIXED = "_compute_plugins_fixed"
+
+
+class Fixed:
+    """Names and ids (of one kind: resource classes or consumer types) that
+    never change once in the database, learned from Placement's per-request
+    caches.
+
+    :param keep: whether an id is one of those (a standard resource class).
+    """
+
+    def __init__(self, keep: Callable[[int], bool]) -> None:
+        self._keep = keep
+        #: The methods the cache class defined itself before (restore).
+        self.shipped: dict[str, Any] = {}
+        self.ids: dict[str, int] = {}
+        self.names: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, cache: Any) -> None:
+        """Remember the fixed rows ``cache`` (a per-request cache) read."""
+        rows = [(name, ident) for name, ident in dict(cache._id_cache).items()
+                if ident is not None and self._keep(ident)]
+        with self._lock:
+            for name, ident in rows:
+                self.ids[name] = ident
+                self.names[ident] = name
+
+    def forget(self) -> None:
+        """Forget everything (another database)."""
+        with self._lock:
+            self.ids = {}
+            self.names = {}
+
+
+def _remembering(lookup: Callable[[Any, Any], Any], fixed: Fixed,
+                 known: str) -> Callable[[Any, Any], Any]:
+    """``lookup`` (a cache's method) answered from ``fixed``'s ``known``
+    map (``ids`` by name, ``names`` by id) when it holds the key; else
+    ``lookup`` itself, after which ``fixed`` learns what it read."""
+    def remembering(self: Any, key: Any) -> Any:
+        found = getattr(fixed, known).get(key)
+        if found is not None:
+            return found
+        result = lookup(self, key)
+        fixed.learn(self)
+        return result
+
+    return remembering
+
+
+def _patch(cls: Any, fixed: Fixed) -> None:
+    """``cls.id_from_string`` and ``string_from_id`` answered from
+    ``fixed`` when it knows the name or id, else as before (and ``fixed``
+    learns from what the request's cache read)."""
+    fixed.shipped = {name: cls.__dict__[name] for name in ("id_from_string", "string_from_id")
+                     if name in cls.__dict__}
+    cls.id_from_string = _remembering(cls.id_from_string, fixed, "ids")
+    cls.string_from_id = _remembering(cls.string_from_id, fixed, "names")
+    setattr(cls, _FIXED, fixed)
+
+
+def _classes() -> list[tuple[Any, Callable[[int], bool]]]:
+    """Placement's per-request cache classes of the rows that never change,
+    with which of their ids are such rows."""
+    from placement import attribute_cache
+    from placement.objects import resource_class
+
+    first_custom = resource_class.ResourceClass.MIN_CUSTOM_RESOURCE_CLASS_ID
+    return [(attribute_cache.ResourceClassCache, lambda ident: ident < first_custom),
+            (attribute_cache.ConsumerTypeCache, lambda ident: True)]
+
+
+def problems(release: Optional[str] = None) -> list[str]:
+    """Why the fixed rows cannot be remembered on this Placement (none:
+    they can)."""
+    release = aliases._release() if release is None else release
+    if release not in aliases.AUDITED_RELEASES:
+        return ["openstack-placement %s is not a release whose attribute caches were "
+                "read (%s)" % (release, ", ".join(sorted(aliases.AUDITED_RELEASES)))]
+    from placement import attribute_cache
+
+    found = []
+    for name in ("id_from_string", "string_from_id", "_refresh_from_db"):
+        if not callable(getattr(attribute_cache._AttributeCache, name, None)):
+            found.append("placement.attribute_cache._AttributeCache has no %s" % name)
+    return found
+
+
+def fixed(cls: Any) -> Optional[Fixed]:
+    """What ``cls`` (a per-request cache class) remembers; None: not applied."""
+    found = cls.__dict__.get(_FIXED)
+    return found if isinstance(found, Fixed) else None
+
+
+def remember_fixed_rows() -> bool:
+    """Make Placement's resource class and consumer type caches remember
+    the rows that never change (:class:`Fixed`), forgetting what they
+    remembered of another database; idempotent. On a Placement where that
+    was not checked (:func:`problems`) it logs a warning, changes nothing
+    and returns False."""
+    classes = _classes()
+    if all(fixed(cls) is not None for cls, _keep in classes):
+        for cls, _keep in classes:
+            fixed(cls).forget()  # type: ignore[union-attr]
+        return True
+    found = problems()
+    if found:
+        LOG.warning("the embedded Placement reads its resource classes and consumer "
+                    "types on every request (not remembered): %s", "; ".join(found))
+        return False
+    for cls, keep in classes:
+        _patch(cls, Fixed(keep))
+    return True
+
+
+def restore() -> None:
+    """Placement's caches as shipped again (read on every request)."""
+    for cls, _keep in _classes():
+        kept = fixed(cls)
+        if kept is not None:
+            for name in ("id_from_string", "string_from_id"):
+                if name in kept.shipped:
+                    setattr(cls, name, kept.shipped[name])
+                else:
+                    delattr(cls, name)
+            delattr(cls, _FIXED)
+
+
+__all__ = ["Fixed", "fixed", "problems", "remember_fixed_rows", "restore"]

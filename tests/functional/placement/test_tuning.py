@@ -1,0 +1,392 @@
+"""The embedded Placement's kept table aliases (:mod:`compute_plugins.
+placement.aliases`) and remembered fixed rows (:mod:`compute_plugins.
+placement.lookups`): the same SQL (less the reads of rows remembered) and
+the same answers as Placement as shipped, on SQLite and on PostgreSQL.
+
+Each run sends one script of requests (providers, inventories, traits,
+aggregates, the scheduler's listings, allocation candidates, ``PUT``,
+``POST``, ``GET`` and ``DELETE`` of allocations, a capacity conflict, a
+generation conflict) to a new embedded Placement on an empty database,
+with deterministic uuids; every statement sent to the database is
+recorded. With the tuning and with Placement as shipped, the statements
+are the same one by one (their text and their parameters, time stamps
+aside), but for the reads of every resource class or consumer type that
+the tuning spares, and so are the answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from compute_plugins.placement import aliases, embedded, lookups
+
+NS = uuid.UUID("6b8e1c61-3a55-4a8f-8d6f-0c5a3b1f7e21")
+HEADERS = {"OpenStack-API-Version": "placement 1.39"}
+
+
+def uid(name: str) -> str:
+    return str(uuid.uuid5(NS, name))
+
+
+def script() -> Iterator[tuple[str, str, Any]]:
+    """(method, url, body) of every request, in order."""
+    roots = [uid("root%d" % i) for i in range(3)]
+    children = [uid("child%d" % i) for i in range(3)]
+    agg = uid("agg")
+    yield "PUT", "/traits/CUSTOM_FAST", None
+    for i, (root, child) in enumerate(zip(roots, children, strict=True)):
+        yield "POST", "/resource_providers", {"name": "root%d" % i, "uuid": root}
+        yield "POST", "/resource_providers", {"name": "child%d" % i, "uuid": child,
+                                              "parent_provider_uuid": root}
+        yield "PUT", "/resource_providers/%s/inventories" % root, {
+            "resource_provider_generation": 0,
+            "inventories": {"DISK_GB": {"total": 100}}}
+        yield "PUT", "/resource_providers/%s/inventories" % child, {
+            "resource_provider_generation": 0,
+            "inventories": {"VCPU": {"total": 4}, "MEMORY_MB": {"total": 4096}}}
+        yield "PUT", "/resource_providers/%s/traits" % child, {
+            "resource_provider_generation": 1,
+            "traits": ["CUSTOM_FAST"] if i else ["HW_CPU_X86_AVX2"]}
+        yield "PUT", "/resource_providers/%s/aggregates" % root, {
+            "resource_provider_generation": 1, "aggregates": [agg] if i else []}
+    for query in ("resources=VCPU:1,MEMORY_MB:512", "resources=VCPU:1&required=CUSTOM_FAST",
+                  "resources=VCPU:1&required=!CUSTOM_FAST", "resources=DISK_GB:10&member_of="
+                  + agg, "resources=VCPU:1&in_tree=" + roots[1], "in_tree=" + children[2],
+                  "uuid=" + roots[0], "name=child1", ""):
+        yield "GET", "/resource_providers?" + query, None
+    yield "GET", "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512,DISK_GB:10", None
+    yield "GET", "/resource_providers/%s" % children[0], None
+    yield "GET", "/resource_providers/%s/inventories" % children[0], None
+    project, user = uid("project"), uid("user")
+    alloc = {"project_id": project, "user_id": user, "consumer_type": "INSTANCE"}
+    first, second, third = uid("consumer1"), uid("consumer2"), uid("consumer3")
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[0]: {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}},
+        "consumer_generation": None, **alloc}
+    # NOTE: a move: the same consumer, its generation, another host
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[1]: {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}},
+        "consumer_generation": 1, **alloc}
+    # NOTE: a generation conflict (409 placement.concurrent_update)
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[0]: {"resources": {"VCPU": 1}}},
+        "consumer_generation": 1, **alloc}
+    # NOTE: a capacity conflict (409)
+    yield "PUT", "/allocations/" + second, {
+        "allocations": {children[1]: {"resources": {"VCPU": 3}}},
+        "consumer_generation": None, **alloc}
+    yield "POST", "/allocations", {
+        second: {"allocations": {children[2]: {"resources": {"VCPU": 1}},
+                                 roots[2]: {"resources": {"DISK_GB": 10}}},
+                 "consumer_generation": None, **alloc},
+        third: {"allocations": {children[0]: {"resources": {"VCPU": 4}}},
+                "consumer_generation": None, **alloc}}
+    for url in ("/allocations/" + first, "/allocations/" + second,
+                "/resource_providers/%s/allocations" % children[1],
+                "/resource_providers/%s/usages" % children[0],
+                "/resource_providers?resources=VCPU:1"):
+        yield "GET", url, None
+    for consumer in (first, second, first, third):
+        yield "DELETE", "/allocations/" + consumer, None
+    yield "GET", "/resource_providers?resources=VCPU:4,MEMORY_MB:4096", None
+    # NOTE: a custom class (not remembered: it may go) used, then deleted,
+    # then asked for again; a new consumer type
+    gold = uid("gold")
+    yield "PUT", "/resource_classes/CUSTOM_GOLD", None
+    yield "POST", "/resource_providers/%s/inventories" % roots[0], {
+        "resource_provider_generation": 2, "resource_class": "CUSTOM_GOLD", "total": 2}
+    yield "PUT", "/allocations/" + gold, {
+        "allocations": {roots[0]: {"resources": {"CUSTOM_GOLD": 1}}},
+        "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}
+    yield "GET", "/allocations/" + gold, None
+    yield "GET", "/resource_providers/%s/usages" % roots[0], None
+    yield "DELETE", "/allocations/" + gold, None
+    yield "DELETE", "/resource_providers/%s/inventories/CUSTOM_GOLD" % roots[0], None
+    yield "DELETE", "/resource_classes/CUSTOM_GOLD", None
+    yield "PUT", "/allocations/" + gold, {
+        "allocations": {roots[0]: {"resources": {"CUSTOM_GOLD": 1}}},
+        "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}
+    yield "GET", "/resource_classes/CUSTOM_GOLD", None
+    yield "GET", "/resource_classes/VCPU", None
+
+
+#: A time stamp as SQLite's driver is given it (a string).
+TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+
+
+def _plain(value: Any) -> Any:
+    """A statement's parameter, a time stamp (now: another each run) aside."""
+    if isinstance(value, (datetime.datetime, datetime.date)) or (
+            isinstance(value, str) and TIME.fullmatch(value[:19])):
+        return "<time>"
+    return value
+
+
+def run(url: str) -> tuple[list[Any], list[Any]]:
+    """The answers (status, JSON, error codes) and the statements (SQL,
+    parameters) of :func:`script` on a new embedded Placement at ``url``."""
+    statements: list[Any] = []
+
+    def statement(conn: Any, cursor: Any, text: str, params: Any, context: Any,
+                  many: bool) -> None:
+        if isinstance(params, dict):
+            params = sorted((k, _plain(v)) for k, v in params.items())
+        elif isinstance(params, (list, tuple)):
+            params = [_plain(v) for v in params]
+        statements.append((text, params))
+
+    answers = []
+    with embedded.EmbeddedPlacement(url) as service:
+        client = service.client()
+        sa.event.listen(service._engine, "before_cursor_execute", statement)
+        for method, path, body in script():
+            resp = client.adapter.request(path, method, json=body, headers=HEADERS,
+                                          raise_exc=False)
+            data = resp.json() if resp.content else None
+            for error in (data or {}).get("errors", []):
+                error.pop("request_id", None)  # NOTE: new on every request
+            answers.append((method, path, resp.status_code, data))
+    return answers, statements
+
+
+#: Placement's read of every resource class or consumer type (its
+#: per-request caches, ``placement.attribute_cache``).
+READ_ALL = re.compile(r"SELECT (resource_classes|consumer_types)\.id, \1\.name, "
+                      r"\1\.updated_at, \1\.created_at\s+FROM \1")
+
+
+def compare(urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """:func:`run` with the tuning (on ``urls[0]``), then as shipped
+    (``urls[1]``): the same answers and statements (less reads of every
+    resource class or consumer type, fewer with the tuning). Returns the
+    answers."""
+    assert aliases.keep_aliases() and lookups.remember_fixed_rows()
+    kept, kept_sql = run(urls[0])
+    kept_aliases = aliases.kept_aliases()
+    assert kept_aliases is not None
+    monkeypatch.setattr(aliases, "keep_aliases", lambda: False)
+    monkeypatch.setattr(lookups, "remember_fixed_rows", lambda: False)
+    aliases.restore()
+    lookups.restore()
+    try:
+        stock, stock_sql = run(urls[1])
+        assert aliases.kept_aliases() is None
+    finally:
+        monkeypatch.undo()
+        aliases.keep_aliases()
+        lookups.remember_fixed_rows()
+    assert kept == stock
+
+    def reads(sql: list[Any]) -> int:
+        return sum(1 for text, _params in sql if READ_ALL.fullmatch(text.strip()))
+
+    assert reads(kept_sql) < reads(stock_sql) // 2, (reads(kept_sql), reads(stock_sql))
+    # NOTE: a read in a transaction of its own goes with its BEGIN (SQLite:
+    # oslo.db sends it; PostgreSQL's is implicit)
+    kept_sql = [s for s in kept_sql if not READ_ALL.fullmatch(s[0].strip()) and s[0] != "BEGIN"]
+    stock_sql = [s for s in stock_sql if not READ_ALL.fullmatch(s[0].strip())
+                 and s[0] != "BEGIN"]
+    for mine, theirs in zip(kept_sql, stock_sql, strict=True):
+        assert mine == theirs
+    # NOTE: every kept function was called, and got its aliases kept
+    used = {name for name, _alias in kept_aliases.kept()}
+    assert used == {f for functions in aliases.CACHED.values() for f in functions}
+    return kept
+
+
+def check_conflicts(answers: list[Any]) -> None:
+    """The script's conflicts answered as Placement does."""
+    codes = {(path, status): [e.get("code") for e in (data or {}).get("errors", [])]
+             for _method, path, status, data in answers if status >= 400}
+    first, second = "/allocations/" + uid("consumer1"), "/allocations/" + uid("consumer2")
+    assert codes[(first, 409)] == ["placement.concurrent_update"]
+    assert codes[(second, 409)] == ["placement.undefined_code"]
+    assert codes[(first, 404)] == ["placement.undefined_code"]
+    assert [status for method, path, status, _ in answers if method == "DELETE"] == [
+        204, 204, 404, 204, 204, 204, 204]
+    gold = "/allocations/" + uid("gold")
+    assert [status for method, path, status, _ in answers if path == gold] == [
+        204, 200, 204, 400]
+
+
+def test_kept_aliases_send_the_same_sql_and_answers_on_sqlite(monkeypatch):
+    check_conflicts(compare(("sqlite://", "sqlite://"), monkeypatch))
+
+
+def test_kept_aliases_send_the_same_sql_and_answers_on_postgresql(postgresql_server,
+                                                                  monkeypatch):
+    admin = postgresql_server.admin()
+    names = ["aliases_%s_%s" % (which, uuid.uuid4().hex[:8]) for which in ("kept", "stock")]
+    try:
+        with admin.cursor() as cur:
+            for name in names:
+                cur.execute("CREATE DATABASE %s" % name)
+        urls = (postgresql_server.url(names[0]), postgresql_server.url(names[1]))
+        check_conflicts(compare(urls, monkeypatch))
+    finally:
+        with admin.cursor() as cur:
+            for name in names:
+                cur.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+        admin.close()
+
+
+def test_one_alias_object_per_function_and_name():
+    """Each kept function gets the same alias object on every call, and no
+    other function gets it: two functions never share one (no
+    correlation across statements)."""
+    from placement.objects import consumer, project
+
+    assert aliases.keep_aliases()
+    kept = aliases.kept_aliases()
+    assert kept is not None and consumer.sa is kept and project.sa is kept
+    table = project.PROJECT_TBL
+
+    def _get_project_by_external_id() -> Any:  # NOTE: same name, other code
+        return kept.alias(table, name="p")
+
+    stock = kept.alias(table, name="p")
+    assert stock is not kept.alias(table, name="p")
+    assert _get_project_by_external_id() is not kept.alias(table, name="p")
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        client = service.client()
+        for _ in range(2):
+            client.adapter.request("/allocations/" + uid("nobody"), "GET", headers=HEADERS)
+    before = set(kept._aliases.values())
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        service.client().adapter.request("/allocations/" + uid("nobody"), "GET",
+                                         headers=HEADERS)
+    assert set(kept._aliases.values()) == before
+
+
+def test_not_applied_on_a_release_not_compared(monkeypatch, caplog):
+    """On an openstack-placement release whose queries were not compared
+    the aliases are not kept nor the fixed rows remembered: a warning names
+    the release, and Placement's code stays as shipped."""
+    from placement import attribute_cache
+    from placement.objects import allocation
+
+    monkeypatch.setattr(aliases, "_release", lambda: "99.1.0")
+    aliases.restore()
+    lookups.restore()
+    try:
+        assert aliases.problems() == [
+            "openstack-placement 99.1.0 is not a release whose queries were compared "
+            "with the aliases kept (16.0.0)"]
+        assert lookups.problems() == [
+            "openstack-placement 99.1.0 is not a release whose attribute caches were "
+            "read (16.0.0)"]
+        assert aliases.keep_aliases() is False
+        assert lookups.remember_fixed_rows() is False
+        assert allocation.sa is sa
+        assert "not a release whose queries were compared" in caplog.text
+        assert "not a release whose attribute caches were read" in caplog.text
+        with embedded.EmbeddedPlacement("sqlite://") as service:
+            assert service.client().adapter.request("/allocations/" + uid("x"), "GET",
+                                                    headers=HEADERS).status_code == 200
+            assert allocation.sa is sa
+            assert lookups.fixed(attribute_cache.ResourceClassCache) is None
+            assert "id_from_string" not in attribute_cache.ResourceClassCache.__dict__
+    finally:
+        monkeypatch.undo()
+        aliases.keep_aliases()
+        lookups.remember_fixed_rows()
+
+
+def test_only_rows_that_never_change_are_remembered():
+    """A boot's ``PUT /allocations`` read every resource class and every
+    consumer type (2 of its 16 statements); once a request has read them,
+    the standard classes and the consumer types are not read again. A
+    custom class is: one deleted behind the process's back (by another
+    Placement process on the same database) is refused as Placement
+    refuses it, and a new database is read anew."""
+    from placement import attribute_cache
+
+    assert lookups.remember_fixed_rows()
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        client = service.client()
+        rp = uid("fixed-rp")
+        client.post("/resource_providers", {"name": "fixed", "uuid": rp})
+        client.put("/resource_classes/CUSTOM_SILVER", None)
+        client.put("/resource_providers/%s/inventories" % rp, {
+            "resource_provider_generation": 0,
+            "inventories": {"VCPU": {"total": 8}, "CUSTOM_SILVER": {"total": 2}}})
+        reads: list[str] = []
+
+        def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+            if READ_ALL.fullmatch(text.strip()):
+                reads.append(text.split()[-1])
+
+        sa.event.listen(service._engine, "before_cursor_execute", statement)
+        body = {"project_id": "p", "user_id": "u", "consumer_type": "INSTANCE",
+                "consumer_generation": None}
+
+        def put(consumer: str, resources: dict[str, int]) -> Any:
+            return client.adapter.request("/allocations/" + uid(consumer), "PUT", json={
+                "allocations": {rp: {"resources": resources}}, **body},
+                headers=HEADERS, raise_exc=False)
+
+        # NOTE: the first creates the consumer type, the next reads it
+        assert put("first", {"VCPU": 1}).status_code == 204
+        assert put("next", {"VCPU": 1}).status_code == 204
+        reads.clear()
+        assert put("second", {"VCPU": 1}).status_code == 204
+        assert client.adapter.request("/allocations/" + uid("second"), "DELETE",
+                                      headers=HEADERS).status_code == 204
+        assert reads == []
+        rc = lookups.fixed(attribute_cache.ResourceClassCache)
+        ct = lookups.fixed(attribute_cache.ConsumerTypeCache)
+        assert rc is not None and ct is not None
+        assert "VCPU" in rc.ids and "INSTANCE" in ct.ids
+        assert put("silver", {"CUSTOM_SILVER": 1}).status_code == 204
+        assert "CUSTOM_SILVER" not in rc.ids and reads == ["resource_classes"]
+        client.adapter.request("/allocations/" + uid("silver"), "DELETE", headers=HEADERS)
+        client.adapter.request("/resource_providers/%s/inventories/CUSTOM_SILVER" % rp,
+                               "DELETE", headers=HEADERS)
+        with service._engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM resource_classes WHERE name = 'CUSTOM_SILVER'"))
+        refused = put("silver2", {"CUSTOM_SILVER": 1})
+        assert refused.status_code == 400
+        assert "No such resource class CUSTOM_SILVER" in refused.text
+    with embedded.EmbeddedPlacement("sqlite://"):
+        assert rc.ids == {} and ct.ids == {}
+
+
+def test_a_function_that_changed_is_named(monkeypatch):
+    from placement.objects import user
+
+    aliases.restore()
+    try:
+        monkeypatch.setattr(user, "_get_user_by_external_id", lambda ctx, external_id: None)
+        assert aliases.problems() == [
+            "placement.objects.user has no function _get_user_by_external_id"]
+    finally:
+        monkeypatch.undo()
+        assert aliases.keep_aliases()
+
+
+def test_only_the_embedded_placement_keeps_them():
+    """A process that talks to a remote Placement (or imports Placement's
+    code) runs it as shipped: only starting an embedded one keeps them."""
+    code = """
+import sqlalchemy
+from placement.objects import allocation
+from compute_plugins.placement import client, connect, embedded
+assert allocation.sa is sqlalchemy, allocation.sa
+client.PlacementClient.for_url("http://127.0.0.1:9", token="admin")
+assert allocation.sa is sqlalchemy, allocation.sa
+with embedded.EmbeddedPlacement("sqlite://"):
+    assert allocation.sa is not sqlalchemy
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
