@@ -65,11 +65,12 @@ def make_scheduler(store: HostStateStore, placement: pclient.PlacementClient,
     conf_areas.register_all(conf)
     conf([], default_config_files=[], default_config_dirs=[])
     plugins = cloud.manager("2cell").plugins
-    scheduler = Scheduler(conf, plugins, placement, store)
+    # NOTE: before the scheduler is made: its view reads
+    # placement_view_seconds once, when it is made.
     conf.set_override("answer_timeout", answer_timeout, "scheduler")
     if view_seconds is not None:
         conf.set_override("placement_view_seconds", view_seconds, "scheduler")
-    return scheduler
+    return Scheduler(conf, plugins, placement, store)
 
 
 def warm_up(scheduler: Scheduler, every_host: bool = False) -> float:

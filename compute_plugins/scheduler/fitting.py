@@ -30,7 +30,7 @@ import collections
 import dataclasses
 import threading
 import weakref
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, Optional
 
 from oslo_log import log as logging
@@ -164,17 +164,33 @@ class StateCache:
         #: The fits kept with these states, bounded all hosts together.
         self.fits = KeptFits(max_fits)
 
-    def prune(self, generations: Mapping[str, int]) -> None:
+    def prune(self, generations: Mapping[str, int],
+              changed: Optional[Collection[str]] = None) -> None:
         """Forget the hosts no longer among ``generations`` (every live
         host's: gone, renamed or down) and those whose generation went back
         (the store was recreated or restored, or another host took the name):
         a generation alone names a state only while it only grows, and a
         host that climbed back to the cached number must not be served the
-        old state."""
+        old state.
+
+        :param changed: only these hosts can have gone or gone back since
+            the last prune (the hosts written, gone down or back since:
+            :meth:`~.liveness.KeptLiveness.take_changes`): only they are
+            looked at, not every host kept (a decision's cost grows with
+            what changed, not with the hosts). None: every host kept.
+        """
         with self._lock:
-            for host in [h for h, decoded in self._hosts.items()
-                         if generations.get(h, 0) < decoded.snapshot.generation]:
-                del self._hosts[host]
+            hosts = self._hosts
+            if changed is None:
+                for host in [h for h, decoded in hosts.items()
+                             if generations.get(h, 0) < decoded.snapshot.generation]:
+                    del hosts[host]
+                return
+            for host in changed:
+                decoded = hosts.get(host)
+                if (decoded is not None
+                        and generations.get(host, 0) < decoded.snapshot.generation):
+                    del hosts[host]
 
     def __len__(self) -> int:
         return len(self._hosts)
@@ -209,15 +225,23 @@ def _fit_key(plugins: PluginSet, spec: RequestSpec) -> Optional[Hashable]:
     return key  # type: ignore[no-any-return]
 
 
+_UNKEYED: Any = object()
+
+
 def fit_host(plugins: PluginSet, spec: RequestSpec, host: DecodedHost,
-             bound: Optional[KeptFits] = None) -> HostFit:
+             bound: Optional[KeptFits] = None, key: Any = _UNKEYED) -> HostFit:
     """Every requested plugin's ``fit`` on ``host``'s states; a requested
     plugin that is not loaded here, or whose state the host did not publish
     or cannot be read, rejects the host without a fit. The same requests
     on the same decoded states are fitted once (:attr:`DecodedHost.fits`;
     at most :data:`MAX_KEPT_FITS` per host, and with ``bound`` at most its
-    limit all hosts together)."""
-    key = _fit_key(plugins, spec)
+    limit all hosts together).
+
+    :param key: ``_fit_key(plugins, spec)``, made once by a caller that
+        fits many hosts (:func:`fit_hosts`); default: made here.
+    """
+    if key is _UNKEYED:
+        key = _fit_key(plugins, spec)
     kept = host.fits.get(key) if key is not None else None
     if kept is not None and kept[0] is plugins:
         return kept[1]
@@ -262,4 +286,6 @@ def fit_hosts(plugins: PluginSet, spec: RequestSpec,
               hosts: Mapping[str, DecodedHost],
               bound: Optional[KeptFits] = None) -> dict[str, HostFit]:
     """:func:`fit_host` on every host, by host."""
-    return {name: fit_host(plugins, spec, host, bound) for name, host in hosts.items()}
+    key = _fit_key(plugins, spec)
+    return {name: fit_host(plugins, spec, host, bound, key)
+            for name, host in hosts.items()}

@@ -49,6 +49,18 @@ class Liveness:
 
     generations: Mapping[str, int]
     down: Mapping[str, tuple[Rejection, ...]]
+    #: The live hosts (``generations``' keys), as a set: from a
+    #: :class:`KeptLiveness`, the same object from read to read while no
+    #: host joined, left, went down or came back, so that what a
+    #: scheduler derives from it (:class:`~.view.PlacementView`'s answer
+    #: restricted to them) is kept by identity, not made again per
+    #: decision for every host. None: not made (:attr:`hosts` makes it).
+    live: Optional[frozenset[str]] = dataclasses.field(default=None, compare=False)
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """The live hosts (:attr:`live`, else ``generations``' keys)."""
+        return self.live if self.live is not None else frozenset(self.generations)
 
 
 def split(statuses: Mapping[str, HostStatus],
@@ -109,6 +121,13 @@ class KeptLiveness:
         #: Reads of every host made so far (the first, and those the class
         #: doc lists): what a test or a benchmark counts.
         self.full_reads = 0
+        #: The down hosts and the live ones, as last read.
+        self._down: frozenset[str] = frozenset()
+        self._live: frozenset[str] = frozenset()
+        #: The hosts written, gone down or back since :meth:`take_changes`
+        #: last took them; None: any host may have changed (a read of
+        #: every host since, or none taken yet).
+        self._changed: Optional[set[str]] = None
 
     def read(self, store: HostPublication,
              now: Optional[datetime.datetime] = None) -> Liveness:
@@ -116,6 +135,8 @@ class KeptLiveness:
         machine's clock), as :func:`read` would, from what changed since
         the last read."""
         if not isinstance(store, HostStatusFeed):
+            with self._lock:
+                self._changed = None
             return split(store.host_statuses(), now)
         when = database.utcnow() if now is None else now
         with self._lock:
@@ -125,21 +146,50 @@ class KeptLiveness:
                 mark = None
             read_at = self._clock()
             changes = store.host_status_changes(mark, when)
+            joined = changes.full
             if changes.full:
                 self.full_reads += 1
                 self._generations = dict(changes.generations)
                 self._store = id(store)
                 self._full_at = read_at
+                self._changed = None
             else:
-                self._generations.update(changes.generations)
+                generations = self._generations
+                joined = any(host not in generations for host in changes.generations)
+                generations.update(changes.generations)
+                if self._changed is not None:
+                    self._changed.update(changes.generations)
             self._mark = changes.mark
             generations = dict(self._generations)
-        down: dict[str, tuple[Rejection, ...]] = {}
-        for host, expired in changes.expired.items():
-            # NOTE: the hosts that published only, as host_statuses.
-            if generations.pop(host, None) is not None:
-                down[host] = (Rejection(down_reason(host, expired)),)
-        return Liveness(generations, down)
+            down: dict[str, tuple[Rejection, ...]] = {}
+            for host, expired in changes.expired.items():
+                # NOTE: the hosts that published only, as host_statuses.
+                if generations.pop(host, None) is not None:
+                    down[host] = (Rejection(down_reason(host, expired)),)
+            went = frozenset(down)
+            if went != self._down:
+                if self._changed is not None:
+                    self._changed.update(went ^ self._down)
+                self._down = went
+                joined = True
+            if joined:
+                # NOTE: made again only when a host joined, left, went down
+                # or came back: the same object otherwise (Liveness.live).
+                self._live = frozenset(generations)
+            return Liveness(generations, down, self._live)
+
+    def take_changes(self) -> Optional[frozenset[str]]:
+        """The hosts written, gone down or come back since the last call
+        (by any read since), and none from now on; None when any host may
+        have changed (every host was read since, the store cannot tell
+        what changed, or this is the first call): what the one consumer
+        of the changes (a scheduler's
+        :meth:`~.fitting.StateCache.prune`) looks at instead of every
+        host."""
+        with self._lock:
+            changed = self._changed
+            self._changed = set()
+        return None if changed is None else frozenset(changed)
 
 
 __all__ = ["FULL_READ_SECONDS", "KeptLiveness", "Liveness", "read", "split"]

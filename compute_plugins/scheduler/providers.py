@@ -285,10 +285,10 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
     root_reasons: dict[str, list[str]] = {}
     if positive is not None:
         passing = roots(positive)
+        mismatch = "its root does not match %s" % positive.short()
         for host in known:
             if host not in passing:
-                root_reasons.setdefault(host, []).append(
-                    "its root does not match %s" % positive.short())
+                root_reasons.setdefault(host, []).append(mismatch)
     for shape, why in negatives:
         for bad in roots(shape):
             if bad is not None:
@@ -318,26 +318,35 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
     candidates: list[str] = []
     excluded: dict[str, tuple[Rejection, ...]] = {}
     off = operator_disabled(store, known)
+    # NOTE: each reason made once and shared by the hosts it excludes (a
+    # frozen Rejection), not once per host: at 1,000 hosts an answer
+    # excludes hundreds, each with the same few reasons.
+    lacking = [(need.key, Rejection(
+        "Placement: no provider of this host%s has room for %s"
+        % (" (nor a sharing provider in its aggregates)" if need.shared_ok else "",
+           need.describe()), plugin=_owner_plugin(need.owner))) for need in wanted]
+    root_rejections: dict[str, Rejection] = {}
     for host in known:
         if host in off:
             excluded[host] = (off[host],)
             continue
         reasons = []
         for why in root_reasons.get(host, ()):
-            reasons.append(Rejection("Placement: %s" % why, plugin=PLACEMENT))
-        for need in wanted:
-            if not room[host].get(need.key):
-                reasons.append(Rejection(
-                    "Placement: no provider of this host%s has room for %s"
-                    % (" (nor a sharing provider in its aggregates)"
-                       if need.shared_ok else "", need.describe()),
-                    plugin=_owner_plugin(need.owner)))
+            rejection = root_rejections.get(why)
+            if rejection is None:
+                rejection = root_rejections[why] = Rejection("Placement: %s" % why,
+                                                             plugin=PLACEMENT)
+            reasons.append(rejection)
+        has = room[host]
+        for need_key, rejection in lacking:
+            if not has.get(need_key):
+                reasons.append(rejection)
         if reasons:
             excluded[host] = tuple(reasons)
         else:
             candidates.append(host)
-    final = {host: {key: tuple(dict.fromkeys(room[host].get(key, [])))
-                    for key in {n.key for n in wanted}}
+    keys = {n.key for n in wanted}
+    final = {host: {key: tuple(dict.fromkeys(room[host].get(key, []))) for key in keys}
              for host in candidates}
     if trees is not None:
         return ProviderCandidates(

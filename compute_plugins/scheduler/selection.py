@@ -67,7 +67,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional, Self, Union
 
 from oslo_config import cfg
@@ -189,6 +189,74 @@ class HostReasons:
 
     host: str
     reasons: tuple[Rejection, ...]
+
+
+_MISSING: Any = object()
+
+
+class Verdicts(Mapping[str, tuple[Rejection, ...]]):
+    """host -> why it got nothing (empty: it fits), read through layers:
+    the first layer that holds a host says its verdict.
+
+    A plan's verdicts are every host Placement's answer excluded (as many
+    as there are hosts, kept by the view from decision to decision) under
+    what the plan found itself (the hosts it fitted, the down ones, those
+    in flight: as many as it looked at); a request's are its own under its
+    plans'. Copying and sorting them all per decision made a warm
+    decision's CPU grow with the number of hosts: the layers are read in
+    place, and sorted only when the whole map is read (a refusal's
+    reasons, a report), once.
+
+    Read-only, iterated in host order, hashable and equal to any mapping
+    of the same items (as the :class:`FrozenMap` it stands for). The
+    layers given must not change afterwards.
+
+    :param layers: mappings host -> rejections, the first wins.
+    """
+
+    __slots__ = ("_layers", "_hosts", "_hash")
+
+    def __init__(self, *layers: Mapping[str, tuple[Rejection, ...]]) -> None:
+        flat: list[Mapping[str, tuple[Rejection, ...]]] = []
+        for layer in layers:
+            if isinstance(layer, Verdicts):
+                flat.extend(layer._layers)
+            elif layer:
+                flat.append(layer)
+        self._layers: tuple[Mapping[str, tuple[Rejection, ...]], ...] = tuple(flat)
+        self._hosts: Optional[list[str]] = None
+        self._hash: Optional[int] = None
+
+    def __getitem__(self, host: str) -> tuple[Rejection, ...]:
+        for layer in self._layers:
+            found = layer.get(host, _MISSING)
+            if found is not _MISSING:
+                return found  # type: ignore[no-any-return]
+        raise KeyError(host)
+
+    def __contains__(self, host: object) -> bool:
+        return any(host in layer for layer in self._layers)
+
+    def _sorted(self) -> list[str]:
+        if self._hosts is None:
+            self._hosts = sorted(set().union(*self._layers))
+        return self._hosts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sorted())
+
+    def __len__(self) -> int:
+        if len(self._layers) == 1:
+            return len(self._layers[0])
+        return len(self._sorted())
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return "Verdicts(%r)" % (dict(self.items()),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,7 +571,7 @@ class Scheduler:
         try:
             alive = self.liveness.read(self.store)
             found, _asked = self.view.find(self.placement, self.store, spec.groups,
-                                           sorted(alive.generations))
+                                           alive.hosts)
             return found.calls, found.queries if found.calls else ()
         finally:
             with self._cycle:
@@ -582,12 +650,18 @@ class Scheduler:
         serial = self._assumes
         alive = self.liveness.read(self.store)
         generations = alive.generations
-        self.view.forget_gone(set(generations) | set(alive.down))
+        # NOTE: what is kept of the hosts brought up to date by what
+        # changed since the last plan (a read of every host: everything),
+        # not by a look at every host per decision.
+        changed = self.liveness.take_changes()
+        self.states.prune(generations, changed)
+        if changed is None:
+            self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,
-                                      sorted(generations), fresh=fresh, since=since)
+                                       alive.hosts, fresh=fresh, since=since)
         timings["placement"] = time.monotonic() - start
         eligible = self._eligible(found.hosts)
-        left_out = tuple(h for h in eligible if h in busy)
+        left_out = tuple(h for h in eligible if h in busy) if busy else ()
         fits, scored, tree_changed = self._fit_enough(
             spec, tuple(h for h in eligible if h not in busy) if left_out else eligible,
             generations, timings)
@@ -601,8 +675,10 @@ class Scheduler:
             again = self._plan_once(spec, fresh=reask, waits=waits, since=since)
             return dataclasses.replace(again, calls=found.calls + again.calls)
         start = time.monotonic()
-        verdicts: dict[str, tuple[Rejection, ...]] = dict(found.excluded)
-        verdicts.update(alive.down)
+        # NOTE: the plan's own verdicts over the excluded hosts of
+        # Placement's answer (every host it left out, kept by the view):
+        # layered, not copied per decision (Verdicts).
+        verdicts: dict[str, tuple[Rejection, ...]] = dict(alive.down)
         for host in left_out:
             verdicts[host] = (Rejection(IN_FLIGHT),)
         for host in scored:
@@ -618,7 +694,7 @@ class Scheduler:
         if first:
             ordered.insert(0, ordered.pop(first))
         timings["fit"] += time.monotonic() - start
-        return Plan(found=found, fits=fits, verdicts=FrozenMap(sorted(verdicts.items())),
+        return Plan(found=found, fits=fits, verdicts=Verdicts(verdicts, found.excluded),
                     ordered=tuple(ordered), timings=FrozenMap(timings),
                     unscored=len(found.hosts) - len(scored) - len(left_out),
                     busy=left_out, serial=serial, calls=found.calls)
@@ -640,7 +716,6 @@ class Scheduler:
             state), and whether one of them published other providers
             than before (its Placement answer is stale).
         """
-        self.states.prune(generations)
         group = self.conf.scheduler
         target = view.scoring_target(len(candidates), group.hosts_to_score_percentage,
                                      group.min_hosts_to_score)
@@ -721,7 +796,11 @@ class Scheduler:
         holding = True
         try:
             planned = self.plan(spec, since=since, patience=wait)
-            found, verdicts, ordered = planned.found, dict(planned.verdicts), planned.ordered
+            found, ordered = planned.found, planned.ordered
+            # NOTE: this request's verdicts over its plans' (the latest
+            # first): layered, not copied (Verdicts).
+            own: dict[str, tuple[Rejection, ...]] = {}
+            layers: list[Mapping[str, tuple[Rejection, ...]]] = [own, planned.verdicts]
             serial = planned.serial
             timings = dict(planned.timings)
             calls["GET /resource_providers"] = asked + planned.calls
@@ -744,10 +823,11 @@ class Scheduler:
 
             def follow(replanned: Plan) -> None:
                 """Go on with a new plan (its hosts next, its verdicts kept)."""
-                nonlocal found, ordered, queue, serial, skipped
+                nonlocal found, ordered, queue, serial, skipped, own
                 calls["GET /resource_providers"] += replanned.calls
                 found = replanned.found
-                verdicts.update(replanned.verdicts)
+                own = {}
+                layers[:0] = [own, replanned.verdicts]
                 queue = list(replanned.ordered)
                 ordered = replanned.ordered
                 serial = replanned.serial
@@ -789,7 +869,7 @@ class Scheduler:
                 if step == "cancelled":
                     break
                 if step == "unbuildable":
-                    verdicts[fit.host] = attempt.reasons
+                    own[fit.host] = attempt.reasons
                     given_up.add(fit.host)
                     continue
                 if step == "conflict":
@@ -837,6 +917,7 @@ class Scheduler:
             if holding:
                 self._cycle.release()
         timings["claim"] = time.monotonic() - start
+        verdicts = Verdicts(*layers)
         reasons: tuple[HostReasons, ...] = ()
         if placed is None:
             reasons = self._best_reasons(verdicts, attempts, [f.host for _, f in ordered])
@@ -845,7 +926,7 @@ class Scheduler:
             host=placed.decision.host if placed is not None else None,
             spec=placed if placed is not None else spec,
             candidates=len(found.hosts), fitting=len(ordered),
-            verdicts=FrozenMap(sorted(verdicts.items())),
+            verdicts=verdicts,
             attempts=tuple(attempts), reasons=reasons,
             # NOTE: the kept answer's queries, and those the prefetch sent
             # that it does not hold (trees asked about and merged in).

@@ -165,6 +165,18 @@ class _Entry:
     #: Its renewal (:meth:`PlacementView._renew`) failed: it is not
     #: renewed again, it expires (the decision that finds it expired asks).
     renewal_failed: bool = False
+    #: What :meth:`PlacementView.find` last derived from it, with what
+    #: from (by identity: ``found``, ``asked`` and the live hosts are
+    #: replaced, never changed in place): the live hosts it does not
+    #: know, and the answer restricted to the live hosts (complete or
+    #: not). A decision on the same live hosts and the same answer reuses
+    #: them: as much work as what changed, not as the hosts (a
+    #: :class:`~.liveness.KeptLiveness` gives the same live set while no
+    #: host joined, left, went down or came back).
+    unknown: Optional[tuple[frozenset[str], frozenset[str], frozenset[str]]] = None
+    served: dict[bool, tuple[providers.ProviderCandidates, frozenset[str],
+                             providers.ProviderCandidates]] = dataclasses.field(
+                                 default_factory=dict)
 
 
 Shape = tuple[providers.Shape, tuple[providers.Need, ...]]
@@ -237,7 +249,9 @@ class PlacementView:
         self.every_host_seconds: Optional[float] = None
         self.tree_seconds: Optional[float] = None
         self._entries: dict[Shape, _Entry] = {}
-        self._trees: dict[str, frozenset[str]] = {}
+        #: host -> the providers it published, as last seen (the mapping,
+        #: and its uuids).
+        self._trees: dict[str, tuple[Mapping[str, str], frozenset[str]]] = {}
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -245,7 +259,7 @@ class PlacementView:
         return self._clock()
 
     def find(self, client: Any, store: HostPublication,
-             groups: Sequence[RequestGroup], live: Sequence[str],
+             groups: Sequence[RequestGroup], live: Collection[str],
              fresh: bool = False, since: Optional[float] = None
              ) -> tuple[providers.ProviderCandidates, bool]:
         """Which of the ``live`` hosts have room for ``groups``.
@@ -264,7 +278,7 @@ class PlacementView:
             now.
         """
         key = providers.needs(groups)
-        hosts = frozenset(live)
+        hosts = live if isinstance(live, frozenset) else frozenset(live)
         disabled = frozenset(store.disabled_hosts()) if self.seconds > 0 else frozenset()
         now = self._clock()
         with self._lock:
@@ -279,7 +293,7 @@ class PlacementView:
         # down, forgotten, their tree changed), those an operator disabled
         # or enabled since, and, when nothing fitted on it, those it
         # excluded: asked tree by tree and merged in.
-        unknown = hosts - entry.asked
+        unknown = self._unknown(entry, hosts)
         switched = ((disabled ^ entry.disabled) & hosts) - unknown
         stale = unknown | switched
         # NOTE: an operator's disabled hosts stay out whatever Placement
@@ -481,16 +495,40 @@ class PlacementView:
             setattr(self, name, seconds if before is None
                     else before + TIMING_WEIGHT * (seconds - before))
 
-    @staticmethod
-    def _served(entry: _Entry, hosts: frozenset[str],
+    def _unknown(self, entry: _Entry, hosts: frozenset[str]) -> frozenset[str]:
+        """The ``hosts`` the kept answer does not know (asked not about),
+        made again only when either changed (:attr:`_Entry.unknown`)."""
+        with self._lock:
+            asked, memo = entry.asked, entry.unknown
+            if memo is not None and memo[0] is hosts and memo[1] is asked:
+                return memo[2]
+        unknown = hosts - asked
+        with self._lock:
+            entry.unknown = (hosts, asked, unknown)
+        return unknown
+
+    def _served(self, entry: _Entry, hosts: frozenset[str],
                 complete: bool) -> providers.ProviderCandidates:
-        """The kept answer restricted to ``hosts``, no call made."""
-        found = entry.found
-        return dataclasses.replace(
-            found, hosts=tuple(h for h in found.hosts if h in hosts),
-            room={h: r for h, r in found.room.items() if h in hosts},
-            excluded={h: r for h, r in found.excluded.items() if h in hosts},
-            calls=0, complete=complete)
+        """The kept answer restricted to ``hosts``, no call made; the
+        same object again while neither changed (:attr:`_Entry.served`)."""
+        with self._lock:
+            found = entry.found
+            memo = entry.served.get(complete)
+            if memo is not None and memo[0] is found and memo[1] is hosts:
+                return memo[2]
+        if hosts.issuperset(found.room) and hosts.issuperset(found.excluded):
+            # NOTE: every host it names is live (the usual case): nothing
+            # left out, the kept mappings served as they are.
+            served = dataclasses.replace(found, calls=0, complete=complete)
+        else:
+            served = dataclasses.replace(
+                found, hosts=tuple(h for h in found.hosts if h in hosts),
+                room={h: r for h, r in found.room.items() if h in hosts},
+                excluded={h: r for h, r in found.excluded.items() if h in hosts},
+                calls=0, complete=complete)
+        with self._lock:
+            entry.served[complete] = (found, hosts, served)
+        return served
 
     @staticmethod
     def _trees_of(store: HostPublication,
@@ -559,11 +597,15 @@ class PlacementView:
         """Record the providers ``host`` published; True when they differ
         from those seen before (its tree changed: the kept answers are
         wrong about it, and Placement is asked about that host again)."""
-        tree = frozenset(uuids)
         with self._lock:
             before = self._trees.get(host)
-            self._trees[host] = tree
-            if before is None or before == tree:
+            if before is not None and before[0] is uuids:
+                # NOTE: the very mapping seen last (the host's kept
+                # state, fitted again): the same providers.
+                return False
+            tree = frozenset(uuids)
+            self._trees[host] = (uuids, tree)
+            if before is None or before[1] == tree:
                 return False
             for entry in self._entries.values():
                 entry.asked = entry.asked - {host}

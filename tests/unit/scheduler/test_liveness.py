@@ -107,3 +107,60 @@ def test_another_store_or_the_full_read_period_reads_every_host(tmp_path):
         now[0] = 61.0
         kept.read(second)
         assert kept.full_reads == 3
+
+
+def test_the_changes_are_the_hosts_written_gone_down_or_back_since_last_taken(tmp_path):
+    """What a scheduler prunes its kept states by instead of looking at
+    every host (:meth:`KeptLiveness.take_changes`): the hosts written, gone
+    down or come back since it last took them, over every read meanwhile;
+    None (everything) after a read of every host."""
+    with open_store(tmp_path) as store:
+        for host in ("a", "b", "c", "d"):
+            store.publish(host, states(a=1), 0)
+        lease = store.acquire_lease("d", "node-d", "pid 1", 0.3)
+        kept = liveness.KeptLiveness()
+        kept.read(store)
+        assert kept.take_changes() is None  # the first read: every host
+        assert kept.take_changes() == frozenset()
+        store.publish("a", states(a=2), 1)
+        kept.read(store)
+        store.publish("b", states(a=2), 1)
+        kept.read(store)  # two reads before one take: both seen
+        assert kept.take_changes() == {"a", "b"}
+        kept.read(store)
+        assert kept.take_changes() == frozenset()
+        time.sleep(0.4)
+        kept.read(store)
+        assert kept.take_changes() == {"d"}  # down
+        kept.read(store)
+        assert kept.take_changes() == frozenset()  # still down: no change
+        store.renew_lease(store.acquire_lease("d", "node-d", "pid 2", 60), 60)
+        kept.read(store)
+        assert kept.take_changes() == {"d"}  # back
+        assert lease.expires_at < store.get_lease("d").expires_at
+        store.rename_host("c", "e")  # a host gone: every host read again
+        kept.read(store)
+        assert kept.take_changes() is None
+
+
+def test_the_live_hosts_are_the_same_set_until_one_joins_goes_down_or_leaves(tmp_path):
+    with open_store(tmp_path) as store:
+        for host in ("a", "b"):
+            store.publish(host, states(a=1), 0)
+        store.acquire_lease("b", "node-b", "pid 1", 0.3)
+        kept = liveness.KeptLiveness()
+        first = kept.read(store).hosts
+        assert first == {"a", "b"}
+        store.publish("a", states(a=2), 1)
+        # NOTE: a new generation, the same hosts: the same object (what
+        # the view's kept answer, restricted to them, is kept by).
+        assert kept.read(store).hosts is first
+        store.publish("c", states(a=1), 0)
+        joined = kept.read(store).hosts
+        assert joined == {"a", "b", "c"} and kept.read(store).hosts is joined
+        time.sleep(0.4)
+        down = kept.read(store)
+        assert down.hosts == {"a", "c"} == set(down.generations)
+        assert kept.read(store).hosts is down.hosts
+        # a Liveness made without one: its generations' hosts
+        assert liveness.read(store).hosts == {"a", "c"}

@@ -178,3 +178,28 @@ def test_a_kept_fit_is_weighed_once_with_the_same_weights_and_order():
     (weight, _fit), = weighers.weigh(plugins, list(fitting.fit_hosts(
         plugins, spec, fuller).values()), {"slots": 1.0})
     assert (weight, WeighingSlots.weighed) == (7 / 8, 1)
+
+
+def test_a_prune_by_changes_looks_at_the_changed_hosts_only(tmp_path):
+    """A decision prunes the kept states by the hosts that changed since
+    the last one (:meth:`~liveness.KeptLiveness.take_changes`), not by
+    every host kept: a host not among them is not looked at, even when
+    the generations given would drop it."""
+    plugins = PluginSet()
+    cache = fitting.StateCache()
+    with hoststate.HostStateStore("sqlite:///%s" % (tmp_path / "s.sqlite")) as store:
+        for host in ("a", "b", "c"):
+            store.publish(host, states(numa=1), 0)
+            store.publish(host, states(numa=2), 1)
+        cache.get(plugins, store, ["a", "b", "c"], store.generations())
+        assert len(cache) == 3
+        # a's generation went back, b is gone: only a was said to change
+        cache.prune({"a": 1, "c": 2}, changed=["a"])
+        assert len(cache) == 2
+        assert cache.get(plugins, store, ["b"], {"b": 2})["b"].snapshot.generation == 2
+        cache.prune({"c": 2}, changed=frozenset(["b", "x"]))  # b gone, x unknown
+        assert len(cache) == 1
+        cache.prune({"c": 2}, changed=None)  # None: every host, as before
+        assert len(cache) == 1
+        cache.prune({}, changed=None)
+        assert len(cache) == 0
