@@ -87,6 +87,19 @@ def _insert_if_missing(conn: Connection) -> Any:
     return sa.insert(t_changes).values(row).prefix_with("IGNORE")
 
 
+def take_after(condition: Any) -> Any:
+    """The next change number as a CTE of one statement (PostgreSQL): the
+    counter's ``UPDATE ... RETURNING``, which changes nothing unless
+    ``condition`` holds (the statement's write is made). The statement
+    reads it where it writes the host's row (its ``change_number``): the
+    counter is locked from there to the commit, last, as :func:`stamp`
+    locks it; a missing counter row reads as no number (the statement
+    writes 0, and :func:`stamp` makes the row)."""
+    return (sa.update(t_changes).where(t_changes.c.id == 1, condition)
+            .values(last_number=t_changes.c.last_number + 1)
+            .returning(t_changes.c.last_number).cte("taken"))
+
+
 def stamp(conn: Connection, host: str) -> int:
     """In a write transaction that wrote ``host``'s row, *last* (the counter
     is locked until the commit: see the module doc): number the write.
@@ -166,4 +179,4 @@ def read(conn: Connection, since: Optional[ChangeMark],
                          expired=FrozenMap(sorted(expired.items())))
 
 
-__all__ = ["count_removal", "read", "stamp"]
+__all__ = ["count_removal", "read", "stamp", "take_after"]
