@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from compute_plugins.hoststate import changes, database, errors
@@ -348,9 +349,15 @@ class SqlHostPublication(database.OnDatabase):
                 .returning(t_hosts.c.change_number))
         changed = sorted((p, text) for p, text in texts.items() if old.states[p] != text)
         if changed:
-            documents = sa.values(sa.column("plugin", sa.String()),
-                                  sa.column("document", sa.Text()),
-                                  name="documents").data(changed)
+            # NOTE: the documents as two array parameters, not a VALUES
+            # list of literals: the statement's text is the same whatever
+            # they hold (compiled once, SQLAlchemy's cache).
+            documents = sa.func.unnest(
+                sa.bindparam("plugins", [p for p, _ in changed],
+                             type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("documents", [text for _, text in changed],
+                             type_=postgresql.ARRAY(sa.Text()))
+            ).table_valued("plugin", "document").render_derived(name="documents")
             bump = bump.add_cte(
                 sa.update(t_states)
                 .where(t_states.c.host.in_(sa.select(locked.c.host)),

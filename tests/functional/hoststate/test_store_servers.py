@@ -363,3 +363,31 @@ def test_one_statement_writes_wake_the_host_on_postgresql(url, backend, push):
                 made = conn.execute(sa.select(notify.host_channel_of(
                     sa.literal(host, sa.String())))).scalar()
             assert made == notify.host_channel(host)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_publish_in_place_is_one_statement_compiled_once(url, backend):
+    """An agent's publish after a claim or a release (its documents
+    changed in place) is one statement on PostgreSQL, and its text does not
+    hold the documents (array parameters): SQLAlchemy compiles it once, not
+    at every publish (a VALUES list of literals did: the agents' CPU)."""
+    compiled: list[int] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("WITH locked"):
+            compiled.append(id(context.compiled))
+
+    with hoststate.HostStateStore(url) as s:
+        s.publish("h1", states(a=0, b=0), 0)
+        for engine in s.db.engines:
+            event.listen(engine, "before_cursor_execute", before)
+        for n in range(1, 6):
+            assert s.publish("h1", states(a=n, b=n % 2), n).written
+        assert len(compiled) == 5 and len(set(compiled)) == 1, compiled
+        with hoststate.HostStateStore(url) as other:
+            snapshot = other.get_host("h1")
+        assert snapshot.generation == 6
+        assert dict(snapshot.states) == states(a=5, b=1)
+        first = s.host_status_changes(None).mark
+        assert s.publish("h1", states(a=6, b=1), 6).written
+        assert dict(s.host_status_changes(first).generations) == {"h1": 7}
