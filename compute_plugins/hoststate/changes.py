@@ -16,6 +16,10 @@ and its row lock is held until the commit: a writer takes the next number
 only once the previous taker committed, so the numbers are given in commit
 order, and a snapshot that holds number N holds every change numbered up to
 N (PostgreSQL makes a transaction visible before it releases its locks).
+On PostgreSQL a publish that changes documents in place is one statement
+(:meth:`~compute_plugins.hoststate.hosts.SqlHostPublication.publish`): it
+locks the host's row first and takes its number there (:func:`take_after`),
+holding the counter from there to its commit, as :func:`stamp` does.
 SQLite has one writer at a time anyway. The lock is held for one statement
 and the commit (the publish's other writes came first), so publishes of
 different hosts queue only that long; but the commit includes its log
