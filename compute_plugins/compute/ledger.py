@@ -109,6 +109,22 @@ def path_for(state_dir: str, host: str) -> str:
     return os.path.join(state_dir, "%s.ledger.json" % names.safe_file_name(host))
 
 
+def _ledger_text(host: str, entries: Mapping[str, LedgerEntry],
+                 store_id: Optional[str]) -> str:
+    """The ledger file's JSON: a claim a line, its spec the canonical text
+    :meth:`Ledger.record` kept (not decoded and encoded again at every
+    write: Python's encoder with ``indent`` is its pure-Python one, the
+    agent's CPU per claim growing with the claims the host holds)."""
+    claims = ",\n".join(' %s: {"decision_id": %d, "spec": %s}'
+                         % (json.dumps(consumer), int(entry.decision_id), entry.spec_json)
+                         for consumer, entry in sorted(entries.items()))
+    tail = {"format": FORMAT, "host": host, "version": FORMAT_VERSION}
+    if store_id is not None:
+        tail["store"] = store_id
+    rest = json.dumps(tail, sort_keys=True)[1:]
+    return '{"claims": {%s}, %s\n' % ("\n" + claims + "\n" if claims else "", rest)
+
+
 class Ledger:
     """The claims in force on one host, kept in a file.
 
@@ -192,16 +208,8 @@ class Ledger:
 
     def _write_with_lock(self, entries: Mapping[str, LedgerEntry],
                          store_id: Optional[str] = None) -> None:
-        document = {
-            "format": FORMAT, "version": FORMAT_VERSION, "host": self.host,
-            "claims": {c: {"decision_id": e.decision_id,
-                           "spec": json.loads(e.spec_json)}
-                       for c, e in sorted(entries.items())},
-        }
         store_id = store_id or self.store_id
-        if store_id is not None:
-            document["store"] = store_id
-        text = json.dumps(document, indent=1, sort_keys=True)
+        text = _ledger_text(self.host, entries, store_id)
         directory = os.path.dirname(self.path) or "."
         try:
             files.ensure_private_dir(directory)

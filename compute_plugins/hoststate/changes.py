@@ -16,6 +16,10 @@ and its row lock is held until the commit: a writer takes the next number
 only once the previous taker committed, so the numbers are given in commit
 order, and a snapshot that holds number N holds every change numbered up to
 N (PostgreSQL makes a transaction visible before it releases its locks).
+On PostgreSQL a publish that changes documents in place is one statement
+(:meth:`~compute_plugins.hoststate.hosts.SqlHostPublication.publish`): it
+locks the host's row first and takes its number there (:func:`take_after`),
+holding the counter from there to its commit, as :func:`stamp` does.
 SQLite has one writer at a time anyway. The lock is held for one statement
 and the commit (the publish's other writes came first), so publishes of
 different hosts queue only that long; but the commit includes its log
@@ -86,6 +90,19 @@ def _insert_if_missing(conn: Connection) -> Any:
     if name == "sqlite":
         return sqlite.insert(t_changes).values(row).on_conflict_do_nothing()
     return sa.insert(t_changes).values(row).prefix_with("IGNORE")
+
+
+def take_after(condition: Any) -> Any:
+    """The next change number as a CTE of one statement (PostgreSQL): the
+    counter's ``UPDATE ... RETURNING``, which changes nothing unless
+    ``condition`` holds (the statement's write is made). The statement
+    reads it where it writes the host's row (its ``change_number``): the
+    counter is locked from there to the commit, last, as :func:`stamp`
+    locks it; a missing counter row reads as no number (the statement
+    writes 0, and :func:`stamp` makes the row)."""
+    return (sa.update(t_changes).where(t_changes.c.id == 1, condition)
+            .values(last_number=t_changes.c.last_number + 1)
+            .returning(t_changes.c.last_number).cte("taken"))
 
 
 def stamp(conn: Connection, host: str) -> int:
@@ -172,4 +189,4 @@ def read(conn: Connection, since: Optional[ChangeMark],
                          expired=FrozenMap(sorted(expired.items())))
 
 
-__all__ = ["count_removal", "read", "stamp"]
+__all__ = ["count_removal", "read", "stamp", "take_after"]

@@ -29,7 +29,7 @@ from compute_plugins.hoststate import broker, errors, notify, schema
 from compute_plugins.hoststate import engine as engines
 from compute_plugins.hoststate import push as push_backends
 from compute_plugins.hoststate.records import AgentLease
-from compute_plugins.util import forks
+from compute_plugins.util import forks, pools
 
 LOG = logging.getLogger(__name__)
 
@@ -376,16 +376,27 @@ class Database:
             # net reads it (notify.Push.committed).
             self.push.committed(wakeups)
 
-    def single(self, operation: Callable[[Connection], T]) -> T:
+    def single(self, operation: Callable[[Connection], T], *, retry: bool = True) -> T:
         """``operation(conn)``, which runs one statement that is atomic by
         itself (an ``UPDATE ... RETURNING``), on PostgreSQL on a connection
         of :attr:`single_engine`: one round trip (no ping, no isolation
         level set and reset, no ``BEGIN``/``COMMIT``), where a write
-        transaction costs five. The heartbeat of every idle agent is such a
-        statement (10,000 hosts: a thousand a second). Elsewhere: in a
-        write transaction. A pooled connection the server closed since
-        (which the ping would have caught) fails the statement before it
-        ran: tried once more on a fresh one.
+        transaction costs three to five. The heartbeat of every idle agent
+        is such a statement (10,000 hosts: a thousand a second), and so are
+        a decision's insert and its status swaps (issue 19). Elsewhere: in
+        a write transaction.
+
+        A pooled connection the server closed since (which the ping would
+        have caught) fails the statement before it ran: with ``retry``
+        (a statement that may run twice: the heartbeat) tried once more on
+        a fresh one. Without it (an insert, a swap: run twice, the second
+        would find the first's row and fail) a connection whose socket
+        shows the server closed it is replaced before the statement is
+        sent (:func:`~compute_plugins.util.pools.maybe_closed`, no round
+        trip), and a failure is :class:`~compute_plugins.hoststate.errors.
+        StoreUnavailable`, as a transaction's. The wake-ups ``operation``
+        asked for (:meth:`wake`) are delivered once it returned: each of
+        its statements committed by itself.
 
         :raises StoreUnavailable: the database cannot be reached.
         """
@@ -393,19 +404,47 @@ class Database:
         if engine is None:
             with self.write() as conn:
                 return operation(conn)
+        wakeups: Optional[list[tuple[list[str], str]]] = None
         for attempt in (1, 2):
             try:
                 with engine.connect() as conn:
-                    return operation(conn)
+                    if not retry and pools.maybe_closed(conn.connection.dbapi_connection):
+                        # NOTE: a fresh connection at the statement.
+                        conn.invalidate()
+                    conn.info.pop(_WAKEUPS, None)
+                    found = operation(conn)
+                    # NOTE: not after a failure: the connection may be
+                    # invalid (its info not to be read); the next call
+                    # clears what it left.
+                    wakeups = conn.info.pop(_WAKEUPS, None)
+                break
             except sa.exc.DBAPIError as err:
-                if attempt == 1 and err.connection_invalidated:
+                if retry and attempt == 1 and err.connection_invalidated:
                     engine.dispose()
                     continue
                 if _unavailable(err):
                     engine.dispose()
                     raise errors.StoreUnavailable(self.url, str(err.orig)) from err
                 raise
-        raise AssertionError("unreachable")
+        else:
+            raise AssertionError("unreachable")
+        if wakeups and self.push is not None:
+            self.push.committed(wakeups)
+        return found
+
+    def read_one(self, operation: Callable[[Connection], T]) -> T:
+        """``operation(conn)``, which runs one read statement: on
+        PostgreSQL on a connection of :attr:`single_engine` (its own
+        snapshot: one round trip, where a read transaction's ``BEGIN``,
+        statement and ``COMMIT`` are three; a lost pooled connection tried
+        again, as the heartbeat's); elsewhere in a read transaction.
+
+        :raises StoreUnavailable: the database cannot be reached.
+        """
+        if self.single_engine is None:
+            with self.read() as conn:
+                return operation(conn)
+        return self.single(operation)
 
     def _reconnect(self, conn: Connection) -> None:
         """After a failure that may be the connection's own, drop it and

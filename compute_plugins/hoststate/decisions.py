@@ -144,53 +144,59 @@ class SqlDecisionQueue(database.OnDatabase):
                                                        or self.fence[0] != host)
 
         def insert() -> HostDecision:
-            with self.db.write() as conn:
-                if fenced:
+            if fenced:
+                with self.db.write() as conn:
                     self.check_fence(conn)
-                statement = sa.insert(t_decisions).values(**values)
-                if wakes and self.db.notifies_in_statement:
-                    # NOTE: the host's agent notified by the INSERT itself
-                    # (its new id in the payload): one round trip less.
-                    new_id, _ = conn.execute(statement.returning(
-                        t_decisions.c.id, notify.notification(
-                            notify.host_channel(host),
-                            sa.cast(t_decisions.c.id, sa.String())
-                            + " " + status.value))).one()
-                else:
-                    key = conn.execute(statement).inserted_primary_key
-                    # None only for an executemany or a statement that is no INSERT.
-                    assert key is not None
-                    new_id = key[0]
-                    if wakes:
-                        self.notify_host(conn, host, "%d %s" % (new_id, status.value))
+                    new_id = write(conn)
+            else:
+                # NOTE: one statement (its notification in it on PostgreSQL):
+                # one round trip, not a transaction's three.
+                new_id = self.db.single(write, retry=False)
             return HostDecision(id=int(new_id), consumer=consumer, host=host,
                                 spec=spec, status=status, reasons=reasons,
                                 created_at=now, updated_at=now)
+
+        def write(conn: Connection) -> int:
+            """The insert on ``conn``; the new decision's id."""
+            statement = sa.insert(t_decisions).values(**values)
+            if wakes and self.db.notifies_in_statement:
+                # NOTE: the host's agent notified by the INSERT itself
+                # (its new id in the payload): one round trip less.
+                new_id, _ = conn.execute(statement.returning(
+                    t_decisions.c.id, notify.notification(
+                        notify.host_channel(host),
+                        sa.cast(t_decisions.c.id, sa.String())
+                        + " " + status.value))).one()
+            else:
+                key = conn.execute(statement).inserted_primary_key
+                # None only for an executemany or a statement that is no INSERT.
+                assert key is not None
+                new_id = key[0]
+                if wakes:
+                    self.notify_host(conn, host, "%d %s" % (new_id, status.value))
+            return int(new_id)
 
         return self.db.retrying(insert)
 
     def get_decision(self, decision_id: int) -> HostDecision:
         """:raises DecisionNotFound: no decision with this id."""
-        with self.db.read() as conn:
-            row = conn.execute(sa.select(t_decisions)
-                               .where(t_decisions.c.id == decision_id)).one_or_none()
+        row = self.db.read_one(lambda conn: conn.execute(
+            sa.select(t_decisions).where(t_decisions.c.id == decision_id)).one_or_none())
         if row is None:
             raise errors.DecisionNotFound(decision_id)
         return _decision(row)
 
     def active_decision(self, consumer: str) -> Optional[HostDecision]:
         """The consumer's decision in force (pending, claimed, releasing)."""
-        with self.db.read() as conn:
-            row = conn.execute(sa.select(t_decisions).where(
-                t_decisions.c.active_consumer == consumer)).one_or_none()
+        row = self.db.read_one(lambda conn: conn.execute(sa.select(t_decisions).where(
+            t_decisions.c.active_consumer == consumer)).one_or_none())
         return None if row is None else _decision(row)
 
     def latest_decision(self, consumer: str) -> Optional[HostDecision]:
         """The consumer's most recent decision, whatever its status."""
-        with self.db.read() as conn:
-            row = conn.execute(
-                sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
-                .order_by(t_decisions.c.id.desc()).limit(1)).one_or_none()
+        row = self.db.read_one(lambda conn: conn.execute(
+            sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
+            .order_by(t_decisions.c.id.desc()).limit(1)).one_or_none())
         return None if row is None else _decision(row)
 
     def history(self, consumer: str) -> list[HostDecision]:
@@ -214,8 +220,7 @@ class SqlDecisionQueue(database.OnDatabase):
                  .order_by(t_decisions.c.id))
         if limit is not None:
             query = query.limit(limit)
-        with self.db.read() as conn:
-            rows = conn.execute(query).all()
+        rows = self.db.read_one(lambda conn: conn.execute(query).all())
         return [_decision(r) for r in rows]
 
     def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
@@ -245,6 +250,11 @@ class SqlDecisionQueue(database.OnDatabase):
         payload = "%d %s" % (decision_id, DecisionStatus(target).value)
 
         def swap() -> tuple[int, Any]:
+            if self.db.single_engine is not None:
+                # NOTE: PostgreSQL: the swap's one statement on its own (one
+                # round trip, not a transaction's three).
+                return self.db.single(lambda conn: self._swap_returning(
+                    conn, update, decision_id, payload), retry=False)
             with self.db.write() as conn:
                 if conn.dialect.update_returning:
                     return self._swap_returning(conn, update, decision_id, payload)
@@ -276,17 +286,26 @@ class SqlDecisionQueue(database.OnDatabase):
         errors.Fenced`), then the row read for the conflict."""
         columns: list[Any] = list(t_decisions.c)
         in_statement = self.db.notifies_in_statement
+        notified = set()
         if in_statement:
-            columns.append(notify.notification(notify.decision_channel(decision_id),
-                                               payload))
+            channel = notify.decision_channel(decision_id)
+            columns.append(notify.notification(channel, payload))
+            notified.add(channel)
+            if self.fence is None:
+                # NOTE: the host's agent too (its channel made of the row's
+                # host by the statement), as whoever is not the agent does.
+                columns.append(notify.notification(
+                    notify.host_channel_of(t_decisions.c.host), payload,
+                    label="notified_host"))
         row = conn.execute(update.where(*self.fence_clauses())
                            .returning(*columns)).one_or_none()
         if row is None:
             self.check_fence(conn, share=True)
             return 0, conn.execute(sa.select(t_decisions).where(
                 t_decisions.c.id == decision_id)).one_or_none()
-        waiters = self._waiters(row)
-        self._notify_swap(conn, row, waiters[1:] if in_statement else waiters)
+        if in_statement and self.fence is None:
+            notified.add(notify.host_channel(row.host))
+        self._notify_swap(conn, row, [c for c in self._waiters(row) if c not in notified])
         return 1, row
 
     def _waiters(self, row: Any) -> list[str]:
@@ -398,12 +417,11 @@ class SqlDecisionQueue(database.OnDatabase):
         :raises HostDown: it is still ``start`` and the lease expired.
         :raises DecisionNotFound: no such decision.
         """
-        with self.db.read() as conn:
-            row = conn.execute(
-                sa.select(t_decisions, t_leases.c.expires_at.label("lease_expires_at"))
-                .select_from(t_decisions.outerjoin(
-                    t_leases, t_leases.c.host == t_decisions.c.host))
-                .where(t_decisions.c.id == decision_id)).one_or_none()
+        row = self.db.read_one(lambda conn: conn.execute(
+            sa.select(t_decisions, t_leases.c.expires_at.label("lease_expires_at"))
+            .select_from(t_decisions.outerjoin(
+                t_leases, t_leases.c.host == t_decisions.c.host))
+            .where(t_decisions.c.id == decision_id)).one_or_none())
         if row is None:
             raise errors.DecisionNotFound(decision_id)
         decision = _decision(row)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from compute_plugins.hoststate import changes, database, errors
@@ -272,6 +273,16 @@ class SqlHostPublication(database.OnDatabase):
         old = current or _HostRows(0, "", database.utcnow(), {}, {})
         self.written_hosts.pop(host, None)
         stamp = database.utcnow()
+        if (self.db.single_engine is not None and expected > 0
+                and providers == old.providers and set(texts) == set(old.states)):
+            # NOTE: PostgreSQL, the host's documents changed in place (a
+            # claim's, a release's publish): one statement, one round trip
+            # (:meth:`_publish_in_one_statement`).
+            self._publish_in_one_statement(host, expected, nodename, stamp, old, texts,
+                                           None if written is None else written.updated_at)
+            self.written_hosts[host] = _HostRows(expected + 1, nodename, stamp,
+                                                 dict(texts), dict(providers))
+            return PublishResult(generation=expected + 1, written=True)
         try:
             with self.db.write() as conn:
                 # NOTE: the fence a condition of the bump's own UPDATE
@@ -307,6 +318,70 @@ class SqlHostPublication(database.OnDatabase):
         self.written_hosts[host] = _HostRows(expected + 1, nodename, stamp, dict(texts),
                                              dict(providers))
         return PublishResult(generation=expected + 1, written=True)
+
+    def _publish_in_one_statement(self, host: str, expected: int, nodename: str,
+                                  stamp: datetime.datetime, old: _HostRows,
+                                  texts: dict[str, str],
+                                  written_at: Optional[datetime.datetime]) -> None:
+        """A publish that changes the host's node name or the documents of
+        the plugins it has already, as one statement on its own (PostgreSQL:
+        :meth:`~compute_plugins.hoststate.database.Database.single`), where
+        a transaction sent five (``BEGIN``, the bump, the documents, the
+        change number, ``COMMIT``). In its order of locks: the host's row
+        (``locked``: at ``expected``, under the writer's fence and, when
+        the rows are the ones this store wrote, at their time), then the
+        change counter (``taken``, only when the host's row was locked) in
+        the host's bump, which reads it, then the documents; the counter
+        stays locked from there to the commit, as :func:`~compute_plugins.
+        hoststate.changes.stamp` keeps it (the numbers in commit order).
+
+        :raises GenerationConflict: the host is not at ``expected`` (or its
+            rows are not the ones written at ``written_at``).
+        :raises Fenced: the writer's lease is not the host's any more.
+        """
+        conditions = self.fence_clauses()
+        if written_at is not None:
+            conditions.append(t_hosts.c.updated_at == written_at)
+        locked = (sa.select(t_hosts.c.host)
+                  .where(t_hosts.c.host == host, t_hosts.c.generation == expected,
+                         *conditions)
+                  .with_for_update().cte("locked"))
+        taken = changes.take_after(sa.exists(sa.select(locked.c.host)))
+        bump = (sa.update(t_hosts).where(t_hosts.c.host.in_(sa.select(locked.c.host)))
+                .values(generation=expected + 1, nodename=nodename, updated_at=stamp,
+                        change_number=sa.func.coalesce(
+                            sa.select(taken.c.last_number).scalar_subquery(), 0))
+                .returning(t_hosts.c.change_number))
+        changed = sorted((p, text) for p, text in texts.items() if old.states[p] != text)
+        if changed:
+            # NOTE: the documents as two array parameters, not a VALUES
+            # list of literals: the statement's text is the same whatever
+            # they hold (compiled once, SQLAlchemy's cache).
+            documents = sa.func.unnest(
+                sa.bindparam("plugins", [p for p, _ in changed],
+                             type_=postgresql.ARRAY(sa.Text())),
+                sa.bindparam("documents", [text for _, text in changed],
+                             type_=postgresql.ARRAY(sa.Text()))
+            ).table_valued("plugin", "document").render_derived(name="documents")
+            bump = bump.add_cte(
+                sa.update(t_states)
+                .where(t_states.c.host.in_(sa.select(locked.c.host)),
+                       t_states.c.plugin == documents.c.plugin)
+                .values(document=documents.c.document)
+                .returning(t_states.c.plugin).cte("written"))
+
+        def publish(conn: Connection) -> Optional[int]:
+            number = conn.execute(bump).scalar()
+            if number is None:
+                self.check_fence(conn, share=True)
+                raise errors.GenerationConflict(host, expected, self._generation(conn, host))
+            return int(number)
+
+        if not self.db.single(publish, retry=False):
+            # NOTE: the counter's row is missing (deleted by hand): made
+            # again and the write numbered, as stamp does.
+            with self.db.write() as conn:
+                changes.stamp(conn, host)
 
     @staticmethod
     def _generation(conn: Connection, host: str) -> int:

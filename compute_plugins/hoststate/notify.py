@@ -61,6 +61,14 @@ def host_channel(host: str) -> str:
     return "cp_host_" + hashlib.sha256(host.encode("utf-8")).hexdigest()[:40]
 
 
+def host_channel_of(host: Any) -> Any:
+    """:func:`host_channel` of the SQL expression ``host`` (a column),
+    computed by PostgreSQL (``sha256``, PostgreSQL 11 and later): a write
+    notifies its row's host from its own ``RETURNING``."""
+    digest = sa.func.encode(sa.func.sha256(sa.func.convert_to(host, "UTF8")), "hex")
+    return sa.literal("cp_host_") + sa.func.left(digest, 40)
+
+
 def decision_channel(decision_id: int) -> str:
     """The channel of one decision's status."""
     return "cp_decision_%d" % decision_id
@@ -86,13 +94,13 @@ def send(conn: Connection, channels: Iterable[str], payload: str) -> None:
     conn.execute(sa.text("SELECT " + ", ".join(calls)), params)
 
 
-def notification(channel: str, payload: Any) -> Any:
+def notification(channel: Any, payload: Any, label: str = "notified") -> Any:
     """``pg_notify(channel, payload)`` as a column of a statement's
     ``RETURNING``: the write notifies ``channel`` by itself, once per row
     it returns (only when it changed one), at its transaction's commit; no
     statement of its own (:meth:`~compute_plugins.hoststate.database.
     Database.notifies_in_statement`)."""
-    return sa.func.pg_notify(channel, payload).label("notified")
+    return sa.func.pg_notify(channel, payload).label(label)
 
 
 class Subscription:

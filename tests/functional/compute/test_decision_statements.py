@@ -44,8 +44,13 @@ from tests.functional.hoststate.conftest import create_database
 #: its work, and a read of its rows before each publish). The agent's
 #: publish takes the store's next change number as its last statement
 #: (:mod:`compute_plugins.hoststate.changes`: one UPDATE ... RETURNING).
-PG_BOOT = {"scheduler": 11, "agent": 11}
-PG_DELETE = {"requester": 7, "agent": 11}
+#: Before (6624241): boot 11 + 11, delete 7 + 11 (the decision's insert,
+#: its swaps and the reads of decisions each a transaction: BEGIN and
+#: COMMIT around one statement; a requester's swap woke the host by a
+#: SELECT pg_notify of its own; the agent's publish BEGIN, the bump, the
+#: documents, the change number and COMMIT). Each is one statement now.
+PG_BOOT = {"scheduler": 5, "agent": 3}
+PG_DELETE = {"requester": 2, "agent": 3}
 #: SQLite: the statements each side runs (BEGIN and COMMIT are statements
 #: there too: the store sends its own BEGIN). Before: boot 6 + 21, delete
 #: 7 + 21. The publish's change number: an UPDATE and a read of it.
@@ -108,9 +113,10 @@ def _one_decision(host: Host, scheduler: HostStateStore, requester: HostStateSto
     before_wait = len(seen["scheduler"])
     if pushes:
         waiter.start()
-        # NOTE: the waiter subscribed and read once before the agent
-        # answers, and reads once more when woken
-        _wait_until(lambda: len(seen["scheduler"]) > before_wait + 3)
+        # NOTE: the waiter subscribed (LISTEN) and read once before the
+        # agent answers, and reads once more when woken
+        _wait_until(lambda: any(q.startswith("SELECT ") for q in seen["scheduler"][
+            before_wait:]))
         assert agent.wait_for_work(10)
     (claim,) = agent.poll().claims
     assert claim.claimed, claim.reasons

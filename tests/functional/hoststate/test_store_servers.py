@@ -283,3 +283,111 @@ def test_a_forked_childs_waiters_are_woken_by_listen_notify(url, backend):
             store.db.wake(conn, [notify.host_channel("parent")], "x")
         assert sub.wait(10.0)
         sub.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_decisions_statements_are_one_round_trip_each_on_postgresql(url, backend):
+    """issue 19: a decision's insert, its status swaps and the reads of
+    one decision each ran in a transaction of their own (BEGIN, the
+    statement, COMMIT: three round trips, the database's CPU each). Each is
+    one statement on the wire now. A swap on a pooled connection the
+    server closed since is sent on a fresh one (its socket says so), once:
+    not answered as a conflict with itself nor as the store unavailable."""
+    from compute_plugins.hoststate import DecisionStatus, protocol
+
+    parsed = sa.engine.make_url(url)
+    proxy = servers.QueryCounter(parsed.host, parsed.port)
+    try:
+        with hoststate.HostStateStore(proxy.url(url)) as s:
+            lease = s.acquire_lease("h1", "node-a", "pid 1", 60)
+            agent = s.fenced(lease)
+            s.submit_decision("c0", "h1", SPEC)  # the connections opened
+            proxy.queries.clear()
+            first = s.submit_decision("c1", "h1", SPEC)
+            assert s.get_decision(first.id).status == DecisionStatus.PENDING
+            assert [d.id for d in agent.list_decisions("h1")] == [1, first.id]
+            assert s.active_decision("c1").id == first.id
+            assert s.latest_decision("c1").id == first.id
+            assert protocol.claim(agent, first.id).status == DecisionStatus.CLAIMED
+            assert len(proxy.queries) == 6, proxy.queries
+            proxy.queries.clear()
+            assert protocol.request_release(s, "c1").status == DecisionStatus.RELEASING
+            assert len(proxy.queries) == 2, proxy.queries
+            # the server closed the pooled connection (a restart, an idle
+            # timeout): the release goes through on a fresh one, once
+            with s.db.engine.connect() as conn:
+                killed = conn.execute(sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'UPDATE hoststate_decisions%' "
+                    "AND pid <> pg_backend_pid()")).scalars().all()
+                conn.commit()
+            assert killed == [True]
+            time.sleep(0.2)  # NOTE: the server's goodbye reaches the socket
+            released = protocol.release(agent, first.id)
+            assert released.status == DecisionStatus.RELEASED
+            assert s.get_decision(first.id).status == DecisionStatus.RELEASED
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("push", ["listen", "broker"])
+def test_one_statement_writes_wake_the_host_on_postgresql(url, backend, push):
+    """The one-statement insert and swaps still wake the host's agent: by
+    their own ``RETURNING`` with ``LISTEN``/``NOTIFY`` (the host's channel
+    made of the row's host by PostgreSQL: a scheduler's or a requester's
+    swap; never the agent's own), through a broker after their commit."""
+    from compute_plugins.hoststate import notify, protocol
+
+    extra = {"push_transport_url": "fake://"} if push == "broker" else {}
+    with hoststate.HostStateStore(url, safety_poll_interval=600.0, **extra) as s:
+        host = "h\u00e9-" + "x" * 200
+        lease = s.acquire_lease(host, "node-a", "pid 1", 60)
+        agent = s.fenced(lease)
+        sub = s.host_changes(host)
+        assert sub is not None
+        for _ in range(200):
+            if sub.live:
+                break
+            time.sleep(0.05)
+        sub.wait(0)
+        decision = s.submit_decision("c1", host, SPEC)
+        assert sub.wait(10.0)
+        protocol.claim(agent, decision.id)
+        assert not sub.wait(0.5)    # NOTE: the agent's own move
+        protocol.request_release(s, "c1")
+        assert sub.wait(10.0)
+        sub.close()
+        if push == "listen":
+            with s.db.engine.connect() as conn:
+                made = conn.execute(sa.select(notify.host_channel_of(
+                    sa.literal(host, sa.String())))).scalar()
+            assert made == notify.host_channel(host)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_publish_in_place_is_one_statement_compiled_once(url, backend):
+    """An agent's publish after a claim or a release (its documents
+    changed in place) is one statement on PostgreSQL, and its text does not
+    hold the documents (array parameters): SQLAlchemy compiles it once, not
+    at every publish (a VALUES list of literals did: the agents' CPU)."""
+    compiled: list[int] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("WITH locked"):
+            compiled.append(id(context.compiled))
+
+    with hoststate.HostStateStore(url) as s:
+        s.publish("h1", states(a=0, b=0), 0)
+        for engine in s.db.engines:
+            event.listen(engine, "before_cursor_execute", before)
+        for n in range(1, 6):
+            assert s.publish("h1", states(a=n, b=n % 2), n).written
+        assert len(compiled) == 5 and len(set(compiled)) == 1, compiled
+        with hoststate.HostStateStore(url) as other:
+            snapshot = other.get_host("h1")
+        assert snapshot.generation == 6
+        assert dict(snapshot.states) == states(a=5, b=1)
+        first = s.host_status_changes(None).mark
+        assert s.publish("h1", states(a=6, b=1), 6).written
+        assert dict(s.host_status_changes(first).generations) == {"h1": 7}

@@ -149,3 +149,31 @@ def test_a_symlink_planted_at_the_ledger_is_replaced_not_written_through(tmp_pat
     assert outside.read_text() == "untouched"
     assert not path.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o600
     assert set(Ledger.load(str(state), HOST, plugins.plugins).entries()) == {CONSUMER, OTHER}
+
+
+def test_a_claims_spec_is_written_as_recorded_a_claim_a_line(tmp_path, plugins):
+    """issue 19: every write of the ledger decoded every claim's spec and
+    encoded the whole file again with ``indent`` (Python's pure-Python
+    encoder): the agent's CPU per claim grew with the host's claims. The
+    file holds each claim on a line of its own, its spec the canonical
+    text recorded, and reads back the same."""
+    state = str(tmp_path / "state")
+    ledger = Ledger.load(state, HOST, plugins.plugins)
+    spec, text = decided(plugins)
+    ledger.record(CONSUMER, 7, spec, text)
+    second, second_text = decided(plugins, ledger.assignments())
+    ledger.record(OTHER, 9, second, second_text)
+    ledger.set_store("store-uuid")
+    written = Path(path_for(state, HOST)).read_text()
+    for consumer in (CONSUMER, OTHER):
+        line = [entry for entry in written.splitlines() if consumer in entry]
+        assert len(line) == 1 and ledger.get(consumer).spec_json in line[0], written
+    document = json.loads(written)
+    assert (document["store"], document["host"]) == ("store-uuid", HOST)
+    assert document["claims"][OTHER]["decision_id"] == 9
+    again = Ledger.load(state, HOST, plugins.plugins)
+    assert again.entries() == ledger.entries() and again.store_id == "store-uuid"
+    ledger.remove(CONSUMER)
+    ledger.remove(OTHER)
+    assert json.loads(Path(path_for(state, HOST)).read_text())["claims"] == {}
+    assert len(Ledger.load(state, HOST, plugins.plugins)) == 0

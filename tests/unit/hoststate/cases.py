@@ -1321,6 +1321,49 @@ class TestChanges:
         assert dict(after.generations) == {"h1": 2, "h2": 2}
         assert after.mark.number == mark.number + 2
 
+    def test_a_reader_following_concurrent_publishers_misses_none(self, make_store):
+        """Publishers of different hosts, each on a store of its own (on
+        PostgreSQL a publish that changes documents in place is one
+        statement that takes its change number), and a reader that
+        follows them by marks: whatever the interleaving, what the reader
+        gathered is every host's last generation."""
+        writers, hosts, rounds = 4, 3, 12
+        stores = [make_store() for _ in range(writers)]
+        for i, s in enumerate(stores):
+            for h in range(hosts):
+                s.publish("w%d-h%d" % (i, h), states(a=0), 0)
+        reader = make_store()
+        first = reader.host_status_changes(None)
+        seen = dict(first.generations)
+        done = threading.Event()
+        fulls: list[int] = []
+
+        def follow() -> None:
+            mark = first.mark
+            while not done.is_set():
+                found = reader.host_status_changes(mark)
+                fulls.append(found.full)
+                seen.update(found.generations)
+                mark = found.mark
+            found = reader.host_status_changes(mark)
+            seen.update(found.generations)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+
+        def publish(i: int) -> None:
+            for n in range(1, rounds + 1):
+                for h in range(hosts):
+                    stores[i].publish("w%d-h%d" % (i, h), states(a=n), n)
+        try:
+            run_threads(publish, writers)
+        finally:
+            done.set()
+            follower.join(60)
+        assert not any(fulls)
+        assert seen == {"w%d-h%d" % (i, h): rounds + 1
+                        for i in range(writers) for h in range(hosts)}
+
     def test_publishers_racing_to_remake_a_deleted_counter_both_publish(self, store, url):
         """The counter's row deleted by hand: the first publish makes it
         again; a rival that found no row meanwhile waits for it and numbers
