@@ -859,19 +859,25 @@ def _constructed_as_fields(cls: type) -> bool:
     call per field (a frozen dataclass's ``object.__setattr__``). Not when
     its ``__init__`` or ``__new__`` is its own, when a field is not an
     ``__init__`` argument or an ``InitVar`` is, when a field that is not
-    carried in JSON has no default, or when its values have no
-    ``__dict__`` (``slots``)."""
+    carried in JSON has no default, when its values have no ``__dict__``
+    (``slots``), or when its ``__init__`` sets a field through more than
+    the ``__dict__``: a data descriptor (a descriptor-typed field), or the
+    class's own ``__setattr__`` (not frozen: ``self.name = value``)."""
     owner: Any = next((k for k in cls.__mro__ if "__init__" in k.__dict__), object)
     code = getattr(owner.__dict__.get("__init__"), "__code__", None)
     # NOTE: dataclasses writes its __init__'s source and compiles it
     # ("<string>"); a class's own __init__ is in its module's file.
     every: Any = getattr(cls, "__dataclass_fields__", {})
-    # NOTE: ClassVar pseudo-fields are in both dataclasses' tables alike.
+    # NOTE: the __init__ of ``cls``'s own fields (a plain subclass shares
+    # them): a dataclass(init=False) subclass's fields may have other
+    # defaults than its parent's __init__ applies.
     if (code is None or code.co_filename != "<string>"
-            or "__dataclass_fields__" not in owner.__dict__
-            or list(owner.__dataclass_fields__) != list(every)
+            or owner.__dict__.get("__dataclass_fields__") is not every
             or not owner.__dataclass_params__.init
             or cls.__new__ is not object.__new__):  # type: ignore[comparison-overlap]
+        return False
+    if (not owner.__dataclass_params__.frozen
+            and cls.__setattr__ is not object.__setattr__):  # type: ignore[comparison-overlap]
         return False
     fields = dataclasses.fields(cls)
     try:
@@ -883,6 +889,8 @@ def _constructed_as_fields(cls: type) -> bool:
     for f in fields:
         if (not f.metadata.get("json", True) and f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING):
+            return False
+        if hasattr(type(inspect.getattr_static(cls, f.name, None)), "__set__"):
             return False
     try:
         return isinstance(object.__new__(cls).__dict__, dict)
@@ -1009,9 +1017,11 @@ def _rule_lines(f: dataclasses.Field[Any], i: int, value: str, step: str,
     allowed = f.metadata.get("enum")
     if allowed is not None:
         names["A%d" % i] = allowed
+        # NOTE: joined when refused, as :func:`_check_field` does: an enum
+        # of other values than strings fails there, not every document.
         lines += ["if %s is not None and %s not in A%d:" % (value, value, i),
-                  "    raise _Refused([[%r, '%%r is not one of %%s' %% (%s, %r)]])"
-                  % (step, value, ", ".join(allowed))]
+                  "    raise _Refused([[%r, '%%r is not one of %%s' %% (%s, ', '.join(A%d))]])"
+                  % (step, value, i)]
     minimum = f.metadata.get("minimum")
     if minimum is not None:
         names["M%d" % i] = minimum

@@ -284,10 +284,63 @@ class Invariant(types.Checked):
         super().__post_init__()
 
 
+@dataclasses.dataclass
+class OwnSetattr:
+    """Not frozen, with its own ``__setattr__``: its ``__init__`` sets each
+    field through it (``self.count = count``)."""
+
+    count: int = 0
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value * 2 if name == "count" else value)
+
+
+class Plus100:
+    """A data descriptor a field's default may be (a descriptor-typed field:
+    its ``__init__`` sets the field through ``__set__``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return 5 if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        object.__setattr__(obj, self.slot, value + 100)
+
+
+@dataclasses.dataclass(frozen=True)
+class WithDescriptor:
+    count: int = Plus100()  # type: ignore[assignment]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParentDefault:
+    count: int = 1
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class ChildDefault(ParentDefault):
+    """Built by its parent's ``__init__``, whose default (1) is not its
+    field's (2)."""
+
+    count: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class IntEnum:
+    """An ``enum`` of other values than strings (``enum_field`` says
+    strings; its metadata does not)."""
+
+    level: Any = dataclasses.field(default=None, metadata={"enum": (1, 2)})
+
+
 @pytest.mark.parametrize("cls,direct", [(Plain, True), (Invariant, True), (Node, True),
                                         (WithClassVar, True),
                                         (OwnInit, False), (Slotted, False),
-                                        (NotInit, False), (WithInitVar, False)])
+                                        (NotInit, False), (WithInitVar, False),
+                                        (OwnSetattr, False), (WithDescriptor, False),
+                                        (ChildDefault, False)])
 def test_a_value_is_built_in_its_dict_only_where_its_init_would_do_just_that(cls, direct):
     assert types._constructed_as_fields(cls) is direct
     types._decoder(cls)
@@ -305,6 +358,9 @@ def test_a_value_is_built_in_its_dict_only_where_its_init_would_do_just_that(cls
     (Invariant, {"low": 3, "high": 2}), (Invariant, {"low": -3}),
     (WithClassVar, {"count": 1}), (WithClassVar, {"KIND": "x"}),
     (Unresolved, {}), (Unresolved, {"later": 1}),
+    (OwnSetattr, {"count": 3}), (WithDescriptor, {"count": 1}), (WithDescriptor, {}),
+    (ChildDefault, {}), (ChildDefault, {"count": 3}),
+    (IntEnum, {"level": 1}), (IntEnum, {}),
 ])
 def test_every_way_of_building_gives_the_generic_decoders_value_or_error(cls, doc):
     assert_same(cls, doc)
@@ -409,3 +465,4 @@ def test_a_decoder_being_compiled_is_not_used_by_another_thread(monkeypatch):
     second.join(10)
     expected = Tree("a", (Tree("b"),))
     assert results == {"first": expected, "second": expected}
+
