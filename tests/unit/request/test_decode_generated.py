@@ -466,3 +466,18 @@ def test_a_decoder_being_compiled_is_not_used_by_another_thread(monkeypatch):
     expected = Tree("a", (Tree("b"),))
     assert results == {"first": expected, "second": expected}
 
+
+def test_a_decoded_group_with_keys_that_are_not_strings_is_refused_as_before():
+    """A document built in Python (not read from JSON) may have other keys
+    than strings: the decoder takes them as they are, so the group's own
+    check names them, as it did (not ``re``'s TypeError about them)."""
+    doc = {"requester_id": "", "resources": {1: 2}}
+    with pytest.raises(CodecError, match=r"^\$: request group ''\.resources: key 1 is not "
+                                         r"a string$"):
+        decode(RequestGroup, doc)
+    assert_same(RequestGroup, doc)
+    doc = {"requester_id": "", "choices": [{"VCPU": 1}, {2: 1}]}
+    with pytest.raises(CodecError, match=r"^\$: request group ''\.choices\[1\]: key 2 is "
+                                         r"not a string$"):
+        decode(RequestGroup, doc)
+    assert_same(RequestGroup, doc)
