@@ -314,9 +314,19 @@ def _check_int(value: Any, where: str) -> None:
                          % (where, MAX_INT, value))
 
 
+def _finite(number: float) -> bool:
+    """Whether ``number`` (an int or a float) is a finite float: not inf,
+    nan, nor an int too large for a float (a long JSON integer literal,
+    which ``math.isfinite`` refuses with an OverflowError)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def _check_float(value: Any, where: str) -> None:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value)):
+            or not _finite(value)):
         raise CodecError("%s: expected a finite number, got %r"
                          % (where, value))
 
@@ -1072,7 +1082,7 @@ def _int(doc: Any) -> Any:
 
 def _float(doc: Any) -> Any:
     if (isinstance(doc, bool) or not isinstance(doc, (int, float))
-            or not math.isfinite(doc)):
+            or not _finite(doc)):
         raise _refuse("expected a finite number, got %r" % (doc,))
     return float(doc)
 

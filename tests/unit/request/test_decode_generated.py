@@ -481,3 +481,15 @@ def test_a_decoded_group_with_keys_that_are_not_strings_is_refused_as_before():
                                          r"not a string$"):
         decode(RequestGroup, doc)
     assert_same(RequestGroup, doc)
+
+
+def test_an_integer_too_large_for_a_float_is_refused_not_an_overflow():
+    """JSON reads a long integer literal as a Python int: in a float field
+    it is refused like inf (it was ``math.isfinite``'s OverflowError),
+    decoded or given to a constructor."""
+    huge = int("1" + "0" * 400)
+    with pytest.raises(CodecError, match=r"^\$\.ratio: expected a finite number, got 1000"):
+        decode(Plain, {"count": 1, "ratio": huge})
+    with pytest.raises(CodecError, match=r"^\$\.by_id: expected a finite number, got 1000"):
+        types.check(float, huge, "$.by_id")
+    assert_same(Plain, {"count": 1, "ratio": huge})
