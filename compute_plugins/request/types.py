@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import linecache
 import math
 import re
 import threading
@@ -480,7 +481,8 @@ Decoder = Callable[[Any], Any]
 _DECODERS: dict[Any, Decoder] = {}
 
 #: The source of each dataclass's generated decoder (:func:`_generate`),
-#: kept to be read (a test, a profile's ``<decoder of ...>`` frames).
+#: kept to be read (a test, a profile's ``<decoder of ...>`` frames; also in
+#: :mod:`linecache`, for tracebacks).
 _SOURCES: dict[type, str] = {}
 
 
@@ -997,8 +999,11 @@ def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
     lines.append("    return obj")
     source = "\n".join(lines) + "\n"
     _SOURCES[cls] = source
-    exec(compile(source, "<decoder of %s.%s>" % (cls.__module__, cls.__qualname__),
-                 "exec"), names)
+    filename = "<decoder of %s.%s>" % (cls.__module__, cls.__qualname__)
+    # NOTE: a traceback or a debugger shows the generated lines (an entry
+    # without a modification time stays in the cache).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), names)
     decoder: Decoder = names["decode"]
     decoder.__qualname__ = decoder.__name__ = "decode_%s" % cls.__name__
     return decoder

@@ -493,3 +493,22 @@ def test_an_integer_too_large_for_a_float_is_refused_not_an_overflow():
     with pytest.raises(CodecError, match=r"^\$\.by_id: expected a finite number, got 1000"):
         types.check(float, huge, "$.by_id")
     assert_same(Plain, {"count": 1, "ratio": huge})
+
+
+@dataclasses.dataclass(frozen=True)
+class Broken:
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        raise RuntimeError("a bug in a __post_init__")
+
+
+def test_a_traceback_through_a_generated_decoder_shows_its_lines():
+    """The generated source is in ``linecache`` under the decoder's file
+    name: a traceback (a debugger) shows the line it was at."""
+    import traceback
+    with pytest.raises(RuntimeError) as caught:
+        decode(Broken, {"count": 1})
+    text = "".join(traceback.format_exception(caught.value))
+    assert 'File "<decoder of %s.Broken>"' % __name__ in text
+    assert "obj.__post_init__()" in text
