@@ -56,6 +56,11 @@ class FrozenMap(Mapping[K, V]):
             self._hash = hash(frozenset(self._data.items()))
         return self._hash
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # NOTE: its items only, not its cached hash: a string's hash is
+        # another in another process (PYTHONHASHSEED).
+        return (type(self), (self._data,))
+
     def __eq__(self, other: object) -> bool:
         if type(other) is FrozenMap:
             return self._data == other._data

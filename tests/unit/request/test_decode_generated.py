@@ -512,3 +512,30 @@ def test_a_traceback_through_a_generated_decoder_shows_its_lines():
     text = "".join(traceback.format_exception(caught.value))
     assert 'File "<decoder of %s.Broken>"' % __name__ in text
     assert "obj.__post_init__()" in text
+
+
+def test_a_pickled_frozen_map_hashes_as_its_items_in_another_process():
+    """A string's hash differs between processes (``PYTHONHASHSEED``): a
+    map pickled after it was hashed (a set's item, a dict's key) must not
+    carry its cached hash into the process that loads it."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    program = ("import pickle, sys\n"
+               "from compute_plugins.request.types import FrozenMap\n"
+               "fresh = FrozenMap({'VCPU': 1, 'MEMORY_MB': 2})\n"
+               "if sys.argv[1] == 'dump':\n"
+               "    hash(fresh)\n"
+               "    sys.stdout.buffer.write(pickle.dumps(fresh))\n"
+               "else:\n"
+               "    loaded = pickle.loads(sys.stdin.buffer.read())\n"
+               "    print(loaded == fresh, hash(loaded) == hash(fresh), loaded in {fresh})\n")
+
+    def run(seed: str, *args: str, data: bytes = b"") -> bytes:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        return subprocess.run([sys.executable, "-c", program, *args], input=data, env=env,
+                              capture_output=True, check=True).stdout
+    dumped = run("1", "dump")
+    assert run("2", "load", data=dumped).split() == [b"True", b"True", b"True"]
+    assert pickle.loads(dumped) == FrozenMap({"VCPU": 1, "MEMORY_MB": 2})
