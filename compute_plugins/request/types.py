@@ -694,8 +694,23 @@ def _map_decoder(int_keys: bool, value: Decoder) -> Decoder:
                 pairs.append((key, value(v)))
             except _Refused as refused:
                 raise refused.under(".%s" % (k,)) from None
-        return FrozenMap(pairs)
+        built: FrozenMap[Any, Any] = FrozenMap(pairs)
+        if len(built) != len(pairs):  # two spellings of one int key
+            raise _refuse(_repeated_key(doc))
+        return built
     return a_map
+
+
+def _repeated_key(doc: dict[str, Any]) -> str:
+    """The rule an int-keyed map's document breaks when two of its keys
+    are one integer (``"1"``, ``"01"``): one value would be lost."""
+    seen: dict[int, str] = {}
+    for key in doc:
+        number = int(key)
+        if number in seen:
+            return "keys %r and %r are both %d" % (seen[number], key, number)
+        seen[number] = key
+    raise AssertionError("unreachable: no key repeats")
 
 
 def _int_key(key: str) -> Any:
@@ -835,7 +850,10 @@ def _inline_map(int_keys: bool, item_hint: Any, src: str, dst: str,
                   f"    {key} = int({key})",
                   f"    if {key} > {MAX_INT}:", "        raise _Slow"]
     lines += ["    " + line for line in _inline_item(item_hint, "x_" + dst, "y_" + dst, names)]
-    lines += ["    m_%s[%s] = y_%s" % (dst, key, dst), "%s = _frozen_map(m_%s)" % (dst, dst)]
+    lines += ["    m_%s[%s] = y_%s" % (dst, key, dst)]
+    if int_keys:  # two spellings of one key ("1", "01"): refused by the decoder
+        lines += ["if len(m_%s) != len(%s):" % (dst, src), "    raise _Slow"]
+    lines += ["%s = _frozen_map(m_%s)" % (dst, dst)]
     return lines
 
 

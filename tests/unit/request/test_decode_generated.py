@@ -539,3 +539,17 @@ def test_a_pickled_frozen_map_hashes_as_its_items_in_another_process():
     dumped = run("1", "dump")
     assert run("2", "load", data=dumped).split() == [b"True", b"True", b"True"]
     assert pickle.loads(dumped) == FrozenMap({"VCPU": 1, "MEMORY_MB": 2})
+
+
+@pytest.mark.parametrize("hint", [Plain, FrozenMap[int, Optional[int]]])
+def test_two_spellings_of_one_integer_key_are_refused_not_one_dropped(hint):
+    """``"1"`` and ``"01"`` are both key 1 of an int-keyed map: a document
+    with both (never one :func:`encode` wrote) lost one of the two values
+    without a word."""
+    by_id = {"2": 5, "1": 3, "01": 4}
+    doc = {"count": 1, "by_id": by_id} if hint is Plain else by_id
+    where = r"\$\.by_id" if hint is Plain else r"\$"
+    with pytest.raises(CodecError, match="^%s: keys '1' and '01' are both 1$" % where):
+        decode(hint, doc)
+    assert_same(hint, doc)
+    assert decode(hint, {**doc, "by_id": {"01": 4}} if hint is Plain else {"01": 4}) is not None
