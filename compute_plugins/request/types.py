@@ -695,7 +695,7 @@ def _map_decoder(int_keys: bool, value: Decoder) -> Decoder:
             except _Refused as refused:
                 raise refused.under(".%s" % (k,)) from None
         built: FrozenMap[Any, Any] = FrozenMap(pairs)
-        if len(built) != len(pairs):  # two spellings of one int key
+        if int_keys and len(built) != len(pairs):  # two spellings of one key
             raise _refuse(_repeated_key(doc))
         return built
     return a_map
