@@ -941,7 +941,13 @@ def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
     then unknown fields; then the value is built, its ``TypeError`` or
     ``ValueError`` refused), so that every document gives the same value
     or the same error; only the work is written out once per type instead
-    of looked up per field and value.
+    of looked up per field and value. Why: a scheduler decodes every
+    host's published states, and the interpreted loop (a table lookup and
+    a call per field and item, a frozen ``__init__``'s ``setattr`` per
+    field) was most of that (issue 19; ``doc/source/benchmarks.md``).
+
+    To read one: ``_SOURCES[cls]``; a traceback shows its lines (its file
+    is ``<decoder of MODULE.CLASS>``, in :mod:`linecache`).
     """
     direct = _constructed_as_fields(cls)
     post_init = getattr(cls, "__post_init__", None)
