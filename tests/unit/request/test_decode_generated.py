@@ -163,13 +163,14 @@ def test_drawn_documents_give_the_same_value_or_error(hints, data):
 
 
 def test_the_drawn_documents_are_often_decoded():
-    """The strategy reaches values, not only refusals (of each state)."""
+    """The strategy reaches values, not only refusals (of each state); the
+    same draws each run (a count of random draws failed now and then)."""
     from bench.decode.payloads import states
     kinds = {p.hint for p in states()}
     for hint in kinds:
         seen = {"value": 0, "raised": 0}
 
-        @settings(max_examples=60, deadline=None, database=None)
+        @settings(max_examples=60, deadline=None, database=None, derandomize=True)
         @given(doc=documents(hint))
         def count(doc: Any) -> None:
             seen[assert_same(hint, doc)] += 1  # noqa: B023 - run at once
