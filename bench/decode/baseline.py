@@ -21,6 +21,7 @@ from compute_plugins.request.types import (
     _check_field,
     _check_float,
     _hints,
+    _repeated_key,
     freeze_json,
 )
 
@@ -64,10 +65,13 @@ def decode(hint: Any, doc: Any, where: str = "$") -> Any:
     if origin in (FrozenMap, Mapping, dict) or hint is FrozenMap:
         _expect(doc, dict, where)
         key_hint, value_hint = args or (str, Any)
-        return FrozenMap(
+        built: FrozenMap[Any, Any] = FrozenMap(
             (_decode_key(key_hint, k, where),
              decode(value_hint, v, "%s.%s" % (where, k)))
             for k, v in doc.items())
+        if len(built) != len(doc):
+            raise CodecError("%s: %s" % (where, _repeated_key(doc)))
+        return built
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         _expect(doc, dict, where)
         hints = _hints(hint)

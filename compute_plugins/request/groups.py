@@ -202,11 +202,14 @@ def check_group(group: RequestGroup, fields_checked: bool = False) -> None:
     :raises CodecError: naming the group, the field, the value and the rule.
     """
     where = "request group %r" % group.requester_id
-    if not fields_checked:
-        check_fields(group, where)
     classes = list(group.resources)
     for choice in group.choices:
         classes.extend(choice)
+    # NOTE: decode takes a mapping's keys as the document has them (a JSON
+    # document's are strings; a dict built in Python may have others):
+    # those are refused by check_fields, with its message.
+    if not fields_checked or not all(isinstance(rc, str) for rc in classes):
+        check_fields(group, where)
     for rc in classes:
         if not names.is_valid_resource_class(rc):
             raise CodecError("%s: resource class %r is not a standard "

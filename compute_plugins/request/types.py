@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import linecache
 import math
 import re
 import threading
@@ -54,6 +55,11 @@ class FrozenMap(Mapping[K, V]):
         if self._hash is None:
             self._hash = hash(frozenset(self._data.items()))
         return self._hash
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # NOTE: its items only, not its cached hash: a string's hash is
+        # another in another process (PYTHONHASHSEED).
+        return (type(self), (self._data,))
 
     def __eq__(self, other: object) -> bool:
         if type(other) is FrozenMap:
@@ -314,9 +320,19 @@ def _check_int(value: Any, where: str) -> None:
                          % (where, MAX_INT, value))
 
 
+def _finite(number: float) -> bool:
+    """Whether ``number`` (an int or a float) is a finite float: not inf,
+    nan, nor an int too large for a float (a long JSON integer literal,
+    which ``math.isfinite`` refuses with an OverflowError)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 def _check_float(value: Any, where: str) -> None:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value)):
+            or not _finite(value)):
         raise CodecError("%s: expected a finite number, got %r"
                          % (where, value))
 
@@ -470,7 +486,8 @@ Decoder = Callable[[Any], Any]
 _DECODERS: dict[Any, Decoder] = {}
 
 #: The source of each dataclass's generated decoder (:func:`_generate`),
-#: kept to be read (a test, a profile's ``<decoder of ...>`` frames).
+#: kept to be read (a test, a profile's ``<decoder of ...>`` frames; also in
+#: :mod:`linecache`, for tracebacks).
 _SOURCES: dict[type, str] = {}
 
 
@@ -677,8 +694,23 @@ def _map_decoder(int_keys: bool, value: Decoder) -> Decoder:
                 pairs.append((key, value(v)))
             except _Refused as refused:
                 raise refused.under(".%s" % (k,)) from None
-        return FrozenMap(pairs)
+        built: FrozenMap[Any, Any] = FrozenMap(pairs)
+        if int_keys and len(built) != len(pairs):  # two spellings of one key
+            raise _refuse(_repeated_key(doc))
+        return built
     return a_map
+
+
+def _repeated_key(doc: dict[str, Any]) -> str:
+    """The rule an int-keyed map's document breaks when two of its keys
+    are one integer (``"1"``, ``"01"``): one value would be lost."""
+    seen: dict[int, str] = {}
+    for key in doc:
+        number = int(key)
+        if number in seen:
+            return "keys %r and %r are both %d" % (seen[number], key, number)
+        seen[number] = key
+    raise AssertionError("unreachable: no key repeats")
 
 
 def _int_key(key: str) -> Any:
@@ -818,7 +850,10 @@ def _inline_map(int_keys: bool, item_hint: Any, src: str, dst: str,
                   f"    {key} = int({key})",
                   f"    if {key} > {MAX_INT}:", "        raise _Slow"]
     lines += ["    " + line for line in _inline_item(item_hint, "x_" + dst, "y_" + dst, names)]
-    lines += ["    m_%s[%s] = y_%s" % (dst, key, dst), "%s = _frozen_map(m_%s)" % (dst, dst)]
+    lines += ["    m_%s[%s] = y_%s" % (dst, key, dst)]
+    if int_keys:  # two spellings of one key ("1", "01"): refused by the decoder
+        lines += ["if len(m_%s) != len(%s):" % (dst, src), "    raise _Slow"]
+    lines += ["%s = _frozen_map(m_%s)" % (dst, dst)]
     return lines
 
 
@@ -859,19 +894,25 @@ def _constructed_as_fields(cls: type) -> bool:
     call per field (a frozen dataclass's ``object.__setattr__``). Not when
     its ``__init__`` or ``__new__`` is its own, when a field is not an
     ``__init__`` argument or an ``InitVar`` is, when a field that is not
-    carried in JSON has no default, or when its values have no
-    ``__dict__`` (``slots``)."""
+    carried in JSON has no default, when its values have no ``__dict__``
+    (``slots``), or when its ``__init__`` sets a field through more than
+    the ``__dict__``: a data descriptor (a descriptor-typed field), or the
+    class's own ``__setattr__`` (not frozen: ``self.name = value``)."""
     owner: Any = next((k for k in cls.__mro__ if "__init__" in k.__dict__), object)
     code = getattr(owner.__dict__.get("__init__"), "__code__", None)
     # NOTE: dataclasses writes its __init__'s source and compiles it
     # ("<string>"); a class's own __init__ is in its module's file.
     every: Any = getattr(cls, "__dataclass_fields__", {})
-    # NOTE: ClassVar pseudo-fields are in both dataclasses' tables alike.
+    # NOTE: the __init__ of ``cls``'s own fields (a plain subclass shares
+    # them): a dataclass(init=False) subclass's fields may have other
+    # defaults than its parent's __init__ applies.
     if (code is None or code.co_filename != "<string>"
-            or "__dataclass_fields__" not in owner.__dict__
-            or list(owner.__dataclass_fields__) != list(every)
+            or owner.__dict__.get("__dataclass_fields__") is not every
             or not owner.__dataclass_params__.init
             or cls.__new__ is not object.__new__):  # type: ignore[comparison-overlap]
+        return False
+    if (not owner.__dataclass_params__.frozen
+            and cls.__setattr__ is not object.__setattr__):  # type: ignore[comparison-overlap]
         return False
     fields = dataclasses.fields(cls)
     try:
@@ -883,6 +924,8 @@ def _constructed_as_fields(cls: type) -> bool:
     for f in fields:
         if (not f.metadata.get("json", True) and f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING):
+            return False
+        if hasattr(type(inspect.getattr_static(cls, f.name, None)), "__set__"):
             return False
     try:
         return isinstance(object.__new__(cls).__dict__, dict)
@@ -898,7 +941,13 @@ def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
     then unknown fields; then the value is built, its ``TypeError`` or
     ``ValueError`` refused), so that every document gives the same value
     or the same error; only the work is written out once per type instead
-    of looked up per field and value.
+    of looked up per field and value. Why: a scheduler decodes every
+    host's published states, and the interpreted loop (a table lookup and
+    a call per field and item, a frozen ``__init__``'s ``setattr`` per
+    field) was most of that (issue 19; ``doc/source/benchmarks.md``).
+
+    To read one: ``_SOURCES[cls]``; a traceback shows its lines (its file
+    is ``<decoder of MODULE.CLASS>``, in :mod:`linecache`).
     """
     direct = _constructed_as_fields(cls)
     post_init = getattr(cls, "__post_init__", None)
@@ -979,8 +1028,11 @@ def _generate(cls: type, hints: dict[str, Any]) -> Decoder:
     lines.append("    return obj")
     source = "\n".join(lines) + "\n"
     _SOURCES[cls] = source
-    exec(compile(source, "<decoder of %s.%s>" % (cls.__module__, cls.__qualname__),
-                 "exec"), names)
+    filename = "<decoder of %s.%s>" % (cls.__module__, cls.__qualname__)
+    # NOTE: a traceback or a debugger shows the generated lines (an entry
+    # without a modification time stays in the cache).
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), names)
     decoder: Decoder = names["decode"]
     decoder.__qualname__ = decoder.__name__ = "decode_%s" % cls.__name__
     return decoder
@@ -1009,9 +1061,11 @@ def _rule_lines(f: dataclasses.Field[Any], i: int, value: str, step: str,
     allowed = f.metadata.get("enum")
     if allowed is not None:
         names["A%d" % i] = allowed
+        # NOTE: joined when refused, as :func:`_check_field` does: an enum
+        # of other values than strings fails there, not every document.
         lines += ["if %s is not None and %s not in A%d:" % (value, value, i),
-                  "    raise _Refused([[%r, '%%r is not one of %%s' %% (%s, %r)]])"
-                  % (step, value, ", ".join(allowed))]
+                  "    raise _Refused([[%r, '%%r is not one of %%s' %% (%s, ', '.join(A%d))]])"
+                  % (step, value, i)]
     minimum = f.metadata.get("minimum")
     if minimum is not None:
         names["M%d" % i] = minimum
@@ -1062,7 +1116,7 @@ def _int(doc: Any) -> Any:
 
 def _float(doc: Any) -> Any:
     if (isinstance(doc, bool) or not isinstance(doc, (int, float))
-            or not math.isfinite(doc)):
+            or not _finite(doc)):
         raise _refuse("expected a finite number, got %r" % (doc,))
     return float(doc)
 
