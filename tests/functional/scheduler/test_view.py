@@ -24,6 +24,10 @@ from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_
 
 PUT = "PUT /allocations/{consumer}"
 GET = "GET /resource_providers"
+#: The lease of hosts added without a running agent, in tests that add tens
+#: of them: the default 30 s lapsed for the first ones while a loaded
+#: machine was still adding the rest (they were down at the plan).
+UNHURRIED = 3600.0
 
 
 def test_a_decision_on_known_hosts_makes_only_the_put_that_commits_it(cloud):
@@ -246,7 +250,8 @@ def test_hosts_joining_between_decisions_are_asked_about_by_their_trees(cloud):
     answer; the decisions in between make only the ``PUT`` that commits
     them. More joiners than ``max_trees``: every host is asked again."""
     for i in range(44):     # no room for 4 dedicated CPUs on one cell
-        cloud.add_host("s%02d-small" % i, [cell(2, 2048)], dedicated="0-1", start=False)
+        cloud.add_host("s%02d-small" % i, [cell(2, 2048)], dedicated="0-1", start=False,
+                       lease_duration=UNHURRIED)
     for i in range(4):
         cloud.add_host("b%d-big" % i, [cell(4, 4096)] * 2, dedicated="0-7")
     sched = cloud.scheduler()
@@ -355,7 +360,7 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     def join(label: str) -> None:
         for i in range(40):
             cloud.add_host("%s%02d-joined" % (label, i), [cell(4, 4096)], dedicated="0-3",
-                           start=False)
+                           start=False, lease_duration=UNHURRIED)
 
     join("u")
     kept.every_host_seconds, kept.tree_seconds = 1.0, 0.01   # trees cheap: 100
@@ -433,7 +438,7 @@ def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
     def join(label: str) -> None:
         for i in range(30):
             cloud.add_host("%s%02d-joined" % (label, i), [cell(4, 4096)], dedicated="0-3",
-                           start=False)
+                           start=False, lease_duration=UNHURRIED)
 
     join("x")
     assert sched.plan(spec).found.calls == 2            # 30 > 25: every host
