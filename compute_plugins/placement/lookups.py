@@ -37,6 +37,7 @@ from typing import Any, Optional
 from oslo_log import log as logging
 
 from compute_plugins.placement import aliases
+from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +59,12 @@ class Fixed:
         self.shipped: dict[str, Any] = {}
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
+        self._lock = threading.Lock()
+        forks.renew_in_child(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a lock of its own (a thread of the parent's
+        may have held this one at the fork, and is not in the child)."""
         self._lock = threading.Lock()
 
     def learn(self, cache: Any) -> None:

@@ -390,3 +390,81 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def _in_a_child(work: Any) -> int:
+    """``work()`` in a process forked now: its exit code (0: it returned),
+    or -1 when it did not end within 20 s (it hangs: killed)."""
+    import os
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            work()
+            code = 0
+        except BaseException:  # noqa: BLE001 - told by its code
+            code = 3
+        os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1
+
+
+def test_a_child_forked_while_a_thread_holds_their_locks_can_use_them():
+    """``placement serve --workers`` (and a benchmark's workers) fork a
+    process whose other threads may be serving requests: a child forked
+    while one of them was learning a row or keeping an alias inherits that
+    lock held by a thread it does not have. The child must not hang on its
+    first request's look-up."""
+    from placement import attribute_cache
+    from placement.objects import project
+
+    assert aliases.keep_aliases() and lookups.remember_fixed_rows()
+    kept = aliases.kept_aliases()
+    fixed = lookups.fixed(attribute_cache.ConsumerTypeCache)
+    assert kept is not None and fixed is not None
+
+    class Cache:
+        _id_cache = {"INSTANCE": 1}
+
+    def _get_project_by_external_id() -> Any:
+        return kept.alias(project.PROJECT_TBL, name="p-fork-%d" % id(kept))
+
+    codes = kept._codes
+    kept._codes = codes | {_get_project_by_external_id.__code__}
+    try:
+        _fork_while_held(((fixed._lock, lambda: fixed.learn(Cache())),
+                          (kept._lock, _get_project_by_external_id)))
+    finally:
+        kept._codes = codes
+
+
+def _fork_while_held(cases: Any) -> None:
+    """For each (lock, work): ``work()`` ends in a child forked while
+    another thread holds ``lock``."""
+    import threading
+
+    for lock, work in cases:
+        held, release = threading.Event(), threading.Event()
+
+        def hold(lock: Any = lock, held: Any = held, release: Any = release) -> None:
+            with lock:
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=hold, daemon=True)
+        thread.start()
+        assert held.wait(10)
+        try:
+            assert _in_a_child(work) == 0
+        finally:
+            release.set()
+            thread.join(10)
