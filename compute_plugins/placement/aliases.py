@@ -46,6 +46,8 @@ from typing import Any, Optional
 
 from oslo_log import log as logging
 
+from compute_plugins.util import forks
+
 LOG = logging.getLogger(__name__)
 
 #: openstack-placement releases whose :data:`CACHED` functions were read
@@ -85,6 +87,12 @@ class KeptAliases:
         self._codes = codes
         #: (caller's code, table's id, name, flat) -> (table, alias).
         self._aliases: dict[tuple[Any, int, Optional[str], bool], tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+        forks.renew_in_child(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a lock of its own (a thread of the parent's
+        may have held this one at the fork, and is not in the child)."""
         self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:

@@ -18,8 +18,13 @@ not seen yet, the "unknown" consumer type) is looked up as before, with
 the per-request read. Traits are left alone (a custom trait may be
 deleted).
 
-What is remembered is forgotten whenever an embedded Placement is built
-(another database may number its consumer types otherwise). Applied only
+What is remembered is of one database (another may number its consumer
+types otherwise): the one bound to Placement's database context when it
+was read (its transaction factory, new with every database bound, by an
+embedded Placement or by Placement's and nova's own ``PlacementFixture``,
+which use these same classes in this process); a request on another
+database reads its own and replaces it. It is also forgotten whenever an
+embedded Placement is built. Applied only
 on the openstack-placement releases whose caches were read
 (:data:`compute_plugins.placement.aliases.AUDITED_RELEASES`); elsewhere a
 warning says so and Placement runs as shipped.
@@ -31,12 +36,14 @@ reads.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Optional
 
 from oslo_log import log as logging
 
 from compute_plugins.placement import aliases
+from compute_plugins.util import forks
 
 LOG = logging.getLogger(__name__)
 
@@ -56,24 +63,66 @@ class Fixed:
         self._keep = keep
         #: The methods the cache class defined itself before (restore).
         self.shipped: dict[str, Any] = {}
-        self.ids: dict[str, int] = {}
-        self.names: dict[int, str] = {}
+        #: (the database learned of, held weakly; ids by name; names by
+        #: id), replaced whole when another database is learned of.
+        self._state: tuple[Any, dict[str, int], dict[int, str]] = (None, {}, {})
+        self._lock = threading.Lock()
+        forks.renew_in_child(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a lock of its own (a thread of the parent's
+        may have held this one at the fork, and is not in the child)."""
         self._lock = threading.Lock()
 
-    def learn(self, cache: Any) -> None:
-        """Remember the fixed rows ``cache`` (a per-request cache) read."""
+    @property
+    def ids(self) -> dict[str, int]:
+        """Ids by name, of the database last learned of."""
+        return self._state[1]
+
+    @property
+    def names(self) -> dict[int, str]:
+        """Names by id, of the database last learned of."""
+        return self._state[2]
+
+    def of(self, database: Any) -> tuple[dict[str, int], dict[int, str]]:
+        """(ids by name, names by id) remembered of ``database`` (what
+        identifies the database Placement's requests use: :func:`_context`);
+        empty when what is remembered is of another database."""
+        source, ids, names = self._state
+        if source is not None and source() is database:
+            return ids, names
+        return {}, {}
+
+    def learn(self, cache: Any, database: Any) -> None:
+        """Remember the fixed rows ``cache`` (a per-request cache) read of
+        ``database``, forgetting those of another database."""
         rows = [(name, ident) for name, ident in dict(cache._id_cache).items()
                 if ident is not None and self._keep(ident)]
         with self._lock:
+            source, ids, names = self._state
+            if source is None or source() is not database:
+                ids, names = {}, {}
+                self._state = (weakref.ref(database), ids, names)
             for name, ident in rows:
-                self.ids[name] = ident
-                self.names[ident] = name
+                ids[name] = ident
+                names[ident] = name
 
     def forget(self) -> None:
         """Forget everything (another database)."""
         with self._lock:
-            self.ids = {}
-            self.names = {}
+            self._state = (None, {}, {})
+
+
+def _context() -> Any:
+    """Placement's database context. Its transaction factory (``_factory``)
+    identifies the database Placement's requests use now: a new one each
+    time a database is bound to it (an embedded Placement's start, and
+    Placement's and nova's own ``PlacementFixture``, which build Placement
+    in this process on databases of their own, with these same cache
+    classes)."""
+    from placement import db_api
+
+    return db_api.placement_context_manager
 
 
 def _remembering(lookup: Callable[[Any, Any], Any], fixed: Fixed,
@@ -81,12 +130,17 @@ def _remembering(lookup: Callable[[Any, Any], Any], fixed: Fixed,
     """``lookup`` (a cache's method) answered from ``fixed``'s ``known``
     map (``ids`` by name, ``names`` by id) when it holds the key; else
     ``lookup`` itself, after which ``fixed`` learns what it read."""
+    which = ("ids", "names").index(known)
+    context = _context()
+
     def remembering(self: Any, key: Any) -> Any:
-        found = getattr(fixed, known).get(key)
+        # NOTE: what identifies the database this request reads (_context)
+        database = context._factory
+        found = fixed.of(database)[which].get(key)
         if found is not None:
             return found
         result = lookup(self, key)
-        fixed.learn(self)
+        fixed.learn(self, database)
         return result
 
     return remembering
@@ -127,6 +181,9 @@ def problems(release: Optional[str] = None) -> list[str]:
     for name in ("id_from_string", "string_from_id", "_refresh_from_db"):
         if not callable(getattr(attribute_cache._AttributeCache, name, None)):
             found.append("placement.attribute_cache._AttributeCache has no %s" % name)
+    if not isinstance(getattr(type(_context()), "_factory", None), property):
+        found.append("placement.db_api.placement_context_manager has no _factory "
+                     "(oslo.db) to tell its databases apart")
     return found
 
 

@@ -390,3 +390,139 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def _in_a_child(work: Any) -> int:
+    """``work()`` in a process forked now: its exit code (0: it returned),
+    or -1 when it did not end within 20 s (it hangs: killed)."""
+    import os
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            work()
+            code = 0
+        except BaseException:  # noqa: BLE001 - told by its code
+            code = 3
+        os._exit(code)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1
+
+
+def test_a_child_forked_while_a_thread_holds_their_locks_can_use_them():
+    """``placement serve --workers`` (and a benchmark's workers) fork a
+    process whose other threads may be serving requests: a child forked
+    while one of them was learning a row or keeping an alias inherits that
+    lock held by a thread it does not have. The child must not hang on its
+    first request's look-up."""
+    from placement import attribute_cache
+    from placement.objects import project
+
+    assert aliases.keep_aliases() and lookups.remember_fixed_rows()
+    kept = aliases.kept_aliases()
+    fixed = lookups.fixed(attribute_cache.ConsumerTypeCache)
+    assert kept is not None and fixed is not None
+
+    class Cache:
+        _id_cache = {"INSTANCE": 1}
+
+    class Database:
+        pass
+
+    def _get_project_by_external_id() -> Any:
+        return kept.alias(project.PROJECT_TBL, name="p-fork-%d" % id(kept))
+
+    codes = kept._codes
+    kept._codes = codes | {_get_project_by_external_id.__code__}
+    try:
+        _fork_while_held(((fixed._lock, lambda: fixed.learn(Cache(), Database())),
+                          (kept._lock, _get_project_by_external_id)))
+    finally:
+        kept._codes = codes
+
+
+def _fork_while_held(cases: Any) -> None:
+    """For each (lock, work): ``work()`` ends in a child forked while
+    another thread holds ``lock``."""
+    import threading
+
+    for lock, work in cases:
+        held, release = threading.Event(), threading.Event()
+
+        def hold(lock: Any = lock, held: Any = held, release: Any = release) -> None:
+            with lock:
+                held.set()
+                release.wait(30)
+
+        thread = threading.Thread(target=hold, daemon=True)
+        thread.start()
+        assert held.wait(10)
+        try:
+            assert _in_a_child(work) == 0
+        finally:
+            release.set()
+            thread.join(10)
+
+
+def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
+    """The caches are Placement's own classes: a Placement built in this
+    process otherwise than by an embedded one (Placement's and nova's
+    ``PlacementFixture``, ``placement.direct``: a database patched into
+    Placement's context, the app built) on another database must not be
+    answered from the consumer types an embedded Placement learned of its
+    own database (numbered otherwise there)."""
+    from oslo_config import cfg
+    from oslo_db.sqlalchemy import engines
+    from placement import conf as p_conf
+    from placement import db_api, direct
+    from placement.db.sqlalchemy import migration
+    from placement.objects import resource_class, trait
+
+    assert lookups.remember_fixed_rows()
+
+    def allocate(client: Any, rp: str, types: list[str]) -> None:
+        client.post("/resource_providers", json={"name": "h", "uuid": rp})
+        client.put("/resource_providers/%s/inventories" % rp, json={
+            "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+        for i, kind in enumerate(types):
+            assert client.put("/allocations/" + uid("other-%s-%d" % (rp, i)), json={
+                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+                "user_id": "u", "consumer_generation": None, "consumer_type": kind},
+                headers=HEADERS).status_code == 204
+
+    # NOTE: here MIGRATION is consumer type 1 and INSTANCE 2 ...
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        allocate(service.client().adapter, uid("other-rp1"), ["MIGRATION", "INSTANCE", "INSTANCE"])
+    # ... there INSTANCE is 1, and there is no MIGRATION
+    conf = cfg.ConfigOpts()
+    p_conf.register_opts(conf)
+    conf.set_override("auth_strategy", "noauth2", group="api")
+    conf([], project="placement", default_config_files=[], default_config_dirs=[])
+    engine = engines.create_engine("sqlite://")
+    unbind = db_api.placement_context_manager.patch_engine(engine)
+    try:
+        migration.create_schema(engine)
+        trait._TRAITS_SYNCED = False
+        resource_class._RESOURCE_CLASSES_SYNCED = False
+        with direct.PlacementDirect(conf) as client:
+            allocate(client, uid("other-rp2"), ["INSTANCE", "INSTANCE"])
+            usages = client.get("/usages?project_id=p", headers=HEADERS).json()["usages"]
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT ct.name FROM consumers c LEFT JOIN consumer_types ct "
+                "ON c.consumer_type_id = ct.id")).fetchall()
+    finally:
+        unbind()
+        trait._TRAITS_SYNCED = False
+        resource_class._RESOURCE_CLASSES_SYNCED = False
+    assert [row[0] for row in rows] == ["INSTANCE", "INSTANCE"]
+    assert usages == {"INSTANCE": {"VCPU": 2, "consumer_count": 2}}
