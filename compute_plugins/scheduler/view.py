@@ -417,7 +417,7 @@ class PlacementView:
 
     def _in_thread(self, work: Callable[[], None]) -> None:
         """Run ``work`` (a renewal) in a daemon thread, known to
-        :meth:`close` until it ends."""
+        :meth:`close` until it ends; not at all once the view is closed."""
         def run() -> None:
             try:
                 work()
@@ -427,6 +427,10 @@ class PlacementView:
 
         thread = threading.Thread(target=run, name="placement-view-renewal", daemon=True)
         with self._lock:
+            # NOTE: closed since the renewal checked (:meth:`close` ran in
+            # between, waiting for the threads known then only): not run.
+            if self.closed:
+                return
             self._threads.add(thread)
         try:
             thread.start()

@@ -88,16 +88,20 @@ def kill_backend(admin, pid: int) -> None:
 
 
 @contextlib.contextmanager
-def killed_at_checkout(engine, admin):
+def killed_at_checkout(engine, admin, maria: bool = False):
     """While the block runs, the first connection ``engine``'s pool hands
     out has its backend ended (and gone) just after the pool's checks:
-    the pids killed (a list, filled then)."""
+    the pids killed (a list, filled then). ``maria``: a MariaDB one."""
     killed: list[int] = []
 
     def checkout(dbapi_conn, record, proxy) -> None:
         if not killed:
-            killed.append(dbapi_conn.get_backend_pid())
-            kill_backend(admin, killed[0])
+            if maria:
+                killed.append(dbapi_conn.thread_id())
+                kill_thread(admin, killed[0])
+            else:
+                killed.append(dbapi_conn.get_backend_pid())
+                kill_backend(admin, killed[0])
 
     sa.event.listen(engine, "checkout", checkout)
     try:
@@ -157,6 +161,71 @@ def test_a_connection_lost_at_the_commit_is_not_retried(pg):
         finally:
             sa.event.remove(store.db.engine, "commit", commit)
         assert commits == [1]
+        assert store.get_lease("c2") is None
+
+
+@pytest.fixture(scope="module")
+def maria(mariadb_server):
+    """``(url, admin)``: a new MariaDB database and a root connection."""
+    url, drop = create_database(mariadb_server)
+    admin = mariadb_server.admin()
+    yield url, admin
+    admin.close()
+    drop()
+
+
+def kill_thread(admin, thread_id: int) -> None:
+    """End the MariaDB connection ``thread_id`` and wait until it is gone."""
+    with admin.cursor() as cur:
+        cur.execute("KILL %d" % thread_id)
+
+    def gone() -> bool:
+        with admin.cursor() as cur:
+            cur.execute("SELECT count(*) FROM information_schema.processlist "
+                        "WHERE id = %s", (thread_id,))
+            return cur.fetchone()[0] == 0
+    assert wait_until(gone)
+
+
+def test_mariadb_a_connection_killed_after_its_checkout_is_retried_once(maria):
+    """MariaDB (pymysql): a pooled connection the server ended just after
+    the pool handed it out fails the transaction's first statement (lost
+    connection): nothing committed, run once more on a fresh one; the
+    liveness read likewise."""
+    url, admin = maria
+    with HostStateStore(url) as store:
+        store.acquire_lease("k1", "node-k1", "test", 30)
+        store.publish("r1", {}, 0)
+        with killed_at_checkout(store.db.engine, admin, maria=True) as killed:
+            store.acquire_lease("k2", "node-k2", "test", 30)
+        assert killed
+        with killed_at_checkout(store.db.read_engine, admin, maria=True) as killed:
+            store.host_status_changes(None)
+        assert killed
+        assert store.get_lease("k2").epoch == 1
+        assert "r1" in store.host_status_changes(None).generations
+
+
+def test_mariadb_a_connection_lost_at_the_commit_is_not_retried(maria):
+    """MariaDB: the connection ended as the commit is sent is not run
+    again (it may have committed): StoreUnavailable, one commit."""
+    url, admin = maria
+    with HostStateStore(url) as store:
+        store.acquire_lease("c1", "node-c1", "test", 30)
+        commits: list[int] = []
+
+        def commit(conn) -> None:
+            commits.append(1)
+            if len(commits) == 1:
+                kill_thread(admin, conn.connection.dbapi_connection.thread_id())
+
+        sa.event.listen(store.db.engine, "commit", commit)
+        try:
+            with pytest.raises(StoreUnavailable) as raised:
+                store.acquire_lease("c2", "node-c2", "test", 30)
+        finally:
+            sa.event.remove(store.db.engine, "commit", commit)
+        assert commits == [1] and type(raised.value) is StoreUnavailable
         assert store.get_lease("c2") is None
 
 

@@ -661,3 +661,33 @@ def test_closing_a_scheduler_waits_for_its_renewal_and_starts_no_other(cloud):
     sched.close()
     with sched:
         pass
+
+
+def test_a_renewal_handed_to_its_thread_as_the_view_closes_is_not_started(cloud):
+    """``close`` runs (another thread) between a decision's check that
+    the view is open and its renewal's thread start: that renewal is not
+    started (it was: a thread ``close`` had not waited for asked
+    Placement after it returned, with the client its owner closed)."""
+    r = Renewing(cloud, "close-race")
+    now, real = r.now, r.sched.placement
+    asks: list[str] = []
+
+    class CountedAsk:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def get(self, path: str, *args: Any, **kw: Any) -> Any:
+            asks.append(path)
+            return real.get(path, *args, **kw)
+
+    def closing_runner(work: Any) -> None:
+        kept.close()                        # the owner closes meanwhile
+        kept._in_thread(work)
+
+    kept = view.PlacementView(60.0, clock=lambda: now[0], runner=closing_runner)
+    assert kept.find(real, r.store, r.spec.groups, r.live)[1]
+    now[0] = 60.0 * view.RENEW_AT
+    served, asked = kept.find(CountedAsk(), r.store, r.spec.groups, r.live)
+    assert not asked and served.hosts and kept.closed
+    kept.close()                            # waits for any renewal started
+    assert asks == [] and kept.full_asks["renewed"] == 0
