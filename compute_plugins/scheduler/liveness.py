@@ -205,7 +205,8 @@ class KeptLiveness:
         what changed, or this is the first call): what the one consumer
         of the changes (a scheduler's
         :meth:`~.fitting.StateCache.prune`) looks at instead of every
-        host."""
+        host. One that prunes by a read's generations takes them with
+        that read (:meth:`read_changes`), not after it."""
         with self._lock:
             changed = self._changed
             self._changed = set()
