@@ -175,7 +175,7 @@ class StateCache:
 
         :param changed: only these hosts can have gone or gone back since
             the last prune (the hosts written, gone down or back since:
-            :meth:`~.liveness.KeptLiveness.take_changes`): only they are
+            :meth:`~.liveness.KeptLiveness.read_changes`): only they are
             looked at, not every host kept (a decision's cost grows with
             what changed, not with the hosts). None: every host kept.
         """

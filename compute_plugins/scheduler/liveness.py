@@ -134,10 +134,28 @@ class KeptLiveness:
         """The hosts of ``store`` split at ``now`` (naive UTC; default: this
         machine's clock), as :func:`read` would, from what changed since
         the last read."""
+        return self._read(store, now, take=False)[0]
+
+    def read_changes(self, store: HostPublication,
+                     now: Optional[datetime.datetime] = None
+                     ) -> tuple[Liveness, Optional[frozenset[str]]]:
+        """:meth:`read`, and :meth:`take_changes` with it, at once: the
+        changes taken are those up to this very read, whatever other
+        threads read meanwhile. A consumer that prunes by the changes and
+        this read's generations must take them so: a read of another
+        thread (a scheduler's prefetch) between its read and its take
+        would hand it changes its generations predate (a host removed and
+        published again, its generation lower, kept with the old state
+        until it climbs back to the same number: served that old state)."""
+        return self._read(store, now, take=True)
+
+    def _read(self, store: HostPublication, now: Optional[datetime.datetime],
+              take: bool) -> tuple[Liveness, Optional[frozenset[str]]]:
+        """:meth:`read`, with the changes taken (``take``) or left (None)."""
         if not isinstance(store, HostStatusFeed):
             with self._lock:
-                self._changed = None
-            return split(store.host_statuses(), now)
+                self._changed = set() if take else None
+            return split(store.host_statuses(), now), None
         when = database.utcnow() if now is None else now
         with self._lock:
             mark = self._mark
@@ -176,7 +194,11 @@ class KeptLiveness:
                 # NOTE: made again only when a host joined, left, went down
                 # or came back: the same object otherwise (Liveness.live).
                 self._live = frozenset(generations)
-            return Liveness(generations, down, self._live)
+            taken: Optional[frozenset[str]] = None
+            if take:
+                taken = None if self._changed is None else frozenset(self._changed)
+                self._changed = set()
+            return Liveness(generations, down, self._live), taken
 
     def take_changes(self) -> Optional[frozenset[str]]:
         """The hosts written, gone down or come back since the last call
@@ -185,7 +207,8 @@ class KeptLiveness:
         what changed, or this is the first call): what the one consumer
         of the changes (a scheduler's
         :meth:`~.fitting.StateCache.prune`) looks at instead of every
-        host."""
+        host. One that prunes by a read's generations takes them with
+        that read (:meth:`read_changes`), not after it."""
         with self._lock:
             changed = self._changed
             self._changed = set()

@@ -648,12 +648,13 @@ class Scheduler:
         start = time.monotonic()
         busy = frozenset(self._assumed)
         serial = self._assumes
-        alive = self.liveness.read(self.store)
-        generations = alive.generations
         # NOTE: what is kept of the hosts brought up to date by what
         # changed since the last plan (a read of every host: everything),
-        # not by a look at every host per decision.
-        changed = self.liveness.take_changes()
+        # not by a look at every host per decision; the changes taken with
+        # the read, not after it (a prefetch's read in between would hand
+        # this plan changes its generations predate).
+        alive, changed = self.liveness.read_changes(self.store)
+        generations = alive.generations
         self.states.prune(generations, changed)
         if changed is None:
             self.view.forget_gone(set(generations) | set(alive.down))

@@ -16,7 +16,7 @@ from compute_plugins.request.inputs import RequestInput
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import PluginSet
-from compute_plugins.scheduler import fitting, weighers
+from compute_plugins.scheduler import fitting, liveness, weighers
 from tests.unit import fit_plugins
 from tests.unit.hoststate.cases import states
 
@@ -203,3 +203,40 @@ def test_a_prune_by_changes_looks_at_the_changed_hosts_only(tmp_path):
         assert len(cache) == 1
         cache.prune({}, changed=None)
         assert len(cache) == 0
+
+
+def test_the_changes_a_plan_prunes_by_are_those_of_its_own_read(tmp_path):
+    """A plan reads the hosts and takes the changes at once
+    (:meth:`~liveness.KeptLiveness.read_changes`): a read of another thread
+    of the scheduler (its prefetch) landing just after the plan's read
+    keeps the changes it saw for the next plan. Taken after the read, they
+    went to a plan whose generations predate them: a host removed and
+    published again (its generation lower) was not pruned, and once back
+    at its old number was served its old state."""
+    plugins = PluginSet()
+    cache = fitting.StateCache()
+    kept = liveness.KeptLiveness()
+
+    def plan(meanwhile=lambda: None):
+        alive, changed = kept.read_changes(store)
+        meanwhile()  # what happens before it prunes
+        cache.prune(alive.generations, changed)
+        return alive
+
+    def renamed_and_read():
+        store.rename_host("a", "gone")  # a removed, a new host named a
+        store.publish("a", states(numa=100), 0)
+        kept.read(store)  # another thread's read: every host (one went)
+
+    with hoststate.HostStateStore("sqlite:///%s" % (tmp_path / "s.sqlite")) as store:
+        for generation in range(3):
+            store.publish("a", states(numa=generation + 1), generation)
+        store.publish("b", states(numa=1), 0)
+        cache.get(plugins, store, ["a"], plan().generations)
+        plan(renamed_and_read)
+        assert plan().generations["a"] == 1
+        store.publish("a", states(numa=101), 1)
+        store.publish("a", states(numa=102), 2)  # back at the kept number
+        alive = plan()
+        served = cache.get(plugins, store, ["a"], alive.generations)["a"].snapshot
+        assert served.generation == 3 and served.states == states(numa=102)
