@@ -440,8 +440,8 @@ class Database:
         (a connection lost without a word, a fail-over: the statement
         would have failed on it with its outcome unknown)."""
         dbapi_conn = conn.connection.dbapi_connection
-        if not pools.may_be_stale(dbapi_conn, conn.info):
-            return
+        if dbapi_conn is None or not pools.may_be_stale(dbapi_conn, conn.info):
+            return  # NOTE: None: invalidated already (a fresh one at the statement)
         try:
             conn.dialect.do_ping(dbapi_conn)
         except Exception:  # noqa: BLE001 - any failure: a fresh connection
