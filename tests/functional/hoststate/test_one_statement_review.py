@@ -111,6 +111,9 @@ class SilentDrop:
 
     def close(self) -> None:
         self.listener.close()
+        for pair in self.pairs:
+            for sock in pair:
+                sock.close()
 
     def _accept(self) -> None:
         while True:
@@ -133,7 +136,10 @@ class SilentDrop:
                 if id(client) not in self.dropped:
                     client.close()
                 return
-            client.sendall(data)
+            try:
+                client.sendall(data)
+            except OSError:
+                return  # NOTE: the client closed it (reset after a drop)
 
     def _up(self, client: socket.socket, server: socket.socket) -> None:
         while True:
@@ -144,11 +150,17 @@ class SilentDrop:
             if id(client) in self.dropped or not data:
                 # NOTE: what the client sent after the loss reaches nobody:
                 # its connection is reset.
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                  struct.pack("ii", 1, 0))
+                try:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      struct.pack("ii", 1, 0))
+                except OSError:
+                    pass  # NOTE: closed already (the server's end, close())
                 client.close()
                 return
-            server.sendall(data)
+            try:
+                server.sendall(data)
+            except OSError:
+                return
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
