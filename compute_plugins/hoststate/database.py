@@ -392,8 +392,8 @@ class Database:
         a fresh one. Without it (an insert, a swap: run twice, the second
         would find the first's row and fail) a connection whose socket
         shows the server closed it is replaced before the statement is
-        sent (:func:`~compute_plugins.util.pools.maybe_closed`, no round
-        trip), and a failure is :class:`~compute_plugins.hoststate.errors.
+        sent (:meth:`_replace_if_lost`: a ping where the transactions'
+        pools ping), and a failure is :class:`~compute_plugins.hoststate.errors.
         StoreUnavailable`, as a transaction's. The wake-ups ``operation``
         asked for (:meth:`wake`) are delivered once it returned: each of
         its statements committed by itself.
@@ -408,9 +408,8 @@ class Database:
         for attempt in (1, 2):
             try:
                 with engine.connect() as conn:
-                    if not retry and pools.maybe_closed(conn.connection.dbapi_connection):
-                        # NOTE: a fresh connection at the statement.
-                        conn.invalidate()
+                    if not retry:
+                        self._replace_if_lost(conn)
                     conn.info.pop(_WAKEUPS, None)
                     found = operation(conn)
                     # NOTE: not after a failure: the connection may be
@@ -431,6 +430,23 @@ class Database:
         if wakeups and self.push is not None:
             self.push.committed(wakeups)
         return found
+
+    def _replace_if_lost(self, conn: Connection) -> None:
+        """Before a statement that must not run twice (:meth:`single`
+        without ``retry``): a pooled connection that may be stale (idle
+        over a second, or its socket shows the server closed it:
+        :func:`~compute_plugins.util.pools.may_be_stale`) is pinged, the
+        rule of the transactions' pools, and replaced when the ping fails
+        (a connection lost without a word, a fail-over: the statement
+        would have failed on it with its outcome unknown)."""
+        dbapi_conn = conn.connection.dbapi_connection
+        if dbapi_conn is None or not pools.may_be_stale(dbapi_conn, conn.info):
+            return  # NOTE: None: invalidated already (a fresh one at the statement)
+        try:
+            conn.dialect.do_ping(dbapi_conn)
+        except Exception:  # noqa: BLE001 - any failure: a fresh connection
+            # NOTE: a fresh connection at the statement.
+            conn.invalidate()
 
     def read_one(self, operation: Callable[[Connection], T]) -> T:
         """``operation(conn)``, which runs one read statement: on

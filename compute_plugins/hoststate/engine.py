@@ -290,7 +290,11 @@ def create_engine(url: str | URL, lock_timeout: float = 30.0, *,
     engine = sa.create_engine(parsed, **kwargs)
     if kind in ("postgresql", "mysql"):
         _server_events(engine, kind, lock_timeout)
-    if not autocommit:
+    if autocommit:
+        # NOTE: pinged by the caller where a lost connection matters
+        # (Database.single's statements that are not run twice).
+        pools.record_checkins(engine)
+    else:
         pools.ping_when_idle(engine)
     return engine
 

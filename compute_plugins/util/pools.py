@@ -38,27 +38,45 @@ def ping_when_idle(engine: sa.Engine, idle: Optional[float] = None,
 
     :param idle: seconds (None: :data:`IDLE_PING_SECONDS` at each checkout).
     """
-    def checkin(dbapi_conn: Any, record: Any) -> None:
-        if record is not None:
-            record.info[_CHECKED_IN] = clock()
-
+    record_checkins(engine, clock)
     server = engine.dialect.name != "sqlite"
 
     def checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        last = record.info.get(_CHECKED_IN)
-        if last is None:
-            return  # NOTE: new (connected just now)
-        limit = IDLE_PING_SECONDS if idle is None else idle
-        if clock() - last <= limit and not (server and maybe_closed(dbapi_conn)):
-            return  # NOTE: used just now, and the server has not closed it
+        if not may_be_stale(dbapi_conn, record.info, idle, clock, server=server):
+            return
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as err:
             raise sa.exc.DisconnectionError(
                 "pooled connection failed its ping: %s" % err) from err
 
-    sa.event.listen(engine, "checkin", checkin)
     sa.event.listen(engine, "checkout", checkout)
+
+
+def record_checkins(engine: sa.Engine, clock: Callable[[], float] = time.monotonic) -> None:
+    """Note in each pooled connection's ``info`` when it was given back to
+    ``engine``'s pool (read by :func:`may_be_stale`)."""
+    def checkin(dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_CHECKED_IN] = clock()
+
+    sa.event.listen(engine, "checkin", checkin)
+
+
+def may_be_stale(dbapi_conn: Any, info: dict[Any, Any], idle: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic, *,
+                 server: bool = True) -> bool:
+    """Whether the pooled connection ``dbapi_conn`` (its record's ``info``,
+    :func:`record_checkins`) is worth a ping before it is used: it waited
+    in the pool more than ``idle`` seconds (None:
+    :data:`IDLE_PING_SECONDS`), or, on a ``server``, its socket shows the
+    server may have closed it (:func:`maybe_closed`). A connection made
+    just now never is."""
+    last = info.get(_CHECKED_IN)
+    if last is None:
+        return False  # NOTE: new (connected just now)
+    limit = IDLE_PING_SECONDS if idle is None else idle
+    return clock() - last > limit or (server and maybe_closed(dbapi_conn))
 
 
 def maybe_closed(dbapi_conn: Any) -> bool:
@@ -84,4 +102,5 @@ def maybe_closed(dbapi_conn: Any) -> bool:
         return True
 
 
-__all__ = ["IDLE_PING_SECONDS", "maybe_closed", "ping_when_idle"]
+__all__ = ["IDLE_PING_SECONDS", "may_be_stale", "maybe_closed", "ping_when_idle",
+           "record_checkins"]

@@ -177,3 +177,31 @@ def test_a_claims_spec_is_written_as_recorded_a_claim_a_line(tmp_path, plugins):
     ledger.remove(OTHER)
     assert json.loads(Path(path_for(state, HOST)).read_text())["claims"] == {}
     assert len(Ledger.load(state, HOST, plugins.plugins)) == 0
+
+
+def test_a_ledger_of_the_indented_format_reads_and_is_rewritten_a_claim_a_line(
+        tmp_path, plugins):
+    """A ledger written before claims were a line each (the whole document
+    encoded with ``indent``) reads as before; the next write keeps its
+    claims, a spec's text with a newline and non-ASCII characters in it
+    intact (escaped: still one line)."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    spec, text = decided(plugins)
+    document = json.loads(text)
+    document["image"]["name"] = "pinned\nguest \u00e9\u4e2d \"q\""
+    old = {"format": "compute-plugins-ledger", "version": 1, "host": HOST,
+           "store": "store-uuid",
+           "claims": {CONSUMER: {"decision_id": 7, "spec": document}}}
+    path = Path(path_for(str(state), HOST))
+    path.write_text(json.dumps(old, indent=1, sort_keys=True))
+    path.chmod(0o600)
+    ledger = Ledger.load(str(state), HOST, plugins.plugins)
+    assert ledger.get(CONSUMER).decision_id == 7 and ledger.store_id == "store-uuid"
+    second, second_text = decided(plugins, ledger.assignments())
+    ledger.record(OTHER, 9, second, second_text)
+    written = path.read_text()
+    assert len([line for line in written.splitlines() if CONSUMER in line]) == 1
+    assert json.loads(written)["claims"][CONSUMER]["spec"] == document
+    again = Ledger.load(str(state), HOST, plugins.plugins)
+    assert again.entries() == ledger.entries() and again.store_id == "store-uuid"
