@@ -494,6 +494,25 @@ def test_a_bad_checkpoint_is_ignored_with_a_warning_every_periodic_works(
     assert json.loads(path.read_text())["nodename"] == "cmp2"
 
 
+def test_two_runs_in_turn_on_one_state_in_one_process(tmp_path):
+    """review: the agent's lock on its state directory is released when
+    ``report`` returns, as when its process exits: a second run in the
+    same process (tests.cli) is not "another agent" (it was: exit 2), and
+    the lock's file descriptor is not left open."""
+    import os
+
+    snap = _snapshot_named(tmp_path, "cmp4")
+    state = tmp_path / "state"
+    fds = set(os.listdir("/proc/self/fd"))
+    first = _report(snap, state)
+    assert first.returncode == 0, first.stderr
+    second = _report(snap, state)
+    assert second.returncode == 0, second.stderr
+    assert not [os.readlink("/proc/self/fd/" + fd)
+                for fd in set(os.listdir("/proc/self/fd")) - fds
+                if os.readlink("/proc/self/fd/" + fd).endswith("agent.lock")]
+
+
 def test_the_state_is_private_to_the_agents_user(tmp_path):
     """New state directory 0700, database and checkpoint 0600; an existing
     database readable by others is tightened; an existing directory is
