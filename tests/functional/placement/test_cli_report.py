@@ -513,6 +513,22 @@ def test_two_runs_in_turn_on_one_state_in_one_process(tmp_path):
                 if os.readlink("/proc/self/fd/" + fd).endswith("agent.lock")]
 
 
+def test_debug_after_a_plain_run_in_one_process_logs_placement_as_alone(tmp_path):
+    """review: a plain ``report`` quiets the embedded Placement's loggers
+    (and oslo.log sets its default levels): run in-process (tests.cli),
+    those levels outlived the call and the next ``--debug`` run printed
+    none of Placement's or alembic's lines, which a user's ``--debug``
+    shows."""
+    import re
+
+    snap = _snapshot_named(tmp_path, "cmp5")
+    assert _report(snap, tmp_path / "plain").returncode == 0
+    debug = _report(snap, tmp_path / "debug", "--debug")
+    assert debug.returncode == 0, debug.stderr
+    assert re.search(r" (DEBUG|INFO) placement\.", debug.stderr), debug.stderr
+    assert re.search(r" (DEBUG|INFO) alembic\.", debug.stderr), debug.stderr
+
+
 def test_the_state_is_private_to_the_agents_user(tmp_path):
     """New state directory 0700, database and checkpoint 0600; an existing
     database readable by others is tightened; an existing directory is
