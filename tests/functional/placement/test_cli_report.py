@@ -312,16 +312,12 @@ def _snapshot_named(tmp_path, hostname):
     return snap
 
 
-def _report(snap, state, *extra, periodic="1", process=False):
-    """``report`` on the snapshot ``snap`` with ``state`` as XDG_STATE_HOME:
-    in-process, or in a subprocess (``process``) for the first of two runs
-    on one state directory (the agent's lock on it is the process's until
-    it exits)."""
+def _report(snap, state, *extra, periodic="1"):
+    """``report`` on the snapshot ``snap`` with ``state`` as XDG_STATE_HOME,
+    in-process (the agent's lock on the state directory is released when
+    the command returns, as when its process exits)."""
     args = ["--host-snapshot", str(snap), "--format", "json", *extra,
             "report", "--periodic", periodic, "--interval", "0"]
-    if process:
-        return subprocess.run(CLI + args, capture_output=True, text=True, timeout=120,
-                              env=cli_env(XDG_STATE_HOME=str(state)))
     return cli.run(*args, env={"XDG_STATE_HOME": str(state)})
 
 
@@ -348,7 +344,7 @@ def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
     stem += hostname[-7:]
     snap = _snapshot_named(tmp_path, hostname)
     state = tmp_path / "xdg" / "state"
-    first = _report(snap, state, "--placement-url", served.url, process=True)
+    first = _report(snap, state, "--placement-url", served.url)
     assert first.returncode == 0, first.stderr
     assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
     # NOTE: the checkpoint and the ledger by the encoded name; the
@@ -426,7 +422,7 @@ def test_a_checkpoint_naming_another_services_provider_is_ignored(tmp_path):
 
     snap = _snapshot_named(tmp_path, "cmp1")
     state = tmp_path / "state"
-    first = _report(snap, state, process=True)
+    first = _report(snap, state)
     assert first.returncode == 0, first.stderr
     db = state / "compute-plugins" / "placement.sqlite"
     service, client = _embedded_client(db)
