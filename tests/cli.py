@@ -72,18 +72,42 @@ STDOUT, STDERR = _stream(1, "strict"), _stream(2, "backslashreplace")
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _loggers() -> dict[str, logging.Logger]:
+    return {name: logger for name, logger in logging.Logger.manager.loggerDict.items()
+            if isinstance(logger, logging.Logger)}
+
+
+def _logger_levels() -> dict[str, tuple[int, bool, bool]]:
+    """Each logger's level, ``propagate`` and ``disabled``."""
+    return {name: (logger.level, logger.propagate, logger.disabled)
+            for name, logger in _loggers().items()}
+
+
+def _restore_logger_levels(levels: Mapping[str, tuple[int, bool, bool]]) -> None:
+    """The loggers as :func:`_logger_levels` found them; those made since
+    back to NOTSET, as a new process makes them: oslo.log's default levels
+    and ``report``'s quieted Placement loggers would otherwise outlive the
+    call (the next ``--debug`` run printed none of Placement's lines)."""
+    for name, logger in _loggers().items():
+        level, logger.propagate, logger.disabled = levels.get(
+            name, (logging.NOTSET, logger.propagate, logger.disabled))
+        logger.setLevel(level)
+
+
 def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
     """``compute-plugins ARGS`` in this process: its exit code and output;
     ``env``: environment variables set for the call (a subprocess's
     ``env={**os.environ, **env}``).
 
-    The root logger's handlers and level, ``sys.excepthook`` and the
-    handlers of :data:`SIGNALS` are restored afterwards: oslo.log's set-up
-    replaces the first two (a handler on this call's stderr), ``report``
-    sets its own for SIGHUP and SIGTERM.
+    The root logger's handlers, every logger's level, ``sys.excepthook``
+    and the handlers of :data:`SIGNALS` are restored afterwards: oslo.log's
+    set-up replaces the root's handlers (one on this call's stderr), sets
+    levels (its default levels, ``report`` quiets Placement's) and the
+    hook, ``report`` sets its own handlers for SIGHUP and SIGTERM.
     """
     root = logging.getLogger()
     handlers, level, excepthook = list(root.handlers), root.level, sys.excepthook
+    levels = _logger_levels()
     signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
     sys.stdout.flush()
     sys.stderr.flush()
@@ -106,6 +130,7 @@ def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
                     if handler not in root.handlers:
                         root.addHandler(handler)
                 root.setLevel(level)
+                _restore_logger_levels(levels)
                 sys.excepthook = excepthook
                 for signum, previous in signals.items():
                     if previous is not None:

@@ -237,6 +237,24 @@ class Loop:
 
 
 def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
+    """``report``: the agent's periodics; the exit code.
+
+    The state directory's lock, taken once the options and the host were
+    checked, is held until the command returns, however it returns (as
+    the kernel drops it when the process exits): a second run in the same
+    process (``tests.cli``) is not "another agent", and its file
+    descriptor is not left open.
+    """
+    state_dir_lock: list[Any] = []
+    try:
+        return _run(conf, args, state_dir_lock)
+    finally:
+        for held in state_dir_lock:
+            held.__exit__(None, None, None)
+
+
+def _run(conf: cfg.ConfigOpts, args: argparse.Namespace,
+         state_dir_lock: list[Any]) -> int:
     # Imported here so that `compute-plugins --help` stays fast.
     from compute_plugins.cmd import common
     from compute_plugins.compute import agent as compute_agent
@@ -245,9 +263,8 @@ def run(conf: cfg.ConfigOpts, args: argparse.Namespace) -> int:
     from compute_plugins.placement import report as preport
 
     quiet_placement_logs(conf.debug)
-    # NOTE: one agent per state directory: its lock, taken once the options
-    # and the host were checked, is held until the process ends.
-    state_dir_lock: list[Any] = []
+    # NOTE: one agent per state directory: its lock (run) goes into
+    # state_dir_lock.
     # NOTE: the plugins' contributions become "what they own" only once a
     # periodic reached Placement (commit), and are kept across restarts in
     # the state directory, so a device removed during a failed periodic or

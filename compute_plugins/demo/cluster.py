@@ -133,7 +133,14 @@ class Cluster:
     # -- set-up -------------------------------------------------------------
 
     def __enter__(self) -> Cluster:
-        self.open()
+        # NOTE: __exit__ does not run when this raises: what open() started
+        # before it failed (Placement, then a store that cannot be opened)
+        # is closed here, or it stays bound in the process.
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -402,6 +402,19 @@ def test_an_empty_state_dir_is_refused_not_a_temporary_one():
     assert "--state-dir '': an empty path" in line
 
 
+def test_a_refused_start_leaves_no_placement_running_in_the_process(tmp_path):
+    """review: a store that cannot be opened failed the demo after its
+    embedded Placement started, and nothing closed it (``Cluster``'s
+    ``__exit__`` never runs when ``__enter__`` raises): in one process
+    (tests.cli) every later command with an embedded Placement failed,
+    "another embedded Placement ... is running in this process", exit 1."""
+    (tmp_path / "host_state.sqlite").write_text("garbage")
+    for _ in range(2):
+        result = cli.run("demo", "--state-dir", str(tmp_path))
+        assert result.returncode == 2, result.stderr
+        assert "another embedded Placement" not in result.stderr
+
+
 def test_a_state_dir_whose_store_is_not_a_database_is_one_line(tmp_path):
     (tmp_path / "host_state.sqlite").write_text("garbage")
     result = cli.run("demo", "--state-dir", str(tmp_path))

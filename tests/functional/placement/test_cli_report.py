@@ -312,16 +312,12 @@ def _snapshot_named(tmp_path, hostname):
     return snap
 
 
-def _report(snap, state, *extra, periodic="1", process=False):
-    """``report`` on the snapshot ``snap`` with ``state`` as XDG_STATE_HOME:
-    in-process, or in a subprocess (``process``) for the first of two runs
-    on one state directory (the agent's lock on it is the process's until
-    it exits)."""
+def _report(snap, state, *extra, periodic="1"):
+    """``report`` on the snapshot ``snap`` with ``state`` as XDG_STATE_HOME,
+    in-process (the agent's lock on the state directory is released when
+    the command returns, as when its process exits)."""
     args = ["--host-snapshot", str(snap), "--format", "json", *extra,
             "report", "--periodic", periodic, "--interval", "0"]
-    if process:
-        return subprocess.run(CLI + args, capture_output=True, text=True, timeout=120,
-                              env=cli_env(XDG_STATE_HOME=str(state)))
     return cli.run(*args, env={"XDG_STATE_HOME": str(state)})
 
 
@@ -348,7 +344,7 @@ def test_a_host_name_that_is_a_path_keeps_the_checkpoint_in_the_state_dir(
     stem += hostname[-7:]
     snap = _snapshot_named(tmp_path, hostname)
     state = tmp_path / "xdg" / "state"
-    first = _report(snap, state, "--placement-url", served.url, process=True)
+    first = _report(snap, state, "--placement-url", served.url)
     assert first.returncode == 0, first.stderr
     assert "create %s" % hostname in json_lines(first.stdout)[0]["changed"]
     # NOTE: the checkpoint and the ledger by the encoded name; the
@@ -426,7 +422,7 @@ def test_a_checkpoint_naming_another_services_provider_is_ignored(tmp_path):
 
     snap = _snapshot_named(tmp_path, "cmp1")
     state = tmp_path / "state"
-    first = _report(snap, state, process=True)
+    first = _report(snap, state)
     assert first.returncode == 0, first.stderr
     db = state / "compute-plugins" / "placement.sqlite"
     service, client = _embedded_client(db)
@@ -492,6 +488,41 @@ def test_a_bad_checkpoint_is_ignored_with_a_warning_every_periodic_works(
     assert len(warnings) == 1 and reason in warnings[0], proc.stderr
     # The good checkpoint of this run replaced the bad one.
     assert json.loads(path.read_text())["nodename"] == "cmp2"
+
+
+def test_two_runs_in_turn_on_one_state_in_one_process(tmp_path):
+    """review: the agent's lock on its state directory is released when
+    ``report`` returns, as when its process exits: a second run in the
+    same process (tests.cli) is not "another agent" (it was: exit 2), and
+    the lock's file descriptor is not left open."""
+    import os
+
+    snap = _snapshot_named(tmp_path, "cmp4")
+    state = tmp_path / "state"
+    fds = set(os.listdir("/proc/self/fd"))
+    first = _report(snap, state)
+    assert first.returncode == 0, first.stderr
+    second = _report(snap, state)
+    assert second.returncode == 0, second.stderr
+    assert not [os.readlink("/proc/self/fd/" + fd)
+                for fd in set(os.listdir("/proc/self/fd")) - fds
+                if os.readlink("/proc/self/fd/" + fd).endswith("agent.lock")]
+
+
+def test_debug_after_a_plain_run_in_one_process_logs_placement_as_alone(tmp_path):
+    """review: a plain ``report`` quiets the embedded Placement's loggers
+    (and oslo.log sets its default levels): run in-process (tests.cli),
+    those levels outlived the call and the next ``--debug`` run printed
+    none of Placement's or alembic's lines, which a user's ``--debug``
+    shows."""
+    import re
+
+    snap = _snapshot_named(tmp_path, "cmp5")
+    assert _report(snap, tmp_path / "plain").returncode == 0
+    debug = _report(snap, tmp_path / "debug", "--debug")
+    assert debug.returncode == 0, debug.stderr
+    assert re.search(r" (DEBUG|INFO) placement\.", debug.stderr), debug.stderr
+    assert re.search(r" (DEBUG|INFO) alembic\.", debug.stderr), debug.stderr
 
 
 def test_the_state_is_private_to_the_agents_user(tmp_path):
