@@ -10,6 +10,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -145,6 +147,14 @@ def test_a_connection_lost_at_the_commit_is_not_retried(pg):
     be known, so the transaction is not run again (it could be twice);
     the caller is told the store is unavailable."""
     url, admin = pg
+    lost_at_the_commit_is_not_retried(
+        url, lambda dbapi: kill_backend(admin, dbapi.get_backend_pid()))
+
+
+def lost_at_the_commit_is_not_retried(url: str, kill: Callable[[Any], None]) -> None:
+    """A lease taken on a store whose connection ``kill(dbapi_connection)``
+    ends as the first commit is sent: StoreUnavailable (not the retried
+    Disconnected), one commit, no lease written."""
     with HostStateStore(url) as store:
         store.acquire_lease("c1", "node-c1", "test", 30)
         commits: list[int] = []
@@ -152,15 +162,15 @@ def test_a_connection_lost_at_the_commit_is_not_retried(pg):
         def commit(conn) -> None:
             commits.append(1)
             if len(commits) == 1:
-                kill_backend(admin, conn.connection.dbapi_connection.get_backend_pid())
+                kill(conn.connection.dbapi_connection)
 
         sa.event.listen(store.db.engine, "commit", commit)
         try:
-            with pytest.raises(StoreUnavailable):
+            with pytest.raises(StoreUnavailable) as raised:
                 store.acquire_lease("c2", "node-c2", "test", 30)
         finally:
             sa.event.remove(store.db.engine, "commit", commit)
-        assert commits == [1]
+        assert commits == [1] and type(raised.value) is StoreUnavailable
         assert store.get_lease("c2") is None
 
 
@@ -210,23 +220,8 @@ def test_mariadb_a_connection_lost_at_the_commit_is_not_retried(maria):
     """MariaDB: the connection ended as the commit is sent is not run
     again (it may have committed): StoreUnavailable, one commit."""
     url, admin = maria
-    with HostStateStore(url) as store:
-        store.acquire_lease("c1", "node-c1", "test", 30)
-        commits: list[int] = []
-
-        def commit(conn) -> None:
-            commits.append(1)
-            if len(commits) == 1:
-                kill_thread(admin, conn.connection.dbapi_connection.thread_id())
-
-        sa.event.listen(store.db.engine, "commit", commit)
-        try:
-            with pytest.raises(StoreUnavailable) as raised:
-                store.acquire_lease("c2", "node-c2", "test", 30)
-        finally:
-            sa.event.remove(store.db.engine, "commit", commit)
-        assert commits == [1] and type(raised.value) is StoreUnavailable
-        assert store.get_lease("c2") is None
+    lost_at_the_commit_is_not_retried(
+        url, lambda dbapi: kill_thread(admin, dbapi.thread_id()))
 
 
 def wait_until(predicate, seconds: float = 20.0) -> bool:
