@@ -83,6 +83,17 @@ def _logger_levels() -> dict[str, tuple[int, bool, bool]]:
             for name, logger in _loggers().items()}
 
 
+def _fresh_loggers() -> None:
+    """Every logger's level NOTSET and none disabled, as a new process
+    finds the loggers its imports made: what an earlier caller in this
+    worker left (a ``main()`` called without :func:`run`, alembic's
+    ``fileConfig`` disabling the loggers it does not name) would
+    otherwise decide what this call logs."""
+    for logger in _loggers().values():
+        logger.setLevel(logging.NOTSET)
+        logger.disabled = False
+
+
 def _restore_logger_levels(levels: Mapping[str, tuple[int, bool, bool]]) -> None:
     """The loggers as :func:`_logger_levels` found them; those made since
     back to NOTSET, as a new process makes them: oslo.log's default levels
@@ -99,7 +110,8 @@ def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
     ``env``: environment variables set for the call (a subprocess's
     ``env={**os.environ, **env}``).
 
-    The root logger's handlers, every logger's level, ``sys.excepthook``
+    Every logger starts as in a new process (level NOTSET, enabled). The
+    root logger's handlers, every logger's level, ``sys.excepthook``
     and the handlers of :data:`SIGNALS` are restored afterwards: oslo.log's
     set-up replaces the root's handlers (one on this call's stderr), sets
     levels (its default levels, ``report`` quiets Placement's) and the
@@ -108,6 +120,7 @@ def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
     root = logging.getLogger()
     handlers, level, excepthook = list(root.handlers), root.level, sys.excepthook
     levels = _logger_levels()
+    _fresh_loggers()
     signals = {signum: signal.getsignal(signum) for signum in SIGNALS}
     sys.stdout.flush()
     sys.stderr.flush()
