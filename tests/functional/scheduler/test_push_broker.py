@@ -378,18 +378,42 @@ def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, c
     the listener and the publisher go on with the second, the waiter is
     woken by a wake-up published after, and no message shows a password."""
     # NOTE: a relay, not a second RabbitMQ: one node's start is 15 s.
-    beat = broker.Heartbeat(timeout_threshold=2, rate=3)
-    with stalled_publisher(tmp_path, rabbit, rabbit.port, "", beat) as (writer, sub, push):
-        stalled = time.monotonic()
-        assert wait_until(lambda: push._control is None, 30)
-        noticed = time.monotonic() - stalled
-        # NOTE: twice the threshold, a check's interval (0.33 s) and
-        # a loaded machine's margin.
-        assert noticed < 2 * beat.timeout_threshold + 2, noticed
-        # NOTE: said right after the drop.
-        assert wait_until(lambda: "its heartbeats stopped" in caplog.text, 5), caplog.text
-        wake(writer, "h")
-        assert sub.wait(broker.IO_TIMEOUT / 2)
+    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
+
+    relay = StallingProxy(rabbit.port)
+    transport_url = "rabbit://guest:guest@127.0.0.1:%d,guest:guest@127.0.0.1:%d/" % (
+        relay.port, rabbit.port)
+    url = sqlite_url(tmp_path)
+    try:
+        with HostStateStore(url, safety_poll_interval=NEVER,
+                            push_transport_url=transport_url) as waiter, \
+                HostStateStore(url, safety_poll_interval=NEVER,
+                               push_transport_url=transport_url) as writer:
+            sub = waiter.host_changes("h")
+            assert isinstance(sub, notify.Subscription)
+            try:
+                assert wait_until(lambda: sub.live)
+                with sub.listener._lock:
+                    sub.wait(0)
+                with writer.db.write() as conn:
+                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(ANSWER)
+                # NOTE: both went through the first broker (the relay).
+                assert len(relay._sockets) == 4, relay._sockets
+                through_relay = sub.listener._conn
+                relay.close()
+                # NOTE: reconnected at once (the relay refuses): live may
+                # never be seen False.
+                assert wait_until(lambda: sub.live and sub.listener._conn is not through_relay)
+                with sub.listener._lock:  # NOTE: its wake-up of all is done
+                    sub.wait(0)
+                with writer.db.write() as conn:
+                    writer.db.wake(conn, [notify.host_channel("h")], "x")
+                assert sub.wait(ANSWER)
+            finally:
+                sub.close()
+    finally:
+        relay.close()
     assert "guest:guest" not in caplog.text
 
 
@@ -512,37 +536,15 @@ def test_a_publishing_connection_dropped_without_a_word_is_noticed_by_heartbeat(
     published on a new connection at once and reaches the waiter, instead
     of after the publish's read timeout on the dead one (10 s). Without a
     heartbeat on the publishing connection it was never noticed idle."""
-    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
-
-    relay = StallingProxy(rabbit.port)
-    through = "rabbit://guest:guest@127.0.0.1:%d/" % relay.port
     beat = broker.Heartbeat(timeout_threshold=2, rate=3)
-    url = sqlite_url(tmp_path)
-    try:
-        with HostStateStore(url, safety_poll_interval=NEVER,
-                            push_transport_url=rabbit.transport_url) as waiter, \
-                HostStateStore(url, safety_poll_interval=NEVER, push_transport_url=through,
-                               push_heartbeat=beat) as writer:
-            push = writer.db.push
-            assert isinstance(push, broker.BrokerPush)
-            push.verify()
-            assert push._control is not None
-            sub = waiter.host_changes("h")
-            assert isinstance(sub, notify.Subscription)
-            try:
-                listening(sub)
-                relay.stall_existing()
-                stalled = time.monotonic()
-                assert wait_until(lambda: push._control is None, 30)
-                noticed = time.monotonic() - stalled
-                # NOTE: twice the threshold, a check's interval (0.33 s) and
-                # a loaded machine's margin.
-                assert noticed < 2 * beat.timeout_threshold + 2, noticed
-                # NOTE: said right after the drop.
-                assert wait_until(lambda: "its heartbeats stopped" in caplog.text, 5), caplog.text
-                wake(writer, "h")
-                assert sub.wait(broker.IO_TIMEOUT / 2)
-            finally:
-                sub.close()
-    finally:
-        relay.close()
+    with stalled_publisher(tmp_path, rabbit, rabbit.port, "", beat) as (writer, sub, push):
+        stalled = time.monotonic()
+        assert wait_until(lambda: push._control is None, 30)
+        noticed = time.monotonic() - stalled
+        # NOTE: twice the threshold, a check's interval (0.33 s) and
+        # a loaded machine's margin.
+        assert noticed < 2 * beat.timeout_threshold + 2, noticed
+        # NOTE: said right after the drop.
+        assert wait_until(lambda: "its heartbeats stopped" in caplog.text, 5), caplog.text
+        wake(writer, "h")
+        assert sub.wait(broker.IO_TIMEOUT / 2)
