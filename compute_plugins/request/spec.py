@@ -87,9 +87,12 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
 LOG = logging.getLogger(__name__)
 
 FORMAT = "compute_plugins.RequestSpec"
-#: Version of the JSON payload. Bump the minor for additions an older
-#: reader may refuse, the major for incompatible changes. 2.0: request
-#: groups name their topology generically (kind ``guest_node``, ``node``).
+#: Version of the JSON payload this reader reads (a writer writes the
+#: lowest that carries a spec, :func:`formats.lowest`). Bump the minor for
+#: additions an older reader may refuse, the major for incompatible
+#: changes. 2.0: request groups name their topology generically (kind
+#: ``guest_node``, ``node``); 2.1: a port's ``tunneled`` and
+#: ``affinity_policy``.
 FORMAT_VERSION = formats.CURRENT
 #: A format or plugin data version: ``MAJOR.MINOR``.
 _VERSION_RE = VERSION_RE
@@ -249,19 +252,24 @@ class RequestSpec:
     # -- serialisation ------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON payload, at the lowest format version that carries it."""
         decision = None
         if self.decision is not None:
             decision = encode(self.decision)
             decision["assignments"] = {name: encode(a) for name, a in
                                        self.decision.assignments.items()}
+        # NOTE: at the lowest version that carries the spec: an older
+        # reader reads it if it needs nothing that reader lacks, else
+        # refuses it as newer (see compute_plugins.request.formats).
+        version, ports = formats.lowest(encode(self.ports))
         return {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": version,
             "plugins": dict(self.plugin_versions),
             "flavor": encode(self.flavor),
             "image": {"name": self.image_name,
                       "properties": thaw_json(self.image_properties)},
-            "ports": encode(self.ports),
+            "ports": ports,
             "hints": thaw_json(self.hints),
             "generic": encode(self.generic),
             "requests": {name: encode(req) for name, req in self.requests.items()},

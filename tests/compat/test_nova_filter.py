@@ -15,6 +15,7 @@ test_nova_compat).
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 
@@ -486,9 +487,9 @@ def test_a_recorded_spec_from_a_newer_writer_is_refused(conf):
     spec_obj = nova_spec_obj(vcpus=1)
     nova_spec.record(spec_obj, nova_spec.from_nova(spec_obj, manager.plugins))
     major = FORMAT_VERSION.split(".")[0]
-    text = spec_obj.scheduler_hints[nova_spec.HINT][0].replace(
-        '"version": "%s' % FORMAT_VERSION, '"version": "%s.9' % major, 1)
-    spec_obj.scheduler_hints = {nova_spec.HINT: [text]}
+    doc = json.loads(spec_obj.scheduler_hints[nova_spec.HINT][0])
+    doc["version"] = "%s.9" % major
+    spec_obj.scheduler_hints = {nova_spec.HINT: [json.dumps(doc)]}
     with pytest.raises(Exception, match="newer"):
         nova_spec.from_nova(spec_obj, manager.plugins)
 

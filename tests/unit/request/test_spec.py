@@ -82,7 +82,7 @@ def test_round_trip_with_decision(manager):
     spec = spec.with_decision(decision())
     text = spec.to_json()
     doc = json.loads(text)
-    assert doc["version"] == FORMAT_VERSION
+    assert doc["version"] == "2.0"  # its ports use no field of 2.1
     assert doc["plugins"] == {"numa": "1.2", "vgpu": "1.2", "sriov": "1.2", "disk": "1.2"}
     again = RequestSpec.from_json(text, manager.plugins)
     assert again == spec
@@ -295,4 +295,57 @@ def test_a_payload_of_the_previous_format_reads_as_the_spec_it_was(manager):
         "vgpu": dataclasses.replace(built.requests["vgpu"], isolate=False)})
     assert dataclasses.replace(read, plugin_versions=built.plugin_versions) == \
         dataclasses.replace(built, requests=requests)
-    assert json.loads(read.to_json())["version"] == FORMAT_VERSION
+    # written at the lowest version that carries it: its ports use no
+    # field of a later one
+    assert json.loads(read.to_json())["version"] == "2.0"
+
+
+#: The fields of a port in format 2.0, before 2.1 added ``tunneled`` and
+#: ``affinity_policy`` (those of the 1.0 payload's ports).
+PORT_FIELDS_2_0 = {"id", "vnic_type", "physnet", "min_kbps_egress", "min_kbps_ingress"}
+
+
+def test_a_spec_using_no_later_field_is_written_at_the_version_an_older_reader_reads(
+        manager):
+    # what a reader of 2.0, which knows none of 2.1's port fields, needs:
+    # version 2.0 and ports with only the fields it knows
+    spec = build(manager, RICH, ports=PORTS).with_decision(decision())
+    doc = spec.to_dict()
+    assert doc["version"] == "2.0"
+    assert [set(port) for port in doc["ports"]] == [PORT_FIELDS_2_0]
+    assert {key for port in json.loads(SPEC_1_0.read_text())["ports"]
+            for key in port} == PORT_FIELDS_2_0
+    assert RequestSpec.from_dict(doc, manager.plugins) == spec
+    assert FORMAT_VERSION == "2.1"
+
+
+@pytest.mark.parametrize("port", [
+    {"affinity_policy": "required"},
+    {"tunneled": True},
+])
+def test_a_spec_using_a_later_port_field_is_written_at_its_version(manager, port):
+    ports = [{**PORTS[0], "id": "p0"}, {**PORTS[0], **port}]
+    spec = build(manager, RICH, ports=ports).with_decision(decision())
+    doc = spec.to_dict()
+    assert doc["version"] == "2.1"
+    # every port writes every field of the version
+    assert [set(p) for p in doc["ports"]] == [
+        PORT_FIELDS_2_0 | {"tunneled", "affinity_policy"}] * 2
+    assert RequestSpec.from_dict(doc, manager.plugins) == spec
+    assert RequestSpec.from_json(spec.to_json(), manager.plugins).to_json() == \
+        spec.to_json()
+
+
+def test_a_reader_of_the_older_version_refuses_a_later_field_clearly(
+        manager, monkeypatch):
+    # a 2.0 reader would drop the port's policy (it has no such field):
+    # it refuses the payload as newer instead, naming both versions
+    ports = [{**PORTS[0], "affinity_policy": "required"}]
+    doc = build(manager, RICH, ports=ports).to_dict()
+    older = build(manager, RICH, ports=PORTS).to_dict()
+    monkeypatch.setattr("compute_plugins.request.spec.FORMAT_VERSION", "2.0")
+    with pytest.raises(RequestFormatError,
+                       match=r"payload format 2\.1 is newer than this reader "
+                             r"supports \(2\.0\)"):
+        RequestSpec.from_dict(doc, manager.plugins)
+    assert RequestSpec.from_dict(older, manager.plugins).to_dict() == older
