@@ -93,6 +93,7 @@ from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.runtime import FitResult, PluginSet
 from compute_plugins.scheduler.fitting import StateCache
+from compute_plugins.scheduler.liveness import KeptLiveness
 
 LOG = logging.getLogger(__name__)
 
@@ -117,7 +118,10 @@ def candidate_key(candidate: Mapping[str, Any]) -> str:
 
 class StoreStates:
     """Hosts' plugin states from the host-state store, decoded once per
-    generation (:class:`~compute_plugins.scheduler.fitting.StateCache`).
+    generation (:class:`~compute_plugins.scheduler.fitting.StateCache`),
+    kept as the scheduler keeps them: pruned per read by the hosts that
+    changed (:meth:`~compute_plugins.scheduler.fitting.StateCache.read_pruned`),
+    the hosts gone forgotten.
 
     :param store: the host-state store.
     :param plugins: the loaded plugins.
@@ -127,12 +131,22 @@ class StoreStates:
         self.store = store
         self.plugins = plugins
         self._cache = StateCache()
+        #: Every host's generation, read by change: what the cache is
+        #: pruned by, and the generations of the live hosts.
+        self._liveness = KeptLiveness()
 
     def get(self, hosts: Iterable[str]) -> dict[str, HostStates]:
         """host -> its plugins' states; hosts that never published are
         absent, and so is a plugin whose state cannot be read (logged)."""
         wanted = sorted(set(hosts))
-        generations = self.store.generations(wanted)
+        alive, _changed = self._cache.read_pruned(self._liveness, self.store)
+        live = alive.generations
+        generations = {h: live[h] for h in wanted if h in live}
+        # NOTE: nova judges its hosts' liveness itself: a host whose
+        # agent's lease expired is filtered as any (its generation read).
+        down = [h for h in wanted if h in alive.down]
+        if down:
+            generations.update(self.store.generations(down))
         decoded = self._cache.get(self.plugins, self.store,
                                   [h for h in wanted if h in generations],
                                   generations)

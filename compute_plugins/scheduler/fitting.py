@@ -40,6 +40,7 @@ from compute_plugins.hoststate.transport import HostPublication
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import FitResult, PluginSet
+from compute_plugins.scheduler.liveness import KeptLiveness, Liveness
 
 LOG = logging.getLogger(__name__)
 
@@ -191,6 +192,21 @@ class StateCache:
                 if (decoded is not None
                         and generations.get(host, 0) < decoded.snapshot.generation):
                     del hosts[host]
+
+    def read_pruned(self, kept: KeptLiveness, store: HostPublication
+                    ) -> tuple[Liveness, Optional[frozenset[str]]]:
+        """The hosts of ``store`` as ``kept`` reads them with their changes
+        (:meth:`~.liveness.KeptLiveness.read_changes`), and this cache
+        pruned by that read (:meth:`prune`): what every long-running
+        holder of a cache does before it serves states, so that the hosts
+        gone are forgotten (the cache does not grow with every host that
+        ever was) and a host gone back is read again.
+
+        :returns: the read, and the hosts it says changed (None: any).
+        """
+        alive, changed = kept.read_changes(store)
+        self.prune(alive.generations, changed)
+        return alive, changed
 
     def __len__(self) -> int:
         return len(self._hosts)

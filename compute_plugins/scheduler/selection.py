@@ -653,9 +653,8 @@ class Scheduler:
         # not by a look at every host per decision; the changes taken with
         # the read, not after it (a prefetch's read in between would hand
         # this plan changes its generations predate).
-        alive, changed = self.liveness.read_changes(self.store)
+        alive, changed = self.states.read_pruned(self.liveness, self.store)
         generations = alive.generations
-        self.states.prune(generations, changed)
         if changed is None:
             self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,

@@ -251,6 +251,35 @@ def test_a_host_without_published_state_fails(nova_conf):
     assert "published no state" in ghost.plugin_rejections[0].reason
 
 
+def publish(store, name, generation, states_of=None):
+    """Publish host ``name``'s plugin states (those of host ``states_of``:
+    default its own) over ``generation``."""
+    states, manager = host_states(states_of or name)
+    store.publish(name, {n: manager.plugins.encode_state(n, s)
+                         for n, s in states.items()}, generation, nodename=name)
+
+
+def test_the_store_states_forget_the_hosts_gone_and_gone_back(conf, store):
+    """The filter's kept states are pruned as the scheduler's are, by the
+    hosts that changed: a host gone is forgotten (the states kept do not
+    grow with every host that ever was), and a host removed and published
+    again is not served its old state once back at the number it had."""
+    manager = helpers.manager(conf, NAMES)
+    source = plugin_filters.StoreStates(store, manager.plugins)
+    publish(store, "big", 1)  # big at generation 2
+    old = source.get(["big", "small"])["big"]
+    assert len(source._cache) == 2
+    store.rename_host("big", "retired")  # big's rows dropped: gone
+    assert set(source.get(["small"])) == {"small"}
+    assert len(source._cache) == 1
+    # a new host named big, with sriov's resources, back at generation 2
+    publish(store, "big", 0, states_of="sriov")
+    assert set(source.get(["small"])) == {"small"}
+    publish(store, "big", 1, states_of="sriov")
+    new = source.get(["big", "sriov"])
+    assert new["big"] == new["sriov"] != old
+
+
 def test_candidates_with_our_mappings_restrict_the_cells(conf, store):
     manager = helpers.manager(conf, NAMES)
     filt = plugin_filters.PluginFitFilter(
