@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Optional
 
@@ -83,6 +84,16 @@ def read(store: HostPublication) -> Liveness:
     return split(store.host_statuses())
 
 
+def _reference(store: HostPublication) -> Callable[[], Optional[HostPublication]]:
+    """A reference that is ``store`` only, never another store made at its
+    address once it is freed (an ``id`` is reused): weak where it can be,
+    so that a store replaced is not kept alive."""
+    try:
+        return weakref.ref(store)
+    except TypeError:  # NOTE: an object without weak references
+        return lambda: store
+
+
 #: Seconds between a kept view's full reads of every host: the change
 #: numbers miss nothing a current agent writes, but a store restored from
 #: a backup under a running scheduler whose counter has passed its mark
@@ -116,7 +127,8 @@ class KeptLiveness:
         #: Every host that published -> its generation, as last read.
         self._generations: dict[str, int] = {}
         self._mark: Optional[ChangeMark] = None
-        self._store: Optional[int] = None
+        #: The store read last (by reference: :func:`_reference`).
+        self._store: Optional[Callable[[], Optional[HostPublication]]] = None
         self._full_at = 0.0
         #: Reads of every host made so far (the first, and those the class
         #: doc lists): what a test or a benchmark counts.
@@ -159,7 +171,7 @@ class KeptLiveness:
         when = database.utcnow() if now is None else now
         with self._lock:
             mark = self._mark
-            if (self._store != id(store)
+            if (self._store is None or self._store() is not store
                     or self._clock() - self._full_at >= self.full_read_seconds):
                 mark = None
             read_at = self._clock()
@@ -168,7 +180,7 @@ class KeptLiveness:
             if changes.full:
                 self.full_reads += 1
                 self._generations = dict(changes.generations)
-                self._store = id(store)
+                self._store = _reference(store)
                 self._full_at = read_at
                 self._changed = None
             else:

@@ -6,6 +6,7 @@ given, or the full-read period passed."""
 
 from __future__ import annotations
 
+import shutil
 import time
 
 from compute_plugins import hoststate
@@ -107,6 +108,30 @@ def test_another_store_or_the_full_read_period_reads_every_host(tmp_path):
         now[0] = 61.0
         kept.read(second)
         assert kept.full_reads == 3
+
+
+def test_a_store_replaced_by_another_at_its_address_is_read_whole(tmp_path):
+    """A store is told apart from another by its object, not by its id: a
+    store closed and freed, and another (here a copy of its database: the
+    same store identity, its counter at the same number) made at the
+    address the first had, is another store, read whole; taken for the
+    first, its hosts were read from the first's mark and its own missed."""
+    with open_store(tmp_path, "a") as store:
+        store.publish("h1", states(a=1), 0)
+    shutil.copy(tmp_path / "a.sqlite", tmp_path / "b.sqlite")
+    kept = liveness.KeptLiveness()
+    with open_store(tmp_path, "a") as first, open_store(tmp_path, "b") as second:
+        first.publish("h2", states(a=1), 0)
+        second.publish("h3", states(a=1), 0)  # the same change number
+        old = Rows(first)
+        address = id(old)
+        assert dict(kept.read(old).generations) == {"h1": 1, "h2": 1}
+        del old
+        new = Rows(second)
+        # NOTE: CPython gives the new object the memory the old one freed
+        assert id(new) == address, "the replacement is not at the old address"
+        assert dict(kept.read(new).generations) == {"h1": 1, "h3": 1}
+        assert kept.full_reads == 2
 
 
 def test_the_changes_are_the_hosts_written_gone_down_or_back_since_last_taken(tmp_path):
