@@ -54,10 +54,13 @@ import os
 import pwd
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -565,92 +568,202 @@ def rabbitmq() -> Iterator[RabbitServer]:
                            check=False, timeout=30)
 
 
-class QueryCounter:
-    """A TCP proxy in front of a PostgreSQL server that records the queries
-    its clients send (the wire protocol's simple-query ``Q`` and extended
-    ``P`` messages): every statement is one, the pool's ping and an
-    isolation level set or reset included."""
+@dataclasses.dataclass(eq=False)
+class RelayedConnection:
+    """One connection a :class:`Relay` relays: the client's socket (the
+    relay's end of it) and the relay's to the server."""
 
-    def __init__(self, host: str, port: int) -> None:
-        import socket
-        import threading
+    client: socket.socket
+    server: socket.socket
+    #: Nothing read nor forwarded any more (:meth:`Relay.stall_existing`).
+    stalled: bool = False
+    #: Its server side ended without a word to the client (:meth:`Relay.drop`).
+    dropped: bool = False
 
-        self.queries: list[str] = []
+
+def _shut(sock: socket.socket) -> None:
+    """Shut ``sock`` down both ways: a thread blocked in its ``recv``
+    returns (a close alone leaves it blocked, holding the socket)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _end(*socks: socket.socket) -> None:
+    """Shut down and close ``socks``: both ends of a relayed connection."""
+    for sock in socks:
+        _shut(sock)
+        sock.close()
+
+
+class Relay:
+    """A TCP relay on a port of its own on 127.0.0.1 to a server: what a
+    client sees of the path between, as the tests of lost connections need.
+
+    Every byte is forwarded both ways, and one side's end (or an error)
+    ends both (shut down, not only closed: a close leaves the other
+    direction's thread blocked in ``recv`` holding the socket, and the
+    client never sees the server's end). A subclass sees what the clients
+    send (:meth:`watcher`: :class:`QueryCounter`). What a path does to
+    them, switched while it runs:
+
+    - :meth:`stall` (every connection, those made after too) and
+      :meth:`stall_existing` (the connections relayed now only: new ones go
+      through): nothing is read nor forwarded any more, nothing closed nor
+      refused. What a client sends is no longer acknowledged once the
+      buffers between are full (``receive_buffer`` makes them small): a
+      server that vanished without a RST (which takes root to make:
+      dropped packets), or a NAT or a firewall that forgot the connections.
+    - :meth:`drop`: the connections relayed now lose their server side
+      (ended) without a word to the client: its socket stays open with
+      nothing to read until it sends, then it is reset (a fail-over, a NAT
+      that forgot them). Connections made afterwards work.
+
+    :param host: the server's address.
+    :param port: the server's port.
+    :param receive_buffer: the relay's receive buffer on the client's side
+        (bytes; None: the system's): a small window, filled sooner.
+    """
+
+    def __init__(self, host: str, port: int, *, receive_buffer: int | None = None) -> None:
         self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._threading = threading
+        self.receive_buffer = receive_buffer
+        self.listener = socket.create_server((HOST, 0))
+        self.port: int = self.listener.getsockname()[1]
+        #: The connections relayed so far, in order.
+        self.connections: list[RelayedConnection] = []
+        self._stalled = threading.Event()
+        self._closed = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        import socket
+    def url(self, url: str) -> str:
+        """``url`` (SQLAlchemy) through this relay."""
+        import sqlalchemy as sa
 
-        while True:
+        return sa.engine.make_url(url).set(host=HOST, port=self.port) \
+            .render_as_string(hide_password=False)
+
+    def watcher(self) -> Callable[[bytes], None] | None:
+        """Called once per connection: what is handed every chunk its
+        client sends, before it is forwarded (None: nothing)."""
+        return None
+
+    def stall(self) -> None:
+        """Stall every connection, and those relayed after."""
+        self._stalled.set()
+
+    def stall_existing(self) -> None:
+        """Stall the connections relayed now only."""
+        for connection in list(self.connections):
+            connection.stalled = True
+
+    def drop(self) -> None:
+        """End the server side of the connections relayed now, their
+        clients' left open (see the class doc)."""
+        for connection in list(self.connections):
+            connection.dropped = True
+            _shut(connection.server)
+
+    def close(self) -> None:
+        """Stop relaying: refuse new connections and end every one (a
+        client still waiting on one fails at once). Closing again does
+        nothing."""
+        self._closed.set()
+        self.listener.close()
+        for connection in list(self.connections):
+            _end(connection.client, connection.server)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
-            self._threading.Thread(target=self._pump, args=(server, client, False),
-                                   daemon=True).start()
-            self._threading.Thread(target=self._pump, args=(client, server, True),
-                                   daemon=True).start()
+            if self.receive_buffer is not None:
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()  # NOTE: the server refuses: so does the relay
+                continue
+            connection = RelayedConnection(client, server)
+            self.connections.append(connection)
+            for upstream in (True, False):
+                threading.Thread(target=self._pump, args=(connection, upstream),
+                                 daemon=True).start()
 
-    def _pump(self, src, dst, from_client: bool) -> None:
-        buffer = b""
-        typed = False
+    def _pump(self, connection: RelayedConnection, upstream: bool) -> None:
+        """Forward one direction of ``connection`` (``upstream``: the
+        client's) until it ends, is dropped or the relay is closed."""
+        src, dst = ((connection.client, connection.server) if upstream
+                    else (connection.server, connection.client))
+        watch = self.watcher() if upstream else None
         while True:
             try:
                 data = src.recv(65536)
             except OSError:
                 data = b""
-            if not data:
-                # NOTE: shut down, not only closed: a close leaves the other
-                # direction's thread blocked in recv holding the socket, so
-                # the client never saw the server's end (and waited for the
-                # rest of the server's answer forever).
-                for sock in (src, dst):
-                    try:
-                        sock.shutdown(2)  # socket.SHUT_RDWR
-                    except OSError:
-                        pass
-                    try:
-                        sock.close()
-                    except OSError:
-                        pass
+            # NOTE: stalled: what was read is held, never forwarded, and
+            # nothing more is read (the buffers between fill).
+            while ((self._stalled.is_set() or connection.stalled)
+                   and not self._closed.is_set()):
+                self._closed.wait(0.05)
+            if self._closed.is_set():
                 return
-            if from_client:
-                buffer += data
-                while True:
-                    head = 5 if typed else 4
-                    if len(buffer) < head:
-                        break
-                    length = int.from_bytes(buffer[head - 4:head], "big")
-                    if len(buffer) < head - 4 + length:
-                        break
-                    message, buffer = buffer[:head - 4 + length], buffer[head - 4 + length:]
-                    if not typed:
-                        # NOTE: SSLRequest/GSSENCRequest, then the startup
-                        # message (protocol 3.0): typed messages after it.
-                        typed = int.from_bytes(message[4:8], "big") == 196608
-                    elif message[:1] in (b"Q", b"P"):
-                        self.queries.append(message[5:].split(b"\0")[0].decode())
+            if connection.dropped:
+                if upstream:
+                    # NOTE: what the client sent after the loss reaches
+                    # nobody: its connection is reset.
+                    try:
+                        src.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+                    except OSError:
+                        pass  # NOTE: closed already (close())
+                    src.close()
+                return  # NOTE: downstream: the client's end left open
+            if not data:
+                _end(src, dst)
+                return
+            if watch is not None:
+                watch(data)
             try:
                 dst.sendall(data)
             except OSError:
-                for sock in (src, dst):
-                    try:
-                        sock.shutdown(2)  # socket.SHUT_RDWR
-                    except OSError:
-                        pass
+                _end(src, dst)
                 return
 
-    def url(self, url: str) -> str:
-        """``url`` (SQLAlchemy) through this proxy."""
-        import sqlalchemy as sa
 
-        return sa.engine.make_url(url).set(host="127.0.0.1", port=self.port) \
-            .render_as_string(hide_password=False)
+class QueryCounter(Relay):
+    """A relay to a PostgreSQL server that records the queries its clients
+    send (the wire protocol's simple-query ``Q`` and extended ``P``
+    messages): every statement is one, the pool's ping and an isolation
+    level set or reset included."""
 
-    def close(self) -> None:
-        self.listener.close()
+    def __init__(self, host: str, port: int) -> None:
+        self.queries: list[str] = []
+        super().__init__(host, port)
+
+    def watcher(self) -> Callable[[bytes], None]:
+        """A reader of one connection's messages, recording its queries."""
+        buffer = b""
+        typed = False
+
+        def watch(data: bytes) -> None:
+            nonlocal buffer, typed
+            buffer += data
+            while True:
+                head = 5 if typed else 4
+                if len(buffer) < head:
+                    break
+                length = int.from_bytes(buffer[head - 4:head], "big")
+                if len(buffer) < head - 4 + length:
+                    break
+                message, buffer = buffer[:head - 4 + length], buffer[head - 4 + length:]
+                if not typed:
+                    # NOTE: SSLRequest/GSSENCRequest, then the startup
+                    # message (protocol 3.0): typed messages after it.
+                    typed = int.from_bytes(message[4:8], "big") == 196608
+                elif message[:1] in (b"Q", b"P"):
+                    self.queries.append(message[5:].split(b"\0")[0].decode())
+        return watch

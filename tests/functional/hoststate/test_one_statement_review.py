@@ -5,8 +5,6 @@ reader neither deadlock nor lose a change."""
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 
@@ -16,6 +14,7 @@ import sqlalchemy as sa
 from compute_plugins import hoststate
 from compute_plugins.hoststate import notify
 from compute_plugins.util import pools
+from tests import servers
 from tests.unit.hoststate.cases import SPEC, run_threads, states
 
 NAMES = ["h1", "H1", "h'1", 'h"1', "h\\1", "h 1;--", "\u00e9t\u00e9",
@@ -81,88 +80,6 @@ def test_both_kinds_of_publish_and_a_reader_race_without_loss(url, backend):
             s.close()
 
 
-class SilentDrop:
-    """A TCP proxy in front of a server whose connections can be lost
-    without a word (a fail-over, a NAT that forgot them): :meth:`drop`
-    ends their server side and leaves the clients' sockets open, with
-    nothing to read, until a client sends; then it is reset. Connections
-    made afterwards work."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.dropped: set[int] = set()
-        self.pairs: list[tuple[socket.socket, socket.socket]] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def url(self, url: str) -> str:
-        parsed = sa.engine.make_url(url)
-        return parsed.set(host="127.0.0.1", port=self.port).render_as_string(
-            hide_password=False)
-
-    def drop(self) -> None:
-        for client, server in list(self.pairs):
-            self.dropped.add(id(client))
-            try:
-                server.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.listener.close()
-        for pair in self.pairs:
-            for sock in pair:
-                sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.pairs.append((client, server))
-            threading.Thread(target=self._down, args=(server, client), daemon=True).start()
-            threading.Thread(target=self._up, args=(client, server), daemon=True).start()
-
-    def _down(self, server: socket.socket, client: socket.socket) -> None:
-        while True:
-            try:
-                data = server.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                if id(client) not in self.dropped:
-                    client.close()
-                return
-            try:
-                client.sendall(data)
-            except OSError:
-                return  # NOTE: the client closed it (reset after a drop)
-
-    def _up(self, client: socket.socket, server: socket.socket) -> None:
-        while True:
-            try:
-                data = client.recv(65536)
-            except OSError:
-                return
-            if id(client) in self.dropped or not data:
-                # NOTE: what the client sent after the loss reaches nobody:
-                # its connection is reset.
-                try:
-                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                      struct.pack("ii", 1, 0))
-                except OSError:
-                    pass  # NOTE: closed already (the server's end, close())
-                client.close()
-                return
-            try:
-                server.sendall(data)
-            except OSError:
-                return
-
-
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_one_statement_writes_survive_connections_lost_silently(url, backend):
     """A decision's insert and its swaps ran in write transactions, whose
@@ -175,7 +92,7 @@ def test_one_statement_writes_survive_connections_lost_silently(url, backend):
     from compute_plugins.hoststate import DecisionStatus, protocol
 
     parsed = sa.engine.make_url(url)
-    proxy = SilentDrop(parsed.host, parsed.port)
+    proxy = servers.Relay(parsed.host, parsed.port)
     try:
         with hoststate.HostStateStore(proxy.url(url), push=False) as s:
             lease = s.acquire_lease("h1", "node-a", "pid 1", 60)

@@ -20,6 +20,7 @@ from oslo_config import cfg
 from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate import HostStateStore, StoreUnavailable, notify
 from compute_plugins.hoststate import engine as engines
+from tests import servers
 from tests.functional.hoststate.conftest import create_database
 
 
@@ -292,69 +293,6 @@ def test_every_connection_notices_a_server_that_vanished(pg):
         assert (options["TCP_KEEPIDLE"], options["TCP_USER_TIMEOUT"]) == (45, 5000)
 
 
-class StallingProxy:
-    """A TCP relay to a server that, once :meth:`stall` is called, stops
-    reading and forwarding: what the client sends is no longer acknowledged
-    once the buffers between are full (its window closed), as with a server
-    that vanished without a RST, whose packets nobody acknowledges (which
-    takes root to make: dropped packets)."""
-
-    def __init__(self, port: int) -> None:
-        self._target = port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._stalled = threading.Event()
-        #: The connections stalled by :meth:`stall_existing`.
-        self._stalled_sockets: set[socket.socket] = set()
-        self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stall(self) -> None:
-        self._stalled.set()
-
-    def stall_existing(self) -> None:
-        """Stall the connections relayed now only, the next ones relayed
-        as before: a NAT or a firewall that forgot a connection (its
-        packets dropped, nothing refused or reset) while the path works."""
-        self._stalled_sockets.update(self._sockets)
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            # NOTE: a small window: fewer bytes fill it.
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            server = socket.create_connection(("127.0.0.1", self._target))
-            self._sockets += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        src.settimeout(0.05)
-        while not self._closed.is_set():
-            if self._stalled.is_set() or src in self._stalled_sockets:
-                time.sleep(0.05)
-                continue
-            try:
-                data = src.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not data:
-                return
-            dst.sendall(data)
-
-    def close(self) -> None:
-        self._closed.set()
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
-
-
 def test_a_server_that_stops_answering_fails_the_statement_in_time(pg, monkeypatch):
     """A statement sent to a server that no longer takes it fails once it
     has gone unacknowledged for ``tcp_user_timeout`` (the lock timeout;
@@ -363,7 +301,8 @@ def test_a_server_that_stops_answering_fails_the_statement_in_time(pg, monkeypat
     minutes; TCP keepalives alone never: their probes are acknowledged)."""
     monkeypatch.setattr(engines, "MIN_TCP_USER_TIMEOUT", 1.0)
     url, _ = pg
-    proxy = StallingProxy(sa.engine.make_url(url).port)
+    # NOTE: a small window: fewer bytes fill it.
+    proxy = servers.Relay("127.0.0.1", sa.engine.make_url(url).port, receive_buffer=4096)
     through = sa.engine.make_url(url).set(port=proxy.port).render_as_string(
         hide_password=False)
     outcome: list[object] = []

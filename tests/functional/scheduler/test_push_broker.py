@@ -23,6 +23,7 @@ import pytest
 
 from compute_plugins.hoststate import broker, notify
 from compute_plugins.hoststate.store import HostStateStore
+from tests import servers
 from tests.functional.hoststate.conftest import clear_database, create_database
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud
@@ -378,9 +379,7 @@ def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, c
     the listener and the publisher go on with the second, the waiter is
     woken by a wake-up published after, and no message shows a password."""
     # NOTE: a relay, not a second RabbitMQ: one node's start is 15 s.
-    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
-
-    relay = StallingProxy(rabbit.port)
+    relay = servers.Relay("127.0.0.1", rabbit.port)
     transport_url = "rabbit://guest:guest@127.0.0.1:%d,guest:guest@127.0.0.1:%d/" % (
         relay.port, rabbit.port)
     url = sqlite_url(tmp_path)
@@ -399,7 +398,7 @@ def test_a_broker_that_dies_mid_run_is_left_for_the_next_one(tmp_path, rabbit, c
                     writer.db.wake(conn, [notify.host_channel("h")], "x")
                 assert sub.wait(ANSWER)
                 # NOTE: both went through the first broker (the relay).
-                assert len(relay._sockets) == 4, relay._sockets
+                assert len(relay.connections) == 2, relay.connections
                 through_relay = sub.listener._conn
                 relay.close()
                 # NOTE: reconnected at once (the relay refuses): live may
@@ -499,9 +498,7 @@ def stalled_publisher(tmp_path: Any, rabbit: Any, port: int, query: str,
     forwarding the connections it holds (a NAT or a firewall that forgot
     them: nothing arrives, nothing is refused), new ones go through.
     Yields the publishing store, the subscription and the store's push."""
-    from tests.functional.hoststate.test_store_recovery_servers import StallingProxy
-
-    relay = StallingProxy(port)
+    relay = servers.Relay("127.0.0.1", port, receive_buffer=4096)
     through = "rabbit://guest:guest@127.0.0.1:%d/%s" % (relay.port, query)
     url = sqlite_url(tmp_path)
     try:
