@@ -5,10 +5,11 @@ A subprocess spends most of a second of CPU importing the command's
 libraries before it does anything (``python -m bench.startup``); the
 suite ran hundreds. :func:`run` calls :func:`compute_plugins.cmd.main.main`
 as the entry point does (``sys.exit(main())``: argparse's usage errors are
-a ``SystemExit`` of 2) with file descriptors 1 and 2 on files of their own
-for the call: what Python prints and what a C library writes (libvirt's
-default error handler prints to fd 2) both land in ``stdout``/``stderr``,
-in the order written, as a subprocess's pipes would get them. Python's
+a ``SystemExit`` of 2; one with a text prints it to stderr and is 1) with
+file descriptors 1 and 2 on files of their own for the call: what Python
+prints and what a C library writes (libvirt's default error handler prints
+to fd 2) both land in ``stdout``/``stderr``, in the order written, as a
+subprocess's pipes would get them. Python's
 streams are set up as the interpreter sets them up for a pipe (UTF-8;
 stdout strict, stderr ``backslashreplace``).
 
@@ -105,6 +106,15 @@ def _restore_logger_levels(levels: Mapping[str, tuple[int, bool, bool]]) -> None
         logger.setLevel(level)
 
 
+def _exit_status(done: SystemExit) -> int:
+    """The exit status of ``done``, and what it prints, as the interpreter
+    at the top: its code (None: 0), else its text on stderr and 1."""
+    if done.code is None or isinstance(done.code, int):
+        return int(done.code or 0)
+    print(done.code, file=sys.stderr)
+    return 1
+
+
 def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
     """``compute-plugins ARGS`` in this process: its exit code and output;
     ``env``: environment variables set for the call (a subprocess's
@@ -132,8 +142,7 @@ def run(*args: str, env: Optional[Mapping[str, str]] = None) -> Result:
                     try:
                         code = cmd_main.main(list(args))
                     except SystemExit as done:  # argparse's usage errors, --help
-                        code = done.code if isinstance(done.code, int) else (
-                            0 if done.code is None else 1)
+                        code = _exit_status(done)
             finally:
                 for handler in list(root.handlers):
                     if handler not in handlers:

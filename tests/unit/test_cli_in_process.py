@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+import sys
 
 from compute_plugins.cmd import report as report_cmd
 from tests import cli
@@ -37,3 +39,16 @@ def test_usage_errors_are_exit_2_and_help_exit_0():
     assert cli.run("validate").stderr.startswith("usage: compute-plugins validate")
     shown = cli.run("--help")
     assert shown.returncode == 0 and shown.stdout.startswith("usage: compute-plugins")
+
+
+def test_an_exit_with_a_message_prints_it_and_exits_1_as_a_process(monkeypatch):
+    # NOTE: what Python does with SystemExit("text") at the top: the text
+    # on stderr, exit status 1 (the in-process run printed nothing).
+    process = subprocess.run([sys.executable, "-c", "raise SystemExit('cannot go on')"],
+                             capture_output=True, text=True, check=False)
+    assert (process.returncode, process.stdout, process.stderr) == (1, "", "cannot go on\n")
+
+    def main(argv):
+        raise SystemExit("cannot go on")
+    monkeypatch.setattr(cli.cmd_main, "main", main)
+    assert cli.run("validate") == cli.Result(1, "", "cannot go on\n")
