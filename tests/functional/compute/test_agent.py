@@ -37,6 +37,7 @@ from compute_plugins.request.spec import build_request_spec
 from compute_plugins.runtime.manager import PluginManager
 from compute_plugins.scheduler import query
 from compute_plugins.scheduler.query import preview
+from tests import cli
 from tests.functional.placement.conftest import CLI, cli_env
 from tests.output import flat
 
@@ -498,11 +499,9 @@ def said(stderr: str) -> str:
                    if ln.startswith("compute-plugins:"))
 
 
-def test_release_without_a_running_agent(host, tmp_path, capsys):
+def test_release_without_a_running_agent(host, tmp_path):
     """--no-wait returns once requested; a wait that times out is exit 1,
     one line, and the release stays requested for the agent."""
-    from compute_plugins.cmd.main import main
-
     host.agent.run_once()
     consumer = host.decide()
     host.agent.poll()
@@ -510,15 +509,15 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     conf_file.write_text("[host_state]\nconnection = %s\n" % host.store_url)
     decision_id = host.store.active_decision(consumer).id
     base = ["--config-file", str(conf_file), "release", "--consumer", consumer]
-    assert main(base + ["--no-wait"]) == 0
-    out, err = capsys.readouterr()
-    assert flat(out) == ("consumer %s: release of decision %d requested; host %s's "
+    done = cli.run(*base, "--no-wait")
+    assert done.returncode == 0
+    assert flat(done.stdout) == ("consumer %s: release of decision %d requested; host %s's "
                          "agent frees it at its next poll"
                          % (consumer, decision_id, host.name))
-    assert main(base + ["--timeout", "0"]) == 1
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert said(err) == ("compute-plugins: error: consumer %s: host %s's agent did not "
+    done = cli.run(*base, "--timeout", "0")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert said(done.stderr) == ("compute-plugins: error: consumer %s: host %s's agent did not "
                    "free decision %d within 0s; the release stays requested "
                    "(is the agent running?)\n" % (consumer, host.name, decision_id))
     assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
@@ -536,24 +535,20 @@ def test_release_without_a_running_agent(host, tmp_path, capsys):
     assert host.agent.poll().claims == []
     # a consumer the store never saw
     unknown = str(uuid.uuid4())
-    assert main(["--config-file", str(conf_file), "release", "--consumer",
-                 unknown]) == 1
-    assert said(capsys.readouterr().err) == (
+    done = cli.run("--config-file", str(conf_file), "release", "--consumer", unknown)
+    assert done.returncode == 1
+    assert said(done.stderr) == (
         "compute-plugins: error: consumer %s: no decision was ever made for it\n"
         % unknown)
     # not a uuid: usage error
-    with pytest.raises(SystemExit) as info:
-        main(["release", "--consumer", "nope"])
-    assert info.value.code == 2
+    assert cli.run("release", "--consumer", "nope").returncode == 2
 
 
-def test_release_on_a_down_host_is_recorded_for_its_return(host, tmp_path, capsys):
+def test_release_on_a_down_host_is_recorded_for_its_return(host, tmp_path):
     """Issue 19, item 3: the host's agent is gone (its lease expired):
     ``release`` records the release (releasing) and returns at once, exit
     0, saying the host frees it when its agent comes back; it does."""
     import time
-
-    from compute_plugins.cmd.main import main
 
     host.agent.lease_duration = 0.3
     host.agent.run_once()
@@ -565,20 +560,21 @@ def test_release_on_a_down_host_is_recorded_for_its_return(host, tmp_path, capsy
     conf_file = tmp_path / "release.conf"
     conf_file.write_text("[host_state]\nconnection = %s\n" % host.store_url)
     start = time.monotonic()
-    assert main(["--config-file", str(conf_file), "release", "--consumer", consumer,
-                 "--timeout", "60"]) == 0
+    done = cli.run("--config-file", str(conf_file), "release", "--consumer", consumer,
+                   "--timeout", "60")
+    assert done.returncode == 0
     assert time.monotonic() - start < 10, "no wait for a host that is down"
-    out, err = capsys.readouterr()
-    assert flat(out) == (
+    assert flat(done.stdout) == (
         "consumer %s: host %s is down (its agent's lease expired at %s UTC): the "
         "release of decision %d is recorded; the host frees it when its agent "
         "comes back" % (consumer, host.name,
                         expired.isoformat(sep=" ", timespec="seconds"), decision.id))
     assert host.store.active_decision(consumer).status == DecisionStatus.RELEASING
     # JSON says so too
-    assert main(["--config-file", str(conf_file), "--format", "json", "release",
-                 "--consumer", consumer]) == 0
-    assert json.loads(capsys.readouterr().out)["outcome"] == "host-down"
+    done = cli.run("--config-file", str(conf_file), "--format", "json", "release",
+                   "--consumer", consumer)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["outcome"] == "host-down"
     # the agent comes back: it frees it
     back = host.start_agent()
     (freed,) = back.run_once().releases

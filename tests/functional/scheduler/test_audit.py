@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from compute_plugins.cmd import main
 from compute_plugins.hoststate.records import DecisionStatus
+from tests import cli
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import expected_allocation
 from tests.functional.scheduler.test_in_doubt import InterruptedWhileWaiting
@@ -18,17 +18,25 @@ from tests.functional.scheduler.test_schedule import spec_of
 
 
 @pytest.fixture
-def audit(cloud, placement_url, tmp_path, capsys):
-    """``compute-plugins audit ARGS``: (exit code, stdout lines)."""
+def audit_command(cloud, placement_url, tmp_path):
+    """``compute-plugins audit ARGS`` run in this process
+    (:func:`tests.cli.run`): its exit code and output."""
     config = tmp_path / "audit.conf"
     config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"
                       % (tmp_path / "auditor", cloud.store.url))
 
     def run(*args):
-        capsys.readouterr()
-        code = main.main(["--config-file", str(config), "--placement-url", placement_url,
-                          "audit"] + list(args))
-        out = capsys.readouterr().out
+        return cli.run("--config-file", str(config), "--placement-url", placement_url,
+                       "audit", *args)
+    return run
+
+
+@pytest.fixture
+def audit(audit_command):
+    """``compute-plugins audit ARGS``: (exit code, stdout lines)."""
+    def run(*args):
+        done = audit_command(*args)
+        code, out = done.returncode, done.stdout
         if "--format" in args:
             return code, out.splitlines()
         lines: list[str] = []
@@ -131,11 +139,10 @@ def test_a_claim_whose_allocation_was_lost_is_restored(cloud, audit):
     assert cloud.usage(host) == cloud.ledger_usage(host)
 
 
-def test_bad_grace_is_usage(audit, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        audit("--older-than", "-1")
-    assert exit_.value.code == 2
-    assert "--older-than: invalid value '-1'" in capsys.readouterr().err
+def test_bad_grace_is_usage(audit_command):
+    done = audit_command("--older-than", "-1")
+    assert done.returncode == 2
+    assert "--older-than: invalid value '-1'" in done.stderr
 
 
 def test_an_orphan_s_grace_counts_from_the_first_audit_that_saw_it(cloud, audit):

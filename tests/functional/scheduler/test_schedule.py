@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from compute_plugins.cmd import main
 from compute_plugins.hoststate import protocol
 from compute_plugins.scheduler.selection import ConsumerAllocated
+from tests import cli
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import FirstPutRaces, expected_allocation
 from tests.unit.request.conftest import build
@@ -432,8 +432,7 @@ def write_json(path, doc):
     return str(path)
 
 
-def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
-                                                         tmp_path, capsys):
+def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url, tmp_path):
     host = cloud.add_host("cli", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
     config = tmp_path / "compute-plugins.conf"
     config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
@@ -445,10 +444,10 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
         "extra_specs": {"hw:cpu_policy": "dedicated"}})
     common = ["--config-file", str(config), "--placement-url", placement_url]
     consumer = new_consumer()
-    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer,
-                               "--format", "json", "--timeout", "10"])
-    out = json.loads(capsys.readouterr().out)
-    assert code == 0
+    done = cli.run(*common, "schedule", "--flavor", fits, "--consumer", consumer,
+                   "--format", "json", "--timeout", "10")
+    out = json.loads(done.stdout)
+    assert done.returncode == 0
     [instance] = out["instances"]
     assert out["reasons"] == []
     assert set(instance) == {"consumer", "host", "nodename", "allocations",
@@ -457,35 +456,33 @@ def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url,
     assert instance["allocations"] == cloud.allocations(consumer)
     assert sorted(instance["assignments"]) == ["numa"]
 
-    code = main.main(common + ["schedule", "--flavor", fits, "--timeout", "10"])
-    text = capsys.readouterr().out
-    assert code == 0 and "host %s" % host.name in text and "numa:" in text
+    done = cli.run(*common, "schedule", "--flavor", fits, "--timeout", "10")
+    text = done.stdout
+    assert done.returncode == 0 and "host %s" % host.name in text and "numa:" in text
 
-    code = main.main(common + ["schedule", "--flavor", fits, "--count", "2",
-                               "--format", "json"])
-    out = json.loads(capsys.readouterr().out)
-    assert code == 0 and len(out["instances"]) == 2
+    done = cli.run(*common, "schedule", "--flavor", fits, "--count", "2", "--format", "json")
+    out = json.loads(done.stdout)
+    assert done.returncode == 0 and len(out["instances"]) == 2
     assert len({i["consumer"] for i in out["instances"]}) == 2
 
-    code = main.main(common + ["schedule", "--flavor", too_big, "--timeout", "1"])
-    captured = capsys.readouterr()
-    assert code == 1
-    assert "not placed" in captured.out
-    assert "host %s:" % host.name in captured.out and "numa: " in captured.out
+    done = cli.run(*common, "schedule", "--flavor", too_big, "--timeout", "1")
+    assert done.returncode == 1
+    assert "not placed" in done.stdout
+    assert "host %s:" % host.name in done.stdout and "numa: " in done.stdout
 
-    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", "nope"])
-    assert code == 2
-    assert "--consumer 'nope' is not a uuid" in capsys.readouterr().err
+    done = cli.run(*common, "schedule", "--flavor", fits, "--consumer", "nope")
+    assert done.returncode == 2
+    assert "--consumer 'nope' is not a uuid" in done.stderr
     # the same request again for that consumer: its claim, not a second one
-    code = main.main(common + ["schedule", "--flavor", fits, "--consumer", consumer])
-    assert code == 0
-    assert "%s: host %s" % (consumer, host.name) in capsys.readouterr().out
+    done = cli.run(*common, "schedule", "--flavor", fits, "--consumer", consumer)
+    assert done.returncode == 0
+    assert "%s: host %s" % (consumer, host.name) in done.stdout
     assert len(cloud.store.history(consumer)) == 1
     # another request for it: refused
-    code = main.main(common + ["schedule", "--flavor", too_big, "--consumer", consumer])
-    assert code == 2
+    done = cli.run(*common, "schedule", "--flavor", too_big, "--consumer", consumer)
+    assert done.returncode == 2
     assert "consumer %s already has a decision on host %s (claimed)" % (
-        consumer, host.name) in capsys.readouterr().err
+        consumer, host.name) in done.stderr
 
 
 def test_weighers_spread_by_default_and_pack_when_configured(cloud):
@@ -603,15 +600,14 @@ def test_a_provider_deleted_before_the_put_moves_to_the_next_host(cloud):
     (["--count", "1001"], "--count 1001: expected 1 to 1000"),
     (["--count", "10000000000"], "--count 10000000000: expected 1 to 1000"),
 ])
-def test_cli_schedule_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
+def test_cli_schedule_bad_input_is_one_line_and_exit_2(tmp_path, args, says):
     """Refused before anything is asked of Placement or the store: an
     infinite timeout would wait forever for a host with no agent, an empty
     project would be Placement's 400 after the query (exit 1)."""
     flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 1, "memory_mb": 512})
-    code = main.main(["schedule", "--flavor", flavor] + args)
-    captured = capsys.readouterr()
-    assert code == 2 and captured.out == ""
-    (line,) = captured.err.splitlines()
+    done = cli.run("schedule", "--flavor", flavor, *args)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
     assert line.startswith("compute-plugins: error: ") and says in line
 
 
@@ -694,7 +690,7 @@ def test_a_decision_submitted_but_unacknowledged_keeps_or_withdraws_safely(cloud
 
 
 def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
-        cloud, placement_url, tmp_path, capsys, monkeypatch):
+        cloud, placement_url, tmp_path, monkeypatch):
     """--count 3 and the store fails at the second instance: the first is
     placed and claimed, so its consumer is printed (or nobody could release
     it), then one error line, exit 1. NOTE: the store's failure is injected
@@ -716,16 +712,15 @@ def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
         return real(self, consumer, host_name, spec)
 
     monkeypatch.setattr(HostStateStore, "submit_decision", fails_second)
-    code = main.main(["--config-file", str(config), "--placement-url", placement_url,
-                      "schedule", "--flavor", flavor, "--count", "3",
-                      "--format", "json", "--timeout", "10"])
-    captured = capsys.readouterr()
-    assert code == 1
-    [instance] = json.loads(captured.out)["instances"]
+    done = cli.run("--config-file", str(config), "--placement-url", placement_url,
+                   "schedule", "--flavor", flavor, "--count", "3",
+                   "--format", "json", "--timeout", "10")
+    assert done.returncode == 1
+    [instance] = json.loads(done.stdout)["instances"]
     assert (instance["consumer"], instance["host"]) == (submitted[0], host.name)
     # NOTE: the in-process Placement server's request log shares stderr
     # (and each decision is told before the wait: "waiting")
-    (line,) = [x for x in captured.err.splitlines()
+    (line,) = [x for x in done.stderr.splitlines()
                if x.startswith("compute-plugins") and "waiting" not in x]
     assert "server closed the connection" in line
     assert cloud.allocations(submitted[1]) == {}
