@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import random
 import threading
 import time
@@ -87,6 +86,7 @@ from compute_plugins.hoststate.transport import HostStateTransport
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import exception as pexc
 from compute_plugins.plugin.contract import Rejection
+from compute_plugins.request.errors import RequestFormatError
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.request.types import FrozenMap
@@ -974,7 +974,7 @@ class Scheduler:
         :raises ConsumerInUse: another request, or a release in progress.
         """
         if active.status not in (protocol.PENDING, protocol.CLAIMED) or \
-                not _same_request(active.spec, spec):
+                not _same_request(active.spec, spec, self.plugins):
             raise ConsumerInUse(consumer, active.host, active.status.value)
         start = time.monotonic()
         decision = active
@@ -1163,16 +1163,20 @@ class Scheduler:
         return tuple(HostReasons(h, r) for h, r in ordered[:limit])
 
 
-def _same_request(stored: str, spec: Any) -> bool:
+def _same_request(stored: str, spec: RequestSpec, plugins: PluginSet) -> bool:
     """Whether a decision's spec (``to_json()``) asks what ``spec`` asks:
-    equal but for the decision."""
+    equal but for the decision, as read (not as written: a scheduler of
+    another release writes the same request at another format version,
+    with other fields left out, or with its plugins' older data versions).
+    One this reader cannot read is another request."""
     try:
-        theirs = json.loads(stored)
-    except ValueError:
+        theirs = RequestSpec.from_json(stored, plugins)
+    except RequestFormatError:
         return False
-    ours = json.loads(spec.to_json())
-    if not isinstance(theirs, dict):
-        return False
-    theirs.pop("decision", None)
-    ours.pop("decision", None)
-    return bool(theirs == ours)
+    return all(getattr(theirs, f.name) == getattr(spec, f.name)
+               for f in dataclasses.fields(RequestSpec)
+               if f.name not in _NOT_THE_REQUEST)
+
+
+#: The fields of a spec that are not what it asks (:func:`_same_request`).
+_NOT_THE_REQUEST = frozenset({"decision", "plugin_versions"})

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -75,6 +76,56 @@ def test_a_rerun_after_an_interrupt_resumes_the_same_decision(cloud):
     # once claimed, a re-run still answers the claim
     third = cloud.scheduler().schedule(spec, consumer, "p", "u")
     assert third.placed and third.host == host.name
+    assert [d.id for d in cloud.store.history(consumer)] == [pending.id]
+
+
+def written_before_2_1(doc):
+    """As the writer before format 2.1 wrote it: version 2.0, with every
+    port's ``tunneled`` and ``affinity_policy`` at their defaults."""
+    assert doc["version"] == "2.0"
+    for port in doc["ports"]:
+        port.update(tunneled=False, affinity_policy=None)
+
+
+def written_by_an_older_sriov(doc):
+    """As a release whose sriov plugin wrote its data at 1.1 wrote it
+    (this request has no sriov part: the same request)."""
+    assert doc["requests"].get("sriov") is None
+    doc["plugins"]["sriov"] = "1.1"
+
+
+class WrittenByAnotherRelease(InterruptedWhileWaiting):
+    """:class:`InterruptedWhileWaiting`, whose decision's spec is written
+    as ``writer`` (the JSON document, changed in place) writes it."""
+
+    def __init__(self, store, writer):
+        super().__init__(store)
+        self._writer = writer
+
+    def submit_decision(self, consumer, host, spec):
+        doc = json.loads(spec)
+        self._writer(doc)
+        return self._store.submit_decision(consumer, host, json.dumps(doc))
+
+
+@pytest.mark.parametrize("writer", [written_before_2_1, written_by_an_older_sriov])
+def test_a_rerun_by_an_upgraded_scheduler_resumes_the_same_decision(cloud, writer):
+    """The same request, its decision written by the scheduler before an
+    upgrade (another format or plugin data version, the same request):
+    resumed, not refused as another request (the specs were compared as
+    written, not as read)."""
+    host = cloud.add_host("upgraded", [cell(4, 4096)], start=False)
+    sched = cloud.scheduler()
+    ports = [{"id": "p0"}]
+    consumer = str(uuid.uuid4())
+    sched.store = WrittenByAnotherRelease(sched.store, writer)
+    with pytest.raises(KeyboardInterrupt):
+        sched.schedule(spec_of(sched, {}, 2, 1024, ports=ports), consumer, "p", "u")
+    pending = cloud.store.active_decision(consumer)
+    host.start()
+    again = cloud.scheduler()
+    result = again.schedule(spec_of(again, {}, 2, 1024, ports=ports), consumer, "p", "u")
+    assert result.placed and result.host == host.name
     assert [d.id for d in cloud.store.history(consumer)] == [pending.id]
 
 
