@@ -635,6 +635,8 @@ class Relay:
         self.connections: list[RelayedConnection] = []
         self._stalled = threading.Event()
         self._closed = threading.Event()
+        #: Held to add a connection, and to close: none added after.
+        self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, url: str) -> str:
@@ -669,9 +671,14 @@ class Relay:
         """Stop relaying: refuse new connections and end every one (a
         client still waiting on one fails at once). Closing again does
         nothing."""
-        self._closed.set()
+        with self._lock:
+            self._closed.set()
+            connections = list(self.connections)
+        # NOTE: shut down first: a close alone leaves the accept thread
+        # blocked in accept() on it, which takes the next connection.
+        _shut(self.listener)
         self.listener.close()
-        for connection in list(self.connections):
+        for connection in connections:
             _end(connection.client, connection.server)
 
     def _accept(self) -> None:
@@ -688,7 +695,11 @@ class Relay:
                 client.close()  # NOTE: the server refuses: so does the relay
                 continue
             connection = RelayedConnection(client, server)
-            self.connections.append(connection)
+            with self._lock:
+                if self._closed.is_set():
+                    _end(client, server)  # NOTE: accepted as it closed
+                    return
+                self.connections.append(connection)
             for upstream in (True, False):
                 threading.Thread(target=self._pump, args=(connection, upstream),
                                  daemon=True).start()
