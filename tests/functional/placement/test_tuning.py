@@ -1,17 +1,21 @@
 """The embedded Placement's kept table aliases (:mod:`compute_plugins.
-placement.aliases`) and remembered fixed rows (:mod:`compute_plugins.
-placement.lookups`): the same SQL (less the reads of rows remembered) and
-the same answers as Placement as shipped, on SQLite and on PostgreSQL.
+placement.aliases`), remembered rows (:mod:`compute_plugins.placement.
+lookups`), trimmed consumer writes (:mod:`compute_plugins.placement.
+consumers`) and oslo.policy's checks inspected once (:mod:`compute_plugins.
+placement.policy`): the same SQL (less the statements spared) and the same
+answers as Placement as shipped, on SQLite and on PostgreSQL.
 
 Each run sends one script of requests (providers, inventories, traits,
 aggregates, the scheduler's listings, allocation candidates, ``PUT``,
-``POST``, ``GET`` and ``DELETE`` of allocations, a capacity conflict, a
-generation conflict) to a new embedded Placement on an empty database,
-with deterministic uuids; every statement sent to the database is
-recorded. With the tuning and with Placement as shipped, the statements
-are the same one by one (their text and their parameters, time stamps
-aside), but for the reads of every resource class or consumer type that
-the tuning spares, and so are the answers.
+``POST``, ``GET`` and ``DELETE`` of allocations, capacity and generation
+conflicts, an existing consumer said to be new, consumers moving between
+projects, users and consumer types, older microversions) to a new embedded
+Placement on an empty database, with deterministic uuids; every statement
+sent to the database is recorded. With the tuning and with Placement as
+shipped the answers are the same, and so are the statements (their text
+and their parameters, time stamps aside) but for those of the kinds the
+tuning spares (:data:`SPARED`) and the one failed insert it adds
+(:data:`ADDED`).
 """
 
 from __future__ import annotations
