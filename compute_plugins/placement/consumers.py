@@ -20,7 +20,9 @@ spares the reads of its project and user, and this module two more kinds:
   type (1.38 on) is already known to exist (remembered by
   :mod:`~compute_plugins.placement.lookups`: creating one is a write
   Placement makes only once it found no consumer). 1 statement and 1
-  transaction a boot.
+  transaction a boot. On PostgreSQL the failed insert of one that exists
+  takes a number of the consumers' id sequence (an internal id, in no
+  answer), as Placement's own insert does when two requests race.
 * **No consumers to delete, no statements.** After writing the
   allocations Placement deletes the request's consumers left without any
   (``delete_consumers_if_no_allocations``): a ``SELECT`` and a ``DELETE``
