@@ -66,7 +66,7 @@ from requests import utils as rq_utils
 
 from compute_plugins import exception
 from compute_plugins.conf import plugins as plugins_conf
-from compute_plugins.placement import aliases, lookups
+from compute_plugins.placement import aliases, consumers, lookups, policy
 from compute_plugins.placement import client as pclient
 from compute_plugins.placement import server as pserver
 from compute_plugins.util import files, pools
@@ -316,6 +316,8 @@ class EmbeddedPlacement:
         scope_tree_listings()
         aliases.keep_aliases()
         lookups.remember_fixed_rows()
+        consumers.trim_consumer_writes()
+        policy.argspecs_once()
         app: WSGIApp = deploy.loadapp(conf)
         if url.startswith("sqlite:///"):
             # NOTE: only once it proved to be Placement's database: a file

@@ -1,22 +1,28 @@
 """The embedded Placement's kept table aliases (:mod:`compute_plugins.
-placement.aliases`) and remembered fixed rows (:mod:`compute_plugins.
-placement.lookups`): the same SQL (less the reads of rows remembered) and
-the same answers as Placement as shipped, on SQLite and on PostgreSQL.
+placement.aliases`), remembered rows (:mod:`compute_plugins.placement.
+lookups`), trimmed consumer writes (:mod:`compute_plugins.placement.
+consumers`) and oslo.policy's checks inspected once (:mod:`compute_plugins.
+placement.policy`): the same SQL (less the statements spared) and the same
+answers as Placement as shipped, on SQLite and on PostgreSQL.
 
 Each run sends one script of requests (providers, inventories, traits,
 aggregates, the scheduler's listings, allocation candidates, ``PUT``,
-``POST``, ``GET`` and ``DELETE`` of allocations, a capacity conflict, a
-generation conflict) to a new embedded Placement on an empty database,
-with deterministic uuids; every statement sent to the database is
-recorded. With the tuning and with Placement as shipped, the statements
-are the same one by one (their text and their parameters, time stamps
-aside), but for the reads of every resource class or consumer type that
-the tuning spares, and so are the answers.
+``POST``, ``GET`` and ``DELETE`` of allocations, capacity and generation
+conflicts, an existing consumer said to be new, consumers moving between
+projects, users and consumer types, older microversions) to a new embedded
+Placement on an empty database, with deterministic uuids; every statement
+sent to the database is recorded. With the tuning and with Placement as
+shipped the answers are the same, and so are the statements (their text
+and their parameters, time stamps aside) but for those of the kinds the
+tuning spares (:data:`SPARED`) and the one failed insert it adds
+(:data:`ADDED`).
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
+import inspect
 import re
 import subprocess
 import sys
@@ -27,7 +33,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from compute_plugins.placement import aliases, embedded, lookups
+from compute_plugins.placement import aliases, consumers, embedded, lookups, policy
 
 NS = uuid.UUID("6b8e1c61-3a55-4a8f-8d6f-0c5a3b1f7e21")
 HEADERS = {"OpenStack-API-Version": "placement 1.39"}
@@ -37,8 +43,9 @@ def uid(name: str) -> str:
     return str(uuid.uuid5(NS, name))
 
 
-def script() -> Iterator[tuple[str, str, Any]]:
-    """(method, url, body) of every request, in order."""
+def script() -> Iterator[tuple[Any, ...]]:
+    """(method, url, body[, microversion]) of every request, in order (the
+    microversion 1.39 where none is given)."""
     roots = [uid("root%d" % i) for i in range(3)]
     children = [uid("child%d" % i) for i in range(3)]
     agg = uid("agg")
@@ -84,12 +91,56 @@ def script() -> Iterator[tuple[str, str, Any]]:
     yield "PUT", "/allocations/" + second, {
         "allocations": {children[1]: {"resources": {"VCPU": 3}}},
         "consumer_generation": None, **alloc}
+    # NOTE: a provider that does not exist (400; the new consumer stays)
+    yield "PUT", "/allocations/" + uid("consumer7"), {
+        "allocations": {uid("nowhere"): {"resources": {"VCPU": 1}}},
+        "consumer_generation": None, **alloc}
     yield "POST", "/allocations", {
         second: {"allocations": {children[2]: {"resources": {"VCPU": 1}},
                                  roots[2]: {"resources": {"DISK_GB": 10}}},
                  "consumer_generation": None, **alloc},
         third: {"allocations": {children[0]: {"resources": {"VCPU": 4}}},
                 "consumer_generation": None, **alloc}}
+    # NOTE: the consumer moves to another project and user (both new), then
+    # to another consumer type, then back to the first project
+    other = {"project_id": uid("project2"), "user_id": uid("user2")}
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[1]: {"resources": {"VCPU": 1, "MEMORY_MB": 512}}},
+        "consumer_generation": 2, **alloc, **other}
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[1]: {"resources": {"VCPU": 1, "MEMORY_MB": 512}}},
+        "consumer_generation": 3, **alloc, **other, "consumer_type": "MIGRATION"}
+    yield "PUT", "/allocations/" + first, {
+        "allocations": {children[1]: {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}},
+        "consumer_generation": 4, **alloc}
+    # NOTE: new consumers: of a new project and user, at microversions
+    # without consumer types (1.28) and without consumer generations (1.12)
+    fourth, fifth, sixth = uid("consumer4"), uid("consumer5"), uid("consumer6")
+    yield "PUT", "/allocations/" + fourth, {
+        "allocations": {children[2]: {"resources": {"MEMORY_MB": 256}}},
+        "consumer_generation": None, "project_id": uid("project3"),
+        "user_id": uid("user3"), "consumer_type": "INSTANCE"}
+    yield "PUT", "/allocations/" + fifth, {
+        "allocations": {children[2]: {"resources": {"MEMORY_MB": 256}}},
+        "consumer_generation": None, "project_id": project, "user_id": user}, "1.28"
+    yield "PUT", "/allocations/" + sixth, {
+        "allocations": {children[2]: {"resources": {"MEMORY_MB": 256}}},
+        "project_id": project, "user_id": user}, "1.12"
+    yield "PUT", "/allocations/" + sixth, {
+        "allocations": {children[2]: {"resources": {"MEMORY_MB": 128}}},
+        "project_id": project, "user_id": user}, "1.12"
+    # NOTE: a consumer's allocations emptied (the consumer goes)
+    yield "PUT", "/allocations/" + fourth, {
+        "allocations": {}, "consumer_generation": 1, "project_id": uid("project3"),
+        "user_id": uid("user3"), "consumer_type": "INSTANCE"}
+    for consumer in (fourth, fifth, sixth):
+        yield "GET", "/allocations/" + consumer, None
+    # NOTE: at 1.9 (at 1.38 on, PostgreSQL refuses Placement's query: a
+    # GroupingError, a 500 either way)
+    yield "GET", "/usages?project_id=" + uid("project2"), None, "1.9"
+    yield "GET", "/usages?project_id=%s&user_id=%s" % (project, user), None, "1.9"
+    for consumer in (fifth, sixth):
+        yield "DELETE", "/allocations/" + consumer, None
     for url in ("/allocations/" + first, "/allocations/" + second,
                 "/resource_providers/%s/allocations" % children[1],
                 "/resource_providers/%s/usages" % children[0],
@@ -117,6 +168,14 @@ def script() -> Iterator[tuple[str, str, Any]]:
         "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}
     yield "GET", "/resource_classes/CUSTOM_GOLD", None
     yield "GET", "/resource_classes/VCPU", None
+    # NOTE: an existing consumer said to be new (409 placement.concurrent_update):
+    # last, because on PostgreSQL the tuning's failed insert takes a number
+    # of the consumers' id sequence (an internal id, in no answer), which
+    # would number the consumers created after it otherwise
+    # (the one the 400 above left)
+    yield "PUT", "/allocations/" + uid("consumer7"), {
+        "allocations": {roots[0]: {"resources": {"DISK_GB": 1}}},
+        "consumer_generation": None, **alloc}
 
 
 #: A time stamp as SQLite's driver is given it (a string).
@@ -148,8 +207,9 @@ def run(url: str) -> tuple[list[Any], list[Any]]:
     with embedded.EmbeddedPlacement(url) as service:
         client = service.client()
         sa.event.listen(service._engine, "before_cursor_execute", statement)
-        for method, path, body in script():
-            resp = client.adapter.request(path, method, json=body, headers=HEADERS,
+        for method, path, body, *version in script():
+            headers = {"OpenStack-API-Version": "placement " + version[0]} if version else HEADERS
+            resp = client.adapter.request(path, method, json=body, headers=headers,
                                           raise_exc=False)
             data = resp.json() if resp.content else None
             for error in (data or {}).get("errors", []):
@@ -163,40 +223,116 @@ def run(url: str) -> tuple[list[Any], list[Any]]:
 READ_ALL = re.compile(r"SELECT (resource_classes|consumer_types)\.id, \1\.name, "
                       r"\1\.updated_at, \1\.created_at\s+FROM \1")
 
+#: The statements the tuning may spare, by what they are: Placement's reads
+#: of rows remembered (every resource class or consumer type, a project, a
+#: user), of a consumer said to be new, and its deletion of consumers left
+#: without allocations when there are none to check.
+SPARED = {
+    "every class or type": READ_ALL,
+    "project": re.compile(r"SELECT p\.id, p\.external_id, p\.updated_at, p\.created_at\s+"
+                          r"FROM projects AS p\s+WHERE p\.external_id = .*", re.S),
+    "user": re.compile(r"SELECT u\.id, u\.external_id, u\.updated_at, u\.created_at\s+"
+                       r"FROM users AS u\s+WHERE u\.external_id = .*", re.S),
+    "consumer": re.compile(r"SELECT c\.id, c\.uuid, c\.consumer_type_id, .*"
+                           r"WHERE c\.uuid = .*", re.S),
+    # NOTE: an empty IN as PostgreSQL's and SQLite's dialects render it
+    "no consumers to delete": re.compile(
+        r"(SELECT consumers\.uuid\s+|DELETE )FROM consumers\s.*IN "
+        r"(\(NULL\) AND \(1 != 1\)|\(SELECT 1 FROM \(SELECT 1\) WHERE 1!=1\))", re.S),
+}
+#: The statement the tuning may add: the insert of a consumer said to be
+#: new that exists (it fails; Placement's own path follows).
+ADDED = re.compile(r"INSERT INTO consumers \(uuid, project_id, user_id, .*", re.S)
+
+
+def _kind(text: str, patterns: dict[str, re.Pattern[str]]) -> str | None:
+    return next((kind for kind, pattern in patterns.items()
+                 if pattern.fullmatch(text.strip())), None)
+
+
+def differences(mine: list[Any], theirs: list[Any]) -> tuple[dict[str, int], int]:
+    """How ``mine`` (the statements with the tuning) differ from ``theirs``
+    (as shipped): the statements of :data:`SPARED` they lack, by kind, and
+    how many of :data:`ADDED` they have more; any other difference fails
+    (the first one shown, with the statements around it)."""
+    # NOTE: a read in a transaction of its own goes with its BEGIN (SQLite:
+    # oslo.db sends it; PostgreSQL's is implicit)
+    mine = [s for s in mine if s[0] != "BEGIN"]
+    theirs = [s for s in theirs if s[0] != "BEGIN"]
+    # NOTE: aligned as a shortest edit (fewest added), each step a statement
+    # of both, one of theirs spared or one of mine added: a greedy walk
+    # cannot tell a consumer's insert added from one whose read was spared
+    inf = len(mine) + len(theirs) + 1
+    kinds = [_kind(text, SPARED) for text, _params in theirs]
+    adds = [ADDED.fullmatch(text.strip()) is not None for text, _params in mine]
+    cost = [[inf] * (len(theirs) + 1) for _ in range(len(mine) + 1)]
+    cost[len(mine)][len(theirs)] = 0
+    for i in range(len(mine), -1, -1):
+        for j in range(len(theirs), -1, -1):
+            best = cost[i][j]
+            if i < len(mine) and j < len(theirs) and mine[i] == theirs[j]:
+                best = min(best, cost[i + 1][j + 1])
+            if j < len(theirs) and kinds[j] is not None:
+                best = min(best, cost[i][j + 1])
+            if i < len(mine) and adds[i]:
+                best = min(best, cost[i + 1][j] + 1)
+            cost[i][j] = best
+    if cost[0][0] >= inf:
+        shown = difflib.unified_diff([repr(s) for s in theirs], [repr(s) for s in mine],
+                                     "as shipped", "with the tuning", n=2, lineterm="")
+        sparable = {repr(s) for s, kind in zip(theirs, kinds, strict=True) if kind}
+        raise AssertionError("the statements differ otherwise:\n" + "\n".join(
+            line for line in shown if not (line[:1] == "-" and line[1:] in sparable)))
+    spared: dict[str, int] = {}
+    i = j = 0
+    while i < len(mine) or j < len(theirs):
+        if (i < len(mine) and j < len(theirs) and mine[i] == theirs[j]
+                and cost[i + 1][j + 1] == cost[i][j]):
+            i, j = i + 1, j + 1
+        elif j < len(theirs) and kinds[j] is not None and cost[i][j + 1] == cost[i][j]:
+            kind = str(kinds[j])
+            spared[kind] = spared.get(kind, 0) + 1
+            j += 1
+        else:
+            i += 1
+    return spared, cost[0][0]
+
+
+TUNINGS = (aliases.keep_aliases, lookups.remember_fixed_rows,
+           consumers.trim_consumer_writes, policy.argspecs_once)
+
+
+def _apply() -> None:
+    for tune in TUNINGS:
+        assert getattr(sys.modules[tune.__module__], tune.__name__)()
+
 
 def compare(urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """:func:`run` with the tuning (on ``urls[0]``), then as shipped
-    (``urls[1]``): the same answers and statements (less reads of every
-    resource class or consumer type, fewer with the tuning). Returns the
-    answers."""
-    assert aliases.keep_aliases() and lookups.remember_fixed_rows()
+    (``urls[1]``): the same answers, and the same statements less those the
+    tuning spares (:func:`differences`). Returns the answers."""
+    _apply()
     kept, kept_sql = run(urls[0])
     kept_aliases = aliases.kept_aliases()
     assert kept_aliases is not None
-    monkeypatch.setattr(aliases, "keep_aliases", lambda: False)
-    monkeypatch.setattr(lookups, "remember_fixed_rows", lambda: False)
-    aliases.restore()
-    lookups.restore()
+    for tune in TUNINGS:
+        monkeypatch.setattr(sys.modules[tune.__module__], tune.__name__, lambda: False)
+    for module in (aliases, lookups, consumers, policy):
+        module.restore()  # type: ignore[attr-defined]
     try:
         stock, stock_sql = run(urls[1])
-        assert aliases.kept_aliases() is None
+        assert aliases.kept_aliases() is None and not consumers.trimmed()
     finally:
         monkeypatch.undo()
-        aliases.keep_aliases()
-        lookups.remember_fixed_rows()
+        _apply()
     assert kept == stock
-
-    def reads(sql: list[Any]) -> int:
-        return sum(1 for text, _params in sql if READ_ALL.fullmatch(text.strip()))
-
-    assert reads(kept_sql) < reads(stock_sql) // 2, (reads(kept_sql), reads(stock_sql))
-    # NOTE: a read in a transaction of its own goes with its BEGIN (SQLite:
-    # oslo.db sends it; PostgreSQL's is implicit)
-    kept_sql = [s for s in kept_sql if not READ_ALL.fullmatch(s[0].strip()) and s[0] != "BEGIN"]
-    stock_sql = [s for s in stock_sql if not READ_ALL.fullmatch(s[0].strip())
-                 and s[0] != "BEGIN"]
-    for mine, theirs in zip(kept_sql, stock_sql, strict=True):
-        assert mine == theirs
+    spared, added = differences(kept_sql, stock_sql)
+    # NOTE: each of them spared (once a row is known), the one insert added
+    # (the existing consumer said to be new)
+    reads = sum(1 for text, _params in stock_sql if READ_ALL.fullmatch(text.strip()))
+    assert spared.pop("every class or type") > reads // 2, (spared, reads)
+    assert set(spared) == {"project", "user", "consumer", "no consumers to delete"}, spared
+    assert added == 1
     # NOTE: every kept function was called, and got its aliases kept
     used = {name for name, _alias in kept_aliases.kept()}
     assert used == {f for functions in aliases.CACHED.values() for f in functions}
@@ -204,18 +340,30 @@ def compare(urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> list[Any]
 
 
 def check_conflicts(answers: list[Any]) -> None:
-    """The script's conflicts answered as Placement does."""
+    """The script's conflicts and consumers answered as Placement does."""
     codes = {(path, status): [e.get("code") for e in (data or {}).get("errors", [])]
              for _method, path, status, data in answers if status >= 400}
     first, second = "/allocations/" + uid("consumer1"), "/allocations/" + uid("consumer2")
     assert codes[(first, 409)] == ["placement.concurrent_update"]
     assert codes[(second, 409)] == ["placement.undefined_code"]
     assert codes[(first, 404)] == ["placement.undefined_code"]
+    assert [status for method, path, status, _ in answers if method == "PUT" and path == first
+            ] == [204, 204, 409, 204, 204, 204]
+    assert [status for method, path, status, _ in answers if path == second] == [
+        409, 200, 204]
+    seventh = "/allocations/" + uid("consumer7")
+    assert [status for method, path, status, _ in answers if path == seventh] == [400, 409]
+    assert codes[(seventh, 409)] == ["placement.concurrent_update"]
+    assert [status for method, path, status, _ in answers if path == "/allocations"] == [204]
     assert [status for method, path, status, _ in answers if method == "DELETE"] == [
-        204, 204, 404, 204, 204, 204, 204]
+        204, 204, 204, 204, 404, 204, 204, 204, 204]
     gold = "/allocations/" + uid("gold")
     assert [status for method, path, status, _ in answers if path == gold] == [
         204, 200, 204, 400]
+    got = {path: data for method, path, status, data in answers if method == "GET"}
+    assert got["/allocations/" + uid("consumer4")] == {"allocations": {}}
+    assert got["/allocations/" + uid("consumer1")]["project_id"] == uid("project")
+    assert got["/usages?project_id=" + uid("project2")] == {"usages": {}}
 
 
 def test_kept_aliases_send_the_same_sql_and_answers_on_sqlite(monkeypatch):
@@ -271,12 +419,15 @@ def test_not_applied_on_a_release_not_compared(monkeypatch, caplog):
     """On an openstack-placement release whose queries were not compared
     the aliases are not kept nor the fixed rows remembered: a warning names
     the release, and Placement's code stays as shipped."""
+    from oslo_policy import _checks
     from placement import attribute_cache
+    from placement.handlers import util as data_util
     from placement.objects import allocation
 
     monkeypatch.setattr(aliases, "_release", lambda: "99.1.0")
-    aliases.restore()
-    lookups.restore()
+    monkeypatch.setattr(policy, "_release", lambda: "0.1")
+    for module in (aliases, lookups, consumers, policy):
+        module.restore()  # type: ignore[attr-defined]
     try:
         assert aliases.problems() == [
             "openstack-placement 99.1.0 is not a release whose queries were compared "
@@ -284,8 +435,15 @@ def test_not_applied_on_a_release_not_compared(monkeypatch, caplog):
         assert lookups.problems() == [
             "openstack-placement 99.1.0 is not a release whose attribute caches were "
             "read (16.0.0)"]
+        assert consumers.problems() == [
+            "openstack-placement 99.1.0 is not a release whose consumer writes were "
+            "read (16.0.0)"]
+        assert policy.problems() == [
+            "oslo.policy 0.1 is not a release whose checks were read (6.0.1)"]
         assert aliases.keep_aliases() is False
         assert lookups.remember_fixed_rows() is False
+        assert consumers.trim_consumer_writes() is False
+        assert policy.argspecs_once() is False
         assert allocation.sa is sa
         assert "not a release whose queries were compared" in caplog.text
         assert "not a release whose attribute caches were read" in caplog.text
@@ -295,10 +453,13 @@ def test_not_applied_on_a_release_not_compared(monkeypatch, caplog):
             assert allocation.sa is sa
             assert lookups.fixed(attribute_cache.ResourceClassCache) is None
             assert "id_from_string" not in attribute_cache.ResourceClassCache.__dict__
+            assert lookups.row_lookups()["placement.objects.project"] is None
+            assert not consumers.trimmed() and not hasattr(data_util.ensure_consumer,
+                                                           "__wrapped__")
+            assert _checks.inspect is inspect
     finally:
         monkeypatch.undo()
-        aliases.keep_aliases()
-        lookups.remember_fixed_rows()
+        _apply()
 
 
 def test_only_rows_that_never_change_are_remembered():
@@ -436,15 +597,24 @@ def test_a_child_forked_while_a_thread_holds_their_locks_can_use_them():
         _id_cache = {"INSTANCE": 1}
 
     class Database:
-        pass
+        def __init__(self) -> None:
+            pass
 
     def _get_project_by_external_id() -> Any:
         return kept.alias(project.PROJECT_TBL, name="p-fork-%d" % id(kept))
 
+    rows = lookups.row_lookups()["placement.objects.project"]
+    assert rows is not None and policy.argspecs_once()
+    from oslo_policy import _checks
+
+    specs = _checks.inspect
+    assert isinstance(specs, policy.ArgspecOnce)
     codes = kept._codes
     kept._codes = codes | {_get_project_by_external_id.__code__}
     try:
         _fork_while_held(((fixed._lock, lambda: fixed.learn(Cache(), Database())),
+                          (rows._lock, lambda: rows.learn(Database(), "p", {"id": 1})),
+                          (specs._lock, lambda: specs.getfullargspec(Database().__init__)),
                           (kept._lock, _get_project_by_external_id)))
     finally:
         kept._codes = codes
@@ -478,8 +648,9 @@ def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
     process otherwise than by an embedded one (Placement's and nova's
     ``PlacementFixture``, ``placement.direct``: a database patched into
     Placement's context, the app built) on another database must not be
-    answered from the consumer types an embedded Placement learned of its
-    own database (numbered otherwise there)."""
+    answered from the consumer types, projects and users an embedded
+    Placement learned of its own database (numbered otherwise there), nor
+    insert its new consumers with them."""
     from oslo_config import cfg
     from oslo_db.sqlalchemy import engines
     from placement import conf as p_conf
@@ -487,22 +658,24 @@ def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
     from placement.db.sqlalchemy import migration
     from placement.objects import resource_class, trait
 
-    assert lookups.remember_fixed_rows()
+    assert lookups.remember_fixed_rows() and consumers.trim_consumer_writes()
 
-    def allocate(client: Any, rp: str, types: list[str]) -> None:
+    def allocate(client: Any, rp: str, types: list[str], owners: list[str]) -> None:
         client.post("/resource_providers", json={"name": "h", "uuid": rp})
         client.put("/resource_providers/%s/inventories" % rp, json={
             "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
-        for i, kind in enumerate(types):
+        for i, (kind, owner) in enumerate(zip(types, owners, strict=True)):
             assert client.put("/allocations/" + uid("other-%s-%d" % (rp, i)), json={
-                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
-                "user_id": "u", "consumer_generation": None, "consumer_type": kind},
+                "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": owner,
+                "user_id": owner, "consumer_generation": None, "consumer_type": kind},
                 headers=HEADERS).status_code == 204
 
-    # NOTE: here MIGRATION is consumer type 1 and INSTANCE 2 ...
+    # NOTE: here MIGRATION is consumer type 1 and INSTANCE 2, project and
+    # user p are 2 ...
     with embedded.EmbeddedPlacement("sqlite://") as service:
-        allocate(service.client().adapter, uid("other-rp1"), ["MIGRATION", "INSTANCE", "INSTANCE"])
-    # ... there INSTANCE is 1, and there is no MIGRATION
+        allocate(service.client().adapter, uid("other-rp1"),
+                 ["MIGRATION", "INSTANCE", "INSTANCE", "INSTANCE"], ["q", "p", "p", "p"])
+    # ... there INSTANCE is 1, p is 1, and there is no MIGRATION nor q
     conf = cfg.ConfigOpts()
     p_conf.register_opts(conf)
     conf.set_override("auth_strategy", "noauth2", group="api")
@@ -514,15 +687,18 @@ def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
         trait._TRAITS_SYNCED = False
         resource_class._RESOURCE_CLASSES_SYNCED = False
         with direct.PlacementDirect(conf) as client:
-            allocate(client, uid("other-rp2"), ["INSTANCE", "INSTANCE"])
-            usages = client.get("/usages?project_id=p", headers=HEADERS).json()["usages"]
+            allocate(client, uid("other-rp2"), ["INSTANCE", "INSTANCE"], ["p", "p"])
+            usages = client.get("/usages?project_id=p&user_id=p",
+                                headers=HEADERS).json()["usages"]
         with engine.connect() as conn:
             rows = conn.execute(sa.text(
-                "SELECT ct.name FROM consumers c LEFT JOIN consumer_types ct "
-                "ON c.consumer_type_id = ct.id")).fetchall()
+                "SELECT ct.name, p.external_id, u.external_id FROM consumers c "
+                "LEFT JOIN consumer_types ct ON c.consumer_type_id = ct.id "
+                "LEFT JOIN projects p ON c.project_id = p.id "
+                "LEFT JOIN users u ON c.user_id = u.id")).fetchall()
     finally:
         unbind()
         trait._TRAITS_SYNCED = False
         resource_class._RESOURCE_CLASSES_SYNCED = False
-    assert [row[0] for row in rows] == ["INSTANCE", "INSTANCE"]
+    assert [tuple(row) for row in rows] == [("INSTANCE", "p", "p")] * 2
     assert usages == {"INSTANCE": {"VCPU": 2, "consumer_count": 2}}
