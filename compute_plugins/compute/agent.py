@@ -418,6 +418,9 @@ class ComputeAgent:
         self.claim_poll_interval = claim_poll_interval
         #: The store generation last written or read (None: not read yet).
         self._generation: Optional[int] = None
+        #: Each plugin's state last encoded and its document (encoded
+        #: again only when its state changed: :meth:`states_documents`).
+        self._encoded: dict[str, tuple[object, dict[str, Any]]] = {}
         #: What was last published: (states, nodename, providers).
         self._published: Optional[tuple[dict[str, Any], str, Optional[dict[str, str]]]] = None
         self._providers: Optional[dict[str, str]] = None
@@ -1050,7 +1053,19 @@ class ComputeAgent:
         """Every plugin's host state under the claims in force, as the store
         holds them (:meth:`~compute_plugins.runtime.PluginSet.encode_states`)."""
         states, broken = self._claims_for_host().states()
-        documents, unencodable = self.manager.plugins.encode_states(states)
+        # NOTE: a claim or a release changes one plugin's state or two;
+        # the others' documents are the ones encoded last (a state equal to
+        # the one last encoded, by its plugin's own equality, type and all).
+        previous = self._encoded
+        kept = {name for name, state in states.items()
+                if name in previous and type(previous[name][0]) is type(state)
+                and previous[name][0] == state}
+        fresh, unencodable = self.manager.plugins.encode_states(
+            {name: state for name, state in states.items() if name not in kept})
+        self._encoded = {name: previous[name] if name in kept else (states[name],
+                                                                      fresh[name])
+                         for name in states if name in kept or name in fresh}
+        documents = {name: encoded[1] for name, encoded in self._encoded.items()}
         broken = broken + unencodable
         # NOTE: said when it changes, not every periodic.
         said = frozenset(broken)

@@ -53,6 +53,18 @@ def _duration(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+def _renew_statement() -> Any:
+    """The heartbeat on PostgreSQL: the lease of ``lease_host`` at
+    ``lease_epoch`` extended to the server's clock plus ``lease_length``,
+    its expiry returned (:meth:`SqlAgentLeases.renew_lease`)."""
+    now = sa.func.timezone("UTC", sa.func.clock_timestamp(), type_=sa.DateTime())
+    return (sa.update(t_leases)
+            .where(t_leases.c.host == sa.bindparam("lease_host"),
+                   t_leases.c.epoch == sa.bindparam("lease_epoch"))
+            .values(expires_at=now + sa.bindparam("lease_length", type_=sa.Interval()))
+            .returning(t_leases.c.expires_at))
+
+
 class SqlAgentLeases(database.OnDatabase):
     """The store's identity and the hosts' agent leases, on one database."""
 
@@ -156,11 +168,11 @@ class SqlAgentLeases(database.OnDatabase):
         def renew_one_statement() -> AgentLease:
             # NOTE: the server's clock in the statement, the expiry read
             # back: one statement, on its own (Database.single: one round
-            # trip).
-            now = sa.func.timezone("UTC", sa.func.clock_timestamp(), type_=sa.DateTime())
+            # trip), built once (database.prebuilt).
+            params = {"lease_host": lease.host, "lease_epoch": lease.epoch,
+                      "lease_length": length}
             expires = self.db.single(lambda conn: conn.execute(
-                match.values(expires_at=now + length)
-                .returning(t_leases.c.expires_at)).scalar())
+                database.prebuilt("renew_lease", _renew_statement), params).scalar())
             if expires is None:
                 with self.db.read() as conn:
                     raise fenced(conn)

@@ -214,13 +214,20 @@ class SqlDecisionQueue(database.OnDatabase):
         """The decisions addressed to ``host`` in ``status`` (or any of
         several: one statement), oldest first: an agent's work list
         (pending: to claim or reject; releasing: to free)."""
-        query = (sa.select(t_decisions)
-                 .where(t_decisions.c.host == host,
-                        t_decisions.c.status.in_([s.value for s in statuses(status)]))
-                 .order_by(t_decisions.c.id))
-        if limit is not None:
-            query = query.limit(limit)
-        rows = self.db.read_one(lambda conn: conn.execute(query).all())
+        wanted = tuple(s.value for s in statuses(status))
+
+        def build() -> Any:
+            query = (sa.select(t_decisions)
+                     .where(t_decisions.c.host == sa.bindparam("work_host"),
+                            t_decisions.c.status.in_(wanted))
+                     .order_by(t_decisions.c.id))
+            return query if limit is None else query.limit(sa.bindparam("work_limit"))
+
+        # NOTE: the agent's read of its work at every decision: built once
+        # per shape (database.prebuilt).
+        query = database.prebuilt(("list_decisions", wanted, limit is None), build)
+        params = {"work_host": host, "work_limit": limit}
+        rows = self.db.read_one(lambda conn: conn.execute(query, params).all())
         return [_decision(r) for r in rows]
 
     def swap_status(self, decision_id: int, sources: Collection[DecisionStatus],
@@ -235,18 +242,13 @@ class SqlDecisionQueue(database.OnDatabase):
         :raises DecisionNotFound: no decision with this id.
         :raises DecisionStatusConflict: its status is not one of ``sources``.
         """
-        allowed = [DecisionStatus(s) for s in sources]
+        allowed = tuple(DecisionStatus(s).value for s in sources)
         values: dict[str, Any] = {"status": DecisionStatus(target).value,
                                   "updated_at": database.utcnow()}
         if target not in ACTIVE:
             values["active_consumer"] = None
         if reasons:
             values["reasons"] = _reasons_text(reasons)
-
-        update = (sa.update(t_decisions)
-                  .where(t_decisions.c.id == decision_id,
-                         t_decisions.c.status.in_([s.value for s in allowed]))
-                  .values(**values))
         payload = "%d %s" % (decision_id, DecisionStatus(target).value)
 
         def swap() -> tuple[int, Any]:
@@ -254,12 +256,15 @@ class SqlDecisionQueue(database.OnDatabase):
                 # NOTE: PostgreSQL: the swap's one statement on its own (one
                 # round trip, not a transaction's three).
                 return self.db.single(lambda conn: self._swap_returning(
-                    conn, update, decision_id, payload), retry=False)
+                    conn, allowed, values, decision_id, payload), retry=False)
             with self.db.write() as conn:
                 if conn.dialect.update_returning:
-                    return self._swap_returning(conn, update, decision_id, payload)
+                    return self._swap_returning(conn, allowed, values, decision_id,
+                                                payload)
                 self.check_fence(conn)
-                result = conn.execute(update)
+                result = conn.execute(sa.update(t_decisions).where(
+                    t_decisions.c.id == decision_id,
+                    t_decisions.c.status.in_(allowed)).values(**values))
                 row = conn.execute(sa.select(t_decisions)
                                    .where(t_decisions.c.id == decision_id)).one_or_none()
                 if result.rowcount == 1 and row is not None:
@@ -272,33 +277,58 @@ class SqlDecisionQueue(database.OnDatabase):
         decision = _decision(row)
         if count != 1:
             raise errors.DecisionStatusConflict(decision, target.value,
-                                                [s.value for s in allowed], move)
+                                                list(allowed), move)
         return decision
 
-    def _swap_returning(self, conn: Connection, update: Any, decision_id: int,
+    def _swap_returning(self, conn: Connection, allowed: tuple[str, ...],
+                        values: dict[str, Any], decision_id: int,
                         payload: str) -> tuple[int, Any]:
         """The swap as one ``UPDATE ... RETURNING`` (PostgreSQL, SQLite):
-        the fence a condition of its own (:meth:`~compute_plugins.hoststate.
-        database.OnDatabase.fence_clauses`), the row read back by it, and on
-        PostgreSQL the decision's waiters notified by it. Its host's agent,
+        the decision ``decision_id`` given ``values`` when its status is
+        one of ``allowed``; the fence a condition of its own
+        (:meth:`~compute_plugins.hoststate.database.OnDatabase.fence_clauses`),
+        the row read back by it, and on PostgreSQL the decision's waiters
+        notified by it. Its host's agent,
         when another side made the move, by a statement of its own. Nothing
         matched: the fence is checked (:class:`~compute_plugins.hoststate.
-        errors.Fenced`), then the row read for the conflict."""
-        columns: list[Any] = list(t_decisions.c)
+        errors.Fenced`), then the row read for the conflict. The statement
+        is built once per shape (:func:`~compute_plugins.hoststate.database.
+        prebuilt`): every value a parameter."""
         in_statement = self.db.notifies_in_statement
+        fenced = self.fence is not None
         notified = set()
+
+        def build() -> Any:
+            columns: list[Any] = list(t_decisions.c)
+            if in_statement:
+                said = sa.bindparam("swap_payload", type_=sa.Text())
+                columns.append(notify.notification(
+                    sa.bindparam("swap_channel", type_=sa.Text()), said))
+                if not fenced:
+                    # NOTE: the host's agent too (its channel made of the
+                    # row's host by the statement), as whoever is not the
+                    # agent does.
+                    columns.append(notify.notification(
+                        notify.host_channel_of(t_decisions.c.host), said,
+                        label="notified_host"))
+            return (sa.update(t_decisions)
+                    .where(t_decisions.c.id == sa.bindparam("swap_id"),
+                           t_decisions.c.status.in_(allowed),
+                           *([database.FENCE_BOUND] if fenced else []))
+                    .values({name: sa.bindparam("swap_" + name,
+                                                type_=t_decisions.c[name].type)
+                             for name in values})
+                    .returning(*columns))
+
+        statement = database.prebuilt(
+            ("swap_status", allowed, tuple(values), in_statement, fenced), build)
+        params = {"swap_" + name: value for name, value in values.items()}
+        params.update(self.fence_params(), swap_id=decision_id, swap_payload=payload)
         if in_statement:
             channel = notify.decision_channel(decision_id)
-            columns.append(notify.notification(channel, payload))
+            params["swap_channel"] = channel
             notified.add(channel)
-            if self.fence is None:
-                # NOTE: the host's agent too (its channel made of the row's
-                # host by the statement), as whoever is not the agent does.
-                columns.append(notify.notification(
-                    notify.host_channel_of(t_decisions.c.host), payload,
-                    label="notified_host"))
-        row = conn.execute(update.where(*self.fence_clauses())
-                           .returning(*columns)).one_or_none()
+        row = conn.execute(statement, params).one_or_none()
         if row is None:
             self.check_fence(conn, share=True)
             return 0, conn.execute(sa.select(t_decisions).where(

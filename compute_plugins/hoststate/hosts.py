@@ -80,6 +80,48 @@ def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return texts
 
 
+
+def _publish_statement(fenced: bool, at_written: bool, documents: bool) -> Any:
+    """The in-place publish's one statement (PostgreSQL; see
+    :meth:`SqlHostPublication._publish_in_one_statement`), built once per
+    shape (:func:`~compute_plugins.hoststate.database.prebuilt`): the row
+    of ``pub_host`` locked at ``pub_expected`` (under the writer's fence
+    when ``fenced``, at ``pub_written_at`` when ``at_written``), the
+    change counter taken, the row bumped to ``pub_next`` with
+    ``pub_nodename`` and ``pub_stamp``, and when ``documents`` the
+    documents ``pub_documents`` of the plugins ``pub_plugins`` written,
+    as two array parameters (the statement's text the same whatever they
+    hold)."""
+    conditions: list[Any] = [database.FENCE_BOUND] if fenced else []
+    if at_written:
+        conditions.append(t_hosts.c.updated_at == sa.bindparam(
+            "pub_written_at", type_=t_hosts.c.updated_at.type))
+    locked = (sa.select(t_hosts.c.host)
+              .where(t_hosts.c.host == sa.bindparam("pub_host"),
+                     t_hosts.c.generation == sa.bindparam("pub_expected"),
+                     *conditions)
+              .with_for_update().cte("locked"))
+    taken = changes.take_after(sa.exists(sa.select(locked.c.host)))
+    bump = (sa.update(t_hosts).where(t_hosts.c.host.in_(sa.select(locked.c.host)))
+            .values(generation=sa.bindparam("pub_next", type_=t_hosts.c.generation.type),
+                    nodename=sa.bindparam("pub_nodename", type_=t_hosts.c.nodename.type),
+                    updated_at=sa.bindparam("pub_stamp", type_=t_hosts.c.updated_at.type),
+                    change_number=sa.func.coalesce(
+                        sa.select(taken.c.last_number).scalar_subquery(), 0))
+            .returning(t_hosts.c.change_number))
+    if not documents:
+        return bump
+    written = sa.func.unnest(
+        sa.bindparam("pub_plugins", type_=postgresql.ARRAY(sa.Text())),
+        sa.bindparam("pub_documents", type_=postgresql.ARRAY(sa.Text()))
+    ).table_valued("plugin", "document").render_derived(name="documents")
+    return bump.add_cte(
+        sa.update(t_states)
+        .where(t_states.c.host.in_(sa.select(locked.c.host)),
+               t_states.c.plugin == written.c.plugin)
+        .values(document=written.c.document)
+        .returning(t_states.c.plugin).cte("written"))
+
 class SqlHostPublication(database.OnDatabase):
     """Hosts as their agents published them, on one database (the
     :class:`~compute_plugins.hoststate.transport.HostPublication` of the SQL
@@ -334,44 +376,26 @@ class SqlHostPublication(database.OnDatabase):
         the host's bump, which reads it, then the documents; the counter
         stays locked from there to the commit, as :func:`~compute_plugins.
         hoststate.changes.stamp` keeps it (the numbers in commit order).
+        Built once per shape (:func:`_publish_statement`).
 
         :raises GenerationConflict: the host is not at ``expected`` (or its
             rows are not the ones written at ``written_at``).
         :raises Fenced: the writer's lease is not the host's any more.
         """
-        conditions = self.fence_clauses()
-        if written_at is not None:
-            conditions.append(t_hosts.c.updated_at == written_at)
-        locked = (sa.select(t_hosts.c.host)
-                  .where(t_hosts.c.host == host, t_hosts.c.generation == expected,
-                         *conditions)
-                  .with_for_update().cte("locked"))
-        taken = changes.take_after(sa.exists(sa.select(locked.c.host)))
-        bump = (sa.update(t_hosts).where(t_hosts.c.host.in_(sa.select(locked.c.host)))
-                .values(generation=expected + 1, nodename=nodename, updated_at=stamp,
-                        change_number=sa.func.coalesce(
-                            sa.select(taken.c.last_number).scalar_subquery(), 0))
-                .returning(t_hosts.c.change_number))
         changed = sorted((p, text) for p, text in texts.items() if old.states[p] != text)
-        if changed:
-            # NOTE: the documents as two array parameters, not a VALUES
-            # list of literals: the statement's text is the same whatever
-            # they hold (compiled once, SQLAlchemy's cache).
-            documents = sa.func.unnest(
-                sa.bindparam("plugins", [p for p, _ in changed],
-                             type_=postgresql.ARRAY(sa.Text())),
-                sa.bindparam("documents", [text for _, text in changed],
-                             type_=postgresql.ARRAY(sa.Text()))
-            ).table_valued("plugin", "document").render_derived(name="documents")
-            bump = bump.add_cte(
-                sa.update(t_states)
-                .where(t_states.c.host.in_(sa.select(locked.c.host)),
-                       t_states.c.plugin == documents.c.plugin)
-                .values(document=documents.c.document)
-                .returning(t_states.c.plugin).cte("written"))
+        bump = database.prebuilt(
+            ("publish", self.fence is not None, written_at is not None, bool(changed)),
+            lambda: _publish_statement(self.fence is not None, written_at is not None,
+                                       bool(changed)))
+        params: dict[str, Any] = {
+            "pub_host": host, "pub_expected": expected, "pub_next": expected + 1,
+            "pub_nodename": nodename, "pub_stamp": stamp, "pub_written_at": written_at,
+            "pub_plugins": [p for p, _ in changed],
+            "pub_documents": [text for _, text in changed]}
+        params.update(self.fence_params())
 
         def publish(conn: Connection) -> Optional[int]:
-            number = conn.execute(bump).scalar()
+            number = conn.execute(bump, params).scalar()
             if number is None:
                 self.check_fence(conn, share=True)
                 raise errors.GenerationConflict(host, expected, self._generation(conn, host))

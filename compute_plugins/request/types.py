@@ -400,11 +400,26 @@ def _is(value: Any, kind: type, where: str) -> None:
                          % (where, kind.__name__, type(value).__name__))
 
 
+#: Each dataclass's fields that :func:`encode` writes, by class (read
+#: once: an agent encodes its host's states at every claim and release).
+_ENCODED_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Types :func:`encode` returns as they are (exactly these, not subclasses).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def encode(value: Any) -> Any:
     """A JSON-serialisable document for a frozen value (see module doc)."""
+    cls = type(value)
+    names = _ENCODED_FIELDS.get(cls)
+    if names is not None:
+        return {name: encode(getattr(value, name)) for name in names}
+    if cls in _SCALARS:
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name))
-                for f in dataclasses.fields(value) if f.metadata.get("json", True)}
+        names = tuple(f.name for f in dataclasses.fields(value)
+                      if f.metadata.get("json", True))
+        _ENCODED_FIELDS[cls] = names
+        return {name: encode(getattr(value, name)) for name in names}
     if isinstance(value, Mapping):
         return {_encode_key(k): encode(v) for k, v in value.items()}
     if isinstance(value, frozenset):

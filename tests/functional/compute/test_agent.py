@@ -260,6 +260,53 @@ def test_a_vgpu_claim_shows_the_device_used_and_its_release_frees_it(
         host.store.close()
 
 
+def test_a_claim_encodes_again_only_the_states_it_changed(
+        tmp_path, placement, monkeypatch):
+    """A plugin's document is encoded again only when its state changed: a
+    claim of small pages (numa's) leaves vgpu's document as encoded before
+    (issue 19: encoding every plugin's state at every publish was a share
+    of the agent's CPU per decision), and every document published is the
+    state's."""
+    host = Host(tmp_path, placement, HOSTS / "mdev", MDEV_OVERRIDES)
+    try:
+        host.agent.run_once()
+        plugins = host.agent.manager.plugins
+        encoded: list[str] = []
+        real = type(plugins).encode_states
+
+        def spy(self, states):
+            encoded.extend(sorted(states))
+            return real(self, states)
+
+        monkeypatch.setattr(type(plugins), "encode_states", spy)
+        consumer = host.decide({"name": "small", "vcpus": 1, "memory_mb": 256,
+                                "extra_specs": {"hw:mem_page_size": "2048"}})
+        (claim,) = host.agent.poll().claims
+        assert claim.claimed, claim.reasons
+        assert encoded == ["numa"]
+        published = host.store.get_host(host.name).states
+        states, _ = host.agent._claims_for_host().states()
+        assert published == {name: plugins.encode_state(name, state)
+                             for name, state in states.items()}
+        # a vGPU's claim changes both
+        encoded.clear()
+        host.decide({"name": "gpu", "vcpus": 1, "memory_mb": 256,
+                     "extra_specs": {"resources:VGPU": "1",
+                                     "hw:mem_page_size": "2048"}})
+        assert host.agent.poll().claims[0].claimed
+        assert encoded == ["numa", "vgpu"]
+        (gpu,) = host.published("vgpu").pgpus
+        assert gpu.used == 1
+        # the release frees the small pages: numa's again, vgpu's kept
+        encoded.clear()
+        protocol.request_release(host.store, consumer)
+        assert host.agent.poll().releases[0].allocations_deleted
+        assert encoded == ["numa"]
+        assert host.published("vgpu").pgpus[0].used == 1
+    finally:
+        host.store.close()
+
+
 def test_a_decision_for_another_host_is_rejected(host):
     host.agent.run_once()
     consumer = host.decide()
