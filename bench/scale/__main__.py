@@ -39,7 +39,12 @@
   the workload (schedulers, agents, Placement, the private PostgreSQL's
   backends; less the idle minute's rate, the lease renewals, as
   ``cpu_ms_per_decision_less_idle``), and the idle CPU per host-minute:
-  what a decision costs whatever else the machine runs.
+  what a decision costs whatever else the machine runs. The private
+  PostgreSQL's by part (``database_cpu_ms_per_decision``: the store's
+  backends of the schedulers, of the agents, of this process; Placement's;
+  the server's own processes; the children it reaped meanwhile, such as
+  closed connections and autovacuum workers), and its backends that
+  started or ended over the workload (``database_backends``).
 - **Check**: once the deletes are done, every consumer's allocation in
   Placement compared with its claim in the store (``double_allocations``:
   consumers where they disagree; 0 expected).
@@ -183,14 +188,15 @@ def broker(transport_url: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def databases(args: argparse.Namespace, tmp: str) -> Iterator[
-        tuple[str, str, Callable[[], list[int]]]]:
+        tuple[str, str, Callable[[], dict[int, str]]]]:
     """(Placement's database URL, the store's, what lists the private
-    database server's processes: none on SQLite or a server of yours)."""
+    database server's processes by part (:func:`cpu.database_pids`):
+    none on SQLite or a server of yours)."""
     placement_url = args.placement_db_url
     store_url = args.store_url
     if args.store == "sqlite" or (placement_url and store_url):
         yield (placement_url or "sqlite://",
-               store_url or "sqlite:///" + os.path.join(tmp, "hoststate.sqlite"), list)
+               store_url or "sqlite:///" + os.path.join(tmp, "hoststate.sqlite"), dict)
         return
     from tests import servers
 
@@ -206,7 +212,8 @@ def databases(args: argparse.Namespace, tmp: str) -> Iterator[
         try:
             yield (placement_url or server.url("bench_placement"),
                    store_url or server.url("bench_hoststate"),
-                   lambda: cpu.database_pids(watcher))
+                   lambda: cpu.database_pids(watcher, {"bench_placement": "placement",
+                                                       "bench_hoststate": "store"}))
         finally:
             watcher.close()
 
@@ -363,7 +370,7 @@ def say(text: str) -> None:
 def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
              placement_url: str, store: HostStateStore, store_url: tuple[str, str], tmp: str,
              agent_procs: Workers, sched_procs: Workers,
-             database_pids: Callable[[], list[int]]) -> None:
+             database_pids: Callable[[], dict[int, str]]) -> None:
     client = service.client()
     client.get("/")
     # -- set-up --------------------------------------------------------
@@ -392,6 +399,8 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     cpu_before = cpu.snapshot(*roles, database_pids())
     time.sleep(args.idle)
     cpu_after = cpu.snapshot(*roles, database_pids())
+    idle_database = {part: (cpu_after[part] - cpu_before[part]) / args.idle
+                     for part in cpu_after if part.startswith("database.")}
     after = [agent_procs.total(f) for f in idle]
     # NOTE: every process's CPU while nothing is scheduled (the agents'
     # lease renewals, the database's share of them), per host-minute:
@@ -431,11 +440,17 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     everyone = (agent_procs, sched_procs)
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
-    cpu_before = cpu.snapshot(*roles, database_pids())
+    database_before = database_pids()
+    cpu_before = cpu.snapshot(*roles, database_before)
     cpu_start = time.monotonic()
     sched_procs.send_all([("go",)] * args.schedulers)
     results = [answer[1] for answer in sched_procs.receive_all(timeout=None)]
-    cpu_after = cpu.snapshot(*roles, database_pids())
+    database_after = database_pids()
+    cpu_after = cpu.snapshot(*roles, database_after)
+    # NOTE: the schedulers close their stores once the CPU is read: a
+    # scheduler done before the others closed its connections, and its
+    # backends' time was then the postmaster's (reaped), not the store's.
+    sched_procs.send_all([("stop",)] * args.schedulers)
     cpu_seconds = time.monotonic() - cpu_start
     out["down_hosts_after_workload"] = len(liveness.read(store).down)
     say("workload: done")
@@ -461,6 +476,16 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "cpu_ms_per_decision_less_idle": cpu.per_decision(
             cpu_before, {role: cpu_after[role] - idle_cpu[role] * cpu_seconds
                          for role in cpu.ROLES}, decisions),
+        # NOTE: the private PostgreSQL's CPU by part (cpu.DATABASE_PARTS),
+        # all of it and less the idle rate; and its backends that started
+        # or ended over the workload (a client that connects per request
+        # would show in both, and in "reaped").
+        "database_cpu_ms_per_decision": cpu.database_per_decision(
+            cpu_before, cpu_after, decisions),
+        "database_cpu_ms_per_decision_less_idle": cpu.database_per_decision(
+            cpu_before, {part: cpu_after[part] - idle_database.get(part, 0.0) * cpu_seconds
+                         for part in cpu_after}, decisions),
+        "database_backends": cpu.backends_changed(database_before, database_after),
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
         # NOTE: the schedulers' Placement requests by kind, and why their
@@ -542,6 +567,12 @@ def report(out: dict[str, Any]) -> str:
            ", ".join("%s %.1f ms" % (role, ms)
                      for role, ms in out["cpu_ms_per_decision_less_idle"].items()),
            out["idle_cpu_ms_per_host_minute"]),
+        "  PostgreSQL's CPU per decision less the idle rate: %s; backends started %s, "
+        "ended %s"
+        % (", ".join("%s %.1f ms" % kv for kv in
+                     out.get("database_cpu_ms_per_decision_less_idle", {}).items()) or "-",
+           out.get("database_backends", {}).get("started") or "none",
+           out.get("database_backends", {}).get("ended") or "none"),
         "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
         "(lease lapsed) after the idle minute %d, after the workload %d"
         % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],

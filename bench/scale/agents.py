@@ -30,7 +30,7 @@ from concurrent import futures
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-from bench.scale import counters
+from bench.scale import counters, cpu
 from bench.scale.hosts import SimHost
 from bench.schedule import cloud
 from compute_plugins.compute import identity
@@ -184,7 +184,8 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
         (_, hosts, store_url, placement_url, state_root, poll_interval,
          lease_duration, threads) = message
         start = time.monotonic()
-        store = HostStateStore(store_url[0], push_transport_url=store_url[1])
+        store = HostStateStore(cpu.named(store_url[0], "agents"),
+                               push_transport_url=store_url[1])
         for engine in store.db.engines:
             counters.count_statements(engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)

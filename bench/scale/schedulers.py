@@ -19,6 +19,7 @@ process runs its share in N threads on its one scheduler
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import random
 import threading
@@ -30,7 +31,7 @@ from typing import Any, Optional
 
 from oslo_config import cfg
 
-from bench.scale import counters
+from bench.scale import counters, cpu
 from bench.schedule import cloud
 from compute_plugins import conf as conf_areas
 from compute_plugins.hoststate.store import HostStateStore
@@ -216,17 +217,19 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
     """A scheduler process. In: ``("start", (store_url, push_transport_url),
     placement_url,
     count, seed, delete_fraction, answer_timeout, view_seconds, warm,
-    concurrency)``, then ``("go",)``. Out: ``("ready", warm_up_seconds)``
-    (0 unless ``warm``: :func:`warm_up`, of every candidate when it is
-    ``"every-host"``), then ``("done", result)``
+    concurrency)``, then ``("go",)``, then ``("stop",)``. Out:
+    ``("ready", warm_up_seconds)`` (0 unless ``warm``: :func:`warm_up`, of
+    every candidate when it is ``"every-host"``), then ``("done", result)``
     (:func:`concurrent`'s, with ``seconds`` and ``asks``: :func:`asks`
-    over the workload)."""
+    over the workload). Its store's connections are named ``schedulers``
+    (:func:`bench.scale.cpu.named`) and closed at ``("stop",)`` only."""
     store = None
     scheduler: Optional[Scheduler] = None
     try:
         (_, store_url, placement_url, count, seed, delete_fraction,
          answer_timeout, view_seconds, warm, concurrency) = conn.recv()
-        store = HostStateStore(store_url[0], push_transport_url=store_url[1])
+        store = HostStateStore(cpu.named(store_url[0], "schedulers"),
+                               push_transport_url=store_url[1])
         for engine in store.db.engines:
             counters.count_statements(engine, stats)
         placement = pclient.PlacementClient.for_url(placement_url)
@@ -244,6 +247,10 @@ def worker(conn: Connection, stats: counters.Slot) -> None:
                           if n - asked.get(k, 0)}
         stats.sync()
         conn.send(("done", result))
+        # NOTE: the store kept open until the main process has read every
+        # part's CPU (its backends' time is the store's while they live).
+        with contextlib.suppress(EOFError, OSError):
+            conn.recv()
     except Exception as err:  # noqa: BLE001 - sent to the main process
         conn.send(("failed", "".join(traceback.format_exception(err))))
     finally:
