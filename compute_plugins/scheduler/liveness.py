@@ -31,7 +31,7 @@ import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Optional
+from typing import Optional, cast
 
 from compute_plugins.hoststate import database
 from compute_plugins.hoststate.records import ChangeMark, HostStatus, down_reason
@@ -132,6 +132,8 @@ class KeptLiveness:
         #: providers' uuids, as last read (:meth:`owners`).
         self._owners: dict[str, str] = {}
         self._provided: dict[str, tuple[str, ...]] = {}
+        #: The store last read, and whether it numbers its changes.
+        self._feed: Optional[tuple[HostPublication, bool]] = None
 
     def read(self, store: HostPublication,
              now: Optional[datetime.datetime] = None) -> Liveness:
@@ -156,7 +158,12 @@ class KeptLiveness:
     def _read(self, store: HostPublication, now: Optional[datetime.datetime],
               take: bool) -> tuple[Liveness, Optional[frozenset[str]]]:
         """:meth:`read`, with the changes taken (``take``) or left (None)."""
-        if not isinstance(store, HostStatusFeed):
+        feed = self._feed
+        if feed is None or feed[0] is not store:
+            # NOTE: isinstance() on a runtime protocol looks up each of its
+            # members (~10 us): once per store, not per read.
+            feed = self._feed = (store, isinstance(store, HostStatusFeed))
+        if not feed[1]:
             with self._lock:
                 self._changed = set() if take else None
             return split(store.host_statuses(), now), None
@@ -167,7 +174,7 @@ class KeptLiveness:
                     or self._clock() - self._full_at >= self.full_read_seconds):
                 mark = None
             read_at = self._clock()
-            changes = store.host_status_changes(mark, when)
+            changes = cast(HostStatusFeed, store).host_status_changes(mark, when)
             joined = changes.full
             if changes.full:
                 self.full_reads += 1
