@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
@@ -80,16 +81,12 @@ def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return texts
 
 
-_HOST_QUERIES: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = []
-
-
+@functools.cache
 def _host_queries() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The three reads of a host's rows (its row, its states, its
     providers), of every host and of the hosts in the expanding parameter
     ``hosts``, built once: a scheduler reads the hosts it fits at every
     plan, and building the statements was a good part of its CPU there."""
-    if _HOST_QUERIES:
-        return _HOST_QUERIES[0]
     every = (sa.select(t_hosts.c.host, t_hosts.c.generation, t_hosts.c.nodename,
                        t_hosts.c.updated_at),
              sa.select(t_states.c.host, t_states.c.plugin, t_states.c.document),
@@ -97,8 +94,14 @@ def _host_queries() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     hosts: Any = sa.bindparam("hosts", expanding=True)
     some = tuple(query.where(table.c.host.in_(hosts)) for query, table in
                  zip(every, (t_hosts, t_states, t_providers), strict=True))
-    _HOST_QUERIES[:] = [(every, some)]
-    return _HOST_QUERIES[0]
+    return every, some
+
+
+@functools.cache
+def _disabled_query() -> Any:
+    """Every disabled host's record (a scheduler's view reads them at every
+    ask), built once."""
+    return sa.select(t_disabled)
 
 
 class SqlHostPublication(database.OnDatabase):
@@ -474,7 +477,7 @@ class SqlHostPublication(database.OnDatabase):
     def disabled_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostDisabled]:
         """host -> why it is disabled, for the disabled ones of ``hosts``
         (None: every disabled host)."""
-        query = sa.select(t_disabled)
+        query = _disabled_query()
         if hosts is None:
             chunks: list[Any] = [None]
         else:
