@@ -40,6 +40,7 @@ judged).
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any, Optional
 
 import sqlalchemy as sa
@@ -50,6 +51,7 @@ from compute_plugins.hoststate.records import ChangeMark, StatusChanges
 from compute_plugins.hoststate.schema import changes as t_changes
 from compute_plugins.hoststate.schema import hosts as t_hosts
 from compute_plugins.hoststate.schema import leases as t_leases
+from compute_plugins.hoststate.schema import providers as t_providers
 from compute_plugins.hoststate.schema import store_identity as t_store
 from compute_plugins.request.types import FrozenMap
 
@@ -136,45 +138,77 @@ def count_removal(conn: Connection) -> None:
     _take(conn, removal=True)
 
 
-def read(conn: Connection, since: Optional[ChangeMark],
-         now: datetime.datetime) -> StatusChanges:
-    """In a read transaction (one snapshot): the hosts written since
-    ``since`` (None: every host), and the leases expired at ``now`` (naive
-    UTC). One statement (the counter, the hosts numbered past the mark and
-    the expired leases, indexed, ``UNION ALL``): its rows are the changes
-    and the down hosts only; a second one reads every host when the
-    counter is not the one the mark was read from."""
-    def row(kind: str, host: Any, number: Any, removals: Any, expires: Any) -> Any:
+@functools.cache
+def _changes_query() -> Any:
+    """The statement of :func:`read` (parameters ``after``, the mark's
+    number, and ``now``), built once: building it (a four-part union)
+    took ~0.5 ms of the caller's CPU, at every plan of a scheduler."""
+    def row(kind: str, host: Any, number: Any, removals: Any, expires: Any,
+            uuid: Any) -> Any:
         return (sa.literal(kind).label("kind"), host.label("host"), number.label("number"),
-                removals.label("removals"), expires.label("expires_at"))
+                removals.label("removals"), expires.label("expires_at"),
+                uuid.label("uuid"))
 
     def none(type_: Any) -> Any:
         return sa.cast(sa.null(), type_)
 
-    after = -1 if since is None else since.number
+    after = sa.bindparam("after", type_=t_hosts.c.change_number.type)
+    now = sa.bindparam("now", type_=t_leases.c.expires_at.type)
     # NOTE: the counter's row carries the store's identity in its host
     # column (no column more in the union).
     identity = sa.cast(sa.select(t_store.c.uuid).where(t_store.c.id == 1)
                        .scalar_subquery(), t_hosts.c.host.type)
     query = sa.union_all(
         sa.select(*row("c", identity, t_changes.c.last_number,
-                       t_changes.c.removals, none(t_leases.c.expires_at.type)))
+                       t_changes.c.removals, none(t_leases.c.expires_at.type),
+                       none(t_providers.c.uuid.type)))
         .where(t_changes.c.id == 1),
         sa.select(*row("h", t_hosts.c.host, t_hosts.c.generation,
-                       none(t_changes.c.removals.type), none(t_leases.c.expires_at.type)))
+                       none(t_changes.c.removals.type), none(t_leases.c.expires_at.type),
+                       none(t_providers.c.uuid.type)))
+        .where(t_hosts.c.change_number > after),
+        sa.select(*row("p", t_providers.c.host, none(t_hosts.c.generation.type),
+                       none(t_changes.c.removals.type), none(t_leases.c.expires_at.type),
+                       t_providers.c.uuid))
+        .select_from(t_providers.join(t_hosts, t_hosts.c.host == t_providers.c.host))
         .where(t_hosts.c.change_number > after),
         sa.select(*row("l", t_leases.c.host, none(t_hosts.c.generation.type),
-                       none(t_changes.c.removals.type), t_leases.c.expires_at))
+                       none(t_changes.c.removals.type), t_leases.c.expires_at,
+                       none(t_providers.c.uuid.type)))
         .where(t_leases.c.expires_at <= now))
+    return query
+
+
+def read(conn: Connection, since: Optional[ChangeMark],
+         now: datetime.datetime) -> StatusChanges:
+    """In a read transaction (one snapshot): the hosts written since
+    ``since`` (None: every host) with the uuids of their providers, and
+    the leases expired at ``now`` (naive UTC). One statement (the counter,
+    the hosts numbered past the mark, their providers and the expired
+    leases, indexed, ``UNION ALL``): its rows are the changes and the down
+    hosts only; a second one reads every host and every provider when the
+    counter is not the one the mark was read from.
+
+    A host's providers are written only with its row (its generation and
+    number: :mod:`.hosts`), so those of the hosts numbered past the mark
+    are every change to which host published which provider: a reader
+    that keeps them answers "whose provider is this?" without a read per
+    provider (issue 19)."""
+    after = -1 if since is None else since.number
+    query = _changes_query()
     mark = ChangeMark(0, 0)
     generations: dict[str, int] = {}
     expired: dict[str, datetime.datetime] = {}
-    for r in conn.execute(query):
-        if r.kind == "c":
+    provided: dict[str, list[str]] = {}
+    for r in conn.execute(query, {"after": after, "now": now}):
+        kind = r.kind
+        if kind == "p":
+            provided.setdefault(r.host, []).append(r.uuid)
+        elif kind == "h":
+            generations[r.host] = int(r.number)
+        elif kind == "c":
             mark = ChangeMark(int(r.number), int(r.removals),
                               None if r.host is None else str(r.host))
-        elif r.kind == "h":
-            generations[r.host] = int(r.number)
         else:
             expired[r.host] = r.expires_at
     # NOTE: a counter behind the mark, other removals, another store: the
@@ -184,9 +218,15 @@ def read(conn: Connection, since: Optional[ChangeMark],
     if full and since is not None:
         generations = {r.host: int(r.generation) for r in conn.execute(
             sa.select(t_hosts.c.host, t_hosts.c.generation))}
+        provided = {}
+        for r in conn.execute(sa.select(t_providers.c.host, t_providers.c.uuid)):
+            provided.setdefault(r.host, []).append(r.uuid)
     return StatusChanges(mark=mark, full=full,
                          generations=FrozenMap(sorted(generations.items())),
-                         expired=FrozenMap(sorted(expired.items())))
+                         expired=FrozenMap(sorted(expired.items())),
+                         providers=FrozenMap(
+                             (host, tuple(sorted(provided.get(host, ()))))
+                             for host in sorted(generations)))
 
 
 __all__ = ["count_removal", "read", "stamp", "take_after"]

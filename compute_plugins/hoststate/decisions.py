@@ -20,6 +20,7 @@ a few indexed reads).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import time
 from collections.abc import Collection, Iterable, Sequence
@@ -55,6 +56,28 @@ def _decision(row: Any) -> HostDecision:
                         spec=row.spec, status=DecisionStatus(row.status),
                         reasons=reasons, created_at=row.created_at,
                         updated_at=row.updated_at)
+
+
+@functools.cache
+def _reads() -> dict[str, Any]:
+    """The reads of one decision or of a consumer's, built once (bound
+    parameters ``id`` and ``consumer``): a scheduler sends several a
+    decision, and building a statement cost it more CPU than executing
+    the built one."""
+    by_id: Any = sa.bindparam("id")
+    consumer: Any = sa.bindparam("consumer")
+    return {
+        "by id": sa.select(t_decisions).where(t_decisions.c.id == by_id),
+        "in force": sa.select(t_decisions).where(t_decisions.c.active_consumer == consumer),
+        "latest": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
+        .order_by(t_decisions.c.id.desc()).limit(1),
+        "history": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
+        .order_by(t_decisions.c.id),
+        "with lease": sa.select(t_decisions,
+                                t_leases.c.expires_at.label("lease_expires_at"))
+        .select_from(t_decisions.outerjoin(t_leases, t_leases.c.host == t_decisions.c.host))
+        .where(t_decisions.c.id == by_id),
+    }
 
 
 def _reasons_text(reasons: Sequence[Rejection]) -> str:
@@ -181,30 +204,27 @@ class SqlDecisionQueue(database.OnDatabase):
     def get_decision(self, decision_id: int) -> HostDecision:
         """:raises DecisionNotFound: no decision with this id."""
         row = self.db.read_one(lambda conn: conn.execute(
-            sa.select(t_decisions).where(t_decisions.c.id == decision_id)).one_or_none())
+            _reads()["by id"], {"id": decision_id}).one_or_none())
         if row is None:
             raise errors.DecisionNotFound(decision_id)
         return _decision(row)
 
     def active_decision(self, consumer: str) -> Optional[HostDecision]:
         """The consumer's decision in force (pending, claimed, releasing)."""
-        row = self.db.read_one(lambda conn: conn.execute(sa.select(t_decisions).where(
-            t_decisions.c.active_consumer == consumer)).one_or_none())
+        row = self.db.read_one(lambda conn: conn.execute(
+            _reads()["in force"], {"consumer": consumer}).one_or_none())
         return None if row is None else _decision(row)
 
     def latest_decision(self, consumer: str) -> Optional[HostDecision]:
         """The consumer's most recent decision, whatever its status."""
         row = self.db.read_one(lambda conn: conn.execute(
-            sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
-            .order_by(t_decisions.c.id.desc()).limit(1)).one_or_none())
+            _reads()["latest"], {"consumer": consumer}).one_or_none())
         return None if row is None else _decision(row)
 
     def history(self, consumer: str) -> list[HostDecision]:
         """Every decision of the consumer, oldest first."""
         with self.db.read() as conn:
-            rows = conn.execute(
-                sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
-                .order_by(t_decisions.c.id)).all()
+            rows = conn.execute(_reads()["history"], {"consumer": consumer}).all()
         return [_decision(r) for r in rows]
 
     def list_decisions(self, host: str,
@@ -448,10 +468,7 @@ class SqlDecisionQueue(database.OnDatabase):
         :raises DecisionNotFound: no such decision.
         """
         row = self.db.read_one(lambda conn: conn.execute(
-            sa.select(t_decisions, t_leases.c.expires_at.label("lease_expires_at"))
-            .select_from(t_decisions.outerjoin(
-                t_leases, t_leases.c.host == t_decisions.c.host))
-            .where(t_decisions.c.id == decision_id)).one_or_none())
+            _reads()["with lease"], {"id": decision_id}).one_or_none())
         if row is None:
             raise errors.DecisionNotFound(decision_id)
         decision = _decision(row)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
@@ -122,6 +123,30 @@ def _publish_statement(fenced: bool, at_written: bool, documents: bool) -> Any:
         .values(document=written.c.document)
         .returning(t_states.c.plugin).cte("written"))
 
+
+@functools.cache
+def _host_queries() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The three reads of a host's rows (its row, its states, its
+    providers), of every host and of the hosts in the expanding parameter
+    ``hosts``, built once: a scheduler reads the hosts it fits at every
+    plan, and building the statements was a good part of its CPU there."""
+    every = (sa.select(t_hosts.c.host, t_hosts.c.generation, t_hosts.c.nodename,
+                       t_hosts.c.updated_at),
+             sa.select(t_states.c.host, t_states.c.plugin, t_states.c.document),
+             sa.select(t_providers.c.host, t_providers.c.uuid, t_providers.c.name))
+    hosts: Any = sa.bindparam("hosts", expanding=True)
+    some = tuple(query.where(table.c.host.in_(hosts)) for query, table in
+                 zip(every, (t_hosts, t_states, t_providers), strict=True))
+    return every, some
+
+
+@functools.cache
+def _disabled_query() -> Any:
+    """Every disabled host's record (a scheduler's view reads them at every
+    ask), built once."""
+    return sa.select(t_disabled)
+
+
 class SqlHostPublication(database.OnDatabase):
     """Hosts as their agents published them, on one database (the
     :class:`~compute_plugins.hoststate.transport.HostPublication` of the SQL
@@ -147,18 +172,15 @@ class SqlHostPublication(database.OnDatabase):
         host_rows: list[sa.Row[Any]] = []
         state_rows: list[sa.Row[Any]] = []
         provider_rows: list[sa.Row[Any]] = []
+        every, some = _host_queries()
         for chunk in filters:
-            def where(query: Any, column: Any, chunk: Any = chunk) -> Any:
-                return query if chunk is None else query.where(column.in_(chunk))
-            host_rows += conn.execute(where(sa.select(
-                t_hosts.c.host, t_hosts.c.generation, t_hosts.c.nodename,
-                t_hosts.c.updated_at), t_hosts.c.host)).all()
-            state_rows += conn.execute(where(sa.select(
-                t_states.c.host, t_states.c.plugin, t_states.c.document),
-                t_states.c.host)).all()
-            provider_rows += conn.execute(where(sa.select(
-                t_providers.c.host, t_providers.c.uuid, t_providers.c.name),
-                t_providers.c.host)).all()
+            if chunk is None:
+                queries, params = every, None
+            else:
+                queries, params = some, {"hosts": chunk}
+            host_rows += conn.execute(queries[0], params).all()
+            state_rows += conn.execute(queries[1], params).all()
+            provider_rows += conn.execute(queries[2], params).all()
         result = {row.host: _HostRows(int(row.generation), row.nodename,
                                       row.updated_at, {}, {})
                   for row in host_rows}
@@ -480,7 +502,7 @@ class SqlHostPublication(database.OnDatabase):
     def disabled_hosts(self, hosts: Optional[Iterable[str]] = None) -> dict[str, HostDisabled]:
         """host -> why it is disabled, for the disabled ones of ``hosts``
         (None: every disabled host)."""
-        query = sa.select(t_disabled)
+        query = _disabled_query()
         if hosts is None:
             chunks: list[Any] = [None]
         else:

@@ -228,12 +228,19 @@ class StatusChanges:
         mark (every host when ``full``).
     :param expired: host -> its lease's expiry, of every lease expired at
         the time asked (whether its host published or not): the down hosts.
+    :param providers: host -> the uuids of the resource providers it
+        published (sorted), of every host in ``generations``: a host's
+        providers change only with its generation, so a reader that keeps
+        them knows which host published a provider without asking the
+        store per provider (a scheduler's
+        :meth:`~compute_plugins.scheduler.liveness.KeptLiveness.owners`).
     """
 
     mark: ChangeMark
     full: bool
     generations: FrozenMap[str, int]
     expired: FrozenMap[str, datetime.datetime]
+    providers: FrozenMap[str, tuple[str, ...]] = FrozenMap()
 
 
 def down_reason(host: str, expired_at: datetime.datetime | None) -> str:

@@ -44,7 +44,7 @@ import dataclasses
 import math
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent import futures
 from typing import Any, Optional
 
@@ -235,9 +235,18 @@ def _root_filters(root: Shape) -> tuple[Optional[Shape], list[tuple[Shape, str]]
     return positive, negatives
 
 
+#: provider uuids -> the host that published each (unknown ones absent):
+#: the store's
+#: :meth:`~compute_plugins.hoststate.transport.HostPublication.hosts_for_providers`,
+#: or a scheduler's kept mapping
+#: (:meth:`~compute_plugins.scheduler.liveness.KeptLiveness.owners`).
+Owners = Callable[[Sequence[str]], Mapping[str, str]]
+
+
 def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
          hosts: Optional[Sequence[str]] = None,
-         trees: Optional[Mapping[str, str]] = None) -> ProviderCandidates:
+         trees: Optional[Mapping[str, str]] = None,
+         owners: Optional[Owners] = None) -> ProviderCandidates:
     """Ask Placement which hosts have room for ``groups`` (module doc).
 
     :param client: a :class:`~compute_plugins.placement.client.PlacementClient`.
@@ -247,7 +256,11 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
         shape, each listing a few providers, instead of one per shape
         listing the whole cloud's). ``hosts`` is then ignored, and sharing
         providers are not looked for (none is in a host's tree).
+    :param owners: which host published each provider (None: the
+        store's ``hosts_for_providers``, a read per call).
     """
+    if owners is None:
+        owners = store.hosts_for_providers
     root_shape, wanted = needs(groups)
     shapes: dict[Shape, list[dict[str, Any]]] = {}
     positive, negatives = _root_filters(root_shape)
@@ -272,7 +285,7 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
             uuids.add(rp["uuid"])
             if rp.get("root_provider_uuid"):
                 uuids.add(rp["root_provider_uuid"])
-    owner_of = store.hosts_for_providers(sorted(uuids)) if uuids else {}
+    owner_of = owners(sorted(uuids)) if uuids else {}
 
     def host_of(rp: Mapping[str, Any]) -> Optional[str]:
         return owner_of.get(rp["uuid"]) or owner_of.get(rp.get("root_provider_uuid") or "")
@@ -307,7 +320,7 @@ def find(client: Any, store: HostPublication, groups: Sequence[RequestGroup],
                     room[owner].setdefault(need.key, []).append(rp["uuid"])
     extra_queries: list[str] = []
     sharing = ({} if trees is not None
-               else _sharing_hosts(client, store, unowned, extra_queries))
+               else _sharing_hosts(client, owners, unowned, extra_queries))
     shared = False
     for key, shared_uuids in unowned.items():
         for uuid in shared_uuids:
@@ -439,7 +452,7 @@ def _providers(client: Any, shape: Shape,
         return list(answer.get("resource_providers", ()))
 
 
-def _sharing_hosts(client: Any, store: HostPublication,
+def _sharing_hosts(client: Any, owners: Owners,
                    unowned: Mapping[NeedKey, Sequence[str]],
                    queries: list[str]) -> dict[str, set[str]]:
     """Sharing provider uuid -> the hosts it shares with (module doc).
@@ -471,7 +484,7 @@ def _sharing_hosts(client: Any, store: HostPublication,
     uuids = sorted({uuid for rps in members.values() for rp in rps
                     for uuid in (rp["uuid"], rp.get("root_provider_uuid") or "")
                     if uuid})
-    owner_of = store.hosts_for_providers(uuids) if uuids else {}
+    owner_of = owners(uuids) if uuids else {}
     result: dict[str, set[str]] = {}
     for uuid, aggs in aggregates.items():
         for agg in aggs:

@@ -66,7 +66,7 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional, Self, Union
 
 from oslo_config import cfg
@@ -571,12 +571,18 @@ class Scheduler:
         try:
             alive = self.liveness.read(self.store)
             found, _asked = self.view.find(self.placement, self.store, spec.groups,
-                                           alive.hosts)
+                                           alive.hosts, owners=self._owners)
             return found.calls, found.queries if found.calls else ()
         finally:
             with self._cycle:
                 del self._prefetching[key]
             running.set()
+
+    def _owners(self, uuids: Sequence[str]) -> Mapping[str, str]:
+        """Which host published each provider of Placement's answers: the
+        liveness's kept mapping (:meth:`.liveness.KeptLiveness.owners`),
+        read with the hosts' generations, not a read of the store per ask."""
+        return self.liveness.owners(self.store, uuids)
 
     def in_flight(self) -> dict[str, str]:
         """host -> consumer: this scheduler's bindings in flight."""
@@ -658,7 +664,8 @@ class Scheduler:
         if changed is None:
             self.view.forget_gone(set(generations) | set(alive.down))
         found, _asked = self.view.find(self.placement, self.store, spec.groups,
-                                       alive.hosts, fresh=fresh, since=since)
+                                       alive.hosts, fresh=fresh, since=since,
+                                       owners=self._owners)
         timings["placement"] = time.monotonic() - start
         eligible = self._eligible(found.hosts)
         left_out = tuple(h for h in eligible if h in busy) if busy else ()

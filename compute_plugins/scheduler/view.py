@@ -260,7 +260,8 @@ class PlacementView:
 
     def find(self, client: Any, store: HostPublication,
              groups: Sequence[RequestGroup], live: Collection[str],
-             fresh: bool = False, since: Optional[float] = None
+             fresh: bool = False, since: Optional[float] = None,
+             owners: Optional[providers.Owners] = None
              ) -> tuple[providers.ProviderCandidates, bool]:
         """Which of the ``live`` hosts have room for ``groups``.
 
@@ -272,6 +273,10 @@ class PlacementView:
             knows every ``live`` host, is as good as asking now (the
             caller's request asked it, before its plan): a refusal may
             stand on it.
+        :param owners: which host published each provider, for the asks
+            this makes (None: the store's ``hosts_for_providers``, a read
+            per ask; a scheduler passes its kept mapping,
+            :meth:`~.liveness.KeptLiveness.owners`).
         :returns: the answer restricted to ``live`` (its ``calls`` are the
             requests sent this time: 0 when kept; its ``complete`` whether
             a refusal may stand on it), and whether Placement was asked
@@ -288,7 +293,8 @@ class PlacementView:
                 self._entries[key] = entry
         if entry is None or now - entry.taken >= self.seconds:
             return self._ask_all(client, store, groups, key, hosts, disabled, now,
-                                 "none kept" if entry is None else "expired"), True
+                                 "none kept" if entry is None else "expired",
+                                 owners), True
         # NOTE: the hosts the kept answer does not know (new, back from
         # down, forgotten, their tree changed), those an operator disabled
         # or enabled since, and, when nothing fitted on it, those it
@@ -303,16 +309,17 @@ class PlacementView:
         trees = self._trees_of(store, stale) if stale else {}
         if stale and (entry.found.shared or trees is None):
             return self._ask_all(client, store, groups, key, hosts, disabled, now,
-                                 "shared" if entry.found.shared else "no tree"), True
+                                 "shared" if entry.found.shared else "no tree",
+                                 owners), True
         if len(stale) > self.tree_limit():
             found = self._ask_all(client, store, groups, key, hosts, disabled, now,
-                                  "too many trees")
+                                  "too many trees", owners)
             self._trees_untried()
             return found, True
         # NOTE: only a decision that serves the kept answer renews it (one
         # that asked about every host just kept a new one).
         if now - entry.taken >= self.seconds * RENEW_AT and not entry.renewal_failed:
-            self._renew(client, store, groups, key, entry, hosts, disabled, now)
+            self._renew(client, store, groups, key, entry, hosts, disabled, now, owners)
         if not stale and since is not None and entry.taken >= since:
             return self._served(entry, hosts, complete=True), False
         if not stale:
@@ -327,7 +334,7 @@ class PlacementView:
                                ("fresh", again)):
                 self.tree_asks[why] += len(count)
         started = time.monotonic()
-        part = providers.find(client, store, groups, trees=trees)
+        part = providers.find(client, store, groups, trees=trees, owners=owners)
         self._timed("tree_seconds", (time.monotonic() - started) / len(trees))
         with self._lock:
             found = entry.found
@@ -347,15 +354,16 @@ class PlacementView:
 
     def _ask_all(self, client: Any, store: HostPublication,
                  groups: Sequence[RequestGroup], key: Shape, hosts: frozenset[str],
-                 disabled: frozenset[str], now: float,
-                 why: str) -> providers.ProviderCandidates:
+                 disabled: frozenset[str], now: float, why: str,
+                 owners: Optional[providers.Owners] = None
+                 ) -> providers.ProviderCandidates:
         """Placement asked about every host (one call per shape), kept
         unless an answer asked since ``now`` was kept meanwhile (a renewal,
         another decision's ask: the newest by when it was asked stays);
         counted under ``why`` (:attr:`full_asks`)."""
         with self._lock:
             self.full_asks[why] += 1
-        found = self._timed_find(client, store, groups, hosts)
+        found = self._timed_find(client, store, groups, hosts, owners)
         if self.seconds > 0:
             with self._lock:
                 current = self._entries.get(key)
@@ -365,7 +373,8 @@ class PlacementView:
 
     def _renew(self, client: Any, store: HostPublication,
                groups: Sequence[RequestGroup], key: Shape, entry: _Entry,
-               hosts: frozenset[str], disabled: frozenset[str], now: float) -> None:
+               hosts: frozenset[str], disabled: frozenset[str], now: float,
+               owners: Optional[providers.Owners] = None) -> None:
         """Ask Placement about every host for ``key`` again off the
         decision's path (:attr:`_runner`), once at a time per shape, while
         the kept answer is served; the new answer replaces it unless a
@@ -383,7 +392,7 @@ class PlacementView:
         def renew() -> None:
             found = None
             try:
-                found = self._timed_find(client, store, groups, hosts)
+                found = self._timed_find(client, store, groups, hosts, owners)
             except Exception as err:  # noqa: BLE001 - the expiry asks again
                 LOG.warning("renewing Placement's answer for a request shape "
                             "failed (it is asked again when it expires): %s", err)
@@ -455,11 +464,12 @@ class PlacementView:
 
     def _timed_find(self, client: Any, store: HostPublication,
                     groups: Sequence[RequestGroup],
-                    hosts: frozenset[str]) -> providers.ProviderCandidates:
+                    hosts: frozenset[str], owners: Optional[providers.Owners] = None
+                    ) -> providers.ProviderCandidates:
         """Placement asked about every host (one call per shape), timed
         (:attr:`every_host_seconds`)."""
         started = time.monotonic()
-        found = providers.find(client, store, groups, hosts=sorted(hosts))
+        found = providers.find(client, store, groups, hosts=sorted(hosts), owners=owners)
         self._timed("every_host_seconds", time.monotonic() - started)
         return found
 

@@ -691,3 +691,39 @@ def test_a_renewal_handed_to_its_thread_as_the_view_closes_is_not_started(cloud)
     assert not asked and served.hosts and kept.closed
     kept.close()                            # waits for any renewal started
     assert asks == [] and kept.full_asks["renewed"] == 0
+
+
+def test_a_decision_that_asks_placement_reads_no_providers_owners(cloud):
+    """Issue 19: which host published each provider of Placement's answer
+    comes with the hosts' generations the plan reads anyway (kept by the
+    scheduler), not from a read of the store per ask (~3,000 uuids at
+    1,000 hosts): a decision that asks Placement about every host, or
+    about a host that joined, sends no such read, and the joined host's
+    room is its own."""
+    from tests.unit.hoststate.cases import statements
+
+    def owner_reads(seen: list[str]) -> list[str]:
+        return [q for q in seen
+                if "FROM hoststate_providers WHERE hoststate_providers.uuid IN" in q]
+
+    for i in range(2):
+        cloud.add_host("own%d" % i, [cell(4, 4096)] * 2, dedicated="0-7")
+    asking = cloud.scheduler(placement_view_seconds=0)
+    spec = spec_of(asking, *pinned(1, 2, 1024))
+    assert asking.schedule(spec, new_consumer(), "p", "u").placed
+    with statements(cloud.store) as seen:
+        for _ in range(2):
+            result = asking.schedule(spec, new_consumer(), "p", "u")
+            assert result.placed and result.placement_calls[GET] == 2
+    assert not owner_reads(seen), owner_reads(seen)
+    # with the view on: a host joins, asked about by its tree
+    sched = cloud.scheduler()
+    eight = spec_of(sched, *pinned(1, 8, 1024))
+    refused = sched.schedule(eight, new_consumer(), "p", "u")
+    assert not refused.placed
+    joined = cloud.add_host("own9-joined", [cell(8, 8192)], dedicated="0-7")
+    with statements(cloud.store) as seen:
+        result = sched.schedule(eight, new_consumer(), "p", "u")
+    assert result.placed and result.host == joined.name
+    assert sched.view.tree_asks["unknown"] == 1
+    assert not owner_reads(seen), owner_reads(seen)

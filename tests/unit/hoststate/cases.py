@@ -1235,6 +1235,28 @@ class TestChanges:
         idle = store.host_status_changes(later.mark)
         assert (idle.full, dict(idle.generations), idle.mark) == (False, {}, later.mark)
 
+    def test_the_changed_hosts_come_with_their_providers(self, store):
+        """Issue 19: the uuids of the providers of every host read, in the
+        same statement: a scheduler keeps which host published which
+        provider with the generations, not a read per provider."""
+        store.publish("h1", states(a=1), 0, providers={"u1": "h1", "u1c": "h1-cell"})
+        store.publish("h2", states(a=1), 0, providers={"u2": "h2"})
+        store.publish("h3", states(a=1), 0)
+        first = store.host_status_changes(None)
+        assert dict(first.providers) == {"h1": ("u1", "u1c"), "h2": ("u2",), "h3": ()}
+        store.publish("h1", states(a=1), 1, providers={"u1": "h1"})
+        store.publish("h2", states(a=2), 1, providers={"u2": "h2", "u1c": "h2-cell"})
+        with statements(store) as seen:
+            later = store.host_status_changes(first.mark)
+        assert dict(later.providers) == {"h1": ("u1",), "h2": ("u1c", "u2")}
+        assert len([q for q in seen if q.startswith("SELECT")]) == 1, seen
+        store.publish("h3", states(a=2), 1)  # its states only
+        assert dict(store.host_status_changes(later.mark).providers) == {"h3": ()}
+        store.rename_host("h2", "h2-new")
+        full = store.host_status_changes(later.mark)
+        assert full.full and full.providers == {
+            h: tuple(sorted(s.providers)) for h, s in store.get_hosts().items()}
+
     def test_expired_leases_are_the_down_hosts_and_renewals_are_not_changes(self, store):
         for host in ("h1", "h2", "h3"):
             store.publish(host, states(a=1), 0)

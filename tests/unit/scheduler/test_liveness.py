@@ -189,3 +189,93 @@ def test_the_live_hosts_are_the_same_set_until_one_joins_goes_down_or_leaves(tmp
         assert kept.read(store).hosts is down.hosts
         # a Liveness made without one: its generations' hosts
         assert liveness.read(store).hosts == {"a", "c"}
+
+
+def test_the_providers_owners_are_kept_with_the_generations_and_follow_them(tmp_path):
+    """Issue 19: which host published a provider (what maps Placement's
+    answer to hosts) is kept with the hosts' generations, read by change:
+    no read of the store per look-up, and the answer follows a provider
+    that moves to another host, a host renamed, one that publishes again
+    under its name, and one published after the last read (at the next)."""
+    with open_store(tmp_path) as store:
+        store.publish("a", states(a=1), 0, providers={"u-a": "a", "u-a1": "a-cell"})
+        store.publish("b", states(a=1), 0, providers={"u-b": "b"})
+        store.publish("c", states(a=1), 0, providers={"u-c": "c"})
+        kept = liveness.KeptLiveness()
+        kept.read(store)
+        every = ["u-a", "u-a1", "u-b", "u-c"]
+        expected = store.hosts_for_providers(every)
+        with statements(store) as seen:
+            assert kept.owners(store, every) == expected
+        assert seen == []
+        with statements(store) as seen:
+            # NOTE: a uuid no host published (Placement's sharing
+            # provider, a compute node of another service): none.
+            assert kept.owners(store, ["u-a1", "gone"]) == {"u-a1": "a"}
+        assert seen == []
+        # a provider moves from a to b: a drops it, b takes it
+        store.publish("a", states(a=1), 1, providers={"u-a": "a"})
+        store.publish("b", states(a=2), 1, providers={"u-b": "b", "u-a1": "b-cell"})
+        kept.read(store)
+        with statements(store) as seen:
+            assert kept.owners(store, every) == {
+                "u-a": "a", "u-a1": "b", "u-b": "b", "u-c": "c"}
+        assert seen == []
+        # a host renamed (its row removed, the name published again)
+        store.rename_host("c", "c2")
+        store.publish("c2", states(a=1), 0, providers={"u-c": "c2"})
+        kept.read(store)
+        assert kept.full_reads == 2
+        expected = store.hosts_for_providers(every)
+        with statements(store) as seen:
+            assert kept.owners(store, every) == expected
+        assert seen == [] and expected["u-c"] == "c2"
+        # a host published after the last read: known from the next one
+        store.publish("d", states(a=1), 0, providers={"u-d": "d"})
+        assert kept.owners(store, ["u-d", "u-b"]) == {"u-b": "b"}
+        kept.read(store)
+        with statements(store) as seen:
+            assert kept.owners(store, ["u-d"]) == {"u-d": "d"}
+        assert seen == []
+
+
+def test_the_providers_owners_of_a_recreated_store_are_its_own(tmp_path):
+    """The store dropped and made again under a running scheduler (its
+    identity in the mark): the owners kept from the old one are dropped
+    with its generations, none served for the new one's hosts."""
+    import sqlalchemy as sa
+
+    from compute_plugins.hoststate import schema
+
+    url = "sqlite:///%s" % (tmp_path / "s.sqlite")
+    with hoststate.HostStateStore(url) as store:
+        store.publish("old", states(a=1), 0, providers={"u-1": "old"})
+        kept = liveness.KeptLiveness()
+        kept.read(store)
+        assert kept.owners(store, ["u-1"]) == {"u-1": "old"}
+        engine = sa.create_engine(url)
+        try:
+            schema.metadata.drop_all(engine)
+        finally:
+            engine.dispose()
+        with hoststate.HostStateStore(url) as again:
+            for i in range(3):
+                again.publish("new%d" % i, states(a=1), 0,
+                              providers={"u-%d" % (i + 1): "new%d" % i})
+        kept.read(store)
+        assert kept.full_reads == 2
+        with statements(store) as seen:
+            assert kept.owners(store, ["u-1", "u-2", "u-3"]) == {
+                "u-1": "new0", "u-2": "new1", "u-3": "new2"}
+        assert seen == []
+
+
+def test_the_providers_owners_of_a_store_not_read_are_asked_of_it(tmp_path):
+    with open_store(tmp_path, "a") as first, open_store(tmp_path, "b") as second:
+        first.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        second.publish("h2", states(a=1), 0, providers={"u-1": "h2"})
+        kept = liveness.KeptLiveness()
+        assert kept.owners(first, ["u-1"]) == {"u-1": "h1"}  # none read yet
+        kept.read(first)
+        assert kept.owners(second, ["u-1"]) == {"u-1": "h2"}
+        assert kept.owners(first, ["u-1"]) == {"u-1": "h1"}
