@@ -99,6 +99,7 @@ from compute_plugins.placement import exception as pexc
 from compute_plugins.placement import report as preport
 from compute_plugins.placement.report.periodic import calls_between
 from compute_plugins.plugin.contract import Rejection
+from compute_plugins.request.types import encodes_alike_when_equal
 from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
@@ -1055,10 +1056,14 @@ class ComputeAgent:
         states, broken = self._claims_for_host().states()
         # NOTE: a claim or a release changes one plugin's state or two;
         # the others' documents are the ones encoded last (a state equal to
-        # the one last encoded, by its plugin's own equality, type and all).
+        # the one last encoded, by its plugin's own equality, type and all,
+        # where equal states encode alike: a frozen state, every published
+        # field compared; a state its plugin may change in place is equal
+        # to itself, so encoded every time).
         previous = self._encoded
         kept = {name for name, state in states.items()
                 if name in previous and type(previous[name][0]) is type(state)
+                and encodes_alike_when_equal(type(state))
                 and previous[name][0] == state}
         fresh, unencodable = self.manager.plugins.encode_states(
             {name: state for name, state in states.items() if name not in kept})

@@ -13,6 +13,7 @@ driven by the dataclasses' type hints, so ``decode(T, encode(x)) == x``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import linecache
 import math
@@ -428,6 +429,58 @@ def encode(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [encode(v) for v in value]
     return value
+
+
+def encodes_alike_when_equal(cls: type) -> bool:
+    """Whether two values of ``cls`` that are equal (``==``) are sure to
+    give the same :func:`encode` document, whenever each was encoded: what
+    a holder that keeps a value's document until a value unequal to it
+    comes (the compute agent's states) rests on. True for a frozen
+    dataclass with its generated equality whose fields that :func:`encode`
+    writes all compare (none ``compare=False``) and hold only values that
+    cannot change in place (str, int, float, bool, None, enums, tuples,
+    frozensets, :class:`FrozenMap` and such dataclasses, by their type
+    hints); False for anything else (a dataclass without ``frozen=True``,
+    whose value may have been changed since it was encoded: equal to
+    itself; a field hinted ``list``, ``dict`` or ``Any``). Decided once
+    per class. A class's own ``__eq__`` is taken at its word."""
+    found = _ENCODES_ALIKE.get(cls)
+    if found is None:
+        found = _encodes_alike(cls, set())
+        _ENCODES_ALIKE[cls] = found
+    return found
+
+
+#: :func:`encodes_alike_when_equal`'s answers, by class.
+_ENCODES_ALIKE: dict[type, bool] = {}
+_IMMUTABLE_LEAVES = (str, int, float, bool, type(None))
+
+
+def _encodes_alike(hint: Any, seen: set[type]) -> bool:
+    if hint in _IMMUTABLE_LEAVES or hint is Ellipsis:
+        return True
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        params = getattr(hint, "__dataclass_params__", None)
+        if params is None or not params.frozen or not params.eq:
+            return False
+        if hint in seen:
+            return True
+        seen.add(hint)
+        try:
+            hints = _hints(hint)
+        except Exception:  # noqa: BLE001 - a hint that cannot be resolved
+            return False
+        return all(f.compare and _encodes_alike(hints.get(f.name, Any), seen)
+                   for f in dataclasses.fields(hint) if f.metadata.get("json", True))
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return True
+    if origin in (tuple, frozenset, FrozenMap, typing.Union, types.UnionType) \
+            or hint is FrozenMap:
+        return all(_encodes_alike(arg, seen) for arg in typing.get_args(hint))
+    return False
 
 
 def _encode_key(key: Any) -> str:

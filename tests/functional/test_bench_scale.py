@@ -166,3 +166,22 @@ def test_the_placement_cost_benchmark_prints_each_kind_of_request():
                                   "checkouts"}, out[kind]
         assert out[kind]["cpu_ms"] > 0 and out[kind]["statements"] >= 1
     assert out["put_allocations"]["db_cpu_ms"] == 0    # SQLite: in the process
+
+
+def test_the_agents_cpu_benchmark_prints_its_figures():
+    """``python -m bench.scale.agent``: the simulated agents' CPU per claim,
+    release and renewal (2 hosts, SQLite store); a bad count is one line."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.scale.agent", "--hosts", "2", "--store", "sqlite",
+         "--decisions", "10", "--renewals", "5"], cwd=ROOT, capture_output=True,
+        text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (out["hosts"], out["store"], out["decisions"]) == (2, "sqlite", 10)
+    assert out["boots"] + out["deletes"] == 10 and out["placed"] > 0
+    assert out["agent_cpu_ms_per_decision"] > 0 and out["agent_cpu_ms_per_claim"] > 0
+    assert out["agent_cpu_ms_per_renewal"] > 0
+    bad = subprocess.run([sys.executable, "-m", "bench.scale.agent", "--hosts", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "expected at least 1" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -11,6 +11,7 @@ Placement and the decision is submitted to the store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from compute_plugins.hoststate import (
     protocol,
 )
 from compute_plugins.placement import embedded
+from compute_plugins.plugin.state import PluginState
 from compute_plugins.request.groups import Decision
 from compute_plugins.request.spec import build_request_spec
 from compute_plugins.runtime.manager import PluginManager
@@ -305,6 +307,52 @@ def test_a_claim_encodes_again_only_the_states_it_changed(
         assert host.published("vgpu").pgpus[0].used == 1
     finally:
         host.store.close()
+
+
+@dataclasses.dataclass
+class _CountedState(PluginState):
+    """A plugin's state type without ``frozen=True`` (the codec reads such
+    types too), which its plugin changes in place."""
+
+    used: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotedState(PluginState):
+    """A plugin's state with a published field its equality leaves out."""
+
+    used: int = 0
+    note: str = dataclasses.field(default="", compare=False)
+
+
+def _count_one(state: _CountedState) -> _CountedState:
+    state.used += 1
+    return state
+
+
+@pytest.mark.parametrize("first, then", [
+    pytest.param(lambda: _CountedState(0), _count_one, id="changed-in-place"),
+    pytest.param(lambda: _NotedState(0, "a"), lambda s: _NotedState(0, "b"),
+                 id="compare-false-field"),
+])
+def test_a_state_changed_where_equality_cannot_see_it_is_published(
+        host, monkeypatch, first, then):
+    """The agent skips encoding a state equal to the one it encoded last,
+    but not one whose equality cannot tell a change: a state object its
+    plugin changed in place (the same object, so equal to itself), or one
+    with a published field left out of its equality. The store gets the
+    state as it is now."""
+    host.agent.run_once()
+    state = first()
+    claims = host.agent._claims_for_host()
+    monkeypatch.setattr(claims, "states", lambda: ({"numa": state}, []))
+    assert host.agent.run_once().ok
+    before = host.store.get_host(host.name).states["numa"]["state"]
+    state = then(state)
+    assert host.agent.run_once().ok
+    after = host.store.get_host(host.name).states["numa"]["state"]
+    assert after != before
+    assert after == host.agent.manager.plugins.encode_state("numa", state)["state"]
 
 
 def test_a_decision_for_another_host_is_rejected(host):
