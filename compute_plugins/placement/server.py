@@ -32,6 +32,7 @@ one at a time (see :meth:`EmbeddedPlacement.__call__
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import resource
 import signal
@@ -222,7 +223,8 @@ def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
     Fork before starting threads in this process where possible (a child
     has only the forking thread; a lock another thread held stays held).
     Each child ends with ``os._exit`` (nothing of the parent's is flushed
-    or cleaned up twice).
+    or cleaned up twice); one that crashes in C (a fatal signal) prints its
+    Python stack on stderr first (``faulthandler``).
 
     :returns: the children's pids (:func:`stop_workers` ends them).
     """
@@ -233,6 +235,9 @@ def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
         if pid == 0:  # pragma: no cover - the child; its work is tested by its answers
             code = 0
             try:
+                # NOTE: a crash in C (SIGSEGV, SIGABRT...) says where on
+                # stderr before the child ends by its signal
+                faulthandler.enable()
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 signal.signal(signal.SIGTERM, _stop_worker)
                 threading.Thread(target=_die_with, args=(parent,), daemon=True,
