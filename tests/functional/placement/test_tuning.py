@@ -738,3 +738,28 @@ def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
         resource_class._RESOURCE_CLASSES_SYNCED = False
     assert [tuple(row) for row in rows] == [("INSTANCE", "p", "p")] * 2
     assert usages == {"INSTANCE": {"VCPU": 2, "consumer_count": 2}}
+
+
+def test_a_check_inspected_once_still_refuses_who_may_not():
+    """oslo.policy's checks inspected once (:mod:`~compute_plugins.placement.
+    policy`) still decide per request: after the admin's requests, a
+    member's is refused (403), an admin's allowed again."""
+    assert policy.argspecs_once()
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        adapter = service.client().adapter
+
+        def status(method: str, path: str, token: str, body: Any = None) -> int:
+            return adapter.request(path, method, json=body, raise_exc=False,
+                                   authenticated=False,
+                                   headers={**HEADERS, "X-Auth-Token": token}).status_code
+
+        rp = uid("policy-root")
+        assert status("POST", "/resource_providers", "admin",
+                      {"name": "policy-root", "uuid": rp}) == 200
+        assert status("GET", "/resource_providers", "admin") == 200
+        member = "%s:%s" % (uid("user"), uid("project"))
+        assert status("GET", "/resource_providers", member) == 403
+        assert status("PUT", "/allocations/" + uid("policy-consumer"), member, {
+            "allocations": {}, "consumer_generation": None, "project_id": uid("project"),
+            "user_id": uid("user"), "consumer_type": "INSTANCE"}) == 403
+        assert status("GET", "/resource_providers/" + rp, "admin") == 200
