@@ -243,8 +243,14 @@ def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
                 threading.Thread(target=_die_with, args=(parent,), daemon=True,
                                  name="placement-worker-parent").start()
                 serve()
-            except SystemExit:
-                pass
+            except SystemExit as stop:
+                # NOTE: its code, as a process ends with it (SIGTERM's
+                # _stop_worker: 0; a message: 1, said on stderr)
+                if isinstance(stop.code, int):
+                    code = stop.code
+                elif stop.code is not None:
+                    print(stop.code, file=sys.stderr)
+                    code = 1
             except BaseException:  # noqa: BLE001 - said, then the child ends
                 traceback.print_exc()
                 code = 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import signal
 import socket
+import sys
 import threading
 import uuid
 
@@ -334,3 +335,22 @@ def test_no_token_takes_admin(tmp_path):
         assert _status(placement.port, "/resource_providers", "admin") == 200
     finally:
         placement.stop()
+
+
+@pytest.mark.parametrize("stop, said", [
+    (lambda: sys.exit(3), "exit code 3"),
+    (lambda: sys.exit("no database"), "exit code 1"),
+    (lambda: None, "exit code 0"),
+])
+def test_a_forked_worker_ends_with_the_code_it_exits_with(stop, said):
+    """A ``--workers`` process that exits (``SystemExit``) ends with its
+    code, as a process would: its parent says how it ended
+    (``lost_worker``), and a worker that stopped on an error ended with
+    exit code 0 there."""
+    import os
+
+    from compute_plugins.placement import server as pserver
+
+    pids = pserver.fork_workers(1, stop)
+    _pid, status = os.waitpid(pids[0], 0)
+    assert pserver._how_ended(status) == said
