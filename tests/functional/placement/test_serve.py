@@ -354,3 +354,19 @@ def test_a_forked_worker_ends_with_the_code_it_exits_with(stop, said):
     pids = pserver.fork_workers(1, stop)
     _pid, status = os.waitpid(pids[0], 0)
     assert pserver._how_ended(status) == said
+
+
+def test_a_forked_worker_serves_where_stderr_is_no_file(monkeypatch):
+    """Forked where ``sys.stderr`` is not a file (an application's stream
+    object, None in a daemon), a worker still runs what it was given (its
+    crash report, ``faulthandler``, needs a file: it goes to descriptor 2)."""
+    import io
+    import os
+
+    from compute_plugins.placement import server as pserver
+
+    for stream in (io.StringIO(), None):
+        monkeypatch.setattr(sys, "stderr", stream)
+        pids = pserver.fork_workers(1, lambda: sys.exit(3))
+        _pid, status = os.waitpid(pids[0], 0)
+        assert pserver._how_ended(status) == "exit code 3"
