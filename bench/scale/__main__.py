@@ -347,12 +347,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 embedded.EmbeddedPlacement(placement_db) as service, \
                 HostStateStore(store_url, push_transport_url=transport_url) as store:
             server = service.make_server(threads=8, workers=args.placement_workers)
-            serving = threading.Thread(target=server.serve_forever, daemon=True)
+            serving = threading.Thread(target=serve, args=(server,), daemon=True)
             serving.start()
             try:
                 _measure(args, out, service, server.url, store,
                          (store_url, transport_url), tmp, agent_procs, sched_procs,
                          database_pids)
+            except Exception as err:
+                if server.lost_worker is None:
+                    raise
+                # NOTE: what the processes then saw ("cannot reach
+                # Placement") follows from it
+                raise RuntimeError("%s: Placement stopped (then: %s)" % (
+                    server.lost_worker, str(err).strip().splitlines()[-1])) from err
             finally:
                 server.shutdown()
                 serving.join(10)
@@ -360,6 +367,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         agent_procs.close()
         sched_procs.close()
     return out
+
+
+def serve(server: Any) -> None:
+    """Placement's HTTP server until it is shut down, or until one of its
+    workers ends (``--placement-workers``): then said at once, with how it
+    ended (an exit code, a signal: the OOM killer's SIGKILL, a crash's
+    SIGSEGV), since the processes only see Placement gone."""
+    server.serve_forever()
+    if server.lost_worker is not None:
+        say("%s: Placement stopped" % server.lost_worker)
 
 
 def say(text: str) -> None:

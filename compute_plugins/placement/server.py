@@ -32,6 +32,7 @@ one at a time (see :meth:`EmbeddedPlacement.__call__
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import resource
 import signal
@@ -222,7 +223,8 @@ def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
     Fork before starting threads in this process where possible (a child
     has only the forking thread; a lock another thread held stays held).
     Each child ends with ``os._exit`` (nothing of the parent's is flushed
-    or cleaned up twice).
+    or cleaned up twice); one that crashes in C (a fatal signal) prints its
+    Python stack on stderr first (``faulthandler``).
 
     :returns: the children's pids (:func:`stop_workers` ends them).
     """
@@ -231,23 +233,63 @@ def fork_workers(count: int, serve: Callable[[], None]) -> list[int]:
     for _ in range(count):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child; its work is tested by its answers
-            code = 0
+            code = 1
             try:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, _stop_worker)
-                threading.Thread(target=_die_with, args=(parent,), daemon=True,
-                                 name="placement-worker-parent").start()
-                serve()
-            except SystemExit:
-                pass
-            except BaseException:  # noqa: BLE001 - said, then the child ends
-                traceback.print_exc()
-                code = 1
+                code = _run_worker(parent, serve)
             finally:
-                sys.stderr.flush()
                 os._exit(code)
         pids.append(pid)
     return pids
+
+
+def _run_worker(parent: int, serve: Callable[[], None]) -> int:
+    """In a forked worker: ``serve()``, then the code the worker ends with
+    (a ``SystemExit``'s, as a process's; 1 after an error, said on
+    stderr). Raises nothing: the caller must reach ``os._exit``, never
+    return into the parent's code."""
+    try:
+        # NOTE: a crash in C (SIGSEGV, SIGABRT...) says where before the
+        # worker ends by its signal; on descriptor 2, as sys.stderr may be
+        # no file here (an application's stream object, None)
+        faulthandler.enable(file=2)
+    except (OSError, ValueError, RuntimeError):
+        pass
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _stop_worker)
+        threading.Thread(target=_die_with, args=(parent,), daemon=True,
+                         name="placement-worker-parent").start()
+        serve()
+        return 0
+    except SystemExit as stop:
+        # NOTE: SIGTERM's _stop_worker: 0
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        _say("%s\n" % stop.code)
+        return 1
+    except BaseException:  # noqa: BLE001 - said, then the worker ends
+        _say(traceback.format_exc())
+        return 1
+    finally:
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001, S110 - nothing to flush
+            pass
+
+
+def _say(text: str) -> None:
+    """``text`` on this process's stderr (``sys.stderr``, else descriptor
+    2), whatever it is: nothing raised."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return
+    except Exception:  # noqa: BLE001 - no usable sys.stderr: descriptor 2
+        pass
+    try:
+        os.write(2, text.encode("utf-8", "replace"))
+    except OSError:
+        pass
 
 
 def _stop_worker(signum: int, frame: object) -> None:

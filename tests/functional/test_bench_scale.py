@@ -185,3 +185,71 @@ def test_the_agents_cpu_benchmark_prints_its_figures():
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "expected at least 1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _listening_children(pid: int) -> list[int]:
+    """The children of ``pid`` holding a listening TCP socket (Placement's
+    workers: the agents' and schedulers' processes were forked before
+    Placement listened)."""
+    import os
+
+    listening = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[3] == "0A":  # NOTE: TCP_LISTEN
+                    listening.add("socket:[%s]" % fields[9])
+    found = []
+    for child in pathlib.Path("/proc/%d/task/%d/children" % (pid, pid)).read_text().split():
+        try:
+            fds = [os.readlink(fd) for fd in pathlib.Path("/proc/%s/fd" % child).iterdir()]
+        except OSError:
+            continue
+        if listening.intersection(fds):
+            found.append(int(child))
+    return found
+
+
+def test_a_placement_worker_that_ends_is_named_with_how_it_ended():
+    """A run once stopped with "cannot reach Placement ... Connection
+    refused" and nothing else: one of its ``--placement-workers`` had ended
+    and the Placement server stopped with it, but how (a signal, an exit
+    code) was said nowhere. Now it is, as soon as it happens and in the
+    run's error."""
+    import os
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "scale", "--hosts", "2", "--decisions", "4",
+         "--idle", "60", "--workers", "1", "--poll-interval", "0.2", "--lease", "3",
+         "--store", "postgresql", "--placement-workers", "2", "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "set-up:" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        deadline = time.monotonic() + 10
+        workers = _listening_children(proc.pid)
+        while not workers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            workers = _listening_children(proc.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        _out, err = proc.communicate(timeout=120)
+        err = "".join(seen) + err
+        assert proc.returncode == 1, err
+        said = "Placement worker %d ended (killed by SIGKILL)" % workers[0]
+        lines = err.strip().splitlines()
+        assert any(said in line for line in lines[:-1]), err  # NOTE: when it happened
+        assert lines[-1].startswith("bench.scale: ") and said in lines[-1], err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -457,6 +457,37 @@ def test_a_placement_worker_that_dies_stops_the_service(database, tmp_path):
             proc.wait()
 
 
+def test_a_placement_worker_that_crashes_says_where_before_it_ends(database, tmp_path):
+    """A ``--workers`` process that crashes in C (a fatal signal: a
+    driver's bug, a bad pointer) ended with nothing on stderr but its
+    parent's line: now its Python stack comes first (``faulthandler``),
+    then the parent's line with the signal."""
+    import os
+    import signal
+
+    config = tmp_path / "placement.conf"
+    config.write_text("[placement]\nembedded_connection = %s\n" % database)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
+         "placement", "serve", "--port", "0", "--no-token", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("Placement listening on "), line + proc.stderr.read()
+        children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
+        workers = [int(p) for p in children.read_text().split()]
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGSEGV)
+        assert proc.wait(timeout=20) == 1
+        err = proc.stderr.read()
+        assert "Fatal Python error: Segmentation fault" in err, err
+        assert ("Placement worker %d ended (killed by SIGSEGV)" % workers[0]) in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_the_embedded_placement_pings_only_connections_idle_a_while(database, monkeypatch):
     """issue 19: the embedded Placement's pool pinged (``SELECT 1``) every
     connection it handed out, and Placement takes one per transaction: a

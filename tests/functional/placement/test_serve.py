@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import signal
 import socket
+import sys
 import threading
 import uuid
 
@@ -334,3 +335,38 @@ def test_no_token_takes_admin(tmp_path):
         assert _status(placement.port, "/resource_providers", "admin") == 200
     finally:
         placement.stop()
+
+
+@pytest.mark.parametrize("stop, said", [
+    (lambda: sys.exit(3), "exit code 3"),
+    (lambda: sys.exit("no database"), "exit code 1"),
+    (lambda: None, "exit code 0"),
+])
+def test_a_forked_worker_ends_with_the_code_it_exits_with(stop, said):
+    """A ``--workers`` process that exits (``SystemExit``) ends with its
+    code, as a process would: its parent says how it ended
+    (``lost_worker``), and a worker that stopped on an error ended with
+    exit code 0 there."""
+    import os
+
+    from compute_plugins.placement import server as pserver
+
+    pids = pserver.fork_workers(1, stop)
+    _pid, status = os.waitpid(pids[0], 0)
+    assert pserver._how_ended(status) == said
+
+
+def test_a_forked_worker_serves_where_stderr_is_no_file(monkeypatch):
+    """Forked where ``sys.stderr`` is not a file (an application's stream
+    object, None in a daemon), a worker still runs what it was given (its
+    crash report, ``faulthandler``, needs a file: it goes to descriptor 2)."""
+    import io
+    import os
+
+    from compute_plugins.placement import server as pserver
+
+    for stream in (io.StringIO(), None):
+        monkeypatch.setattr(sys, "stderr", stream)
+        pids = pserver.fork_workers(1, lambda: sys.exit(3))
+        _pid, status = os.waitpid(pids[0], 0)
+        assert pserver._how_ended(status) == "exit code 3"

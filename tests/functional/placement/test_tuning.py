@@ -3,13 +3,14 @@ placement.aliases`), remembered rows (:mod:`compute_plugins.placement.
 lookups`), trimmed consumer writes (:mod:`compute_plugins.placement.
 consumers`) and oslo.policy's checks inspected once (:mod:`compute_plugins.
 placement.policy`): the same SQL (less the statements spared) and the same
-answers as Placement as shipped, on SQLite and on PostgreSQL.
+answers as Placement as shipped, on SQLite, PostgreSQL and MariaDB.
 
 Each run sends one script of requests (providers, inventories, traits,
 aggregates, the scheduler's listings, allocation candidates, ``PUT``,
 ``POST``, ``GET`` and ``DELETE`` of allocations, capacity and generation
 conflicts, an existing consumer said to be new, consumers moving between
-projects, users and consumer types, older microversions) to a new embedded
+projects, users and consumer types, a ``POST`` moving one consumer's
+allocations to a new one, older microversions) to a new embedded
 Placement on an empty database, with deterministic uuids; every statement
 sent to the database is recorded. With the tuning and with Placement as
 shipped the answers are the same, and so are the statements (their text
@@ -146,6 +147,16 @@ def script() -> Iterator[tuple[Any, ...]]:
                 "/resource_providers/%s/usages" % children[0],
                 "/resource_providers?resources=VCPU:1"):
         yield "GET", url, None
+    # NOTE: a POST moving a consumer's allocations to a new one (as nova's
+    # migrations do): the one emptied goes (Placement deletes it), the new
+    # one is created by the POST
+    eighth = uid("consumer8")
+    yield "POST", "/allocations", {
+        third: {"allocations": {}, "consumer_generation": 1, **alloc},
+        eighth: {"allocations": {children[0]: {"resources": {"VCPU": 4}}},
+                 "consumer_generation": None, **alloc, "consumer_type": "MIGRATION"}}
+    for consumer in (third, eighth):
+        yield "GET", "/allocations/" + consumer, None
     for consumer in (first, second, first, third):
         yield "DELETE", "/allocations/" + consumer, None
     yield "GET", "/resource_providers?resources=VCPU:4,MEMORY_MB:4096", None
@@ -354,14 +365,19 @@ def check_conflicts(answers: list[Any]) -> None:
     seventh = "/allocations/" + uid("consumer7")
     assert [status for method, path, status, _ in answers if path == seventh] == [400, 409]
     assert codes[(seventh, 409)] == ["placement.concurrent_update"]
-    assert [status for method, path, status, _ in answers if path == "/allocations"] == [204]
+    assert [status for method, path, status, _ in answers if path == "/allocations"] == [
+        204, 204]
+    # NOTE: the third consumer went with its allocations (the POST)
     assert [status for method, path, status, _ in answers if method == "DELETE"] == [
-        204, 204, 204, 204, 404, 204, 204, 204, 204]
+        204, 204, 204, 204, 404, 404, 204, 204, 204]
     gold = "/allocations/" + uid("gold")
     assert [status for method, path, status, _ in answers if path == gold] == [
         204, 200, 204, 400]
     got = {path: data for method, path, status, data in answers if method == "GET"}
     assert got["/allocations/" + uid("consumer4")] == {"allocations": {}}
+    assert got["/allocations/" + uid("consumer3")] == {"allocations": {}}
+    assert got["/allocations/" + uid("consumer8")]["allocations"] == {
+        uid("child0"): {"generation": 5, "resources": {"VCPU": 4}}}
     assert got["/allocations/" + uid("consumer1")]["project_id"] == uid("project")
     assert got["/usages?project_id=" + uid("project2")] == {"usages": {}}
 
@@ -384,6 +400,26 @@ def test_kept_aliases_send_the_same_sql_and_answers_on_postgresql(postgresql_ser
         with admin.cursor() as cur:
             for name in names:
                 cur.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+        admin.close()
+
+
+def test_kept_aliases_send_the_same_sql_and_answers_on_mariadb(mariadb_server, monkeypatch):
+    """On MariaDB (InnoDB) too: the failed insert of an existing consumer
+    said to be new (a duplicate key, its auto-increment number taken) is
+    rolled back with its own transaction and Placement's path answers the
+    same 409."""
+    admin = mariadb_server.admin()
+    names = ["aliases_%s_%s" % (which, uuid.uuid4().hex[:8]) for which in ("kept", "stock")]
+    try:
+        with admin.cursor() as cur:
+            for name in names:
+                cur.execute("CREATE DATABASE %s" % name)
+        urls = (mariadb_server.url(names[0]), mariadb_server.url(names[1]))
+        check_conflicts(compare(urls, monkeypatch))
+    finally:
+        with admin.cursor() as cur:
+            for name in names:
+                cur.execute("DROP DATABASE IF EXISTS %s" % name)
         admin.close()
 
 
@@ -702,3 +738,28 @@ def test_a_placement_on_another_database_does_not_get_the_rows_remembered():
         resource_class._RESOURCE_CLASSES_SYNCED = False
     assert [tuple(row) for row in rows] == [("INSTANCE", "p", "p")] * 2
     assert usages == {"INSTANCE": {"VCPU": 2, "consumer_count": 2}}
+
+
+def test_a_check_inspected_once_still_refuses_who_may_not():
+    """oslo.policy's checks inspected once (:mod:`~compute_plugins.placement.
+    policy`) still decide per request: after the admin's requests, a
+    member's is refused (403), an admin's allowed again."""
+    assert policy.argspecs_once()
+    with embedded.EmbeddedPlacement("sqlite://") as service:
+        adapter = service.client().adapter
+
+        def status(method: str, path: str, token: str, body: Any = None) -> int:
+            return adapter.request(path, method, json=body, raise_exc=False,
+                                   authenticated=False,
+                                   headers={**HEADERS, "X-Auth-Token": token}).status_code
+
+        rp = uid("policy-root")
+        assert status("POST", "/resource_providers", "admin",
+                      {"name": "policy-root", "uuid": rp}) == 200
+        assert status("GET", "/resource_providers", "admin") == 200
+        member = "%s:%s" % (uid("user"), uid("project"))
+        assert status("GET", "/resource_providers", member) == 403
+        assert status("PUT", "/allocations/" + uid("policy-consumer"), member, {
+            "allocations": {}, "consumer_generation": None, "project_id": uid("project"),
+            "user_id": uid("user"), "consumer_type": "INSTANCE"}) == 403
+        assert status("GET", "/resource_providers/" + rp, "admin") == 200
