@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Optional, cast
 
@@ -83,6 +84,16 @@ def read(store: HostPublication) -> Liveness:
     return split(store.host_statuses())
 
 
+def _reference(store: HostPublication) -> Callable[[], Optional[HostPublication]]:
+    """A reference that is ``store`` only, never another store made at its
+    address once it is freed (an ``id`` is reused): weak where it can be,
+    so that a store replaced is not kept alive."""
+    try:
+        return weakref.ref(store)
+    except TypeError:  # NOTE: an object without weak references
+        return lambda: store
+
+
 #: Seconds between a kept view's full reads of every host: the change
 #: numbers miss nothing a current agent writes, but a store restored from
 #: a backup under a running scheduler whose counter has passed its mark
@@ -116,7 +127,8 @@ class KeptLiveness:
         #: Every host that published -> its generation, as last read.
         self._generations: dict[str, int] = {}
         self._mark: Optional[ChangeMark] = None
-        self._store: Optional[int] = None
+        #: The store read last (by reference: :func:`_reference`).
+        self._store: Optional[Callable[[], Optional[HostPublication]]] = None
         self._full_at = 0.0
         #: Reads of every host made so far (the first, and those the class
         #: doc lists): what a test or a benchmark counts.
@@ -132,8 +144,9 @@ class KeptLiveness:
         #: providers' uuids, as last read (:meth:`owners`).
         self._owners: dict[str, str] = {}
         self._provided: dict[str, tuple[str, ...]] = {}
-        #: The store last read, and whether it numbers its changes.
-        self._feed: Optional[tuple[HostPublication, bool]] = None
+        #: The store last read (by reference: :func:`_reference`), and
+        #: whether it numbers its changes.
+        self._feed: Optional[tuple[Callable[[], Optional[HostPublication]], bool]] = None
 
     def read(self, store: HostPublication,
              now: Optional[datetime.datetime] = None) -> Liveness:
@@ -159,10 +172,10 @@ class KeptLiveness:
               take: bool) -> tuple[Liveness, Optional[frozenset[str]]]:
         """:meth:`read`, with the changes taken (``take``) or left (None)."""
         feed = self._feed
-        if feed is None or feed[0] is not store:
+        if feed is None or feed[0]() is not store:
             # NOTE: isinstance() on a runtime protocol looks up each of its
             # members (~10 us): once per store, not per read.
-            feed = self._feed = (store, isinstance(store, HostStatusFeed))
+            feed = self._feed = (_reference(store), isinstance(store, HostStatusFeed))
         if not feed[1]:
             with self._lock:
                 self._changed = set() if take else None
@@ -170,7 +183,7 @@ class KeptLiveness:
         when = database.utcnow() if now is None else now
         with self._lock:
             mark = self._mark
-            if (self._store != id(store)
+            if (self._store is None or self._store() is not store
                     or self._clock() - self._full_at >= self.full_read_seconds):
                 mark = None
             read_at = self._clock()
@@ -179,7 +192,7 @@ class KeptLiveness:
             if changes.full:
                 self.full_reads += 1
                 self._generations = dict(changes.generations)
-                self._store = id(store)
+                self._store = _reference(store)
                 self._full_at = read_at
                 self._changed = None
                 self._owners = {}
@@ -255,7 +268,8 @@ class KeptLiveness:
         store per ask (~3,000 uuids at 1,000 hosts: 47% of the store's
         statement time in a 4-scheduler run)."""
         with self._lock:
-            if self._mark is not None and self._store == id(store):
+            if (self._mark is not None and self._store is not None
+                    and self._store() is store):
                 owners = self._owners
                 return {uuid: owners[uuid] for uuid in uuids if uuid in owners}
         return store.hosts_for_providers(uuids)

@@ -254,3 +254,55 @@ def test_the_providers_owners_of_a_store_not_read_are_asked_of_it(tmp_path):
         kept.read(first)
         assert kept.owners(second, ["u-1"]) == {"u-1": "h2"}
         assert kept.owners(first, ["u-1"]) == {"u-1": "h1"}
+
+
+class _Unnumbered:
+    """A store without change numbers (no ``host_status_changes``)."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        if name == "host_status_changes":
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def test_the_providers_owners_are_not_those_of_a_store_freed_at_its_address(tmp_path):
+    """The kept owners are those of the store read, told apart from
+    another by the object, not by its id: a store read, then freed (a
+    store without change numbers read meanwhile), and another made at
+    its address is asked, not answered the first one's owners (another
+    host)."""
+    with open_store(tmp_path, "a") as first, open_store(tmp_path, "b") as second:
+        first.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        second.publish("h2", states(a=1), 0, providers={"u-1": "h2"})
+        kept = liveness.KeptLiveness()
+        old = Rows(first)
+        address = id(old)
+        kept.read(old)
+        assert kept.owners(old, ["u-1"]) == {"u-1": "h1"}
+        kept.read(_Unnumbered(second))
+        del old
+        new = Rows(second)
+        # NOTE: CPython gives the new object the memory the old one freed
+        assert id(new) == address, "the replacement is not at the old address"
+        assert kept.owners(new, ["u-1"]) == {"u-1": "h2"}
+
+
+def test_a_store_read_is_not_kept_alive_by_the_liveness(tmp_path):
+    """A store replaced under a long-running holder of a KeptLiveness (its
+    engine, its connections) is freed once the holder lets it go."""
+    import gc
+    import weakref
+
+    with open_store(tmp_path) as store:
+        store.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        kept = liveness.KeptLiveness()
+        wrapped = Rows(store)
+        kept.read(wrapped)
+        assert kept.owners(wrapped, ["u-1"]) == {"u-1": "h1"}
+        gone = weakref.ref(wrapped)
+        del wrapped
+        gc.collect()
+        assert gone() is None
