@@ -306,3 +306,31 @@ def test_a_store_read_is_not_kept_alive_by_the_liveness(tmp_path):
         del wrapped
         gc.collect()
         assert gone() is None
+
+
+def test_a_down_hosts_providers_stay_its_own(tmp_path):
+    """A host down (its lease expired) is no candidate, but its providers
+    are still its own, as the store says: Placement's answer never takes
+    one for a provider of no host (a sharing provider's candidate), down
+    from the first read or gone down since, nor once it is back."""
+    import datetime
+
+    with open_store(tmp_path) as store:
+        store.publish("up", states(a=1), 0, providers={"u-up": "up"})
+        store.publish("down", states(a=1), 0, providers={"u-down": "down", "u-vf": "pf"})
+        store.acquire_lease("up", "node-1", "pid 1", 60)
+        store.acquire_lease("down", "node-2", "pid 2", 1)
+        every = ["u-up", "u-down", "u-vf"]
+        expected = store.hosts_for_providers(every)
+        later = datetime.datetime.utcnow() + datetime.timedelta(seconds=30)
+        first = liveness.KeptLiveness()     # down from its first read
+        assert set(first.read(store, now=later).down) == {"down"}
+        assert first.owners(store, every) == expected
+        kept = liveness.KeptLiveness()      # gone down since
+        assert not kept.read(store).down
+        assert set(kept.read(store, now=later).down) == {"down"}
+        assert kept.owners(store, every) == expected
+        store.renew_lease(store.acquire_lease("down", "node-2", "pid 3", 60), 60)
+        assert not kept.read(store, now=later).down
+        assert kept.owners(store, every) == expected == {
+            "u-up": "up", "u-down": "down", "u-vf": "down"}
