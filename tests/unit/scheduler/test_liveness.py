@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from compute_plugins import hoststate
+from compute_plugins.hoststate import records
 from compute_plugins.scheduler import liveness
 from tests.unit.hoststate.cases import statements, states
 
@@ -334,3 +335,31 @@ def test_a_down_hosts_providers_stay_its_own(tmp_path):
         assert not kept.read(store, now=later).down
         assert kept.owners(store, every) == expected == {
             "u-up": "up", "u-down": "down", "u-vf": "down"}
+
+
+class _WithoutProviders(Rows):
+    """A feed that numbers its changes but says nothing of the hosts'
+    providers (a transport written before StatusChanges carried them)."""
+
+    def host_status_changes(self, *args, **kw):
+        import dataclasses
+
+        found = super().host_status_changes(*args, **kw)
+        return records.StatusChanges(**{
+            f.name: getattr(found, f.name) for f in dataclasses.fields(found)
+            if f.name != "providers"})
+
+
+def test_a_feed_that_says_nothing_of_the_providers_has_them_asked_of_the_store(tmp_path):
+    """A change feed whose StatusChanges leave the providers out is not
+    taken as "no host published any provider" (every host's room would be
+    no host's, every request refused): the owners are asked of the store."""
+    with open_store(tmp_path) as store:
+        store.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        feed = _WithoutProviders(store)
+        kept = liveness.KeptLiveness()
+        kept.read(feed)
+        assert kept.owners(feed, ["u-1"]) == {"u-1": "h1"}
+        store.publish("h2", states(a=1), 0, providers={"u-2": "h2"})
+        kept.read(feed)
+        assert kept.owners(feed, ["u-1", "u-2"]) == {"u-1": "h1", "u-2": "h2"}
