@@ -234,13 +234,16 @@ class StatusChanges:
         them knows which host published a provider without asking the
         store per provider (a scheduler's
         :meth:`~compute_plugins.scheduler.liveness.KeptLiveness.owners`).
+        None: the feed does not say (one written before they were part
+        of it): such a reader asks the store, never takes every provider
+        for no host's.
     """
 
     mark: ChangeMark
     full: bool
     generations: FrozenMap[str, int]
     expired: FrozenMap[str, datetime.datetime]
-    providers: FrozenMap[str, tuple[str, ...]] = FrozenMap()
+    providers: Optional[FrozenMap[str, tuple[str, ...]]] = None
 
 
 def down_reason(host: str, expired_at: datetime.datetime | None) -> str:

@@ -144,7 +144,12 @@ class KeptLiveness:
         #: providers' uuids, as last read (:meth:`owners`).
         self._owners: dict[str, str] = {}
         self._provided: dict[str, tuple[str, ...]] = {}
-        #: The store last read, and whether it numbers its changes.
+        #: Whether every read since the last of every host said the
+        #: hosts' providers (:attr:`~.records.StatusChanges.providers`):
+        #: else the kept ones may miss some, and the store is asked.
+        self._owners_kept = False
+        #: The store last read (by reference: :func:`_reference`), and
+        #: whether it numbers its changes.
         self._feed: Optional[tuple[Callable[[], Optional[HostPublication]], bool]] = None
 
     def read(self, store: HostPublication,
@@ -173,8 +178,7 @@ class KeptLiveness:
         feed = self._feed
         if feed is None or feed[0]() is not store:
             # NOTE: isinstance() on a runtime protocol looks up each of its
-            # members (~10 us): once per store, not per read (the store
-            # held by reference, as the one read last is: not kept alive).
+            # members (~10 us): once per store, not per read.
             feed = self._feed = (_reference(store), isinstance(store, HostStatusFeed))
         if not feed[1]:
             with self._lock:
@@ -197,13 +201,18 @@ class KeptLiveness:
                 self._changed = None
                 self._owners = {}
                 self._provided = {}
+                self._owners_kept = True
             else:
                 generations = self._generations
                 joined = any(host not in generations for host in changes.generations)
                 generations.update(changes.generations)
                 if self._changed is not None:
                     self._changed.update(changes.generations)
-            self._keep_providers(changes.providers)
+            if changes.providers is None:
+                self._owners_kept = False
+                self._owners, self._provided = {}, {}
+            else:
+                self._keep_providers(changes.providers)
             self._mark = changes.mark
             generations = dict(self._generations)
             down: dict[str, tuple[Rejection, ...]] = {}
@@ -262,14 +271,15 @@ class KeptLiveness:
         the plan that fits it sees its tree changed
         (:meth:`~.view.PlacementView.providers_seen`) and asks Placement
         about it again. Before any read of ``store`` (or on a store
-        without change numbers), the store is asked.
+        without change numbers, or a feed that does not say the hosts'
+        providers), the store is asked.
 
         Issue 19: mapping Placement's answer to hosts was a read of the
         store per ask (~3,000 uuids at 1,000 hosts: 47% of the store's
         statement time in a 4-scheduler run)."""
         with self._lock:
-            if (self._mark is not None and self._store is not None
-                    and self._store() is store):
+            if (self._owners_kept and self._mark is not None
+                    and self._store is not None and self._store() is store):
                 owners = self._owners
                 return {uuid: owners[uuid] for uuid in uuids if uuid in owners}
         return store.hosts_for_providers(uuids)

@@ -10,6 +10,7 @@ import shutil
 import time
 
 from compute_plugins import hoststate
+from compute_plugins.hoststate import records
 from compute_plugins.scheduler import liveness
 from tests.unit.hoststate.cases import statements, states
 
@@ -279,3 +280,111 @@ def test_the_providers_owners_of_a_store_not_read_are_asked_of_it(tmp_path):
         kept.read(first)
         assert kept.owners(second, ["u-1"]) == {"u-1": "h2"}
         assert kept.owners(first, ["u-1"]) == {"u-1": "h1"}
+
+
+class _Unnumbered:
+    """A store without change numbers (no ``host_status_changes``)."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getattr__(self, name):
+        if name == "host_status_changes":
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+def test_the_providers_owners_are_not_those_of_a_store_freed_at_its_address(tmp_path):
+    """The kept owners are those of the store read, told apart from
+    another by the object, not by its id: a store read, then freed (a
+    store without change numbers read meanwhile), and another made at
+    its address is asked, not answered the first one's owners (another
+    host)."""
+    with open_store(tmp_path, "a") as first, open_store(tmp_path, "b") as second:
+        first.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        second.publish("h2", states(a=1), 0, providers={"u-1": "h2"})
+        kept = liveness.KeptLiveness()
+        old = Rows(first)
+        address = id(old)
+        kept.read(old)
+        assert kept.owners(old, ["u-1"]) == {"u-1": "h1"}
+        kept.read(_Unnumbered(second))
+        del old
+        new = Rows(second)
+        # NOTE: CPython gives the new object the memory the old one freed
+        assert id(new) == address, "the replacement is not at the old address"
+        assert kept.owners(new, ["u-1"]) == {"u-1": "h2"}
+
+
+def test_a_store_read_is_not_kept_alive_by_the_liveness(tmp_path):
+    """A store replaced under a long-running holder of a KeptLiveness (its
+    engine, its connections) is freed once the holder lets it go."""
+    import gc
+    import weakref
+
+    with open_store(tmp_path) as store:
+        store.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        kept = liveness.KeptLiveness()
+        wrapped = Rows(store)
+        kept.read(wrapped)
+        assert kept.owners(wrapped, ["u-1"]) == {"u-1": "h1"}
+        gone = weakref.ref(wrapped)
+        del wrapped
+        gc.collect()
+        assert gone() is None
+
+
+def test_a_down_hosts_providers_stay_its_own(tmp_path):
+    """A host down (its lease expired) is no candidate, but its providers
+    are still its own, as the store says: Placement's answer never takes
+    one for a provider of no host (a sharing provider's candidate), down
+    from the first read or gone down since, nor once it is back."""
+    import datetime
+
+    with open_store(tmp_path) as store:
+        store.publish("up", states(a=1), 0, providers={"u-up": "up"})
+        store.publish("down", states(a=1), 0, providers={"u-down": "down", "u-vf": "pf"})
+        store.acquire_lease("up", "node-1", "pid 1", 60)
+        store.acquire_lease("down", "node-2", "pid 2", 1)
+        every = ["u-up", "u-down", "u-vf"]
+        expected = store.hosts_for_providers(every)
+        later = datetime.datetime.utcnow() + datetime.timedelta(seconds=30)
+        first = liveness.KeptLiveness()     # down from its first read
+        assert set(first.read(store, now=later).down) == {"down"}
+        assert first.owners(store, every) == expected
+        kept = liveness.KeptLiveness()      # gone down since
+        assert not kept.read(store).down
+        assert set(kept.read(store, now=later).down) == {"down"}
+        assert kept.owners(store, every) == expected
+        store.renew_lease(store.acquire_lease("down", "node-2", "pid 3", 60), 60)
+        assert not kept.read(store, now=later).down
+        assert kept.owners(store, every) == expected == {
+            "u-up": "up", "u-down": "down", "u-vf": "down"}
+
+
+class _WithoutProviders(Rows):
+    """A feed that numbers its changes but says nothing of the hosts'
+    providers (a transport written before StatusChanges carried them)."""
+
+    def host_status_changes(self, *args, **kw):
+        import dataclasses
+
+        found = super().host_status_changes(*args, **kw)
+        return records.StatusChanges(**{
+            f.name: getattr(found, f.name) for f in dataclasses.fields(found)
+            if f.name != "providers"})
+
+
+def test_a_feed_that_says_nothing_of_the_providers_has_them_asked_of_the_store(tmp_path):
+    """A change feed whose StatusChanges leave the providers out is not
+    taken as "no host published any provider" (every host's room would be
+    no host's, every request refused): the owners are asked of the store."""
+    with open_store(tmp_path) as store:
+        store.publish("h1", states(a=1), 0, providers={"u-1": "h1"})
+        feed = _WithoutProviders(store)
+        kept = liveness.KeptLiveness()
+        kept.read(feed)
+        assert kept.owners(feed, ["u-1"]) == {"u-1": "h1"}
+        store.publish("h2", states(a=1), 0, providers={"u-2": "h2"})
+        kept.read(feed)
+        assert kept.owners(feed, ["u-1", "u-2"]) == {"u-1": "h1", "u-2": "h2"}
