@@ -33,8 +33,11 @@ from tests import servers
 #: this order, then the rest as collected. xdist's default order (files with
 #: the most tests first) left the long files of one or a few tests (the
 #: soak, the command line end to end, the benchmark's runs) to the end, one
-#: worker busy with them while the other had nothing left. Measured CPU per
-#: file, largest first (doc/source/testing.md, "The suite's time").
+#: worker busy with them while the other had nothing left. The soak and
+#: the command line end to end first (a few tests of minutes each under
+#: load, mostly waiting on their subprocesses: little CPU), then the others
+#: by their measured CPU, roughly largest first (doc/source/benchmarks.md,
+#: "The test suite's CPU, second pass").
 LONGEST_FIRST = (
     "tests/functional/test_soak.py",
     "tests/functional/test_cli_end_to_end.py",
