@@ -13,7 +13,7 @@ run: $(RUN_STAMP)
 	$(VENV)/bin/compute-plugins demo
 
 test: $(TEST_STAMP)
-	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadfile tests
+	COMPUTE_PLUGINS_COMPAT=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
 
 bench: $(TEST_STAMP)
 	$(VENV)/bin/python -m bench

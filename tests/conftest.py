@@ -28,6 +28,50 @@ import pytest
 
 from tests import servers
 
+#: The files that take longest, first: ``make test`` (pytest-xdist,
+#: ``--dist loadfile --no-loadscope-reorder``) hands files to its workers in
+#: this order, then the rest as collected. xdist's default order (files with
+#: the most tests first) left the long files of one or a few tests (the
+#: soak, the command line end to end, the benchmark's runs) to the end, one
+#: worker busy with them while the other had nothing left. The soak and
+#: the command line end to end first (a few tests of minutes each under
+#: load, mostly waiting on their subprocesses: little CPU), then the others
+#: by their measured CPU, roughly largest first (doc/source/benchmarks.md,
+#: "The test suite's CPU, second pass").
+LONGEST_FIRST = (
+    "tests/functional/test_soak.py",
+    "tests/functional/test_cli_end_to_end.py",
+    "tests/functional/test_docs.py",
+    "tests/functional/test_bench_scale.py",
+    "tests/functional/demo/test_demo.py",
+    "tests/functional/hoststate/test_store_servers.py",
+    "tests/functional/scheduler/test_view.py",
+    "tests/functional/placement/test_cli_report.py",
+    "tests/functional/compute/test_agent_reliability.py",
+    "tests/functional/scheduler/test_moves.py",
+    "tests/functional/scheduler/test_move_faults.py",
+    "tests/functional/placement/test_postgresql.py",
+    "tests/functional/demo/test_example_plugin.py",
+    "tests/functional/placement/test_serve.py",
+    "tests/functional/scheduler/test_schedule.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """:data:`LONGEST_FIRST`'s files first, in that order; every file's
+    tests together and in their own order (a stable sort by file)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+
+    def key(item: pytest.Item) -> int:
+        try:
+            path = item.path.relative_to(root).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(path, len(rank))
+
+    items.sort(key=key)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_state_home(tmp_path_factory):

@@ -23,6 +23,20 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def refused(capfd: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench scale ARGS`` run in this process (the runner's
+    ``main``, as ``-m bench`` calls it), for options refused before anything
+    starts: its exit code and output as :func:`bench` gives them, without
+    a second of a new interpreter's imports each (an exception would fail
+    the test as a traceback would)."""
+    from bench.__main__ import main
+
+    capfd.readouterr()
+    code = main(["scale", *args])
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["bench", "scale", *args], code, out, err)
+
+
 def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     # NOTE: the warm-up fitting every candidate, as a scheduler that has
     # run a while keeps the fits (the workload's are the changed hosts').
@@ -107,8 +121,8 @@ def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     assert "store_schedulers" not in out["database_backends"]["ended"], out["database_backends"]
 
 
-def test_a_bad_option_is_one_line_and_exit_2():
-    result = bench("--hosts", "0")
+def test_a_bad_option_is_one_line_and_exit_2(capfd):
+    result = refused(capfd, "--hosts", "0")
     assert result.returncode == 1   # NOTE: bench's runner: a benchmark failed
     assert "--hosts: '0': must be > 0" in result.stderr
     assert "Traceback" not in result.stderr
@@ -131,20 +145,20 @@ def test_on_sqlite_through_rabbitmq_idle_agents_are_polled_for_their_heartbeat_o
     assert out["idle_store_queries_per_host_minute"] <= 90, out
 
 
-def test_placement_workers_need_postgresql():
-    result = bench("--placement-workers", "2")
+def test_placement_workers_need_postgresql(capfd):
+    result = refused(capfd, "--placement-workers", "2")
     assert result.returncode == 1
     assert "--placement-workers 2: only with --store postgresql" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("url", ["fake://", "rabbit://guest:s3cr3t@127.0.0.1:nope/"])
-def test_a_push_transport_url_the_processes_cannot_share_is_refused(url):
+def test_a_push_transport_url_the_processes_cannot_share_is_refused(url, capfd):
     """The agents and the schedulers run in processes of their own:
     ``fake://`` would wake nobody across them (every decision waiting for
     the safety net), and a bad URL would be retried as a broker that is
     down; both refused at once (before: accepted)."""
-    result = bench("--hosts", "1", "--push-transport-url", url)
+    result = refused(capfd, "--hosts", "1", "--push-transport-url", url)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "--push-transport-url" in result.stderr
     assert "Traceback" not in result.stderr and "s3cr3t" not in result.stderr

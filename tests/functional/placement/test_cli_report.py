@@ -83,9 +83,7 @@ def test_report_json_against_placement_serve(served):
 
 def test_unreachable_placement_url_is_one_line_exit_1():
     url = "http://127.0.0.1:%d" % free_port()
-    proc = subprocess.run(
-        CLI + HOST + ["--placement-url", url, "report", "--periodic", "1"],
-        capture_output=True, text=True, timeout=120, env=cli_env())
+    proc = cli.run(*HOST, "--placement-url", url, "report", "--periodic", "1")
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines()
              if "compute-plugins: error" in ln]
@@ -122,10 +120,7 @@ def test_sighup_to_a_running_report_clears_the_cache(tmp_path):
 
 
 def test_placement_serve_bad_port_is_one_line(served):
-    proc = subprocess.run(
-        CLI + ["placement", "serve", "--port", str(served.port), "--db",
-               ":memory:"],
-        capture_output=True, text=True, timeout=120, env=cli_env())
+    proc = cli.run("placement", "serve", "--port", str(served.port), "--db", ":memory:")
     assert proc.returncode == 1
     assert "cannot listen on 127.0.0.1:%d" % served.port in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -227,8 +222,7 @@ def test_ctrl_c_stops_after_the_periodic_with_exit_130_and_one_line(tmp_path):
     assert "Traceback" not in stderr
     assert stderr.splitlines() == [
         "compute-plugins: interrupted (stopped after the current periodic)"], stderr
-    again = subprocess.run(CLI + HOST + ["report", "--periodic", "1"],
-                           capture_output=True, text=True, timeout=120, env=env)
+    again = cli.run(*HOST, "report", "--periodic", "1", env={"XDG_STATE_HOME": str(tmp_path)})
     succeeded(again.returncode, again.stderr)
 
 

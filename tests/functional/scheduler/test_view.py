@@ -344,8 +344,9 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     call. The bound is timed now: as many trees as take as long as one ask
     about every host did (the embedded Placement answers a tree's call in
     10-13 ms of its CPU at 1,000 and 10,000 hosts; stock Placement's
-    costs most of a whole listing). 40 hosts join: asked by tree when
-    trees are cheap, every host again when they are not."""
+    costs most of a whole listing). 40 hosts join (more than the old
+    fixed 32): asked by tree when trees are cheap; 3 more join: every host
+    again when trees are dear (3 is past that bound of 2 as 40 was)."""
     for i in range(2):
         cloud.add_host("t%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
     # NOTE: the kept answer must outlive the test (a minute under load
@@ -357,18 +358,18 @@ def test_how_many_trees_are_asked_about_follows_what_the_asks_took(cloud):
     assert sched.plan(spec).found.calls == 2
     assert kept.every_host_seconds is not None and kept.tree_seconds is None
 
-    def join(label: str) -> None:
-        for i in range(40):
+    def join(label: str, count: int) -> None:
+        for i in range(count):
             cloud.add_host("%s%02d-joined" % (label, i), [cell(4, 4096)], dedicated="0-3",
                            start=False, lease_duration=UNHURRIED)
 
-    join("u")
+    join("u", 40)
     kept.every_host_seconds, kept.tree_seconds = 1.0, 0.01   # trees cheap: 100
     assert kept.tree_limit() == 100
     planned = sched.plan(spec)
     assert planned.found.calls == 40 * 2 and len(planned.found.hosts) == 2 + 40
     assert kept.tree_seconds != 0.01                     # timed again
-    join("v")
+    join("v", 3)
     kept.every_host_seconds, kept.tree_seconds = 1.0, 0.5    # trees dear: 2
     assert kept.tree_limit() == 2
     assert sched.plan(spec).found.calls == 2             # every host, one per shape
@@ -424,7 +425,9 @@ def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
     about every host the bound forced makes a tree's ask look a little
     cheaper (``TIMING_WEIGHT``), so trees are asked about (and timed)
     again after a few. The running averages are held here (real asks
-    take what the machine gives them)."""
+    take what the machine gives them). The bound is 4 trees, 5 hosts join
+    each time (it was 25 and 30: the arithmetic is the same, 50 hosts
+    fewer to start)."""
     for i in range(2):
         cloud.add_host("w%d-first" % i, [cell(4, 4096)] * 2, dedicated="0-7")
     sched = cloud.scheduler()
@@ -432,20 +435,20 @@ def test_a_bound_lowered_by_one_slow_tree_ask_grows_back(cloud, monkeypatch):
     spec = spec_of(sched, *pinned(1, 4, 1024))
     assert sched.plan(spec).found.calls == 2
     monkeypatch.setattr(kept, "_timed", lambda name, seconds: None)
-    kept.every_host_seconds, kept.tree_seconds = 1.0, 1 / 25.5    # bound 25
-    assert kept.tree_limit() == 25
+    kept.every_host_seconds, kept.tree_seconds = 1.0, 1 / 4.5    # bound 4
+    assert kept.tree_limit() == 4
 
     def join(label: str) -> None:
-        for i in range(30):
+        for i in range(5):
             cloud.add_host("%s%02d-joined" % (label, i), [cell(4, 4096)], dedicated="0-3",
                            start=False, lease_duration=UNHURRIED)
 
     join("x")
-    assert sched.plan(spec).found.calls == 2            # 30 > 25: every host
-    assert kept.tree_limit() == 36
+    assert sched.plan(spec).found.calls == 2            # 5 > 4: every host
+    assert kept.tree_limit() == 6                       # 4.5 / 0.7
     join("y")
-    assert sched.plan(spec).found.calls == 30 * 2       # by tree again
-    assert kept.tree_limit() == 36
+    assert sched.plan(spec).found.calls == 5 * 2        # by tree again
+    assert kept.tree_limit() == 6
 
 
 class Renewing:
