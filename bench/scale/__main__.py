@@ -238,8 +238,14 @@ class Workers:
             self.procs.append(proc)
 
     def send_all(self, messages: list[Any]) -> None:
+        """Each process its message; one that has ended is skipped: the
+        answer awaited next says so (:meth:`receive_all`), and the
+        schedulers' ``("stop",)``, which awaits none, needs no one gone
+        after its answer (a scheduler killed then failed the run with a
+        ``BrokenPipeError`` once its figures were in)."""
         for pipe, message in zip(self.pipes, messages, strict=True):
-            pipe.send(message)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                pipe.send(message)
 
     def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
         """Every process's answer (``timeout`` seconds each at most; None:
