@@ -49,6 +49,10 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     # NOTE: the warm-up changes the workload's figures (a sample's or every
     # host's fits kept before it): a run's output says which it had.
     assert out["warm_up"] == "every-host"
+    # NOTE: a PostgreSQL's CPU by part where the run read one only (its
+    # private server's): none here, not a PostgreSQL of 0 ms.
+    assert not {"database_cpu_ms_per_decision", "database_cpu_ms_per_decision_less_idle",
+                "database_backends"} & set(out), out
     assert "schedulers' warm-up (every-host)" in result.stderr + result.stdout
 
 
