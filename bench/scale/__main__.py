@@ -238,8 +238,14 @@ class Workers:
             self.procs.append(proc)
 
     def send_all(self, messages: list[Any]) -> None:
+        """Each process its message; one that has ended is skipped: the
+        answer awaited next says so (:meth:`receive_all`), and the
+        schedulers' ``("stop",)``, which awaits none, needs no one gone
+        after its answer (a scheduler killed then failed the run with a
+        ``BrokenPipeError`` once its figures were in)."""
         for pipe, message in zip(self.pipes, messages, strict=True):
-            pipe.send(message)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                pipe.send(message)
 
     def receive_all(self, timeout: Optional[float] = WORKER_TIMEOUT) -> list[Any]:
         """Every process's answer (``timeout`` seconds each at most; None:
@@ -493,16 +499,6 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "cpu_ms_per_decision_less_idle": cpu.per_decision(
             cpu_before, {role: cpu_after[role] - idle_cpu[role] * cpu_seconds
                          for role in cpu.ROLES}, decisions),
-        # NOTE: the private PostgreSQL's CPU by part (cpu.DATABASE_PARTS),
-        # all of it and less the idle rate; and its backends that started
-        # or ended over the workload (a client that connects per request
-        # would show in both, and in "reaped").
-        "database_cpu_ms_per_decision": cpu.database_per_decision(
-            cpu_before, cpu_after, decisions),
-        "database_cpu_ms_per_decision_less_idle": cpu.database_per_decision(
-            cpu_before, {part: cpu_after[part] - idle_database.get(part, 0.0) * cpu_seconds
-                         for part in cpu_after}, decisions),
-        "database_backends": cpu.backends_changed(database_before, database_after),
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
         # NOTE: the schedulers' Placement requests by kind, and why their
@@ -525,6 +521,20 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
         "after_plan_p99_ms": round(percentile([s for r in results for s in r["bindings"]],
                                               99) * 1e3, 1),
     })
+    if database_before:
+        # NOTE: the private PostgreSQL's CPU by part (cpu.DATABASE_PARTS),
+        # all of it and less the idle rate; and its backends that started
+        # or ended over the workload (a client that connects per request
+        # would show in both, and in "reaped"). None on SQLite or a server
+        # of yours, whose processes are not this machine's to read.
+        out.update({
+            "database_cpu_ms_per_decision": cpu.database_per_decision(
+                cpu_before, cpu_after, decisions),
+            "database_cpu_ms_per_decision_less_idle": cpu.database_per_decision(
+                cpu_before, {part: cpu_after[part] - idle_database.get(part, 0.0)
+                             * cpu_seconds for part in cpu_after}, decisions),
+            "database_backends": cpu.backends_changed(database_before, database_after),
+        })
     failed = [f for r in results for f in r["failed"]]
     # -- check ---------------------------------------------------------
     consumers = [c for r in results for c in r["all"]]
@@ -548,6 +558,15 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
 def report(out: dict[str, Any]) -> str:
     """The run in words."""
     rss = out["rss_mib"]
+    # NOTE: the private PostgreSQL's parts where the run read them (_measure).
+    database = [
+        "  PostgreSQL's CPU per decision less the idle rate: %s; backends started %s, "
+        "ended %s"
+        % (", ".join("%s %.1f ms" % kv for kv in
+                     out["database_cpu_ms_per_decision_less_idle"].items()),
+           out["database_backends"]["started"] or "none",
+           out["database_backends"]["ended"] or "none")
+    ] if "database_backends" in out else []
     return "\n".join([
         "%d hosts, %d schedulers (%d requests at once each), %s; agents in %d "
         "processes, polling every %g s"
@@ -584,12 +603,7 @@ def report(out: dict[str, Any]) -> str:
            ", ".join("%s %.1f ms" % (role, ms)
                      for role, ms in out["cpu_ms_per_decision_less_idle"].items()),
            out["idle_cpu_ms_per_host_minute"]),
-        "  PostgreSQL's CPU per decision less the idle rate: %s; backends started %s, "
-        "ended %s"
-        % (", ".join("%s %.1f ms" % kv for kv in
-                     out.get("database_cpu_ms_per_decision_less_idle", {}).items()) or "-",
-           out.get("database_backends", {}).get("started") or "none",
-           out.get("database_backends", {}).get("ended") or "none"),
+    ] + database + [
         "  double allocations: %d (%d still in flight); agent errors: %d; hosts down "
         "(lease lapsed) after the idle minute %d, after the workload %d"
         % (out["double_allocations"], out["in_flight_at_end"], out["agent_errors"],

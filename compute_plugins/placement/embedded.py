@@ -421,6 +421,10 @@ class EmbeddedPlacement:
                 "at a time; several workers need a PostgreSQL or MySQL "
                 "database" % workers)
         self.start()
+        if not self.serialised:
+            # NOTE: before the workers fork: their pools are this one's,
+            # recreated (_after_fork).
+            fit_pool(self._engine, threads)
         from compute_plugins.placement import token as ptoken
 
         app: Any = self if token is None else ptoken.TokenMiddleware(self, token)
@@ -653,6 +657,30 @@ def tune_pool(engine: Any, idle: Optional[float] = None,
     and Placement takes one per transaction (7 per ``PUT /allocations``,
     on top of its 16 statements: ``python -m bench.scale.placement``)."""
     pools.ping_when_idle(engine, IDLE_PING_SECONDS if idle is None else idle, clock)
+
+
+def fit_pool(engine: Any, size: int) -> None:
+    """Keep at least ``size`` connections in ``engine``'s pool: one for
+    each of the HTTP server's threads (:meth:`EmbeddedPlacement.make_server`).
+
+    oslo.db's pool keeps ``[placement_database] max_pool_size``
+    connections (5) and opens more as overflow, each closed when given
+    back: a server of 8 threads under load opened and closed connections
+    burst after burst, a new PostgreSQL backend each (its fork and
+    authentication; ``bench.scale``, doc/source/benchmarks.md). The pool
+    grows as if made that size (SQLAlchemy's ``QueuePool``: its queue's
+    bound, and the overflow counted from it, so the cap on connections
+    keeps its ``max_overflow`` above the pool); a larger pool, or any other
+    kind of pool, is left as it is."""
+    from sqlalchemy import pool as sa_pool
+
+    pool = engine.pool
+    if not isinstance(pool, sa_pool.QueuePool) or pool.size() >= size:
+        return
+    with pool._overflow_lock:
+        grown = size - pool.size()
+        pool._pool.maxsize += grown
+        pool._overflow -= grown
 
 
 def serialised(connection: str) -> bool:

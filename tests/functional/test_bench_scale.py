@@ -5,11 +5,15 @@ deletes; its JSON has the fields issue 19 asks for and no double allocation."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
 
 import pytest
+
+from bench.scale import __main__ as scale
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -59,6 +63,10 @@ def test_a_tiny_run_prints_its_figures_and_allocates_nothing_twice():
     # NOTE: the warm-up changes the workload's figures (a sample's or every
     # host's fits kept before it): a run's output says which it had.
     assert out["warm_up"] == "every-host"
+    # NOTE: a PostgreSQL's CPU by part where the run read one only (its
+    # private server's): none here, not a PostgreSQL of 0 ms.
+    assert not {"database_cpu_ms_per_decision", "database_cpu_ms_per_decision_less_idle",
+                "database_backends"} & set(out), out
     assert "schedulers' warm-up (every-host)" in result.stderr + result.stdout
 
 
@@ -119,6 +127,31 @@ def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():
     assert parts["store_schedulers"] > 0 and parts["placement"] > 0, parts
     assert sum(parts.values()) == pytest.approx(cpu["database"], abs=0.1 * len(parts))
     assert "store_schedulers" not in out["database_backends"]["ended"], out["database_backends"]
+
+
+def _answers_then_dies(conn, stats) -> None:
+    """A scheduler killed once its figures are in (the OOM killer, an
+    operator): gone before the main process's ``("stop",)``."""
+    conn.send(("done", {}))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_scheduler_gone_after_its_answer_leaves_the_run_and_the_next_answer_says_so():
+    """The schedulers keep their stores open until the main process has
+    read the CPU, then are told ``("stop",)`` (bench.scale.schedulers.worker):
+    one gone by then failed the run with a ``BrokenPipeError`` traceback,
+    its figures lost; a message to a process gone is skipped, and an
+    answer awaited from it is a one-line error."""
+    procs = scale.Workers(2, _answers_then_dies, None, "scheduler")
+    try:
+        assert procs.receive_all(timeout=60) == [("done", {})] * 2
+        for proc in procs.procs:
+            proc.join(60)
+        procs.send_all([("stop",)] * 2)
+        with pytest.raises(RuntimeError, match=r"^process \d+ ended without answering$"):
+            procs.receive_all(timeout=60)
+    finally:
+        procs.close()
 
 
 def test_a_bad_option_is_one_line_and_exit_2(capfd):
