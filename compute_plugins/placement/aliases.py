@@ -73,7 +73,25 @@ CACHED: dict[str, tuple[str, ...]] = {
 }
 
 
-class KeptAliases:
+class ModuleStandIn:
+    """A module as a patched module's code sees it: every attribute the
+    module's own, save those a subclass answers itself, under a lock of
+    its own that a forked child renews (a thread of the parent's may have
+    held it at the fork, and is not in the child)."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self._lock = threading.Lock()
+        forks.renew_in_child(self)
+
+    def _forked(self) -> None:
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+class KeptAliases(ModuleStandIn):
     """``sqlalchemy`` as the modules of :data:`CACHED` see it, but with
     ``alias(table, name=...)`` answered from a cache when called by one
     of the functions whose code is in ``codes``.
@@ -83,20 +101,10 @@ class KeptAliases:
     """
 
     def __init__(self, module: Any, codes: frozenset[Any]) -> None:
-        self._module = module
+        super().__init__(module)
         self._codes = codes
         #: (caller's code, table's id, name, flat) -> (table, alias).
         self._aliases: dict[tuple[Any, int, Optional[str], bool], tuple[Any, Any]] = {}
-        self._lock = threading.Lock()
-        forks.renew_in_child(self)
-
-    def _forked(self) -> None:
-        """In a forked child: a lock of its own (a thread of the parent's
-        may have held this one at the fork, and is not in the child)."""
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
 
     def alias(self, selectable: Any, name: Optional[str] = None, flat: bool = False) -> Any:
         """SQLAlchemy's ``alias``; the same object on every call from one

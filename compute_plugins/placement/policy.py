@@ -20,14 +20,13 @@ runs as shipped. Applied by the embedded Placement only.
 from __future__ import annotations
 
 import inspect
-import threading
 import types
 from importlib import metadata
 from typing import Any, Optional
 
 from oslo_log import log as logging
 
-from compute_plugins.util import forks
+from compute_plugins.placement.aliases import ModuleStandIn
 
 LOG = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ AUDITED_RELEASES = frozenset({"6.0.1"})
 MAX_FUNCTIONS = 1024
 
 
-class ArgspecOnce:
+class ArgspecOnce(ModuleStandIn):
     """``inspect`` as ``oslo_policy._checks`` sees it, but with
     ``getfullargspec`` of a bound method remembered per function.
 
@@ -50,18 +49,8 @@ class ArgspecOnce:
     """
 
     def __init__(self, module: Any = inspect) -> None:
-        self._module = module
+        super().__init__(module)
         self._specs: dict[Any, Any] = {}
-        self._lock = threading.Lock()
-        forks.renew_in_child(self)
-
-    def _forked(self) -> None:
-        """In a forked child: a lock of its own (a thread of the parent's
-        may have held this one at the fork, and is not in the child)."""
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._module, name)
 
     def getfullargspec(self, func: Any) -> Any:
         """``inspect.getfullargspec(func)``, once per method's function."""
