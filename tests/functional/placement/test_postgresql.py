@@ -425,6 +425,30 @@ def test_placement_workers_each_serve_the_port_and_still_arbitrate(database, tmp
             proc.wait()
 
 
+def _served_with_workers(database: str, tmp_path: Path, count: int
+                         ) -> tuple[subprocess.Popen[str], list[int]]:
+    """``placement serve --workers count`` on ``database``, listening, and
+    its forked workers' pids (``count - 1``: the parent serves too)."""
+    config = tmp_path / "placement.conf"
+    config.write_text("[placement]\nembedded_connection = %s\n" % database)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
+         "placement", "serve", "--port", "0", "--no-token", "--workers", str(count)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline()
+    if not line.startswith("Placement listening on "):
+        proc.kill()
+        raise AssertionError(line + proc.communicate()[1])
+    children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
+    workers = [int(p) for p in children.read_text().split()]
+    if len(workers) != count - 1:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(workers)
+    return proc, workers
+
+
 def test_a_placement_worker_that_dies_stops_the_service(database, tmp_path):
     """A ``--workers`` process killed (the OOM killer, a crash) left the
     port served by the others and a zombie, and nobody was told: the
@@ -434,18 +458,8 @@ def test_a_placement_worker_that_dies_stops_the_service(database, tmp_path):
     import os
     import signal
 
-    config = tmp_path / "placement.conf"
-    config.write_text("[placement]\nembedded_connection = %s\n" % database)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
-         "placement", "serve", "--port", "0", "--no-token", "--workers", "3"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, workers = _served_with_workers(database, tmp_path, 3)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("Placement listening on "), line + proc.stderr.read()
-        children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
-        workers = [int(p) for p in children.read_text().split()]
-        assert len(workers) == 2, workers
         os.kill(workers[0], signal.SIGKILL)
         assert proc.wait(timeout=20) == 1
         err = proc.stderr.read()
@@ -465,18 +479,8 @@ def test_a_placement_worker_that_crashes_says_where_before_it_ends(database, tmp
     import os
     import signal
 
-    config = tmp_path / "placement.conf"
-    config.write_text("[placement]\nembedded_connection = %s\n" % database)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "compute_plugins.cmd.main", "--config-file", str(config),
-         "placement", "serve", "--port", "0", "--no-token", "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, workers = _served_with_workers(database, tmp_path, 2)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("Placement listening on "), line + proc.stderr.read()
-        children = Path("/proc/%d/task/%d/children" % (proc.pid, proc.pid))
-        workers = [int(p) for p in children.read_text().split()]
-        assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGSEGV)
         assert proc.wait(timeout=20) == 1
         err = proc.stderr.read()
