@@ -112,10 +112,15 @@ def measure(url: str, push: bool, decisions: int, idle: float,
         def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             seen.append(statement)
 
-        sa.event.listen(own.engine, "before_cursor_execute", record)
+        # NOTE: every engine of the store (writes, reads, and on PostgreSQL
+        # the one-statement engine the lease renewal runs on), not the
+        # writes' alone: that one saw none of an idle agent's statements.
+        for engine in own.db.engines:
+            sa.event.listen(engine, "before_cursor_execute", record)
         calls = agent.client.placement.calls.snapshot()
         time.sleep(idle)
-        sa.event.remove(own.engine, "before_cursor_execute", record)
+        for engine in own.db.engines:
+            sa.event.remove(engine, "before_cursor_execute", record)
         placement_calls = sum(agent.client.placement.calls.snapshot().values()) \
             - sum(calls.values())
         lease = lease_statements(seen)
