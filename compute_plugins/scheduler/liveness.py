@@ -203,7 +203,6 @@ class KeptLiveness:
             with self._lock:
                 self._changed = set() if take else None
             return split(store.host_statuses(), now), None
-        when = database.utcnow() if now is None else now
         with self._lock:
             due = (not self._full_running and self._store is not None
                    and self._store() is store
@@ -212,11 +211,16 @@ class KeptLiveness:
                 self._full_running = True
         if due:
             try:
-                return self._read_every_host(cast(HostStatusFeed, store), store, when, take)
+                return self._read_every_host(cast(HostStatusFeed, store), store, now, take)
             finally:
                 with self._lock:
                     self._full_running = False
         with self._reading:
+            # NOTE: the leases judged at this read's time, taken once its
+            # turn came (not before its wait): a read applied after
+            # another's never judges them at an earlier time (a host that
+            # one reported down is not live again in the next).
+            when = database.utcnow() if now is None else now
             with self._lock:
                 mark = (self._mark if self._store is not None and self._store() is store
                         else None)
@@ -226,14 +230,18 @@ class KeptLiveness:
                 return self._apply(store, changes, read_at, when, take)
 
     def _read_every_host(self, feed: HostStatusFeed, store: HostPublication,
-                         when: datetime.datetime, take: bool
+                         now: Optional[datetime.datetime], take: bool
                          ) -> tuple[Liveness, Optional[frozenset[str]]]:
         """The periodic read of every host, no lock held over it; then,
         the change reads held, what changed since its snapshot: both
-        applied, in order, under the state's lock (:meth:`_read`)."""
+        applied, in order, under the state's lock (:meth:`_read`). The
+        leases are judged by the second read, at its time (``now``: None,
+        this machine's clock then): the other threads' reads applied
+        while the first one waited judged them later than it began."""
         read_at = self._clock()
-        every = feed.host_status_changes(None, when)
+        every = feed.host_status_changes(None, database.utcnow() if now is None else now)
         with self._reading:
+            when = database.utcnow() if now is None else now
             since = feed.host_status_changes(every.mark, when)
             with self._lock:
                 self._apply(store, every, read_at, when, take=False)

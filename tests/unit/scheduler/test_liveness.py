@@ -475,3 +475,35 @@ def test_the_periodic_read_of_every_host_holds_up_no_other_read_nor_owners(tmp_p
         assert kept.full_reads == 2
         assert kept.read(held) == liveness.read(store)
         assert kept.owners(held, ["u-a2", "u-b"]) == {"u-a2": "a", "u-b": "b"}
+
+
+def test_a_host_seen_down_is_not_reported_live_by_the_periodic_read_applied_after(tmp_path):
+    """The periodic read of every host applied after another thread's
+    read judges the leases at its own time, not at the time it began
+    (before its wait for the database): a host whose lease expired while
+    it waited, which the other read already reported down, is down in its
+    answer and in the kept view, not live again."""
+    now = [0.0]
+    kept = liveness.KeptLiveness(full_read_seconds=60, clock=lambda: now[0])
+    with open_store(tmp_path) as store:
+        for host in ("live", "dying"):
+            store.publish(host, states(a=1), 0)
+        store.acquire_lease("live", "node-1", "pid 1", 60)
+        store.acquire_lease("dying", "node-2", "pid 2", 0.5)
+        held = Held(store)
+        held.release.set()
+        assert sorted(kept.read(held).generations) == ["dying", "live"]
+        held.release.clear()
+        now[0] = 61.0
+        every = _in_thread(lambda: kept.read(held))
+        try:
+            assert held.reading.wait(10)
+            time.sleep(0.6)
+            other = _in_thread(lambda: kept.read(held))()
+            assert sorted(other["value"].down) == ["dying"]
+        finally:
+            held.release.set()
+        answer = every()["value"]
+        assert sorted(answer.down) == ["dying"], dict(answer.generations)
+        assert kept.full_reads == 2
+        assert kept.read(held) == liveness.read(store)
