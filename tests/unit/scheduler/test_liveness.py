@@ -12,7 +12,7 @@ import time
 import weakref
 
 from compute_plugins import hoststate
-from compute_plugins.hoststate import records
+from compute_plugins.hoststate import database, records
 from compute_plugins.scheduler import liveness
 from tests.unit.hoststate.cases import statements, states
 
@@ -489,7 +489,7 @@ def test_a_host_seen_down_is_not_reported_live_by_the_periodic_read_applied_afte
         for host in ("live", "dying"):
             store.publish(host, states(a=1), 0)
         store.acquire_lease("live", "node-1", "pid 1", 60)
-        store.acquire_lease("dying", "node-2", "pid 2", 0.5)
+        lease = store.acquire_lease("dying", "node-2", "pid 2", 3)
         held = Held(store)
         held.release.set()
         assert sorted(kept.read(held).generations) == ["dying", "live"]
@@ -498,7 +498,8 @@ def test_a_host_seen_down_is_not_reported_live_by_the_periodic_read_applied_afte
         every = _in_thread(lambda: kept.read(held))
         try:
             assert held.reading.wait(10)
-            time.sleep(0.6)
+            while database.utcnow() <= lease.expires_at:
+                time.sleep(0.05)
             other = _in_thread(lambda: kept.read(held))()
             assert sorted(other["value"].down) == ["dying"]
         finally:
