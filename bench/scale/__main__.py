@@ -148,7 +148,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--delete-fraction", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--profile", metavar="DIR",
-                        help="write a cProfile of each process into DIR")
+                        help="write a cProfile of each process into DIR (a "
+                        "scheduler's: its start and warm-up in scheduler-N-setup, "
+                        "the workload on in scheduler-N)")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args(argv)
     if not 0 <= args.delete_fraction < 1:
@@ -296,6 +298,7 @@ def _run(target: Any, conn: Any, slot: counters.Slot, profile: Optional[str],
     # threads (--concurrency) write their own (schedulers.concurrent).
     schedulers.PROFILE = os.path.join(profile, name)
     profiler = cProfile.Profile()
+    schedulers.PROFILER = profiler
     profiler.runcall(target, conn, slot)
     profiler.dump_stats(os.path.join(profile, name + ".pstats"))
 

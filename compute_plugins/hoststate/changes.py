@@ -200,33 +200,41 @@ def read(conn: Connection, since: Optional[ChangeMark],
     generations: dict[str, int] = {}
     expired: dict[str, datetime.datetime] = {}
     provided: dict[str, list[str]] = {}
-    for r in conn.execute(query, {"after": after, "now": now}):
-        kind = r.kind
+    # NOTE: each row unpacked, not read by column name: a read of every
+    # host is ~40,000 rows at 10,000 hosts (3 providers each), and the
+    # names' look-ups were half of its client CPU.
+    for kind, host, number, removals, expires_at, uuid in conn.execute(
+            query, {"after": after, "now": now}):
         if kind == "p":
-            provided.setdefault(r.host, []).append(r.uuid)
+            uuids = provided.get(host)
+            if uuids is None:
+                provided[host] = [uuid]
+            else:
+                uuids.append(uuid)
         elif kind == "h":
-            generations[r.host] = int(r.number)
+            generations[host] = int(number)
         elif kind == "c":
-            mark = ChangeMark(int(r.number), int(r.removals),
-                              None if r.host is None else str(r.host))
+            mark = ChangeMark(int(number), int(removals),
+                              None if host is None else str(host))
         else:
-            expired[r.host] = r.expires_at
+            expired[host] = expires_at
     # NOTE: a counter behind the mark, other removals, another store: the
     # store was restored, recreated, or a host's row deleted: read every host.
     full = (since is None or since.removals != mark.removals
             or since.number > mark.number or since.store != mark.store)
     if full and since is not None:
-        generations = {r.host: int(r.generation) for r in conn.execute(
+        generations = {host: int(generation) for host, generation in conn.execute(
             sa.select(t_hosts.c.host, t_hosts.c.generation))}
         provided = {}
-        for r in conn.execute(sa.select(t_providers.c.host, t_providers.c.uuid)):
-            provided.setdefault(r.host, []).append(r.uuid)
+        for host, uuid in conn.execute(sa.select(t_providers.c.host, t_providers.c.uuid)):
+            provided.setdefault(host, []).append(uuid)
+    hosts = sorted(generations)
     return StatusChanges(mark=mark, full=full,
-                         generations=FrozenMap(sorted(generations.items())),
+                         generations=FrozenMap({host: generations[host] for host in hosts}),
                          expired=FrozenMap(sorted(expired.items())),
                          providers=FrozenMap(
-                             (host, tuple(sorted(provided.get(host, ()))))
-                             for host in sorted(generations)))
+                             {host: tuple(sorted(provided[host])) if host in provided else ()
+                              for host in hosts}))
 
 
 __all__ = ["count_removal", "read", "stamp", "take_after"]

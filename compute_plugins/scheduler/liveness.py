@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Optional, cast
 
 from compute_plugins.hoststate import database
-from compute_plugins.hoststate.records import ChangeMark, HostStatus, down_reason
+from compute_plugins.hoststate.records import ChangeMark, HostStatus, StatusChanges, down_reason
 from compute_plugins.hoststate.transport import HostPublication, HostStatusFeed
 from compute_plugins.plugin.contract import Rejection
 
@@ -111,7 +111,10 @@ class KeptLiveness:
     the expired leases; every host again when the store says its counter is
     not the one read (a host removed, the store restored or recreated), when
     another store is given, and every :data:`FULL_READ_SECONDS`. Safe to
-    share between threads (reads are one at a time). A store without change
+    share between threads: change reads are one at a time, the periodic
+    read of every host goes on beside them, and no lock is held over a
+    round trip to the store that :meth:`owners` or :meth:`take_changes`
+    waits on (:meth:`_read`). A store without change
     numbers (no :class:`~compute_plugins.hoststate.transport.HostStatusFeed`)
     is read whole every time (:func:`read`).
 
@@ -123,7 +126,13 @@ class KeptLiveness:
                  clock: Optional[Callable[[], float]] = None) -> None:
         self.full_read_seconds = full_read_seconds
         self._clock = clock or time.monotonic
+        #: The kept state's lock: held over no round trip (:meth:`_read`).
         self._lock = threading.Lock()
+        #: Held over a change read and its applying: one at a time, each
+        #: from the mark the last one left.
+        self._reading = threading.Lock()
+        #: A periodic read of every host is under way (:meth:`_read`).
+        self._full_running = False
         #: Every host that published -> its generation, as last read.
         self._generations: dict[str, int] = {}
         self._mark: Optional[ChangeMark] = None
@@ -174,7 +183,17 @@ class KeptLiveness:
 
     def _read(self, store: HostPublication, now: Optional[datetime.datetime],
               take: bool) -> tuple[Liveness, Optional[frozenset[str]]]:
-        """:meth:`read`, with the changes taken (``take``) or left (None)."""
+        """:meth:`read`, with the changes taken (``take``) or left (None).
+
+        The kept state's lock (:attr:`_lock`) is never held over a round
+        trip to the store: :meth:`owners` and :meth:`take_changes` answer
+        while a read waits for the database. The change reads are one at
+        a time (:attr:`_reading`: each applies what changed since the
+        mark the last one left). The periodic read of every host
+        (:data:`FULL_READ_SECONDS`) does not hold even that: the other
+        threads' reads go on from the kept state while it reads (~40,000
+        rows at 10,000 hosts), then what changed since its own snapshot is
+        read (one more change read) and both replace the kept state."""
         feed = self._feed
         if feed is None or feed[0]() is not store:
             # NOTE: isinstance() on a runtime protocol looks up each of its
@@ -184,57 +203,105 @@ class KeptLiveness:
             with self._lock:
                 self._changed = set() if take else None
             return split(store.host_statuses(), now), None
-        when = database.utcnow() if now is None else now
         with self._lock:
-            mark = self._mark
-            if (self._store is None or self._store() is not store
-                    or self._clock() - self._full_at >= self.full_read_seconds):
-                mark = None
-            read_at = self._clock()
+            due = (not self._full_running and self._store is not None
+                   and self._store() is store
+                   and self._clock() - self._full_at >= self.full_read_seconds)
+            if due:
+                self._full_running = True
+        if due:
+            try:
+                return self._read_every_host(cast(HostStatusFeed, store), store, now, take)
+            finally:
+                with self._lock:
+                    self._full_running = False
+        with self._reading:
+            # NOTE: the leases judged at this read's time, taken once its
+            # turn came (not before its wait): a read applied after
+            # another's never judges them at an earlier time (a host that
+            # one reported down is not live again in the next).
+            when = database.utcnow() if now is None else now
+            with self._lock:
+                mark = (self._mark if self._store is not None and self._store() is store
+                        else None)
+                read_at = self._clock()
             changes = cast(HostStatusFeed, store).host_status_changes(mark, when)
-            joined = changes.full
-            if changes.full:
-                self.full_reads += 1
-                self._generations = dict(changes.generations)
-                self._store = _reference(store)
-                self._full_at = read_at
-                self._changed = None
-                self._owners = {}
-                self._provided = {}
-                self._owners_kept = True
-            else:
-                generations = self._generations
-                joined = any(host not in generations for host in changes.generations)
-                generations.update(changes.generations)
-                if self._changed is not None:
-                    self._changed.update(changes.generations)
-            if changes.providers is None:
-                self._owners_kept = False
-                self._owners, self._provided = {}, {}
-            else:
-                self._keep_providers(changes.providers)
-            self._mark = changes.mark
-            generations = dict(self._generations)
-            down: dict[str, tuple[Rejection, ...]] = {}
-            for host, expired in changes.expired.items():
-                # NOTE: the hosts that published only, as host_statuses.
-                if generations.pop(host, None) is not None:
-                    down[host] = (Rejection(down_reason(host, expired)),)
-            went = frozenset(down)
-            if went != self._down:
-                if self._changed is not None:
-                    self._changed.update(went ^ self._down)
-                self._down = went
-                joined = True
-            if joined:
-                # NOTE: made again only when a host joined, left, went down
-                # or came back: the same object otherwise (Liveness.live).
-                self._live = frozenset(generations)
-            taken: Optional[frozenset[str]] = None
-            if take:
-                taken = None if self._changed is None else frozenset(self._changed)
-                self._changed = set()
-            return Liveness(generations, down, self._live), taken
+            with self._lock:
+                return self._apply(store, changes, read_at, when, take)
+
+    def _read_every_host(self, feed: HostStatusFeed, store: HostPublication,
+                         now: Optional[datetime.datetime], take: bool
+                         ) -> tuple[Liveness, Optional[frozenset[str]]]:
+        """The periodic read of every host, no lock held over it; then,
+        the change reads held, what changed since its snapshot: both
+        applied, in order, under the state's lock (:meth:`_read`). The
+        leases are judged by the second read, at its time (``now``: None,
+        this machine's clock then): the other threads' reads applied
+        while the first one waited judged them later than it began."""
+        read_at = self._clock()
+        every = feed.host_status_changes(None, database.utcnow() if now is None else now)
+        with self._reading:
+            when = database.utcnow() if now is None else now
+            since = feed.host_status_changes(every.mark, when)
+            with self._lock:
+                self._apply(store, every, read_at, when, take=False)
+                return self._apply(store, since, read_at, when, take)
+
+    def _apply(self, store: HostPublication, changes: StatusChanges, read_at: float,
+               when: datetime.datetime, take: bool
+               ) -> tuple[Liveness, Optional[frozenset[str]]]:
+        """Bring the kept state up to date with ``changes`` (read at
+        ``read_at`` by :attr:`_clock`; the lock held), and the hosts split
+        at ``when``, with the changes taken (``take``) or left (None)."""
+        joined = changes.full
+        if changes.full:
+            self.full_reads += 1
+            self._generations = dict(changes.generations)
+            self._store = _reference(store)
+            self._full_at = read_at
+            self._changed = None
+            self._owners = {}
+            self._provided = {}
+            self._owners_kept = True
+        else:
+            generations = self._generations
+            joined = any(host not in generations for host in changes.generations)
+            generations.update(changes.generations)
+            if self._changed is not None:
+                self._changed.update(changes.generations)
+        if changes.providers is None:
+            self._owners_kept = False
+            self._owners, self._provided = {}, {}
+        elif changes.full:
+            # NOTE: nothing kept to replace (every host at once, ~30,000
+            # uuids at 10,000 hosts): made whole, not host by host.
+            self._provided = dict(changes.providers)
+            self._owners = {uuid: host for host, uuids in self._provided.items()
+                            for uuid in uuids}
+        else:
+            self._keep_providers(changes.providers)
+        self._mark = changes.mark
+        generations = dict(self._generations)
+        down: dict[str, tuple[Rejection, ...]] = {}
+        for host, expired in changes.expired.items():
+            # NOTE: the hosts that published only, as host_statuses.
+            if generations.pop(host, None) is not None:
+                down[host] = (Rejection(down_reason(host, expired)),)
+        went = frozenset(down)
+        if went != self._down:
+            if self._changed is not None:
+                self._changed.update(went ^ self._down)
+            self._down = went
+            joined = True
+        if joined:
+            # NOTE: made again only when a host joined, left, went down
+            # or came back: the same object otherwise (Liveness.live).
+            self._live = frozenset(generations)
+        taken: Optional[frozenset[str]] = None
+        if take:
+            taken = None if self._changed is None else frozenset(self._changed)
+            self._changed = set()
+        return Liveness(generations, down, self._live), taken
 
     def _keep_providers(self, provided: Mapping[str, tuple[str, ...]]) -> None:
         """Bring the kept providers up to date with those of the hosts

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pstats
 import signal
 import subprocess
 import sys
@@ -74,10 +75,11 @@ def test_requests_at_once_in_each_scheduler_allocate_nothing_twice(tmp_path):
     """``--concurrency 3``: each scheduler process works on 3 requests at
     once (threads on one scheduler); every boot placed, nothing allocated
     twice, the offers counted by outcome, one profile per request
-    thread."""
+    thread, and each scheduler process's warm-up profiled apart from its
+    workload."""
     result = bench("--hosts", "5", "--decisions", "12", "--idle", "1", "--workers", "1",
                    "--poll-interval", "0.2", "--lease", "3", "--json",
-                   "--concurrency", "3", "--delete-fraction", "0",
+                   "--concurrency", "3", "--delete-fraction", "0", "--warm-up",
                    "--profile", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
@@ -87,6 +89,12 @@ def test_requests_at_once_in_each_scheduler_allocate_nothing_twice(tmp_path):
     assert out["attempts"].get("claimed") == out["placed"]
     threads = sorted(p.name for p in tmp_path.glob("scheduler-*-thread-*.pstats"))
     assert len(threads) == 6, threads
+
+    def functions(name):
+        return {f for _, _, f in pstats.Stats(str(tmp_path / name)).stats}
+    for n in (0, 1):
+        assert "warm_up" in functions("scheduler-%d-setup.pstats" % n)
+        assert "warm_up" not in functions("scheduler-%d.pstats" % n)
 
 
 def test_on_postgresql_idle_agents_are_polled_for_their_heartbeat_only():

@@ -7,11 +7,12 @@ given, or the full-read period passed."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 import weakref
 
 from compute_plugins import hoststate
-from compute_plugins.hoststate import records
+from compute_plugins.hoststate import database, records
 from compute_plugins.scheduler import liveness
 from tests.unit.hoststate.cases import statements, states
 
@@ -396,3 +397,114 @@ def test_a_feed_that_says_nothing_of_the_providers_has_them_asked_of_the_store(t
         store.publish("h2", states(a=1), 0, providers={"u-2": "h2"})
         kept.read(feed)
         assert kept.owners(feed, ["u-1", "u-2"]) == {"u-1": "h1", "u-2": "h2"}
+
+
+class Held(Rows):
+    """The store, its reads of every host (no mark) held until
+    :attr:`release` is set, :attr:`reading` set once one waits, and
+    :attr:`after` called once one has read (a write after its snapshot)."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.reading = threading.Event()
+        self.release = threading.Event()
+        self.after = lambda: None
+
+    def host_status_changes(self, since, *args, **kw):
+        if since is None:
+            self.reading.set()
+            assert self.release.wait(30), "the held read was never released"
+        found = super().host_status_changes(since, *args, **kw)
+        if since is None:
+            self.after()
+        return found
+
+
+def _in_thread(work):
+    """``work()`` in a thread: a callable that waits up to 10 s for its
+    answer and says whether it came (an exception raised is re-raised)."""
+    answer = {}
+
+    def run():
+        try:
+            answer["value"] = work()
+        except BaseException as err:  # noqa: BLE001 - re-raised by the caller
+            answer["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result():
+        thread.join(10)
+        if "error" in answer:
+            raise answer["error"]
+        return answer
+    return result
+
+
+def test_the_periodic_read_of_every_host_holds_up_no_other_read_nor_owners(tmp_path):
+    """Issue 19 (10,000 hosts: the periodic read of every host reads ~40,000
+    rows): while it waits for the database, another thread's read is
+    answered from the kept state and what changed, and which host
+    published a provider without waiting; the read of every host, once
+    back, leaves the kept state as a fresh read has it."""
+    now = [0.0]
+    kept = liveness.KeptLiveness(full_read_seconds=60, clock=lambda: now[0])
+    with open_store(tmp_path) as store:
+        store.publish("a", states(a=1), 0, providers={"u-a": "a"})
+        store.publish("b", states(a=1), 0, providers={"u-b": "b"})
+        held = Held(store)
+        held.release.set()
+        kept.read(held)
+        held.release.clear()
+        now[0] = 61.0
+        every = _in_thread(lambda: kept.read(held))
+        assert held.reading.wait(10)
+        store.publish("a", states(a=2), 1, providers={"u-a": "a", "u-a2": "a"})
+        try:
+            owners = _in_thread(lambda: kept.owners(held, ["u-b"]))()
+            read = _in_thread(lambda: kept.read(held))()
+            # NOTE: b written after the read of every host's snapshot:
+            # that read's answer has it all the same.
+            held.after = lambda: store.publish("b", states(a=2), 1, providers={"u-b": "b"})
+        finally:
+            held.release.set()
+        assert owners.get("value") == {"u-b": "b"}
+        assert dict(read["value"].generations) == {"a": 2, "b": 1}
+        assert dict(every()["value"].generations) == {"a": 2, "b": 2}
+        assert kept.full_reads == 2
+        assert kept.read(held) == liveness.read(store)
+        assert kept.owners(held, ["u-a2", "u-b"]) == {"u-a2": "a", "u-b": "b"}
+
+
+def test_a_host_seen_down_is_not_reported_live_by_the_periodic_read_applied_after(tmp_path):
+    """The periodic read of every host applied after another thread's
+    read judges the leases at its own time, not at the time it began
+    (before its wait for the database): a host whose lease expired while
+    it waited, which the other read already reported down, is down in its
+    answer and in the kept view, not live again."""
+    now = [0.0]
+    kept = liveness.KeptLiveness(full_read_seconds=60, clock=lambda: now[0])
+    with open_store(tmp_path) as store:
+        for host in ("live", "dying"):
+            store.publish(host, states(a=1), 0)
+        store.acquire_lease("live", "node-1", "pid 1", 60)
+        lease = store.acquire_lease("dying", "node-2", "pid 2", 3)
+        held = Held(store)
+        held.release.set()
+        assert sorted(kept.read(held).generations) == ["dying", "live"]
+        held.release.clear()
+        now[0] = 61.0
+        every = _in_thread(lambda: kept.read(held))
+        try:
+            assert held.reading.wait(10)
+            while database.utcnow() <= lease.expires_at:
+                time.sleep(0.05)
+            other = _in_thread(lambda: kept.read(held))()
+            assert sorted(other["value"].down) == ["dying"]
+        finally:
+            held.release.set()
+        answer = every()["value"]
+        assert sorted(answer.down) == ["dying"], dict(answer.generations)
+        assert kept.full_reads == 2
+        assert kept.read(held) == liveness.read(store)
