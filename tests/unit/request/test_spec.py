@@ -90,6 +90,34 @@ def test_round_trip_with_decision(manager):
     assert preview(again) == preview(spec)
 
 
+def test_the_request_text_kept_by_a_spec_is_never_another_specs(manager):
+    """to_json keeps the text of what a spec asks and shares it with the
+    specs with_decision makes of it; any other copy (another field
+    changed, a decision changed by with_assignment) encodes its own: the
+    text is always json.dumps(to_dict(), sort_keys=True)."""
+    spec = build(manager, RICH, ports=PORTS)
+
+    def full(one):
+        return json.dumps(one.to_dict(), sort_keys=True)
+
+    assert spec.to_json() == full(spec)
+    first = spec.with_decision(decision())
+    other = spec.with_decision(dataclasses.replace(decision(), host="host2"))
+    assert first.to_json() == full(first) and '"host1"' in first.to_json()
+    assert other.to_json() == full(other) and '"host2"' in other.to_json()
+    assert first.with_decision(None).to_json() == spec.to_json()
+    renamed = dataclasses.replace(first, image_name="another-image")
+    assert renamed.to_json() == full(renamed)
+    assert '"another-image"' in renamed.to_json()
+    assert '"another-image"' in renamed.with_decision(decision()).to_json()
+    assert '"another-image"' not in first.to_json()
+    changed = first.with_assignment("numa", NUMAAssignment())
+    assert changed.to_json() == full(changed)
+    assert RequestSpec.from_json(changed.to_json(), manager.plugins) == changed
+    assert first.to_json(indent=1) == json.dumps(first.to_dict(), sort_keys=True,
+                                                 indent=1)
+
+
 MAJOR, MINOR = (int(part) for part in FORMAT_VERSION.split("."))
 
 
