@@ -296,7 +296,8 @@ class RequestSpec:
         """:meth:`to_dict` as JSON, keys sorted (``kwargs``: json.dumps's).
 
         Without ``kwargs`` the text of what the spec asks is made once per
-        spec and kept with it (a frozen value: it cannot change), and
+        spec and kept with it (when every plugin's request is a frozen,
+        checked value: then none of it can change), and
         shared with the specs :meth:`with_decision` makes of it (their
         other fields are the same objects); only the decision is encoded
         per call. A
@@ -311,7 +312,11 @@ class RequestSpec:
         request = source.__dict__.get(_REQUEST_JSON)
         if request is None:
             request = json.dumps(source._request_dict(), sort_keys=True)
-            object.__setattr__(source, _REQUEST_JSON, request)
+            # NOTE: kept only when no plugin's request can change (a
+            # plugin may give a request that is not a frozen dataclass:
+            # its text is made anew at each call, as it is now).
+            if all(checked_when_built(req) for req in source.requests.values()):
+                object.__setattr__(source, _REQUEST_JSON, request)
         return '{"decision": %s, %s' % (
             json.dumps(self._decision_dict(), sort_keys=True), request[1:])
 

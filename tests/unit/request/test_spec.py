@@ -16,7 +16,7 @@ from compute_plugins.request.errors import (
     RequestInputError,
     RequestValidationError,
 )
-from compute_plugins.request.groups import Decision
+from compute_plugins.request.groups import Decision, PluginRequest
 from compute_plugins.request.spec import FORMAT_VERSION, RequestSpec, build_request_spec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.scheduler.query import preview
@@ -116,6 +116,31 @@ def test_the_request_text_kept_by_a_spec_is_never_another_specs(manager):
     assert RequestSpec.from_json(changed.to_json(), manager.plugins) == changed
     assert first.to_json(indent=1) == json.dumps(first.to_dict(), sort_keys=True,
                                                  indent=1)
+
+
+@dataclasses.dataclass(eq=False)
+class _LooseRequest(PluginRequest):
+    """A plugin request that is not frozen (the framework takes it: the
+    docs ask for a frozen dataclass, nothing enforces it)."""
+
+    count: int = 1
+
+
+def test_the_text_of_a_request_that_can_change_is_not_kept(manager):
+    """A plugin's request that can change after the spec encoded it once
+    (not a frozen dataclass) is encoded as it is now: the text is still
+    json.dumps(to_dict(), sort_keys=True), never the first call's."""
+    base = build(manager, {})
+    loose = _LooseRequest(2)
+    spec = dataclasses.replace(
+        base, requests=FrozenMap({"loose": loose}),
+        plugin_versions=FrozenMap(dict(base.plugin_versions, loose="1.0")))
+    decided = spec.with_decision(decision())
+    assert '"count": 2' in spec.to_json() and '"count": 2' in decided.to_json()
+    loose.count = 5
+    for one in (spec, decided):
+        assert one.to_json() == json.dumps(one.to_dict(), sort_keys=True)
+        assert '"count": 5' in one.to_json()
 
 
 MAJOR, MINOR = (int(part) for part in FORMAT_VERSION.split("."))
