@@ -219,6 +219,9 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
     for alt in query.alternatives:
         alt.to_querystring()
     assert RequestSpec.from_json(spec.to_json(), manager.plugins) == spec
+    decided = spec.with_decision(decision())
+    for one in (spec, decided, decided.with_decision(None)):
+        assert one.to_json() == json.dumps(one.to_dict(), sort_keys=True)
 
 
 # -- tampered payloads -------------------------------------------------------------
@@ -279,6 +282,7 @@ def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
     except RequestFormatError:
         return
     assert isinstance(spec, RequestSpec)
+    assert spec.to_json() == json.dumps(spec.to_dict(), sort_keys=True)
 
 
 @pytest.mark.parametrize("mutate", [
