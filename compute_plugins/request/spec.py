@@ -73,6 +73,7 @@ from compute_plugins.request.types import (
     CodecError,
     FrozenMap,
     check_fields,
+    checked_when_built,
     decode,
     encode,
     thaw_json,
@@ -233,7 +234,12 @@ class RequestSpec:
         if decision is not None:
             for name, assignment in decision.assignments.items():
                 _check_assignment(name, assignment)
-        return dataclasses.replace(self, decision=decision)
+        decided = dataclasses.replace(self, decision=decision)
+        # NOTE: every field but the decision is this spec's own (the same
+        # objects): the request's encoding is this spec's (to_json), made
+        # once for every decision recorded in a copy of it.
+        object.__setattr__(decided, _REQUEST_OF, self.__dict__.get(_REQUEST_OF, self))
+        return decided
 
     def with_assignment(self, plugin: str, assignment: PluginAssignment) -> RequestSpec:
         """A copy with ``plugin``'s assignment set in the recorded decision.
@@ -253,11 +259,21 @@ class RequestSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON payload, at the lowest format version that carries it."""
-        decision = None
-        if self.decision is not None:
-            decision = encode(self.decision)
-            decision["assignments"] = {name: encode(a) for name, a in
-                                       self.decision.assignments.items()}
+        doc = self._request_dict()
+        doc["decision"] = self._decision_dict()
+        return doc
+
+    def _decision_dict(self) -> Optional[dict[str, Any]]:
+        """The payload's ``decision``."""
+        if self.decision is None:
+            return None
+        decision = encode(self.decision)
+        decision["assignments"] = {name: encode(a) for name, a in
+                                   self.decision.assignments.items()}
+        return decision  # type: ignore[no-any-return]
+
+    def _request_dict(self) -> dict[str, Any]:
+        """The payload but its ``decision``: what the spec asks."""
         # NOTE: at the lowest version that carries the spec: an older
         # reader reads it if it needs nothing that reader lacks, else
         # refuses it as newer (see compute_plugins.request.formats).
@@ -274,11 +290,35 @@ class RequestSpec:
             "generic": encode(self.generic),
             "requests": {name: encode(req) for name, req in self.requests.items()},
             "groups": encode(self.groups),
-            "decision": decision,
         }
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
+        """:meth:`to_dict` as JSON, keys sorted (``kwargs``: json.dumps's).
+
+        Without ``kwargs`` the text of what the spec asks is made once per
+        spec and kept with it (when every plugin's request is a frozen,
+        checked value: then none of it can change), and
+        shared with the specs :meth:`with_decision` makes of it (their
+        other fields are the same objects); only the decision is encoded
+        per call. A
+        scheduler encodes the decided spec of each offer (issue 19: about
+        1.5 ms a decision, the request's parts the same at every offer).
+        The text is the same, byte for byte, as ``json.dumps(to_dict(),
+        sort_keys=True)``: ``decision`` is the first key sorted.
+        """
+        if kwargs:
+            return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
+        source = self.__dict__.get(_REQUEST_OF, self)
+        request = source.__dict__.get(_REQUEST_JSON)
+        if request is None:
+            request = json.dumps(source._request_dict(), sort_keys=True)
+            # NOTE: kept only when no plugin's request can change (a
+            # plugin may give a request that is not a frozen dataclass:
+            # its text is made anew at each call, as it is now).
+            if all(checked_when_built(req) for req in source.requests.values()):
+                object.__setattr__(source, _REQUEST_JSON, request)
+        return '{"decision": %s, %s' % (
+            json.dumps(self._decision_dict(), sort_keys=True), request[1:])
 
     @classmethod
     def from_dict(cls, doc: Any, plugins: PluginSet) -> RequestSpec:
@@ -470,11 +510,22 @@ def build_request_spec(
 
 
 def _check_assignment(plugin: str, assignment: Any) -> None:
-    """A :class:`PluginAssignment` with every field valid."""
+    """A :class:`PluginAssignment` with every field valid (a frozen one
+    was checked when it was built: :func:`checked_when_built`)."""
     if not isinstance(assignment, PluginAssignment):
         raise ValueError("assignment of plugin %r must be a PluginAssignment, "
                          "not %s" % (plugin, type(assignment).__name__))
-    check_fields(assignment, "assignments.%s" % plugin)
+    if not checked_when_built(assignment):
+        check_fields(assignment, "assignments.%s" % plugin)
+
+
+#: Where a spec keeps the JSON text of what it asks (:meth:`RequestSpec.to_json`):
+#: an attribute of the instance, not a field (not compared, not encoded).
+_REQUEST_JSON = "_request_json"
+#: Where a spec made by :meth:`RequestSpec.with_decision` keeps the spec
+#: whose request it has (the same field values but the decision): the
+#: one that keeps the request's text for all of them.
+_REQUEST_OF = "_request_of"
 
 
 def _check_groups(groups: Iterable[RequestGroup]) -> list[Problem]:

@@ -21,7 +21,7 @@ import re
 import threading
 import types
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Optional, TypeVar
 
 K = TypeVar("K")
@@ -223,18 +223,24 @@ def _compile(hint: Any) -> Checker:
         return union
     if origin in (frozenset, set):
         item_check = _checker(args[0])
+        ints = args[0] is int
 
         def a_frozenset(value: Any, where: str) -> None:
             _is(value, frozenset, where)
+            if ints and _all_ints(value):
+                return
             for item in value:
                 item_check(item, "%s[%r]" % (where, item))
         return a_frozenset
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             item_check = _checker(args[0])
+            ints = args[0] is int
 
             def a_tuple(value: Any, where: str) -> None:
                 _is(value, tuple, where)
+                if ints and _all_ints(value):
+                    return
                 for i, item in enumerate(value):
                     item_check(item, "%s[%d]" % (where, i))
             return a_tuple
@@ -252,9 +258,13 @@ def _compile(hint: Any) -> Checker:
         key_hint, value_hint = args or (str, Any)
         value_check = _checker(value_hint)
         int_keys = key_hint is int
+        int_values = value_hint is int
 
         def a_map(value: Any, where: str) -> None:
             _is(value, FrozenMap, where)
+            if int_keys and int_values and _all_ints(value) \
+                    and _all_ints(value.values()):
+                return
             for key, item in value.items():
                 if int_keys:
                     _check_int(key, where + " key")
@@ -305,6 +315,13 @@ def _compile(hint: Any) -> Checker:
     return unknown
 
 
+def checked_when_built(value: Any) -> bool:
+    """Whether ``value`` holds the fields :func:`check_fields` passed when
+    it was built (or decoded) and cannot have changed since: a frozen
+    :class:`Checked` dataclass. A holder need not check it again."""
+    return _checked_for_good(type(value))
+
+
 def _checked_for_good(cls: type) -> bool:
     """Whether every value of dataclass ``cls`` still holds the fields it
     was checked with when it was built: a frozen :class:`Checked`. One
@@ -312,6 +329,17 @@ def _checked_for_good(cls: type) -> bool:
     had a field set since, so a value holding it checks it again."""
     params = getattr(cls, "__dataclass_params__", None)
     return issubclass(cls, Checked) and params is not None and bool(params.frozen)
+
+
+def _all_ints(values: Iterable[Any]) -> bool:
+    """Whether every item of ``values`` passes :func:`_check_int`: the
+    common case of a CPU set or a pinning map checked in one pass, without
+    a path string per item (made only to name the item that fails: the
+    per-item check then runs and says which)."""
+    for value in values:
+        if type(value) is not int or not 0 <= value <= MAX_INT:
+            return False
+    return True
 
 
 def _check_int(value: Any, where: str) -> None:

@@ -611,6 +611,12 @@ class PlacementView:
         """Record the providers ``host`` published; True when they differ
         from those seen before (its tree changed: the kept answers are
         wrong about it, and Placement is asked about that host again)."""
+        seen = self._trees.get(host)
+        if seen is not None and seen[0] is uuids:
+            # NOTE: the host's kept state fitted again (most candidates of
+            # every plan): answered without the lock (a mapping is only
+            # ever replaced whole, and this one is the host's last).
+            return False
         with self._lock:
             before = self._trees.get(host)
             if before is not None and before[0] is uuids:

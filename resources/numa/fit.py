@@ -174,24 +174,37 @@ def _preferences(state: NUMAState, request: NUMARequest, placement: Mappings,
     allowed = _allowed(state, demands, placement)
     if isinstance(allowed, Rejection):
         return allowed
-    signatures = {cell.id: cellfit.signature(cell) for cell in state.cells}
+    # NOTE: each cell's class numbered once per fit (a signature is a
+    # nested tuple, hashed anew on every lookup), and the preferences of
+    # nodes alike (same numbers, same cells allowed: the nodes of most
+    # guests) found once: an 8-node guest on an 8-cell host looked up 64
+    # (node, cell) pairs for one class.
+    numbers: dict[tuple[object, ...], int] = {}
+    classes = {cell.id: numbers.setdefault(cellfit.signature(cell), len(numbers))
+               for cell in state.cells}
     feasible: dict[tuple[object, ...], bool] = {}
 
-    def fits(demand: NodeDemand, cell: CellState) -> bool:
-        key = (demand.key, signatures[cell.id])
-        if key not in feasible:
+    def fits(demand: NodeDemand, key: tuple[int, ...], cell: CellState) -> bool:
+        pair = (key, classes[cell.id])
+        known = feasible.get(pair)
+        if known is None:
             result = cellfit.place(state, cell, demand)
             if placed is not None:
                 placed[demand.node, cell.id] = result
-            feasible[key] = not isinstance(result, str)
-        return feasible[key]
+            known = feasible[pair] = not isinstance(result, str)
+        return known
 
     order = cell_order(state, len(demands), pins(request))
     prefs = []
+    alike: dict[tuple[object, ...], list[int]] = {}
     for demand, cells in zip(demands, allowed, strict=True):
-        ids = {cell.id for cell in cells}
-        prefs.append([cell.id for cell in order
-                      if cell.id in ids and fits(demand, cell)])
+        ids = frozenset(cell.id for cell in cells)
+        key = demand.key
+        found = alike.get((key, ids))
+        if found is None:
+            found = alike[key, ids] = [cell.id for cell in order
+                                       if cell.id in ids and fits(demand, key, cell)]
+        prefs.append(list(found))
     return demands, allowed, prefs
 
 

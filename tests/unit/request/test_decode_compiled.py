@@ -238,3 +238,26 @@ def test_a_value_that_can_change_after_its_check_is_checked_again_inside_another
     with pytest.raises(CodecError, match=r"^Holder\.part\.count: expected an integer"):
         Holder(part=loose)
     assert Holder(parts=(LoosePart(2),), part=LoosePart(3)).part == LoosePart(3)
+
+
+@pytest.mark.parametrize("hint,value,where,good", [
+    (frozenset[int], frozenset({1, 2, -3}), r"\$\[-3\]: expected an integer",
+     frozenset({1, 2})),
+    (frozenset[int], frozenset({1, False}), r"\$\[False\]: expected an integer",
+     frozenset({0, 1})),
+    (tuple[int, ...], (1, 2, types.MAX_INT + 1), r"\$\[2\]: expected an integer",
+     (1, types.MAX_INT)),
+    (FrozenMap[int, int], FrozenMap({0: 4, 1: -1}), r"\$\.1: expected an integer",
+     FrozenMap({0: 4, 1: 0})),
+    (FrozenMap[int, int], FrozenMap({0: 4, -2: 5}), r"\$ key: expected an integer",
+     FrozenMap({0: 4})),
+    (FrozenMap[int, int], FrozenMap({0: 4, 1: 5.0}), r"\$\.1: expected an integer",
+     FrozenMap()),
+])
+def test_a_container_of_integers_checked_at_once_still_names_the_bad_item(
+        hint, value, where, good):
+    """The integer containers' one-pass check (a CPU set, a pinning map)
+    falls back to the per-item check for the message: the item named."""
+    with pytest.raises(CodecError, match=where):
+        types.check(hint, value)
+    types.check(hint, good)

@@ -16,7 +16,7 @@ from compute_plugins.request.errors import (
     RequestInputError,
     RequestValidationError,
 )
-from compute_plugins.request.groups import Decision
+from compute_plugins.request.groups import Decision, PluginRequest
 from compute_plugins.request.spec import FORMAT_VERSION, RequestSpec, build_request_spec
 from compute_plugins.request.types import FrozenMap
 from compute_plugins.scheduler.query import preview
@@ -88,6 +88,59 @@ def test_round_trip_with_decision(manager):
     assert again == spec
     assert again.to_json() == text
     assert preview(again) == preview(spec)
+
+
+def test_the_request_text_kept_by_a_spec_is_never_another_specs(manager):
+    """to_json keeps the text of what a spec asks and shares it with the
+    specs with_decision makes of it; any other copy (another field
+    changed, a decision changed by with_assignment) encodes its own: the
+    text is always json.dumps(to_dict(), sort_keys=True)."""
+    spec = build(manager, RICH, ports=PORTS)
+
+    def full(one):
+        return json.dumps(one.to_dict(), sort_keys=True)
+
+    assert spec.to_json() == full(spec)
+    first = spec.with_decision(decision())
+    other = spec.with_decision(dataclasses.replace(decision(), host="host2"))
+    assert first.to_json() == full(first) and '"host1"' in first.to_json()
+    assert other.to_json() == full(other) and '"host2"' in other.to_json()
+    assert first.with_decision(None).to_json() == spec.to_json()
+    renamed = dataclasses.replace(first, image_name="another-image")
+    assert renamed.to_json() == full(renamed)
+    assert '"another-image"' in renamed.to_json()
+    assert '"another-image"' in renamed.with_decision(decision()).to_json()
+    assert '"another-image"' not in first.to_json()
+    changed = first.with_assignment("numa", NUMAAssignment())
+    assert changed.to_json() == full(changed)
+    assert RequestSpec.from_json(changed.to_json(), manager.plugins) == changed
+    assert first.to_json(indent=1) == json.dumps(first.to_dict(), sort_keys=True,
+                                                 indent=1)
+
+
+@dataclasses.dataclass(eq=False)
+class _LooseRequest(PluginRequest):
+    """A plugin request that is not frozen (the framework takes it: the
+    docs ask for a frozen dataclass, nothing enforces it)."""
+
+    count: int = 1
+
+
+def test_the_text_of_a_request_that_can_change_is_not_kept(manager):
+    """A plugin's request that can change after the spec encoded it once
+    (not a frozen dataclass) is encoded as it is now: the text is still
+    json.dumps(to_dict(), sort_keys=True), never the first call's."""
+    base = build(manager, {})
+    loose = _LooseRequest(2)
+    spec = dataclasses.replace(
+        base, requests=FrozenMap({"loose": loose}),
+        plugin_versions=FrozenMap(dict(base.plugin_versions, loose="1.0")))
+    decided = spec.with_decision(decision())
+    assert '"count": 2' in spec.to_json() and '"count": 2' in decided.to_json()
+    loose.count = 5
+    for one in (spec, decided):
+        assert one.to_json() == json.dumps(one.to_dict(), sort_keys=True)
+        assert '"count": 5' in one.to_json()
 
 
 MAJOR, MINOR = (int(part) for part in FORMAT_VERSION.split("."))
@@ -166,6 +219,9 @@ def test_fuzz_ends_in_a_spec_or_the_validation_error(manager, specs, image, vcpu
     for alt in query.alternatives:
         alt.to_querystring()
     assert RequestSpec.from_json(spec.to_json(), manager.plugins) == spec
+    decided = spec.with_decision(decision())
+    for one in (spec, decided, decided.with_decision(None)):
+        assert one.to_json() == json.dumps(one.to_dict(), sort_keys=True)
 
 
 # -- tampered payloads -------------------------------------------------------------
@@ -226,6 +282,7 @@ def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
     except RequestFormatError:
         return
     assert isinstance(spec, RequestSpec)
+    assert spec.to_json() == json.dumps(spec.to_dict(), sort_keys=True)
 
 
 @pytest.mark.parametrize("mutate", [
