@@ -102,6 +102,11 @@ _VERSION_RE = VERSION_RE
 
 
 def _version(text: Any, what: str) -> tuple[int, int]:
+    if type(text) is str and _VERSION_RE.match(text):
+        # NOTE: the usual ``"1.2"`` (about ten a spec read): what the rules
+        # below give it, without them.
+        major, minor = text.split(".")
+        return int(major), int(minor)
     try:
         major, minor = str(text).split(".")
         return ascii_int(major), ascii_int(minor)
