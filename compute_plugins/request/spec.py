@@ -75,6 +75,7 @@ from compute_plugins.request.types import (
     FrozenMap,
     build_decoded,
     built_by_decode,
+    check,
     check_fields,
     decode,
     encode,
@@ -334,6 +335,11 @@ class RequestSpec:
         image_name = decode(str, image.get("name", ""), "image.name")
         ports = decode(tuple[Port, ...], doc["ports"], "ports")
         hints = decode(FrozenMap[str, Any], doc["hints"], "hints")
+        # NOTE: a free-form value decodes as it is (``freeze_json``), but a
+        # spec holds only what JSON can carry back (``1e400`` reads as inf):
+        # the check build_decoded skips below, done here for these two.
+        check(FrozenMap[str, Any], image_properties, "RequestSpec.image_properties")
+        check(FrozenMap[str, Any], hints, "RequestSpec.hints")
         key = None if parts is None else parts.key(doc)
         part = None if key is None or parts is None else parts.part(loaded, key)
         if part is None:

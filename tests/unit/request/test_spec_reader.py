@@ -128,3 +128,22 @@ def test_a_tampered_payload_reads_as_from_json_reads_it(manager, data):
             for name, assignment in spec.decision.assignments.items():
                 check_fields(assignment, name)
 
+
+
+@pytest.mark.parametrize("field", ["image_properties", "hints"])
+def test_a_number_json_cannot_carry_back_is_refused(manager, field):
+    """``1e400`` is valid JSON that Python reads as ``inf``: a spec holding
+    it could never be written back as JSON, so it is refused (by the check
+    a spec's free-form values get), read directly or through a reader."""
+    doc = _rich_payload(manager)
+    holder = doc["image"]["properties"] if field == "image_properties" else doc["hints"]
+    holder["huge"] = 0
+    text = json.dumps(doc).replace('"huge": 0', '"huge": 1e400')
+    reader = SpecReader()
+    reader.read(_rich_text(manager), manager.plugins)
+    for read in (lambda t: RequestSpec.from_json(t, manager.plugins),
+                 lambda t: reader.read(t, manager.plugins)):
+        with pytest.raises(RequestFormatError,
+                           match=r"RequestSpec\.%s\.huge: inf is not a JSON number"
+                           % field):
+            read(text)
