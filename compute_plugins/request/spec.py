@@ -295,8 +295,7 @@ class RequestSpec:
         return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
 
     @classmethod
-    def from_dict(cls, doc: Any, plugins: PluginSet,
-                  parts: Optional[SpecReader] = None) -> RequestSpec:
+    def from_dict(cls, doc: Any, plugins: PluginSet) -> RequestSpec:
         """Read a payload written by :meth:`to_dict`.
 
         The payload is validated strictly, never re-derived from the flavor:
@@ -306,12 +305,19 @@ class RequestSpec:
         :func:`~compute_plugins.request.types.decode`).
 
         :param plugins: the loaded plugins.
-        :param parts: where the request part read earlier is kept
-            (:class:`SpecReader`); None reads every part.
         :raises RequestFormatError: not a RequestSpec payload, a newer format,
             a plugin not loaded or newer than the loaded one, a bad shape or
             value.
         """
+        return cls._read(doc, plugins, None)
+
+    @classmethod
+    def _read(cls, doc: Any, plugins: PluginSet,
+              parts: Optional[SpecReader]) -> RequestSpec:
+        """:meth:`from_dict`, the request part kept in ``parts``: only for
+        a document :func:`~compute_plugins.util.jsonload.loads` read (its
+        key, the part's JSON text, is that of a Python document's tuple
+        as of a list: a Python document is never read with it)."""
         try:
             return cls._from_dict(doc, plugins, parts)
         except (CodecError, KeyError, TypeError, ValueError) as err:
@@ -378,7 +384,7 @@ class RequestSpec:
             doc = jsonload.loads(text)
         except ValueError as err:
             raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
-        return cls.from_dict(doc, plugins, parts)
+        return cls._read(doc, plugins, parts)
 
 
 #: A spec's request part, as :class:`SpecReader` keeps it: the plugins'

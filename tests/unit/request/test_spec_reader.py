@@ -147,3 +147,21 @@ def test_a_number_json_cannot_carry_back_is_refused(manager, field):
                            match=r"RequestSpec\.%s\.huge: inf is not a JSON number"
                            % field):
             read(text)
+
+
+def test_a_python_document_is_not_read_with_a_kept_part(manager):
+    """A kept part is keyed by its JSON text, which a Python document's
+    tuple shares with a list: a document ``from_dict`` refuses (a tuple
+    where JSON has a list) must never be read with its JSON twin's part,
+    so a Python document cannot be read with a reader at all."""
+    reader = SpecReader()
+    text = _rich_text(manager)
+    reader.read(text, manager.plugins)
+    doc = json.loads(text)
+    doc["groups"] = tuple(doc["groups"])
+    with pytest.raises(RequestFormatError, match="expected list, got 'tuple'"):
+        RequestSpec.from_dict(doc, manager.plugins)
+    # NOTE: only a document read from JSON text (RequestSpec.from_json,
+    # SpecReader.read) may be read with kept parts.
+    with pytest.raises(TypeError):
+        RequestSpec.from_dict(doc, manager.plugins, reader)
