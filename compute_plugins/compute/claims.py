@@ -4,7 +4,9 @@ A decision addressed to the host carries the RequestSpec the scheduler
 serialised, with its decision (host, node, allocation, mappings and every
 plugin's assignment). The compute side reads that spec back
 (:meth:`RequestSpec.from_json`: the typed requests and the decision, never
-the flavor's extra specs or the image's properties), builds each plugin's
+the flavor's extra specs or the image's properties; through a
+:class:`~compute_plugins.request.spec.SpecReader`, which decodes the
+request part of a flavor's decisions once), builds each plugin's
 live host state under the claims already in force (the ledger's
 assignments) and runs every plugin's ``verify``
 (:meth:`compute_plugins.runtime.PluginSet.verify`), built from the same
@@ -39,7 +41,7 @@ from compute_plugins.hoststate.transport import DecisionQueue
 from compute_plugins.placement import client as pclient
 from compute_plugins.plugin.contract import Rejection
 from compute_plugins.request.errors import RequestFormatError
-from compute_plugins.request.spec import RequestSpec
+from compute_plugins.request.spec import RequestSpec, SpecReader
 from compute_plugins.runtime.manager import PluginManager
 
 LOG = logging.getLogger(__name__)
@@ -135,6 +137,8 @@ class Claims:
         self.ledger = ledger
         self.store = store
         self.domain_type = domain_type
+        #: The decisions' specs, read with their request parts kept.
+        self.specs = SpecReader()
 
     def states(self) -> tuple[dict[str, object], list[Rejection]]:
         """The live host states under the ledger's assignments."""
@@ -178,7 +182,7 @@ class Claims:
                   ) -> tuple[Optional[RequestSpec], list[Rejection], Optional[str]]:
         """The spec, every reason not to claim it, and its guest XML."""
         try:
-            spec = RequestSpec.from_json(decision.spec, self.manager.plugins)
+            spec = self.specs.read(decision.spec, self.manager.plugins)
         except RequestFormatError as err:
             return None, [Rejection("the spec cannot be read: %s" % err,
                                     plugin=FRAMEWORK)], None

@@ -42,6 +42,7 @@ from compute_plugins.plugin.cpuset import InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
+from compute_plugins.util import xmltext
 
 __all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",
            "assemble", "domain_xml", "pinning", "summary"]
@@ -257,7 +258,7 @@ def assemble(
     devices_el = ET.SubElement(domain, "devices")
     devices_el.extend(devices)
     ET.indent(domain)
-    return ET.tostring(domain, encoding="unicode")
+    return xmltext.serialize(domain)
 
 
 def _max_memory(domain: ET.Element, devices: Sequence[ET.Element],

@@ -309,6 +309,12 @@ class Decision:
         default_factory=FrozenMap, metadata={"json": False})
 
     def __post_init__(self) -> None:
+        # NOTE: one :func:`~compute_plugins.request.types.decode` built
+        # (or a reader, from decoded fields: :func:`~compute_plugins.
+        # request.types.build_decoded`) holds its containers as their hints
+        # say, checked by the same rules: neither copied nor checked again.
+        if built_by_decode(self):
+            return
         object.__setattr__(self, "allocations", FrozenMap(
             (rp, FrozenMap(res)) for rp, res in self.allocations.items()))
         object.__setattr__(self, "mappings", FrozenMap(

@@ -47,6 +47,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -72,6 +73,9 @@ from compute_plugins.request.types import (
     VERSION_RE,
     CodecError,
     FrozenMap,
+    build_decoded,
+    built_by_decode,
+    check,
     check_fields,
     checked_when_built,
     decode,
@@ -83,7 +87,7 @@ from compute_plugins.util import jsonload
 from compute_plugins.util.text import ascii_int
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Decision", "RequestGroup",
-           "RequestSpec", "build_request_spec"]
+           "RequestSpec", "SpecReader", "build_request_spec"]
 
 LOG = logging.getLogger(__name__)
 
@@ -100,6 +104,11 @@ _VERSION_RE = VERSION_RE
 
 
 def _version(text: Any, what: str) -> tuple[int, int]:
+    if type(text) is str and _VERSION_RE.match(text):
+        # NOTE: the usual ``"1.2"`` (about ten a spec read): what the rules
+        # below give it, without them.
+        major, minor = text.split(".")
+        return int(major), int(minor)
     try:
         major, minor = str(text).split(".")
         return ascii_int(major), ascii_int(minor)
@@ -140,7 +149,12 @@ class RequestSpec:
 
         :raises CodecError: (a ``ValueError``) naming the field and the rule.
         """
-        check_fields(self, "RequestSpec")
+        # NOTE: :meth:`from_dict` builds it from fields it has just
+        # decoded by the same rules (:func:`~compute_plugins.request.types.
+        # build_decoded`): not checked again, its own rules below are.
+        decoded = built_by_decode(self)
+        if not decoded:
+            check_fields(self, "RequestSpec")
         for name, version in self.plugin_versions.items():
             if not _VERSION_RE.match(version):
                 raise CodecError("RequestSpec.plugin_versions.%s: %r is not "
@@ -158,7 +172,7 @@ class RequestSpec:
                     raise CodecError(
                         "RequestSpec.decision.assignments.%s: the plugin has "
                         "no version in plugin_versions" % name)
-                _check_assignment(name, assignment)
+                _check_assignment(name, assignment, decoded)
 
     # -- building -------------------------------------------------------------
 
@@ -335,15 +349,25 @@ class RequestSpec:
             a plugin not loaded or newer than the loaded one, a bad shape or
             value.
         """
+        return cls._read(doc, plugins, None)
+
+    @classmethod
+    def _read(cls, doc: Any, plugins: PluginSet,
+              parts: Optional[SpecReader]) -> RequestSpec:
+        """:meth:`from_dict`, the request part kept in ``parts``: only for
+        a document :func:`~compute_plugins.util.jsonload.loads` read (its
+        key, the part's JSON text, is that of a Python document's tuple
+        as of a list: a Python document is never read with it)."""
         try:
-            return cls._from_dict(doc, plugins)
+            return cls._from_dict(doc, plugins, parts)
         except (CodecError, KeyError, TypeError, ValueError) as err:
             if isinstance(err, RequestFormatError):
                 raise
             raise RequestFormatError("bad RequestSpec payload: %s" % err) from None
 
     @classmethod
-    def _from_dict(cls, doc: Any, loaded: PluginSet) -> RequestSpec:
+    def _from_dict(cls, doc: Any, loaded: PluginSet,
+                   parts: Optional[SpecReader] = None) -> RequestSpec:
         _check_header(doc)
         doc = formats.upgraded(doc, _version(doc["version"], "format version"))
         payload_plugins = _check_plugins(doc["plugins"], loaded)
@@ -351,30 +375,140 @@ class RequestSpec:
         unknown = set(image) - {"name", "properties"}
         if unknown:
             raise CodecError("image: unknown field(s) %s" % ", ".join(sorted(unknown)))
-        spec = cls(
-            flavor=decode(Flavor, doc["flavor"], "flavor"),
-            image_properties=decode(FrozenMap[str, Any],
-                                    image.get("properties", {}), "image.properties"),
-            image_name=decode(str, image.get("name", ""), "image.name"),
-            ports=decode(tuple[Port, ...], doc["ports"], "ports"),
-            hints=decode(FrozenMap[str, Any], doc["hints"], "hints"),
-            requests=FrozenMap(_decode_requests(doc["requests"], payload_plugins,
-                                                loaded)),
+        flavor = decode(Flavor, doc["flavor"], "flavor")
+        image_properties = decode(FrozenMap[str, Any], image.get("properties", {}),
+                                  "image.properties")
+        image_name = decode(str, image.get("name", ""), "image.name")
+        ports = decode(tuple[Port, ...], doc["ports"], "ports")
+        hints = decode(FrozenMap[str, Any], doc["hints"], "hints")
+        # NOTE: a free-form value decodes as it is (``freeze_json``), but a
+        # spec holds only what JSON can carry back (``1e400`` reads as inf):
+        # the check build_decoded skips below, done here for these two.
+        check(FrozenMap[str, Any], image_properties, "RequestSpec.image_properties")
+        check(FrozenMap[str, Any], hints, "RequestSpec.hints")
+        key = None if parts is None else parts.key(doc)
+        part = None if key is None or parts is None else parts.part(loaded, key)
+        if part is None:
+            requests: FrozenMap[str, PluginRequest] = FrozenMap(
+                _decode_requests(doc["requests"], payload_plugins, loaded))
+            generic_req: generic.GenericRequest = decode(
+                generic.GenericRequest, doc["generic"], "generic")
+            groups: tuple[RequestGroup, ...] = decode(
+                tuple[RequestGroup, ...], doc["groups"], "groups")
+        else:
+            requests, generic_req, groups = part
+        spec = build_decoded(
+            cls,
+            flavor=flavor,
+            image_properties=image_properties,
+            image_name=image_name,
+            ports=ports,
+            hints=hints,
+            requests=requests,
             plugin_versions=FrozenMap(payload_plugins),
-            generic=decode(generic.GenericRequest, doc["generic"], "generic"),
-            groups=decode(tuple[RequestGroup, ...], doc["groups"], "groups"),
+            generic=generic_req,
+            groups=groups,
             decision=_decode_decision(doc["decision"], payload_plugins, loaded),
         )
-        _check_derived_groups(spec, loaded)
+        if part is None:
+            _check_derived_groups(spec, loaded)
+            if key is not None and parts is not None:
+                parts.keep(loaded, key, (requests, generic_req, groups))
         return spec
 
     @classmethod
-    def from_json(cls, text: str, plugins: PluginSet) -> RequestSpec:
+    def from_json(cls, text: str, plugins: PluginSet,
+                  parts: Optional[SpecReader] = None) -> RequestSpec:
+        """Read a payload written by :meth:`to_json` (see :meth:`from_dict`)."""
         try:
             doc = jsonload.loads(text)
         except ValueError as err:
             raise RequestFormatError("RequestSpec payload is not JSON: %s" % err) from None
-        return cls.from_dict(doc, plugins)
+        return cls._read(doc, plugins, parts)
+
+
+#: A spec's request part, as :class:`SpecReader` keeps it: the plugins'
+#: typed requests, the generic request and the request groups.
+_RequestPart = tuple[FrozenMap[str, PluginRequest], generic.GenericRequest,
+                     tuple[RequestGroup, ...]]
+
+
+class SpecReader:
+    """Reads the specs of one host's decisions (:meth:`read`), the request
+    part of each decoded once per distinct text.
+
+    Every instance of a flavor is decided with the same request part (the
+    plugins' typed requests, the generic request and the request groups,
+    and the plugins' data versions they were written with): what the
+    scheduler derived from the flavor, its ports' requests included. Its
+    decode and the check that its groups are those its requests give
+    (the plugins' ``request_groups``) were a third of an agent's CPU per
+    claim (``bench.scale.agent``). The part read earlier is kept, keyed by
+    its exact JSON text (key order kept), and used again, so that only the
+    rest (the flavor, image, ports, hints and the decision) is decoded per
+    decision; a spec read so is equal to :meth:`RequestSpec.from_json`'s,
+    and a payload that would be refused still is, with the same error.
+
+    The parts are those of one :class:`~compute_plugins.runtime.PluginSet`
+    (the loaded plugins' request types and versions): given another, the
+    reader forgets them. At most ``size`` parts are kept (the most
+    recently read). Thread-safe.
+
+    :param size: how many request parts to keep.
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._plugins: Optional[PluginSet] = None
+        self._parts: collections.OrderedDict[str, _RequestPart] = (
+            collections.OrderedDict())
+        self._lock = threading.Lock()
+
+    def read(self, text: str, plugins: PluginSet) -> RequestSpec:
+        """:meth:`RequestSpec.from_json` of ``text``, the request part kept.
+
+        :raises RequestFormatError: as :meth:`RequestSpec.from_json`.
+        """
+        return RequestSpec.from_json(text, plugins, self)
+
+    def __len__(self) -> int:
+        """How many request parts are kept."""
+        with self._lock:
+            return len(self._parts)
+
+    @staticmethod
+    def key(doc: Mapping[str, Any]) -> Optional[str]:
+        """The request part's key: its exact JSON text (None: the part is
+        not a JSON document's; read, not kept)."""
+        try:
+            return json.dumps([doc["plugins"], doc["requests"], doc["generic"],
+                               doc["groups"]], allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+
+    def part(self, plugins: PluginSet, key: str) -> Optional[_RequestPart]:
+        """The request part kept under ``key`` for ``plugins`` (None: not
+        kept, or kept for other plugins: all forgotten)."""
+        with self._lock:
+            if plugins is not self._plugins:
+                self._parts.clear()
+                self._plugins = plugins
+                return None
+            found = self._parts.get(key)
+            if found is not None:
+                self._parts.move_to_end(key)
+            return found
+
+    def keep(self, plugins: PluginSet, key: str, part: _RequestPart) -> None:
+        """Keep ``part`` (read and checked for ``plugins``) under ``key``."""
+        with self._lock:
+            if plugins is not self._plugins:
+                self._parts.clear()
+                self._plugins = plugins
+            self._parts[key] = part
+            self._parts.move_to_end(key)
+            while len(self._parts) > self.size:
+                self._parts.popitem(last=False)
 
 
 #: The keys of a payload, all required (``decision`` may be null).
@@ -469,7 +603,9 @@ def _decode_decision(doc: Any, payload_plugins: Mapping[str, str],
                 "assignment of plugin %r, which is not loaded or declares no "
                 "assignment type" % name)
         assignments[name] = decode(kind, adoc, "assignments.%s" % name)
-    return dataclasses.replace(decision, assignments=FrozenMap(assignments))
+    return build_decoded(Decision, host=decision.host, nodename=decision.nodename,
+                         allocations=decision.allocations, mappings=decision.mappings,
+                         assignments=FrozenMap(assignments))
 
 
 def _check_derived_groups(spec: RequestSpec, loaded: PluginSet) -> None:
@@ -509,13 +645,14 @@ def build_request_spec(
         plugins, RequestInput.from_dicts(flavor, image, ports, hints))
 
 
-def _check_assignment(plugin: str, assignment: Any) -> None:
-    """A :class:`PluginAssignment` with every field valid (a frozen one
-    was checked when it was built: :func:`checked_when_built`)."""
+def _check_assignment(plugin: str, assignment: Any, decoded: bool = False) -> None:
+    """A :class:`PluginAssignment` with every field valid (``decoded``:
+    checked already, by :func:`~compute_plugins.request.types.decode`; a
+    frozen one was checked when it was built: :func:`checked_when_built`)."""
     if not isinstance(assignment, PluginAssignment):
         raise ValueError("assignment of plugin %r must be a PluginAssignment, "
                          "not %s" % (plugin, type(assignment).__name__))
-    if not checked_when_built(assignment):
+    if not decoded and not checked_when_built(assignment):
         check_fields(assignment, "assignments.%s" % plugin)
 
 

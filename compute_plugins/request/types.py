@@ -399,6 +399,19 @@ def built_by_decode(obj: Any) -> bool:
 _BUILDING = threading.local()
 
 
+def build_decoded(cls: type[T], **fields: Any) -> T:
+    """``cls(**fields)``, every field of it just decoded by the rules of
+    :func:`decode` (a reader that decodes a document part by part, as
+    :meth:`~compute_plugins.request.spec.RequestSpec.from_dict`): its
+    ``__post_init__``, asking :func:`built_by_decode`, skips checking them
+    again (its own invariants it checks all the same)."""
+    _BUILDING.cls = cls
+    try:
+        return cls(**fields)
+    finally:
+        _BUILDING.cls = None
+
+
 def _check_json(value: Any, where: str) -> None:
     """A frozen JSON value (:func:`freeze_json`'s shapes); iterative, so a
     deep value cannot exhaust the stack."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
+from compute_plugins.util import xmltext
 from resources.sriov.request import VDPA, SRIOVAssignment, SRIOVRequest
 
 MACVTAP = "macvtap"
@@ -58,7 +59,7 @@ def vf_interface(vf_address: str) -> str:
     interface = ET.Element("interface", {"type": "hostdev", "managed": "yes"})
     source = ET.SubElement(interface, "source")
     ET.SubElement(source, "address", {"type": "pci", **pci_address_fields(vf_address)})
-    return ET.tostring(interface, encoding="unicode")
+    return xmltext.serialize(interface)
 
 
 def macvtap_interface(netdev: str) -> str:
@@ -67,14 +68,14 @@ def macvtap_interface(netdev: str) -> str:
     ET.SubElement(interface, "source", {"dev": netdev, "mode": "passthrough"})
     ET.SubElement(interface, "model", {"type": "virtio"})
     ET.SubElement(interface, "driver", {"name": "vhost"})
-    return ET.tostring(interface, encoding="unicode")
+    return xmltext.serialize(interface)
 
 
 def vdpa_interface(vdpa_dev: str) -> str:
     """A ``vdpa`` port's ``<interface type="vdpa">`` on its vhost-vdpa device."""
     interface = ET.Element("interface", {"type": "vdpa"})
     ET.SubElement(interface, "source", {"dev": vdpa_dev})
-    return ET.tostring(interface, encoding="unicode")
+    return xmltext.serialize(interface)
 
 
 def pci_hostdev(address: str) -> str:
@@ -83,7 +84,7 @@ def pci_hostdev(address: str) -> str:
                                      "managed": "yes"})
     source = ET.SubElement(hostdev, "source")
     ET.SubElement(source, "address", pci_address_fields(address))
-    return ET.tostring(hostdev, encoding="unicode")
+    return xmltext.serialize(hostdev)
 
 
 def fragments(request: SRIOVRequest,

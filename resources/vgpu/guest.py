@@ -15,6 +15,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
+from compute_plugins.util import xmltext
 from resources.vgpu.request import VGPUAssignment
 
 MODEL = "vfio-pci"
@@ -26,7 +27,7 @@ def mdev_hostdev(mdev_uuid: str) -> str:
                                      "model": MODEL, "managed": "no"})
     source = ET.SubElement(hostdev, "source")
     ET.SubElement(source, "address", {"uuid": mdev_uuid})
-    return ET.tostring(hostdev, encoding="unicode")
+    return xmltext.serialize(hostdev)
 
 
 def fragments(assignment: VGPUAssignment) -> tuple[GuestFragment, ...]:
