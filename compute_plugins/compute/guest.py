@@ -42,7 +42,6 @@ from compute_plugins.plugin.cpuset import InvalidCPUSpec, parse_cpu_spec
 from compute_plugins.request.groups import PluginAssignment
 from compute_plugins.request.spec import RequestSpec
 from compute_plugins.runtime import PluginSet
-from compute_plugins.util import xmltext
 
 __all__ = ["DEVICE_TAGS", "FRAMEWORK_TAGS", "MEMORY_UNITS", "GuestConfigError",
            "assemble", "domain_xml", "pinning", "summary"]
@@ -258,7 +257,7 @@ def assemble(
     devices_el = ET.SubElement(domain, "devices")
     devices_el.extend(devices)
     ET.indent(domain)
-    return xmltext.serialize(domain)
+    return ET.tostring(domain, encoding="unicode")
 
 
 def _max_memory(domain: ET.Element, devices: Sequence[ET.Element],

@@ -22,13 +22,6 @@ class InvalidCPUSpec(ValueError):
 
 def parse_cpu_spec(spec: str) -> frozenset[int]:
     """Parse ``spec`` (single ids, ``a-b`` ranges, ``^n`` / ``^a-b`` exclusions)."""
-    if len(spec) <= 5 and spec.isascii() and spec.isdigit():
-        # NOTE: one id, the most common spec (a guest XML's <vcpupin
-        # cpuset>, one per dedicated vCPU, checked at every claim): what
-        # the rules below give it, without them.
-        value = int(spec)
-        if value <= MAX_CPU_ID:
-            return frozenset((value,))
     include: set[int] = set()
     exclude: set[int] = set()
     for rule in spec.split(","):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
-from compute_plugins.util import xmltext
 from resources.memenc.request import MemEncAssignment
 from resources.memenc.view import MODELS
 
@@ -40,7 +39,7 @@ def launch_security(model_name: str) -> str:
             "0x%08x" if model.launch_security == "sev-snp" else "0x%04x") % model.policy
     if model.launch_security == "tdx":
         ET.SubElement(element, "quoteGenerationService")
-    return xmltext.serialize(element)
+    return ET.tostring(element, encoding="unicode")
 
 
 def fragments(assignment: MemEncAssignment) -> tuple[GuestFragment, ...]:

@@ -36,7 +36,6 @@ from xml.etree import ElementTree as ET
 from compute_plugins.compute.guest import MEMORY_UNITS, GuestConfigError
 from compute_plugins.plugin.contract import GuestFragment
 from compute_plugins.plugin.cpuset import InvalidCPUSpec, format_cpu_spec, parse_cpu_spec
-from compute_plugins.util import xmltext
 from resources.numa.request import PLUGIN, NUMAAssignment, NUMARequest
 
 #: nova's ``[libvirt] realtime_scheduler_priority`` default.
@@ -45,7 +44,7 @@ REALTIME_PRIORITY = 1
 
 def _fragment(element: ET.Element) -> GuestFragment:
     return GuestFragment(parent="domain",
-                         xml=xmltext.serialize(element))
+                         xml=ET.tostring(element, encoding="unicode"))
 
 
 def _cputune(request: NUMARequest, assignment: NUMAAssignment) -> ET.Element:

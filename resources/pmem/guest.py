@@ -20,7 +20,6 @@ import xml.etree.ElementTree as ET
 from typing import Optional
 
 from compute_plugins.plugin.contract import GuestFragment
-from compute_plugins.util import xmltext
 from resources.pmem.request import NamespaceAssignment, PMEMAssignment
 
 #: nova's ``label_size`` (2 MiB, in KiB).
@@ -40,7 +39,7 @@ def nvdimm(namespace: NamespaceAssignment, node: Optional[int]) -> str:
         ET.SubElement(target, "node").text = str(node)
     label = ET.SubElement(target, "label")
     ET.SubElement(label, "size").text = str(LABEL_SIZE_KIB)
-    return xmltext.serialize(memory)
+    return ET.tostring(memory, encoding="unicode")
 
 
 def fragments(assignment: PMEMAssignment) -> tuple[GuestFragment, ...]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
-from compute_plugins.util import xmltext
 from resources.sriov.request import VDPA, SRIOVAssignment, SRIOVRequest
 
 MACVTAP = "macvtap"
@@ -59,7 +58,7 @@ def vf_interface(vf_address: str) -> str:
     interface = ET.Element("interface", {"type": "hostdev", "managed": "yes"})
     source = ET.SubElement(interface, "source")
     ET.SubElement(source, "address", {"type": "pci", **pci_address_fields(vf_address)})
-    return xmltext.serialize(interface)
+    return ET.tostring(interface, encoding="unicode")
 
 
 def macvtap_interface(netdev: str) -> str:
@@ -68,14 +67,14 @@ def macvtap_interface(netdev: str) -> str:
     ET.SubElement(interface, "source", {"dev": netdev, "mode": "passthrough"})
     ET.SubElement(interface, "model", {"type": "virtio"})
     ET.SubElement(interface, "driver", {"name": "vhost"})
-    return xmltext.serialize(interface)
+    return ET.tostring(interface, encoding="unicode")
 
 
 def vdpa_interface(vdpa_dev: str) -> str:
     """A ``vdpa`` port's ``<interface type="vdpa">`` on its vhost-vdpa device."""
     interface = ET.Element("interface", {"type": "vdpa"})
     ET.SubElement(interface, "source", {"dev": vdpa_dev})
-    return xmltext.serialize(interface)
+    return ET.tostring(interface, encoding="unicode")
 
 
 def pci_hostdev(address: str) -> str:
@@ -84,7 +83,7 @@ def pci_hostdev(address: str) -> str:
                                      "managed": "yes"})
     source = ET.SubElement(hostdev, "source")
     ET.SubElement(source, "address", pci_address_fields(address))
-    return xmltext.serialize(hostdev)
+    return ET.tostring(hostdev, encoding="unicode")
 
 
 def fragments(request: SRIOVRequest,

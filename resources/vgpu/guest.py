@@ -15,7 +15,6 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from compute_plugins.plugin.contract import GuestFragment
-from compute_plugins.util import xmltext
 from resources.vgpu.request import VGPUAssignment
 
 MODEL = "vfio-pci"
@@ -27,7 +26,7 @@ def mdev_hostdev(mdev_uuid: str) -> str:
                                      "model": MODEL, "managed": "no"})
     source = ET.SubElement(hostdev, "source")
     ET.SubElement(source, "address", {"uuid": mdev_uuid})
-    return xmltext.serialize(hostdev)
+    return ET.tostring(hostdev, encoding="unicode")
 
 
 def fragments(assignment: VGPUAssignment) -> tuple[GuestFragment, ...]:
