@@ -49,7 +49,7 @@ from waitress import server as waitress_server
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
-from waitress.task import ThreadedTaskDispatcher
+from waitress.task import ThreadedTaskDispatcher, WSGITask
 
 LOG = logging.getLogger(__name__)
 
@@ -90,8 +90,50 @@ _SPARE_FILES = 64
 _WARN_EVERY = 60.0
 
 
+def _connection(request: Any) -> str:
+    """A request's ``Connection`` header, lower case ("" when none)."""
+    return str(request.headers.get("CONNECTION", "")).lower()
+
+
+class _KeepAliveTask(WSGITask):
+    """waitress's request task, but an HTTP/1.1 answer without a body (204,
+    304, 1xx) keeps its connection.
+
+    waitress 3.0 closes the connection after every answer that has no
+    ``Content-Length``, and drops that header from an answer that may not
+    have a body: every ``204 No Content`` (each ``PUT`` and ``DELETE
+    /allocations``: every scheduler decision and every instance deleted)
+    ended its connection (``Connection: close``), so the client opened a
+    new one for its next request (a TCP connect and accept, a socket and a
+    channel on both sides). Such an answer ends with its headers (RFC 9112
+    section 6.3: no body follows a 1xx, 204 or 304), so the connection
+    stays open unless the request asked for ``Connection: close``; every
+    other case is waitress's own.
+    """
+
+    _bodiless = False
+
+    def build_response_header(self) -> bytes:
+        self._bodiless = (self.version == "1.1" and not self.has_body
+                          and not self.close_on_finish
+                          and _connection(self.request) != "close")
+        try:
+            return bytes(super().build_response_header())
+        finally:
+            self._bodiless = False
+
+    def set_close_on_finish(self) -> None:
+        # NOTE: while the header of a bodiless HTTP/1.1 answer is built,
+        # waitress's one call is its "no Content-Length" close
+        if not self._bodiless:
+            super().set_close_on_finish()
+
+
 class _Channel(HTTPChannel):
-    """A waitress connection that knows since when it waits for a request."""
+    """A waitress connection that knows since when it waits for a request;
+    an answer without a body keeps it (:class:`_KeepAliveTask`)."""
+
+    task_class = _KeepAliveTask
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         #: (monotonic) the connection's start, or the first byte of the

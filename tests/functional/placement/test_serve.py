@@ -157,6 +157,49 @@ def test_the_placement_client_reuses_its_connection(served):
     assert [p.num_connections for p in pools] == [1]
 
 
+def test_answers_without_a_body_keep_the_connection(served):
+    """Every ``PUT`` and ``DELETE /allocations`` is answered ``204 No
+    Content``: the connection stays open after it (waitress alone closed
+    it, so each decision and each delete opened a new one), and a request
+    that asks for ``Connection: close`` still gets it closed."""
+    placement = client(served)
+    rp = str(uuid.uuid4())
+    placement.post("/resource_providers", {"name": "keep-" + rp, "uuid": rp})
+    placement.put("/resource_providers/%s/inventories" % rp, {
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    adapter = placement.adapter.session.session.get_adapter(served.url)
+    (pool,) = [adapter.poolmanager.pools[key] for key in adapter.poolmanager.pools.keys()]
+    # NOTE: urllib3 reconnects a pooled connection the server closed (its
+    # counts do not move): the socket under it is what changes
+    sockets = []
+    for _ in range(3):
+        consumer = str(uuid.uuid4())
+        placement.put("/allocations/" + consumer, {
+            "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+        sockets += [conn.sock for conn in list(pool.pool.queue) if conn is not None]
+        assert placement.delete_allocations(consumer)
+        sockets += [conn.sock for conn in list(pool.pool.queue) if conn is not None]
+    assert len(sockets) == 6 and sockets[0] is not None
+    assert all(sock is sockets[0] for sock in sockets), sockets
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=ANSWER)
+    try:
+        headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+        conn.request("DELETE", "/resource_providers/%s/traits" % rp, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 204 and resp.getheader("Connection") is None
+        sock = conn.sock
+        conn.request("DELETE", "/resource_providers/%s/traits" % rp,
+                     headers={**headers, "Connection": "close"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 204 and resp.getheader("Connection") == "close"
+        assert sock is not None and conn.sock is None
+    finally:
+        conn.close()
+
+
 def test_concurrent_writers_lose_nothing(served):
     """Eight agents at once, each creating providers and adding a trait to
     one shared provider by read-modify-write: every write lands, the only
