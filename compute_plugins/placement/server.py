@@ -42,14 +42,16 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any, Protocol, cast
 
 from oslo_log import log as logging
 from waitress import server as waitress_server
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
+from waitress.buffers import ReadOnlyFileBasedBuffer
 from waitress.channel import HTTPChannel
-from waitress.task import ThreadedTaskDispatcher
+from waitress.task import ThreadedTaskDispatcher, WSGITask
 
 LOG = logging.getLogger(__name__)
 
@@ -90,8 +92,91 @@ _SPARE_FILES = 64
 _WARN_EVERY = 60.0
 
 
+#: The waitress releases whose ``build_response_header`` was read: its one
+#: call to ``set_close_on_finish`` for a bodiless HTTP/1.1 answer to a
+#: request that did not ask ``close`` is its "no Content-Length" close,
+#: which :class:`_KeepAliveTask` skips. With another waitress the answers
+#: are waitress's own (and a warning says so, :func:`keeps_bodiless`).
+WAITRESS_AUDITED = frozenset({"3.0.2"})
+
+
+def keeps_bodiless() -> bool:
+    """Whether the installed waitress is one :class:`_KeepAliveTask` was
+    written for (:data:`WAITRESS_AUDITED`); if not, a warning says that an
+    answer without a body closes its connection, as waitress alone does."""
+    try:
+        version = metadata.version("waitress")
+    except metadata.PackageNotFoundError:
+        version = "(unknown)"
+    if version in WAITRESS_AUDITED:
+        return True
+    LOG.warning("waitress %s is not a release whose answers were read (%s): an "
+                "answer without a body (204) closes its connection, as waitress's "
+                "own do", version, ", ".join(sorted(WAITRESS_AUDITED)))
+    return False
+
+
+def _asks_close(request: Any) -> bool:
+    """Whether a request's ``Connection`` options (a comma-separated list,
+    RFC 9110 section 7.6.1) hold ``close``."""
+    options = str(request.headers.get("CONNECTION", "")).lower().split(",")
+    return "close" in {option.strip() for option in options}
+
+
+class _KeepAliveTask(WSGITask):
+    """waitress's request task, but an HTTP/1.1 answer without a body (204,
+    304, 1xx) keeps its connection.
+
+    waitress 3.0 closes the connection after every answer that has no
+    ``Content-Length``, and drops that header from an answer that may not
+    have a body: every ``204 No Content`` (each ``PUT`` and ``DELETE
+    /allocations``: every scheduler decision and every instance deleted)
+    ended its connection (``Connection: close``), so the client opened a
+    new one for its next request (a TCP connect and accept, a socket and a
+    channel on both sides). Such an answer ends with its headers (RFC 9112
+    section 6.3: no body follows a 1xx, 204 or 304), so the connection
+    stays open unless the request asked for ``Connection: close`` or the app
+    answered with a file (``wsgi.file_wrapper``: waitress sends its bytes
+    whatever the status); every other case, and every answer of a waitress
+    not in :data:`WAITRESS_AUDITED`, is waitress's own.
+    """
+
+    _bodiless = False
+    _file_body = False
+
+    def build_response_header(self) -> bytes:
+        self._bodiless = (self.version == "1.1" and not self.has_body
+                          and not self.close_on_finish and not self._file_body
+                          and not _asks_close(self.request)
+                          and bool(getattr(self.channel.server, "keep_bodiless", False)))
+        try:
+            return bytes(super().build_response_header())
+        finally:
+            self._bodiless = False
+
+    def set_close_on_finish(self) -> None:
+        # NOTE: while the header of a bodiless HTTP/1.1 answer is built,
+        # waitress's one call is its "no Content-Length" close
+        if not self._bodiless:
+            super().set_close_on_finish()
+
+    def get_environment(self) -> Any:
+        environ = super().get_environment()
+        if environ.get("wsgi.file_wrapper") is ReadOnlyFileBasedBuffer:
+            environ["wsgi.file_wrapper"] = self._file_wrapper
+        return environ
+
+    def _file_wrapper(self, file: Any, block_size: int = 32768) -> ReadOnlyFileBasedBuffer:
+        """waitress's ``wsgi.file_wrapper``, noting that the answer is a file."""
+        self._file_body = True
+        return ReadOnlyFileBasedBuffer(file, block_size)
+
+
 class _Channel(HTTPChannel):
-    """A waitress connection that knows since when it waits for a request."""
+    """A waitress connection that knows since when it waits for a request;
+    an answer without a body keeps it (:class:`_KeepAliveTask`)."""
+
+    task_class = _KeepAliveTask
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         #: (monotonic) the connection's start, or the first byte of the
@@ -123,6 +208,9 @@ class _WSGIServer(waitress_server.TcpWSGIServer):
 
     channel_class = _Channel
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    #: Whether an answer without a body keeps its connection
+    #: (:class:`_KeepAliveTask`, :func:`keeps_bodiless`).
+    keep_bodiless = False
     _warned = -_WARN_EVERY
 
     def _channels(self) -> list[_Channel]:
@@ -409,6 +497,7 @@ class PlacementHTTPServer:
                           # after parsing they are socket tuples.
                           sockinfo=cast(Any, adjustments.listen)[0])
         tcp.request_timeout = request_timeout
+        tcp.keep_bodiless = keeps_bodiless()
         self._server = cast(_Server, tcp)
         self.host: str = str(self._server.effective_host)
         self.port: int = int(self._server.effective_port)

@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import uuid
+from typing import Any
 
 import pytest
 
@@ -155,6 +156,127 @@ def test_the_placement_client_reuses_its_connection(served):
     pools = [known[key] for key in known.keys()]
     assert [p.num_requests for p in pools] == [6]  # GET / (version) + 5
     assert [p.num_connections for p in pools] == [1]
+
+
+def test_answers_without_a_body_keep_the_connection(served):
+    """Every ``PUT`` and ``DELETE /allocations`` is answered ``204 No
+    Content``: the connection stays open after it (waitress alone closed
+    it, so each decision and each delete opened a new one), and a request
+    that asks for ``Connection: close`` still gets it closed."""
+    placement = client(served)
+    rp = str(uuid.uuid4())
+    placement.post("/resource_providers", {"name": "keep-" + rp, "uuid": rp})
+    placement.put("/resource_providers/%s/inventories" % rp, {
+        "resource_provider_generation": 0, "inventories": {"VCPU": {"total": 8}}})
+    adapter = placement.adapter.session.session.get_adapter(served.url)
+    (pool,) = [adapter.poolmanager.pools[key] for key in adapter.poolmanager.pools.keys()]
+    # NOTE: urllib3 reconnects a pooled connection the server closed (its
+    # counts do not move): the socket under it is what changes
+    sockets = []
+    for _ in range(3):
+        consumer = str(uuid.uuid4())
+        placement.put("/allocations/" + consumer, {
+            "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p",
+            "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"})
+        sockets += [conn.sock for conn in list(pool.pool.queue) if conn is not None]
+        assert placement.delete_allocations(consumer)
+        sockets += [conn.sock for conn in list(pool.pool.queue) if conn is not None]
+    assert len(sockets) == 6 and sockets[0] is not None
+    assert all(sock is sockets[0] for sock in sockets), sockets
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=ANSWER)
+    try:
+        headers = {"X-Auth-Token": "admin", "OpenStack-API-Version": "placement 1.39"}
+        conn.request("DELETE", "/resource_providers/%s/traits" % rp, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 204 and resp.getheader("Connection") is None
+        sock = conn.sock
+        conn.request("DELETE", "/resource_providers/%s/traits" % rp,
+                     headers={**headers, "Connection": "close"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 204 and resp.getheader("Connection") == "close"
+        assert sock is not None and conn.sock is None
+    finally:
+        conn.close()
+
+
+def _bodiless_answers(path: str, headers: str = "") -> tuple[bytes, bool]:
+    """Two ``DELETE``s of ``path`` sent at once (pipelined) to an
+    in-process :class:`PlacementHTTPServer` whose app answers ``204``: what
+    came back, and whether the server then closed the connection."""
+    import io
+    import time
+
+    from compute_plugins.placement import server
+
+    def app(environ: Any, start_response: Any) -> Any:
+        start_response("204 No Content", [])
+        if environ["PATH_INFO"] == "/file":
+            # NOTE: a 204 given a body by mistake, as a file (waitress
+            # sends a file wrapper's bytes whatever the status)
+            return environ["wsgi.file_wrapper"](io.BytesIO(b"STRAY"))
+        return [b""]
+
+    http_server = server.PlacementHTTPServer(app, threads=1)
+    thread = threading.Thread(target=http_server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        sock = socket.create_connection(("127.0.0.1", http_server.port), timeout=ANSWER)
+        request = ("DELETE %s HTTP/1.1\r\nHost: x\r\n%s\r\n" % (path, headers)).encode()
+        sock.sendall(request * 2)
+        data, closed, until = b"", False, time.monotonic() + 2
+        sock.settimeout(0.2)
+        while time.monotonic() < until:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                closed = True
+                break
+            data += chunk
+        sock.close()
+        return data, closed
+    finally:
+        http_server.shutdown()
+        thread.join(ANSWER)
+
+
+def test_a_request_asking_close_among_its_options_gets_it_after_a_204():
+    """``Connection`` is a list of options (RFC 9110 section 7.6.1): a
+    request whose list holds ``close`` has its connection closed after a
+    ``204`` as after any answer (and nothing more is answered on it)."""
+    data, closed = _bodiless_answers("/x", "Connection: TE, close\r\nTE: trailers\r\n")
+    assert closed and data.count(b"HTTP/1.1 204") == 1, data
+    assert b"Connection: close" in data
+    data, closed = _bodiless_answers("/x")
+    assert not closed and data.count(b"HTTP/1.1 204") == 2, data
+
+
+def test_a_204_given_a_file_body_by_mistake_closes_its_connection():
+    """A ``204`` whose app returned a file (``wsgi.file_wrapper``): waitress
+    sends the file's bytes anyway, so the connection is closed after it (as
+    waitress alone does) rather than have those bytes read as the start of
+    the next answer."""
+    data, closed = _bodiless_answers("/file")
+    assert closed and data.count(b"HTTP/1.1 204") == 1, data
+    assert b"Connection: close" in data
+
+
+def test_another_waitress_closes_after_a_204_and_says_why(monkeypatch, caplog):
+    """The kept connection relies on how waitress 3.0.2 builds an answer's
+    header; with another waitress the answer is waitress's own (the
+    connection closed after a 204) and a warning says so."""
+    from importlib import metadata
+
+    version = metadata.version
+    monkeypatch.setattr(metadata, "version",
+                        lambda name: "3.1.0" if name == "waitress" else version(name))
+    with caplog.at_level("WARNING"):
+        data, closed = _bodiless_answers("/x")
+    assert closed and data.count(b"HTTP/1.1 204") == 1, data
+    assert any("waitress 3.1.0" in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_concurrent_writers_lose_nothing(served):
