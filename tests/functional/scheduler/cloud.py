@@ -19,8 +19,9 @@ its agents and schedulers through the store's in-process push
 it) instead: an idle agent waits on its wake-up rather than reading the
 store every 0.05 s (~24 ms of CPU an agent-second, which grew with the
 tests' wall time under load). The poll path stays where a test is about
-it, or needs an agent's every periodic to read the store (the moves'
-``settled``): ``Cloud(..., push=False)``, the ``polling`` mark.
+it: ``Cloud(..., push=False)``, the ``polling`` mark. A command run on the
+cloud's store takes its configuration from :meth:`Cloud.host_state_config`
+(the same push: its writes wake the agents).
 """
 
 from __future__ import annotations
@@ -176,6 +177,8 @@ class Cloud:
                  store: Optional[HostStateStore] = None, push: bool = False) -> None:
         self.placement = placement
         self.directory = directory
+        #: Whether the cloud made its store pushing (:data:`PUSH_TRANSPORT_URL`).
+        self.push = push and store is None
         if store is None:
             url = "sqlite:///%s" % os.path.join(directory, "host_state.sqlite")
             store = (HostStateStore(url, push_transport_url=PUSH_TRANSPORT_URL,
@@ -185,6 +188,18 @@ class Cloud:
         self.hosts: dict[str, Host] = {}
         #: The schedulers made (:meth:`scheduler`), closed by :meth:`close`.
         self.schedulers: list[Scheduler] = []
+
+    def host_state_config(self) -> str:
+        """The ``[host_state]`` section of a configuration file for a
+        command on this cloud's store: its connection and, where the cloud's
+        store pushes, the same in-process push, so that the command's writes
+        wake the agents (and its waits are woken) as the cloud's own do,
+        not only at the safety net's read."""
+        text = "[host_state]\nconnection = %s\n" % self.store.url
+        if self.push:
+            text += "push_transport_url = %s\npush_safety_poll_interval = %s\n" % (
+                PUSH_TRANSPORT_URL, SAFETY_POLL_INTERVAL)
+        return text
 
     def close(self) -> None:
         """Close the schedulers (their renewals end), stop every agent,

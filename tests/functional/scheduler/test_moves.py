@@ -28,12 +28,6 @@ from tests.functional.scheduler.moving import (
 from tests.functional.scheduler.test_host_disable import cli  # noqa: F401 - fixture
 from tests.functional.scheduler.test_schedule import new_consumer, pinned, spec_of
 
-#: ``settled`` checks that an agent's next periodic follows the re-keys of
-#: hand-overs and reverts: a periodic of a pushed-to agent reads the store
-#: only when woken or at its safety net (a wake-up taken by a poll before
-#: it leaves it quiet), so these agents poll.
-pytestmark = pytest.mark.polling
-
 
 def two_hosts(cloud):
     a = cloud.add_host("a", [cell(4, 4096)], dedicated="0-3")
