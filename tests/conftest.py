@@ -73,6 +73,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "polling: the scheduler tests' cloud fixture's agents poll "
+        "the store every 0.05 s instead of waiting for its in-process push "
+        "(a test about the poll path, or one that needs every periodic to "
+        "read the store)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_state_home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:

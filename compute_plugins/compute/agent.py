@@ -783,7 +783,11 @@ class ComputeAgent:
             if reconcile or self._unpublished:
                 self._publish(result)
             if not quiet:
-                self._execute(result)
+                # NOTE: a pass woken by a push (not a periodic's, which
+                # reconciled) follows the moves' re-keys at once: their
+                # wake-up is consumed by it, so no later pass would read
+                # them before the safety net.
+                self._execute(result, follow=not reconcile and self.pushed())
             if reconcile and not quiet:
                 self._finish_moves(result)
         except (LedgerError, store_errors.StoreCorrupt):
@@ -1113,16 +1117,29 @@ class ComputeAgent:
 
     # -- decisions ----------------------------------------------------------
 
-    def _execute(self, result: AgentResult) -> None:
+    def _execute(self, result: AgentResult, follow: bool = False) -> None:
+        """Claim the pending decisions, free the releasing ones.
+
+        :param follow: also follow the moves' re-keys of the ledger's
+            claims (:meth:`_follow_rekeys`) from the same read, which then
+            takes the claimed decisions too: a pass woken by a push, whose
+            wake-up may be a hand-over's or a revert's.
+        """
         claims = self._claims_for_host()
-        # NOTE: one read for both (one statement, one transaction).
+        held = self.ledger.entries()
+        follow = follow and bool(held)
+        # NOTE: one read for all (one statement, one transaction).
         work = self.store.list_decisions(
-            self.host, (DecisionStatus.PENDING, DecisionStatus.RELEASING))
+            self.host, (DecisionStatus.CLAIMED, DecisionStatus.RELEASING,
+                        DecisionStatus.PENDING) if follow
+            else (DecisionStatus.PENDING, DecisionStatus.RELEASING))
         pending = [d for d in work if d.status == DecisionStatus.PENDING]
         releasing = [d for d in work if d.status == DecisionStatus.RELEASING]
-        held = self.ledger.entries()
-        if any(d.consumer not in held or held[d.consumer].decision_id != d.id
-               for d in releasing) or any(
+        if follow:
+            self._follow_rekeys({d.consumer: d for d in work})
+            held = self.ledger.entries()
+        elif any(d.consumer not in held or held[d.consumer].decision_id != d.id
+                 for d in releasing) or any(
                 d.consumer in held and held[d.consumer].decision_id != d.id
                 for d in pending):
             # NOTE: a move may have given a claim to another consumer since

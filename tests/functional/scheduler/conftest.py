@@ -28,9 +28,12 @@ def placement_url(placement):
 
 
 @pytest.fixture
-def cloud(placement, tmp_path):
+def cloud(placement, tmp_path, request):
+    """A cloud whose store pushes in-process (its agents wait for wake-ups),
+    or polls for a test marked ``polling``."""
     # NOTE: a store per test: hosts of other tests stay in Placement but are
     # no host of this store, so the scheduler never considers them.
-    cloud = Cloud(placement, str(tmp_path))
+    cloud = Cloud(placement, str(tmp_path),
+                  push=request.node.get_closest_marker("polling") is None)
     yield cloud
     cloud.close()

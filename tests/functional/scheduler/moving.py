@@ -64,7 +64,8 @@ def ledger_keys(host: Any) -> set[str]:
 def settled(cloud: Cloud) -> None:
     """Every agent's ledger names its claims as the store does: the re-keys
     of hand-overs and reverts are followed at the agent's next periodic (one
-    run now), or before a claim or release that needs them."""
+    run now) or, where the store pushes, on their wake-up; or before a claim
+    or release that needs them."""
     for host in cloud.hosts.values():
         if host.running:
             assert host.agent.run_once().ok

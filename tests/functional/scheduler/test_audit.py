@@ -22,8 +22,8 @@ def audit_command(cloud, placement_url, tmp_path):
     """``compute-plugins audit ARGS`` run in this process
     (:func:`tests.cli.run`): its exit code and output."""
     config = tmp_path / "audit.conf"
-    config.write_text("[compute_plugins]\nstate_dir = %s\n[host_state]\nconnection = %s\n"
-                      % (tmp_path / "auditor", cloud.store.url))
+    config.write_text("[compute_plugins]\nstate_dir = %s\n%s"
+                      % (tmp_path / "auditor", cloud.host_state_config()))
 
     def run(*args):
         return cli.run("--config-file", str(config), "--placement-url", placement_url,

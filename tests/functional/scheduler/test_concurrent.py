@@ -11,10 +11,16 @@ import time
 import uuid
 from typing import Any
 
+import pytest
+
 from compute_plugins.scheduler import selection
 from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import FirstPutRaces, expected_allocation
 from tests.functional.scheduler.test_schedule import pinned, spec_of
+
+#: Races between schedulers: the agents answer as they did when the
+#: races were found (polling), not sooner on a wake-up.
+pytestmark = pytest.mark.polling
 
 
 def new_consumer() -> str:

@@ -49,7 +49,7 @@ def cli(cloud, placement_url, tmp_path, capsys):
     """``compute-plugins ARGS`` on the cloud's Placement and store:
     (exit code, stdout, stderr)."""
     config = tmp_path / "compute-plugins.conf"
-    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    config.write_text(cloud.host_state_config())
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main.main(["--config-file", str(config), "--placement-url",

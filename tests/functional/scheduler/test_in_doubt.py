@@ -207,7 +207,7 @@ def test_a_release_between_two_hosts_wins(cloud):
 
 def cli_common(cloud, tmp_path, placement_url):
     config = tmp_path / "compute-plugins.conf"
-    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    config.write_text(cloud.host_state_config())
     flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 2,
                                               "memory_mb": 1024, "root_gb": 0})
     return ["--config-file", str(config), "--placement-url", placement_url], flavor

@@ -15,6 +15,10 @@ from tests.functional.request.hosts import cell
 from tests.functional.scheduler.cloud import Cloud, expected_allocation
 from tests.functional.scheduler.test_schedule import pinned, spec_of
 
+#: Races between schedulers: the agents answer as they did when the
+#: races were found (polling), not sooner on a wake-up.
+pytestmark = pytest.mark.polling
+
 
 def race(cloud: Cloud, schedulers: int, vcpus: int, extra_specs=None, **overrides
          ) -> list:

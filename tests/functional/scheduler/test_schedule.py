@@ -435,7 +435,7 @@ def write_json(path, doc):
 def test_cli_schedule_prints_the_decision_or_the_reasons(cloud, placement_url, tmp_path):
     host = cloud.add_host("cli", [cell(4, 4096), cell(4, 4096)], dedicated="0-7")
     config = tmp_path / "compute-plugins.conf"
-    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    config.write_text(cloud.host_state_config())
     fits = write_json(tmp_path / "fits.json", {
         "name": "pinned", "vcpus": 2, "memory_mb": 2048, "root_gb": 0,
         "extra_specs": {"hw:cpu_policy": "dedicated", "hw:numa_nodes": "2"}})
@@ -700,7 +700,7 @@ def test_cli_schedule_count_failing_midway_prints_the_placed_ones(
 
     host = cloud.add_host("mid", [cell(4, 4096)])
     config = tmp_path / "compute-plugins.conf"
-    config.write_text("[host_state]\nconnection = %s\n" % cloud.store.url)
+    config.write_text(cloud.host_state_config())
     flavor = write_json(tmp_path / "f.json", {"name": "f", "vcpus": 1, "memory_mb": 512})
     real = HostStateStore.submit_decision
     submitted = []
