@@ -71,6 +71,12 @@ def _reads() -> dict[str, Any]:
         "in force": sa.select(t_decisions).where(t_decisions.c.active_consumer == consumer),
         "latest": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
         .order_by(t_decisions.c.id.desc()).limit(1),
+        # NOTE: the consumer's decision in force and its latest, in one
+        # statement (up to two rows; one when they are the same).
+        "in force and latest": sa.select(t_decisions).where(sa.or_(
+            t_decisions.c.active_consumer == consumer,
+            t_decisions.c.id == sa.select(sa.func.max(t_decisions.c.id))
+            .where(t_decisions.c.consumer == consumer).scalar_subquery())),
         "history": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
         .order_by(t_decisions.c.id),
         "with lease": sa.select(t_decisions,
@@ -220,6 +226,19 @@ class SqlDecisionQueue(database.OnDatabase):
         row = self.db.read_one(lambda conn: conn.execute(
             _reads()["latest"], {"consumer": consumer}).one_or_none())
         return None if row is None else _decision(row)
+
+    def in_force_and_latest(self, consumer: str
+                            ) -> tuple[Optional[HostDecision], Optional[HostDecision]]:
+        """The consumer's decision in force and its most recent one (the
+        same one, or None), in one statement and one snapshot: what a
+        scheduler reads before it places a consumer, as
+        :meth:`active_decision` and :meth:`latest_decision` would in two."""
+        rows = self.db.read_one(lambda conn: conn.execute(
+            _reads()["in force and latest"], {"consumer": consumer}).all())
+        active = next((_decision(r) for r in rows if r.active_consumer == consumer), None)
+        mine = [r for r in rows if r.consumer == consumer]
+        latest = _decision(max(mine, key=lambda r: int(r.id))) if mine else None
+        return active, latest
 
     def history(self, consumer: str) -> list[HostDecision]:
         """Every decision of the consumer, oldest first."""

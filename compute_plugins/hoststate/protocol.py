@@ -320,6 +320,19 @@ def cancel(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
                                (Rejection(CANCEL_REASON),))
 
 
+def in_force_and_latest(queue: DecisionQueue, consumer: str
+                        ) -> tuple[Optional[HostDecision], Optional[HostDecision]]:
+    """Scheduler: the consumer's decision in force and its latest decision
+    (None each: none), in one read where the queue can
+    (:meth:`~compute_plugins.hoststate.decisions.SqlDecisionQueue.in_force_and_latest`),
+    else as two."""
+    both = getattr(queue, "in_force_and_latest", None)
+    if both is not None:
+        found: tuple[Optional[HostDecision], Optional[HostDecision]] = both(consumer)
+        return found
+    return queue.active_decision(consumer), queue.latest_decision(consumer)
+
+
 def cancelled_since(queue: DecisionQueue, consumer: str, known: int,
                     below: Optional[int] = None) -> Optional[HostDecision]:
     """Scheduler: a released decision of ``consumer`` newer than ``known``
@@ -765,7 +778,7 @@ __all__ = ["CANCEL_REASON", "HELD_BY_HOST", "MOVE_TRANSITIONS", "REQUESTER_ON",
            "SCHEDULER_ON_ANSWER", "TRANSITIONS", "Answer", "ClaimStep", "Move",
            "MoveStep", "MoveTransition", "Outcome", "Side",
            "Transition", "apply", "apply_move", "cancel", "cancelled_since", "claim",
-           "expire", "in_doubt", "in_force", "legal", "rekeyed_claims",
+           "expire", "in_doubt", "in_force", "in_force_and_latest", "legal", "rekeyed_claims",
            "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
            "withdraw", "withdraw_host_down"]
