@@ -86,6 +86,49 @@ def _reads() -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _work_query(wanted: tuple[str, ...], limited: bool) -> Any:
+    """The read of a host's decisions in the statuses ``wanted``, oldest
+    first (bound parameters ``work_host`` and, when ``limited``,
+    ``work_limit``): an agent's read of its work at every decision, built
+    once per shape."""
+    query = (sa.select(t_decisions)
+             .where(t_decisions.c.host == sa.bindparam("work_host"),
+                    t_decisions.c.status.in_(wanted))
+             .order_by(t_decisions.c.id))
+    return query.limit(sa.bindparam("work_limit")) if limited else query
+
+
+@functools.cache
+def _swap_statement(allowed: tuple[str, ...], names: tuple[str, ...],
+                    in_statement: bool, fenced: bool) -> Any:
+    """A swap of a decision's status (:meth:`SqlDecisionQueue._swap_returning`):
+    ``UPDATE ... RETURNING`` of the decision ``swap_id`` from one of the
+    statuses ``allowed``, the columns ``names`` set to ``swap_<name>``;
+    under the writer's fence (:data:`~compute_plugins.hoststate.database.
+    FENCE_BOUND`) when ``fenced``; ``in_statement``: waking the decision's
+    channel ``swap_channel`` with ``swap_payload`` (and, unless fenced, its
+    host's agent's) by the statement itself. Built once per shape."""
+    columns: list[Any] = list(t_decisions.c)
+    if in_statement:
+        said = sa.bindparam("swap_payload", type_=sa.Text())
+        columns.append(notify.notification(
+            sa.bindparam("swap_channel", type_=sa.Text()), said))
+        if not fenced:
+            # NOTE: the host's agent too (its channel made of the row's
+            # host by the statement), as whoever is not the agent does.
+            columns.append(notify.notification(
+                notify.host_channel_of(t_decisions.c.host), said,
+                label="notified_host"))
+    return (sa.update(t_decisions)
+            .where(t_decisions.c.id == sa.bindparam("swap_id"),
+                   t_decisions.c.status.in_(allowed),
+                   *([database.FENCE_BOUND] if fenced else []))
+            .values({name: sa.bindparam("swap_" + name, type_=t_decisions.c[name].type)
+                     for name in names})
+            .returning(*columns))
+
+
 def _reasons_text(reasons: Sequence[Rejection]) -> str:
     return database.canonical([{"plugin": str(r.plugin or ""),
                                 "provider": str(r.provider or ""),
@@ -254,17 +297,7 @@ class SqlDecisionQueue(database.OnDatabase):
         several: one statement), oldest first: an agent's work list
         (pending: to claim or reject; releasing: to free)."""
         wanted = tuple(s.value for s in statuses(status))
-
-        def build() -> Any:
-            query = (sa.select(t_decisions)
-                     .where(t_decisions.c.host == sa.bindparam("work_host"),
-                            t_decisions.c.status.in_(wanted))
-                     .order_by(t_decisions.c.id))
-            return query if limit is None else query.limit(sa.bindparam("work_limit"))
-
-        # NOTE: the agent's read of its work at every decision: built once
-        # per shape (database.prebuilt).
-        query = database.prebuilt(("list_decisions", wanted, limit is None), build)
+        query = _work_query(wanted, limit is not None)
         params = {"work_host": host, "work_limit": limit}
         rows = self.db.read_one(lambda conn: conn.execute(query, params).all())
         return [_decision(r) for r in rows]
@@ -331,36 +364,12 @@ class SqlDecisionQueue(database.OnDatabase):
         when another side made the move, by a statement of its own. Nothing
         matched: the fence is checked (:class:`~compute_plugins.hoststate.
         errors.Fenced`), then the row read for the conflict. The statement
-        is built once per shape (:func:`~compute_plugins.hoststate.database.
-        prebuilt`): every value a parameter."""
+        is built once per shape (:func:`_swap_statement`): every value a
+        parameter."""
         in_statement = self.db.notifies_in_statement
         fenced = self.fence is not None
         notified = set()
-
-        def build() -> Any:
-            columns: list[Any] = list(t_decisions.c)
-            if in_statement:
-                said = sa.bindparam("swap_payload", type_=sa.Text())
-                columns.append(notify.notification(
-                    sa.bindparam("swap_channel", type_=sa.Text()), said))
-                if not fenced:
-                    # NOTE: the host's agent too (its channel made of the
-                    # row's host by the statement), as whoever is not the
-                    # agent does.
-                    columns.append(notify.notification(
-                        notify.host_channel_of(t_decisions.c.host), said,
-                        label="notified_host"))
-            return (sa.update(t_decisions)
-                    .where(t_decisions.c.id == sa.bindparam("swap_id"),
-                           t_decisions.c.status.in_(allowed),
-                           *([database.FENCE_BOUND] if fenced else []))
-                    .values({name: sa.bindparam("swap_" + name,
-                                                type_=t_decisions.c[name].type)
-                             for name in values})
-                    .returning(*columns))
-
-        statement = database.prebuilt(
-            ("swap_status", allowed, tuple(values), in_statement, fenced), build)
+        statement = _swap_statement(allowed, tuple(values), in_statement, fenced)
         params = {"swap_" + name: value for name, value in values.items()}
         params.update(self.fence_params(), swap_id=decision_id, swap_payload=payload)
         if in_statement:

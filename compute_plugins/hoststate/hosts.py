@@ -81,11 +81,11 @@ def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return texts
 
 
-
+@functools.cache
 def _publish_statement(fenced: bool, at_written: bool, documents: bool) -> Any:
     """The in-place publish's one statement (PostgreSQL; see
     :meth:`SqlHostPublication._publish_in_one_statement`), built once per
-    shape (:func:`~compute_plugins.hoststate.database.prebuilt`): the row
+    shape (the arguments; every value a bound parameter): the row
     of ``pub_host`` locked at ``pub_expected`` (under the writer's fence
     when ``fenced``, at ``pub_written_at`` when ``at_written``), the
     change counter taken, the row bumped to ``pub_next`` with
@@ -434,10 +434,8 @@ class SqlHostPublication(database.OnDatabase):
         :raises Fenced: the writer's lease is not the host's any more.
         """
         changed = sorted((p, text) for p, text in texts.items() if old.states[p] != text)
-        bump = database.prebuilt(
-            ("publish", self.fence is not None, written_at is not None, bool(changed)),
-            lambda: _publish_statement(self.fence is not None, written_at is not None,
-                                       bool(changed)))
+        bump = _publish_statement(self.fence is not None, written_at is not None,
+                                  bool(changed))
         params: dict[str, Any] = {
             "pub_host": host, "pub_expected": expected, "pub_next": expected + 1,
             "pub_nodename": nodename, "pub_stamp": stamp, "pub_written_at": written_at,
