@@ -92,7 +92,7 @@ import dataclasses
 import enum
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from oslo_log import log as logging
 
@@ -365,15 +365,23 @@ REQUESTER_ON: Mapping[DecisionStatus, Optional[Move]] = types.MappingProxyType({
 _REQUEST_ATTEMPTS = 4
 
 
-def request_release(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
+def request_release(queue: DecisionQueue, consumer: str,
+                    in_force: Optional[HostDecision] | Literal["unread"] = "unread"
+                    ) -> Optional[HostDecision]:
     """Requester: ask the host to free the consumer (:data:`REQUESTER_ON`:
     pending -> released at once, never claimed; claimed -> releasing, for
     its agent; releasing stays).
 
+    :param in_force: the consumer's decision in force as the caller has
+        just read it (None: none), not read again for the first attempt;
+        a swap that finds it changed reads it again. ``"unread"``: read.
     :returns: the decision as it is now; None when nothing is in force.
     """
-    for _ in range(_REQUEST_ATTEMPTS):
-        decision = queue.active_decision(consumer)
+    for attempt in range(_REQUEST_ATTEMPTS):
+        if attempt == 0 and not isinstance(in_force, str):
+            decision = in_force
+        else:
+            decision = queue.active_decision(consumer)
         if decision is None:
             return None
         move = REQUESTER_ON[decision.status]

@@ -409,6 +409,26 @@ class TestPublish:
 
 
 class TestDecisions:
+    def test_a_release_request_reads_the_decision_in_force_once(self, store):
+        """``release``'s request (the requester's side of a delete): the
+        decision in force read once, then swapped (before: read twice, by
+        the command and again by the protocol)."""
+        from compute_plugins.compute import release
+
+        decision = store.submit_decision("c1", "h1", SPEC)
+        protocol.claim(store, decision.id)
+        with statements(store) as seen:
+            done = release.request_release(store, "c1")
+        assert done.decision.status == "releasing" and done.was == "claimed"
+        reads = [s for s in seen if "WHERE hoststate_decisions.active_consumer =" in s]
+        assert len(reads) == 1, seen
+        # nothing in force: a cancel recorded, as before
+        assert release.request_release(store, "c9").outcome == "unknown"
+        pending = store.submit_decision("c2", "h1", SPEC)
+        done = release.request_release(store, "c2")
+        assert done.outcome == "released" and done.decision.id == pending.id
+        assert done.was == "pending"
+
     def test_lifecycle(self, store):
         first = store.submit_decision("c1", "h1", SPEC)
         second = store.submit_decision("c2", "h1", SPEC)
