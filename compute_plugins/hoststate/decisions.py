@@ -278,9 +278,12 @@ class SqlDecisionQueue(database.OnDatabase):
         :meth:`active_decision` and :meth:`latest_decision` would in two."""
         rows = self.db.read_one(lambda conn: conn.execute(
             _reads()["in force and latest"], {"consumer": consumer}).all())
-        active = next((_decision(r) for r in rows if r.active_consumer == consumer), None)
-        mine = [r for r in rows if r.consumer == consumer]
-        latest = _decision(max(mine, key=lambda r: int(r.id))) if mine else None
+        # NOTE: every row is the consumer's as the database compares it
+        # (MariaDB: case and trailing spaces ignored), not Python: the one
+        # in force is the row in force (active_consumer is its consumer or
+        # None), the latest the newest row.
+        active = next((_decision(r) for r in rows if r.active_consumer is not None), None)
+        latest = _decision(max(rows, key=lambda r: int(r.id))) if rows else None
         return active, latest
 
     def history(self, consumer: str) -> list[HostDecision]:

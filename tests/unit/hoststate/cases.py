@@ -429,6 +429,25 @@ class TestDecisions:
         assert done.outcome == "released" and done.decision.id == pending.id
         assert done.was == "pending"
 
+    def test_in_force_and_latest_finds_what_the_two_reads_find(self, store):
+        """The scheduler's one read of a consumer's decisions finds the
+        decisions :meth:`active_decision` and :meth:`latest_decision` find,
+        for the consumer as the database compares it (MariaDB's default
+        collation ignores case and trailing spaces: before, the rows the
+        statement found were dropped by a second, case-sensitive comparison
+        in Python, and a scheduler saw no decision in force)."""
+        first = store.submit_decision("cA", "h1", SPEC)
+        protocol.claim(store, first.id)
+        for asked in ("cA", "CA", "ca", "cA "):
+            assert store.in_force_and_latest(asked) == (
+                store.active_decision(asked), store.latest_decision(asked)), asked
+        protocol.request_release(store, "cA")
+        protocol.release(store, first.id)
+        store.submit_decision("cA", "h2", SPEC)
+        for asked in ("cA", "CA", "cA "):
+            assert store.in_force_and_latest(asked) == (
+                store.active_decision(asked), store.latest_decision(asked)), asked
+
     def test_lifecycle(self, store):
         first = store.submit_decision("c1", "h1", SPEC)
         second = store.submit_decision("c2", "h1", SPEC)
