@@ -107,10 +107,26 @@ def listed(items: Iterable[str], what: str) -> list[str]:
     return list(items)
 
 
-def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    """``items`` in slices of :data:`CHUNK` (one ``IN (...)`` each)."""
-    for start in range(0, len(items), CHUNK):
-        yield items[start:start + CHUNK]
+def chunks(items: Sequence[str], size: int = CHUNK) -> Iterator[Sequence[str]]:
+    """``items`` in slices of ``size`` (one ``IN (...)`` each)."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+#: The most variables an SQLite statement may take before SQLite 3.32
+#: (Ubuntu 20.04's 3.31.1, still in service): 999.
+SQLITE_OLD_VARIABLES = 999
+
+
+def chunk_for(conn: Connection, lists: int) -> int:
+    """How many names go in each of the ``lists`` ``IN (...)`` lists of
+    one statement on ``conn``: :data:`CHUNK`, but on SQLite together no
+    more than :data:`SQLITE_OLD_VARIABLES` less 99 for the statement's
+    other parameters (its literals are some: its reads are transactions
+    there, several statements cost no round trip)."""
+    if conn.dialect.name != "sqlite":
+        return CHUNK
+    return min(CHUNK, (SQLITE_OLD_VARIABLES - 99) // lists)
 
 
 def lease_of(row: Any) -> AgentLease:
@@ -616,6 +632,7 @@ class OnDatabase:
 
 
 __all__ = ["lease_of", "FENCE_BOUND", "CHUNK", "DEADLOCK_ATTEMPTS",
-           "NAME_LENGTH", "UUID_LENGTH", "Database",
+           "NAME_LENGTH", "SQLITE_OLD_VARIABLES", "UUID_LENGTH", "Database",
+           "chunk_for",
            "OnDatabase", "canonical", "check_name", "chunks", "listed", "server_now",
            "utcnow"]

@@ -188,7 +188,10 @@ class SqlHostPublication(database.OnDatabase):
         if hosts is None:
             filters: list[Any] = [None]
         else:
-            filters = [list(chunk) for chunk in database.chunks(sorted(set(hosts)))]
+            # NOTE: the statement names the hosts three times (rows,
+            # states, providers).
+            filters = [list(chunk) for chunk in database.chunks(
+                sorted(set(hosts)), database.chunk_for(conn, 3))]
         host_rows: list[Any] = []
         other_rows: list[Any] = []
         every, some = _host_queries()
