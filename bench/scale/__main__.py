@@ -466,6 +466,7 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     everyone = (agent_procs, sched_procs)
     fields = (counters.STATEMENTS, counters.PLACEMENT)
     before = [sum(w.total(f) for w in everyone) for f in fields]
+    sides_before = [w.total(counters.STATEMENTS) for w in everyone]
     database_before = database_pids()
     cpu_before = cpu.snapshot(*roles, database_before)
     cpu_start = time.monotonic()
@@ -482,6 +483,8 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
     say("workload: done")
     time.sleep(1.0)  # NOTE: the agents' counters are synced every 0.5 s
     after = [sum(w.total(f) for w in everyone) for f in fields]
+    sides = [w.total(counters.STATEMENTS) - b for w, b in zip(everyone, sides_before,
+                                                               strict=True)]
     boots = [s for r in results for s in r["boots"]]
     deletes = [s for r in results for s in r["deletes"]]
     decisions = len(boots) + len(deletes)
@@ -504,6 +507,15 @@ def _measure(args: argparse.Namespace, out: dict[str, Any], service: Any,
                          for role in cpu.ROLES}, decisions),
         "store_queries_per_decision": round((after[0] - before[0]) / decisions, 1),
         "placement_calls_per_decision": round((after[1] - before[1]) / decisions, 2),
+        # NOTE: the same by side; the agents' also less the idle minute's
+        # rate (their lease renewals) over the workload's time: what a
+        # decision itself sends.
+        "store_queries_per_decision_by_side": {
+            "agents": round(sides[0] / decisions, 1),
+            "agents_less_idle": round(
+                (sides[0] - out["idle_store_queries_per_host_minute"] * args.hosts / 60
+                 * cpu_seconds) / decisions, 1),
+            "schedulers": round(sides[1] / decisions, 1)},
         # NOTE: the schedulers' Placement requests by kind, and why their
         # views asked Placement (bench.scale.schedulers.asks), per decision.
         "scheduler_asks_per_decision": {

@@ -113,7 +113,7 @@ def _cancel(store: DecisionQueue, consumer: str
     active = store.active_decision(consumer)
     if active is None:
         return None, None
-    return protocol.request_release(store, consumer), active.status
+    return protocol.request_release(store, consumer, active), active.status
 
 
 def request_release(store: DecisionQueue, consumer: str,
@@ -133,7 +133,9 @@ def request_release(store: DecisionQueue, consumer: str,
         failed (other than 404; the decision is released).
     """
     before = store.active_decision(consumer)
-    decision = protocol.request_release(store, consumer)
+    # NOTE: nothing in force now, or a decision submitted since: the cancel
+    # below reads it again (one read less per release).
+    decision = protocol.request_release(store, consumer, before)
     if decision is None:
         latest = store.latest_decision(consumer)
         if latest is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import functools
 import json
 import uuid
 from typing import Any, Optional, TypeVar
@@ -53,6 +54,7 @@ def _duration(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+@functools.cache
 def _renew_statement() -> Any:
     """The heartbeat on PostgreSQL: the lease of ``lease_host`` at
     ``lease_epoch`` extended to the server's clock plus ``lease_length``,
@@ -168,11 +170,11 @@ class SqlAgentLeases(database.OnDatabase):
         def renew_one_statement() -> AgentLease:
             # NOTE: the server's clock in the statement, the expiry read
             # back: one statement, on its own (Database.single: one round
-            # trip), built once (database.prebuilt).
+            # trip), built once (_renew_statement).
             params = {"lease_host": lease.host, "lease_epoch": lease.epoch,
                       "lease_length": length}
             expires = self.db.single(lambda conn: conn.execute(
-                database.prebuilt("renew_lease", _renew_statement), params).scalar())
+                _renew_statement(), params).scalar())
             if expires is None:
                 with self.db.read() as conn:
                     raise fenced(conn)

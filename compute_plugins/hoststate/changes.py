@@ -180,7 +180,7 @@ def _changes_query() -> Any:
 
 
 def read(conn: Connection, since: Optional[ChangeMark],
-         now: datetime.datetime) -> StatusChanges:
+         now: datetime.datetime, *, whole: bool = True) -> Optional[StatusChanges]:
     """In a read transaction (one snapshot): the hosts written since
     ``since`` (None: every host) with the uuids of their providers, and
     the leases expired at ``now`` (naive UTC). One statement (the counter,
@@ -193,7 +193,12 @@ def read(conn: Connection, since: Optional[ChangeMark],
     number: :mod:`.hosts`), so those of the hosts numbered past the mark
     are every change to which host published which provider: a reader
     that keeps them answers "whose provider is this?" without a read per
-    provider (issue 19)."""
+    provider (issue 19).
+
+    :param whole: read every host when the mark says so (``conn`` a read
+        transaction); else None then: ``conn`` ran the one statement on its
+        own (:meth:`~compute_plugins.hoststate.database.Database.read_one`),
+        the caller reads again in a transaction."""
     after = -1 if since is None else since.number
     query = _changes_query()
     mark = ChangeMark(0, 0)
@@ -223,6 +228,8 @@ def read(conn: Connection, since: Optional[ChangeMark],
     full = (since is None or since.removals != mark.removals
             or since.number > mark.number or since.store != mark.store)
     if full and since is not None:
+        if not whole:
+            return None
         generations = {host: int(generation) for host, generation in conn.execute(
             sa.select(t_hosts.c.host, t_hosts.c.generation))}
         provided = {}

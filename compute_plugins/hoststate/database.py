@@ -10,6 +10,18 @@ transactions a :class:`Database` opens: a *read* sees one snapshot, a
 becomes :class:`~compute_plugins.hoststate.errors.StoreUnavailable`; a
 transaction the database aborted to break a deadlock is run again by
 :meth:`Database.retrying`.
+
+The statements of the agents' and the schedulers' every decision (a
+heartbeat, a swap, a publish, the reads of a plan, of an agent's work) are
+built once: each by a module-level shape function under
+:func:`functools.cache`, whose arguments are the statement's shape (what is
+not a bound parameter, e.g. whether it is fenced) and whose values are
+bound parameters given at each execution (``conn.execute(stmt, params)``).
+Building a SQLAlchemy statement and its cache key costs more CPU than
+sending it (0.3 ms for the heartbeat's ``UPDATE``, about half of the
+heartbeat's CPU, measured in ``bench.scale.agent``); SQLAlchemy memoizes a
+kept statement's cache key, and its compiled form is then found in the
+engine's cache at once.
 """
 
 from __future__ import annotations
@@ -95,10 +107,26 @@ def listed(items: Iterable[str], what: str) -> list[str]:
     return list(items)
 
 
-def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    """``items`` in slices of :data:`CHUNK` (one ``IN (...)`` each)."""
-    for start in range(0, len(items), CHUNK):
-        yield items[start:start + CHUNK]
+def chunks(items: Sequence[str], size: int = CHUNK) -> Iterator[Sequence[str]]:
+    """``items`` in slices of ``size`` (one ``IN (...)`` each)."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+#: The most variables an SQLite statement may take before SQLite 3.32
+#: (Ubuntu 20.04's 3.31.1, still in service): 999.
+SQLITE_OLD_VARIABLES = 999
+
+
+def chunk_for(conn: Connection, lists: int) -> int:
+    """How many names go in each of the ``lists`` ``IN (...)`` lists of
+    one statement on ``conn``: :data:`CHUNK`, but on SQLite together no
+    more than :data:`SQLITE_OLD_VARIABLES` less 99 for the statement's
+    other parameters (its literals are some: its reads are transactions
+    there, several statements cost no round trip)."""
+    if conn.dialect.name != "sqlite":
+        return CHUNK
+    return min(CHUNK, (SQLITE_OLD_VARIABLES - 99) // lists)
 
 
 def lease_of(row: Any) -> AgentLease:
@@ -515,27 +543,6 @@ class Database:
                 attempt += 1
 
 
-def prebuilt(key: Any, build: Callable[[], T]) -> T:
-    """The statement ``build()`` makes, built once per ``key`` and kept:
-    a statement of the agent's and the scheduler's every decision (a
-    heartbeat, a swap, a publish, a read of the host's work) whose values
-    are bound parameters given at each execution (``conn.execute(stmt,
-    params)``). Building a SQLAlchemy statement and its cache key costs
-    more CPU than sending it (0.3 ms for the heartbeat's ``UPDATE``, about
-    half of the heartbeat's CPU, measured in ``bench.scale.agent``);
-    SQLAlchemy memoizes a kept statement's cache key, and its compiled
-    form is then found in the engine's cache at once. ``key`` names the
-    statement's shape (what is not a parameter), e.g. whether it is fenced.
-    """
-    found = _PREBUILT.get(key)
-    if found is None:
-        found = _PREBUILT.setdefault(key, build())
-    return found  # type: ignore[no-any-return]
-
-
-#: :func:`prebuilt`'s statements, by key (a few dozen shapes at most).
-_PREBUILT: dict[Any, Any] = {}
-
 #: The writer's fence as a condition of its statement, bound
 #: (:meth:`OnDatabase.fence_params`): as :meth:`OnDatabase.fence_clauses`.
 FENCE_BOUND = sa.exists(sa.select(schema.leases.c.epoch).where(
@@ -594,8 +601,8 @@ class OnDatabase:
 
     def fence_params(self) -> dict[str, Any]:
         """The parameters of :data:`FENCE_BOUND` for this writer (``{}``:
-        no fence, the statement built without it: :func:`prebuilt`'s key
-        says whether ``self.fence`` is None)."""
+        no fence, the statement built without it: its shape function is
+        told whether ``self.fence`` is None)."""
         if self.fence is None:
             return {}
         return {"fence_host": self.fence[0], "fence_epoch": self.fence[1]}
@@ -624,7 +631,8 @@ class OnDatabase:
         return self.db.engine
 
 
-__all__ = ["lease_of", "prebuilt", "FENCE_BOUND", "CHUNK", "DEADLOCK_ATTEMPTS",
-           "NAME_LENGTH", "UUID_LENGTH", "Database",
+__all__ = ["lease_of", "FENCE_BOUND", "CHUNK", "DEADLOCK_ATTEMPTS",
+           "NAME_LENGTH", "SQLITE_OLD_VARIABLES", "UUID_LENGTH", "Database",
+           "chunk_for",
            "OnDatabase", "canonical", "check_name", "chunks", "listed", "server_now",
            "utcnow"]

@@ -71,6 +71,12 @@ def _reads() -> dict[str, Any]:
         "in force": sa.select(t_decisions).where(t_decisions.c.active_consumer == consumer),
         "latest": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
         .order_by(t_decisions.c.id.desc()).limit(1),
+        # NOTE: the consumer's decision in force and its latest, in one
+        # statement (up to two rows; one when they are the same).
+        "in force and latest": sa.select(t_decisions).where(sa.or_(
+            t_decisions.c.active_consumer == consumer,
+            t_decisions.c.id == sa.select(sa.func.max(t_decisions.c.id))
+            .where(t_decisions.c.consumer == consumer).scalar_subquery())),
         "history": sa.select(t_decisions).where(t_decisions.c.consumer == consumer)
         .order_by(t_decisions.c.id),
         "with lease": sa.select(t_decisions,
@@ -78,6 +84,49 @@ def _reads() -> dict[str, Any]:
         .select_from(t_decisions.outerjoin(t_leases, t_leases.c.host == t_decisions.c.host))
         .where(t_decisions.c.id == by_id),
     }
+
+
+@functools.cache
+def _work_query(wanted: tuple[str, ...], limited: bool) -> Any:
+    """The read of a host's decisions in the statuses ``wanted``, oldest
+    first (bound parameters ``work_host`` and, when ``limited``,
+    ``work_limit``): an agent's read of its work at every decision, built
+    once per shape."""
+    query = (sa.select(t_decisions)
+             .where(t_decisions.c.host == sa.bindparam("work_host"),
+                    t_decisions.c.status.in_(wanted))
+             .order_by(t_decisions.c.id))
+    return query.limit(sa.bindparam("work_limit")) if limited else query
+
+
+@functools.cache
+def _swap_statement(allowed: tuple[str, ...], names: tuple[str, ...],
+                    in_statement: bool, fenced: bool) -> Any:
+    """A swap of a decision's status (:meth:`SqlDecisionQueue._swap_returning`):
+    ``UPDATE ... RETURNING`` of the decision ``swap_id`` from one of the
+    statuses ``allowed``, the columns ``names`` set to ``swap_<name>``;
+    under the writer's fence (:data:`~compute_plugins.hoststate.database.
+    FENCE_BOUND`) when ``fenced``; ``in_statement``: waking the decision's
+    channel ``swap_channel`` with ``swap_payload`` (and, unless fenced, its
+    host's agent's) by the statement itself. Built once per shape."""
+    columns: list[Any] = list(t_decisions.c)
+    if in_statement:
+        said = sa.bindparam("swap_payload", type_=sa.Text())
+        columns.append(notify.notification(
+            sa.bindparam("swap_channel", type_=sa.Text()), said))
+        if not fenced:
+            # NOTE: the host's agent too (its channel made of the row's
+            # host by the statement), as whoever is not the agent does.
+            columns.append(notify.notification(
+                notify.host_channel_of(t_decisions.c.host), said,
+                label="notified_host"))
+    return (sa.update(t_decisions)
+            .where(t_decisions.c.id == sa.bindparam("swap_id"),
+                   t_decisions.c.status.in_(allowed),
+                   *([database.FENCE_BOUND] if fenced else []))
+            .values({name: sa.bindparam("swap_" + name, type_=t_decisions.c[name].type)
+                     for name in names})
+            .returning(*columns))
 
 
 def _reasons_text(reasons: Sequence[Rejection]) -> str:
@@ -221,6 +270,22 @@ class SqlDecisionQueue(database.OnDatabase):
             _reads()["latest"], {"consumer": consumer}).one_or_none())
         return None if row is None else _decision(row)
 
+    def in_force_and_latest(self, consumer: str
+                            ) -> tuple[Optional[HostDecision], Optional[HostDecision]]:
+        """The consumer's decision in force and its most recent one (the
+        same one, or None), in one statement and one snapshot: what a
+        scheduler reads before it places a consumer, as
+        :meth:`active_decision` and :meth:`latest_decision` would in two."""
+        rows = self.db.read_one(lambda conn: conn.execute(
+            _reads()["in force and latest"], {"consumer": consumer}).all())
+        # NOTE: every row is the consumer's as the database compares it
+        # (MariaDB: case and trailing spaces ignored), not Python: the one
+        # in force is the row in force (active_consumer is its consumer or
+        # None), the latest the newest row.
+        active = next((_decision(r) for r in rows if r.active_consumer is not None), None)
+        latest = _decision(max(rows, key=lambda r: int(r.id))) if rows else None
+        return active, latest
+
     def history(self, consumer: str) -> list[HostDecision]:
         """Every decision of the consumer, oldest first."""
         with self.db.read() as conn:
@@ -235,17 +300,7 @@ class SqlDecisionQueue(database.OnDatabase):
         several: one statement), oldest first: an agent's work list
         (pending: to claim or reject; releasing: to free)."""
         wanted = tuple(s.value for s in statuses(status))
-
-        def build() -> Any:
-            query = (sa.select(t_decisions)
-                     .where(t_decisions.c.host == sa.bindparam("work_host"),
-                            t_decisions.c.status.in_(wanted))
-                     .order_by(t_decisions.c.id))
-            return query if limit is None else query.limit(sa.bindparam("work_limit"))
-
-        # NOTE: the agent's read of its work at every decision: built once
-        # per shape (database.prebuilt).
-        query = database.prebuilt(("list_decisions", wanted, limit is None), build)
+        query = _work_query(wanted, limit is not None)
         params = {"work_host": host, "work_limit": limit}
         rows = self.db.read_one(lambda conn: conn.execute(query, params).all())
         return [_decision(r) for r in rows]
@@ -312,36 +367,12 @@ class SqlDecisionQueue(database.OnDatabase):
         when another side made the move, by a statement of its own. Nothing
         matched: the fence is checked (:class:`~compute_plugins.hoststate.
         errors.Fenced`), then the row read for the conflict. The statement
-        is built once per shape (:func:`~compute_plugins.hoststate.database.
-        prebuilt`): every value a parameter."""
+        is built once per shape (:func:`_swap_statement`): every value a
+        parameter."""
         in_statement = self.db.notifies_in_statement
         fenced = self.fence is not None
         notified = set()
-
-        def build() -> Any:
-            columns: list[Any] = list(t_decisions.c)
-            if in_statement:
-                said = sa.bindparam("swap_payload", type_=sa.Text())
-                columns.append(notify.notification(
-                    sa.bindparam("swap_channel", type_=sa.Text()), said))
-                if not fenced:
-                    # NOTE: the host's agent too (its channel made of the
-                    # row's host by the statement), as whoever is not the
-                    # agent does.
-                    columns.append(notify.notification(
-                        notify.host_channel_of(t_decisions.c.host), said,
-                        label="notified_host"))
-            return (sa.update(t_decisions)
-                    .where(t_decisions.c.id == sa.bindparam("swap_id"),
-                           t_decisions.c.status.in_(allowed),
-                           *([database.FENCE_BOUND] if fenced else []))
-                    .values({name: sa.bindparam("swap_" + name,
-                                                type_=t_decisions.c[name].type)
-                             for name in values})
-                    .returning(*columns))
-
-        statement = database.prebuilt(
-            ("swap_status", allowed, tuple(values), in_statement, fenced), build)
+        statement = _swap_statement(allowed, tuple(values), in_statement, fenced)
         params = {"swap_" + name: value for name, value in values.items()}
         params.update(self.fence_params(), swap_id=decision_id, swap_payload=payload)
         if in_statement:

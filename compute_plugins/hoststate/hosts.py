@@ -81,11 +81,11 @@ def _state_texts(states: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     return texts
 
 
-
+@functools.cache
 def _publish_statement(fenced: bool, at_written: bool, documents: bool) -> Any:
     """The in-place publish's one statement (PostgreSQL; see
     :meth:`SqlHostPublication._publish_in_one_statement`), built once per
-    shape (:func:`~compute_plugins.hoststate.database.prebuilt`): the row
+    shape (the arguments; every value a bound parameter): the row
     of ``pub_host`` locked at ``pub_expected`` (under the writer's fence
     when ``fenced``, at ``pub_written_at`` when ``at_written``), the
     change counter taken, the row bumped to ``pub_next`` with
@@ -125,18 +125,38 @@ def _publish_statement(fenced: bool, at_written: bool, documents: bool) -> Any:
 
 
 @functools.cache
-def _host_queries() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """The three reads of a host's rows (its row, its states, its
-    providers), of every host and of the hosts in the expanding parameter
-    ``hosts``, built once: a scheduler reads the hosts it fits at every
-    plan, and building the statements was a good part of its CPU there."""
-    every = (sa.select(t_hosts.c.host, t_hosts.c.generation, t_hosts.c.nodename,
-                       t_hosts.c.updated_at),
-             sa.select(t_states.c.host, t_states.c.plugin, t_states.c.document),
-             sa.select(t_providers.c.host, t_providers.c.uuid, t_providers.c.name))
+def _host_queries() -> tuple[Any, Any]:
+    """The read of hosts' rows (their row, their states, their providers)
+    as one statement, ``UNION ALL`` of the three tables (a row's ``kind``
+    says which; ``name`` is the node name, the plugin or the provider
+    uuid, ``text`` the document or the provider's name): of every host,
+    and of the hosts in the expanding parameter ``hosts``. Built once: a
+    scheduler reads the hosts it fits at every plan, and building the
+    statements was a good part of its CPU there. One statement is one
+    snapshot by itself: on PostgreSQL it runs on its own
+    (:meth:`~compute_plugins.hoststate.database.Database.read_one`), one
+    round trip where three reads in a transaction were five."""
+    def none(type_: Any) -> Any:
+        return sa.cast(sa.null(), type_)
+
+    def row(kind: str, table: Any, name: Any, text: Any, generation: Any,
+            updated_at: Any) -> Any:
+        return sa.select(sa.literal(kind).label("kind"), table.c.host.label("host"),
+                         name.label("name"), text.label("text"),
+                         generation.label("generation"), updated_at.label("updated_at"))
+
+    text_type = t_states.c.document.type
+    parts = (
+        row("h", t_hosts, t_hosts.c.nodename, none(text_type), t_hosts.c.generation,
+            t_hosts.c.updated_at),
+        row("s", t_states, t_states.c.plugin, t_states.c.document,
+            none(t_hosts.c.generation.type), none(t_hosts.c.updated_at.type)),
+        row("p", t_providers, t_providers.c.uuid, t_providers.c.name,
+            none(t_hosts.c.generation.type), none(t_hosts.c.updated_at.type)))
     hosts: Any = sa.bindparam("hosts", expanding=True)
-    some = tuple(query.where(table.c.host.in_(hosts)) for query, table in
-                 zip(every, (t_hosts, t_states, t_providers), strict=True))
+    every = sa.union_all(*parts)
+    some = sa.union_all(*(part.where(table.c.host.in_(hosts)) for part, table in
+                          zip(parts, (t_hosts, t_states, t_providers), strict=True)))
     return every, some
 
 
@@ -168,27 +188,34 @@ class SqlHostPublication(database.OnDatabase):
         if hosts is None:
             filters: list[Any] = [None]
         else:
-            filters = [list(chunk) for chunk in database.chunks(sorted(set(hosts)))]
-        host_rows: list[sa.Row[Any]] = []
-        state_rows: list[sa.Row[Any]] = []
-        provider_rows: list[sa.Row[Any]] = []
+            # NOTE: the statement names the hosts three times (rows,
+            # states, providers).
+            filters = [list(chunk) for chunk in database.chunks(
+                sorted(set(hosts)), database.chunk_for(conn, 3))]
+        host_rows: list[Any] = []
+        other_rows: list[Any] = []
         every, some = _host_queries()
         for chunk in filters:
-            if chunk is None:
-                queries, params = every, None
-            else:
-                queries, params = some, {"hosts": chunk}
-            host_rows += conn.execute(queries[0], params).all()
-            state_rows += conn.execute(queries[1], params).all()
-            provider_rows += conn.execute(queries[2], params).all()
-        result = {row.host: _HostRows(int(row.generation), row.nodename,
+            for row in conn.execute(every if chunk is None else some,
+                                    None if chunk is None else {"hosts": chunk}):
+                (host_rows if row.kind == "h" else other_rows).append(row)
+        result = {row.host: _HostRows(int(row.generation), row.name,
                                       row.updated_at, {}, {})
                   for row in host_rows}
-        for row in state_rows:
-            result[row.host].states[row.plugin] = row.document
-        for row in provider_rows:
-            result[row.host].providers[row.uuid] = row.name
+        for row in other_rows:
+            found = result[row.host]
+            (found.states if row.kind == "s" else found.providers)[row.name] = row.text
         return result
+
+    def _read_hosts(self, hosts: Optional[Sequence[str]]) -> dict[str, _HostRows]:
+        """:meth:`_load_hosts` in one snapshot: one statement on its own
+        (:meth:`~compute_plugins.hoststate.database.Database.read_one`)
+        unless the hosts take several (over :data:`~compute_plugins.
+        hoststate.database.CHUNK`): a read transaction then."""
+        if hosts is None or len(hosts) <= database.CHUNK:
+            return self.db.read_one(lambda conn: self._load_hosts(conn, hosts))
+        with self.db.read() as conn:
+            return self._load_hosts(conn, hosts)
 
     @staticmethod
     def _snapshot(host: str, rows: _HostRows) -> HostSnapshot:
@@ -207,8 +234,7 @@ class SqlHostPublication(database.OnDatabase):
         """Several hosts (None: every host) in one consistent read; hosts
         that never published are absent."""
         listed = None if hosts is None else database.listed(hosts, "host names")
-        with self.db.read() as conn:
-            rows = self._load_hosts(conn, listed)
+        rows = self._read_hosts(listed)
         return {host: self._snapshot(host, r) for host, r in sorted(rows.items())}
 
     def generations(self, hosts: Optional[Iterable[str]] = None) -> dict[str, int]:
@@ -261,8 +287,15 @@ class SqlHostPublication(database.OnDatabase):
         when = database.utcnow() if now is None else now
 
         def read() -> StatusChanges:
-            with self.db.read() as conn:
-                return changes.read(conn, since, when)
+            # NOTE: the one statement on its own (one round trip on
+            # PostgreSQL); a transaction only when every host is read too.
+            found = self.db.read_one(lambda conn: changes.read(conn, since, when,
+                                                               whole=False))
+            if found is None:
+                with self.db.read() as conn:
+                    found = changes.read(conn, since, when)
+            assert found is not None
+            return found
         return self.db.retrying(read)
 
     def hosts_for_providers(self, uuids: Iterable[str]) -> dict[str, str]:
@@ -322,8 +355,7 @@ class SqlHostPublication(database.OnDatabase):
             current: Optional[_HostRows] = written
         else:
             written = None
-            with self.db.read() as conn:
-                current = self._load_hosts(conn, [host]).get(host)
+            current = self._read_hosts([host]).get(host)
         actual = current.generation if current else 0
         if actual != expected:
             raise errors.GenerationConflict(host, expected, actual)
@@ -405,10 +437,8 @@ class SqlHostPublication(database.OnDatabase):
         :raises Fenced: the writer's lease is not the host's any more.
         """
         changed = sorted((p, text) for p, text in texts.items() if old.states[p] != text)
-        bump = database.prebuilt(
-            ("publish", self.fence is not None, written_at is not None, bool(changed)),
-            lambda: _publish_statement(self.fence is not None, written_at is not None,
-                                       bool(changed)))
+        bump = _publish_statement(self.fence is not None, written_at is not None,
+                                  bool(changed))
         params: dict[str, Any] = {
             "pub_host": host, "pub_expected": expected, "pub_next": expected + 1,
             "pub_nodename": nodename, "pub_stamp": stamp, "pub_written_at": written_at,
@@ -508,10 +538,18 @@ class SqlHostPublication(database.OnDatabase):
         else:
             chunks = list(database.chunks(sorted(set(database.listed(hosts, "host names")))))
         result: dict[str, HostDisabled] = {}
-        with self.db.read() as conn:
+
+        def read(conn: Connection) -> None:
             for chunk in chunks:
                 q = query if chunk is None else query.where(t_disabled.c.host.in_(chunk))
                 result.update((row.host, _disabled_of(row)) for row in conn.execute(q))
+
+        if len(chunks) == 1:
+            # NOTE: a scheduler's every plan: one statement on its own.
+            self.db.read_one(read)
+        else:
+            with self.db.read() as conn:
+                read(conn)
         return dict(sorted(result.items()))
 
     def disable_host(self, host: str, reason: str, by: str,

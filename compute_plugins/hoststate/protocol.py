@@ -92,7 +92,7 @@ import dataclasses
 import enum
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from oslo_log import log as logging
 
@@ -320,6 +320,19 @@ def cancel(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
                                (Rejection(CANCEL_REASON),))
 
 
+def in_force_and_latest(queue: DecisionQueue, consumer: str
+                        ) -> tuple[Optional[HostDecision], Optional[HostDecision]]:
+    """Scheduler: the consumer's decision in force and its latest decision
+    (None each: none), in one read where the queue can
+    (:meth:`~compute_plugins.hoststate.decisions.SqlDecisionQueue.in_force_and_latest`),
+    else as two."""
+    both = getattr(queue, "in_force_and_latest", None)
+    if both is not None:
+        found: tuple[Optional[HostDecision], Optional[HostDecision]] = both(consumer)
+        return found
+    return queue.active_decision(consumer), queue.latest_decision(consumer)
+
+
 def cancelled_since(queue: DecisionQueue, consumer: str, known: int,
                     below: Optional[int] = None) -> Optional[HostDecision]:
     """Scheduler: a released decision of ``consumer`` newer than ``known``
@@ -352,15 +365,23 @@ REQUESTER_ON: Mapping[DecisionStatus, Optional[Move]] = types.MappingProxyType({
 _REQUEST_ATTEMPTS = 4
 
 
-def request_release(queue: DecisionQueue, consumer: str) -> Optional[HostDecision]:
+def request_release(queue: DecisionQueue, consumer: str,
+                    in_force: Optional[HostDecision] | Literal["unread"] = "unread"
+                    ) -> Optional[HostDecision]:
     """Requester: ask the host to free the consumer (:data:`REQUESTER_ON`:
     pending -> released at once, never claimed; claimed -> releasing, for
     its agent; releasing stays).
 
+    :param in_force: the consumer's decision in force as the caller has
+        just read it (None: none), not read again for the first attempt;
+        a swap that finds it changed reads it again. ``"unread"``: read.
     :returns: the decision as it is now; None when nothing is in force.
     """
-    for _ in range(_REQUEST_ATTEMPTS):
-        decision = queue.active_decision(consumer)
+    for attempt in range(_REQUEST_ATTEMPTS):
+        if attempt == 0 and not isinstance(in_force, str):
+            decision = in_force
+        else:
+            decision = queue.active_decision(consumer)
         if decision is None:
             return None
         move = REQUESTER_ON[decision.status]
@@ -765,7 +786,7 @@ __all__ = ["CANCEL_REASON", "HELD_BY_HOST", "MOVE_TRANSITIONS", "REQUESTER_ON",
            "SCHEDULER_ON_ANSWER", "TRANSITIONS", "Answer", "ClaimStep", "Move",
            "MoveStep", "MoveTransition", "Outcome", "Side",
            "Transition", "apply", "apply_move", "cancel", "cancelled_since", "claim",
-           "expire", "in_doubt", "in_force", "legal", "rekeyed_claims",
+           "expire", "in_doubt", "in_force", "in_force_and_latest", "legal", "rekeyed_claims",
            "offer", "on_pending", "reject", "release",
            "request_release", "stale_claims", "submit", "wait_for_answer",
            "withdraw", "withdraw_host_down"]

@@ -784,14 +784,16 @@ class Scheduler:
         """:meth:`schedule`, counted in the requests at once."""
         group = self.conf.scheduler
         wait = group.answer_timeout if timeout is None else timeout
-        active = self.store.active_decision(consumer)
+        # NOTE: the consumer's decision in force and its newest decision
+        # (one read): the newest this scheduler knows of; a released one
+        # newer than it is a requester's (the release wins).
+        active, latest = protocol.in_force_and_latest(self.store, consumer)
         if active is not None:
             resumed = self._resume(spec, consumer, active, wait)
             if resumed is not None:
                 return resumed
-        # NOTE: the newest decision of the consumer this scheduler knows of:
-        # a released one newer than it is a requester's (the release wins).
-        latest = self.store.latest_decision(consumer)
+            # NOTE: the resume may have ended the decision in force.
+            latest = self.store.latest_decision(consumer)
         known = [latest.id if latest is not None else 0]
         calls: dict[str, int] = {}
         since = self.view.now()

@@ -203,3 +203,39 @@ def test_one_decision_on_sqlite(tmp_path, placement):
         for store in stores.values():
             store.close()
         host.agent.store.close()
+
+
+#: PostgreSQL: the queries of a scheduler's reads before its offer (the
+#: consumer's decisions; its plan's changes since its mark, disabled hosts
+#: and the rows of the hosts it fits). Before: 2 + 3 + 3 + 5 (two reads of
+#: the consumer's decisions; each other read a transaction, BEGIN and
+#: COMMIT around its statements; the hosts' rows, states and providers
+#: three statements).
+PG_PLAN_READS = 4
+
+
+def test_a_schedulers_reads_on_postgresql(pg_url):
+    parsed = sa.engine.make_url(pg_url)
+    proxy = servers.QueryCounter(parsed.host, parsed.port)
+    store = HostStateStore(proxy.url(pg_url))
+    try:
+        store.publish("h1", {}, 0, nodename="n1", providers={"u1": "n1"})
+        consumer = "3c7a8b6e-0000-4000-8000-000000000001"
+        store.submit_decision(consumer, "h1", "{}")
+
+        def reads() -> None:
+            active, latest = protocol.in_force_and_latest(store, consumer)
+            assert active is not None and active == latest
+            mark = store.host_status_changes(None).mark
+            store.host_status_changes(mark)
+            store.disabled_hosts()
+            assert store.get_hosts(["h1"])["h1"].providers == {"u1": "n1"}
+
+        reads()  # NOTE: opens the connections
+        proxy.queries.clear()
+        reads()
+        # NOTE: the first read of the changes is the test's (its mark).
+        assert len(proxy.queries) == PG_PLAN_READS + 1, proxy.queries
+    finally:
+        store.close()
+        proxy.close()

@@ -132,12 +132,15 @@ def test_the_schedulers_liveness_read_on_a_killed_connection_is_retried_once(pg)
     """The read a scheduler makes first in every plan (the hosts changed
     since its mark) on a pooled read connection the server ended just
     after the pool handed it out: read again on a fresh one (before:
-    StoreUnavailable, the request failed)."""
+    StoreUnavailable, the request failed). It runs on its own (one
+    statement: the single statements' pool), a transaction only when it
+    reads every host."""
     url, admin = pg
     with HostStateStore(url) as store:
         store.publish("r1", {}, 0)
         assert "r1" in store.host_status_changes(None).generations
-        with killed_at_checkout(store.db.read_engine, admin) as killed:
+        assert store.db.single_engine is not None
+        with killed_at_checkout(store.db.single_engine, admin) as killed:
             found = store.host_status_changes(None)
         assert killed and "r1" in found.generations
 

@@ -352,6 +352,28 @@ class TestPublish:
         assert store.hosts_for_providers(uuids + ["unknown"]) == {
             u: "h" + u[1:u.index("-")] for u in uuids}
 
+    def test_a_schedulers_reads_are_one_statement_each(self, store):
+        """What a scheduler reads at every plan (the hosts it fits, the
+        changes since its mark, the disabled hosts) is one statement each:
+        the hosts' rows, states and providers together (before: three)."""
+        store.publish("h1", states(numa=1, vgpu=2), 0, nodename="n1",
+                      providers={"u-root": "n1", "u-cell": "n1_NUMA0"})
+        store.publish("h2", states(numa=3), 0, nodename="n2", providers={"u-2": "n2"})
+        store.publish("h3", {}, 0, nodename="n3")
+        mark = store.host_status_changes(None).mark
+        with statements(store) as seen:
+            snaps = store.get_hosts(["h1", "h3", "zz"])
+            store.host_status_changes(mark)
+            store.disabled_hosts()
+        # NOTE: SQLite's BEGIN is a statement of the store's own there.
+        assert [s.split()[0] for s in seen if s != "BEGIN"] == ["SELECT"] * 3, seen
+        assert sorted(snaps) == ["h1", "h3"]
+        assert snaps["h1"].nodename == "n1" and snaps["h1"].generation == 1
+        assert dict(snaps["h1"].providers) == {"u-cell": "n1_NUMA0", "u-root": "n1"}
+        assert snaps["h1"].states["vgpu"]["state"]["n"] == 2
+        assert not snaps["h3"].states and not snaps["h3"].providers
+        assert snaps["h3"].updated_at == store.get_host("h3").updated_at
+
     @pytest.mark.parametrize("bad", [
         {"numa": {"plugin": "vgpu", "version": "1.0", "state": None}},
         {"numa": {"plugin": "numa", "state": None}},
@@ -387,6 +409,45 @@ class TestPublish:
 
 
 class TestDecisions:
+    def test_a_release_request_reads_the_decision_in_force_once(self, store):
+        """``release``'s request (the requester's side of a delete): the
+        decision in force read once, then swapped (before: read twice, by
+        the command and again by the protocol)."""
+        from compute_plugins.compute import release
+
+        decision = store.submit_decision("c1", "h1", SPEC)
+        protocol.claim(store, decision.id)
+        with statements(store) as seen:
+            done = release.request_release(store, "c1")
+        assert done.decision.status == "releasing" and done.was == "claimed"
+        reads = [s for s in seen if "WHERE hoststate_decisions.active_consumer =" in s]
+        assert len(reads) == 1, seen
+        # nothing in force: a cancel recorded, as before
+        assert release.request_release(store, "c9").outcome == "unknown"
+        pending = store.submit_decision("c2", "h1", SPEC)
+        done = release.request_release(store, "c2")
+        assert done.outcome == "released" and done.decision.id == pending.id
+        assert done.was == "pending"
+
+    def test_in_force_and_latest_finds_what_the_two_reads_find(self, store):
+        """The scheduler's one read of a consumer's decisions finds the
+        decisions :meth:`active_decision` and :meth:`latest_decision` find,
+        for the consumer as the database compares it (MariaDB's default
+        collation ignores case and trailing spaces: before, the rows the
+        statement found were dropped by a second, case-sensitive comparison
+        in Python, and a scheduler saw no decision in force)."""
+        first = store.submit_decision("cA", "h1", SPEC)
+        protocol.claim(store, first.id)
+        for asked in ("cA", "CA", "ca", "cA "):
+            assert store.in_force_and_latest(asked) == (
+                store.active_decision(asked), store.latest_decision(asked)), asked
+        protocol.request_release(store, "cA")
+        protocol.release(store, first.id)
+        store.submit_decision("cA", "h2", SPEC)
+        for asked in ("cA", "CA", "cA "):
+            assert store.in_force_and_latest(asked) == (
+                store.active_decision(asked), store.latest_decision(asked)), asked
+
     def test_lifecycle(self, store):
         first = store.submit_decision("c1", "h1", SPEC)
         second = store.submit_decision("c2", "h1", SPEC)
@@ -412,6 +473,17 @@ class TestDecisions:
         assert store.active_decision("c1") is None
         assert protocol.request_release(store, "c1") is None
         assert store.latest_decision("c1") == released
+
+        # NOTE: one statement: the one in force and the latest together.
+        with statements(store) as seen:
+            assert store.in_force_and_latest("c1") == (None, released)
+        assert len([s for s in seen if s != "BEGIN"]) == 1, seen
+        again = store.submit_decision("c1", "h2", SPEC)
+        assert store.in_force_and_latest("c1") == (again, again)
+        assert store.in_force_and_latest("c9") == (None, None)
+        assert protocol.in_force_and_latest(store, "c1") == (again, again)
+        protocol.withdraw(store, again.id)
+        assert store.in_force_and_latest("c1") == (None, store.get_decision(again.id))
 
         rejected = protocol.reject(store, second.id, [
             Rejection(reason="host cell 1 has 2 free dedicated CPUs", provider="u-cell1",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 import stat
 import threading
 
@@ -260,3 +261,27 @@ def test_sqlite_a_failure_in_one_thread_leaves_another_s_transaction_whole(tmp_p
             assert conn.execute(sa.text("SELECT n FROM t ORDER BY n")).scalars().all() == [1, 2]
     finally:
         db.close()
+
+
+def test_reading_many_hosts_fits_sqlite_s_older_limit_of_variables(tmp_path):
+    """An SQLite before 3.32 (Ubuntu 20.04's 3.31) takes 999 variables in
+    a statement: a scheduler's read of the CHUNK hosts it fits keeps
+    under it (before: the rows, states and providers read as one
+    ``UNION ALL`` of three ``IN`` lists, 1,500 variables: "too many SQL
+    variables", the plan failed)."""
+    def older(dbapi_conn, _record):
+        dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+
+    sa.event.listen(sa.pool.Pool, "connect", older)
+    try:
+        with hoststate.HostStateStore("sqlite:///%s" % (tmp_path / "s.db")) as store:
+            names = ["h%03d" % i for i in range(400)]
+            for name in names:
+                store.publish(name, states(numa=1), 0, nodename=name,
+                              providers={"u-" + name: name})
+            found = store.get_hosts(names)
+        assert sorted(found) == names
+        assert dict(found["h399"].providers) == {"u-h399": "h399"}
+        assert found["h007"].states["numa"]["state"]["n"] == 1
+    finally:
+        sa.event.remove(sa.pool.Pool, "connect", older)
