@@ -259,12 +259,9 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**40), st.text(max_s
                  st.sampled_from(["bogus", "isolate", "dedicated", "_NUMA0", -1, 0]))
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
-    doc = _rich_payload(manager)
-    paths = list(_paths(doc))
+def _tamper(doc, paths, data):
+    """One to three of ``paths`` in ``doc`` dropped or set to junk (drawn
+    from ``data``), in place."""
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(paths))
         parent = doc
@@ -277,6 +274,15 @@ def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
                 parent[path[-1]] = data.draw(JUNK)
         except (KeyError, IndexError, TypeError):
             continue
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_tampered_payload_is_a_spec_or_the_format_error(manager, data):
+    doc = _rich_payload(manager)
+    paths = list(_paths(doc))
+    _tamper(doc, paths, data)
     try:
         spec = RequestSpec.from_json(json.dumps(doc), manager.plugins)
     except RequestFormatError:

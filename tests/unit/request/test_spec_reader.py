@@ -15,10 +15,10 @@ from compute_plugins.request.types import check_fields
 from compute_plugins.runtime import PluginSet
 from tests.unit.request.conftest import build
 from tests.unit.request.test_spec import (
-    JUNK,
     _paths,
     _rich_payload,
     _rich_text,
+    _tamper,
     decision,
 )
 
@@ -105,18 +105,7 @@ def test_a_tampered_payload_reads_as_from_json_reads_it(manager, data):
     doc = _rich_payload(manager)
     paths = [p for p in _paths(doc) if p[0] not in ("requests", "groups", "generic",
                                                     "plugins")]
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(paths))
-        parent = doc
-        try:
-            for key in path[:-1]:
-                parent = parent[key]
-            if data.draw(st.booleans()) and isinstance(parent, dict):
-                parent.pop(path[-1], None)
-            else:
-                parent[path[-1]] = data.draw(JUNK)
-        except (KeyError, IndexError, TypeError):
-            continue
+    _tamper(doc, paths, data)
     text = json.dumps(doc)
     got = _read(lambda t: reader.read(t, manager.plugins), text)
     assert got == _read(lambda t: RequestSpec.from_json(t, manager.plugins), text)
